@@ -1,0 +1,3 @@
+from imagesmith.cli import run
+
+run()

@@ -1,0 +1,101 @@
+"""The one error hierarchy of imagesmith.
+
+Every failure a user can act on is an ``ImagesmithError`` subclass with an exit code and a message that names
+the file, field, host or registry at fault and says what to do. Only ``imagesmith.cli.main`` catches them.
+"""
+
+from __future__ import annotations
+
+
+class ImagesmithError(Exception):
+    """Base class. ``exit_code`` is what the CLI exits with."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  fix: {self.hint}"
+        return self.message
+
+
+class ConfigError(ImagesmithError):
+    """A matrix file, registries file, flag or data file is wrong."""
+
+    exit_code = 2
+
+
+class MatrixError(ConfigError):
+    """A matrix file is malformed: syntax, unknown key, wrong type, unknown GPU or version."""
+
+
+class NothingToDoError(ImagesmithError):
+    """A selector (``--only``) matched no cell."""
+
+    exit_code = 3
+
+
+class RenderError(ImagesmithError):
+    """A template failed, or the committed dockerfiles/ differ from what the matrices render."""
+
+    exit_code = 4
+
+
+class SourceCacheError(ImagesmithError):
+    """A pinned source archive is missing from the cache or its checksum does not match."""
+
+    exit_code = 5
+
+
+class BuildError(ImagesmithError):
+    """The engine failed to build an image."""
+
+    exit_code = 5
+
+
+class EngineError(BuildError):
+    """No Docker engine can be reached, or it answered something unexpected."""
+
+
+class PushError(ImagesmithError):
+    """A push failed (read from the engine's push stream or the registry API)."""
+
+    exit_code = 6
+
+
+class RegistryError(ImagesmithError):
+    """A registry answered an error: auth, denied, manifest unknown, unreachable."""
+
+    exit_code = 9
+
+
+class ManifestUnknownError(RegistryError):
+    """The registry does not hold that manifest. Never retried."""
+
+
+class ValidationFailed(ImagesmithError):
+    """The validation suite ran and at least one check failed, or nothing could be validated."""
+
+    exit_code = 7
+
+
+class ParseError(ImagesmithError):
+    """Host output (nvidia-smi, topo, nccl-tests logs) could not be parsed."""
+
+    exit_code = 7
+
+
+class ReleaseError(ImagesmithError):
+    """A release was refused: no passing validation for the digest, or promotion failed."""
+
+    exit_code = 8
+
+
+class NoImageFitsError(ImagesmithError):
+    """``imagesmith pick`` found no released image that runs on this host."""
+
+    exit_code = 10

@@ -1,0 +1,50 @@
+"""Shared fixtures. ``run_cli`` runs the real CLI entry point (imagesmith.cli.main) in-process."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from imagesmith.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def run_cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., CliResult]:
+    def _run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return _run
+
+
+@pytest.fixture(scope="session")
+def registry_hosts() -> list[str]:
+    """Host names of the package registries this machine reaches (pip's default index and its file host, apt's
+    sources), read from the machine itself: committed and generated files must never name them."""
+    hosts: set[str] = set()
+    try:
+        from pip._internal.models.index import PyPI
+
+        hosts |= {PyPI.netloc, PyPI.file_storage_domain}
+    except ImportError:  # pragma: no cover - pip is in every venv made by scripts/setup.sh
+        pass
+    apt = Path("/etc/apt")
+    for src in [apt / "sources.list", *sorted((apt / "sources.list.d").glob("*"))]:
+        if src.is_file():
+            hosts |= set(re.findall(r"(?:URIs:|deb)\s+[a-z]+://([^/\s]+)", src.read_text(errors="replace")))
+    return sorted(hosts)
