@@ -1,0 +1,201 @@
+"""User configuration: registry-mirror map, extra CA certificate, cache location.
+
+Read from ``$IMAGESMITH_CONFIG`` or ``~/.config/imagesmith/config.toml`` (``$XDG_CONFIG_HOME`` respected)::
+
+    [registry_mirrors]          # base images from these registries are pulled through the mirror prefix
+    "docker.io" = "127.0.0.1:5000/hub"
+
+    [build]
+    extra_ca = "/path/to/ca-bundle.crt"   # trusted by pip/apt inside the build (TLS-intercepting proxies)
+
+The environment overrides the file
+(``IMAGESMITH_REGISTRY_MIRRORS="docker.io=mirror.example/hub,ghcr.io=..."``, ``IMAGESMITH_EXTRA_CA``),
+and command-line flags override both. Credentials are never read from here: see
+:mod:`imagesmith.registry` (environment or the docker config).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from imagesmith.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DOCKER_HUB = "docker.io"
+_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageRef:
+    """A parsed image reference: ``registry/path[:tag][@digest]`` with Docker's defaults filled in."""
+
+    registry: str
+    path: str
+    tag: str | None = None
+    digest: str | None = None
+
+    @classmethod
+    def parse(cls, ref: str) -> ImageRef:
+        """Parse *ref* as the docker CLI does (``debian:bookworm`` → docker.io/library/debian:bookworm)."""
+        text = ref.strip()
+        if not text or any(c.isspace() for c in text):
+            raise ConfigError(f"{ref!r} is not an image reference", hint="use e.g. debian:bookworm")
+        digest = None
+        if "@" in text:
+            text, digest = text.split("@", 1)
+        first, sep, rest = text.partition("/")
+        if sep and ("." in first or ":" in first or first == "localhost"):
+            registry, remainder = first, rest
+        else:
+            registry, remainder = DOCKER_HUB, text
+        tag = None
+        last = remainder.rsplit("/", 1)[-1]
+        if ":" in last:
+            remainder, tag = remainder.rsplit(":", 1)
+        if registry in _HUB_ALIASES:
+            registry = DOCKER_HUB
+            if "/" not in remainder:
+                remainder = f"library/{remainder}"
+        if not remainder:
+            raise ConfigError(
+                f"{ref!r} is not an image reference (no repository)", hint="use e.g. debian:bookworm"
+            )
+        if tag is None and digest is None:
+            tag = "latest"
+        return cls(registry=registry, path=remainder, tag=tag, digest=digest)
+
+    @property
+    def repository(self) -> str:
+        return f"{self.registry}/{self.path}"
+
+    def __str__(self) -> str:
+        out = self.repository
+        if self.tag:
+            out += f":{self.tag}"
+        if self.digest:
+            out += f"@{self.digest}"
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class UserConfig:
+    """Resolved user configuration (file < environment < flags)."""
+
+    registry_mirrors: tuple[tuple[str, str], ...] = ()
+    extra_ca: Path | None = None
+    source: str = "defaults"
+
+    def mirror_for(self, registry: str) -> str | None:
+        return dict(self.registry_mirrors).get(registry)
+
+    def apply_mirror(self, image: str) -> str:
+        """The reference to pull *image* through: rewritten when its registry has a mirror, else unchanged."""
+        ref = ImageRef.parse(image)
+        prefix = self.mirror_for(ref.registry)
+        if prefix is None:
+            return image
+        out = f"{prefix.rstrip('/')}/{ref.path}"
+        if ref.tag:
+            out += f":{ref.tag}"
+        if ref.digest:
+            out += f"@{ref.digest}"
+        return out
+
+    def with_overrides(
+        self, *, mirrors: Sequence[str] = (), extra_ca: Path | None = None, origin: str = "--registry-mirror"
+    ) -> UserConfig:
+        """Apply command-line overrides (``HOST=PREFIX`` strings, an extra CA file)."""
+        merged = dict(self.registry_mirrors)
+        merged.update(parse_mirror_items(mirrors, origin))
+        cfg = replace(self, registry_mirrors=tuple(sorted(merged.items())))
+        if extra_ca is not None:
+            cfg = replace(cfg, extra_ca=_checked_ca(extra_ca, "--extra-ca"))
+        return cfg
+
+
+def config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("IMAGESMITH_CONFIG"):
+        return Path(env["IMAGESMITH_CONFIG"])
+    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    return base / "imagesmith" / "config.toml"
+
+
+def cache_root(env: Mapping[str, str] | None = None) -> Path:
+    """``$IMAGESMITH_CACHE`` or ``~/.cache/imagesmith`` (``$XDG_CACHE_HOME`` respected)."""
+    env = os.environ if env is None else env
+    if env.get("IMAGESMITH_CACHE"):
+        return Path(env["IMAGESMITH_CACHE"])
+    base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return base / "imagesmith"
+
+
+def parse_mirror_items(items: Sequence[str], origin: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        host, sep, prefix = item.partition("=")
+        host, prefix = host.strip(), prefix.strip().rstrip("/")
+        if not sep or not host or not prefix or "/" in host:
+            raise ConfigError(
+                f"{origin}: {item!r} is not HOST=PREFIX",
+                hint="e.g. docker.io=127.0.0.1:5000/hub (base images from docker.io are pulled from there)",
+            )
+        out[DOCKER_HUB if host in _HUB_ALIASES else host] = prefix
+    return out
+
+
+def _checked_ca(path: Path, origin: str) -> Path:
+    if not path.is_file():
+        raise ConfigError(f"{origin}: CA certificate file {path} does not exist", hint="give a PEM file")
+    head = path.read_text(errors="replace")[:100_000]
+    if "-----BEGIN CERTIFICATE-----" not in head:
+        raise ConfigError(f"{origin}: {path} holds no PEM certificate", hint="give a PEM CA bundle")
+    return path.resolve()
+
+
+def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
+    """Read the config file (if any), then apply the environment."""
+    env = os.environ if env is None else env
+    path = config_path(env)
+    mirrors: dict[str, str] = {}
+    extra_ca: Path | None = None
+    source = "defaults"
+    if path.is_file():
+        source = str(path)
+        try:
+            data: dict[str, Any] = tomllib.loads(path.read_text())
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file or remove it") from exc
+        unknown = sorted(set(data) - {"registry_mirrors", "build"})
+        if unknown:
+            raise ConfigError(
+                f"{path}: unknown key {unknown[0]!r}", hint="known keys: registry_mirrors, build"
+            )
+        table = data.get("registry_mirrors", {})
+        if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
+            raise ConfigError(f'{path}: registry_mirrors must map host = "prefix" strings')
+        mirrors.update(
+            parse_mirror_items([f"{k}={v}" for k, v in table.items()], f"{path}: registry_mirrors")
+        )
+        build = data.get("build", {})
+        if not isinstance(build, dict) or set(build) - {"extra_ca"}:
+            raise ConfigError(f"{path}: [build] knows only extra_ca", hint='extra_ca = "/path/ca.crt"')
+        if "extra_ca" in build:
+            if not isinstance(build["extra_ca"], str):
+                raise ConfigError(f"{path}: build.extra_ca must be a path string")
+            extra_ca = _checked_ca(Path(build["extra_ca"]), f"{path}: build.extra_ca")
+    if env.get("IMAGESMITH_REGISTRY_MIRRORS"):
+        items = [i for i in env["IMAGESMITH_REGISTRY_MIRRORS"].split(",") if i.strip()]
+        mirrors.update(parse_mirror_items(items, "IMAGESMITH_REGISTRY_MIRRORS"))
+    if env.get("IMAGESMITH_EXTRA_CA"):
+        extra_ca = _checked_ca(Path(env["IMAGESMITH_EXTRA_CA"]), "IMAGESMITH_EXTRA_CA")
+    return UserConfig(registry_mirrors=tuple(sorted(mirrors.items())), extra_ca=extra_ca, source=source)

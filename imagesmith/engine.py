@@ -1,0 +1,658 @@
+"""The only module that talks to a Docker engine: build, push, pull, inspect, tag, remove, run.
+
+Builds go through BuildKit when a docker CLI that drives it is present (Debian's ``/usr/bin/docker`` 20.10
+with ``DOCKER_BUILDKIT=1``; ``--progress=plain`` is parsed for steps, cache hits and bytes), else through the
+Engine API of the docker SDK (classic builder; hosts that have a ``dockerd`` but no CLI). Everything else uses
+the SDK.
+
+docker-py's ``push()`` does not raise when the push fails: the stream is read here and any ``errorDetail``
+becomes a :class:`~imagesmith.errors.PushError` naming the registry and its message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import docker
+import docker.errors
+from docker.types import DeviceRequest, Mount, Ulimit
+
+from imagesmith.errors import BuildError, EngineError, PushError
+from imagesmith.registry import Credentials
+
+Backend = Literal["auto", "buildkit", "sdk"]
+GpuMode = Literal["auto", "toolkit", "devices"]
+
+#: Debian's docker CLI (20.10) drives BuildKit with DOCKER_BUILDKIT=1 and needs no buildx plugin.
+DEFAULT_CLI = "/usr/bin/docker"
+_TRANSIENT_PUSH = re.compile(
+    r"connection refused|connection reset|i/o timeout|timeout|EOF|50[0-9]|broken pipe|TLS handshake",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class BuildEvent:
+    """Progress of one build: the current step, steps done/cached, bytes downloaded so far (BuildKit)."""
+
+    step: str = ""
+    steps_done: int = 0
+    steps_cached: int = 0
+    bytes_done: int = 0
+    line: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildResult:
+    image_id: str
+    backend: str
+    steps: int
+    cached_steps: int
+    duration_s: float
+    log_tail: tuple[str, ...] = ()
+
+    @property
+    def rebuilt_steps(self) -> int:
+        return self.steps - self.cached_steps
+
+
+@dataclass(frozen=True, kw_only=True)
+class PushResult:
+    reference: str
+    digest: str
+    bytes_pushed: int
+    layers_pushed: int
+    layers_existing: int
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    exit_code: int
+    output: str
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class BindMount:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass
+class _BuildKitParser:
+    """Reads ``--progress=plain`` lines. Step ids (#N) named ``[stage k/n] …`` are build steps."""
+
+    event: BuildEvent = field(default_factory=BuildEvent)
+    names: dict[str, str] = field(default_factory=dict)
+    cached: set[str] = field(default_factory=set)
+    done: set[str] = field(default_factory=set)
+    layer_bytes: dict[str, int] = field(default_factory=dict)
+
+    _head = re.compile(r"^#(\d+) (.*)$")
+    _bytes = re.compile(r"^(sha256:[0-9a-f]+) ([\d.]+)([kMG]?B) / ([\d.]+)([kMG]?B)")
+
+    def feed(self, line: str) -> None:
+        self.event.line = line
+        m = self._head.match(line)
+        if not m:
+            return
+        sid, rest = m.groups()
+        if rest.startswith("[") and not rest.startswith("[internal]") and sid not in self.names:
+            if re.match(r"^\[[^\]]*\d+/\d+\] (?!FROM )", rest):
+                self.names[sid] = rest
+                self.event.step = rest[:120]
+        elif rest == "CACHED" and sid in self.names:
+            self.cached.add(sid)
+        elif rest.startswith("DONE") and sid in self.names:
+            self.done.add(sid)
+        else:
+            b = self._bytes.match(rest)
+            if b:
+                self.layer_bytes[b.group(1)] = _to_bytes(b.group(2), b.group(3))
+        self.event.steps_done = len(self.done | self.cached)
+        self.event.steps_cached = len(self.cached)
+        self.event.bytes_done = sum(self.layer_bytes.values())
+
+
+def _to_bytes(value: str, unit: str) -> int:
+    scale = {"B": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}[unit]
+    return int(float(value) * scale)
+
+
+def buildkit_cli(path: str | None = None) -> str | None:
+    """A docker CLI that can drive BuildKit, or None.
+
+    ``$IMAGESMITH_DOCKER_CLI`` (or *path*) wins; an empty value disables the CLI. Default: Debian's
+    ``/usr/bin/docker`` when its client version is < 23 (built-in BuildKit) or it has the buildx plugin.
+    """
+    candidate = path if path is not None else os.environ.get("IMAGESMITH_DOCKER_CLI", DEFAULT_CLI)
+    if not candidate:
+        return None
+    exe = shutil.which(candidate)
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run(
+            [exe, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    m = re.match(r"(\d+)\.", out.stdout.strip())
+    if m and int(m.group(1)) < 23:
+        return exe
+    buildx = subprocess.run(
+        [exe, "buildx", "version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    return exe if buildx.returncode == 0 else None
+
+
+class Engine:
+    """A Docker engine. ``backend`` chooses how builds run: ``auto`` (BuildKit CLI if usable, else SDK)."""
+
+    def __init__(self, *, backend: Backend = "auto", base_url: str | None = None, timeout: int = 600) -> None:
+        try:
+            if base_url:
+                self.client = docker.DockerClient(base_url=base_url, timeout=timeout)
+            else:
+                self.client = docker.from_env(timeout=timeout)
+            self.client.ping()
+        except docker.errors.DockerException as exc:
+            raise EngineError(
+                f"cannot reach a Docker engine ({exc})",
+                hint="start dockerd (scripts/services.sh start) or set DOCKER_HOST",
+            ) from exc
+        self.cli: str | None = None
+        if backend in ("auto", "buildkit"):
+            self.cli = buildkit_cli()
+            if backend == "buildkit" and self.cli is None:
+                raise EngineError(
+                    "BuildKit was asked for, but no docker CLI that drives it was found",
+                    hint=f"install Debian's docker.io ({DEFAULT_CLI}) or use the sdk backend",
+                )
+        self.backend = "buildkit" if self.cli else "sdk"
+
+    # -- build ----------------------------------------------------------------------------------------------
+    def build(
+        self,
+        *,
+        context: Path,
+        tags: Sequence[str],
+        dockerfile: str = "Dockerfile",
+        build_args: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        target: str | None = None,
+        no_cache: bool = False,
+        on_event: Callable[[BuildEvent], None] | None = None,
+        what: str = "image",
+    ) -> BuildResult:
+        """Build *context* and tag it with every name in *tags*. Raises BuildError with the log's tail."""
+        if not tags:
+            raise BuildError("build needs at least one tag")
+        start = time.monotonic()
+        if self.cli:
+            image_id, steps, cached, tail = self._build_cli(
+                context, tags, dockerfile, build_args or {}, labels or {}, target, no_cache, on_event, what
+            )
+        else:
+            image_id, steps, cached, tail = self._build_sdk(
+                context, tags, dockerfile, build_args or {}, labels or {}, target, no_cache, on_event, what
+            )
+        return BuildResult(
+            image_id=image_id,
+            backend=self.backend,
+            steps=steps,
+            cached_steps=cached,
+            duration_s=time.monotonic() - start,
+            log_tail=tuple(tail),
+        )
+
+    def _build_cli(
+        self,
+        context: Path,
+        tags: Sequence[str],
+        dockerfile: str,
+        build_args: Mapping[str, str],
+        labels: Mapping[str, str],
+        target: str | None,
+        no_cache: bool,
+        on_event: Callable[[BuildEvent], None] | None,
+        what: str,
+    ) -> tuple[str, int, int, list[str]]:
+        assert self.cli is not None
+        iidfile = context / ".imagesmith-iid"
+        iidfile.unlink(missing_ok=True)
+        cmd = [
+            self.cli,
+            "build",
+            "--progress=plain",
+            "--iidfile",
+            str(iidfile),
+            "-f",
+            str(context / dockerfile),
+        ]
+        for t in tags:
+            cmd += ["-t", t]
+        for k, v in build_args.items():
+            cmd += ["--build-arg", f"{k}={v}"]
+        for k, v in labels.items():
+            cmd += ["--label", f"{k}={v}"]
+        if target:
+            cmd += ["--target", target]
+        if no_cache:
+            cmd.append("--no-cache")
+        cmd.append(str(context))
+        env = dict(os.environ, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS="plain")
+        parser = _BuildKitParser()
+        tail: list[str] = []
+        log_path = context / ".imagesmith-build.log"
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace"
+            )
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                log.write(raw)
+                tail = [*tail[-59:], line]
+                parser.feed(line)
+                if on_event:
+                    on_event(parser.event)
+            rc = proc.wait()
+        if rc != 0 or not iidfile.is_file():
+            raise BuildError(
+                f"build of {what} failed (docker build exit {rc}):\n" + "\n".join(_error_tail(tail)),
+                hint=f"full log: {log_path}",
+            )
+        image_id = iidfile.read_text().strip()
+        return image_id, len(parser.names), len(parser.cached), tail
+
+    def _build_sdk(
+        self,
+        context: Path,
+        tags: Sequence[str],
+        dockerfile: str,
+        build_args: Mapping[str, str],
+        labels: Mapping[str, str],
+        target: str | None,
+        no_cache: bool,
+        on_event: Callable[[BuildEvent], None] | None,
+        what: str,
+    ) -> tuple[str, int, int, list[str]]:
+        event = BuildEvent()
+        tail: list[str] = []
+        image_id = ""
+        steps = cached = 0
+        try:
+            stream: Iterable[dict[str, Any]] = self.client.api.build(
+                path=str(context),
+                dockerfile=dockerfile,
+                tag=tags[0],
+                buildargs=dict(build_args),
+                labels=dict(labels),
+                target=target,
+                nocache=no_cache,
+                rm=True,
+                forcerm=True,
+                decode=True,
+            )
+            for chunk in stream:
+                if "error" in chunk or "errorDetail" in chunk:
+                    msg = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error", "")
+                    raise BuildError(
+                        f"build of {what} failed: {msg}\n" + "\n".join(_error_tail(tail)),
+                        hint="see the build output above",
+                    )
+                text = str(chunk.get("stream", "")).rstrip("\n")
+                if "aux" in chunk and isinstance(chunk["aux"], dict) and chunk["aux"].get("ID"):
+                    image_id = str(chunk["aux"]["ID"])
+                for line in text.splitlines():
+                    tail = [*tail[-59:], line]
+                    event.line = line
+                    if re.match(r"^Step \d+/\d+ : ", line):
+                        steps += 1
+                        event.step = line[:120]
+                        event.steps_done = steps
+                    elif "Using cache" in line:
+                        cached += 1
+                        event.steps_cached = cached
+                    m = re.match(r"^Successfully built ([0-9a-f]+)", line)
+                    if m and not image_id:
+                        image_id = m.group(1)
+                    if on_event:
+                        on_event(event)
+        except docker.errors.APIError as exc:
+            raise BuildError(f"build of {what} failed: {exc.explanation or exc}") from exc
+        if not image_id:
+            raise BuildError(f"build of {what}: the engine reported no image id", hint="see the build output")
+        image = self.client.images.get(image_id)
+        for t in tags:
+            repo, tag = split_tag(t)
+            image.tag(repo, tag)
+        # steps that create no layer (ARG, ENV, LABEL…) are counted too; FROM lines never hit the cache
+        steps_from = sum(1 for line in tail if re.match(r"^Step \d+/\d+ : FROM ", line))
+        return str(image.id), steps - steps_from, cached, tail
+
+    # -- push / pull ----------------------------------------------------------------------------------------
+    def push(
+        self,
+        reference: str,
+        *,
+        credentials: Credentials | None = None,
+        registry_name: str | None = None,
+        attempts: int = 3,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> PushResult:
+        """Push *reference* (``host/repo:tag``); stream errors become PushError; transient ones retried."""
+        repo, tag = split_tag(reference)
+        where = registry_name or repo.split("/", 1)[0]
+        auth = {"username": credentials.username, "password": credentials.password} if credentials else None
+        last = ""
+        for attempt in range(1, attempts + 1):
+            start = time.monotonic()
+            try:
+                return self._push_once(reference, repo, tag, auth, on_progress, start)
+            except PushError as exc:
+                last = exc.message
+                if attempt == attempts or not _TRANSIENT_PUSH.search(last) or _denied(last):
+                    raise PushError(
+                        f"push of {reference} to registry {where} failed: {last}",
+                        hint=_push_hint(last, where),
+                    ) from None
+                time.sleep(min(2**attempt, 10))
+        raise PushError(f"push of {reference} to registry {where} failed: {last}")  # pragma: no cover
+
+    def _push_once(
+        self,
+        reference: str,
+        repo: str,
+        tag: str,
+        auth: dict[str, str] | None,
+        on_progress: Callable[[int], None] | None,
+        start: float,
+    ) -> PushResult:
+        layer_bytes: dict[str, int] = {}
+        existing: set[str] = set()
+        pushed: set[str] = set()
+        digest = ""
+        try:
+            stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth)
+            for chunk in stream:
+                detail = chunk.get("errorDetail")
+                if detail or "error" in chunk:
+                    msg = (detail or {}).get("message") or chunk.get("error") or "unknown error"
+                    raise PushError(str(msg))
+                status = str(chunk.get("status", ""))
+                lid = str(chunk.get("id", ""))
+                if status == "Pushing":
+                    current = int((chunk.get("progressDetail") or {}).get("current", 0))
+                    layer_bytes[lid] = max(layer_bytes.get(lid, 0), current)
+                    if on_progress:
+                        on_progress(sum(layer_bytes.values()))
+                elif status == "Pushed":
+                    pushed.add(lid)
+                elif status == "Layer already exists" or status.startswith("Mounted from"):
+                    existing.add(lid)
+                aux = chunk.get("aux")
+                if isinstance(aux, dict) and aux.get("Digest"):
+                    digest = str(aux["Digest"])
+                m = re.search(r"digest: (sha256:[0-9a-f]{64})", status)
+                if m:
+                    digest = m.group(1)
+        except docker.errors.APIError as exc:
+            raise PushError(str(exc.explanation or exc)) from exc
+        except docker.errors.DockerException as exc:
+            raise PushError(str(exc)) from exc
+        if not digest:
+            raise PushError("the engine's push stream ended without a manifest digest")
+        return PushResult(
+            reference=reference,
+            digest=digest,
+            bytes_pushed=sum(v for k, v in layer_bytes.items() if k in pushed),
+            layers_pushed=len(pushed),
+            layers_existing=len(existing),
+            duration_s=time.monotonic() - start,
+        )
+
+    def pull(self, reference: str, *, credentials: Credentials | None = None) -> str:
+        """Pull *reference*; returns the image id. Stream errors become EngineError."""
+        repo, tag = split_tag(reference)
+        auth = {"username": credentials.username, "password": credentials.password} if credentials else None
+        try:
+            for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
+                if chunk.get("errorDetail") or "error" in chunk:
+                    msg = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
+                    raise EngineError(f"pull of {reference} failed: {msg}")
+        except docker.errors.APIError as exc:
+            raise EngineError(f"pull of {reference} failed: {exc.explanation or exc}") from exc
+        return str(self.client.images.get(reference).id)
+
+    # -- images ---------------------------------------------------------------------------------------------
+    def inspect(self, reference: str) -> dict[str, Any] | None:
+        """The engine's image inspect data, or None when the image is not there."""
+        try:
+            data: dict[str, Any] = self.client.api.inspect_image(reference)  # type: ignore[no-untyped-call]
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"inspect {reference}: {exc.explanation or exc}") from exc
+        return data
+
+    def labels(self, reference: str) -> dict[str, str]:
+        data = self.inspect(reference)
+        if data is None:
+            raise EngineError(f"image {reference} is not in the engine")
+        return dict((data.get("Config") or {}).get("Labels") or {})
+
+    def tag(self, source: str, reference: str) -> None:
+        repo, tag = split_tag(reference)
+        try:
+            self.client.api.tag(source, repo, tag)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"tag {source} as {reference}: {exc.explanation or exc}") from exc
+
+    def remove(self, reference: str, *, force: bool = False) -> bool:
+        """Remove an image reference; False when it was not there."""
+        try:
+            self.client.api.remove_image(reference, force=force)
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            raise EngineError(f"remove {reference}: {exc.explanation or exc}") from exc
+        return True
+
+    def import_rootfs(self, tarball: Path, reference: str, changes: Sequence[str] = ()) -> str:
+        """``docker import`` of a root filesystem tarball; returns the image id."""
+        repo, tag = split_tag(reference)
+        try:
+            out = self.client.api.import_image_from_file(
+                str(tarball), repository=repo, tag=tag, changes=list(changes) or None
+            )
+        except docker.errors.APIError as exc:
+            raise EngineError(f"import {tarball} as {reference}: {exc.explanation or exc}") from exc
+        if "error" in str(out).lower() and "status" not in str(out):
+            raise EngineError(f"import {tarball} as {reference}: {out}")
+        return str(self.client.images.get(reference).id)
+
+    # -- run ------------------------------------------------------------------------------------------------
+    def has_nvidia_runtime(self) -> bool:
+        runtimes = self.client.info().get("Runtimes") or {}
+        return "nvidia" in runtimes
+
+    def run_container(
+        self,
+        image: str,
+        command: Sequence[str] | str | None = None,
+        *,
+        gpus: str | None = None,
+        gpu_mode: GpuMode = "auto",
+        shm_size: str | None = None,
+        ulimits: Mapping[str, int | tuple[int, int]] | None = None,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[BindMount] = (),
+        ipc_mode: str | None = None,
+        network: str | None = None,
+        entrypoint: Sequence[str] | str | None = None,
+        user: str | None = None,
+        timeout_s: float = 600,
+    ) -> RunResult:
+        """Run *command* in a fresh container of *image* and return its exit code and output.
+
+        ``gpus="all"`` (or a count / ``device=0,1``) exposes GPUs: through the NVIDIA container toolkit
+        (``--gpus``) when the engine has the ``nvidia`` runtime (``gpu_mode="toolkit"``), else the way the
+        toolkit does it by hand (``gpu_mode="devices"``): the /dev/nvidia* device nodes, the driver tree
+        /usr/local/nvidia bound read-only, and LD_LIBRARY_PATH/PATH pointing into it. The container is always
+        removed, also on timeout (then killed and an EngineError raised).
+        """
+        environment = dict(env or {})
+        kwargs: dict[str, Any] = {}
+        binds = [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in mounts]
+        if gpus:
+            mode = gpu_mode
+            if mode == "auto":
+                mode = "toolkit" if self.has_nvidia_runtime() else "devices"
+            if mode == "toolkit":
+                kwargs["device_requests"] = [_device_request(gpus)]
+            else:
+                devices, driver_mounts, driver_env = nvidia_device_setup(gpus)
+                kwargs["devices"] = devices
+                binds += driver_mounts
+                for k, v in driver_env.items():
+                    environment.setdefault(k, v)
+        if ulimits:
+            kwargs["ulimits"] = [
+                Ulimit(name=n, soft=v[0], hard=v[1])
+                if isinstance(v, tuple)
+                else Ulimit(name=n, soft=v, hard=v)
+                for n, v in ulimits.items()
+            ]
+        if shm_size:
+            kwargs["shm_size"] = shm_size
+        if ipc_mode:
+            kwargs["ipc_mode"] = ipc_mode
+        if network:
+            kwargs["network_mode"] = network
+        if entrypoint is not None:
+            kwargs["entrypoint"] = entrypoint
+        if user:
+            kwargs["user"] = user
+        start = time.monotonic()
+        container = None
+        try:
+            container = self.client.containers.create(
+                image,
+                command=command if command is None or isinstance(command, str) else list(command),
+                environment=environment,
+                mounts=binds,
+                detach=True,
+                **kwargs,
+            )
+            container.start()
+            try:
+                status = container.wait(timeout=timeout_s)
+            except Exception as exc:  # requests' ReadTimeout / ConnectionError from the wait call
+                container.kill()
+                raise EngineError(
+                    f"container of {image} did not finish within {timeout_s:.0f} s; killed",
+                    hint="raise the timeout or look for a hang in the command",
+                ) from exc
+            output = container.logs(stdout=True, stderr=True).decode(errors="replace")
+            return RunResult(
+                exit_code=int(status.get("StatusCode", -1)),
+                output=output,
+                duration_s=time.monotonic() - start,
+            )
+        except docker.errors.ImageNotFound as exc:
+            raise EngineError(f"image {image} is not in the engine", hint="build or pull it first") from exc
+        except docker.errors.APIError as exc:
+            raise EngineError(f"running {image}: {exc.explanation or exc}") from exc
+        finally:
+            if container is not None:
+                with contextlib.suppress(docker.errors.NotFound):
+                    container.remove(force=True)
+
+
+def _device_request(gpus: str) -> DeviceRequest:
+    if gpus == "all":
+        return DeviceRequest(count=-1, capabilities=[["gpu"]])
+    if gpus.startswith("device="):
+        return DeviceRequest(device_ids=gpus.split("=", 1)[1].split(","), capabilities=[["gpu"]])
+    return DeviceRequest(count=int(gpus), capabilities=[["gpu"]])
+
+
+def nvidia_device_setup(
+    gpus: str = "all", *, dev: Path = Path("/dev"), driver_root: Path = Path("/usr/local/nvidia")
+) -> tuple[list[str], list[Mount], dict[str, str]]:
+    """Device nodes, read-only driver mounts and environment exposing GPUs without the container toolkit."""
+    wanted: set[str] | None = None
+    if gpus.startswith("device="):
+        wanted = {f"nvidia{i}" for i in gpus.split("=", 1)[1].split(",")}
+    devices: list[str] = []
+    for path in sorted(dev.glob("nvidia*")):
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            continue
+        if not stat.S_ISCHR(mode):  # /dev/nvidia-caps is a folder
+            continue
+        if wanted is not None and re.fullmatch(r"nvidia\d+", path.name) and path.name not in wanted:
+            continue
+        devices.append(f"{path}:{path}:rwm")
+    if not any(re.fullmatch(r".*/nvidia\d+:.*", d) for d in devices):
+        raise EngineError(
+            "GPUs were asked for, but this host has no /dev/nvidia<N> device nodes and no NVIDIA "
+            "container toolkit",
+            hint="run on a GPU host (driver loaded), or leave the GPUs out",
+        )
+    mounts: list[Mount] = []
+    env: dict[str, str] = {}
+    if driver_root.is_dir():
+        mounts.append(Mount(target=str(driver_root), source=str(driver_root), type="bind", read_only=True))
+        env["LD_LIBRARY_PATH"] = f"{driver_root}/lib64:{driver_root}/lib"
+        env["PATH"] = f"{driver_root}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    for lib in ("/lib/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"):
+        if Path(lib).exists() and not driver_root.is_dir():
+            mounts.append(Mount(target=lib, source=lib, type="bind", read_only=True))
+    smi = shutil.which("nvidia-smi")
+    if smi and not smi.startswith(str(driver_root)):
+        mounts.append(Mount(target=smi, source=smi, type="bind", read_only=True))
+    return devices, mounts, env
+
+
+def split_tag(reference: str) -> tuple[str, str]:
+    """``host:5000/a/b:tag`` → (``host:5000/a/b``, ``tag``); the tag defaults to ``latest``."""
+    last = reference.rsplit("/", 1)[-1]
+    if "@" in reference:
+        raise EngineError(f"{reference}: a digest reference cannot be tagged or pushed")
+    if ":" in last:
+        repo, tag = reference.rsplit(":", 1)
+        return repo, tag
+    return reference, "latest"
+
+
+def _denied(message: str) -> bool:
+    low = message.lower()
+    return any(w in low for w in ("denied", "unauthorized", "authentication required", "no basic auth"))
+
+
+def _push_hint(message: str, where: str) -> str:
+    if _denied(message):
+        return "check the registry credentials (environment or docker config) and push rights"
+    if "read-only" in message.lower() or "readonly" in message.lower() or "405" in message:
+        return f"registry {where} refuses writes (read-only / maintenance mode)"
+    return f"check that registry {where} is up and reachable, then run the build again"
+
+
+def _error_tail(lines: Sequence[str], keep: int = 25) -> list[str]:
+    return [f"  | {line}" for line in lines[-keep:]]

@@ -1,0 +1,589 @@
+"""Registry HTTP API v2 client (requests + tenacity).
+
+What build, verify and release need from a registry: manifests (HEAD/GET/PUT/DELETE), tags, blobs
+(HEAD, cross-repository mount, streamed copy between registries), with
+
+- Basic and Bearer-token auth: the ``WWW-Authenticate`` challenge is followed as Docker Hub, GHCR and ACR
+  expect (token from the realm with ``service`` + ``scope``, Basic credentials sent to the realm when we
+  have them);
+- credentials from the environment (``IMAGESMITH_REGISTRY_<HOST>_USERNAME`` / ``_PASSWORD``, where ``<HOST>``
+  is the host upper-cased with every other character turned into ``_``) or the docker config (``auths`` base64
+  entries, ``credHelpers`` / ``credsStore`` helpers); never argv, never printed
+  (``Credentials`` hides its repr);
+- TLS with the registry's own CA: ``/etc/docker/certs.d/<host>/ca.crt`` (dockerd's convention) or an explicit
+  file; never ``verify=False``; ``insecure`` registries are spoken to in plain HTTP;
+- retries with exponential backoff on transient faults (5xx, 429, timeouts, connection resets), never on
+  ``UNAUTHORIZED``, ``DENIED`` or ``MANIFEST_UNKNOWN``.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urljoin
+
+import requests
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+
+from imagesmith.errors import ManifestUnknownError, RegistryError
+
+T = TypeVar("T")
+
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+MANIFEST_LIST_V2 = "application/vnd.docker.distribution.manifest.list.v2+json"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+ACCEPT_MANIFESTS = ", ".join((MANIFEST_V2, MANIFEST_LIST_V2, OCI_MANIFEST, OCI_INDEX))
+INDEX_TYPES = frozenset({MANIFEST_LIST_V2, OCI_INDEX})
+DOCKER_HUB_API = "registry-1.docker.io"
+DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
+_CHUNK = 8 << 20
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Username + secret. The repr never shows the secret."""
+
+    username: str
+    password: str = field(repr=False)
+    origin: str = "environment"
+
+    def basic(self) -> str:
+        raw = f"{self.username}:{self.password}".encode()
+        return "Basic " + base64.b64encode(raw).decode()
+
+
+class _Transient(Exception):
+    """A fault worth retrying (5xx, 429, timeout, reset). Carries the last description."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+def env_key(host: str) -> str:
+    """``127.0.0.1:5443`` → ``127_0_0_1_5443``: the host part of the credential variables' names."""
+    return re.sub(r"[^A-Z0-9]", "_", host.upper())
+
+
+def credential_env_names(host: str) -> tuple[str, str]:
+    key = env_key(host)
+    return f"IMAGESMITH_REGISTRY_{key}_USERNAME", f"IMAGESMITH_REGISTRY_{key}_PASSWORD"
+
+
+def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    base = Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else Path.home() / ".docker"
+    return base / "config.json"
+
+
+def _config_keys(host: str) -> list[str]:
+    if host in ("docker.io", "index.docker.io", DOCKER_HUB_API):
+        return [DOCKER_HUB_CONFIG_KEY, "docker.io", "index.docker.io", DOCKER_HUB_API]
+    return [host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"]
+
+
+def lookup_credentials(host: str, env: Mapping[str, str] | None = None) -> Credentials | None:
+    """Credentials for *host* from the environment, else the docker config; ``None`` when there are none."""
+    env = os.environ if env is None else env
+    user_var, pass_var = credential_env_names(host)
+    if env.get(user_var) or env.get(pass_var):
+        if not (env.get(user_var) and env.get(pass_var)):
+            raise RegistryError(
+                f"registry {host}: only one of {user_var} / {pass_var} is set", hint="set both or neither"
+            )
+        return Credentials(env[user_var], env[pass_var], origin=f"${user_var}")
+    path = docker_config_path(env)
+    if not path.is_file():
+        return None
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise RegistryError(
+            f"docker config {path} is not valid JSON ({exc})", hint="fix or remove it"
+        ) from exc
+    keys = _config_keys(host)
+    helper = next(
+        (cfg.get("credHelpers", {}).get(k) for k in keys if cfg.get("credHelpers", {}).get(k)), None
+    )
+    for key in keys:
+        entry = cfg.get("auths", {}).get(key)
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("auth"):
+            try:
+                user, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise RegistryError(
+                    f"docker config {path}: auths[{key!r}].auth is not base64 of user:password",
+                    hint=f"run `docker login {host}` again",
+                ) from exc
+            return Credentials(user, secret, origin=f"{path} auths[{key}]")
+        if entry.get("username") and entry.get("password"):
+            return Credentials(entry["username"], entry["password"], origin=f"{path} auths[{key}]")
+    helper = helper or cfg.get("credsStore")
+    if helper:
+        return _from_helper(str(helper), host, path)
+    return None
+
+
+def _from_helper(helper: str, host: str, config: Path) -> Credentials | None:
+    program = f"docker-credential-{helper}"
+    server = DOCKER_HUB_CONFIG_KEY if host in ("docker.io", DOCKER_HUB_API) else host
+    try:
+        proc = subprocess.run(
+            [program, "get"], input=server, capture_output=True, text=True, timeout=30, check=False
+        )
+    except FileNotFoundError as exc:
+        raise RegistryError(
+            f"docker config {config} names credential helper {helper!r}, but {program} is not installed",
+            hint=f"install {program} or set IMAGESMITH_REGISTRY_{env_key(host)}_USERNAME/_PASSWORD",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RegistryError(f"credential helper {program} did not answer for {host} within 30 s") from exc
+    if proc.returncode != 0:
+        return None  # helpers exit non-zero for "no credentials for this server"
+    try:
+        data = json.loads(proc.stdout)
+        return Credentials(data["Username"], data["Secret"], origin=program)
+    except (ValueError, KeyError) as exc:
+        raise RegistryError(f"credential helper {program} answered something that is not its JSON") from exc
+
+
+def docker_ca_file(host: str) -> Path | None:
+    """dockerd's per-registry CA: ``/etc/docker/certs.d/<host>/ca.crt`` (also under ``$DOCKER_CERT_DIR``)."""
+    roots = [
+        Path(os.environ.get("IMAGESMITH_CERTS_D", "/etc/docker/certs.d")),
+        Path.home() / ".docker/certs.d",
+    ]
+    for root in roots:
+        path = root / host / "ca.crt"
+        if path.is_file():
+            return path
+    return None
+
+
+def _auth_hint(host: str, kind: str) -> str:
+    user_var, pass_var = credential_env_names(host)
+    base = f"set {user_var} and {pass_var}, or `docker login {host}`"
+    if kind == "ecr" or ".dkr.ecr." in host:
+        return base + " — ECR passwords expire after 12 h: refresh with `aws ecr get-login-password`"
+    if kind == "acr" or host.endswith(".azurecr.io"):
+        return base + " — ACR tokens expire after 3 h: fetch a new one, or use a token/robot account"
+    if kind == "acr" or "aliyuncs.com" in host:
+        return (
+            base
+            + " — Aliyun ACR temporary passwords expire: set a fixed registry password in the ACR console"
+        )
+    return base
+
+
+def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
+    """``Bearer realm="…",service="…",scope="…"`` → ("bearer", {...})."""
+    scheme, _, rest = header.strip().partition(" ")
+    params = {m.group(1).lower(): m.group(2) for m in re.finditer(r'(\w+)="([^"]*)"', rest)}
+    return scheme.lower(), params
+
+
+def _error_codes(resp: requests.Response) -> tuple[list[str], str]:
+    try:
+        errors = resp.json().get("errors") or []
+    except ValueError:
+        return [], resp.text[:300].strip()
+    codes = [str(e.get("code", "")) for e in errors if isinstance(e, dict)]
+    messages = "; ".join(
+        f"{e.get('code', '')}: {e.get('message', '')}" for e in errors if isinstance(e, dict)
+    )
+    return codes, messages or resp.text[:300].strip()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ManifestData:
+    body: bytes
+    media_type: str
+    digest: str
+
+    def json(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self.body)
+        return data
+
+    def blobs(self) -> list[tuple[str, int]]:
+        """(digest, size) of the config and every layer of an image manifest."""
+        data = self.json()
+        out = [(data["config"]["digest"], int(data["config"]["size"]))]
+        out += [(layer["digest"], int(layer["size"])) for layer in data.get("layers", [])]
+        return out
+
+    def compressed_size(self) -> int:
+        """Bytes a pull downloads: the config plus every (compressed) layer."""
+        return sum(size for _, size in self.blobs())
+
+
+class RegistryClient:
+    """One registry host. Every method names the registry in its errors."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        name: str | None = None,
+        kind: str = "generic",
+        insecure: bool = False,
+        credentials: Credentials | None = None,
+        ca_file: Path | None = None,
+        attempts: int = 4,
+        backoff: float = 0.5,
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.host = host
+        self.api_host = DOCKER_HUB_API if host in ("docker.io", "index.docker.io") else host
+        self.name = name or host
+        self.kind = kind
+        self.scheme = "http" if insecure else "https"
+        self.credentials = credentials if credentials is not None else lookup_credentials(host, env)
+        ca = ca_file or docker_ca_file(host)
+        # requests lets $REQUESTS_CA_BUNDLE override Session.verify, so verify is passed on every request
+        self.verify: str | bool = str(ca) if ca else True
+        self.attempts = attempts
+        self.backoff = backoff
+        self.timeout = timeout
+        self.session = requests.Session()
+        self._auth: dict[str, str] = {}  # scope → Authorization header value
+        self._basic_ok = False
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+    @property
+    def base(self) -> str:
+        return f"{self.scheme}://{self.api_host}"
+
+    def _fail(self, what: str, message: str, hint: str | None = None) -> RegistryError:
+        return RegistryError(f"registry {self.name} ({self.host}): {what}: {message}", hint=hint)
+
+    def _retrying(self, fn: Callable[[], T]) -> T:
+        retrying = Retrying(
+            stop=stop_after_attempt(self.attempts),
+            wait=wait_exponential(multiplier=self.backoff, max=8),
+            retry=retry_if_exception_type(_Transient),
+            reraise=True,
+        )
+        try:
+            return retrying(fn)
+        except _Transient as exc:
+            raise self._fail(
+                "unreachable or failing", f"{exc.what} (gave up after {self.attempts} attempts)"
+            ) from exc
+
+    def _token(self, params: dict[str, str], scope: str) -> str:
+        realm = params.get("realm")
+        if not realm:
+            raise self._fail("auth", "Bearer challenge without a realm")
+        query = {
+            k: v
+            for k, v in (("service", params.get("service")), ("scope", scope or params.get("scope")))
+            if v
+        }
+        headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
+        try:
+            resp = self.session.get(
+                realm, params=query, headers=headers, timeout=self.timeout, verify=self.verify
+            )
+        except requests.RequestException as exc:
+            raise _Transient(f"token endpoint {realm}: {type(exc).__name__}") from exc
+        if resp.status_code >= 500:
+            raise _Transient(f"token endpoint {realm} answered HTTP {resp.status_code}")
+        if resp.status_code in (401, 403):
+            raise self._fail(
+                "unauthorized",
+                f"token endpoint refused the credentials (HTTP {resp.status_code})",
+                hint=_auth_hint(self.host, self.kind),
+            )
+        if resp.status_code != 200:
+            raise self._fail("auth", f"token endpoint answered HTTP {resp.status_code}")
+        data = resp.json()
+        token = data.get("token") or data.get("access_token")
+        if not token:
+            raise self._fail("auth", "token endpoint answered without a token")
+        return f"Bearer {token}"
+
+    def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        scope: str = "",
+        headers: Mapping[str, str] | None = None,
+        data: Any = None,
+        params: Mapping[str, str] | None = None,
+        stream: bool = False,
+        allow_redirects: bool = True,
+    ) -> requests.Response:
+        """One request with auth (challenge answered once). Raises _Transient on retryable faults."""
+        full = url if url.startswith("http") else self.base + url
+
+        def attempt(auth: str | None) -> requests.Response:
+            h = dict(headers or {})
+            if auth:
+                h["Authorization"] = auth
+            try:
+                resp = self.session.request(
+                    method,
+                    full,
+                    headers=h,
+                    data=data,
+                    params=params,
+                    stream=stream,
+                    timeout=self.timeout,
+                    verify=self.verify,
+                    allow_redirects=allow_redirects,
+                )
+            except requests.exceptions.SSLError as exc:
+                raise self._fail(
+                    "TLS",
+                    f"certificate not trusted ({exc.__class__.__name__})",
+                    hint=f"put the registry's CA in /etc/docker/certs.d/{self.host}/ca.crt",
+                ) from exc
+            except (
+                requests.ConnectionError,
+                requests.Timeout,
+                requests.exceptions.ChunkedEncodingError,
+            ) as exc:
+                raise _Transient(f"{method} {full}: {type(exc).__name__}") from exc
+            if resp.status_code >= 500 or resp.status_code == 429:
+                _, msg = _error_codes(resp)
+                resp.close()
+                raise _Transient(f"{method} {full}: HTTP {resp.status_code} {msg}".strip())
+            return resp
+
+        resp = attempt(self._auth.get(scope) or self._auth.get("*"))
+        if resp.status_code == 401 and "WWW-Authenticate" in resp.headers:
+            scheme, params_ = parse_challenge(resp.headers["WWW-Authenticate"])
+            resp.close()
+            if scheme == "basic":
+                if not self.credentials:
+                    raise self._fail(
+                        "unauthorized",
+                        "the registry wants credentials and none are set",
+                        hint=_auth_hint(self.host, self.kind),
+                    )
+                self._auth["*"] = self.credentials.basic()
+                resp = attempt(self._auth["*"])
+            elif scheme == "bearer":
+                self._auth[scope] = self._token(params_, scope)
+                resp = attempt(self._auth[scope])
+        return resp
+
+    def _call(self, method: str, url: str, **kw: Any) -> requests.Response:
+        return self._retrying(lambda: self._send(method, url, **kw))
+
+    def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:
+        if resp.status_code in ok:
+            return resp
+        codes, message = _error_codes(resp)
+        resp.close()
+        if resp.status_code == 401 or "UNAUTHORIZED" in codes:
+            hint = _auth_hint(self.host, self.kind)
+            if self.credentials:
+                message = f"credentials from {self.credentials.origin} were refused ({message})"
+            raise self._fail(what, f"unauthorized: {message}", hint=hint)
+        if resp.status_code == 403 or "DENIED" in codes:
+            raise self._fail(
+                what, f"denied: {message}", hint="check the account's push/pull rights on this repository"
+            )
+        if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and "manifest" in what):
+            raise ManifestUnknownError(
+                f"registry {self.name} ({self.host}): {what}: manifest unknown ({message})"
+            )
+        if resp.status_code == 405:
+            raise self._fail(
+                what,
+                f"HTTP 405 {message}",
+                hint="the registry refuses writes (read-only/maintenance mode) or deletes are disabled",
+            )
+        raise self._fail(what, f"HTTP {resp.status_code} {message}")
+
+    @staticmethod
+    def _scope(repo: str, actions: str = "pull") -> str:
+        return f"repository:{repo}:{actions}"
+
+    # -- API ------------------------------------------------------------------------------------------------
+    def ping(self) -> None:
+        """GET /v2/ (authenticating if asked). Raises RegistryError when the registry cannot be used."""
+        resp = self._call("GET", "/v2/")
+        self._check(resp, "ping /v2/", (200,))
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        """HEAD the manifest; its digest, or None when the registry does not hold it."""
+        resp = self._call(
+            "HEAD",
+            f"/v2/{repo}/manifests/{reference}",
+            scope=self._scope(repo),
+            headers={"Accept": ACCEPT_MANIFESTS},
+        )
+        if resp.status_code == 404:
+            return None
+        self._check(resp, f"HEAD manifest {repo}:{reference}", (200,))
+        digest = resp.headers.get("Docker-Content-Digest")
+        if digest:
+            return digest
+        return self.get_manifest(repo, reference).digest
+
+    def get_manifest(self, repo: str, reference: str) -> ManifestData:
+        resp = self._call(
+            "GET",
+            f"/v2/{repo}/manifests/{reference}",
+            scope=self._scope(repo),
+            headers={"Accept": ACCEPT_MANIFESTS},
+        )
+        self._check(resp, f"GET manifest {repo}:{reference}", (200,))
+        body = resp.content
+        digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+        if not media_type or media_type == "application/json":
+            media_type = json.loads(body).get("mediaType", MANIFEST_V2)
+        return ManifestData(body=body, media_type=media_type, digest=digest)
+
+    def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:
+        resp = self._call(
+            "PUT",
+            f"/v2/{repo}/manifests/{reference}",
+            scope=self._scope(repo, "pull,push"),
+            headers={"Content-Type": manifest.media_type},
+            data=manifest.body,
+        )
+        self._check(resp, f"PUT manifest {repo}:{reference}", (201, 200))
+        digest = resp.headers.get("Docker-Content-Digest", manifest.digest)
+        if digest != manifest.digest:
+            raise self._fail(
+                f"PUT manifest {repo}:{reference}", f"stored digest {digest} ≠ sent {manifest.digest}"
+            )
+        return digest
+
+    def delete_manifest(self, repo: str, digest: str) -> None:
+        resp = self._call(
+            "DELETE", f"/v2/{repo}/manifests/{digest}", scope=self._scope(repo, "pull,push,delete")
+        )
+        self._check(resp, f"DELETE manifest {repo}@{digest}", (202, 200))
+
+    def list_tags(self, repo: str) -> list[str]:
+        tags: list[str] = []
+        url = f"/v2/{repo}/tags/list"
+        while url:
+            resp = self._call("GET", url, scope=self._scope(repo))
+            if resp.status_code == 404:
+                return tags
+            self._check(resp, f"list tags of {repo}", (200,))
+            tags += resp.json().get("tags") or []
+            link = resp.headers.get("Link", "")
+            m = re.match(r"<([^>]+)>", link)
+            url = urljoin(self.base + "/", m.group(1)) if m else ""
+        return tags
+
+    def blob_size(self, repo: str, digest: str) -> int | None:
+        """HEAD the blob: its size, or None when absent."""
+        resp = self._call("HEAD", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo))
+        if resp.status_code == 404:
+            return None
+        self._check(resp, f"HEAD blob {repo}@{digest[:19]}", (200,))
+        return int(resp.headers.get("Content-Length", "0"))
+
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
+        """Cross-repository mount on this registry; False when the registry started an upload instead."""
+        resp = self._call(
+            "POST",
+            f"/v2/{repo}/blobs/uploads/",
+            scope=f"{self._scope(repo, 'pull,push')} {self._scope(from_repo)}",
+            params={"mount": digest, "from": from_repo},
+        )
+        self._check(resp, f"mount blob {digest[:19]} from {from_repo} into {repo}", (201, 202))
+        return resp.status_code == 201
+
+    def get_blob(self, repo: str, digest: str) -> requests.Response:
+        """Streamed GET of a blob (follows redirects to storage). The caller closes the response."""
+        resp = self._call("GET", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo), stream=True)
+        return self._check(resp, f"GET blob {repo}@{digest[:19]}", (200,))
+
+    def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None:
+        """Upload a blob: POST an upload, PATCH the stream (chunked transfer), PUT ?digest=.
+
+        *chunks* is called once per attempt so that a retried upload restarts from the first byte.
+        """
+        scope = self._scope(repo, "pull,push")
+
+        def once() -> None:
+            resp = self._send("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
+            self._check(resp, f"start upload of {digest[:19]} to {repo}", (202,))
+            location = urljoin(self.base + "/", resp.headers["Location"])
+            resp = self._send(
+                "PATCH",
+                location,
+                scope=scope,
+                data=chunks(),
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            self._check(resp, f"upload {digest[:19]} to {repo}", (202, 204))
+            location = urljoin(self.base + "/", resp.headers.get("Location", location))
+            sep = "&" if "?" in location else "?"
+            resp = self._send("PUT", f"{location}{sep}digest={digest}", scope=scope)
+            self._check(resp, f"finish upload of {digest[:19]} to {repo}", (201,))
+
+        self._retrying(once)
+
+
+def copy_blob(src: RegistryClient, src_repo: str, dst: RegistryClient, dst_repo: str, digest: str) -> int:
+    """Make *dst* hold blob *digest*; returns the bytes transferred (0 when present or mounted)."""
+    if dst.blob_size(dst_repo, digest) is not None:
+        return 0
+    if src.host == dst.host and src_repo != dst_repo and dst.mount_blob(dst_repo, digest, src_repo):
+        return 0
+    sent = 0
+
+    def stream() -> Iterator[bytes]:
+        nonlocal sent
+        sent = 0
+        h = hashlib.sha256()
+        with src.get_blob(src_repo, digest) as resp:
+            for chunk in resp.iter_content(_CHUNK):
+                h.update(chunk)
+                sent += len(chunk)
+                yield chunk
+        if "sha256:" + h.hexdigest() != digest:
+            raise RegistryError(f"registry {src.name}: blob {digest} streamed with a different sha256")
+
+    dst.upload_blob(dst_repo, digest, stream)
+    return sent
+
+
+def copy_manifest(
+    src: RegistryClient,
+    src_repo: str,
+    reference: str,
+    dst: RegistryClient,
+    dst_repo: str,
+    *,
+    put_as: str | None = None,
+) -> tuple[str, int]:
+    """Copy an image (or index, recursively) by reference; every blob before the manifest.
+
+    Returns (digest, bytes transferred). The manifest is put under *put_as* (default: its digest, so
+    nothing is tagged by the copy itself).
+    """
+    manifest = src.get_manifest(src_repo, reference)
+    sent = 0
+    if manifest.media_type in INDEX_TYPES:
+        for child in manifest.json().get("manifests", []):
+            _, n = copy_manifest(src, src_repo, child["digest"], dst, dst_repo)
+            sent += n
+    else:
+        for digest, _ in manifest.blobs():
+            sent += copy_blob(src, src_repo, dst, dst_repo, digest)
+    dst.put_manifest(dst_repo, put_as or manifest.digest, manifest)
+    return manifest.digest, sent

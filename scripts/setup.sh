@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian bookworm machine (as root) for imagesmith; idempotent, a second run takes seconds.
+#   1. Debian packages: docker.io docker-registry debootstrap apache2-utils openssl curl git python3-venv
+#   2. .venv with `pip install -e '.[dev]'`
+#   3. dockerd + two local registries (scripts/services.sh): plain 127.0.0.1:5000, htpasswd + TLS 127.0.0.1:5443
+#   4. the debian:bookworm base: debootstrap --variant=minbase (rootfs tarball cached) + docker import, pushed to
+#      the plain registry under the name imagesmith's registry-mirror map gives docker.io/library/debian:bookworm
+#   5. the user config (~/.config/imagesmith/config.toml, only if absent): that mirror map, and the extra CA
+#      certificate given by --extra-ca FILE (default: $PIP_CERT when set, i.e. what this host's pip already trusts)
+#   6. the nccl-tests source cache, from a local git clone when one is given (--nccl-git DIR) or found at
+#      /work/.mirror/NVIDIA+nccl-tests/repo
+#
+# usage: scripts/setup.sh [--extra-ca FILE] [--nccl-git DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$PWD"
+
+STATE="${IMAGESMITH_STATE:-/var/lib/imagesmith-ci}"
+CACHE="${IMAGESMITH_SETUP_CACHE:-/var/cache/imagesmith-ci}"
+MIRROR_PREFIX=127.0.0.1:5000/hub
+BASE_REF="$MIRROR_PREFIX/library/debian:bookworm"
+EXTRA_CA="${PIP_CERT:-}"
+NCCL_GIT=/work/.mirror/NVIDIA+nccl-tests/repo
+export IMAGESMITH_STATE="$STATE"
+
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+    --extra-ca) EXTRA_CA="$2"; shift 2 ;;
+    --nccl-git) NCCL_GIT="$2"; shift 2 ;;
+    *) echo "usage: $0 [--extra-ca FILE] [--nccl-git DIR]" >&2; exit 2 ;;
+    esac
+done
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "setup.sh must run as root (it installs packages and starts dockerd)" >&2
+    exit 1
+fi
+
+# 1. packages -----------------------------------------------------------------------------------------------
+PKGS=(docker.io docker-registry debootstrap apache2-utils openssl curl git ca-certificates python3-venv python3-pip)
+missing=()
+for p in "${PKGS[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# 2. virtualenv ---------------------------------------------------------------------------------------------
+if [[ ! -x .venv/bin/python ]]; then
+    log "creating .venv"
+    python3 -m venv .venv
+fi
+stamp=.venv/.imagesmith-installed
+if [[ ! -f $stamp || pyproject.toml -nt $stamp ]] || ! .venv/bin/python -c 'import imagesmith' 2>/dev/null; then
+    log "pip install -e '.[dev]'"
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    touch "$stamp"
+fi
+
+# 3. engine + registries ------------------------------------------------------------------------------------
+bash scripts/services.sh start
+
+# 4. base image ---------------------------------------------------------------------------------------------
+if curl -sf -o /dev/null -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+    "http://127.0.0.1:5000/v2/hub/library/debian/manifests/bookworm"; then
+    log "base $BASE_REF already in the local registry"
+else
+    mkdir -p "$CACHE"
+    rootfs="$CACHE/debian-bookworm-minbase.tar"
+    if [[ ! -s $rootfs ]]; then
+        log "debootstrap --variant=minbase bookworm (once; cached in $rootfs)"
+        tmp="$(mktemp -d "$CACHE/rootfs.XXXXXX")"
+        if ! debootstrap --variant=minbase bookworm "$tmp/root" >"$CACHE/debootstrap.log" 2>&1; then
+            tail -n 20 "$CACHE/debootstrap.log" >&2
+            rm -rf "$tmp"
+            exit 1
+        fi
+        # like the official image: no downloaded .debs, no apt lists
+        rm -rf "$tmp/root/var/cache/apt/archives/"*.deb "$tmp/root/var/lib/apt/lists/"*
+        tar --numeric-owner -C "$tmp/root" -cf "$rootfs.part" .
+        mv "$rootfs.part" "$rootfs"
+        rm -rf "$tmp"
+    fi
+    log "docker import → $BASE_REF, push to the plain registry"
+    /usr/bin/docker import --change 'CMD ["bash"]' "$rootfs" "$BASE_REF" >/dev/null
+    /usr/bin/docker push -q "$BASE_REF" >/dev/null
+fi
+
+# 5. user config --------------------------------------------------------------------------------------------
+conf="${XDG_CONFIG_HOME:-$HOME/.config}/imagesmith/config.toml"
+if [[ ! -f $conf ]]; then
+    log "writing $conf (registry-mirror map${EXTRA_CA:+, extra CA})"
+    mkdir -p "$(dirname "$conf")"
+    {
+        echo "# written by imagesmith's scripts/setup.sh; edit freely"
+        echo "[registry_mirrors]"
+        echo "\"docker.io\" = \"$MIRROR_PREFIX\""
+        if [[ -n $EXTRA_CA ]]; then
+            echo
+            echo "[build]"
+            echo "extra_ca = \"$EXTRA_CA\""
+        fi
+    } >"$conf"
+fi
+
+# 6. source cache -------------------------------------------------------------------------------------------
+if [[ -d $NCCL_GIT ]]; then
+    .venv/bin/imagesmith fetch-sources --from-git "$NCCL_GIT"
+else
+    log "no local nccl-tests clone at $NCCL_GIT: run \`imagesmith fetch-sources\` where the network allows"
+fi
+log "ready (state: $STATE; test variables: $STATE/test-env)"
