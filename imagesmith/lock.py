@@ -1,0 +1,289 @@
+"""Exact transitive pins per (torch, variant, python): ``imagesmith lock`` and the packaged lock files.
+
+A lock file ``imagesmith/data/locks/<torch>-<variant>-py<X.Y>.txt`` is a pip requirements file with every
+package the image installs (torch, torchvision, torchaudio, their nvidia-*/triton/numpy closure, and
+imagesmith's own runtime dependencies so the baked-in validation suite runs with nothing else installed), one
+``name==version`` a line. A ``# --- builder ---`` section pins what the nccl-tests builder stage installs
+(the NCCL wheel for its headers and, for CUDA 13, pip's nvcc matching torch's CUDA runtime).
+
+Header lines (``# key: value``) record the command, date and sources. ``# unverified: …`` marks a lock
+written by hand from published metadata because the variant's index cannot be reached where it was made.
+
+Reading locks is pure (packaged data). Only :func:`compile_lock` runs a subprocess (``uv pip compile``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from imagesmith import compat
+from imagesmith.errors import ConfigError, ImagesmithError
+
+LOCK_DIR: Final[Path] = Path(__file__).resolve().parent / "data" / "locks"
+BUILDER_MARKER: Final[str] = "# --- builder ---"
+PYTHON_PLATFORM: Final[str] = "x86_64-manylinux_2_28"
+
+#: torch wheels before 2.4 were compiled against NumPy 1.x ("A module that was compiled using NumPy 1.x
+#: cannot be run in NumPy 2.0"); PyTorch 2.4's release notes are the first to list NumPy 2 support. Pin
+#: numpy<2 there.
+NUMPY2_FROM: Final[Version] = Version("2.4")
+
+#: imagesmith's own runtime dependencies, installed into every image with the suite (kept in step with
+#: pyproject.toml [project].dependencies; tests/test_lock.py checks that).
+IMAGESMITH_RUNTIME_DEPS: Final[tuple[str, ...]] = (
+    "docker>=7.1",
+    "jinja2>=3.1",
+    "packaging>=23.2",
+    "requests>=2.31",
+    "typer>=0.29",
+    "rich>=13.7",
+    "tenacity>=8.2",
+    "pytest>=8.0",
+    "pytest-testinfra>=10.1",
+    "tomli>=2.0; python_version < '3.11'",
+)
+
+
+class LockError(ImagesmithError):
+    """A lock could not be resolved, or a lock file is malformed."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockKey:
+    torch: str
+    variant: str
+    python: str
+
+    @property
+    def filename(self) -> str:
+        return f"{self.torch}-{self.variant}-py{self.python}.txt"
+
+    def __str__(self) -> str:
+        return f"torch {self.torch} {self.variant} python {self.python}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Lock:
+    key: LockKey
+    path: Path
+    pins: tuple[tuple[str, str], ...]
+    builder_pins: tuple[tuple[str, str], ...]
+    header: tuple[tuple[str, str], ...]
+
+    @property
+    def verified(self) -> bool:
+        return not any(k == "unverified" for k, _ in self.header)
+
+    @property
+    def unverified_reason(self) -> str | None:
+        return next((v for k, v in self.header if k == "unverified"), None)
+
+    def version(self, name: str) -> str | None:
+        want = canonicalize_name(name)
+        return next((v for n, v in self.pins if n == want), None)
+
+    def builder_version(self, name: str) -> str | None:
+        want = canonicalize_name(name)
+        return next((v for n, v in self.builder_pins + self.pins if n == want), None)
+
+    def requirements(self) -> str:
+        """The runtime pins as a requirements file body."""
+        return "".join(f"{n}=={v}\n" for n, v in self.pins)
+
+    def builder_requirements(self) -> str:
+        return "".join(f"{n}=={v}\n" for n, v in self.builder_pins)
+
+
+def lock_path(key: LockKey, lock_dir: Path | None = None) -> Path:
+    return (lock_dir or LOCK_DIR) / key.filename
+
+
+_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+_HEADER = re.compile(r"^#\s*([a-z][a-z -]*):\s?(.*)$")
+
+
+def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
+    """Parse a lock file. Every non-comment line must be ``name==version`` (uv's ``# via`` lines are
+    comments).
+    """
+    pins: list[tuple[str, str]] = []
+    builder: list[tuple[str, str]] = []
+    header: list[tuple[str, str]] = []
+    target = pins
+    in_header = True
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if line == BUILDER_MARKER:
+            target = builder
+            continue
+        if not line or line.startswith("#"):
+            m = _HEADER.match(line)
+            if in_header and m:
+                header.append((m.group(1).strip(), m.group(2).strip()))
+            continue
+        in_header = False
+        m = _PIN.match(line)
+        if m is None:
+            raise LockError(
+                f"{path}:{lineno}: {line!r} is not an exact `name==version` pin",
+                hint=f"regenerate it: imagesmith lock (lock {key})",
+            )
+        target.append((canonicalize_name(m.group(1)), m.group(3)))
+    if not pins:
+        raise LockError(f"{path}: no pins", hint="regenerate it with `imagesmith lock`")
+    return Lock(key=key, path=path, pins=tuple(pins), builder_pins=tuple(builder), header=tuple(header))
+
+
+def read_lock(key: LockKey, lock_dir: Path | None = None) -> Lock | None:
+    """The packaged lock for *key*, or None when there is none."""
+    path = lock_path(key, lock_dir)
+    if not path.is_file():
+        return None
+    return parse_lock(path.read_text(encoding="utf-8"), path, key)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# resolving
+
+
+def needs_numpy1(torch: str) -> bool:
+    return Version(torch).release[:2] < NUMPY2_FROM.release[:2]
+
+
+SUITE: Final[str] = "suite"
+
+
+def lock_inputs(key: LockKey) -> list[str]:
+    """Top-level requirements handed to the resolver for *key* (``suite``: imagesmith's own dependencies only,
+    for cells whose base image already carries torch)."""
+    if key.torch == SUITE:
+        return list(IMAGESMITH_RUNTIME_DEPS)
+    release = compat.torch_release(key.torch)
+    local = "" if key.variant == release.pypi_default else f"+{key.variant}"
+    lines = [f"torch=={release.version}{local}", f"torchvision=={release.torchvision}{local}"]
+    if release.torchaudio:
+        lines.append(f"torchaudio=={release.torchaudio}{local}")
+    lines.append("numpy<2" if needs_numpy1(key.torch) else "numpy")
+    lines.extend(IMAGESMITH_RUNTIME_DEPS)
+    return lines
+
+
+def builder_inputs(key: LockKey, lock: Lock) -> list[str]:
+    """What the nccl-tests builder stage installs: the NCCL wheel (+ pip nvcc for CUDA 13)."""
+    release = compat.torch_release(key.torch)
+    cuda = release.variants[key.variant].cuda
+    major = cuda.split(".")[0]
+    nccl_name = f"nvidia-nccl-cu{major}"
+    nccl = lock.version(nccl_name)
+    if nccl is None:
+        raise LockError(f"{lock.path}: no {nccl_name} pin; torch {key.torch} {key.variant} should pull it in")
+    lines = [f"{nccl_name}=={nccl}"]
+    if int(major) >= 13:
+        toolkit = lock.version("cuda-toolkit")
+        runtime = lock.version("nvidia-cuda-runtime")
+        if toolkit is None or runtime is None:
+            raise LockError(f"{lock.path}: CUDA 13 lock without cuda-toolkit / nvidia-cuda-runtime pins")
+        series = ".".join(runtime.split(".")[:2])
+        lines += [
+            f"cuda-toolkit[nvcc,cudart]=={toolkit}",
+            f"nvidia-cuda-runtime=={runtime}",
+            f"nvidia-cuda-nvcc=={series}.*",
+            f"nvidia-cuda-crt=={series}.*",
+            f"nvidia-nvvm=={series}.*",
+        ]
+    return lines
+
+
+def _uv() -> str:
+    found = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
+    if not Path(found).exists():
+        raise LockError("uv not found", hint="pip install -e '.[dev]' (uv is in the dev extra)")
+    return found
+
+
+def _compile(inputs: Sequence[str], key: LockKey, extra_index: str | None) -> tuple[str, list[str]]:
+    with tempfile.TemporaryDirectory(prefix="imagesmith-lock-") as tmp:
+        req = Path(tmp) / "requirements.in"
+        req.write_text("\n".join(inputs) + "\n", encoding="utf-8")
+        cmd = [
+            _uv(),
+            "pip",
+            "compile",
+            "--quiet",
+            "--no-header",
+            "--python-version",
+            key.python,
+            "--python-platform",
+            PYTHON_PLATFORM,
+            "--no-config",
+            "--annotation-style",
+            "line",
+        ]
+        shown = ["uv", "pip", "compile", "--python-version", key.python, "--python-platform", PYTHON_PLATFORM]
+        if extra_index:
+            # uv searches --extra-index-url before the default index: the variant's index wins for every
+            # package it carries (its +cuXXX wheels), the default index serves the rest. No index host is
+            # written here.
+            cmd += ["--extra-index-url", extra_index]
+            shown += ["--extra-index-url", extra_index]
+        cmd.append(req.name)
+        shown.append("requirements.in")
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
+            raise LockError(
+                f"cannot resolve {key}: uv pip compile failed:\n{tail}",
+                hint="run `imagesmith lock` where the variant's wheel index is reachable",
+            )
+        return proc.stdout, shown
+
+
+def compile_lock(key: LockKey, *, lock_dir: Path | None = None, today: _dt.date | None = None) -> Path:
+    """Resolve *key* with ``uv pip compile`` and write its lock file. Returns the path."""
+    path = lock_path(key, lock_dir)
+    if key.torch == SUITE:
+        extra, index = None, "default package index"
+        inputs = lock_inputs(key)
+        body, shown = _compile(inputs, key, None)
+        b_body, b_shown = "", ["(none: the base image carries the toolkit and NCCL)"]
+    else:
+        try:
+            release = compat.torch_release(key.torch)
+            variant = release.variants[key.variant]
+        except (ConfigError, KeyError):
+            raise LockError(f"torch {key.torch} has no variant {key.variant}") from None
+        extra = None if key.variant == release.pypi_default else variant.index_url
+        index = variant.index_url if extra else "default package index (PyPI's default variant)"
+        inputs = lock_inputs(key)
+        body, shown = _compile(inputs, key, extra)
+        b_body, b_shown = _compile(builder_inputs(key, parse_lock(body, path, key)), key, extra)
+    date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
+    header = [
+        f"# imagesmith lock: {key}",
+        f"# command: {' '.join(shown)}",
+        f"# builder-command: {' '.join(b_shown)}",
+        f"# date: {date}",
+        f"# index: {index}",
+        f"# sources: resolved by uv from the package index; inputs: {'; '.join(inputs)}",
+        "# Generated by `imagesmith lock`; do not edit by hand.",
+        "",
+    ]
+    text = "\n".join(header) + body.rstrip("\n") + "\n\n" + BUILDER_MARKER + "\n" + b_body.rstrip("\n") + "\n"
+    parse_lock(text, path, key)  # never write what we cannot read back
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path

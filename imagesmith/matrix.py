@@ -1,0 +1,766 @@
+"""Load and validate matrix files (``matrices/*.toml``) into a frozen :class:`Matrix`.
+
+A matrix names what to build: target GPUs, torch versions and CUDA wheel variants, Python versions, the base
+distro, flavors, mirror profiles, registries, the /dev/shm requirement, the nccl-tests pin and include/exclude
+rules. The schema is documented in ``docs/matrix.md``.
+
+Loading is pure apart from reading the matrix file and ``matrices/registries.toml``. Every problem is one
+:class:`~imagesmith.errors.MatrixError` naming the file, the dotted key and the nearest valid value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from packaging.version import InvalidVersion, Version
+
+from imagesmith import compat
+from imagesmith.errors import ConfigError, MatrixError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+#: Where ``--matrix NAME`` looks for ``NAME.toml`` (the repository's ``matrices/`` folder).
+MATRICES_DIR: Final[Path] = Path(__file__).resolve().parents[1] / "matrices"
+REGISTRIES_FILE: Final[str] = "registries.toml"
+DEFAULT_MATRIX: Final[str] = "smoke"
+
+FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel")
+TORCH_SOURCES: Final[tuple[str, ...]] = ("wheels", "base")
+NCCL_TOOLKITS: Final[tuple[str, ...]] = ("auto", "base")
+REGISTRY_KINDS: Final[tuple[str, ...]] = (
+    "generic",
+    "dockerhub",
+    "ghcr",
+    "acr",
+    "tcr",
+    "swr",
+    "ecr",
+    "quay",
+    "artifact-registry",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MirrorProfile:
+    """Package-mirror settings of one profile. Empty strings mean "tool default" (nothing written).
+
+    ``apt_root`` is the mirror host root: apt's ``…/debian``, ``…/debian-security`` and ``…/ubuntu`` paths are
+    kept and only the host part is replaced.
+    """
+
+    name: str
+    pip_index_url: str
+    apt_root: str
+    conda_channel_alias: str
+    source: str
+
+
+#: Mirror profiles. ``none`` writes no configuration at all (tools keep their own defaults).
+#: Sources: TUNA help pages (mirror-web ``_posts/help``), ustclug/mirrorhelp (docs/pypi.md, ubuntu.md,
+#: anaconda.md), Aliyun developer mirror pages; see ../shared/reference/compat.md §6a (apt URL shapes of
+#: TUNA/Aliyun are K there).
+MIRROR_PROFILES: Final[Mapping[str, MirrorProfile]] = {
+    "none": MirrorProfile(
+        name="none",
+        pip_index_url="",
+        apt_root="",
+        conda_channel_alias="",
+        source="tool defaults",
+    ),
+    "tuna": MirrorProfile(
+        name="tuna",
+        pip_index_url="https://pypi.tuna.tsinghua.edu.cn/simple",
+        apt_root="https://mirrors.tuna.tsinghua.edu.cn",
+        conda_channel_alias="https://mirrors.tuna.tsinghua.edu.cn/anaconda",
+        source="https://mirrors.tuna.tsinghua.edu.cn/help/pypi/ (pip: primary); apt/conda: TUNA help pages",
+    ),
+    "aliyun": MirrorProfile(
+        name="aliyun",
+        pip_index_url="https://mirrors.aliyun.com/pypi/simple/",
+        apt_root="https://mirrors.aliyun.com",
+        conda_channel_alias="https://mirrors.aliyun.com/anaconda",
+        source="https://developer.aliyun.com/mirror/ (secondary copies; unverified here)",
+    ),
+    "ustc": MirrorProfile(
+        name="ustc",
+        pip_index_url="https://mirrors.ustc.edu.cn/pypi/simple",
+        apt_root="https://mirrors.ustc.edu.cn",
+        conda_channel_alias="https://mirrors.ustc.edu.cn/anaconda",
+        source="ustclug/mirrorhelp docs/pypi.md, docs/ubuntu.md, docs/anaconda.md @062de3ff",
+    ),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registry:
+    """One entry of ``matrices/registries.toml``. Credentials never live here (environment / docker
+    config).
+    """
+
+    name: str
+    host: str
+    namespace: str
+    repository: str
+    kind: str
+    insecure: bool
+    cells: tuple[str, ...]
+
+    @property
+    def image(self) -> str:
+        """``host/namespace/repository`` without a tag."""
+        parts = [self.host, self.namespace, self.repository]
+        return "/".join(p for p in parts if p)
+
+    def wants(self, cell_id: str) -> bool:
+        """True when *cell_id* matches one of this registry's ``cells`` globs."""
+        return any(matches(cell_id, pattern) for pattern in self.cells)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """An ``[[exclude]]`` / ``[[include]]`` entry: globs over a cell's torch, variant, python and flavor."""
+
+    torch: str = "*"
+    variant: str = "*"
+    python: str = "*"
+    flavor: str = "*"
+    reason: str = ""
+
+    def matches(self, *, torch: str, variant: str, python: str, flavor: str) -> bool:
+        return (
+            matches(torch, self.torch)
+            and matches(variant, self.variant)
+            and matches(python, self.python)
+            and matches(flavor, self.flavor)
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class BaseSpec:
+    """The OS base: ``os`` is the tag component (``ubuntu22.04``), ``image`` the base image name."""
+
+    os: str
+    image: str
+    python: str
+    devel_images: tuple[tuple[str, str], ...] = ()
+    venv: str | None = None
+
+    def devel_image(self, cuda: str) -> str | None:
+        """The ``nvidia/cuda:<X.Y.Z>-devel-<os>`` image for CUDA *cuda* ("12.1"), if the matrix names one."""
+        return dict(self.devel_images).get(cuda)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PythonSpec:
+    """Python versions; those other than the distro's come from uv-managed downloads (``managed``)."""
+
+    versions: tuple[str, ...]
+    uv: str | None = None
+    managed: tuple[tuple[str, str], ...] = ()
+    install_mirror: str = ""
+
+    def managed_version(self, minor: str) -> str | None:
+        return dict(self.managed).get(minor)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchSpec:
+    versions: tuple[str, ...]
+    variants: tuple[str, ...]
+    source: Literal["wheels", "base"] = "wheels"
+
+
+@dataclass(frozen=True, kw_only=True)
+class NcclTestsPin:
+    """nccl-tests at a commit; ``sha256`` is over the uncompressed ``git archive --format=tar`` stream."""
+
+    version: str
+    commit: str
+    sha256: str
+    url: str
+    toolkit: Literal["auto", "base"] = "auto"
+
+    @property
+    def archive_name(self) -> str:
+        """File name of the source archive inside the build context's ``sources/`` folder."""
+        return f"nccl-tests-{self.commit}.tar"
+
+    @property
+    def prefix(self) -> str:
+        return f"nccl-tests-{self.commit}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MirrorSpec:
+    build: str = "none"
+    runtime: str = "none"
+
+    @property
+    def build_profile(self) -> MirrorProfile:
+        return MIRROR_PROFILES[self.build]
+
+    @property
+    def runtime_profile(self) -> MirrorProfile:
+        return MIRROR_PROFILES[self.runtime]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Matrix:
+    name: str
+    path: Path
+    description: str
+    gpus: tuple[compat.Gpu, ...]
+    flavors: tuple[str, ...]
+    shm_min: str
+    shm_min_bytes: int
+    torch: TorchSpec
+    python: PythonSpec
+    base: BaseSpec
+    nccl_tests: NcclTestsPin
+    mirror: MirrorSpec
+    registries: tuple[Registry, ...]
+    exclude: tuple[Rule, ...] = ()
+    include: tuple[Rule, ...] = ()
+    labels: tuple[tuple[str, str], ...] = field(default=())
+
+
+# ------------------------------------------------------------------------------------------------------------
+# selection helper shared with `build --only`
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand simple ``{a,b}`` groups (nested allowed): ``2.{1,2}*`` → ``["2.1*", "2.2*"]``."""
+    match = re.search(r"\{([^{}]*)\}", pattern)
+    if match is None:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    out: list[str] = []
+    for option in match.group(1).split(","):
+        out.extend(expand_braces(head + option + tail))
+    return out
+
+
+def matches(value: str, pattern: str) -> bool:
+    """fnmatch with ``{a,b}`` brace expansion (case-sensitive)."""
+    return any(fnmatch.fnmatchcase(value, p) for p in expand_braces(pattern))
+
+
+def select(ids: Iterable[str], patterns: Sequence[str]) -> list[str]:
+    """The ids matching any of *patterns* (all when *patterns* is empty), in input order."""
+    ids = list(ids)
+    if not patterns:
+        return ids
+    return [i for i in ids if any(matches(i, p) for p in patterns)]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# loading
+
+
+_SHM_RE = re.compile(r"^(\d+)([kmgKMG]?)$")
+_SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+_HEX40 = re.compile(r"^[0-9a-f]{40}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_MINOR = re.compile(r"^3\.\d+$")
+_OS_TAG = re.compile(r"^[a-z][a-z0-9.]*$")
+
+
+def parse_shm(text: str) -> int:
+    """``"8g"`` → bytes. Raises ValueError on anything else."""
+    m = _SHM_RE.match(text.strip())
+    if m is None:
+        raise ValueError(text)
+    return int(m.group(1)) * _SHM_UNITS[m.group(2).lower()]
+
+
+def resolve_matrix_path(name_or_path: str | Path, matrices_dir: Path | None = None) -> Path:
+    """``--matrix NAME`` → ``matrices/NAME.toml``; anything with a slash or ``.toml`` is a path."""
+    text = str(name_or_path)
+    directory = matrices_dir or MATRICES_DIR
+    path = Path(text) if "/" in text or text.endswith(".toml") else directory / f"{text}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in directory.glob("*.toml") if p.name != REGISTRIES_FILE)
+        near = _nearest_word(path.stem, known)
+        hint = (
+            f"nearest matrix: {near!r} (known: {', '.join(known)})" if near else f"known: {', '.join(known)}"
+        )
+        raise MatrixError(f"{path}: no such matrix file", hint=hint)
+    return path
+
+
+def matrix_names(matrices_dir: Path | None = None) -> list[str]:
+    directory = matrices_dir or MATRICES_DIR
+    return sorted(p.stem for p in directory.glob("*.toml") if p.name != REGISTRIES_FILE)
+
+
+def load_matrix(name_or_path: str | Path, *, registries_file: Path | None = None) -> Matrix:
+    """Load and validate one matrix. Raises MatrixError with file, dotted key and nearest valid value."""
+    path = resolve_matrix_path(name_or_path)
+    data = _read_toml(path)
+    reg_path = registries_file or path.parent / REGISTRIES_FILE
+    return _Loader(path, reg_path).matrix(data)
+
+
+def load_registries(path: Path) -> dict[str, Registry]:
+    """Load ``registries.toml`` (``[registries.<name>]`` tables)."""
+    data = _read_toml(path)
+    return _Loader(path, path).registries(data)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise MatrixError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise MatrixError(f"{path}: cannot read: {exc}") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MatrixError(
+            f"{path}: TOML syntax error: {exc}", hint="fix the TOML syntax at that line"
+        ) from None
+
+
+def _nearest_word(value: str, choices: Sequence[str]) -> str | None:
+    got = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.0)
+    return got[0] if got else None
+
+
+def _nearest_version(value: str, choices: Sequence[str]) -> str | None:
+    """compat's "did you mean" answer, else the closest spelling (always answers when there are choices)."""
+    return compat.nearest(value, list(choices)) or _nearest_word(value, choices)
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true/false", list: "a list", dict: "a table"}
+
+
+class _Loader:
+    """Walks the parsed TOML with the file path at hand so every error names file and dotted key."""
+
+    def __init__(self, path: Path, registries_path: Path) -> None:
+        self.path = path
+        self.registries_path = registries_path
+
+    # -- error helpers ---------------------------------------------------------------------------------------
+
+    def fail(
+        self, key: str, message: str, *, nearest: str | None = None, hint: str | None = None
+    ) -> MatrixError:
+        text = f"{self.path}: {key}: {message}"
+        if nearest is not None:
+            text += f"; nearest valid value: {nearest!r}"
+        return MatrixError(text, hint=hint)
+
+    def keys(
+        self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]
+    ) -> None:
+        for key in table:
+            if key not in allowed:
+                dotted = f"{prefix}.{key}" if prefix else key
+                raise self.fail(
+                    dotted,
+                    "unknown key",
+                    nearest=_nearest_word(key, allowed),
+                    hint=f"allowed keys here: {', '.join(allowed)}",
+                )
+        for key in required:
+            if key not in table:
+                dotted = f"{prefix}.{key}" if prefix else key
+                raise self.fail(dotted, "missing required key", hint=f"add `{key} = …` (see docs/matrix.md)")
+
+    def typed(self, value: Any, key: str, kind: type) -> Any:
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            raise self.fail(key, f"expected {_TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+        return value
+
+    def str_list(self, value: Any, key: str, *, nonempty: bool = True) -> tuple[str, ...]:
+        self.typed(value, key, list)
+        if nonempty and not value:
+            raise self.fail(key, "must not be empty")
+        out = []
+        for i, item in enumerate(value):
+            out.append(self.typed(item, f"{key}[{i}]", str))
+        if len(set(out)) != len(out):
+            dup = next(x for x in out if out.count(x) > 1)
+            raise self.fail(key, f"{dup!r} is listed twice")
+        return tuple(out)
+
+    def choice(self, value: Any, key: str, choices: Sequence[str]) -> str:
+        self.typed(value, key, str)
+        if value not in choices:
+            raise self.fail(key, f"unknown value {value!r}", nearest=_nearest_word(value, choices))
+        return str(value)
+
+    # -- sections
+    # ----------------------------------------------------------------------------------------------
+
+    def matrix(self, data: Mapping[str, Any]) -> Matrix:
+        top = (
+            "schema",
+            "name",
+            "description",
+            "gpus",
+            "flavors",
+            "shm_min",
+            "registries",
+            "labels",
+            "torch",
+            "python",
+            "base",
+            "nccl_tests",
+            "mirror",
+            "exclude",
+            "include",
+        )
+        self.keys(
+            data, "", top, ("schema", "gpus", "flavors", "shm_min", "torch", "python", "base", "nccl_tests")
+        )
+        schema = self.typed(data["schema"], "schema", int)
+        if schema != 1:
+            raise self.fail("schema", f"unsupported schema {schema}", nearest="1")
+        name = self.typed(data.get("name", self.path.stem), "name", str)
+        if name != self.path.stem:
+            raise self.fail("name", f"{name!r} differs from the file name", nearest=self.path.stem)
+        description = self.typed(data.get("description", ""), "description", str)
+
+        gpus = self.gpus(data["gpus"])
+        flavors = self.str_list(data["flavors"], "flavors")
+        for i, flavor in enumerate(flavors):
+            self.choice(flavor, f"flavors[{i}]", FLAVORS)
+        shm_text = self.typed(data["shm_min"], "shm_min", str)
+        try:
+            shm_bytes = parse_shm(shm_text)
+        except ValueError:
+            raise self.fail(
+                "shm_min",
+                f"{shm_text!r} is not a size",
+                nearest="8g",
+                hint="write <number>[k|m|g], e.g. '8g'",
+            ) from None
+        if shm_bytes < 64 * 1024**2:
+            raise self.fail(
+                "shm_min", f"{shm_text!r} is below Docker's 64m default, so it guards nothing", nearest="64m"
+            )
+
+        torch = self.torch_spec(data["torch"])
+        base = self.base(data["base"], torch)
+        python = self.python(data["python"], base)
+        nccl = self.nccl(data["nccl_tests"])
+        if torch.source == "base" and nccl.toolkit != "base":
+            raise self.fail(
+                "nccl_tests.toolkit",
+                "torch.source = 'base' needs the base's own CUDA toolkit for the builder stage",
+                nearest="base",
+            )
+        mirror = self.mirror(data.get("mirror", {}))
+        registries = self.matrix_registries(data.get("registries", []))
+        labels = self.labels(data.get("labels", {}))
+        exclude = self.rules(data.get("exclude", []), "exclude", torch, python, flavors, need_reason=True)
+        include = self.rules(data.get("include", []), "include", torch, python, flavors, need_reason=False)
+        return Matrix(
+            name=name,
+            path=self.path,
+            description=description,
+            gpus=gpus,
+            flavors=flavors,
+            shm_min=shm_text,
+            shm_min_bytes=shm_bytes,
+            torch=torch,
+            python=python,
+            base=base,
+            nccl_tests=nccl,
+            mirror=mirror,
+            registries=registries,
+            exclude=exclude,
+            include=include,
+            labels=labels,
+        )
+
+    def gpus(self, value: Any) -> tuple[compat.Gpu, ...]:
+        names = self.str_list(value, "gpus")
+        known = [g.key for g in compat.gpus()]
+        out: list[compat.Gpu] = []
+        for i, name in enumerate(names):
+            try:
+                out.append(compat.gpu(name))
+            except ConfigError:
+                raise self.fail(
+                    f"gpus[{i}]", f"unknown GPU {name!r}", nearest=_nearest_word(name, known)
+                ) from None
+        return tuple(out)
+
+    def torch_spec(self, value: Any) -> TorchSpec:
+        table = self.typed(value, "torch", dict)
+        self.keys(table, "torch", ("versions", "variants", "source"), ("versions", "variants"))
+        versions = self.str_list(table["versions"], "torch.versions")
+        known = [r.version for r in compat.torch_releases()]
+        variants_seen: set[str] = set()
+        for i, v in enumerate(versions):
+            try:
+                release = compat.torch_release(v)
+            except ConfigError:
+                raise self.fail(
+                    f"torch.versions[{i}]", f"unknown torch version {v!r}", nearest=_nearest_version(v, known)
+                ) from None
+            variants_seen.update(release.variants)
+        variants = self.str_list(table["variants"], "torch.variants")
+        for i, variant in enumerate(variants):
+            if variant not in variants_seen:
+                raise self.fail(
+                    f"torch.variants[{i}]",
+                    f"variant {variant!r} is published for none of torch {', '.join(versions)}",
+                    nearest=_nearest_word(variant, sorted(variants_seen)),
+                )
+        source = self.choice(table.get("source", "wheels"), "torch.source", TORCH_SOURCES)
+        return TorchSpec(
+            versions=versions, variants=variants, source="base" if source == "base" else "wheels"
+        )
+
+    def base(self, value: Any, torch: TorchSpec) -> BaseSpec:
+        table = self.typed(value, "base", dict)
+        self.keys(table, "base", ("os", "image", "python", "devel_images", "venv"), ("os", "image", "python"))
+        os_tag = self.typed(table["os"], "base.os", str)
+        if not _OS_TAG.match(os_tag):
+            raise self.fail("base.os", f"{os_tag!r} is not a tag component", nearest="ubuntu22.04")
+        image = self.typed(table["image"], "base.image", str)
+        if not image or any(c.isspace() for c in image):
+            raise self.fail("base.image", f"{image!r} is not an image name", nearest="ubuntu:22.04")
+        python = self.minor(table["python"], "base.python")
+        devel_raw = self.typed(table.get("devel_images", {}), "base.devel_images", dict)
+        devel: list[tuple[str, str]] = []
+        for cuda, img in devel_raw.items():
+            key = f"base.devel_images.{cuda}"
+            try:
+                compat.min_driver(cuda)
+            except ConfigError:
+                raise self.fail(key, f"unknown CUDA version {cuda!r}", nearest="12.1") from None
+            self.typed(img, key, str)
+            devel.append((cuda, img))
+        venv = table.get("venv")
+        if venv is not None:
+            self.typed(venv, "base.venv", str)
+            if not venv.startswith("/"):
+                raise self.fail("base.venv", f"{venv!r} is not an absolute path", nearest="/opt/venv")
+        if torch.source == "base" and venv is None:
+            raise self.fail(
+                "base.venv",
+                "missing: torch.source = 'base' needs the base image's Python environment",
+                nearest="/opt/venv",
+            )
+        return BaseSpec(os=os_tag, image=image, python=python, devel_images=tuple(sorted(devel)), venv=venv)
+
+    def minor(self, value: Any, key: str) -> str:
+        text = self.typed(value, key, str)
+        if not _MINOR.match(text):
+            raise self.fail(key, f"{text!r} is not a Python minor version", nearest="3.10")
+        return str(text)
+
+    def python(self, value: Any, base: BaseSpec) -> PythonSpec:
+        table = self.typed(value, "python", dict)
+        self.keys(table, "python", ("versions", "uv", "managed", "install_mirror"), ("versions",))
+        versions = self.str_list(table["versions"], "python.versions")
+        for i, v in enumerate(versions):
+            self.minor(v, f"python.versions[{i}]")
+        uv = table.get("uv")
+        if uv is not None:
+            self.typed(uv, "python.uv", str)
+            try:
+                Version(uv)
+            except InvalidVersion:
+                raise self.fail("python.uv", f"{uv!r} is not a version", nearest="0.9.5") from None
+        managed_raw = self.typed(table.get("managed", {}), "python.managed", dict)
+        managed: list[tuple[str, str]] = []
+        for minor, full in managed_raw.items():
+            key = f"python.managed.{minor}"
+            self.minor(minor, key)
+            self.typed(full, key, str)
+            if not full.startswith(minor + "."):
+                raise self.fail(key, f"{full!r} is not a {minor}.x release", nearest=f"{minor}.0")
+            managed.append((minor, full))
+        install_mirror = self.typed(table.get("install_mirror", ""), "python.install_mirror", str)
+        spec = PythonSpec(
+            versions=versions, uv=uv, managed=tuple(sorted(managed)), install_mirror=install_mirror
+        )
+        for i, v in enumerate(versions):
+            if v == base.python:
+                continue
+            if spec.managed_version(v) is None:
+                raise self.fail(
+                    f"python.versions[{i}]",
+                    f"Python {v} is not the distro's ({base.python}) and has no uv-managed build",
+                    nearest=base.python,
+                    hint=f'add `managed = {{ "{v}" = "{v}.<patch>" }}` and `uv = "<version>"` under [python]',
+                )
+            if uv is None:
+                raise self.fail("python.uv", f"Python {v} is uv-managed, so pin uv", nearest="0.9.5")
+        return spec
+
+    def nccl(self, value: Any) -> NcclTestsPin:
+        table = self.typed(value, "nccl_tests", dict)
+        self.keys(
+            table,
+            "nccl_tests",
+            ("version", "commit", "sha256", "url", "toolkit"),
+            ("version", "commit", "sha256"),
+        )
+        version = self.typed(table["version"], "nccl_tests.version", str)
+        commit = self.typed(table["commit"], "nccl_tests.commit", str)
+        if not _HEX40.match(commit):
+            raise self.fail(
+                "nccl_tests.commit", f"{commit!r} is not a 40-hex commit id", hint="use the full sha1"
+            )
+        sha = self.typed(table["sha256"], "nccl_tests.sha256", str)
+        if not _HEX64.match(sha):
+            raise self.fail(
+                "nccl_tests.sha256",
+                f"{sha!r} is not a sha256",
+                hint="git archive --format=tar --prefix=nccl-tests-<commit>/ <commit> | sha256sum",
+            )
+        default_url = f"https://github.com/NVIDIA/nccl-tests/archive/{commit}.tar.gz"
+        url = self.typed(table.get("url", default_url), "nccl_tests.url", str)
+        toolkit = self.choice(table.get("toolkit", "auto"), "nccl_tests.toolkit", NCCL_TOOLKITS)
+        return NcclTestsPin(
+            version=version,
+            commit=commit,
+            sha256=sha,
+            url=url,
+            toolkit="base" if toolkit == "base" else "auto",
+        )
+
+    def mirror(self, value: Any) -> MirrorSpec:
+        table = self.typed(value, "mirror", dict)
+        self.keys(table, "mirror", ("build", "runtime"), ())
+        build = self.choice(table.get("build", "none"), "mirror.build", list(MIRROR_PROFILES))
+        runtime = self.choice(table.get("runtime", "none"), "mirror.runtime", list(MIRROR_PROFILES))
+        return MirrorSpec(build=build, runtime=runtime)
+
+    def labels(self, value: Any) -> tuple[tuple[str, str], ...]:
+        table = self.typed(value, "labels", dict)
+        out = []
+        for key, val in table.items():
+            out.append((key, self.typed(val, f"labels.{key}", str)))
+        return tuple(sorted(out))
+
+    def matrix_registries(self, value: Any) -> tuple[Registry, ...]:
+        names = self.str_list(value, "registries", nonempty=False)
+        if not names:
+            return ()
+        if not self.registries_path.is_file():
+            raise self.fail("registries", f"{self.registries_path} does not exist")
+        known = _Loader(self.registries_path, self.registries_path).registries(
+            _read_toml(self.registries_path)
+        )
+        out = []
+        for i, name in enumerate(names):
+            if name not in known:
+                raise self.fail(
+                    f"registries[{i}]",
+                    f"no registry {name!r} in {self.registries_path}",
+                    nearest=_nearest_word(name, sorted(known)),
+                )
+            out.append(known[name])
+        return tuple(out)
+
+    def registries(self, data: Mapping[str, Any]) -> dict[str, Registry]:
+        self.keys(data, "", ("schema", "registries"), ("registries",))
+        table = self.typed(data["registries"], "registries", dict)
+        out: dict[str, Registry] = {}
+        allowed = ("host", "namespace", "repository", "kind", "insecure", "cells")
+        for name, entry in table.items():
+            prefix = f"registries.{name}"
+            self.typed(entry, prefix, dict)
+            self.keys(entry, prefix, allowed, ("host", "namespace"))
+            host = self.typed(entry["host"], f"{prefix}.host", str)
+            if not host or "/" in host or any(c.isspace() for c in host):
+                raise self.fail(
+                    f"{prefix}.host", f"{host!r} is not a registry host[:port]", nearest="127.0.0.1:5000"
+                )
+            out[name] = Registry(
+                name=name,
+                host=host,
+                namespace=self.typed(entry["namespace"], f"{prefix}.namespace", str).strip("/"),
+                repository=self.typed(entry.get("repository", "torch"), f"{prefix}.repository", str),
+                kind=self.choice(entry.get("kind", "generic"), f"{prefix}.kind", REGISTRY_KINDS),
+                insecure=self.typed(entry.get("insecure", False), f"{prefix}.insecure", bool),
+                cells=self.str_list(entry.get("cells", ["*"]), f"{prefix}.cells"),
+            )
+        return out
+
+    def rules(
+        self,
+        value: Any,
+        key: str,
+        torch: TorchSpec,
+        python: PythonSpec,
+        flavors: Sequence[str],
+        *,
+        need_reason: bool,
+    ) -> tuple[Rule, ...]:
+        self.typed(value, key, list)
+        out = []
+        fields = ("torch", "variant", "python", "flavor", "reason")
+        for i, entry in enumerate(value):
+            prefix = f"{key}[{i}]"
+            self.typed(entry, prefix, dict)
+            required: tuple[str, ...] = (
+                ("reason",) if need_reason else ("torch", "variant", "python", "flavor")
+            )
+            self.keys(entry, prefix, fields, required)
+            for name in fields:
+                if name in entry:
+                    self.typed(entry[name], f"{prefix}.{name}", str)
+            rule = Rule(**{k: entry[k] for k in fields if k in entry})
+            if need_reason:
+                if rule == Rule(reason=rule.reason):
+                    raise self.fail(
+                        prefix, "matches every cell", hint="name at least one of torch/variant/python/flavor"
+                    )
+                for name, pool in (
+                    ("torch", torch.versions),
+                    ("variant", torch.variants),
+                    ("python", python.versions),
+                    ("flavor", flavors),
+                ):
+                    pattern = getattr(rule, name)
+                    if not any(matches(v, pattern) for v in pool):
+                        raise self.fail(
+                            f"{prefix}.{name}",
+                            f"{pattern!r} matches none of {', '.join(pool)}",
+                            nearest=_nearest_word(pattern, list(pool)),
+                        )
+            else:
+                self.include_rule(rule, prefix)
+            out.append(rule)
+        return tuple(out)
+
+    def include_rule(self, rule: Rule, prefix: str) -> None:
+        """An include names one exact combination; check the values exist (not globs)."""
+        known = [r.version for r in compat.torch_releases()]
+        try:
+            release = compat.torch_release(rule.torch)
+        except ConfigError:
+            raise self.fail(
+                f"{prefix}.torch",
+                f"unknown torch version {rule.torch!r}",
+                nearest=_nearest_version(rule.torch, known),
+            ) from None
+        if rule.variant not in release.variants:
+            raise self.fail(
+                f"{prefix}.variant",
+                f"torch {rule.torch} has no variant {rule.variant!r}",
+                nearest=_nearest_word(rule.variant, sorted(release.variants)),
+            )
+        self.minor(rule.python, f"{prefix}.python")
+        self.choice(rule.flavor, f"{prefix}.flavor", FLAVORS)

@@ -1,0 +1,467 @@
+"""The planner (pure): a :class:`~imagesmith.matrix.Matrix` → :class:`BuildPlan` of cells.
+
+The cross product torch × variant × python × flavor (plus ``[[include]]`` entries) minus the impossible
+combinations, each dropped with a reason (``imagesmith plan --explain``):
+
+- the torch release publishes no wheel for that variant;
+- the Python version is outside the release's supported range;
+- a target GPU's architecture is not covered by the variant's compiled arch list (arch coverage ``none``);
+- the devel flavor has no ``nvidia/cuda:<X.Y.Z>-devel-<os>`` image for the variant's CUDA in
+``[base].devel_images``,
+  or the torch comes from the base image;
+- an ``[[exclude]]`` rule matches;
+- there is no lock file for (torch, variant, python): the plan never floats a version, so such a cell is
+dropped
+  with the command that creates the lock (``imagesmith lock``, run where the variant's index is reachable).
+
+Each cell carries its exact pins, min drivers, ``NVIDIA_REQUIRE_CUDA``, nccl-tests gencode and a content
+fingerprint (sha256 over the rendered files, pins, source checksums and base image names).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from imagesmith import __version__, compat
+from imagesmith.errors import ConfigError, NothingToDoError
+from imagesmith.lock import Lock, LockKey, read_lock
+from imagesmith.matrix import Matrix, Rule, select
+
+REPO_ROOT: Final[Path] = Path(__file__).resolve().parents[1]
+DOCKERFILES_DIR: Final[str] = "dockerfiles"
+VENV: Final[str] = "/opt/venv"
+NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
+
+#: Brand names used by NVIDIA's own nvidia/cuda images in NVIDIA_REQUIRE_CUDA (container-images/cuda dist/*).
+REQUIRE_CUDA_BRANDS: Final[tuple[str, ...]] = (
+    "tesla",
+    "unknown",
+    "nvidia",
+    "nvidiartx",
+    "geforce",
+    "geforcertx",
+    "quadro",
+    "quadrortx",
+    "titan",
+    "titanrtx",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinDriverInfo:
+    full: str
+    minor_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryTarget:
+    name: str
+    host: str
+    image: str
+    ref: str
+    insecure: bool
+    kind: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One image to build. ``id`` doubles as the image tag."""
+
+    matrix: str
+    id: str
+    tag: str
+    flavor: str
+    torch: str
+    torchvision: str
+    torchaudio: str | None
+    torch_source: str
+    variant: str
+    cuda: str
+    python: str
+    python_full: str | None
+    python_source: str  # "distro" | "uv" | "base"
+    uv: str | None
+    python_install_mirror: str
+    os: str
+    base_image: str
+    builder_image: str
+    devel_image: str | None
+    nccl_toolkit: str  # "devel-image" | "pip" | "base"
+    index_url: str | None
+    pypi_default: bool
+    pins: tuple[tuple[str, str], ...]
+    builder_pins: tuple[tuple[str, str], ...]
+    lock_file: str
+    lock_verified: bool
+    lock_note: str | None
+    nccl_version: str | None
+    min_driver: MinDriverInfo
+    require_cuda: str
+    gpus: tuple[str, ...]
+    gpu_names: tuple[str, ...]
+    archs: tuple[str, ...]
+    nvcc_gencode: str
+    arch_coverage: tuple[tuple[str, str], ...]
+    shm_min: str
+    shm_min_bytes: int
+    nccl_tests_version: str
+    nccl_tests_commit: str
+    nccl_tests_sha256: str
+    nccl_tests_url: str
+    nccl_tests_archive: str
+    mirror_build: str
+    mirror_runtime: str
+    registries: tuple[RegistryTarget, ...]
+    labels: tuple[tuple[str, str], ...]
+    venv: str
+    dockerfile: str
+    context: str
+    fingerprint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pins"] = dict(self.pins)
+        data["builder_pins"] = dict(self.builder_pins)
+        data["arch_coverage"] = dict(self.arch_coverage)
+        data["labels"] = dict(self.labels)
+        data["min_driver"] = {"full": self.min_driver.full, "minor_version": self.min_driver.minor_version}
+        data["image_refs"] = [r.ref for r in self.registries]
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dropped:
+    combination: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    matrix: str
+    cells: tuple[Cell, ...]
+    dropped: tuple[Dropped, ...] = field(default=())
+
+    def cell(self, cell_id: str) -> Cell:
+        for c in self.cells:
+            if c.id == cell_id:
+                return c
+        raise KeyError(cell_id)
+
+    def select(self, patterns: Sequence[str]) -> BuildPlan:
+        """Cells whose id matches any glob (``{a,b}`` allowed). NothingToDoError when none does."""
+        if not patterns:
+            return self
+        ids = set(select([c.id for c in self.cells], patterns))
+        if not ids:
+            raise NothingToDoError(
+                f"--only {' '.join(patterns)} matched no cell of matrix {self.matrix!r}",
+                hint="cells: " + ", ".join(c.id for c in self.cells),
+            )
+        return replace(self, cells=tuple(c for c in self.cells if c.id in ids))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix, "cells": [c.to_json() for c in self.cells]}
+
+    def github_matrix(self) -> dict[str, Any]:
+        """A GitHub Actions ``strategy.matrix`` with one ``include`` entry per cell."""
+        return {
+            "include": [
+                {
+                    "cell": c.id,
+                    "tag": c.tag,
+                    "matrix": c.matrix,
+                    "torch": c.torch,
+                    "cuda": c.cuda,
+                    "variant": c.variant,
+                    "python": c.python,
+                    "flavor": c.flavor,
+                    "dockerfile": c.dockerfile,
+                    "fingerprint": c.fingerprint,
+                }
+                for c in self.cells
+            ]
+        }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# derived values
+
+
+def cell_id(torch: str, variant: str, python: str, flavor: str, os_tag: str) -> str:
+    return f"{torch}-{variant}-py{python}-{flavor}-{os_tag}"
+
+
+def _branch(driver: str) -> int:
+    return int(driver.split(".")[0])
+
+
+def require_cuda(cuda: str) -> str:
+    """``NVIDIA_REQUIRE_CUDA`` for an image whose CUDA libraries come from pip wheels (no cuda-compat
+    package).
+
+    Same shape as NVIDIA's nvidia/cuda images (``cuda>=X.Y`` or'ed with ``brand=…,driver>=B,driver<B+1``
+    clauses), but the brand clauses list only the driver branches that run CUDA X.Y through minor-version
+    compatibility: from the family's MVC floor up to (not including) the branch of X.Y's own toolkit driver.
+    nvidia/cuda images also list older branches served by their forward-compat package, which these images do
+    not carry.
+    """
+    need = compat.min_driver(cuda)
+    full_branch = _branch(str(need.full))
+    floor_branch = _branch(str(need.minor_version))
+    major, minor = (int(x) for x in cuda.split("."))
+    branches: set[int] = set()
+    for m in range(0, minor):
+        try:
+            branches.add(_branch(str(compat.min_driver(f"{major}.{m}").full)))
+        except ConfigError:
+            continue  # no such toolkit release (e.g. 12.7)
+    branches.add(floor_branch)
+    clauses = [f"cuda>={cuda}"]
+    for b in sorted(x for x in branches if floor_branch <= x < full_branch):
+        clauses += [f"brand={brand},driver>={b},driver<{b + 1}" for brand in REQUIRE_CUDA_BRANDS]
+    return " ".join(clauses)
+
+
+def _arch_digits(cc: str) -> str:
+    return cc.replace(".", "")
+
+
+def nvcc_gencode(ccs: Iterable[str]) -> str:
+    """SASS for each target arch plus PTX of the highest (JIT for a newer GPU of the same line)."""
+    archs = sorted({_arch_digits(c) for c in ccs}, key=int)
+    parts = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
+    parts.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
+    return " ".join(parts)
+
+
+def _python_in_range(release: compat.TorchRelease, python: str) -> bool:
+    return release.python.contains(f"{python}.0", prereleases=True)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# planning
+
+
+def _combinations(matrix: Matrix) -> list[tuple[str, str, str, str, bool]]:
+    """(torch, variant, python, flavor, included) in a stable order: cross product, then includes."""
+    out: list[tuple[str, str, str, str, bool]] = []
+    for torch in matrix.torch.versions:
+        for variant in matrix.torch.variants:
+            for python in matrix.python.versions:
+                for flavor in matrix.flavors:
+                    out.append((torch, variant, python, flavor, False))
+    seen = {c[:4] for c in out}
+    for inc in matrix.include:
+        combo = (inc.torch, inc.variant, inc.python, inc.flavor)
+        if combo not in seen:
+            out.append((*combo, True))
+            seen.add(combo)
+    return out
+
+
+def _excluded_by(rules: Sequence[Rule], torch: str, variant: str, python: str, flavor: str) -> Rule | None:
+    for rule in rules:
+        if rule.matches(torch=torch, variant=variant, python=python, flavor=flavor):
+            return rule
+    return None
+
+
+def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprints: bool = True) -> BuildPlan:
+    """Plan *matrix*. Pure: reads only packaged data (compat tables, lock files, templates)."""
+    cells: list[Cell] = []
+    dropped: list[Dropped] = []
+    for torch, variant_name, python, flavor, included in _combinations(matrix):
+        cid = cell_id(torch, variant_name, python, flavor, matrix.base.os)
+
+        def drop(reason: str, cid: str = cid) -> None:
+            dropped.append(Dropped(combination=cid, reason=reason))
+
+        release = compat.torch_release(torch)
+        if not included:
+            rule = _excluded_by(matrix.exclude, torch, variant_name, python, flavor)
+            if rule is not None:
+                drop(f"excluded by the matrix: {rule.reason}")
+                continue
+        variant = release.variants.get(variant_name)
+        if variant is None:
+            drop(
+                f"torch {torch} was never published for {variant_name} "
+                f"(its variants: {', '.join(sorted(release.variants))})"
+            )
+            continue
+        if not _python_in_range(release, python):
+            drop(f"torch {torch} supports Python {release.python}, not {python}")
+            continue
+        if python != matrix.base.python and matrix.python.managed_version(python) is None:
+            drop(f"Python {python} is neither {matrix.base.os}'s ({matrix.base.python}) nor uv-managed")
+            continue
+        coverage: list[tuple[str, str]] = []
+        uncovered: list[str] = []
+        for gpu in matrix.gpus:
+            cov = compat.arch_coverage(variant.arch_list, gpu.cc)
+            coverage.append((gpu.key, f"{cov.kind}: {cov.detail}"))
+            if cov.kind == "none":
+                uncovered.append(f"{gpu.name} (sm_{_arch_digits(gpu.cc)}): {cov.detail}")
+        if uncovered:
+            drop(f"{variant_name} wheels of torch {torch} have no kernels for " + "; ".join(uncovered))
+            continue
+        devel_image = matrix.base.devel_image(variant.cuda)
+        if flavor == "devel":
+            if matrix.torch.source == "base":
+                drop("devel flavor: torch comes from the base image, which already is the whole environment")
+                continue
+            if devel_image is None:
+                drop(
+                    f"devel flavor needs an nvidia/cuda:{variant.cuda}.x-devel image: add "
+                    f'"{variant.cuda}" to [base].devel_images'
+                )
+                continue
+        major = int(variant.cuda.split(".")[0])
+        if matrix.nccl_tests.toolkit == "base":
+            toolkit, builder_image = "base", matrix.base.image
+        elif major >= 13:
+            toolkit, builder_image = "pip", matrix.base.image
+        else:
+            if devel_image is None:
+                drop(
+                    f"CUDA {variant.cuda} wheels carry no nvcc: nccl-tests needs an "
+                    f"nvidia/cuda:{variant.cuda}.x-devel builder image; "
+                    f'add "{variant.cuda}" to [base].devel_images'
+                )
+                continue
+            toolkit, builder_image = "devel-image", devel_image
+
+        lock: Lock | None
+        if matrix.torch.source == "base":
+            lock = read_lock(LockKey(torch="suite", variant="any", python=python), lock_dir)
+            lock_name = f"suite-any-py{python}.txt"
+        else:
+            lock = read_lock(LockKey(torch=torch, variant=variant_name, python=python), lock_dir)
+            lock_name = f"{torch}-{variant_name}-py{python}.txt"
+        if lock is None:
+            where = (
+                "here" if variant_name == release.pypi_default else "where the variant's index is reachable"
+            )
+            drop(
+                f"no lock imagesmith/data/locks/{lock_name}; the plan never floats a version: run "
+                f"`imagesmith lock --matrix {matrix.name}` {where}"
+            )
+            continue
+        need = compat.min_driver(variant.cuda)
+        pypi_default = variant_name == release.pypi_default
+        targets = tuple(
+            RegistryTarget(
+                name=r.name,
+                host=r.host,
+                image=r.image,
+                ref=f"{r.image}:{cid}",
+                insecure=r.insecure,
+                kind=r.kind,
+            )
+            for r in matrix.registries
+            if r.wants(cid)
+        )
+        managed = matrix.python.managed_version(python)
+        if matrix.torch.source == "base":
+            python_source = "base"
+        else:
+            python_source = "distro" if python == matrix.base.python else "uv"
+        cells.append(
+            Cell(
+                matrix=matrix.name,
+                id=cid,
+                tag=cid,
+                flavor=flavor,
+                torch=torch,
+                torchvision=release.torchvision,
+                torchaudio=release.torchaudio,
+                torch_source=matrix.torch.source,
+                variant=variant_name,
+                cuda=variant.cuda,
+                python=python,
+                python_full=managed if python_source == "uv" else None,
+                python_source=python_source,
+                uv=matrix.python.uv if python_source == "uv" else None,
+                python_install_mirror=matrix.python.install_mirror,
+                os=matrix.base.os,
+                base_image=matrix.base.image,
+                builder_image=builder_image,
+                devel_image=devel_image if flavor == "devel" else None,
+                nccl_toolkit=toolkit,
+                index_url=None if pypi_default else variant.index_url,
+                pypi_default=pypi_default,
+                pins=lock.pins,
+                builder_pins=lock.builder_pins,
+                lock_file=f"imagesmith/data/locks/{lock.path.name}",
+                lock_verified=lock.verified,
+                lock_note=lock.unverified_reason,
+                nccl_version=lock.version(f"nvidia-nccl-cu{major}") or variant.nccl,
+                min_driver=MinDriverInfo(full=str(need.full), minor_version=str(need.minor_version)),
+                require_cuda=require_cuda(variant.cuda),
+                gpus=tuple(g.key for g in matrix.gpus),
+                gpu_names=tuple(g.name for g in matrix.gpus),
+                archs=tuple(sorted({_arch_digits(g.cc) for g in matrix.gpus}, key=int)),
+                nvcc_gencode=nvcc_gencode(g.cc for g in matrix.gpus),
+                arch_coverage=tuple(coverage),
+                shm_min=matrix.shm_min,
+                shm_min_bytes=matrix.shm_min_bytes,
+                nccl_tests_version=matrix.nccl_tests.version,
+                nccl_tests_commit=matrix.nccl_tests.commit,
+                nccl_tests_sha256=matrix.nccl_tests.sha256,
+                nccl_tests_url=matrix.nccl_tests.url,
+                nccl_tests_archive=matrix.nccl_tests.archive_name,
+                mirror_build=matrix.mirror.build,
+                mirror_runtime=matrix.mirror.runtime,
+                registries=targets,
+                labels=matrix.labels,
+                venv=matrix.base.venv or VENV,
+                dockerfile=f"{DOCKERFILES_DIR}/{matrix.name}/{cid}/Dockerfile",
+                context=f"{DOCKERFILES_DIR}/{matrix.name}/{cid}",
+            )
+        )
+    plan = BuildPlan(matrix=matrix.name, cells=tuple(cells), dropped=tuple(dropped))
+    if with_fingerprints:
+        plan = replace(plan, cells=tuple(with_fingerprint(c) for c in plan.cells))
+    return plan
+
+
+# ------------------------------------------------------------------------------------------------------------
+# fingerprints
+
+FINGERPRINT_PLACEHOLDER: Final[str] = "@@IMAGESMITH_FINGERPRINT@@"
+
+
+def fingerprint(cell: Cell, files: dict[str, str]) -> str:
+    """sha256 over everything that changes the image.
+
+    *files* are the cell's rendered context files with the fingerprint placeholder in place of the
+    fingerprint. The pins, the nccl-tests checksum and the base images are inside the rendered files already;
+    they are hashed again explicitly so the fingerprint cannot miss them if a template stops mentioning one.
+    imagesmith's version stands for the suite baked into the image.
+    """
+    h = hashlib.sha256()
+    payload = {
+        "v": 1,
+        "imagesmith": __version__,
+        "pins": list(cell.pins),
+        "builder_pins": list(cell.builder_pins),
+        "sources": [[cell.nccl_tests_archive, cell.nccl_tests_sha256]],
+        "base_image": cell.base_image,
+        "builder_image": cell.builder_image,
+        "devel_image": cell.devel_image,
+        "files": sorted((name, hashlib.sha256(text.encode()).hexdigest()) for name, text in files.items()),
+    }
+    h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
+    return h.hexdigest()
+
+
+def with_fingerprint(cell: Cell) -> Cell:
+    from imagesmith.render import render_cell_files  # local import: render needs Cell from here
+
+    files = render_cell_files(replace(cell, fingerprint=FINGERPRINT_PLACEHOLDER))
+    return replace(cell, fingerprint=fingerprint(cell, files))
