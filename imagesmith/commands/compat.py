@@ -1,9 +1,189 @@
-"""CLI commands of this area. Registered on the root app by imagesmith.cli."""
+"""``imagesmith compat``: will this torch wheel run on this driver and GPU? Verdicts from
+imagesmith.compat."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
 import typer
+from rich.console import Console
+from rich.markup import escape
+
+from imagesmith import compat, nvsmi
+from imagesmith.errors import ConfigError
+
+EPILOG = (
+    "Exit status: 0 = compatible (mode full or minor-version; for --nvidia-smi: every GPU model in the "
+    "file), "
+    "1 = not compatible (mode none), 2 = bad input (unknown torch/GPU/CUDA, junk driver, conflicting flags), "
+    "7 = the --nvidia-smi file is not nvidia-smi output. "
+    "Examples: imagesmith compat --driver 535.104.05 --gpu a100 --torch 2.1.2 --cuda 12.1 ; "
+    "nvidia-smi > smi.txt && imagesmith compat --nvidia-smi smi.txt --torch 2.11.0 --cuda cu130 --json"
+)
+
+_MODE_RANK = {"full": 2, "minor-version": 1, "none": 0}
+
+
+def _verdict_json(v: compat.Verdict, g: compat.Gpu) -> dict[str, Any]:
+    return {
+        "compatible": v.compatible,
+        "mode": v.mode,
+        "reasons": list(v.reasons),
+        "arch": None
+        if v.arch is None
+        else {"kind": v.arch.kind, "detail": v.arch.detail, "kernel": v.arch.kernel},
+        "min_driver": None
+        if v.min_driver is None
+        else {
+            "full": str(v.min_driver.full),
+            "minor_version": str(v.min_driver.minor_version),
+            "toolkit": v.min_driver.toolkit,
+        },
+        "driver": v.driver,
+        "gpu": v.gpu,
+        "gpu_name": g.name,
+        "cc": g.cc,
+        "torch": v.torch,
+        "cuda": v.cuda,
+        "variant": v.variant,
+    }
+
+
+def _read(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    file = Path(path)
+    try:
+        return file.read_text(encoding="utf-8", errors="replace"), str(file)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"--nvidia-smi {path}: no such file", hint="save the output first: nvidia-smi > smi.txt"
+        ) from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise ConfigError(f"--nvidia-smi {path}: cannot read it ({exc.strerror})") from None
+
+
+def _targets(
+    driver: str | None, gpu: str | None, smi_file: str | None
+) -> tuple[compat.DriverVersion, list[tuple[compat.Gpu, list[int]]], str | None]:
+    """(driver, [(gpu model, nvidia-smi indices)], source) from the flags."""
+    if smi_file is None:
+        missing = [flag for flag, value in (("--driver", driver), ("--gpu", gpu)) if value is None]
+        if missing:
+            raise ConfigError(
+                f"missing {' and '.join(missing)}",
+                hint="give --driver and --gpu, or --nvidia-smi FILE (the saved output of nvidia-smi)",
+            )
+        return compat.parse_driver(str(driver)), [(compat.gpu(str(gpu)), [])], None
+    if gpu is not None:
+        raise ConfigError(
+            "--gpu and --nvidia-smi both name the GPU",
+            hint="drop --gpu: the GPUs are read from the nvidia-smi file",
+        )
+    text, source = _read(smi_file)
+    report = nvsmi.parse(text, source)
+    if report.driver is None and driver is None:
+        raise ConfigError(
+            f"{source}: this nvidia-smi output shows no driver version",
+            hint="add --driver, or save plain `nvidia-smi` output (or add driver_version to --query-gpu)",
+        )
+    if report.driver is not None and driver is not None and compat.parse_driver(driver) != report.driver:
+        raise ConfigError(
+            f"--driver {driver} contradicts {source}, which shows driver {report.driver}",
+            hint="drop --driver: the driver is read from the nvidia-smi file",
+        )
+    drv = report.driver if report.driver is not None else compat.parse_driver(str(driver))
+    models: dict[str, tuple[compat.Gpu, list[int]]] = {}
+    for smi_gpu in report.gpus:
+        try:
+            model = compat.gpu(smi_gpu.name, memory_mib=smi_gpu.memory_mib)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: GPU {smi_gpu.index}: {exc.message}", hint=exc.hint) from None
+        models.setdefault(model.key, (model, []))[1].append(smi_gpu.index)
+    return drv, list(models.values()), source
+
+
+def _print_human(console: Console, v: compat.Verdict, g: compat.Gpu, indices: list[int]) -> None:
+    where = f" (GPU {', '.join(map(str, indices))})" if indices else ""
+    head = f"torch {v.torch}+{v.variant} on {escape(g.name)}{where}, driver {v.driver}: "
+    if v.mode == "full":
+        console.print(f"[bold green]✔ compatible[/] — {head}full compatibility")
+    elif v.mode == "minor-version":
+        console.print(f"[bold yellow]✔ compatible, with limits[/] — {head}CUDA minor-version compatibility")
+    else:
+        console.print(f"[bold red]✘ not compatible[/] — {head}it will not run")
+    for reason in v.reasons:
+        console.print(f"  • {escape(reason)}")
+    if v.min_driver is not None:
+        console.print(
+            f"  minimum driver for CUDA {v.cuda}: {v.min_driver.full} (full), "
+            f"{v.min_driver.minor_version} (minor-version compatibility)"
+        )
+
+
+def compat_command(
+    torch: str = typer.Option(..., "--torch", help="torch release, exact patch version, e.g. 2.1.2"),
+    cuda: str = typer.Option(..., "--cuda", help="CUDA variant of the wheel: X.Y (12.1) or its tag (cu121)"),
+    driver: str | None = typer.Option(None, "--driver", help="NVIDIA driver version, e.g. 535.104.05"),
+    gpu: str | None = typer.Option(
+        None, "--gpu", help="GPU: key (h100-sxm, a100, rtx4090) or the name nvidia-smi prints"
+    ),
+    nvidia_smi: str | None = typer.Option(
+        None,
+        "--nvidia-smi",
+        metavar="FILE",
+        help="saved output of `nvidia-smi`, `nvidia-smi -L` or `nvidia-smi --query-gpu=... --format=csv` "
+        "instead of --driver/--gpu ('-' = stdin); one verdict per GPU model in it",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print JSON instead of text"),
+) -> None:
+    """Say whether torch TORCH built for CUDA X.Y runs on a driver and GPU: full, minor-version or none, and
+    why.
+
+    Rules: NVIDIA's CUDA toolkit driver table and minor-version compatibility; PyTorch's per-wheel arch lists.
+    With several GPU models (--nvidia-smi), JSON keeps the single-verdict keys for the weakest model and adds
+    "verdicts" (one object per model).
+    """
+    drv, targets, source = _targets(driver, gpu, nvidia_smi)
+    results = [(compat.verdict(drv, g, torch, cuda), g, indices) for g, indices in targets]
+    all_ok = all(v.compatible for v, _, _ in results)
+
+    if as_json:
+        objs = []
+        for v, g, indices in results:
+            obj = _verdict_json(v, g)
+            if source is not None:
+                obj["gpu_indices"] = indices
+            objs.append(obj)
+        if len(objs) == 1:
+            out: dict[str, Any] = objs[0]
+            if source is not None:
+                out["source"] = source
+        else:
+            weakest = min(objs, key=lambda o: _MODE_RANK[str(o["mode"])])
+            out = {
+                **weakest,
+                "compatible": all_ok,
+                "gpu": [o["gpu"] for o in objs],
+                "gpu_name": [o["gpu_name"] for o in objs],
+                "reasons": [f"{o['gpu']}: {r}" for o in objs for r in o["reasons"]],
+                "source": source,
+                "verdicts": objs,
+            }
+            out.pop("gpu_indices", None)
+        typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
+    else:
+        console = Console(highlight=False, soft_wrap=True)
+        if source is not None:
+            console.print(f"{escape(source)}: driver {drv}, {len(results)} GPU model(s)")
+        for v, g, indices in results:
+            _print_human(console, v, g, indices)
+    raise typer.Exit(0 if all_ok else 1)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
+    app.command("compat", epilog=EPILOG)(compat_command)

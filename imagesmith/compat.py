@@ -1,0 +1,1013 @@
+"""Driver ↔ CUDA ↔ PyTorch ↔ GPU compatibility: versions, packaged data, arch coverage and verdicts.
+
+Pure: the only input/output is reading the packaged TOML tables in ``imagesmith/data`` (``cuda.toml``,
+``torch.toml``, ``gpus.toml``) through :mod:`importlib.resources`; each table is loaded once and cached. Every
+row names its ``source``; rows resting on secondary sources or assumptions say ``verified = false``
+(see docs/compat.md).
+
+Rules applied (NVIDIA "CUDA Compatibility" documentation, PyTorch release matrix):
+
+* A CUDA X.Y program runs with **full** features on a driver ≥ the toolkit driver of CUDA X.Y
+  (release notes, Table 3). Newer drivers always run older CUDA (backward compatibility).
+* Under **minor-version compatibility** it runs on any driver ≥ the floor of its major (11.x ≥ 450.80.02,
+  12.x ≥ 525.60.13, 13.x ≥ 580.65.06) with a limited feature set: PTX newer than the driver cannot be
+  JIT-compiled and APIs newer than the driver fail. A wheel whose only kernel for the GPU is PTX therefore
+  needs full compatibility.
+* A wheel runs on a GPU of compute capability M.m when it carries SASS for M.m (**native**), SASS for M.n
+  with n < m (**binary-compatible**: same major, lower minor), or PTX for any ≤ M.m (**ptx**: JIT-compiled
+  by the driver at first start); otherwise torch reports "sm_Mm is not compatible with the current PyTorch
+  installation".
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from types import MappingProxyType
+from typing import Any, Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from imagesmith.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+__all__ = [
+    "ArchCoverage",
+    "CudaRelease",
+    "DriverVersion",
+    "Gpu",
+    "MinDriver",
+    "TorchRelease",
+    "TorchVariant",
+    "Verdict",
+    "arch_coverage",
+    "cuda_release",
+    "cuda_releases",
+    "driver_branch_cuda",
+    "gpu",
+    "gpu_candidates",
+    "gpu_family",
+    "gpus",
+    "max_cuda_for_driver",
+    "min_driver",
+    "nearest",
+    "normalize_cuda",
+    "parse_driver",
+    "torch_release",
+    "torch_releases",
+    "torch_variant",
+    "verdict",
+]
+
+_PACKAGE = "imagesmith"
+
+# ------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+def nearest(value: str, choices: Iterable[str]) -> str | None:
+    """The choice spelled most like *value* (case-insensitive, :mod:`difflib`), or None when nothing is close.
+
+    Meant for "did you mean …?" messages.
+    """
+    options = list(dict.fromkeys(choices))
+    if not options:
+        return None
+    folded: dict[str, str] = {}
+    for option in options:
+        folded.setdefault(option.casefold(), option)
+    if value.casefold() in folded:
+        return folded[value.casefold()]
+    hits = difflib.get_close_matches(value.casefold(), list(folded), n=1, cutoff=0.5)
+    return folded[hits[0]] if hits else None
+
+
+def _did_you_mean(value: str, choices: Iterable[str]) -> str:
+    guess = nearest(value, choices)
+    return f"did you mean {guess}?" if guess else ""
+
+
+# ------------------------------------------------------------------------------------------------------------
+# driver versions
+
+_DRIVER_RE = re.compile(r"^\s*(\d{3,4})\.(\d{1,3})(?:\.(\d{1,3}))?\s*$")
+
+
+@functools.total_ordering
+@dataclass(frozen=True, eq=False)
+class DriverVersion:
+    """An NVIDIA driver version: ``535.104.05`` or ``570.26``. Ordered numerically; ``str()`` gives the input
+    form."""
+
+    major: int
+    minor: int
+    patch: int | None = None
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> DriverVersion:
+        """Parse ``535.104.05`` / ``570.26``. Raises :class:`ConfigError` on anything else."""
+        match = _DRIVER_RE.match(text) if isinstance(text, str) else None
+        if match is None:
+            raise ConfigError(
+                f"{text!r} is not an NVIDIA driver version",
+                hint="give it the way nvidia-smi prints it, e.g. 535.104.05 or 570.26 "
+                "(nvidia-smi --query-gpu=driver_version --format=csv,noheader)",
+            )
+        major, minor, patch = match.groups()
+        return cls(int(major), int(minor), int(patch) if patch is not None else None, text.strip())
+
+    @property
+    def branch(self) -> int:
+        """The driver branch, e.g. 535 for 535.104.05."""
+        return self.major
+
+    def _key(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch or 0)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, DriverVersion):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, DriverVersion):
+            return NotImplemented
+        return self._key() < other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __str__(self) -> str:
+        if self.text:
+            return self.text
+        if self.patch is None:
+            return f"{self.major}.{self.minor:02d}"
+        return f"{self.major}.{self.minor:02d}.{self.patch:02d}"
+
+
+def parse_driver(text: str) -> DriverVersion:
+    """Parse an NVIDIA driver version; :class:`ConfigError` with a clear message on junk."""
+    return DriverVersion.parse(text)
+
+
+def _as_driver(value: DriverVersion | str) -> DriverVersion:
+    return value if isinstance(value, DriverVersion) else parse_driver(value)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# data loading
+
+
+@functools.cache
+def _load(name: str) -> dict[str, Any]:
+    text = resources.files(_PACKAGE).joinpath("data").joinpath(name).read_text(encoding="utf-8")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:  # a packaging bug, but say where
+        raise ConfigError(f"imagesmith/data/{name}: invalid TOML: {exc}") from None
+
+
+def _rows(name: str, table: str) -> list[dict[str, Any]]:
+    data = _load(name)
+    rows = data.get(table)
+    if not isinstance(rows, list) or not rows:
+        raise ConfigError(f"imagesmith/data/{name}: no [[{table}]] rows")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict) or not isinstance(row.get("source"), str) or not row["source"].strip():
+            raise ConfigError(f"imagesmith/data/{name}: [[{table}]] row {i + 1} has no `source`")
+    return rows
+
+
+def _field(name: str, table: str, row: Mapping[str, Any], key: str, kind: type) -> Any:
+    value = row.get(key)
+    if not isinstance(value, kind):
+        ident = row.get("version") or row.get("key") or row.get("name") or row.get("branch") or "?"
+        raise ConfigError(
+            f"imagesmith/data/{name}: [[{table}]] {ident}: `{key}` must be a {kind.__name__}, got {value!r}"
+        )
+    return value
+
+
+# ------------------------------------------------------------------------------------------------------------
+# CUDA toolkit ↔ driver
+
+_CUDA_XY_RE = re.compile(r"^(\d{2})\.(\d{1,2})(?:\.(\d{1,2}))?$")
+_CUDA_TAG_RE = re.compile(r"^cu(\d{2})(\d)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CudaRelease:
+    """One CUDA toolkit release (``12.1.1``) and its minimum Linux x86_64 driver for the full feature set."""
+
+    version: str
+    min_driver: DriverVersion
+    source: str
+    verified: bool = True
+
+    @property
+    def xy(self) -> str:
+        """``12.1`` for ``12.1.1``."""
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def major(self) -> int:
+        return int(self.version.split(".")[0])
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinDriver:
+    """Minimum drivers for a CUDA release: ``full`` features, or the ``minor_version`` compatibility floor.
+
+    ``toolkit`` is the release row the ``full`` value comes from (``12.1.0`` for ``12.1``).
+    """
+
+    full: DriverVersion
+    minor_version: DriverVersion
+    toolkit: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Branch:
+    branch: int
+    cuda_version: str
+    source: str
+    verified: bool
+
+
+def _vkey(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+@functools.cache
+def cuda_releases() -> tuple[CudaRelease, ...]:
+    """Every CUDA toolkit release in the data, oldest first."""
+    name = "cuda.toml"
+    out = []
+    for row in _rows(name, "release"):
+        version = _field(name, "release", row, "version", str)
+        if not _CUDA_XY_RE.match(version) or version.count(".") != 2:
+            raise ConfigError(f"imagesmith/data/{name}: release {version!r} is not X.Y.Z")
+        out.append(
+            CudaRelease(
+                version=version,
+                min_driver=parse_driver(_field(name, "release", row, "min_driver", str)),
+                source=row["source"],
+                verified=bool(row.get("verified", True)),
+            )
+        )
+    return tuple(sorted(out, key=lambda r: _vkey(r.version)))
+
+
+@functools.cache
+def _mvc_floors() -> Mapping[int, DriverVersion]:
+    name = "cuda.toml"
+    return MappingProxyType(
+        {
+            int(_field(name, "minor_version_floor", row, "major", int)): parse_driver(
+                _field(name, "minor_version_floor", row, "min_driver", str)
+            )
+            for row in _rows(name, "minor_version_floor")
+        }
+    )
+
+
+@functools.cache
+def _branches() -> Mapping[int, _Branch]:
+    name = "cuda.toml"
+    return MappingProxyType(
+        {
+            int(row["branch"]): _Branch(
+                branch=int(_field(name, "branch", row, "branch", int)),
+                cuda_version=_field(name, "branch", row, "cuda_version", str),
+                source=row["source"],
+                verified=bool(row.get("verified", False)),
+            )
+            for row in _rows(name, "branch")
+        }
+    )
+
+
+def normalize_cuda(text: str) -> tuple[str, str]:
+    """``"12.1"``, ``"12.1.1"`` or ``"cu121"`` → ``("cu121", "12.1")``. :class:`ConfigError` on anything
+    else."""
+    raw = text.strip() if isinstance(text, str) else ""
+    tag = _CUDA_TAG_RE.match(raw)
+    if tag:
+        major, minor = int(tag.group(1)), int(tag.group(2))
+        return f"cu{major}{minor}", f"{major}.{minor}"
+    xy = _CUDA_XY_RE.match(raw)
+    if xy and int(xy.group(2)) < 10:
+        major, minor = int(xy.group(1)), int(xy.group(2))
+        return f"cu{major}{minor}", f"{major}.{minor}"
+    raise ConfigError(
+        f"{text!r} is not a CUDA version",
+        hint="write it as X.Y (12.1), X.Y.Z (12.1.1) or as the wheel variant (cu121)",
+    )
+
+
+def cuda_release(version: str) -> CudaRelease:
+    """The release row for ``12.1.1``; for ``12.1`` / ``cu121`` the oldest update of 12.1 (see
+    :func:`min_driver`)."""
+    releases = cuda_releases()
+    raw = version.strip()
+    if raw.count(".") == 2:
+        if not _CUDA_XY_RE.match(raw):
+            normalize_cuda(raw)  # raises the generic message
+        for rel in releases:
+            if rel.version == raw:
+                return rel
+        raise ConfigError(
+            f"CUDA {raw} is not a CUDA toolkit release imagesmith knows (imagesmith/data/cuda.toml) "
+            f"{_did_you_mean(raw, [r.version for r in releases])}".rstrip(),
+            hint=f"known: {releases[0].version} … {releases[-1].version}",
+        )
+    _, xy = normalize_cuda(raw)
+    for rel in releases:
+        if rel.xy == xy:
+            return rel
+    raise ConfigError(
+        f"CUDA {xy} is not a CUDA toolkit release imagesmith knows (imagesmith/data/cuda.toml) "
+        f"{_did_you_mean(xy, sorted({r.xy for r in releases}, key=_vkey))}".rstrip(),
+        hint=f"known: {releases[0].xy} … {releases[-1].xy} (there never was a CUDA 12.7)",
+    )
+
+
+def min_driver(cuda: str) -> MinDriver:
+    """Minimum Linux drivers for CUDA ``12.1`` / ``12.1.1`` / ``cu121``.
+
+    The X.Y form (and the ``cuXY`` wheel tag) uses the **oldest update** of X.Y (the GA row, ``12.1.0``): the
+    CUDA
+    runtime checks the driver against its X.Y only (``CUDART_VERSION`` is 12010 for every 12.1.x update, and
+    ``cuDriverGetVersion``/nvidia-smi report X.Y), so the lowest driver that reports X.Y runs every X.Y.z
+    runtime.
+    Give X.Y.Z to get that exact update's row (``12.4.1`` → 550.54.15 instead of 550.54.14).
+
+    ``minor_version`` is the minor-version-compatibility floor of the major, or the ``full`` value when that
+    is lower
+    (CUDA 11.0 predates its family floor 450.80.02).
+    """
+    rel = cuda_release(cuda)
+    floor = _mvc_floors().get(rel.major)
+    if floor is None:
+        raise ConfigError(f"imagesmith/data/cuda.toml: no minor-version floor for CUDA {rel.major}.x")
+    return MinDriver(full=rel.min_driver, minor_version=min(floor, rel.min_driver), toolkit=rel.version)
+
+
+def _max_cuda(driver: DriverVersion) -> str | None:
+    best: str | None = None
+    for rel in cuda_releases():
+        if rel.min_driver <= driver and (best is None or _vkey(rel.xy) > _vkey(best)):
+            best = rel.xy
+    row = _branches().get(driver.branch)
+    if row is not None and (best is None or _vkey(row.cuda_version) > _vkey(best)):
+        best = row.cuda_version
+    return best
+
+
+def max_cuda_for_driver(driver: DriverVersion | str) -> str:
+    """Newest CUDA X.Y that *driver* runs with full features (what its nvidia-smi prints as "CUDA Version").
+
+    From the toolkit table; for branches newer than the newest toolkit row (R610 → 13.3) from the observed
+    per-branch value in ``cuda.toml``.
+    """
+    drv = _as_driver(driver)
+    best = _max_cuda(drv)
+    if best is None:
+        oldest = cuda_releases()[0]
+        raise ConfigError(
+            f"driver {drv} predates CUDA {oldest.xy} (needs ≥ {oldest.min_driver}); imagesmith covers "
+            "CUDA 11.0 and newer",
+            hint="upgrade the NVIDIA driver",
+        )
+    return best
+
+
+def driver_branch_cuda(branch: int) -> tuple[str, str, bool] | None:
+    """(nvidia-smi "CUDA Version", source, verified) for a driver branch such as 535, or None when not
+    tabulated.
+
+    Derived from the toolkit table except where the source says it was observed; see ``cuda.toml``.
+    """
+    row = _branches().get(branch)
+    return None if row is None else (row.cuda_version, row.source, row.verified)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# PyTorch
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchVariant:
+    """One CUDA wheel variant of a torch release (``cu121``)."""
+
+    name: str
+    cuda: str
+    arch_list: tuple[str, ...]
+    nccl: str
+    cudnn: str
+    index_url: str
+    verified: bool = True
+    source: str = ""
+
+    @property
+    def torch_cuda_arch_list(self) -> str:
+        """The ``TORCH_CUDA_ARCH_LIST`` string the wheels were built with (``7.5;8.0;…;12.0+PTX``)."""
+        return ";".join(self.arch_list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchRelease:
+    """One torch patch release with its paired packages and CUDA variants."""
+
+    version: str
+    torchvision: str
+    torchaudio: str | None
+    python: SpecifierSet
+    variants: Mapping[str, TorchVariant] = field(hash=False)
+    pypi_default: str
+    source: str
+    verified: bool
+
+    def variant(self, cuda: str) -> TorchVariant:
+        """The variant for ``cu121`` / ``12.1``; :class:`ConfigError` when this release was never published
+        for it."""
+        name, xy = normalize_cuda(cuda)
+        found = self.variants.get(name)
+        if found is None:
+            raise ConfigError(
+                f"torch {self.version} was never published for {name} (CUDA {xy})",
+                hint=f"its CUDA variants are {', '.join(self.variants)} (PyPI default {self.pypi_default})",
+            )
+        return found
+
+    @property
+    def default_variant(self) -> TorchVariant:
+        return self.variants[self.pypi_default]
+
+
+_ARCH_RE = re.compile(r"^(\d{1,2})\.(\d)(a|f)?(\+PTX)?$")
+
+
+@functools.cache
+def torch_releases() -> tuple[TorchRelease, ...]:
+    """Every torch release in the data, oldest first."""
+    name = "torch.toml"
+    data = _load(name)
+    pattern = data.get("index_url")
+    if not isinstance(pattern, str) or "{variant}" not in pattern:
+        raise ConfigError(f"imagesmith/data/{name}: `index_url` must be a string containing {{variant}}")
+    out = []
+    for row in _rows(name, "release"):
+        version = _field(name, "release", row, "version", str)
+        try:
+            Version(version)
+            python = SpecifierSet(_field(name, "release", row, "python", str))
+        except (InvalidVersion, InvalidSpecifier) as exc:
+            raise ConfigError(f"imagesmith/data/{name}: release {version}: {exc}") from None
+        variants: dict[str, TorchVariant] = {}
+        for vrow in row.get("variant", []):
+            vname = _field(name, "release.variant", vrow, "name", str)
+            if not isinstance(vrow.get("source"), str):
+                raise ConfigError(
+                    f"imagesmith/data/{name}: release {version} variant {vname} has no `source`"
+                )
+            arch = tuple(_field(name, "release.variant", vrow, "arch_list", list))
+            for entry in arch:
+                if not isinstance(entry, str) or not _ARCH_RE.match(entry):
+                    raise ConfigError(f"imagesmith/data/{name}: {version} {vname}: bad arch {entry!r}")
+            variants[vname] = TorchVariant(
+                name=vname,
+                cuda=_field(name, "release.variant", vrow, "cuda", str),
+                arch_list=arch,
+                nccl=_field(name, "release.variant", vrow, "nccl", str),
+                cudnn=_field(name, "release.variant", vrow, "cudnn", str),
+                index_url=pattern.format(variant=vname),
+                verified=bool(vrow.get("verified", True)),
+                source=vrow["source"],
+            )
+        default = _field(name, "release", row, "pypi_default", str)
+        if default not in variants:
+            raise ConfigError(
+                f"imagesmith/data/{name}: release {version}: pypi_default {default} is not a variant"
+            )
+        torchaudio = row.get("torchaudio")
+        out.append(
+            TorchRelease(
+                version=version,
+                torchvision=_field(name, "release", row, "torchvision", str),
+                torchaudio=torchaudio if isinstance(torchaudio, str) else None,
+                python=python,
+                variants=MappingProxyType(variants),
+                pypi_default=default,
+                source=row["source"],
+                verified=bool(row.get("verified", True)),
+            )
+        )
+    return tuple(sorted(out, key=lambda r: Version(r.version)))
+
+
+def _nearest_version(value: str, known: Sequence[str]) -> str | None:
+    try:
+        wanted = Version(value)
+    except InvalidVersion:
+        return nearest(value, known)
+    same_minor = [k for k in known if Version(k).release[:2] == wanted.release[:2]]
+    pool = same_minor or list(known)
+
+    def distance(k: str) -> tuple[int, ...]:
+        a = [*Version(k).release, 0, 0, 0][:3]
+        b = [*wanted.release, 0, 0, 0][:3]
+        return tuple(abs(x - y) for x, y in zip(a, b, strict=True))
+
+    return min(pool, key=distance)
+
+
+def torch_release(version: str) -> TorchRelease:
+    """The release ``2.1.2``; :class:`ConfigError` naming the nearest known version when unknown.
+
+    A local suffix (``2.1.2+cu121``) is accepted and ignored.
+    """
+    raw = version.strip().split("+", 1)[0] if isinstance(version, str) else ""
+    releases = torch_releases()
+    for rel in releases:
+        if rel.version == raw:
+            return rel
+    known = [r.version for r in releases]
+    guess = _nearest_version(raw, known) if raw else None
+    raise ConfigError(
+        f"torch {version!r} is not in imagesmith's data (imagesmith/data/torch.toml)"
+        + (f"; did you mean {guess}?" if guess else ""),
+        hint=f"known releases: {known[0]} … {known[-1]}; give an exact patch version such as {known[-1]}",
+    )
+
+
+def torch_variant(torch: str, cuda: str) -> TorchVariant:
+    """Shortcut for ``torch_release(torch).variant(cuda)`` (raises when never published)."""
+    return torch_release(torch).variant(cuda)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# GPUs
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    """A GPU model. ``cc`` is the compute capability (``"8.0"``); ``memory_gib`` = nvidia-smi MiB / 1024."""
+
+    key: str
+    name: str
+    cc: str
+    memory_gib: float
+    tdp_w: int | None
+    smi_names: tuple[str, ...]
+    source: str
+    memory_mib: int = 0
+    form_factor: str = ""
+    segment: Literal["datacenter", "workstation", "consumer"] = "datacenter"
+    family: str = ""
+    min_driver: DriverVersion | None = None
+    verified: bool = True
+
+    @property
+    def sm(self) -> str:
+        """``sm_80`` for cc 8.0."""
+        return "sm_" + self.cc.replace(".", "")
+
+
+@functools.cache
+def gpus() -> tuple[Gpu, ...]:
+    """Every GPU model in the data, in file order."""
+    name = "gpus.toml"
+    out = []
+    seen: set[str] = set()
+    for row in _rows(name, "gpu"):
+        key = _field(name, "gpu", row, "key", str)
+        if key in seen:
+            raise ConfigError(f"imagesmith/data/{name}: duplicate gpu key {key}")
+        seen.add(key)
+        cc = _field(name, "gpu", row, "cc", str)
+        if not re.match(r"^\d{1,2}\.\d$", cc):
+            raise ConfigError(f"imagesmith/data/{name}: gpu {key}: cc {cc!r} is not M.m")
+        mib = int(_field(name, "gpu", row, "memory_mib", int))
+        segment = row.get("segment", "datacenter")
+        if segment not in ("datacenter", "workstation", "consumer"):
+            raise ConfigError(f"imagesmith/data/{name}: gpu {key}: unknown segment {segment!r}")
+        md = row.get("min_driver")
+        out.append(
+            Gpu(
+                key=key,
+                name=_field(name, "gpu", row, "name", str),
+                cc=cc,
+                memory_gib=round(mib / 1024, 1),
+                tdp_w=row.get("tdp_w") if isinstance(row.get("tdp_w"), int) else None,
+                smi_names=tuple(_field(name, "gpu", row, "smi_names", list)),
+                source=row["source"],
+                memory_mib=mib,
+                form_factor=str(row.get("form_factor", "")),
+                segment=segment,
+                family=str(row.get("family", key)),
+                min_driver=parse_driver(md) if isinstance(md, str) else None,
+                verified=bool(row.get("verified", True)),
+            )
+        )
+    return tuple(out)
+
+
+@functools.cache
+def _families() -> Mapping[str, str]:
+    name = "gpus.toml"
+    keys = {g.key for g in gpus()}
+    out = {}
+    for row in _rows(name, "family"):
+        fam = _field(name, "family", row, "key", str)
+        default = _field(name, "family", row, "default", str)
+        if default not in keys:
+            raise ConfigError(f"imagesmith/data/{name}: family {fam}: default {default} is not a gpu key")
+        out[fam] = default
+    return MappingProxyType(out)
+
+
+def _alnum(text: str) -> str:
+    return re.sub(r"[^0-9a-z]", "", text.casefold())
+
+
+_BRAND_WORDS = re.compile(r"\b(nvidia|tesla|geforce)\b", re.IGNORECASE)
+
+
+@functools.cache
+def _name_index() -> Mapping[str, tuple[str, ...]]:
+    index: dict[str, list[str]] = {}
+
+    def add(alias: str, key: str) -> None:
+        for form in {_alnum(alias), _alnum(_BRAND_WORDS.sub(" ", alias))}:
+            if form and key not in index.setdefault(form, []):
+                index[form].append(key)
+
+    for g in gpus():
+        add(g.key, g.key)
+        add(g.name, g.key)
+        for smi in g.smi_names:
+            add(smi, g.key)
+    return MappingProxyType({k: tuple(v) for k, v in index.items()})
+
+
+def gpu_family(family: str) -> tuple[Gpu, ...]:
+    """All models of a family (``a100`` → the A100 40/80 GB PCIe/SXM4 SKUs)."""
+    members = tuple(g for g in gpus() if g.family == family.strip().casefold())
+    if not members:
+        raise ConfigError(
+            f"unknown GPU family {family!r} {_did_you_mean(family, _families())}".rstrip(),
+            hint=f"families: {', '.join(sorted(_families()))}",
+        )
+    return members
+
+
+def gpu_candidates(text: str) -> tuple[Gpu, ...]:
+    """Every model *text* may mean: a key, family key, full or truncated nvidia-smi name
+    (case-insensitive)."""
+    by_key = {g.key: g for g in gpus()}
+    raw = " ".join(text.split())
+    folded = raw.casefold()
+    if folded in by_key:
+        return (by_key[folded],)
+    if folded in _families():
+        return (by_key[_families()[folded]],)
+    if raw.endswith(("...", "…")):
+        prefix = raw.rstrip(".…").casefold()
+        if not prefix:
+            return ()
+        return tuple(g for g in gpus() if any(s.casefold().startswith(prefix) for s in g.smi_names))
+    for g in gpus():
+        if folded == g.name.casefold() or folded in (s.casefold() for s in g.smi_names):
+            return (g,)
+    keys = _name_index().get(_alnum(raw)) or _name_index().get(_alnum(_BRAND_WORDS.sub(" ", raw))) or ()
+    return tuple(by_key[k] for k in keys)
+
+
+def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
+    """Resolve a key (``h100-sxm``), family key (``a100`` → its ``default`` SKU), full or truncated
+    nvidia-smi name.
+
+    A truncated name of nvidia-smi's default table (``NVIDIA A100-SXM...``) can fit several SKUs: *memory_mib*
+    (memory.total as nvidia-smi reports it) picks the closest; without it, SKUs of one family resolve to that
+    family's default when they share a compute capability. :class:`ConfigError` naming the nearest known
+    otherwise.
+    """
+    if not isinstance(key_or_smi_name, str) or not key_or_smi_name.strip():
+        raise ConfigError("empty GPU name", hint="give a key such as h100-sxm or the name nvidia-smi prints")
+    found = gpu_candidates(key_or_smi_name)
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        if memory_mib is not None:
+            best = min(found, key=lambda g: abs(g.memory_mib - memory_mib))
+            if abs(best.memory_mib - memory_mib) <= 0.1 * best.memory_mib:
+                return best
+        families = {g.family for g in found}
+        ccs = {g.cc for g in found}
+        if len(families) == 1 and len(ccs) == 1:
+            default = _families().get(next(iter(families)))
+            chosen = [g for g in found if g.key == default]
+            if chosen:
+                return chosen[0]
+        raise ConfigError(
+            f"GPU name {key_or_smi_name!r} is ambiguous: it fits {', '.join(g.key for g in found)}",
+            hint="give the key, or the full name (nvidia-smi --query-gpu=name,memory.total --format=csv)",
+        )
+    choices = [g.key for g in gpus()] + [s for g in gpus() for s in g.smi_names] + list(_families())
+    raise ConfigError(
+        f"unknown GPU {key_or_smi_name!r} {_did_you_mean(key_or_smi_name, choices)}".rstrip(),
+        hint=f"known keys: {', '.join(g.key for g in gpus())} (add new models to imagesmith/data/gpus.toml)",
+    )
+
+
+_lookup_gpu = gpu  # verdict() has a parameter named ``gpu``
+
+
+# ------------------------------------------------------------------------------------------------------------
+# arch coverage
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchCoverage:
+    """How a wheel's compiled architectures cover a GPU. ``kernel``: the arch used (``sm_86``,
+    ``compute_120``)."""
+
+    kind: Literal["native", "binary-compatible", "ptx", "none"]
+    detail: str
+    kernel: str | None = None
+
+
+def _parse_arch(entry: str) -> tuple[int, int, bool, bool]:
+    match = _ARCH_RE.match(entry.strip())
+    if match is None:
+        raise ConfigError(
+            f"{entry!r} is not a TORCH_CUDA_ARCH_LIST entry",
+            hint="entries look like 8.0, 8.6 or 12.0+PTX",
+        )
+    major, minor, specific, ptx = match.groups()
+    return int(major), int(minor), bool(specific), bool(ptx)
+
+
+def _parse_cc(cc: str) -> tuple[int, int]:
+    match = re.match(r"^\s*(?:sm_)?(\d{1,2})\.?(\d)\s*$", cc)
+    if match is None:
+        raise ConfigError(f"{cc!r} is not a compute capability", hint="write it as M.m, e.g. 8.0 or 12.0")
+    return int(match.group(1)), int(match.group(2))
+
+
+def torch_arch_names(arch_list: Sequence[str]) -> list[str]:
+    """What ``torch.cuda.get_arch_list()`` lists for a TORCH_CUDA_ARCH_LIST: ``sm_XY`` each, ``compute_XY``
+    for PTX."""
+    sms, ptx = [], []
+    for entry in arch_list:
+        major, minor, specific, has_ptx = _parse_arch(entry)
+        sms.append(f"sm_{major}{minor}{'a' if specific else ''}")
+        if has_ptx:
+            ptx.append(f"compute_{major}{minor}")
+    return sms + ptx
+
+
+def arch_coverage(arch_list: Sequence[str], cc: str) -> ArchCoverage:
+    """Coverage of a GPU of compute capability *cc* (``"8.9"``) by a wheel built for *arch_list*.
+
+    SASS for the same M.m → native; SASS for M.n, n < m → binary-compatible (the newest such is used);
+    PTX for any ≤ M.m → ptx (JIT-compiled by the driver at first start, needs a driver ≥ the wheel's toolkit);
+    else none, with torch's own wording. Arch-specific targets (``9.0a``) count only for exactly that GPU.
+    """
+    major, minor = _parse_cc(cc)
+    sm = f"sm_{major}{minor}"
+    parsed = [_parse_arch(e) for e in arch_list]
+    if any(m == major and n == minor for m, n, _, _ in parsed):
+        return ArchCoverage(kind="native", detail=f"the wheel carries native SASS for {sm}", kernel=sm)
+    lower = sorted({n for m, n, specific, _ in parsed if m == major and n < minor and not specific})
+    if lower:
+        used = f"sm_{major}{lower[-1]}"
+        return ArchCoverage(
+            kind="binary-compatible",
+            detail=f"no {sm} SASS in the wheel; the GPU runs its {used} SASS "
+            f"(same major {major}, lower minor: binary-compatible)",
+            kernel=used,
+        )
+    ptx = sorted((m, n) for m, n, _, has_ptx in parsed if has_ptx and (m, n) <= (major, minor))
+    if ptx:
+        used = f"compute_{ptx[-1][0]}{ptx[-1][1]}"
+        return ArchCoverage(
+            kind="ptx",
+            detail=f"no SASS usable on {sm}; the driver JIT-compiles the wheel's {used} PTX: "
+            "slow first start "
+            "(minutes; cached in ~/.nv/ComputeCache, raise CUDA_CACHE_MAXSIZE to keep it) and the "
+            "driver must be at "
+            "least as new as the wheel's CUDA toolkit",
+            kernel=used,
+        )
+    names = " ".join(torch_arch_names(arch_list))
+    return ArchCoverage(
+        kind="none",
+        detail=f"{sm} is not compatible with the current PyTorch installation. "
+        f"The current PyTorch install supports CUDA capabilities {names}.",
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# verdicts
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    """Whether torch *variant* runs on *gpu* with *driver*, how (mode) and why (reasons, in words a user acts
+    on)."""
+
+    compatible: bool
+    mode: Literal["full", "minor-version", "none"]
+    reasons: tuple[str, ...]
+    arch: ArchCoverage | None
+    min_driver: MinDriver | None
+    driver: str = ""
+    gpu: str = ""
+    torch: str = ""
+    cuda: str = ""
+    variant: str = ""
+
+
+def _first_covering(cc: str) -> str | None:
+    for rel in torch_releases():
+        for var in rel.variants.values():
+            if arch_coverage(var.arch_list, cc).kind in ("native", "binary-compatible"):
+                return f"{rel.version}+{var.name}"
+    return None
+
+
+def _forward_compat_note(g: Gpu, xy: str, full: DriverVersion) -> str:
+    package = "cuda-compat-" + xy.replace(".", "-")
+    if g.segment == "datacenter":
+        return (
+            f"{g.name} is a data-center GPU: NVIDIA's forward-compatibility package {package} inside "
+            "the image can "
+            f"run CUDA {xy} on an older driver branch (only the branches NVIDIA supports for it; see "
+            "docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html) — or upgrade the "
+            "driver to "
+            f"≥ {full}"
+        )
+    if g.segment == "workstation":
+        return (
+            f"forward compatibility ({package}) covers only NVIDIA's 'NGC Server Ready' RTX SKUs; for "
+            f"{g.name} "
+            f"upgrade the driver to ≥ {full}"
+        )
+    return (
+        f"forward compatibility ({package}) is not available for consumer GPUs such as {g.name}: "
+        f"upgrade the driver to ≥ {full}"
+    )
+
+
+def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[str]:
+    out = []
+    for var in rel.variants.values():
+        try:
+            need = min_driver(var.cuda)
+        except ConfigError:
+            continue
+        cov = arch_coverage(var.arch_list, g.cc).kind
+        if cov == "none":
+            continue
+        if drv >= need.full or (drv >= need.minor_version and cov != "ptx"):
+            out.append(var.name)
+    return out
+
+
+def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) -> Verdict:
+    """Can torch *torch* built for *cuda* (``12.1`` or ``cu121``) run on *gpu* with *driver*?
+
+    ``full``: the driver is at least the toolkit driver of the variant's CUDA and the wheel has a kernel for
+    the GPU.
+    ``minor-version``: the driver is only at the major's minor-version floor — it runs, with the limits
+    listed in
+    ``reasons``; a wheel whose only kernel for the GPU is PTX then cannot run. ``none``: it does not run;
+    ``reasons``
+    says why and what to change. Unknown torch versions, GPUs, junk drivers or CUDA strings raise ConfigError.
+    """
+    drv = _as_driver(driver)
+    g = gpu if isinstance(gpu, Gpu) else _lookup_gpu(gpu)
+    rel = torch_release(torch)
+    vname, xy = normalize_cuda(cuda)
+    base = {"driver": str(drv), "gpu": g.key, "torch": rel.version, "cuda": xy, "variant": vname}
+    max_cuda = _max_cuda(drv)
+    supports = f"driver {drv} supports CUDA ≤ {max_cuda}" if max_cuda else f"driver {drv} predates CUDA 11.0"
+
+    var = rel.variants.get(vname)
+    if var is None:
+        others = [r.version for r in torch_releases() if vname in r.variants]
+        where = (
+            f"{vname} wheels exist for torch {others[0]} … {others[-1]}"
+            if others
+            else f"no torch release has {vname}"
+        )
+        try:
+            md: MinDriver | None = min_driver(xy)
+        except ConfigError:
+            md = None
+        return Verdict(
+            compatible=False,
+            mode="none",
+            reasons=(
+                f"torch {rel.version} was never published for {vname} (CUDA {xy}): its CUDA variants are "
+                f"{', '.join(rel.variants)} (PyPI default {rel.pypi_default}); {where}",
+            ),
+            arch=None,
+            min_driver=md,
+            **base,
+        )
+
+    md = min_driver(var.cuda)
+    reasons: list[str] = []
+    blocked = False
+
+    if drv >= md.full:
+        mode: Literal["full", "minor-version", "none"] = "full"
+        reasons.append(f"{supports}; {vname} needs ≥ {md.full} for full compatibility: met")
+    elif drv >= md.minor_version:
+        mode = "minor-version"
+        reasons.append(
+            f"{supports}; {vname} needs ≥ {md.full} for full, ≥ {md.minor_version} under minor-version "
+            f"compatibility: CUDA minor-version compatibility applies"
+        )
+        reasons.append(
+            "minor-version compatibility limits: the driver cannot JIT-compile PTX newer than itself "
+            "(cudaErrorUnsupportedPtxVersion — PTX-only kernels, NVRTC/JIT-built extensions), and CUDA "
+            "APIs newer "
+            "than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver to ≥ "
+            f"{md.full} for "
+            "the full feature set"
+        )
+        if g.segment == "datacenter":
+            reasons.append(_forward_compat_note(g, var.cuda, md.full))
+    else:
+        mode = "none"
+        blocked = True
+        reasons.append(
+            f"{supports}; {vname} needs ≥ {md.minor_version} under minor-version compatibility, ≥ "
+            f"{md.full} for full"
+        )
+        runnable = _runnable_variants(rel, drv, g)
+        if runnable:
+            reasons.append(
+                f"torch {rel.version} variants this driver runs on {g.name}: {', '.join(runnable)}"
+            )
+        reasons.append(_forward_compat_note(g, var.cuda, md.full))
+
+    if g.min_driver is not None and drv < g.min_driver:
+        blocked = True
+        reasons.append(
+            f"{g.name} ({g.sm}) needs driver ≥ {g.min_driver}: older drivers do not support this GPU at all"
+        )
+
+    cov = arch_coverage(var.arch_list, g.cc)
+    if cov.kind == "none":
+        blocked = True
+        first = _first_covering(g.cc)
+        hint = f"; the first torch release with kernels for {g.sm} is {first}" if first else ""
+        reasons.append(
+            f"{g.name} with CUDA capability {g.sm} is not compatible with the current PyTorch installation: "
+            f"torch {rel.version}+{vname} was built for TORCH_CUDA_ARCH_LIST={var.torch_cuda_arch_list} "
+            f"({' '.join(torch_arch_names(var.arch_list))}){hint}"
+        )
+    elif cov.kind == "ptx":
+        if mode == "minor-version":
+            blocked = True
+            reasons.append(
+                f"the wheel's only kernel for {g.sm} is PTX ({cov.kernel}), which the driver must "
+                "JIT-compile: "
+                f"not possible under minor-version compatibility; needs driver ≥ {md.full}"
+            )
+        else:
+            reasons.append(f"{g.name}: {cov.detail}")
+    else:
+        reasons.append(f"{g.name}: {cov.detail}")
+
+    if not var.verified or not rel.verified:
+        reasons.append(
+            f"note: imagesmith's data for torch {rel.version}+{vname} is partly unverified "
+            "(its `source` in imagesmith/data/torch.toml says which part)"
+        )
+
+    final: Literal["full", "minor-version", "none"] = "none" if blocked else mode
+    return Verdict(
+        compatible=final != "none",
+        mode=final,
+        reasons=tuple(reasons),
+        arch=cov,
+        min_driver=md,
+        **base,
+    )

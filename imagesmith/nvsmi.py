@@ -1,0 +1,387 @@
+"""Pure parsers for ``nvidia-smi`` output: the default table, ``--query-gpu=…
+--format=csv[,noheader][,nounits]``
+and ``-L``.
+
+No I/O: callers pass the text and a ``source`` (file name or host) that every :class:`ParseError` names.
+
+Formats handled (see tests/data/nvsmi/ for captures):
+
+* default table, header ``| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |``, the
+  R610 header ``| NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3 |``, both the narrow
+  (≤ R525, names cut to ``NVIDIA A100-SXM...``) and the wide (R530+) GPU table;
+* ``--query-gpu`` CSV with the header line (field names and units are read from it) or, with ``fields=``
+given,
+  without it; ``[N/A]`` / ``[Not Supported]`` become None;
+* ``-L``: ``GPU 0: NVIDIA H200 (UUID: GPU-…)`` with optional ``MIG …`` device lines.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from imagesmith.compat import DriverVersion
+from imagesmith.errors import ConfigError, ParseError
+
+__all__ = [
+    "SmiGpu",
+    "SmiReport",
+    "parse",
+    "parse_list",
+    "parse_query_csv",
+    "parse_table",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmiGpu:
+    """One GPU as nvidia-smi showed it. Fields a format does not show are None.
+
+    ``name`` is exactly what was printed (``truncated`` is True for ``NVIDIA A100-SXM...``); ``memory_mib``
+    is the
+    total memory; ``mig_mode`` is ``"Enabled"``/``"Disabled"`` where shown; ``mig_devices`` are the MIG
+    profiles
+    ``-L`` lists under the GPU.
+    """
+
+    index: int
+    name: str
+    truncated: bool = False
+    memory_mib: int | None = None
+    bus_id: str | None = None
+    mig_mode: str | None = None
+    uuid: str | None = None
+    compute_cap: str | None = None
+    mig_devices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SmiReport:
+    """What one nvidia-smi output says: driver, the "CUDA Version" of its header (None where not shown) and
+    GPUs."""
+
+    source: str
+    format: Literal["table", "csv", "list"]
+    driver: DriverVersion | None
+    cuda_version: str | None
+    gpus: tuple[SmiGpu, ...]
+
+
+_DRIVER_FAIL = re.compile(r"NVIDIA-SMI has failed because (.*)", re.IGNORECASE)
+_NO_DEVICES = re.compile(r"^\s*No devices were found\s*$", re.MULTILINE)
+
+_HEADER = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>\S+)\s+(?:Driver|KMD)\s+Version:\s*(?P<driver>\S+)\s+"
+    r"CUDA(?:\s+UMD)?\s+Version:\s*(?P<cuda>\S+)"
+)
+_ROW1 = re.compile(
+    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persist>On|Off|N/A)\s*\|\s*"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?P<disp>On|Off|N/A)\s*\|"
+)
+_MEM = re.compile(r"(?P<used>\d+)\s*MiB\s*/\s*(?P<total>\d+)\s*MiB")
+_CUDA_XY = re.compile(r"^\d{1,2}\.\d{1,2}$")
+
+
+def _fail(source: str, what: str, expected: str) -> ParseError:
+    return ParseError(f"{source}: {what}", hint=f"expected {expected}")
+
+
+def _check_failures(text: str, source: str) -> None:
+    failed = _DRIVER_FAIL.search(text)
+    if failed:
+        raise ParseError(
+            f"{source}: nvidia-smi could not talk to the driver: {failed.group(0).strip()}",
+            hint="this host has no working NVIDIA driver: install or load it "
+            "(nvidia-smi must work on the host)",
+        )
+    if _NO_DEVICES.search(text):
+        raise ParseError(
+            f"{source}: nvidia-smi found no GPUs ('No devices were found')",
+            hint="check that the GPUs are visible to this host or container "
+            "(--gpus / NVIDIA_VISIBLE_DEVICES)",
+        )
+
+
+def _driver(value: str, source: str) -> DriverVersion:
+    try:
+        return DriverVersion.parse(value)
+    except ConfigError:
+        raise ParseError(
+            f"{source}: {value!r} is not a driver version",
+            hint="expected a driver version such as 535.104.05",
+        ) from None
+
+
+def _cuda(value: str, source: str) -> str | None:
+    if value.upper() == "N/A":
+        return None
+    if not _CUDA_XY.match(value):
+        raise _fail(
+            source, f"{value!r} is not a CUDA version", "'CUDA Version: X.Y' in the nvidia-smi header"
+        )
+    return value
+
+
+def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
+    """Parse the default ``nvidia-smi`` output (header + GPU table)."""
+    _check_failures(text, source)
+    header = _HEADER.search(text)
+    if header is None:
+        raise _fail(
+            source,
+            "not nvidia-smi default output: no header line",
+            "a line like '| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |' "
+            "(R610+: '| NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3 |')",
+        )
+    driver = _driver(header.group("driver"), source)
+    cuda = _cuda(header.group("cuda"), source)
+
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|====")), None)
+    if start is None:
+        raise _fail(source, "no GPU table after the header", "the '|=====…' line that opens the GPU table")
+    records: list[list[str]] = []
+    current: list[str] = []
+    for line in lines[start + 1 :]:
+        if line.startswith("|"):
+            current.append(line)
+        elif line.startswith("+"):
+            if current:
+                records.append(current)
+                current = []
+        else:
+            break
+    if current:
+        records.append(current)
+
+    gpus: list[SmiGpu] = []
+    for record in records:
+        row = _ROW1.match(record[0])
+        if row is None:
+            raise _fail(
+                source,
+                f"cannot read GPU row {record[0].strip()!r}",
+                "'|   0  NVIDIA H100 80GB HBM3   On  |   00000000:18:00.0 Off |   0 |'",
+            )
+        memory = _MEM.search(record[1]) if len(record) > 1 else None
+        if memory is None:
+            raise _fail(
+                source,
+                f"GPU {row.group('index')}: no memory usage in "
+                f"{record[1].strip() if len(record) > 1 else '(missing)'!r}",
+                "'… |   4MiB /  81559MiB | …' on the line under the GPU row",
+            )
+        mig = None
+        if len(record) > 2:
+            last = record[2].rstrip().rstrip("|").split("|")[-1].strip()
+            if last in ("Enabled", "Disabled"):
+                mig = last
+        name = row.group("name").strip()
+        gpus.append(
+            SmiGpu(
+                index=int(row.group("index")),
+                name=name,
+                truncated=name.endswith("..."),
+                memory_mib=int(memory.group("total")),
+                bus_id=row.group("bus"),
+                mig_mode=mig,
+            )
+        )
+    if not gpus:
+        raise _fail(source, "the GPU table is empty", "at least one GPU row under the '|=====…' line")
+    return SmiReport(source=source, format="table", driver=driver, cuda_version=cuda, gpus=tuple(gpus))
+
+
+_FIELD_ALIASES = {
+    "gpu_name": "name",
+    "gpu_bus_id": "pci.bus_id",
+    "pci.bus_id": "pci.bus_id",
+    "memory.total": "memory.total",
+    "driver_version": "driver_version",
+    "compute_cap": "compute_cap",
+    "mig.mode.current": "mig.mode.current",
+    "index": "index",
+    "name": "name",
+    "uuid": "uuid",
+    "gpu_uuid": "uuid",
+}
+_MISSING = {"[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", ""}
+
+
+def _field_name(header: str) -> str:
+    bare = re.sub(r"\s*\[[^\]]*\]\s*$", "", header.strip())
+    return _FIELD_ALIASES.get(bare, bare)
+
+
+def parse_query_csv(
+    text: str, source: str = "<nvidia-smi>", fields: Sequence[str] | None = None
+) -> SmiReport:
+    """Parse ``nvidia-smi --query-gpu=… --format=csv[,noheader][,nounits]``.
+
+    With a header line the fields are read from it; for ``noheader`` output pass the ``--query-gpu`` field
+    list as
+    *fields*. ``name`` and ``index`` (or a row order) are required; driver comes from ``driver_version`` when
+    queried.
+    """
+    _check_failures(text, source)
+    rows = [
+        r for r in csv.reader(io.StringIO(text.strip()), skipinitialspace=True) if any(c.strip() for c in r)
+    ]
+    if not rows:
+        raise _fail(source, "empty output", "nvidia-smi --query-gpu=index,name,... --format=csv output")
+    if fields is None:
+        names = [_field_name(h) for h in rows[0]]
+        if "name" not in names:
+            raise _fail(
+                source,
+                f"not a --query-gpu CSV with a header: first line {','.join(rows[0])!r}",
+                "a header like 'index, name, memory.total [MiB], driver_version' (or pass the field list for "
+                "--format=csv,noheader output)",
+            )
+        body = rows[1:]
+    else:
+        names = [_field_name(f) for f in fields]
+        body = rows
+        if "name" not in names:
+            raise _fail(source, "the field list has no 'name'", "--query-gpu fields that include name")
+    if not body:
+        raise _fail(source, "no GPU rows under the header", "one CSV line per GPU")
+
+    drivers: set[str] = set()
+    gpus: list[SmiGpu] = []
+    for lineno, raw in enumerate(body, start=2 if fields is None else 1):
+        if len(raw) != len(names):
+            raise _fail(
+                source,
+                f"line {lineno}: {len(raw)} values for {len(names)} fields ({', '.join(names)})",
+                "one value per --query-gpu field, comma-separated",
+            )
+        values = {k: (None if v.strip() in _MISSING else v.strip()) for k, v in zip(names, raw, strict=True)}
+        name = values.get("name")
+        if not name:
+            raise _fail(source, f"line {lineno}: no GPU name", "a GPU name such as 'NVIDIA H100 80GB HBM3'")
+        index_text = values.get("index")
+        if index_text is not None and not index_text.isdigit():
+            raise _fail(source, f"line {lineno}: index {index_text!r} is not a number", "0, 1, 2, …")
+        memory = values.get("memory.total")
+        memory_mib = None
+        if memory is not None:
+            m = re.fullmatch(r"(\d+)(?:\s*MiB)?", memory)
+            if m is None:
+                raise _fail(
+                    source, f"line {lineno}: memory.total {memory!r}", "'81920 MiB' or (nounits) '81920'"
+                )
+            memory_mib = int(m.group(1))
+        cap = values.get("compute_cap")
+        if cap is not None and not re.fullmatch(r"\d{1,2}\.\d", cap):
+            raise _fail(source, f"line {lineno}: compute_cap {cap!r}", "a compute capability such as 9.0")
+        if values.get("driver_version"):
+            drivers.add(str(values["driver_version"]))
+        gpus.append(
+            SmiGpu(
+                index=int(index_text) if index_text is not None else len(gpus),
+                name=name,
+                memory_mib=memory_mib,
+                bus_id=values.get("pci.bus_id"),
+                mig_mode=values.get("mig.mode.current"),
+                uuid=values.get("uuid"),
+                compute_cap=cap,
+            )
+        )
+    if len(drivers) > 1:
+        raise _fail(
+            source, f"rows disagree on the driver version: {', '.join(sorted(drivers))}", "one host's output"
+        )
+    driver = _driver(drivers.pop(), source) if drivers else None
+    return SmiReport(source=source, format="csv", driver=driver, cuda_version=None, gpus=tuple(gpus))
+
+
+_LIST_GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$")
+_LIST_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+\d+: \(UUID: (?P<uuid>MIG-\S+)\)\s*$")
+
+
+def parse_list(text: str, source: str = "<nvidia-smi>") -> SmiReport:
+    """Parse ``nvidia-smi -L``. It shows no driver or CUDA version (both None)."""
+    _check_failures(text, source)
+    gpus: list[SmiGpu] = []
+    migs: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        gpu_line = _LIST_GPU.match(line)
+        if gpu_line:
+            if gpus and migs:
+                gpus[-1] = _with_migs(gpus[-1], migs)
+            migs = []
+            gpus.append(
+                SmiGpu(
+                    index=int(gpu_line.group("index")),
+                    name=gpu_line.group("name"),
+                    uuid=gpu_line.group("uuid"),
+                )
+            )
+            continue
+        mig_line = _LIST_MIG.match(line)
+        if mig_line and gpus:
+            migs.append(mig_line.group("profile"))
+            continue
+        raise _fail(
+            source,
+            f"line {lineno}: cannot read {line.strip()!r}",
+            "nvidia-smi -L lines like 'GPU 0: NVIDIA H200 (UUID: GPU-…)'",
+        )
+    if gpus and migs:
+        gpus[-1] = _with_migs(gpus[-1], migs)
+    if not gpus:
+        raise _fail(source, "no GPU lines", "nvidia-smi -L lines like 'GPU 0: NVIDIA H200 (UUID: GPU-…)'")
+    return SmiReport(source=source, format="list", driver=None, cuda_version=None, gpus=tuple(gpus))
+
+
+def _with_migs(g: SmiGpu, migs: list[str]) -> SmiGpu:
+    return SmiGpu(
+        index=g.index,
+        name=g.name,
+        truncated=g.truncated,
+        memory_mib=g.memory_mib,
+        bus_id=g.bus_id,
+        mig_mode="Enabled",
+        uuid=g.uuid,
+        compute_cap=g.compute_cap,
+        mig_devices=tuple(migs),
+    )
+
+
+def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
+    """Detect the format (default table, ``--query-gpu`` CSV with header, ``-L``) and parse it."""
+    if not isinstance(text, str) or not text.strip():
+        raise _fail(
+            source,
+            "empty",
+            "the output of nvidia-smi, nvidia-smi -L or nvidia-smi --query-gpu=… --format=csv",
+        )
+    _check_failures(text, source)
+    if "NVIDIA-SMI" in text:
+        return parse_table(text, source)
+    first = text.strip().splitlines()[0]
+    if _LIST_GPU.match(first):
+        return parse_list(text, source)
+    if "," in first and "name" in (_field_name(h) for h in first.split(",")):
+        return parse_query_csv(text, source)
+    if first.count(",") >= 1 and "|" not in first and "<" not in first:
+        raise _fail(
+            source,
+            "looks like --query-gpu CSV without its header line (--format=csv,noheader): the field "
+            "order is unknown",
+            "the same command with --format=csv (keep the header line), e.g. nvidia-smi "
+            "--query-gpu=index,name,memory.total,driver_version --format=csv",
+        )
+    raise _fail(
+        source,
+        "not nvidia-smi output",
+        "the default output of nvidia-smi, nvidia-smi -L, or nvidia-smi --query-gpu=index,name,memory.total,"
+        "driver_version --format=csv (with its header line)",
+    )
