@@ -1,9 +1,136 @@
-"""CLI commands of this area. Registered on the root app by imagesmith.cli."""
+"""CLI command ``validate``: run the GPU-host acceptance suite against a host, a container or an image.
+
+``imagesmith-validate`` (baked into every image) is the same command with TARGET defaulting to ``local://``.
+Exit codes: 0 when the verdict is "passed"; 7 (ValidationFailed) when it is "failed" or "not validated" (no
+GPU
+visible: a run that could not prove the GPUs is never a pass); 2 for bad flags or targets.
+"""
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
+from typing import Any
+
 import typer
+
+from imagesmith.errors import ConfigError, ValidationFailed
+from imagesmith.validate.context import SuiteOptions
+from imagesmith.validate.parsers import parse_size
+from imagesmith.validate.report import PASSED
+from imagesmith.validate.runner import load_baseline, run_suite
+from imagesmith.validate.target import parse_target
+
+
+def _default_report_dir() -> str:
+    return str(Path("reports") / time.strftime("validate-%Y%m%d-%H%M%S"))
+
+
+def validate_command(
+    target: str = typer.Argument(
+        "local://",
+        help="local://, docker://CONTAINER, ssh://user@host[:port], or an IMAGE (started with the GPUs).",
+    ),
+    expect_gpu: str | None = typer.Option(
+        None, "--expect-gpu", help='GPU model/memory/form, e.g. "A100 80GB".'
+    ),
+    expect_count: int | None = typer.Option(
+        None, "--expect-count", min=1, help="Number of GPUs that must be there."
+    ),
+    expect_nvlink: bool = typer.Option(
+        False, "--expect-nvlink", help="Fail when a GPU pair is not NVLink (NV#)."
+    ),
+    report: str | None = typer.Option(
+        None, "--report", help="Folder for the evidence bundle (default reports/validate-<time>)."
+    ),
+    shm_min: str | None = typer.Option(
+        None,
+        "--shm-min",
+        help="Least /dev/shm (e.g. 8g). Default: the image's io.imagesmith.shm-min label, else 1g.",
+    ),
+    shm_size: str | None = typer.Option(
+        None, "--shm-size", help="IMAGE only: start the container with this /dev/shm."
+    ),
+    gpus: str = typer.Option("auto", "--gpus", help="IMAGE only: auto | toolkit | devices | none."),
+    python: str = typer.Option("python3", "--python", help="The target's Python that has torch."),
+    nccl_tests: str | None = typer.Option(
+        None, "--nccl-tests", help="nccl-tests build folder or all_reduce_perf path."
+    ),
+    nccl_rounds: int = typer.Option(3, "--nccl-rounds", min=1),
+    nccl_max_bytes: str = typer.Option("1G", "--nccl-max-bytes", help="all_reduce_perf -e."),
+    nccl_timeout: int = typer.Option(
+        300, "--nccl-timeout", min=5, help="Seconds before a round counts as hung."
+    ),
+    baseline: str | None = typer.Option(
+        None, "--baseline", help="report.json of a good run: busbw floor = 0.9×."
+    ),
+    select: str | None = typer.Option(
+        None, "-k", "--select", help="pytest -k expression: run only matching checks."
+    ),
+    shm_min_source: str | None = typer.Option(None, "--shm-min-source", hidden=True),
+    label: str | None = typer.Option(None, "--label", hidden=True),
+    baseline_busbw: float | None = typer.Option(None, "--baseline-busbw", hidden=True),
+    baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
+) -> None:
+    """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
+    t = parse_target(target)
+    if t.kind != "image" and (shm_size or gpus != "auto"):
+        raise ConfigError("--shm-size and --gpus apply only when TARGET is an image")
+    if gpus not in ("auto", "toolkit", "devices", "none"):
+        raise ConfigError(f"--gpus {gpus!r}: use auto, toolkit, devices or none")
+    for flag, value in (("--nccl-max-bytes", nccl_max_bytes),):
+        parse_size(value, what=flag)
+    shm_min_bytes: int | None = parse_size(shm_min, what="--shm-min") if shm_min else None
+    env_shm = os.environ.get("IMAGESMITH_SHM_MIN_BYTES", "")
+    if shm_min_bytes is None and t.kind != "image" and env_shm.isdigit():
+        shm_min_bytes, shm_min_source = (
+            int(env_shm),
+            shm_min_source or "IMAGESMITH_SHM_MIN_BYTES (the image's need)",
+        )
+    if baseline is not None:
+        baseline_busbw, baseline_source = load_baseline(Path(baseline))
+    options = SuiteOptions(
+        target=t.spec,
+        target_label=label or t.label,
+        expect_gpu=expect_gpu,
+        expect_count=expect_count,
+        expect_nvlink=expect_nvlink,
+        shm_min_bytes=shm_min_bytes if shm_min_bytes is not None else 1024**3,
+        shm_min_source=shm_min_source or ("--shm-min" if shm_min else "imagesmith default (1 GiB)"),
+        report_dir=report or _default_report_dir(),
+        python=python,
+        nccl_tests=nccl_tests or os.environ.get("NCCL_TESTS_BIN") or None,
+        nccl_rounds=nccl_rounds,
+        nccl_max_bytes=nccl_max_bytes,
+        nccl_timeout_s=nccl_timeout,
+        baseline_busbw_gbps=baseline_busbw,
+        baseline_source=baseline_source,
+    )
+    data: dict[str, Any]
+    if t.kind == "image":
+        from imagesmith.validate.container import run_in_image
+
+        data = run_in_image(
+            t.spec,
+            options,
+            select=select,
+            shm_override=shm_size,
+            shm_min_override=shm_min_bytes,
+            gpus=gpus,
+            echo=typer.echo,
+        )
+    else:
+        data = run_suite(options, select=select)
+    where = Path(options.report_dir) / "report.md"
+    typer.echo(f"verdict: {data['verdict']} — {data['verdict_reason']} (report: {where})")
+    if data["verdict"] != PASSED:
+        raise ValidationFailed(
+            f"validation of {options.target_label} {data['verdict']}: {data['verdict_reason']}",
+            hint=f"read {where}: every failure there says what to do",
+        )
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
+    app.command("validate")(validate_command)

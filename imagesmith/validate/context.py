@@ -1,0 +1,199 @@
+"""What the suite's checks share: the target host (testinfra), the options, raw logs and the figures for the
+report.
+
+The suite runs as pytest in a child process (``python -m pytest <suite> -p imagesmith.validate.plugin``); the
+options travel as JSON in ``IMAGESMITH_VALIDATE_OPTIONS``. Every command on the target goes through
+:meth:`Context.run`, which keeps NVLink multicast off (``NCCL_NVLS_ENABLE=0`` and friends) and wraps the
+command in
+``timeout`` so that a hang becomes a failure, never a stuck suite.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: set in every command the suite runs on a target: NVLink multicast (NVLS) off in NCCL, PyTorch and NVSHMEM.
+MULTICAST_OFF_ENV = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+OPTIONS_ENV = "IMAGESMITH_VALIDATE_OPTIONS"
+PROBE_MARK = "IMAGESMITH_PROBE "
+TIMEOUT_RCS = (124, 137)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SuiteOptions:
+    """Everything a validation run needs. ``target`` is a testinfra host spec (``local://``, ``docker://ID``,
+    …).
+    """
+
+    target: str = "local://"
+    target_label: str = ""
+    expect_gpu: str | None = None
+    expect_count: int | None = None
+    expect_nvlink: bool = False
+    shm_min_bytes: int = 1024**3
+    shm_min_source: str = "imagesmith default (1 GiB)"
+    report_dir: str = "reports/validate"
+    python: str = "python3"
+    nccl_tests: str | None = None
+    nccl_rounds: int = 3
+    nccl_min_bytes: str = "8"
+    nccl_max_bytes: str = "1G"
+    nccl_iters: int = 20
+    nccl_warmup: int = 5
+    nccl_timeout_s: int = 300
+    baseline_busbw_gbps: float | None = None
+    baseline_source: str = ""
+    command_timeout_s: int = 300
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> SuiteOptions:
+        return cls(**json.loads(text))
+
+
+@dataclass
+class CheckRecord:
+    figures: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Result:
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        return self.stdout + (("\n" + self.stderr) if self.stderr else "")
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc in TIMEOUT_RCS
+
+
+def fail(what: str, fix: str) -> None:
+    """Fail the current check with what is wrong and what to do (no traceback in the report)."""
+    pytest.fail(f"{what}\nfix: {fix}", pytrace=False)
+
+
+class Context:
+    """One per suite run. Holds the testinfra host and the figures every check records."""
+
+    def __init__(self, options: SuiteOptions, host: Any) -> None:
+        self.options = options
+        self.host = host
+        self.report_dir = Path(options.report_dir)
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        self.records: dict[str, CheckRecord] = {}
+        self.facts: dict[str, Any] = {}
+        self.logs: list[str] = []
+        self._workdir: str | None = None
+
+    # ----------------------------------------------------------------------------------------------- records
+    def record(self, check: str) -> CheckRecord:
+        return self.records.setdefault(check, CheckRecord())
+
+    def save_log(self, name: str, text: str) -> Path:
+        path = self.report_dir / name
+        path.write_text(text)
+        if name not in self.logs:
+            self.logs.append(name)
+        return path
+
+    # ------------------------------------------------------------------------------------------- commands
+    def env_prefix(self, extra: dict[str, str] | None = None) -> str:
+        env = dict(MULTICAST_OFF_ENV)
+        env.update(extra or {})
+        return "env " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+
+    def run(self, command: str, *, timeout: int | None = None, env: dict[str, str] | None = None) -> Result:
+        """Run a shell command on the target with the multicast-off env, killed after *timeout* seconds."""
+        t = timeout or self.options.command_timeout_s
+        wrapped = f"{self.env_prefix(env)} timeout -k 10 {int(t)} sh -c {shlex.quote(command)}"
+        r = self.host.run(wrapped)
+        return Result(rc=r.rc, stdout=r.stdout, stderr=r.stderr)
+
+    @property
+    def workdir(self) -> str:
+        if self._workdir is None:
+            r = self.host.run("mktemp -d /tmp/imagesmith-validate.XXXXXX")
+            if r.rc != 0:
+                fail(
+                    f"cannot create a work folder on the target: {r.stderr.strip()}",
+                    "the target needs a writable /tmp",
+                )
+            self._workdir = r.stdout.strip()
+        return self._workdir
+
+    def cleanup(self) -> None:
+        if self._workdir:
+            self.host.run(f"rm -rf {shlex.quote(self._workdir)}")
+
+    def put_probe(self, name: str) -> str:
+        """Copy a probe script from the package to the target; return its path there."""
+        text = resources.files("imagesmith.validate.probes").joinpath(f"{name}.py").read_text()
+        path = f"{self.workdir}/{name}.py"
+        data = base64.b64encode(text.encode()).decode()
+        r = self.host.run(f"echo {data} | base64 -d > {shlex.quote(path)}")
+        if r.rc != 0:
+            fail(
+                f"cannot copy the {name} probe to the target: {r.stderr.strip()}",
+                "the target needs base64 and /tmp",
+            )
+        return path
+
+    def probe(
+        self, name: str, *args: str, timeout: int | None = None, env: dict[str, str] | None = None
+    ) -> tuple[Result, list[dict[str, Any]]]:
+        """Run a probe with the target's Python; return the raw result and every JSON line it printed."""
+        path = self.put_probe(name)
+        argv = " ".join(shlex.quote(a) for a in (self.options.python, path, *args))
+        r = self.run(argv, timeout=timeout, env=env)
+        return r, parse_probe_lines(r.stdout)
+
+    def probe_one(self, name: str, *args: str, timeout: int | None = None) -> dict[str, Any]:
+        r, found = self.probe(name, *args, timeout=timeout)
+        if r.timed_out:
+            fail(
+                f"the {name} probe did not finish within {timeout or self.options.command_timeout_s} s "
+                f"(hung)",
+                "run it by hand on the host to see where it stops; a hung CUDA call usually means a "
+                "broken driver",
+            )
+        if not found:
+            tail = "\n".join(r.output.strip().splitlines()[-8:])
+            fail(
+                f"the {name} probe printed no result (exit code {r.rc}) with {self.options.python}:\n{tail}",
+                f"check that `{self.options.python}` exists on the target and imports torch",
+            )
+        return found[-1]
+
+
+def parse_probe_lines(stdout: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for line in stdout.splitlines():
+        idx = line.find(PROBE_MARK)
+        if idx >= 0:
+            try:
+                value = json.loads(line[idx + len(PROBE_MARK) :])
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict):
+                found.append(value)
+    return found

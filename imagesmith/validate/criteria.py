@@ -1,0 +1,174 @@
+"""Pure pass criteria: GPU expectations, visible-device counting, bandwidth floors, power limits.
+
+Kept apart from the checks so they are unit-tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from imagesmith.validate.parsers import TopoMatrix
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gpu:
+    """One row of ``nvidia-smi --query-gpu`` (the fields the suite uses)."""
+
+    index: int
+    name: str
+    uuid: str
+    bus_id: str
+    driver: str
+    memory_mib: int | None
+    compute_cap: str | None = None
+    mig_mode: str | None = None
+    ecc_mode: str | None = None
+    ecc_uncorrected: int | None = None
+    power_limit_w: float | None = None
+    power_default_w: float | None = None
+    power_max_w: float | None = None
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[-_]", " ", s).upper()
+
+
+def gpu_mismatches(expect: str, gpu: Gpu) -> list[str]:
+    """Why *gpu* is not what ``--expect-gpu`` asked for ("A100 80GB", "H100 SXM", "RTX 4090"); empty if it is.
+
+    Tokens: ``<N>GB`` compares the memory nvidia-smi reports (±6 %: 80 GB cards report 79.6–80 GiB, H200
+    140.4 GiB
+    for 141 GB); ``PCIe`` needs PCIE in the name; ``SXM``/``SXM4``/``SXM5`` needs a name without PCIE (SXM
+    parts are
+    often named plainly, e.g. "NVIDIA H200"); any other token must appear in the name.
+    """
+    name = _norm(gpu.name)
+    problems: list[str] = []
+    for token in expect.split():
+        t = token.upper()
+        if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*GB", t):
+            want = float(m.group(1))
+            if gpu.memory_mib is None:
+                problems.append(f"memory unknown (nvidia-smi printed no memory.total), expected {token}")
+                continue
+            have = gpu.memory_mib / 1024
+            if abs(have - want) / want > 0.06:
+                problems.append(f"{have:.1f} GiB of memory, expected {token}")
+        elif t == "PCIE":
+            if "PCIE" not in name:
+                problems.append(f"not a PCIe card ({gpu.name!r})")
+        elif t.startswith("SXM"):
+            if "PCIE" in name:
+                problems.append(f"a PCIe card ({gpu.name!r}), expected {token}")
+        elif _norm(token) not in name:
+            problems.append(f"model {gpu.name!r} does not contain {token!r}")
+    return problems
+
+
+def visible_count(cuda_visible_devices: str | None, gpus: list[Gpu]) -> int:
+    """How many devices CUDA should enumerate under ``CUDA_VISIBLE_DEVICES`` (CUDA stops at the first bad
+    entry).
+    """
+    if cuda_visible_devices is None:
+        return len(gpus)
+    seen: set[int] = set()
+    for raw in cuda_visible_devices.split(","):
+        entry = raw.strip()
+        if not entry:
+            break
+        idx: int | None = None
+        if entry.isdigit():
+            idx = int(entry) if int(entry) < len(gpus) else None
+        else:
+            matches = [g.index for g in gpus if g.uuid.startswith(entry) or g.uuid.startswith("GPU-" + entry)]
+            idx = matches[0] if len(matches) == 1 else None
+        if idx is None or idx in seen:
+            break
+        seen.add(idx)
+    return len(seen)
+
+
+#: Vendor board power (W) by model keyword, for when nvidia-smi prints no power.default_limit.
+# : NVIDIA datasheets: H200 SXM 700, H100 SXM 700, H100 PCIe 350, A100 SXM 400, A100 PCIe 300, L40S 350, RTX
+# 4090 450.
+TDP_W = (
+    ("H200", "PCIE", 600.0),
+    ("H200", "", 700.0),
+    ("H100", "PCIE", 350.0),
+    ("H100", "", 700.0),
+    ("A100", "PCIE", 300.0),
+    ("A100", "", 400.0),
+    ("L40S", "", 350.0),
+    ("4090", "", 450.0),
+)
+
+
+def reference_power_w(gpu: Gpu) -> tuple[float | None, str]:
+    if gpu.power_default_w:
+        return gpu.power_default_w, "nvidia-smi power.default_limit"
+    name = _norm(gpu.name)
+    for model, form, watts in TDP_W:
+        if model in name and (not form or form in name):
+            return watts, f"datasheet TDP of {model}{' ' + form if form else ''}"
+    return None, "unknown"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Floor:
+    gbps: float
+    basis: str
+
+
+# : Conservative all-reduce bus-bandwidth floors (GB/s, large messages) per worst GPU-to-GPU path. They are
+# set far
+#: below healthy figures so that they catch the failures that matter — PCIe instead of NVLink, P2P disabled, a
+#: fallback through host memory — and not noise. A recorded baseline (``--baseline``) is the precise gate.
+# : NVLink: 5 GB/s per link in the bond (an NVLink 3/4 link carries 25 GB/s per direction; NV18 → 90, NV12 →
+# 60).
+PCIE_FLOORS = {"PIX": 8.0, "PXB": 8.0, "PHB": 5.0, "NODE": 5.0, "SYS": 3.0, "SOC": 3.0}
+NVLINK_GBPS_PER_LINK_FLOOR = 5.0
+
+
+def topology_floor(topo: TopoMatrix) -> Floor:
+    pairs = topo.gpu_pairs()
+    if not pairs:
+        return Floor(gbps=0.0, basis="one GPU: no floor")
+    nv = [TopoMatrix.nvlink_count(link) for _, _, link in pairs]
+    if all(n is not None for n in nv):
+        worst = min(n for n in nv if n is not None)
+        return Floor(
+            gbps=worst * NVLINK_GBPS_PER_LINK_FLOOR,
+            basis=f"topology: all pairs NVLink, weakest NV{worst} × {NVLINK_GBPS_PER_LINK_FLOOR:g} GB/s/link",
+        )
+    worst_link = max(
+        (link for _, _, link in pairs if link in PCIE_FLOORS), key=lambda k: -PCIE_FLOORS[k], default="SYS"
+    )
+    return Floor(gbps=PCIE_FLOORS[worst_link], basis=f"topology: weakest path {worst_link} (PCIe)")
+
+
+def spread(values: list[float]) -> float:
+    """(max − min) / max, 0 for fewer than two values."""
+    if len(values) < 2 or max(values) <= 0:
+        return 0.0
+    return (max(values) - min(values)) / max(values)
+
+
+def explain_cuda_init_error(
+    error: str, *, driver: str | None, driver_cuda: str | None, torch_cuda: str | None
+) -> str:
+    """Turn a raw CUDA initialisation error into the driver/runtime explanation users can act on."""
+    low = error.lower()
+    if "too old" in low or "insufficient" in low or "driver version" in low:
+        return (
+            f"the NVIDIA driver {driver or '?'} supports CUDA up to {driver_cuda or '?'} (nvidia-smi "
+            f"'CUDA Version'), "
+            f"but this torch was built for CUDA {torch_cuda or '?'}: a driver older than the CUDA runtime "
+            f"cannot "
+            f"run its kernels ({error.strip()})"
+        )
+    if "no cuda-capable device" in low or "no cuda gpus are available" in low:
+        return f"CUDA sees no device although nvidia-smi does: device nodes missing ({error.strip()})"
+    if "no kernel image" in low:
+        return f"this torch has no kernels for this GPU's architecture ({error.strip()})"
+    return error.strip()

@@ -1,0 +1,87 @@
+"""pytest plugin that runs the suite for imagesmith: builds the Context, records every check, writes the
+bundle.
+
+Loaded with ``-p imagesmith.validate.plugin`` in the child pytest that :mod:`imagesmith.validate.runner`
+starts.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import pytest
+
+from imagesmith.validate.context import OPTIONS_ENV, Context, SuiteOptions
+from imagesmith.validate.report import CheckOutcome, write_bundle
+
+
+class ValidatePlugin:
+    def __init__(self, options: SuiteOptions) -> None:
+        import testinfra
+
+        self.options = options
+        self.context = Context(options, testinfra.get_host(options.target))
+        self.outcomes: dict[str, CheckOutcome] = {}
+        self.started = time.time()
+        self.all_checks: list[str] = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        # before -k deselects: a run that leaves checks out is never a full "passed"
+        self.all_checks = [item.name for item in items]
+
+    def _outcome(self, report: pytest.TestReport) -> CheckOutcome:
+        name = report.nodeid.split("::")[-1]
+        module = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        return self.outcomes.setdefault(name, CheckOutcome(name=name, module=module))
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        out = self._outcome(report)
+        out.duration_s += report.duration
+        if report.skipped and out.status in ("", "passed"):
+            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            out.status = "skipped"
+            out.message = reason.removeprefix("Skipped: ")
+        elif report.failed:
+            out.status = "failed"
+            text = report.longreprtext.strip()
+            if "\nfix: " in text:
+                what, fix = text.rsplit("\nfix: ", 1)
+                out.message, out.fix = what.strip(), fix.strip()
+            else:
+                out.message = text[-1500:]
+                out.fix = "this is a failure of the check itself: report it with the log above"
+        elif report.passed and report.when == "call" and out.status == "":
+            out.status = "passed"
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        for name, rec in self.context.records.items():
+            if name in self.outcomes:
+                self.outcomes[name].figures = rec.figures
+                self.outcomes[name].warnings = list(rec.warnings)
+        collection_error = exitstatus in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR) or (
+            session.testsfailed and not self.outcomes
+        )
+        facts: dict[str, Any] = dict(self.context.facts)
+        self.context.cleanup()
+        write_bundle(
+            self.options,
+            list(self.outcomes.values()),
+            facts=facts,
+            logs=self.context.logs,
+            all_checks=self.all_checks,
+            started=self.started,
+            finished=time.time(),
+            suite_error="pytest could not run the suite (see its output)" if collection_error else None,
+        )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    raw = os.environ.get(OPTIONS_ENV)
+    if raw is None:
+        raise pytest.UsageError(f"{OPTIONS_ENV} is not set: run the suite through imagesmith validate")
+    config.pluginmanager.register(ValidatePlugin(SuiteOptions.from_json(raw)), "imagesmith-validate")

@@ -1,0 +1,228 @@
+"""The evidence bundle: report.json (every check, status, figures), report.md (verdict first), busbw plot.
+
+junit.xml is written by pytest itself (``--junitxml``); raw logs are written by the checks as they run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagesmith.validate.context import SuiteOptions
+from imagesmith.validate.parsers import TopoMatrix, format_bytes
+
+PASSED, FAILED, NOT_VALIDATED = "passed", "failed", "not validated"
+NO_GPU = "no GPU visible"
+
+
+@dataclass
+class CheckOutcome:
+    name: str
+    module: str
+    status: str = ""
+    message: str = ""
+    fix: str = ""
+    duration_s: float = 0.0
+    figures: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def verdict_of(
+    checks: list[CheckOutcome], suite_error: str | None = None, all_checks: list[str] | None = None
+) -> tuple[str, str]:
+    """(verdict, why). Any failure → failed; GPU checks skipped for lack of a GPU, checks left out (``-k``) or
+    no check run → not validated. Only a full run without failures is "passed"."""
+    if suite_error:
+        return FAILED, suite_error
+    failed = [c.name for c in checks if c.status in ("failed", "")]
+    if failed:
+        return FAILED, f"{len(failed)} check(s) failed: {', '.join(failed)}"
+    no_gpu = [c.name for c in checks if c.status == "skipped" and c.message.startswith(NO_GPU)]
+    if no_gpu or not checks:
+        reason = next((c.message for c in checks if c.message.startswith(NO_GPU)), "no check ran")
+        return NOT_VALIDATED, f"{len(no_gpu)} GPU check(s) skipped: {reason}"
+    if not any(c.status == "passed" for c in checks):
+        return NOT_VALIDATED, "no check passed"
+    left_out = [n for n in (all_checks or []) if n not in {c.name for c in checks}]
+    if left_out:
+        return (
+            NOT_VALIDATED,
+            f"only {len(checks)} of {len(all_checks or [])} checks ran (left out: {', '.join(left_out)})",
+        )
+    return PASSED, f"{sum(c.status == 'passed' for c in checks)} check(s) passed"
+
+
+def _by_name(checks: list[CheckOutcome], name: str) -> CheckOutcome | None:
+    return next((c for c in checks if c.name == name), None)
+
+
+def write_bundle(
+    options: SuiteOptions,
+    checks: list[CheckOutcome],
+    *,
+    facts: dict[str, Any],
+    logs: list[str],
+    all_checks: list[str] | None = None,
+    started: float,
+    finished: float,
+    suite_error: str | None = None,
+) -> dict[str, Any]:
+    out = Path(options.report_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    verdict, why = verdict_of(checks, suite_error, all_checks)
+    nccl = _by_name(checks, "test_nccl_allreduce")
+    plot_note = write_plot(nccl.figures.get("rounds", []) if nccl else [], out / "busbw.png")
+    topo = facts.get("topology")
+    report: dict[str, Any] = {
+        "schema": 1,
+        "verdict": verdict,
+        "verdict_reason": why,
+        "target": options.target_label or options.target,
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "duration_s": round(finished - started, 1),
+        "options": asdict(options),
+        "checks": [asdict(c) for c in checks],
+        "warnings": [w for c in checks for w in c.warnings],
+        "topology_matrix": (
+            {f"{a}-{b}": link for (a, b), link in topo.links.items()}
+            if isinstance(topo, TopoMatrix)
+            else None
+        ),
+        "plot": plot_note,
+        "logs": sorted(logs),
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
+    (out / "report.md").write_text(
+        render_markdown(report, checks, topo if isinstance(topo, TopoMatrix) else None)
+    )
+    return report
+
+
+def write_plot(rounds: list[dict[str, Any]], path: Path) -> str:
+    """busbw against message size, one line per round. matplotlib is optional (extra ``plot``)."""
+    if not rounds:
+        return "skipped: no nccl-tests rounds ran"
+    try:
+        matplotlib = importlib.import_module("matplotlib")
+        matplotlib.use("Agg")
+        plt = importlib.import_module("matplotlib.pyplot")
+    except ImportError:
+        return "skipped: matplotlib is not installed (pip install 'imagesmith[plot]')"
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    for r in rounds:
+        sizes = [int(s) for s in r["busbw"]]
+        ax.plot(
+            sizes, [r["busbw"][str(s)] for s in sizes], marker="o", markersize=3, label=f"round {r['round']}"
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("bus bandwidth (GB/s)")
+    ax.set_title("nccl-tests all_reduce_perf busbw")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path.name
+
+
+def _status_icon(status: str) -> str:
+    return {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}.get(status, status.upper() or "ERROR")
+
+
+def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: TopoMatrix | None) -> str:
+    L: list[str] = []
+    L.append(f"# Validation: {report['verdict'].upper()}")
+    L.append("")
+    L.append(f"**Verdict: {report['verdict']}** — {report['verdict_reason']}.")
+    L.append("")
+    L.append(f"- target: `{report['target']}`")
+    L.append(f"- started: {report['started']}, suite wall time {report['duration_s']} s")
+    rec = _by_name(checks, "test_record_stack")
+    if rec and rec.figures:
+        f = rec.figures
+        L.append(
+            f"- stack: driver {f.get('driver')} (CUDA {f.get('driver_cuda')}), kernel {f.get('kernel')}, "
+            f"Python {f.get('python')}, torch {f.get('torch')} (CUDA {f.get('torch_cuda')}, runtime "
+            f"{f.get('cuda_runtime')}), cuDNN {f.get('cudnn')}, NCCL {f.get('nccl')}"
+        )
+    if report["warnings"]:
+        L.append("")
+        L.append("Warnings:")
+        L.extend(f"- {w}" for w in report["warnings"])
+    failed = [c for c in checks if c.status not in ("passed", "skipped")]
+    if failed:
+        L.append("")
+        L.append("## Failures and fixes")
+        for c in failed:
+            L.append("")
+            L.append(f"### {c.name}")
+            L.append("")
+            L.append("```")
+            L.append(c.message)
+            L.append("```")
+            L.append(f"**Fix:** {c.fix}")
+    inv = _by_name(checks, "test_gpu_inventory")
+    if inv and inv.figures.get("gpus"):
+        L.append("")
+        L.append("## GPUs")
+        L.append("")
+        L.append("| index | name | memory | compute cap | bus id |")
+        L.append("|---|---|---|---|---|")
+        for g in inv.figures["gpus"]:
+            mem = f"{g['memory_mib']} MiB" if g.get("memory_mib") else "?"
+            L.append(f"| {g['index']} | {g['name']} | {mem} | {g.get('compute_cap')} | {g['bus_id']} |")
+    if topo is not None:
+        L.append("")
+        L.append("## Topology (`nvidia-smi topo -m`)")
+        L.append("")
+        L.append("| | " + " | ".join(topo.devices) + " | CPU affinity | NUMA affinity |")
+        L.append("|---" * (len(topo.devices) + 3) + "|")
+        for a in topo.devices:
+            cells = [topo.links[(a, b)] for b in topo.devices]
+            L.append(
+                f"| {a} | "
+                + " | ".join(cells)
+                + f" | {topo.cpu_affinity.get(a, '')} | {topo.numa_affinity.get(a, '')} |"
+            )
+    nccl = _by_name(checks, "test_nccl_allreduce")
+    rounds = nccl.figures.get("rounds", []) if nccl else []
+    if rounds:
+        f = nccl.figures if nccl else {}
+        L.append("")
+        L.append("## NCCL all_reduce bus bandwidth (GB/s)")
+        L.append("")
+        L.append(f"Command: `{f.get('command')}`")
+        L.append("")
+        L.append(
+            f"Floor {f.get('floor_gbps'):g} GB/s ({f.get('floor_basis')}); mean busbw at the largest size "
+            f"{f.get('max_size_busbw_mean', 0):.2f} GB/s; spread between rounds {f.get('spread', 0):.1%}."
+        )
+        L.append("")
+        L.append("| size | " + " | ".join(f"round {r['round']}" for r in rounds) + " |")
+        L.append("|---" * (len(rounds) + 1) + "|")
+        for s in rounds[0]["busbw"]:
+            L.append(
+                f"| {format_bytes(int(s))} | "
+                + " | ".join(f"{r['busbw'].get(s, float('nan')):.2f}" for r in rounds)
+                + " |"
+            )
+    L.append("")
+    plot = report.get("plot", "")
+    L.append(f"Plot: ![busbw]({plot})" if plot.endswith(".png") else f"Plot: {plot}")
+    L.append("")
+    L.append("## Checks")
+    L.append("")
+    L.append("| check | status | time (s) | note |")
+    L.append("|---|---|---|---|")
+    for c in checks:
+        note = c.message.splitlines()[0][:160] if c.message else ""
+        L.append(f"| {c.name} | {_status_icon(c.status)} | {c.duration_s:.1f} | {note.replace('|', '/')} |")
+    L.append("")
+    L.append("Raw logs: " + ", ".join(f"`{n}`" for n in report["logs"]) + ", `junit.xml`.")
+    L.append("")
+    return "\n".join(L)

@@ -1,0 +1,55 @@
+"""DDP smoke test via torchrun on all GPUs: all_reduce sum right, identical gradients on every rank, loss
+falls.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from imagesmith.validate.context import CheckRecord, Context, fail, parse_probe_lines
+from imagesmith.validate.criteria import Gpu
+
+
+def test_ddp_smoke(ctx: Context, check: CheckRecord, multi_gpus: list[Gpu]) -> None:
+    n = len(multi_gpus)
+    script = ctx.put_probe("ddp")
+    cmd = (
+        f"{shlex.quote(ctx.options.python)} -m torch.distributed.run --standalone --nproc_per_node={n} "
+        f"{shlex.quote(script)}"
+    )
+    r = ctx.run(cmd, timeout=300, env={"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "1"})
+    ctx.save_log("ddp.log", f"$ {cmd}\n{r.output}")
+    if r.timed_out:
+        fail(
+            "torchrun DDP hung for 300 s",
+            "rerun with NCCL_DEBUG=INFO; a hang at init means ranks cannot reach each other",
+        )
+    ranks = parse_probe_lines(r.stdout)
+    check.figures["ranks"] = ranks
+    errors = [f"rank {x.get('rank', '?')}: {x['error']}" for x in ranks if "error" in x]
+    if errors or len(ranks) != n:
+        fail(
+            f"DDP on {n} GPUs failed (exit {r.rc}, {len(ranks)} of {n} ranks reported): "
+            + ("; ".join(errors) if errors else r.output.strip()[-400:]),
+            "see ddp.log; NCCL errors at init usually mean /dev/shm is too small or P2P is broken",
+        )
+    problems = []
+    for x in ranks:
+        if not x.get("allreduce_ok"):
+            problems.append(
+                f"rank {x['rank']}: all_reduce gave {x.get('allreduce_value')}, expected "
+                f"{x.get('allreduce_expected')}"
+            )
+        if x.get("grad_max_abs_diff", 1.0) > 1e-6:
+            problems.append(
+                f"rank {x['rank']}: gradients differ between ranks by {x['grad_max_abs_diff']:.3g}"
+            )
+        if not x.get("loss_last", 1e9) < 0.9 * x.get("loss_first", 0.0):
+            problems.append(
+                f"rank {x['rank']}: loss did not fall ({x.get('loss_first')} → {x.get('loss_last')})"
+            )
+    if problems:
+        fail(
+            "; ".join(problems),
+            "distributed training is broken on this host: rerun with NCCL_DEBUG=INFO and report it",
+        )

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Host-level proof of the validation suite on a lent H200 machine (run from the repo root there, as root).
+#
+#   bash scripts/h200_validate_host.sh OUTDIR [EXPECT_COUNT]
+#
+# Needs, carried in .carry/: nccl-tests.tar.gz (git archive of the pinned commit, prefix nccl-tests/) and whl/
+# (docker, pytest-testinfra, tenacity wheels for the host's Python). The host's own python3 (torch + NCCL) is used.
+# Steps: build nccl-tests for sm_90 against torch's NCCL; capture nvidia-smi / topo outputs; run
+# `imagesmith validate local://` (timed); run plain all_reduce_perf three times with the same arguments; compare.
+set -uo pipefail
+OUT="${1:?usage: $0 OUTDIR [EXPECT_COUNT]}"
+N="${2:-$(nvidia-smi -L | grep -c '^GPU ')}"
+mkdir -p "$OUT/raw"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+PY=python3
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl
+export PYTHONPATH="/tmp/site:$PWD"
+
+# nccl-tests against torch's own NCCL ------------------------------------------------------------------------
+NCCL_PKG="$($PY -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')"
+mkdir -p /tmp/nccl-home/lib
+ln -sfn "$NCCL_PKG/include" /tmp/nccl-home/include
+ln -sf "$NCCL_PKG/lib/libnccl.so.2" /tmp/nccl-home/lib/libnccl.so
+rm -rf /tmp/nccl-tests && tar -xzf .carry/nccl-tests.tar.gz -C /tmp
+t0=$(date +%s)
+make -C /tmp/nccl-tests/src -j"$(nproc)" CUDA_HOME=/usr/local/cuda NCCL_HOME=/tmp/nccl-home \
+    CUDARTLIB=cudart_static NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/nccl-tests/build \
+    >"$OUT/raw/nccl-tests-build.log" 2>&1 || { tail -30 "$OUT/raw/nccl-tests-build.log"; exit 1; }
+echo "nccl-tests built in $(($(date +%s) - t0)) s"
+
+# raw captures (test data for the parsers) -------------------------------------------------------------------
+nvidia-smi >"$OUT/raw/nvidia-smi.txt" 2>&1
+nvidia-smi -L >"$OUT/raw/nvidia-smi-L.txt" 2>&1
+nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total,compute_cap,mig.mode.current,ecc.mode.current,ecc.errors.uncorrected.volatile.total,power.limit,power.default_limit,power.max_limit \
+    --format=csv >"$OUT/raw/nvidia-smi-query.csv" 2>&1
+nvidia-smi topo -m >"$OUT/raw/topo-m.txt" 2>&1
+nvidia-smi topo -p2p n >"$OUT/raw/topo-p2p-n.txt" 2>&1
+nvidia-smi topo -p2p r >"$OUT/raw/topo-p2p-r.txt" 2>&1
+{ uname -a; cat /etc/os-release; ls -la /usr/local/nvidia /usr/local/nvidia/bin /dev/nvidia* 2>&1; } >"$OUT/raw/host.txt" 2>&1
+
+# the suite --------------------------------------------------------------------------------------------------
+CMD=($PY -m imagesmith validate local:// --expect-count "$N" --expect-gpu H200 --expect-nvlink
+    --nccl-tests /tmp/nccl-tests/build --report "$OUT/report")
+echo "+ ${CMD[*]}" | tee "$OUT/command.txt"
+t0=$(date +%s%N)
+"${CMD[@]}" >"$OUT/suite-output.txt" 2>&1
+rc=$?
+t1=$(date +%s%N)
+echo "suite exit code $rc, wall time $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/command.txt"
+tail -25 "$OUT/suite-output.txt"
+
+# plain all_reduce_perf, same arguments, three rounds ----------------------------------------------------------
+for i in 1 2 3; do
+    LD_LIBRARY_PATH="$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_DEBUG=WARN \
+        /tmp/nccl-tests/build/all_reduce_perf -b 8 -e 1G -f 2 -g "$N" -c 1 -n 20 -w 5 >"$OUT/raw/plain-allreduce-$i.log" 2>&1
+done
+$PY - "$OUT" <<'EOF' | tee "$OUT/comparison.txt"
+import json, sys
+from pathlib import Path
+from imagesmith.validate.parsers import parse_nccl_log
+out = Path(sys.argv[1])
+plain = [parse_nccl_log((out / f"raw/plain-allreduce-{i}.log").read_text()).max_size_busbw for i in (1, 2, 3)]
+rep = json.loads((out / "report/report.json").read_text())
+nccl = next(c for c in rep["checks"] if c["name"] == "test_nccl_allreduce")
+suite = [r["max_size_busbw"] for r in nccl["figures"]["rounds"]]
+ps, ss = sum(plain) / len(plain), sum(suite) / len(suite)
+print(f"plain all_reduce_perf busbw at 1 GiB per round: {plain} mean {ps:.2f} GB/s")
+print(f"suite busbw at 1 GiB per round: {suite} mean {ss:.2f} GB/s")
+print(f"ratio suite/plain = {ss / ps:.4f} (goal >= 0.97)")
+print(f"suite wall time (report) = {rep['duration_s']} s (goal < 120 s); verdict {rep['verdict']}")
+EOF
+exit 0
