@@ -696,13 +696,13 @@ def gpu_candidates(text: str) -> tuple[Gpu, ...]:
 
 
 def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
-    """Resolve a key (``h100-sxm``), family key (``a100`` → its ``default`` SKU), full or truncated
-    nvidia-smi name.
+    """Resolve a key (``h100-sxm``), a family key (``a100`` → its ``default`` SKU) or a full or truncated
+    nvidia-smi name, case-insensitively.
 
-    A truncated name of nvidia-smi's default table (``NVIDIA A100-SXM...``) can fit several SKUs: *memory_mib*
-    (memory.total as nvidia-smi reports it) picks the closest; without it, SKUs of one family resolve to that
-    family's default when they share a compute capability. :class:`ConfigError` naming the nearest known
-    otherwise.
+    A truncated name of nvidia-smi's default table (``NVIDIA A100-SXM...``) can fit several SKUs:
+    *memory_mib* (memory.total as nvidia-smi reports it) picks the one within 3 %; SKUs left over that are of
+    one family and one compute capability resolve to the family's default. Anything else still ambiguous, or
+    unknown, is a :class:`ConfigError` (unknown ones name the nearest known).
     """
     if not isinstance(key_or_smi_name, str) or not key_or_smi_name.strip():
         raise ConfigError("empty GPU name", hint="give a key such as h100-sxm or the name nvidia-smi prints")
@@ -711,9 +711,12 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
         return found[0]
     if len(found) > 1:
         if memory_mib is not None:
-            best = min(found, key=lambda g: abs(g.memory_mib - memory_mib))
-            if abs(best.memory_mib - memory_mib) <= 0.1 * best.memory_mib:
-                return best
+            # older drivers report a little less (A100 80GB: 81251 vs 81920 MiB); SKUs whose memory differs by
+            # less than that (RTX 3090 24576 vs RTX 4090 24564 MiB) stay ambiguous
+            close = tuple(g for g in found if abs(g.memory_mib - memory_mib) <= 0.03 * g.memory_mib)
+            if len(close) == 1:
+                return close[0]
+            found = close or found
         families = {g.family for g in found}
         ccs = {g.cc for g in found}
         if len(families) == 1 and len(ccs) == 1:

@@ -1,0 +1,515 @@
+"""imagesmith.compat: data tables, driver versions, arch coverage and verdicts.
+
+Expected values come from NVIDIA's tables (CUDA release notes Table 3, minor-version compatibility
+Table 1) and PyTorch's (release matrix, per-wheel TORCH_CUDA_ARCH_LIST) as quoted in docs/compat.md.
+Unhappy paths first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from imagesmith import compat
+from imagesmith.compat import DriverVersion, parse_driver
+from imagesmith.errors import ConfigError
+
+DATA = Path(compat.__file__).parent / "data"
+
+# ------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "latest", "535", "535.", "535.104.05.1", "v535.104.05", "12.1", "5350.1.2.3", "535.abc", None],
+)
+def test_parse_driver_rejects_junk_with_a_clear_message(text: object) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_driver(text)  # type: ignore[arg-type]
+    assert "is not an NVIDIA driver version" in str(err.value)
+    assert "535.104.05" in str(err.value)  # the hint shows the expected form
+
+
+@pytest.mark.parametrize("text", ["12", "cu12", "cuda12.1", "12.x", "twelve", "cu1210", "12.10"])
+def test_normalize_cuda_rejects_junk(text: str) -> None:
+    with pytest.raises(ConfigError, match="is not a CUDA version"):
+        compat.normalize_cuda(text)
+
+
+def test_min_driver_of_a_cuda_that_never_existed_names_known_range() -> None:
+    with pytest.raises(ConfigError) as err:
+        compat.min_driver("12.7")
+    assert "CUDA 12.7 is not a CUDA toolkit release" in str(err.value)
+    assert "never was a CUDA 12.7" in str(err.value)
+
+
+def test_unknown_cuda_update_suggests_the_nearest() -> None:
+    with pytest.raises(ConfigError, match=r"did you mean 12\.1\.1"):
+        compat.min_driver("12.1.4")
+
+
+def test_unknown_torch_names_the_nearest_known_version() -> None:
+    with pytest.raises(ConfigError) as err:
+        compat.torch_release("2.1.5")
+    assert "did you mean 2.1.2?" in str(err.value)
+    assert "imagesmith/data/torch.toml" in str(err.value)
+
+
+def test_torch_2_15_is_not_tabulated_and_says_what_is() -> None:
+    with pytest.raises(ConfigError) as err:
+        compat.torch_release("2.15.0")
+    assert "2.14.1" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["h1000", "NVIDIA Z100", "quadro"])
+def test_unknown_gpu_names_nearest_and_known_keys(name: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        compat.gpu(name)
+    assert f"unknown GPU {name!r}" in str(err.value)
+    assert "h100-sxm" in str(err.value)  # the list of known keys
+
+
+def test_unknown_gpu_did_you_mean() -> None:
+    with pytest.raises(ConfigError, match="did you mean h100"):
+        compat.gpu("h1000")
+
+
+def test_ambiguous_truncated_name_across_families_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="ambiguous: it fits rtx3090, rtx4090, rtx5090"):
+        compat.gpu("NVIDIA GeForce ...")
+
+
+def test_empty_gpu_name() -> None:
+    with pytest.raises(ConfigError, match="empty GPU name"):
+        compat.gpu("  ")
+
+
+@pytest.mark.parametrize("entry", ["8", "sm_80", "8.0+ptx", "8.0 PTX", ""])
+def test_arch_coverage_rejects_bad_arch_entries(entry: str) -> None:
+    with pytest.raises(ConfigError, match="TORCH_CUDA_ARCH_LIST entry"):
+        compat.arch_coverage([entry], "8.0")
+
+
+def test_arch_coverage_rejects_bad_cc() -> None:
+    with pytest.raises(ConfigError, match="is not a compute capability"):
+        compat.arch_coverage(["8.0"], "ampere")
+
+
+def test_variant_never_published_raises_from_release_variant() -> None:
+    with pytest.raises(ConfigError) as err:
+        compat.torch_variant("2.1.2", "cu124")
+    assert "torch 2.1.2 was never published for cu124 (CUDA 12.4)" in str(err.value)
+    assert "cu118, cu121" in str(err.value)
+
+
+def test_max_cuda_for_a_driver_older_than_cuda_11() -> None:
+    with pytest.raises(ConfigError, match=r"predates CUDA 11\.0"):
+        compat.max_cuda_for_driver("418.87.01")
+
+
+def test_verdict_with_junk_driver_raises() -> None:
+    with pytest.raises(ConfigError, match="not an NVIDIA driver version"):
+        compat.verdict("five-three-five", "a100", "2.1.2", "12.1")
+
+
+# ------------------------------------------------------------------------------------ verdicts
+
+
+def test_470_with_cu121_is_none_with_nvidias_numbers() -> None:
+    v = compat.verdict("470.82.01", "a100", "2.1.2", "cu121")
+    assert (v.compatible, v.mode) == (False, "none")
+    assert v.reasons[0] == (
+        "driver 470.82.01 supports CUDA ≤ 11.4; cu121 needs ≥ 525.60.13 under minor-version compatibility, "
+        "≥ 530.30.02 for full"
+    )
+    # what to do instead: the variant this driver runs, and forward compatibility on a data-center GPU
+    assert any("variants this driver runs on" in r and "cu118" in r for r in v.reasons)
+    assert any("cuda-compat-12-1" in r for r in v.reasons)
+
+
+def test_470_with_cu121_on_a_consumer_gpu_says_forward_compat_is_unavailable() -> None:
+    v = compat.verdict("470.82.01", "rtx3090", "2.1.2", "cu121")
+    assert v.mode == "none"
+    assert any("not available for consumer GPUs" in r for r in v.reasons)
+
+
+def test_525_60_13_with_cu121_is_minor_version_with_its_limits() -> None:
+    v = compat.verdict("525.60.13", "a100", "2.1.2", "12.1")
+    assert (v.compatible, v.mode) == (True, "minor-version")
+    joined = " ".join(v.reasons)
+    assert "525.60.13" in joined
+    assert "530.30.02" in joined
+    assert "cudaErrorUnsupportedPtxVersion" in joined  # no JIT of newer PTX
+    assert "cudaErrorCallRequiresNewerDriver" in joined
+
+
+def test_530_30_02_with_cu121_is_full() -> None:
+    v = compat.verdict("530.30.02", "a100-80gb-sxm4", "2.1.2", "cu121")
+    assert (v.compatible, v.mode) == (True, "full")
+    assert v.min_driver is not None
+    assert str(v.min_driver.full) == "530.30.02"
+    assert str(v.min_driver.minor_version) == "525.60.13"
+
+
+def test_535_with_cu118_is_full() -> None:
+    v = compat.verdict("535.104.05", "a100", "2.1.2", "cu118")
+    assert v.mode == "full"
+    assert v.reasons[0].startswith("driver 535.104.05 supports CUDA ≤ 12.2; cu118 needs ≥ 520.61.05")
+
+
+def test_one_patch_below_the_mvc_floor_is_none() -> None:
+    assert compat.verdict("525.60.12", "a100", "2.1.2", "12.1").mode == "none"
+
+
+def test_rtx5090_with_torch_2_1_2_cu121_is_not_compatible_in_torchs_words() -> None:
+    v = compat.verdict("570.124.06", "rtx5090", "2.1.2", "cu121")
+    assert (v.compatible, v.mode) == (False, "none")
+    assert v.arch is not None
+    assert v.arch.kind == "none"
+    assert "sm_120 is not compatible with the current PyTorch installation" in v.arch.detail
+    assert any(
+        "NVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current PyTorch "
+        "installation" in r
+        for r in v.reasons
+    )
+    assert any("the first torch release with kernels for sm_120 is 2.7.0+cu128" in r for r in v.reasons)
+
+
+def test_rtx5090_with_torch_2_7_0_cu128_is_native() -> None:
+    v = compat.verdict("570.124.06", "NVIDIA GeForce RTX 5090", "2.7.0", "cu128")
+    assert (v.compatible, v.mode) == (True, "full")
+    assert v.arch is not None
+    assert (v.arch.kind, v.arch.kernel) == ("native", "sm_120")
+
+
+def test_rtx5090_on_a_pre_blackwell_driver_is_none_even_under_mvc() -> None:
+    v = compat.verdict("560.35.03", "rtx5090", "2.7.0", "cu128")
+    assert v.mode == "none"
+    assert any("needs driver ≥ 570.26" in r for r in v.reasons)
+
+
+def test_rtx4090_with_cu118_torch_2_1_runs_sm86_sass() -> None:
+    v = compat.verdict("535.104.05", "rtx4090", "2.1.2", "cu118")
+    assert v.mode == "full"
+    assert v.arch is not None
+    assert (v.arch.kind, v.arch.kernel) == ("binary-compatible", "sm_86")
+    assert "sm_89" in v.arch.detail
+
+
+def test_h100_with_torch_2_0_0_cu117_is_none() -> None:
+    v = compat.verdict("535.104.05", "h100-sxm", "2.0.0", "cu117")
+    assert v.mode == "none"
+    assert v.arch is not None
+    assert v.arch.kind == "none"
+    assert "sm_90 is not compatible" in v.arch.detail
+    assert any("2.0.0+cu118" in r for r in v.reasons)  # cu118 of the same release has sm_90
+
+
+def test_never_published_pair_is_none_with_that_reason() -> None:
+    v = compat.verdict("550.54.15", "a100", "2.1.2", "cu124")
+    assert (v.compatible, v.mode, v.arch) == (False, "none", None)
+    assert v.reasons[0].startswith("torch 2.1.2 was never published for cu124 (CUDA 12.4)")
+    assert "cu124 wheels exist for torch 2.4.0 … 2.6.0" in v.reasons[0]
+    assert v.min_driver is not None
+    assert str(v.min_driver.full) == "550.54.14"
+
+
+def test_never_published_variant_of_an_unreleased_cuda() -> None:
+    v = compat.verdict("550.54.15", "a100", "2.6.0", "cu127")
+    assert v.mode == "none"
+    assert v.min_driver is None
+    assert "no torch release has cu127" in v.reasons[0]
+
+
+def test_ptx_only_coverage_says_jit_and_driver_need() -> None:
+    cov = compat.arch_coverage(["7.5", "8.0", "12.0+PTX"], "13.0")
+    assert (cov.kind, cov.kernel) == ("ptx", "compute_120")
+    assert "slow first start" in cov.detail
+    assert "driver must be at least as new as the wheel's CUDA toolkit" in cov.detail
+
+
+def test_ptx_only_kernel_needs_full_compatibility() -> None:
+    # No tabulated GPU is PTX-only for a published wheel yet; a compute capability 13.0 device would be for
+    # cu129 (arch 7.0 … 10.0;12.0+PTX).
+    future = compat.Gpu(
+        key="future", name="NVIDIA Future", cc="13.0", memory_gib=1.0, tdp_w=None, smi_names=(), source="test"
+    )
+    full = compat.verdict("575.57.08", future, "2.8.0", "cu129")
+    assert (full.mode, full.arch.kind if full.arch else None) == ("full", "ptx")
+    mvc = compat.verdict("570.26", future, "2.8.0", "cu129")  # < 575.51.03 (12.9 GA), ≥ 525.60.13
+    assert mvc.mode == "none"
+    assert any("not possible under minor-version compatibility" in r for r in mvc.reasons)
+
+
+def test_h200_smoke_default_is_native_full_on_the_lent_hosts_driver() -> None:
+    v = compat.verdict("580.159.04", "NVIDIA H200", "2.11.0", "cu130")
+    assert (v.mode, v.arch.kind if v.arch else None) == ("full", "native")
+
+
+def test_r610_driver_reports_cuda_13_3() -> None:
+    assert compat.max_cuda_for_driver("610.43.02") == "13.3"
+
+
+def test_v100_is_dropped_by_cuda_13_wheels() -> None:
+    v = compat.verdict("580.65.06", "v100", "2.11.0", "cu130")
+    assert v.mode == "none"
+    assert v.arch is not None
+    assert "sm_70 is not compatible" in v.arch.detail
+
+
+def test_cu118_arch_list_of_2_6_has_sm37() -> None:
+    var = compat.torch_variant("2.6.0", "cu118")
+    assert "3.7" in var.arch_list
+    assert compat.arch_coverage(var.arch_list, "3.7").kind == "native"
+
+
+def test_cuda_given_as_xy_or_tag_is_the_same() -> None:
+    a = compat.verdict("535.104.05", "a100", "2.3.1", "12.1")
+    b = compat.verdict("535.104.05", "a100", "2.3.1", "cu121")
+    assert a == b
+
+
+def test_newer_driver_runs_older_cuda_fully() -> None:
+    assert compat.verdict("595.71.05", "h100-sxm", "2.1.2", "cu118").mode == "full"
+
+
+# ------------------------------------------------------------------------------------ pieces
+
+
+def test_driver_version_ordering_and_str() -> None:
+    assert parse_driver("535.104.05") < parse_driver("535.129.03") < parse_driver("550.54.14")
+    assert parse_driver("570.26") < parse_driver("570.124.06")
+    assert parse_driver("570.26") == parse_driver("570.26.00")
+    assert str(parse_driver("535.104.05")) == "535.104.05"
+    assert str(DriverVersion(570, 26)) == "570.26"
+    assert parse_driver(" 525.60.13 ").branch == 525
+    assert len({parse_driver("570.26"), parse_driver("570.26.0")}) == 1
+
+
+@pytest.mark.parametrize(
+    ("cuda", "full", "mvc"),
+    [
+        ("11.0", "450.51.05", "450.51.05"),
+        ("11.4", "470.42.01", "450.80.02"),
+        ("11.4.4", "470.82.01", "450.80.02"),
+        ("11.8", "520.61.05", "450.80.02"),
+        ("12.0", "525.60.13", "525.60.13"),
+        ("12.1", "530.30.02", "525.60.13"),
+        ("12.4", "550.54.14", "525.60.13"),
+        ("12.4.1", "550.54.15", "525.60.13"),
+        ("cu126", "560.28.03", "525.60.13"),
+        ("12.8", "570.26", "525.60.13"),
+        ("12.8.1", "570.124.06", "525.60.13"),
+        ("12.9", "575.51.03", "525.60.13"),
+        ("13.0", "580.65.06", "580.65.06"),
+        ("13.2.2", "595.71.05", "580.65.06"),
+    ],
+)
+def test_min_driver_matches_nvidia_table(cuda: str, full: str, mvc: str) -> None:
+    md = compat.min_driver(cuda)
+    assert (str(md.full), str(md.minor_version)) == (full, mvc)
+
+
+@pytest.mark.parametrize(
+    ("driver", "cuda"),
+    [
+        ("450.80.02", "11.0"),
+        ("470.82.01", "11.4"),
+        ("470.57.02", "11.4"),
+        ("525.60.13", "12.0"),
+        ("525.85.12", "12.0"),
+        ("535.104.05", "12.2"),
+        ("550.54.15", "12.4"),
+        ("570.26", "12.8"),
+        ("575.57.08", "12.9"),
+        ("580.159.04", "13.0"),
+        ("595.71.05", "13.2"),
+    ],
+)
+def test_max_cuda_for_driver(driver: str, cuda: str) -> None:
+    assert compat.max_cuda_for_driver(driver) == cuda
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb-sxm4"),
+        ("nvidia a100-sxm4-80gb", "a100-80gb-sxm4"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),
+        ("NVIDIA GeForce RTX 4090", "rtx4090"),
+        ("GeForce RTX 3090", "rtx3090"),
+        ("RTX 4090", "rtx4090"),
+        ("NVIDIA H200", "h200"),
+        ("h200", "h200"),
+        ("a100", "a100-80gb-sxm4"),  # family key → its default SKU
+        ("H100", "h100-sxm"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA A800-SXM4-80GB", "a800-80gb-sxm4"),
+        ("NVIDIA H20", "h20"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GeForce RTX 5090", "rtx5090"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA L40", "l40"),
+        ("NVIDIA RTX A6000", "rtx-a6000"),
+        ("NVIDIA A100-SXM...", "a100-80gb-sxm4"),  # truncated, same family → the family default
+        ("Tesla V100-SXM2...", "v100-32gb-sxm2"),
+        ("NVIDIA H100 80G...", "h100-sxm"),
+    ],
+)
+def test_gpu_lookup(text: str, key: str) -> None:
+    assert compat.gpu(text).key == key
+
+
+def test_truncated_name_with_memory_picks_the_sku() -> None:
+    assert compat.gpu("NVIDIA A100-SXM...", memory_mib=40536).key == "a100-40gb-sxm4"
+    assert compat.gpu("NVIDIA A100-SXM...", memory_mib=81251).key == "a100-80gb-sxm4"
+
+
+def test_gpu_memory_is_gib_of_nvidia_smi_mib() -> None:
+    h200 = compat.gpu("h200")
+    assert h200.memory_mib == 143771
+    assert h200.memory_gib == pytest.approx(140.4)
+    assert (h200.cc, h200.sm, h200.tdp_w) == ("9.0", "sm_90", 700)
+
+
+@pytest.mark.parametrize(
+    ("arch", "cc", "kind", "kernel"),
+    [
+        (["8.0", "8.6", "9.0"], "9.0", "native", "sm_90"),
+        (["8.0", "8.6", "9.0"], "8.9", "binary-compatible", "sm_86"),
+        (["7.5", "8.0", "9.0", "10.0", "12.0"], "10.3", "binary-compatible", "sm_100"),
+        (["7.5", "8.0", "9.0", "10.0", "12.0"], "12.1", "binary-compatible", "sm_120"),
+        (["8.0", "9.0+PTX"], "10.0", "ptx", "compute_90"),
+        (["8.0", "8.6"], "9.0", "none", None),
+        (["9.0a"], "9.0", "native", "sm_90"),
+        (["8.0", "9.0a"], "9.1", "none", None),  # arch-specific SASS is not forward compatible
+        (["8.6+PTX"], "8.0", "none", None),  # PTX newer than the GPU cannot be used
+    ],
+)
+def test_arch_coverage(arch: list[str], cc: str, kind: str, kernel: str | None) -> None:
+    cov = compat.arch_coverage(arch, cc)
+    assert (cov.kind, cov.kernel) == (kind, kernel)
+
+
+def test_arch_none_lists_capabilities_like_torch() -> None:
+    cov = compat.arch_coverage(["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "3.7", "9.0"], "12.0")
+    assert cov.detail == (
+        "sm_120 is not compatible with the current PyTorch installation. "
+        "The current PyTorch install supports "
+        "CUDA capabilities sm_50 sm_60 sm_70 sm_75 sm_80 sm_86 sm_37 sm_90."
+    )
+
+
+def test_nearest() -> None:
+    assert compat.nearest("h1000", ["h100", "h200", "a100"]) == "h100"
+    assert compat.nearest("H200", ["h100", "h200"]) == "h200"
+    assert compat.nearest("zzzz", ["h100", "h200"]) is None
+    assert compat.nearest("x", []) is None
+
+
+# ------------------------------------------------------------------------------------ data
+
+
+def _toml(name: str) -> dict:  # type: ignore[type-arg]
+    with (DATA / name).open("rb") as fh:
+        return tomllib.load(fh)
+
+
+def test_every_data_row_names_its_source() -> None:
+    for name, tables in {
+        "cuda.toml": ["release", "minor_version_floor", "branch"],
+        "torch.toml": ["release"],
+        "gpus.toml": ["gpu", "family"],
+    }.items():
+        data = _toml(name)
+        for table in tables:
+            for row in data[table]:
+                assert row.get("source", "").strip(), (name, table, row)
+                for sub in row.get("variant", []):
+                    assert sub.get("source", "").strip(), (name, row["version"], sub["name"])
+
+
+def test_every_cuda_update_from_11_0_to_13_2_is_listed() -> None:
+    versions = {r.version for r in compat.cuda_releases()}
+    expected = {
+        "11.0.2", "11.0.3", "11.1.0", "11.1.1", "11.2.0", "11.2.1", "11.2.2", "11.3.0", "11.3.1",
+        "11.4.0", "11.4.1", "11.4.2", "11.4.3", "11.4.4", "11.5.0", "11.5.1", "11.5.2", "11.6.0", "11.6.1",
+        "11.6.2", "11.7.0", "11.7.1", "11.8.0", "12.0.0", "12.0.1", "12.1.0", "12.1.1", "12.2.0", "12.2.1",
+        "12.2.2", "12.3.0", "12.3.1", "12.3.2", "12.4.0", "12.4.1", "12.5.0", "12.5.1", "12.6.0", "12.6.1",
+        "12.6.2", "12.6.3", "12.8.0", "12.8.1", "12.9.0", "12.9.1", "13.0.0", "13.0.1", "13.0.2", "13.1.0",
+        "13.1.1", "13.2.0", "13.2.1", "13.2.2",
+    }  # fmt: skip
+    assert versions == expected
+    # minimum drivers never go down as the toolkit goes up
+    drivers = [r.min_driver for r in compat.cuda_releases()]
+    assert drivers == sorted(drivers)
+
+
+def test_every_torch_patch_release_from_2_0_to_2_14_is_listed() -> None:
+    versions = [r.version for r in compat.torch_releases()]
+    assert versions == [
+        "2.0.0", "2.0.1", "2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1", "2.4.0",
+        "2.4.1", "2.5.0", "2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.11.0",
+        "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1",
+    ]  # fmt: skip
+
+
+def test_torch_pairings_and_variants_follow_the_release_matrix() -> None:
+    r = compat.torch_release("2.1.2")
+    assert (r.torchvision, r.torchaudio, r.pypi_default) == ("0.16.2", "2.1.2", "cu121")
+    assert list(r.variants) == ["cu118", "cu121"]
+    assert r.python.contains("3.11")
+    assert not r.python.contains("3.12")
+    cu121 = r.variants["cu121"]
+    assert (cu121.cuda, cu121.nccl, cu121.cudnn) == ("12.1", "2.18.1", "8.9.2.26")
+    assert cu121.index_url == "https://download.pytorch.org/whl/cu121"
+    assert compat.torch_release("2.0.0").torchvision == "0.15.1"
+    assert compat.torch_release("2.11.0").torchaudio == "2.11.0"
+    assert compat.torch_release("2.11.0").pypi_default == "cu130"
+    assert compat.torch_release("2.12.0").torchaudio is None  # torchaudio ended with 2.11
+    assert compat.torch_release("2.7.0").variants["cu128"].arch_list[-1] == "12.0+PTX"
+
+
+def test_torchvision_follows_the_0_n_plus_15_rule() -> None:
+    for r in compat.torch_releases():
+        minor = int(r.version.split(".")[1])
+        if minor >= 1:
+            assert r.torchvision.startswith(f"0.{minor + 15}."), r.version
+
+
+def test_every_variant_cuda_is_a_known_toolkit_and_tag_matches() -> None:
+    for r in compat.torch_releases():
+        for name, v in r.variants.items():
+            assert compat.normalize_cuda(name) == (name, v.cuda)
+            compat.min_driver(v.cuda)  # raises if unknown
+
+
+def test_unverified_rows_are_marked() -> None:
+    by_version = {r.version: r for r in compat.torch_releases()}
+    for v in ("2.12.1", "2.13.0", "2.14.0", "2.14.1"):
+        assert by_version[v].verified is False
+    assert by_version["2.1.2"].verified is True
+    assert by_version["2.8.0"].variants["cu126"].verified is False  # arch list assumed
+    branches = {row["branch"]: row for row in _toml("cuda.toml")["branch"]}
+    assert branches[565]["verified"] is False
+    assert "derived" in branches[470]["source"]
+
+
+def test_required_gpus_are_present() -> None:
+    families = {g.family for g in compat.gpus()}
+    for fam in (
+        "v100", "t4", "a10", "a30", "a40", "a100", "a800", "rtx-a6000", "rtx3090", "rtx4090", "l4", "l40",
+        "l40s", "h100", "h800", "h20", "h200", "b200", "rtx5090",
+    ):  # fmt: skip
+        assert fam in families
+    keys = {g.key for g in compat.gpus()}
+    assert {
+        "a100-40gb-pcie",
+        "a100-80gb-pcie",
+        "a100-40gb-sxm4",
+        "a100-80gb-sxm4",
+        "h100-pcie",
+        "h100-sxm",
+    } <= keys

@@ -1,0 +1,273 @@
+"""`imagesmith compat` via the real CLI entry point: exit codes, --json shape, errors without tracebacks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+NVSMI = Path(__file__).parent / "data" / "nvsmi"
+
+Run = Callable[..., Any]
+
+
+def _no_traceback(result: Any) -> None:
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+# ------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (
+            ["--driver", "latest", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.1"],
+            2,
+            "not an NVIDIA driver",
+        ),
+        (
+            ["--driver", "535.104.05", "--gpu", "h1000", "--torch", "2.1.2", "--cuda", "12.1"],
+            2,
+            "did you mean h100",
+        ),
+        (
+            ["--driver", "535.104.05", "--gpu", "a100", "--torch", "2.1.5", "--cuda", "12.1"],
+            2,
+            "did you mean 2.1.2",
+        ),
+        (
+            ["--driver", "535.104.05", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.x"],
+            2,
+            "not a CUDA version",
+        ),
+        (["--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.1"], 2, "missing --driver"),
+        (["--torch", "2.1.2", "--cuda", "12.1"], 2, "missing --driver and --gpu"),
+        (
+            ["--nvidia-smi", str(NVSMI / "garbage_html.txt"), "--torch", "2.1.2", "--cuda", "12.1"],
+            7,
+            "garbage_html.txt: not nvidia-smi output",
+        ),
+        (
+            ["--nvidia-smi", str(NVSMI / "garbage_driver_failed.txt"), "--torch", "2.1.2", "--cuda", "12.1"],
+            7,
+            "could not talk to the driver",
+        ),
+        (
+            ["--nvidia-smi", str(NVSMI / "no_such_file.txt"), "--torch", "2.1.2", "--cuda", "12.1"],
+            2,
+            "no_such_file.txt: no such file",
+        ),
+        (
+            [
+                "--nvidia-smi",
+                str(NVSMI / "real_580.159.04_h200_L.txt"),
+                "--torch",
+                "2.11.0",
+                "--cuda",
+                "13.0",
+            ],
+            2,
+            "shows no driver version",
+        ),
+        (
+            [
+                "--nvidia-smi",
+                str(NVSMI / "real_580.159.04_h200_default.txt"),
+                "--gpu",
+                "h200",
+                "--torch",
+                "2.11.0",
+                "--cuda",
+                "13.0",
+            ],
+            2,
+            "--gpu and --nvidia-smi both name the GPU",
+        ),
+        (
+            [
+                "--nvidia-smi",
+                str(NVSMI / "real_580.159.04_h200_default.txt"),
+                "--driver",
+                "570.26",
+                "--torch",
+                "2.11.0",
+                "--cuda",
+                "13.0",
+            ],
+            2,
+            "contradicts",
+        ),
+        (
+            ["--nvidia-smi", str(NVSMI), "--torch", "2.11.0", "--cuda", "13.0"],
+            2,
+            "cannot read it",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_error(run_cli: Run, args: list[str], code: int, message: str) -> None:
+    result = run_cli("compat", *args)
+    assert result.exit_code == code, result.stderr
+    assert message in result.stderr
+    assert result.stderr.count("error:") == 1
+    assert result.stdout == ""
+    _no_traceback(result)
+
+
+def test_missing_required_option_is_a_usage_error(run_cli: Run) -> None:
+    result = run_cli("compat", "--driver", "535.104.05", "--gpu", "a100", "--cuda", "12.1")
+    assert result.exit_code == 2
+    assert "--torch" in result.stderr
+    _no_traceback(result)
+
+
+def test_ambiguous_truncated_name_in_a_file_names_the_gpu(run_cli: Run, tmp_path: Path) -> None:
+    text = (
+        (NVSMI / "r550_rtx4090_x2_rtx3090.txt")
+        .read_text()
+        .replace("NVIDIA GeForce RTX 3090", "NVIDIA Ge...    ")
+    )
+    smi = tmp_path / "smi.txt"
+    smi.write_text(text)
+    result = run_cli("compat", "--nvidia-smi", str(smi), "--torch", "2.1.2", "--cuda", "cu118")
+    assert result.exit_code == 2
+    assert "smi.txt: GPU 2: GPU name 'NVIDIA Ge...' is ambiguous" in result.stderr
+    _no_traceback(result)
+
+
+# ------------------------------------------------------------------------------------ verdicts
+
+
+def test_not_compatible_exits_1_with_nvidias_numbers(run_cli: Run) -> None:
+    result = run_cli("compat", "--driver", "470.82.01", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.1")
+    assert result.exit_code == 1
+    assert "not compatible" in result.stdout
+    assert (
+        "driver 470.82.01 supports CUDA ≤ 11.4; cu121 needs ≥ 525.60.13 under minor-version" in result.stdout
+    )
+    assert result.stderr == ""
+
+
+def test_json_shape_for_a_minor_version_verdict(run_cli: Run) -> None:
+    result = run_cli(
+        "compat",
+        "--driver",
+        "525.60.13",
+        "--gpu",
+        "A100-SXM4-80GB",
+        "--torch",
+        "2.1.2",
+        "--cuda",
+        "cu121",
+        "--json",
+    )
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["compatible"] is True
+    assert data["mode"] == "minor-version"
+    assert isinstance(data["reasons"], list)
+    assert all(isinstance(r, str) for r in data["reasons"])
+    assert data["min_driver"] == {"full": "530.30.02", "minor_version": "525.60.13", "toolkit": "12.1.0"}
+    assert data["arch"]["kind"] == "native"
+    assert (data["driver"], data["gpu"], data["torch"], data["cuda"]) == (
+        "525.60.13",
+        "a100-80gb-sxm4",
+        "2.1.2",
+        "12.1",
+    )
+
+
+def test_json_full_and_none(run_cli: Run) -> None:
+    ok = run_cli(
+        "compat", "--driver", "530.30.02", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.1", "--json"
+    )
+    assert (ok.exit_code, json.loads(ok.stdout)["mode"]) == (0, "full")
+    bad = run_cli(
+        "compat", "--driver", "570.124.06", "--gpu", "rtx5090", "--torch", "2.1.2", "--cuda", "12.1", "--json"
+    )
+    data = json.loads(bad.stdout)
+    assert (bad.exit_code, data["compatible"], data["mode"], data["arch"]["kind"]) == (
+        1,
+        False,
+        "none",
+        "none",
+    )
+    assert any("sm_120 is not compatible with the current PyTorch installation" in r for r in data["reasons"])
+
+
+def test_never_published_pair_json(run_cli: Run) -> None:
+    result = run_cli(
+        "compat", "--driver", "550.54.15", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.4", "--json"
+    )
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1
+    assert data["arch"] is None
+    assert data["reasons"][0].startswith("torch 2.1.2 was never published for cu124")
+
+
+def test_nvidia_smi_file_real_h200(run_cli: Run) -> None:
+    path = NVSMI / "real_580.159.04_h200_default.txt"
+    result = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.11.0", "--cuda", "13.0", "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert (data["driver"], data["gpu"], data["mode"], data["gpu_indices"]) == (
+        "580.159.04",
+        "h200",
+        "full",
+        [0],
+    )
+    assert data["source"] == str(path)
+
+
+def test_nvidia_smi_r470_file_with_truncated_names(run_cli: Run) -> None:
+    path = NVSMI / "r470_a100_sxm4_80gb_x8.txt"
+    result = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.1.2", "--cuda", "cu121", "--json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert (data["gpu"], data["gpu_indices"], data["mode"]) == ("a100-80gb-sxm4", list(range(8)), "none")
+
+
+def test_nvidia_smi_list_output_with_driver_flag(run_cli: Run) -> None:
+    path = NVSMI / "real_580.159.04_h200_L.txt"
+    result = run_cli(
+        "compat", "--nvidia-smi", str(path), "--driver", "580.159.04", "--torch", "2.11.0", "--cuda", "13.0"
+    )
+    assert result.exit_code == 0
+    assert "compatible" in result.stdout
+    assert "NVIDIA H200" in result.stdout
+
+
+def test_a_verdict_per_gpu_model(run_cli: Run) -> None:
+    path = NVSMI / "r550_rtx4090_x2_rtx3090.txt"
+    result = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.1.2", "--cuda", "cu118", "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.stdout)
+    assert data["gpu"] == ["rtx4090", "rtx3090"]
+    assert [(v["gpu"], v["gpu_indices"], v["arch"]["kind"]) for v in data["verdicts"]] == [
+        ("rtx4090", [0, 1], "binary-compatible"),
+        ("rtx3090", [2], "native"),
+    ]
+    human = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.1.2", "--cuda", "cu118")
+    assert "2 GPU model(s)" in human.stdout
+    assert "(GPU 0, 1)" in human.stdout
+    assert "(GPU 2)" in human.stdout
+
+
+def test_r610_file(run_cli: Run) -> None:
+    path = NVSMI / "r610_rtx5090_x2.txt"
+    ok = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.7.0", "--cuda", "cu128", "--json")
+    assert (ok.exit_code, json.loads(ok.stdout)["driver"]) == (0, "610.43.02")
+    old = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.1.2", "--cuda", "cu121")
+    assert old.exit_code == 1
+    assert "sm_120 is not compatible with the current PyTorch installation" in old.stdout
+
+
+def test_help_documents_exit_codes(run_cli: Run) -> None:
+    result = run_cli("compat", "--help")
+    assert result.exit_code == 0
+    text = " ".join(result.stdout.split())
+    assert "0 = compatible" in text
+    assert "1 = not compatible" in text
