@@ -23,7 +23,7 @@ SCHEMA = "imagesmith.release-index/v1"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){1,2}$")
 _VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
-_ARCH = re.compile(r"^\d{1,2}\.\d(\+PTX)?$")
+_ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _SHM = re.compile(r"^\d+[kmgKMG]?$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
@@ -36,6 +36,7 @@ class RegistryCopy:
     name: str
     reference: str
     digest: str
+    kind: str = "generic"
 
     @property
     def host(self) -> str:
@@ -202,11 +203,12 @@ def _image(r: _Reader, raw: Any, path: str) -> ReleasedImage:
     for i, raw_reg in enumerate(r.array(obj["registries"], f"{path}.registries")):
         rp = f"{path}.registries[{i}]"
         reg = r.obj(raw_reg, rp)
-        r.keys(reg, rp, {"name", "reference", "digest"}, set())
+        r.keys(reg, rp, {"name", "reference", "digest"}, {"kind"})
         copy = RegistryCopy(
             name=r.string(reg["name"], f"{rp}.name"),
             reference=r.string(reg["reference"], f"{rp}.reference"),
             digest=r.string(reg["digest"], f"{rp}.digest", _DIGEST, "a digest sha256:<64 hex>"),
+            kind=r.string(reg.get("kind", "generic"), f"{rp}.kind"),
         )
         if "/" not in copy.reference or not _ref_has_tag(copy.reference):
             raise r.fail(
@@ -319,7 +321,8 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
         "cell": image.cell,
         "digest": image.digest,
         "registries": [
-            {"name": c.name, "reference": c.reference, "digest": c.digest} for c in image.registries
+            {"name": c.name, "kind": c.kind, "reference": c.reference, "digest": c.digest}
+            for c in image.registries
         ],
         "torch": image.torch,
         "torchvision": image.torchvision,

@@ -23,7 +23,12 @@ def image(**over: Any) -> dict[str, Any]:
         "cell": "torch2.5.1-cu124-py3.11-ubuntu22.04-runtime",
         "digest": D1,
         "registries": [
-            {"name": "ghcr", "reference": "ghcr.io/acme/pytorch:2.5.1-cu124-py3.11", "digest": D1},
+            {
+                "name": "ghcr",
+                "kind": "ghcr",
+                "reference": "ghcr.io/acme/pytorch:2.5.1-cu124-py3.11",
+                "digest": D1,
+            },
             {
                 "name": "acr",
                 "reference": "registry.cn-hangzhou.aliyuncs.com/acme/pytorch:2.5.1-cu124-py3.11",
@@ -67,7 +72,11 @@ def test_round_trip_is_canonical() -> None:
     img = idx.by_tag("a")
     assert img is not None
     assert img.registries[1].host == "registry.cn-hangzhou.aliyuncs.com"
+    assert img.registries[1].kind == "generic"  # not given: generic
+    assert json.loads(out)["images"][0]["registries"][1]["kind"] == "generic"
     assert img.registries[0].pinned == f"ghcr.io/acme/pytorch@{D1}"
+    assert img.registries[0].kind == "ghcr"
+    assert parse_index(out, source="x").images[0].registries[0].kind == "ghcr"
     assert img.shm.size == "16g"
     assert img.validated_on[0].count == 8
 

@@ -1,0 +1,705 @@
+"""``imagesmith pick``: choose the released image for a GPU host (a fresh rental), and say how to run it.
+
+Pure core: :func:`choose` takes a :class:`~imagesmith.index.ReleaseIndex`, a :class:`Host` and the user's
+:class:`Constraints` and returns a :class:`Pick` (or raises ``NoImageFitsError`` saying why and which driver
+would be needed). Compatibility verdicts come from :mod:`imagesmith.compat` (driver ↔ CUDA, GPU arch ↔ the
+wheel's arch list); this module only ranks them. Thin I/O around it: :func:`read_host` (nvidia-smi, a saved
+output file, or ``--driver/--gpu``) and :func:`fetch_index` (file, URL or registry artifact, cached under
+~/.cache/imagesmith).
+
+Ranking rule (documented in docs/release.md):
+
+1. an image that runs with the *full* CUDA feature set on this driver beats one that runs only through CUDA
+   minor-version compatibility (MVC: no JIT of newer PTX, limited features), whatever their torch versions:
+   a 535 driver gets the cu121 image over a newer cu124 one (12.4 needs 550.54.14 for full support) and the
+   user is told which driver would unlock the newer one;
+2. then the newest torch, then the newest CUDA, then the newest Python, then the tag (for a stable order).
+
+Nothing here imports a heavy module at import time: the path with a cached index stays well under a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from imagesmith.errors import ConfigError, NoImageFitsError, ParseError, RegistryError
+from imagesmith.index import RegistryCopy, ReleasedImage, ReleaseIndex, parse_index
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+PLATFORMS_FILE: Final[Path] = Path(__file__).resolve().parent / "data" / "platforms.toml"
+#: NGC-style ulimits for PyTorch containers: pinned memory unlimited, 64 MiB stacks.
+ULIMITS: Final[tuple[str, ...]] = ("--ulimit", "memlock=-1", "--ulimit", "stack=67108864")
+INDEX_ARTIFACT_TAG: Final[str] = "release-index"
+INDEX_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.release-index.v1+json"
+DEFAULT_TTL_S: Final[int] = 3600
+
+Level = Literal["full", "minor"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# inputs
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostGpu:
+    """One GPU of the host as nvidia-smi names it (maybe truncated), with its compute capability if known."""
+
+    name: str
+    cc: str | None = None
+    memory_mib: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Host:
+    driver: str
+    gpus: tuple[HostGpu, ...]
+    source: str
+    cuda_umd: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constraints:
+    """User constraints; each is a version prefix: ``torch="2.1"`` accepts 2.1.0 and 2.1.2, not 2.10.0."""
+
+    torch: str | None = None
+    cuda: str | None = None
+    python: str | None = None
+
+    def rejects(self, image: ReleasedImage) -> str | None:
+        for what, want, have in (
+            ("torch", self.torch, image.torch),
+            ("CUDA", self.cuda, image.cuda),
+            ("Python", self.python, image.python),
+        ):
+            if want is not None and not version_matches(have, want):
+                return f"{what} {have} does not match --{what.lower()} {want}"
+        return None
+
+
+def version_matches(version: str, prefix: str) -> bool:
+    """``2.1.2`` matches ``2.1`` and ``2.1.2``; ``2.10.0`` does not match ``2.1``."""
+    have = version.split("+", 1)[0].split(".")
+    want = prefix.strip().split(".")
+    return have[: len(want)] == want
+
+
+def _vkey(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version.split("+", 1)[0]))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# platform → registry preference (data: imagesmith/data/platforms.toml)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Platform:
+    name: str
+    region: str
+    prefer: tuple[str, ...]
+    avoid: tuple[str, ...]
+    rationale: str
+    source: str
+    verified: bool
+    note: str = ""
+
+
+def load_platforms(path: Path = PLATFORMS_FILE) -> dict[str, Platform]:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read platform data ({exc})", hint="reinstall imagesmith") from None
+    out: dict[str, Platform] = {}
+    for i, row in enumerate(data.get("platform", [])):
+        try:
+            out[row["name"]] = Platform(
+                name=row["name"],
+                region=row["region"],
+                prefer=tuple(row["prefer"]),
+                avoid=tuple(row.get("avoid", ())),
+                rationale=row["rationale"],
+                source=row["source"],
+                verified=bool(row["verified"]),
+                note=row.get("note", ""),
+            )
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(
+                f"{path}: platform[{i}]: missing or bad field {exc}", hint="fix the data row"
+            ) from None
+    return out
+
+
+def platform_for(platforms: dict[str, Platform], name: str | None, region: str | None) -> Platform:
+    if name is not None:
+        key = name.strip().lower()
+        if key not in platforms:
+            raise ConfigError(
+                f"--platform {name!r} is not a known platform",
+                hint="use one of: " + ", ".join(sorted(platforms)) + " (or --region)",
+            )
+        return platforms[key]
+    generic = platforms["generic"]
+    if region is not None and _is_china(region):
+        china = platforms["aliyun"]
+        return Platform(
+            name=f"region {region}",
+            region="cn",
+            prefer=china.prefer,
+            avoid=china.avoid,
+            rationale=china.rationale,
+            source=china.source,
+            verified=china.verified,
+        )
+    return generic
+
+
+def _is_china(region: str) -> bool:
+    r = region.strip().lower()
+    return r == "cn" or r.startswith(
+        ("cn-", "cn_", "ap-beijing", "ap-shanghai", "ap-guangzhou", "ap-chengdu")
+    )
+
+
+_REGION_IN_HOST = re.compile(
+    r"(?:^|[.-])((?:cn|us|eu|ap|sa|me|af|ca|il|mx)-[a-z]+-?\d*|[a-z]+-[a-z]+\d)(?:[.]|$)"
+)
+
+
+def registry_region(host: str) -> str | None:
+    """The cloud region a registry host names (``registry.cn-hangzhou.aliyuncs.com`` → cn-hangzhou)."""
+    m = _REGION_IN_HOST.search(host.lower())
+    return m.group(1) if m else None
+
+
+def choose_registry(
+    copies: Sequence[RegistryCopy], platform: Platform, region: str | None
+) -> tuple[RegistryCopy, str, list[str]]:
+    """Best registry copy for *platform*/*region*: (copy, why, warnings)."""
+
+    def score(c: RegistryCopy) -> tuple[int, int, int]:
+        same_region = 0 if region and registry_region(c.host) == region.lower() else 1
+        if c.kind in platform.prefer:
+            rank = platform.prefer.index(c.kind)
+        elif c.kind in platform.avoid:
+            rank = 1000
+        else:
+            rank = 100
+        return (rank, same_region, copies.index(c))
+
+    best = min(copies, key=score)
+    warnings: list[str] = []
+    if best.kind in platform.avoid:
+        warnings.append(
+            f"only registries that are a poor fit for {platform.name} hold this image "
+            f"({best.name}, {best.kind}): {platform.rationale}"
+        )
+    if best.kind in platform.prefer:
+        why = f"{best.name} ({best.kind}) is preferred on {platform.name}: {platform.rationale}"
+    else:
+        kinds = ", ".join(platform.prefer)
+        why = f"{best.name} ({best.kind}): no registry of a preferred kind ({kinds}) holds it"
+    if region and registry_region(best.host) == region.lower():
+        why += f"; same region {region}"
+    if platform.note:
+        warnings.append(platform.note)
+    return best, why, warnings
+
+
+# ------------------------------------------------------------------------------------------------------------
+# choosing
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assessment:
+    """compat's verdict for one image on this host: level None = does not run."""
+
+    level: Level | None
+    reasons: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    needs_driver: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    tag: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pick:
+    image: ReleasedImage
+    level: Level
+    registry: RegistryCopy
+    registry_why: str
+    host: Host
+    warnings: tuple[str, ...]
+    rejected: tuple[Rejected, ...]
+    runner_up: tuple[ReleasedImage, ...] = field(default=())
+
+    @property
+    def reference(self) -> str:
+        """``host/repo:tag@sha256:…``: readable, and pins exactly the validated digest."""
+        return f"{self.registry.reference}@{self.registry.digest}"
+
+    def pull_argv(self) -> list[str]:
+        return ["docker", "pull", self.reference]
+
+    def run_argv(self) -> list[str]:
+        return ["docker", "run", *run_flags(self.image), "-it", "--rm", self.reference]
+
+    def to_json(self) -> dict[str, Any]:
+        img = self.image
+        return {
+            "tag": img.tag,
+            "reference": self.reference,
+            "registry": {"name": self.registry.name, "kind": self.registry.kind, "why": self.registry_why},
+            "digest": img.digest,
+            "compatibility": self.level,
+            "torch": img.torch,
+            "torchvision": img.torchvision,
+            "cuda": img.cuda,
+            "python": img.python,
+            "min_driver": {"full": img.min_driver.full, "minor": img.min_driver.minor},
+            "host": {
+                "driver": self.host.driver,
+                "gpus": [{"name": g.name, "cc": g.cc} for g in self.host.gpus],
+                "source": self.host.source,
+            },
+            "validated_on": [
+                {"gpu": v.gpu, "count": v.count, "driver": v.driver, "date": v.date} for v in img.validated_on
+            ],
+            "pull": shlex.join(self.pull_argv()),
+            "run": shlex.join(self.run_argv()),
+            "warnings": list(self.warnings),
+            "rejected": [{"tag": r.tag, "reason": r.reason} for r in self.rejected],
+        }
+
+
+def run_flags(image: ReleasedImage) -> list[str]:
+    """``--gpus all``, the image's shm requirement, and the NGC ulimits."""
+    flags = ["--gpus", "all"]
+    if image.shm.ipc_host:
+        flags.append("--ipc=host")
+    if image.shm.size:
+        flags.append(f"--shm-size={image.shm.size}")
+    return [*flags, *ULIMITS]
+
+
+def _rank(image: ReleasedImage, level: Level) -> tuple[Any, ...]:
+    return (
+        0 if level == "full" else 1,
+        tuple(-p for p in _vkey(image.torch)),
+        tuple(-p for p in _vkey(image.cuda)),
+        tuple(-p for p in _vkey(image.python)),
+        image.tag,
+    )
+
+
+def choose(
+    index: ReleaseIndex,
+    host: Host,
+    constraints: Constraints,
+    *,
+    platform: Platform,
+    region: str | None = None,
+    machine: str = "x86_64",
+) -> Pick:
+    """The best released image for *host* within *constraints* (see the module docstring for the rule)."""
+    if not index.images:
+        raise NoImageFitsError("the release index lists no image", hint="run imagesmith release first")
+    arch = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
+    want_platform = arch.get(machine, f"linux/{machine}")
+    fits: list[tuple[ReleasedImage, Assessment]] = []
+    rejected: list[Rejected] = []
+    driver_needs: list[str] = []
+    for image in index.images:
+        reason = constraints.rejects(image)
+        if reason is None and image.platform != want_platform:
+            reason = f"built for {image.platform}, this host is {want_platform}"
+        if reason is not None:
+            rejected.append(Rejected(tag=image.tag, reason=reason))
+            continue
+        verdict = assess(image, host)
+        if verdict.level is None:
+            rejected.append(Rejected(tag=image.tag, reason="; ".join(verdict.reasons)))
+            if verdict.needs_driver:
+                driver_needs.append(verdict.needs_driver)
+            continue
+        fits.append((image, verdict))
+    if not fits:
+        raise NoImageFitsError(_nothing_fits(host, constraints, rejected, driver_needs))
+    fits.sort(key=lambda pair: _rank(pair[0], pair[1].level or "minor"))
+    best, verdict = fits[0]
+    assert verdict.level is not None
+    warnings = list(verdict.warnings)
+    if verdict.level == "minor":
+        warnings.insert(
+            0,
+            f"runs through CUDA minor-version compatibility only (driver {host.driver} < "
+            f"{best.min_driver.full}, the CUDA {best.cuda} toolkit driver): limited feature set, "
+            "no JIT of newer PTX; "
+            f"upgrade the driver to >= {best.min_driver.full} for full support",
+        )
+    newer = [
+        (img, v)
+        for img, v in fits[1:]
+        if v.level == "minor" and verdict.level == "full" and _vkey(img.torch) > _vkey(best.torch)
+    ]
+    if newer:
+        img, _ = max(newer, key=lambda pair: _vkey(pair[0].torch))
+        warnings.append(
+            f"{img.tag} (torch {img.torch}, CUDA {img.cuda}) would run only with minor-version compatibility "
+            f"on driver {host.driver}; with a driver >= {img.min_driver.full} it would be picked instead"
+        )
+    for img, v in fits[1:]:
+        rejected.append(
+            Rejected(tag=img.tag, reason=f"ranked lower ({v.level} compatibility, torch {img.torch})")
+        )
+    copy, why, reg_warnings = choose_registry(best.registries, platform, region)
+    return Pick(
+        image=best,
+        level=verdict.level,
+        registry=copy,
+        registry_why=why,
+        host=host,
+        warnings=tuple(warnings + reg_warnings),
+        rejected=tuple(rejected),
+        runner_up=tuple(img for img, _ in fits[1:]),
+    )
+
+
+def _nothing_fits(host: Host, constraints: Constraints, rejected: list[Rejected], needs: list[str]) -> str:
+    gpus = ", ".join(sorted({g.name for g in host.gpus})) or "no GPU"
+    lines = [f"no released image runs on this host (driver {host.driver}, {gpus}):"]
+    lines += [f"  {r.tag}: {r.reason}" for r in rejected]
+    if needs:
+        lowest = min(needs, key=_vkey)
+        lines.append(f"a driver >= {lowest} would run at least one of them")
+    if any((constraints.torch, constraints.cuda, constraints.python)):
+        lines.append("or relax --torch/--cuda/--python")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# verdicts: imagesmith.compat decides, pick only condenses its reasons into one line per image
+
+_NOT_BLOCKING = ("note:", "minor-version compatibility limits")
+_HINTS = ("forward compatibility", "forward-compatibility", "variants this driver runs on")
+
+
+def _compat_gpu(g: HostGpu) -> Any:
+    """compat's model for a host GPU; an unknown model with a known compute capability: ad hoc."""
+    from imagesmith import compat
+
+    try:
+        return compat.gpu(g.name, memory_mib=g.memory_mib)
+    except ConfigError:
+        if g.cc is None:
+            raise
+        return compat.Gpu(
+            key=g.name.casefold(),
+            name=g.name,
+            cc=g.cc,
+            memory_gib=round((g.memory_mib or 0) / 1024, 1),
+            tdp_w=None,
+            smi_names=(g.name,),
+            source="nvidia-smi compute_cap (model not in imagesmith/data/gpus.toml)",
+            memory_mib=g.memory_mib or 0,
+            segment="consumer",
+        )
+
+
+def assess(image: ReleasedImage, host: Host) -> Assessment:
+    """compat.verdict for every distinct GPU of the host; the image's level is the worst of them."""
+    from imagesmith import compat
+
+    levels: list[Level] = []
+    blocking: list[str] = []
+    warnings: list[str] = []
+    needs: list[str] = []
+    seen: set[str] = set()
+    for hg in host.gpus:
+        if hg.name in seen:
+            continue
+        seen.add(hg.name)
+        try:
+            gpu = _compat_gpu(hg)
+            v = compat.verdict(host.driver, gpu, image.torch, image.cuda)
+        except ConfigError as exc:
+            return Assessment(level=None, reasons=(f"cannot judge: {exc.message}",))
+        if v.mode == "full":
+            levels.append("full")
+        elif v.mode == "minor-version":
+            levels.append("minor")
+            warnings += [r for r in v.reasons if r.startswith("note:")]
+        else:
+            hits = [
+                r
+                for r in v.reasons
+                if not r.startswith(_NOT_BLOCKING)
+                and ": met" not in r
+                and not r.startswith(f"{gpu.name}: ")
+                and not any(h in r for h in _HINTS)
+            ]
+            blocking += [r for r in hits if r not in blocking]
+            md = v.min_driver
+            driver_blocked = md is not None and compat.parse_driver(host.driver) < md.minor_version
+            ptx_only = v.arch is not None and v.arch.kind == "ptx"
+            if (
+                md is not None
+                and v.arch is not None
+                and v.arch.kind != "none"
+                and (driver_blocked or ptx_only)
+            ):
+                needs.append(str(md.full if ptx_only else md.minor_version))
+        warnings += [r for r in v.reasons if r.startswith("note:") and r not in warnings]
+    if blocking or len(levels) < len(seen):
+        return Assessment(
+            level=None,
+            reasons=tuple(blocking) or ("no compatible mode",),
+            needs_driver=max(needs, key=_vkey) if needs else None,
+        )
+    level: Level = "minor" if "minor" in levels else "full"
+    return Assessment(level=level, warnings=tuple(dict.fromkeys(warnings)))
+
+
+def host_from_flags(driver: str, gpus: Sequence[str]) -> Host:
+    """``--driver 535.104.05 --gpu h100 --gpu 'NVIDIA A100-SXM...'`` (names or keys compat knows)."""
+    from imagesmith import compat
+
+    drv = compat.parse_driver(driver)
+    found = []
+    for name in gpus:
+        g = compat.gpu(name)
+        found.append(HostGpu(name=g.name, cc=g.cc, memory_mib=g.memory_mib or None))
+    return Host(driver=str(drv), gpus=tuple(found), source="--driver/--gpu")
+
+
+def host_from_text(text: str, *, source: str) -> Host:
+    """Any nvidia-smi output imagesmith.nvsmi reads (default table incl. the R610 header; --query-gpu csv)."""
+    from imagesmith import nvsmi
+
+    report = nvsmi.parse(text, source)
+    if report.driver is None:
+        raise ParseError(
+            f"{source}: this nvidia-smi output does not show the driver version ({report.format} format)",
+            hint="save the plain `nvidia-smi` output or `nvidia-smi --query-gpu=index,name,memory.total,"
+            "compute_cap,driver_version --format=csv`, or pass --driver",
+        )
+    if not report.gpus:
+        raise ParseError(f"{source}: nvidia-smi lists no GPU", hint="check the driver and the GPU (dmesg)")
+    return Host(
+        driver=str(report.driver),
+        gpus=tuple(HostGpu(name=g.name, cc=g.compute_cap, memory_mib=g.memory_mib) for g in report.gpus),
+        source=source,
+        cuda_umd=report.cuda_version,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# output
+
+
+def render_text(pick: Pick, *, verbose: bool = True) -> str:
+    img = pick.image
+    gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in pick.host.gpus)
+    lines = [
+        f"host: driver {pick.host.driver}, {len(pick.host.gpus)} GPU(s): {gpus}  [{pick.host.source}]",
+        f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "
+        f"Python {img.python}  ({pick.level} compatibility)",
+        f"  digest {img.digest}; validated on "
+        + "; ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]})" for v in img.validated_on),
+        f"  registry: {pick.registry_why}",
+    ]
+    lines += [f"warning: {w}" for w in pick.warnings]
+    if verbose and pick.rejected:
+        lines.append("not picked:")
+        lines += [f"  {r.tag}: {r.reason}" for r in pick.rejected]
+    lines += ["", shlex.join(pick.pull_argv()), shlex.join(pick.run_argv())]
+    return "\n".join(lines)
+
+
+def render_json(pick: Pick) -> str:
+    return json.dumps(pick.to_json(), indent=2)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# host input (thin I/O)
+
+
+def read_host(
+    *,
+    nvidia_smi_file: Path | None = None,
+    driver: str | None = None,
+    gpus: Sequence[str] = (),
+    run: bool = True,
+) -> Host:
+    """The host from ``--driver/--gpu``, a saved nvidia-smi output, or by running nvidia-smi."""
+    if driver is not None or gpus:
+        if driver is None or not gpus:
+            raise ConfigError(
+                "--driver and --gpu go together",
+                hint="e.g. --driver 535.104.05 --gpu 'NVIDIA A100-SXM4-80GB' (or --nvidia-smi FILE)",
+            )
+        return host_from_flags(driver, gpus)
+    if nvidia_smi_file is not None:
+        try:
+            text = nvidia_smi_file.read_text(encoding="utf-8", errors="replace")
+        except OSError as exc:
+            raise ConfigError(
+                f"--nvidia-smi {nvidia_smi_file}: cannot read ({exc.strerror})", hint="check the path"
+            ) from None
+        return host_from_text(text, source=str(nvidia_smi_file))
+    if not run:
+        raise ConfigError("no host given", hint="pass --nvidia-smi FILE or --driver/--gpu")
+    query = ["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,driver_version", "--format=csv"]
+    try:
+        done = subprocess.run(query, capture_output=True, text=True, timeout=30, check=False)
+    except FileNotFoundError:
+        raise ConfigError(
+            "nvidia-smi not found on this machine",
+            hint="run pick on the GPU host, or pass --nvidia-smi FILE (its saved output) or --driver/--gpu",
+        ) from None
+    except subprocess.TimeoutExpired:
+        raise ParseError("nvidia-smi did not answer within 30 s", hint="check the driver (dmesg)") from None
+    if done.returncode != 0:
+        raise ParseError(
+            f"nvidia-smi failed (exit {done.returncode}): {(done.stderr or done.stdout).strip()[:300]}",
+            hint="is the NVIDIA driver loaded? (nvidia-smi must work before an image can be picked)",
+        )
+    return host_from_text(done.stdout, source="nvidia-smi")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# index input (thin I/O, cached)
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "imagesmith"
+
+
+def _cache_path(source: str) -> Path:
+    return cache_dir() / "index" / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".json")
+
+
+def fetch_index(source: str, *, refresh: bool = False, ttl_s: int = DEFAULT_TTL_S) -> ReleaseIndex:
+    """Load the release index from a file, an ``http(s)://`` URL or ``oci://host/repo[:tag]`` (the
+    artifact ``imagesmith release`` publishes). Remote sources are cached for *ttl_s* seconds under
+    ~/.cache/imagesmith; a stale cache is used only when the source is unreachable.
+    """
+    if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
+        from imagesmith.index import load_index
+
+        return load_index(Path(source).expanduser())
+    cached = _cache_path(source)
+    if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
+        return parse_index(cached.read_bytes(), source=f"{source} (cached {cached})")
+    try:
+        body = _download_http(source) if source.startswith(("http://", "https://")) else _download_oci(source)
+    except (RegistryError, ConfigError):
+        if cached.is_file():
+            return parse_index(cached.read_bytes(), source=f"{source} (stale cache {cached})")
+        raise
+    index = parse_index(body, source=source)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
+    tmp.write_bytes(body)
+    tmp.replace(cached)
+    return index
+
+
+def _download_http(url: str) -> bytes:
+    import requests
+
+    try:
+        resp = requests.get(url, timeout=30)
+    except requests.RequestException as exc:
+        raise ConfigError(
+            f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
+            hint="check the URL / network, or pass a local file",
+        ) from None
+    if resp.status_code != 200:
+        raise ConfigError(f"--index {url}: HTTP {resp.status_code}", hint="check the URL")
+    return resp.content
+
+
+def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
+    """``oci://host[:port]/repo/path[:tag]`` → (host, repo, tag, insecure); tag default ``release-index``.
+    ``oci+http://`` speaks plain HTTP (a local test registry)."""
+    insecure = source.startswith("oci+http://")
+    rest = source.split("://", 1)[1]
+    if "/" not in rest:
+        raise ConfigError(
+            f"--index {source}: expected oci://HOST/REPOSITORY[:TAG]",
+            hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
+        )
+    host, path = rest.split("/", 1)
+    repo, _, tag = path.partition(":")
+    return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
+
+
+def _download_oci(source: str) -> bytes:
+    from imagesmith.registry import RegistryClient
+
+    host, repo, tag, insecure = parse_oci_source(source)
+    client = RegistryClient(host, insecure=insecure)
+    return read_index_artifact(client, repo, tag)
+
+
+def read_index_artifact(client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG) -> bytes:
+    """The index JSON: the single layer of the OCI artifact *repo:tag* (see release.publish_index)."""
+    manifest = client.get_manifest(repo, tag).json()
+    layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX_MEDIA_TYPE]
+    if len(layers) != 1:
+        raise RegistryError(
+            f"registry {client.name}: {repo}:{tag} is not an imagesmith release index artifact "
+            f"(expected one layer of type {INDEX_MEDIA_TYPE})",
+            hint="point --index at the tag imagesmith release publishes",
+        )
+    digest = layers[0]["digest"]
+    with client.get_blob(repo, digest) as resp:
+        body: bytes = resp.content
+    if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+        raise RegistryError(f"registry {client.name}: index blob {digest} arrived with a different sha256")
+    return body
+
+
+# ------------------------------------------------------------------------------------------------------------
+# --pull (through imagesmith.engine, the only module that talks to a Docker engine)
+
+
+def pull_image(pick: Pick, *, echo: Any) -> str:
+    """Pull the picked tag and check that the engine now holds exactly the released digest."""
+    from imagesmith.engine import Engine
+
+    reference = pick.registry.reference
+    engine = Engine()
+    echo(f"pulling {reference} ({pick.image.digest[:19]}…)")
+    started = time.monotonic()
+    image_id = engine.pull(reference)
+    info = engine.inspect(reference) or {}
+    repo = reference.rsplit(":", 1)[0]
+    digests = [d for d in info.get("RepoDigests", []) if isinstance(d, str)]
+    if f"{repo}@{pick.registry.digest}" not in digests:
+        raise RegistryError(
+            f"registry {pick.registry.name}: {reference} now points at "
+            f"{', '.join(digests) or 'an unknown digest'}, not the released {pick.registry.digest}",
+            hint="the tag was moved after the release; pull by digest: docker pull " + pick.reference,
+        )
+    echo(f"pulled {reference} as {image_id[:19]} in {time.monotonic() - started:.0f}s")
+    return str(image_id)

@@ -1,0 +1,454 @@
+"""``imagesmith pick``: cases built from NVIDIA's driver table and PyTorch's wheel/arch tables (via
+imagesmith's compat data), hosts read from nvidia-smi captures (R610 header, truncated R470/R525 names,
+--query-gpu csv).
+
+The release index of these tests is generated from imagesmith.compat (min drivers, arch lists), exactly as
+``imagesmith release`` fills it, so the expected picks follow from the published tables, not from this file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith import compat
+from imagesmith.errors import ConfigError, NoImageFitsError, ParseError
+from imagesmith.index import SCHEMA, ReleaseIndex, parse_index
+from imagesmith.pick import (
+    Constraints,
+    Host,
+    choose,
+    fetch_index,
+    load_platforms,
+    platform_for,
+    read_host,
+    registry_region,
+    render_text,
+    version_matches,
+)
+
+DATA = Path(__file__).parent / "data" / "pick"
+REGISTRIES = [
+    ("dockerhub", "dockerhub", "docker.io/imagesmith/torch"),
+    ("ghcr", "ghcr", "ghcr.io/imagesmith/torch"),
+    ("acr-hangzhou", "acr", "registry.cn-hangzhou.aliyuncs.com/imagesmith/torch"),
+]
+#: (torch, cuda, python): the released images of these tests
+RELEASED = [
+    ("2.0.1", "11.7", "3.10"),
+    ("2.1.2", "11.8", "3.10"),
+    ("2.1.2", "12.1", "3.10"),
+    ("2.4.1", "12.1", "3.11"),
+    ("2.5.1", "12.4", "3.11"),
+    ("2.7.1", "12.6", "3.11"),
+    ("2.7.1", "12.8", "3.12"),
+    ("2.11.0", "13.0", "3.11"),
+]
+
+
+def tag_of(torch: str, cuda: str, python: str) -> str:
+    return f"{torch}-cu{cuda.replace('.', '')}-py{python}"
+
+
+def image_doc(torch: str, cuda: str, python: str, *, registries: Any = None, n: int = 0) -> dict[str, Any]:
+    variant = compat.torch_variant(torch, cuda)
+    md = compat.min_driver(cuda)
+    digest = "sha256:" + hashlib.sha256(f"{torch}-{cuda}-{python}".encode()).hexdigest()
+    tag = tag_of(torch, cuda, python)
+    regs = registries if registries is not None else REGISTRIES
+    return {
+        "tag": tag,
+        "matrix": "test",
+        "cell": f"{torch}-cu{cuda.replace('.', '')}-py{python}-runtime-ubuntu22.04",
+        "digest": digest,
+        "registries": [
+            {"name": n_, "kind": k, "reference": f"{r}:{tag}", "digest": digest} for n_, k, r in regs
+        ],
+        "torch": torch,
+        "torchvision": compat.torch_release(torch).torchvision,
+        "cuda": cuda,
+        "python": python,
+        "min_driver": {"full": str(md.full), "minor": str(md.minor_version)},
+        "arch": list(variant.arch_list),
+        "shm": {"size": "16g", "ipc_host": False},
+        "validated_on": [
+            {
+                "gpu": "NVIDIA H100 80GB HBM3",
+                "count": 8,
+                "driver": "580.95.05",
+                "date": "2026-11-28",
+                "report_digest": "sha256:" + "c" * 64,
+            }
+        ],
+        "fingerprint": f"fp{n}",
+        "released": "2026-11-28",
+    }
+
+
+def make_index(rows: list[tuple[str, str, str]] = RELEASED, **kw: Any) -> ReleaseIndex:
+    doc = {
+        "schema": SCHEMA,
+        "generated": "2026-11-28T00:00:00Z",
+        "images": [image_doc(*row, n=i, **kw) for i, row in enumerate(rows)],
+    }
+    return parse_index(json.dumps(doc), source="test-index")
+
+
+GENERIC = platform_for(load_platforms(), None, None)
+
+
+def host(driver: str, *gpus: str) -> Host:
+    return read_host(driver=driver, gpus=list(gpus))
+
+
+def smi(name: str) -> Host:
+    return read_host(nvidia_smi_file=DATA / name)
+
+
+# -- hosts ------------------------------------------------------------------------------------------------
+
+
+def test_r610_header_is_read() -> None:
+    h = smi("smi_r610_h100x2.txt")
+    assert h.driver == "610.43.02"
+    assert h.cuda_umd == "13.3"
+    assert [g.name for g in h.gpus] == ["NVIDIA H100 80GB HBM3"] * 2
+
+
+def test_r610_host_gets_the_newest_torch_fully() -> None:
+    pick = choose(make_index(), smi("smi_r610_h100x2.txt"), Constraints(), platform=GENERIC)
+    assert pick.image.tag == "2.11.0-cu130-py3.11"
+    assert pick.level == "full"
+
+
+def test_truncated_a100_name_on_r525_prefers_full_cu118_over_minor_cu121() -> None:
+    # 525.85.12 < 530.30.02 (CUDA 12.1 toolkit driver) but >= 525.60.13 (12.x minor-version floor);
+    # 520.61.05 (CUDA 11.8) is met: full beats minor-version even with an older torch.
+    h = smi("smi_525_a100_narrow.txt")
+    assert h.gpus[0].name == "NVIDIA A100-SXM..."
+    pick = choose(make_index(), h, Constraints(), platform=GENERIC)
+    assert pick.image.tag == "2.1.2-cu118-py3.10"
+    assert pick.level == "full"
+    # the newest torch that runs only under minor-version compatibility is named with the driver it needs
+    assert any("2.7.1-cu128-py3.12" in w and ">= 570.26 it would be picked" in w for w in pick.warnings)
+    reasons = {r.tag: r.reason for r in pick.rejected}
+    assert "580.65.06" in reasons["2.11.0-cu130-py3.11"]  # CUDA 13 floor
+
+
+def test_535_driver_chooses_cu121_over_cu124() -> None:
+    pick = choose(make_index(), host("535.104.05", "a100-80gb-sxm4"), Constraints(), platform=GENERIC)
+    assert pick.image.tag == "2.4.1-cu121-py3.11"
+    assert pick.level == "full"
+    warning = next(w for w in pick.warnings if "2.7.1-cu12" in w or "2.5.1-cu124" in w)
+    assert "minor-version" in warning
+
+
+def test_535_with_torch_constraint_takes_minor_version_match_with_warning() -> None:
+    pick = choose(
+        make_index(), host("535.104.05", "a100-80gb-sxm4"), Constraints(torch="2.5"), platform=GENERIC
+    )
+    assert pick.image.tag == "2.5.1-cu124-py3.11"
+    assert pick.level == "minor"
+    assert "minor-version compatibility only" in pick.warnings[0]
+    assert ">= 550.54.14" in pick.warnings[0]
+
+
+def test_470_runs_only_cu11x_images_under_minor_version() -> None:
+    h = smi("smi_470_a100_narrow.txt")
+    pick = choose(make_index(), h, Constraints(), platform=GENERIC)
+    assert pick.image.cuda.startswith("11.")
+    assert pick.image.tag == "2.1.2-cu118-py3.10"
+    assert pick.level == "minor"
+    reasons = {r.tag: r.reason for r in pick.rejected}
+    assert "525.60.13" in reasons["2.4.1-cu121-py3.11"]
+
+
+def test_470_with_only_cuda12_images_says_which_driver_is_needed() -> None:
+    index = make_index([r for r in RELEASED if not r[1].startswith("11.")])
+    with pytest.raises(NoImageFitsError) as err:
+        choose(index, smi("smi_470_a100_narrow.txt"), Constraints(), platform=GENERIC)
+    msg = str(err.value)
+    assert "driver 470.82.01" in msg
+    assert "a driver >= 525.60.13 would run at least one of them" in msg
+    for torch, cuda, python in RELEASED[2:]:
+        assert f"  {tag_of(torch, cuda, python)}: " in msg
+
+
+def test_rtx5090_rejects_pre_cu128_images() -> None:
+    h = read_host(nvidia_smi_file=DATA / "query_570_rtx5090.csv")
+    assert h.gpus[0].cc == "12.0"
+    pick = choose(make_index(), h, Constraints(), platform=GENERIC)
+    assert pick.image.tag == "2.7.1-cu128-py3.12"
+    reasons = {r.tag: r.reason for r in pick.rejected}
+    for tag in ("2.4.1-cu121-py3.11", "2.5.1-cu124-py3.11", "2.7.1-cu126-py3.11"):
+        assert "sm_120 is not compatible with the current PyTorch installation" in reasons[tag], reasons[tag]
+    assert "580.65.06" in reasons["2.11.0-cu130-py3.11"]  # 570 < CUDA 13 floor
+
+
+def test_rtx5090_with_only_old_images_names_no_driver_fix() -> None:
+    index = make_index([r for r in RELEASED if r[1] in ("12.1", "12.4", "12.6")])
+    with pytest.raises(NoImageFitsError) as err:
+        choose(index, host("570.133.07", "rtx5090"), Constraints(), platform=GENERIC)
+    assert "sm_120" in str(err.value)
+    assert "a driver >=" not in str(err.value)  # no driver makes an sm_90 wheel run on sm_120
+
+
+@pytest.mark.parametrize(
+    ("constraints", "expected"),
+    [
+        (Constraints(torch="2.1"), "2.1.2-cu121-py3.10"),
+        (Constraints(torch="2.1", cuda="11.8"), "2.1.2-cu118-py3.10"),
+        (Constraints(python="3.12"), "2.7.1-cu128-py3.12"),
+        (Constraints(cuda="12.6"), "2.7.1-cu126-py3.11"),
+        (Constraints(torch="2.11"), "2.11.0-cu130-py3.11"),
+    ],
+)
+def test_constraints_on_a_new_driver(constraints: Constraints, expected: str) -> None:
+    pick = choose(make_index(), host("580.95.05", "h100-sxm"), constraints, platform=GENERIC)
+    assert pick.image.tag == expected
+    assert pick.level == "full"
+
+
+def test_constraint_that_nothing_meets() -> None:
+    with pytest.raises(NoImageFitsError, match=r"torch 2\.11\.0 does not match --torch 2\.3"):
+        choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(torch="2.3"), platform=GENERIC)
+
+
+def test_version_prefix_does_not_confuse_2_1_and_2_11() -> None:
+    assert version_matches("2.1.2", "2.1")
+    assert not version_matches("2.11.0", "2.1")
+    assert version_matches("12.1", "12.1")
+    assert not version_matches("12.1", "12.1.1")
+
+
+def test_mixed_gpus_need_every_gpu_covered() -> None:
+    pick = choose(make_index(), host("575.51.03", "h100-sxm", "rtx5090"), Constraints(), platform=GENERIC)
+    assert pick.image.tag == "2.7.1-cu128-py3.12"
+
+
+def test_unknown_gpu_with_compute_cap_from_nvidia_smi(tmp_path: Path) -> None:
+    f = tmp_path / "q.csv"
+    f.write_text(
+        "index, name, memory.total [MiB], compute_cap, driver_version\n"
+        "0, NVIDIA Future GPU X1, 99999 MiB, 12.0, 580.95.05\n"
+    )
+    pick = choose(make_index(), read_host(nvidia_smi_file=f), Constraints(), platform=GENERIC)
+    assert pick.image.tag == "2.11.0-cu130-py3.11"
+
+
+# -- registries and commands --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("platform", "region", "kind"),
+    [
+        ("autodl", None, "acr"),
+        ("aliyun", None, "acr"),
+        ("tencent", None, "acr"),  # no TCR copy: the next preferred kind
+        ("runpod", None, "dockerhub"),
+        ("vast", None, "dockerhub"),
+        ("lambda", None, "dockerhub"),
+        (None, "cn-hangzhou", "acr"),
+        (None, "us-east-1", "dockerhub"),
+    ],
+)
+def test_platform_chooses_the_registry(platform: str | None, region: str | None, kind: str) -> None:
+    plat = platform_for(load_platforms(), platform, region)
+    pick = choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(), platform=plat, region=region)
+    assert pick.registry.kind == kind
+
+
+def test_china_platform_with_only_global_registries_warns() -> None:
+    only_global = [r for r in REGISTRIES if r[1] != "acr"]
+    plat = platform_for(load_platforms(), "autodl", None)
+    pick = choose(
+        make_index(registries=only_global), host("580.95.05", "h100-sxm"), Constraints(), platform=plat
+    )
+    assert pick.registry.kind in ("dockerhub", "ghcr")
+    assert any("poor fit for autodl" in w and "unreachable" in w for w in pick.warnings)
+
+
+def test_unknown_platform() -> None:
+    with pytest.raises(ConfigError, match="--platform 'colab' is not a known platform"):
+        platform_for(load_platforms(), "colab", None)
+
+
+def test_region_in_registry_hosts() -> None:
+    assert registry_region("registry.cn-hangzhou.aliyuncs.com") == "cn-hangzhou"
+    assert registry_region("123456789012.dkr.ecr.us-east-1.amazonaws.com") == "us-east-1"
+    assert registry_region("swr.cn-north-4.myhuaweicloud.com") == "cn-north-4"
+    assert registry_region("ghcr.io") is None
+
+
+def test_docker_commands_carry_gpus_shm_and_ulimits() -> None:
+    pick = choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+    ref = f"docker.io/imagesmith/torch:2.11.0-cu130-py3.11@{pick.image.digest}"
+    assert pick.pull_argv() == ["docker", "pull", ref]
+    assert pick.run_argv() == [
+        "docker",
+        "run",
+        "--gpus",
+        "all",
+        "--shm-size=16g",
+        "--ulimit",
+        "memlock=-1",
+        "--ulimit",
+        "stack=67108864",
+        "-it",
+        "--rm",
+        ref,
+    ]
+    text = render_text(pick)
+    assert text.splitlines()[-1] == " ".join(pick.run_argv())
+    assert "not picked:" in text
+
+
+def test_ipc_host_image() -> None:
+    doc = image_doc("2.11.0", "13.0", "3.11")
+    doc["shm"] = {"ipc_host": True}
+    index = parse_index(
+        json.dumps({"schema": SCHEMA, "generated": "2026-11-28", "images": [doc]}), source="x"
+    )
+    pick = choose(index, host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+    assert "--ipc=host" in pick.run_argv()
+    assert not any(a.startswith("--shm-size") for a in pick.run_argv())
+
+
+def test_arm_host_rejects_amd64_images() -> None:
+    with pytest.raises(NoImageFitsError, match="built for linux/amd64, this host is linux/arm64"):
+        choose(
+            make_index(), host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC, machine="aarch64"
+        )
+
+
+# -- bad input --------------------------------------------------------------------------------------------
+
+
+def test_driver_without_gpu() -> None:
+    with pytest.raises(ConfigError, match="--driver and --gpu go together"):
+        read_host(driver="535.104.05")
+
+
+def test_junk_driver() -> None:
+    with pytest.raises(ConfigError, match="is not an NVIDIA driver version"):
+        host("latest", "h100-sxm")
+
+
+def test_nvidia_smi_file_that_is_not_nvidia_smi(tmp_path: Path) -> None:
+    f = tmp_path / "smi.txt"
+    f.write_text("hello\n")
+    with pytest.raises(ParseError, match=r"smi\.txt"):
+        read_host(nvidia_smi_file=f)
+
+
+def test_nvidia_smi_L_has_no_driver(tmp_path: Path) -> None:
+    f = tmp_path / "L.txt"
+    f.write_text("GPU 0: NVIDIA H200 (UUID: GPU-8d5d1b1c-0000-0000-0000-000000000000)\n")
+    with pytest.raises(ParseError, match="does not show the driver version"):
+        read_host(nvidia_smi_file=f)
+
+
+# -- index sources and cache --------------------------------------------------------------------------------
+
+
+def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import http.server
+    import threading
+
+    from imagesmith.index import dump_index
+
+    body = dump_index(make_index()).encode()
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
+    try:
+        first = fetch_index(url)
+        second = fetch_index(url)
+        assert hits == ["/index.json"]  # the second came from the cache
+        assert first == second
+        fetch_index(url, refresh=True)
+        assert len(hits) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+    # source gone: the (stale) cache still answers
+    again = fetch_index(url, ttl_s=0)
+    assert again == first
+    path = tmp_path / "index.json"
+    path.write_bytes(body)
+    assert fetch_index(str(path)) == first
+
+
+def test_fetch_index_unreachable_without_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with pytest.raises(ConfigError, match="cannot download"):
+        fetch_index("http://127.0.0.1:9/index.json")
+
+
+# -- CLI --------------------------------------------------------------------------------------------------
+
+
+def test_cli_pick_offline(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    res = run_cli(
+        "pick",
+        "--index",
+        str(path),
+        "--nvidia-smi",
+        str(DATA / "smi_525_a100_narrow.txt"),
+        "--platform",
+        "autodl",
+    )
+    assert res.exit_code == 0, res.stderr
+    assert "picked: 2.1.2-cu118-py3.10" in res.stdout
+    assert (
+        "docker pull registry.cn-hangzhou.aliyuncs.com/imagesmith/torch:2.1.2-cu118-py3.10@sha256:"
+        in res.stdout
+    )
+    res = run_cli("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "a100", "--json")
+    assert res.exit_code == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["tag"] == "2.4.1-cu121-py3.11"
+    assert out["compatibility"] == "full"
+    assert out["run"].startswith("docker run --gpus all --shm-size=16g --ulimit memlock=-1")
+
+
+def test_cli_pick_nothing_fits(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index([r for r in RELEASED if r[1].startswith("13.")]), path)
+    res = run_cli("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "h100-sxm")
+    assert res.exit_code == NoImageFitsError.exit_code
+    assert "a driver >= 580.65.06 would run at least one of them" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_cli_pick_bad_index(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    path = tmp_path / "index.json"
+    path.write_text('{"schema": "imagesmith.release-index/v1", "generated": "2026-01-01", "images": [{}]}')
+    res = run_cli("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "h100-sxm")
+    assert res.exit_code == ConfigError.exit_code
+    assert f"release index {path}: images[0]." in res.stderr
