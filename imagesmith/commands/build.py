@@ -1,9 +1,185 @@
-"""CLI commands of this area. Registered on the root app by imagesmith.cli."""
+"""CLI commands ``build`` and ``fetch-sources``. Registered on the root app by imagesmith.cli."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from imagesmith.errors import ConfigError
+
+MATRIX_HELP = "Matrix name (matrices/NAME.toml) or path to a matrix file."
+
+
+def _human(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "kB", "MB", "GB"):
+        if value < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
+        value /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+def build_command(
+    matrix: Annotated[str, typer.Option("--matrix", "-m", help=MATRIX_HELP)] = "smoke",
+    only: Annotated[
+        list[str] | None,
+        typer.Option("--only", help="Build only cells whose id matches this glob (repeatable)."),
+    ] = None,
+    push: Annotated[
+        bool, typer.Option("--push", help="Push to the cell's registries (copied between them via the API).")
+    ] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", help="Cells built at the same time.")] = 1,
+    force: Annotated[
+        bool, typer.Option("--force", help="Build and push even when the fingerprint is already there.")
+    ] = False,
+    summary: Annotated[
+        Path | None, typer.Option("--summary", help="Write a JSON summary to this file.")
+    ] = None,
+    extra_ca: Annotated[
+        Path | None,
+        typer.Option(
+            "--extra-ca", help="PEM CA bundle trusted by pip during the build (TLS-intercepting proxies)."
+        ),
+    ] = None,
+    registry_mirror: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--registry-mirror", help="HOST=PREFIX: pull base images of HOST from PREFIX (repeatable)."
+        ),
+    ] = None,
+    backend: Annotated[
+        str, typer.Option("--backend", help="auto | buildkit (docker CLI) | sdk (Engine API).")
+    ] = "auto",
+) -> None:
+    """Build (with --push: push) a matrix's images; cells whose fingerprint is already pushed are skipped."""
+    from imagesmith.build import BuildOptions, run_build, write_summary
+    from imagesmith.commands.plan import load_plan
+    from imagesmith.config import load_config
+    from imagesmith.engine import BuildEvent, Engine
+
+    if backend not in ("auto", "buildkit", "sdk"):
+        raise ConfigError(f"--backend {backend!r}: expected auto, buildkit or sdk")
+    config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
+    m, plan = load_plan(matrix, only)
+    engine = Engine(backend=backend)  # type: ignore[arg-type]
+    console = Console(stderr=True, highlight=False)
+    console.print(
+        f"matrix [bold]{m.name}[/]: {len(plan.cells)} cell(s), engine backend {engine.backend}"
+        + (", push" if push else "")
+        + (f", mirrors {dict(config.registry_mirrors)}" if config.registry_mirrors else "")
+    )
+    progress = Progress(
+        TextColumn("[bold]{task.fields[cell]}"),
+        BarColumn(bar_width=20),
+        TextColumn("{task.fields[phase]}"),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=False,
+    )
+    tasks: dict[str, TaskID] = {}
+    last: dict[str, float] = {}
+
+    def report(cell: str, phase: str, event: BuildEvent | None) -> None:
+        now = time.monotonic()
+        if event is not None and now - last.get(cell, 0.0) < 0.5:
+            return
+        last[cell] = now
+        detail = ""
+        total = None
+        completed = None
+        if event is not None:
+            detail = f"{event.step[:60]}  ({event.steps_done} done, {event.steps_cached} cached"
+            detail += f", {_human(event.bytes_done)})" if event.bytes_done else ")"
+        if phase in ("failed",):
+            completed, total = 1, 1
+        progress.update(tasks[cell], phase=phase, detail=detail, total=total, completed=completed)
+
+    with progress:
+        for cell in plan.cells:
+            tasks[cell.id] = progress.add_task("", cell=cell.id, phase="queued", detail="", total=None)
+        outcomes, errors = run_build(
+            m,
+            plan,
+            BuildOptions(push=push, force=force, jobs=jobs, config=config),
+            engine=engine,
+            report=report,
+        )
+        for o in outcomes:
+            progress.update(tasks[o.cell], phase=o.status, detail=o.reason, total=1, completed=1)
+
+    table = Table(title=f"imagesmith build — {m.name}")
+    for col in (
+        "cell",
+        "status",
+        "digest",
+        "size",
+        "compressed",
+        "build",
+        "total",
+        "cached",
+        "pushed",
+        "copied",
+    ):
+        table.add_column(col)
+    for o in outcomes:
+        table.add_row(
+            o.cell,
+            o.status,
+            o.digest[:19] if o.digest else "-",
+            _human(o.size_uncompressed) if o.size_uncompressed else "-",
+            _human(o.size_compressed) if o.size_compressed else "-",
+            f"{o.build_s:.0f}s" if o.build_s else "-",
+            f"{o.duration_s:.0f}s",
+            f"{o.cached_steps}/{o.steps}" if o.steps else "-",
+            _human(o.bytes_pushed_engine),
+            _human(o.bytes_copied_api),
+        )
+    Console(highlight=False).print(table)
+    if summary is not None:
+        write_summary(summary, m.name, outcomes, engine.backend)
+        console.print(f"summary written to {summary}")
+    if errors:
+        first = errors[0]
+        if len(errors) > 1:
+            first.message += f"\n  ({len(errors) - 1} more cell(s) failed; see the summary)"
+        raise first
+
+
+def fetch_sources_command(
+    matrix: Annotated[
+        list[str] | None, typer.Option("--matrix", "-m", help=MATRIX_HELP + " Default: every matrix.")
+    ] = None,
+    from_git: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-git", help="Fill the cache from this local clone (git archive), not the pinned URL."
+        ),
+    ] = None,
+) -> None:
+    """Fill the source cache (nccl-tests archives) pinned by the matrices; checks every sha256."""
+    from imagesmith.matrix import load_matrix, matrix_names
+    from imagesmith.sources import ensure_cached, nccl_tests_archive, sources_dir
+
+    names = matrix or matrix_names()
+    seen: set[str] = set()
+    for name in names:
+        archive = nccl_tests_archive(load_matrix(name).nccl_tests)
+        if archive.file_name in seen:
+            continue
+        seen.add(archive.file_name)
+        path, how = ensure_cached(archive, from_git=from_git)
+        typer.echo(f"{archive.label}: {path} ({how}, sha256 {archive.sha256[:16]}… ok)")
+    typer.echo(f"source cache: {sources_dir()}")
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
+    app.command("build")(build_command)
+    app.command("fetch-sources")(fetch_sources_command)

@@ -1,0 +1,472 @@
+"""Build orchestration: skip what is already pushed, stage contexts, build, push once, copy, verify, tag.
+
+For each cell of a plan:
+
+1. **Skip.** With ``--push``: every registry of the cell is asked for ``fp-<fingerprint[:20]>``; when all of
+   them hold it (same digest) and the candidate tag points at it, nothing is built or pushed. When the
+   fingerprint is there but a candidate tag is not, only the tag is put (no build). Without ``--push``: a
+   local image whose ``io.imagesmith.fingerprint`` label equals the cell's is reused. ``--force`` disables
+   both.
+2. **Stage.** The committed ``dockerfiles/<matrix>/<cell>/`` (checked against what the matrices render) is
+   copied into a staging folder and ``sources/`` (from the source cache only), ``wheels/`` (imagesmith's own
+   wheel, built from this checkout) and ``certs/`` (the extra CA, if any) are filled.
+3. **Build** through :class:`~imagesmith.engine.Engine`; base images are build args with the registry-mirror
+   map applied.
+4. **Push** (``--push``): the engine pushes (compresses and uploads) once, to the first registry, under a
+   staging tag ``staging-<fingerprint[:20]>``; every other registry is fed from that copy through the
+   registry API (blob copy/mount + manifest by digest, which tags nothing). Only when every registry serves
+   the same manifest digest are the final tags put: ``fp-<fingerprint[:20]>`` and ``<cell id>-candidate``
+   (the release step promotes a validated candidate to ``<cell id>``). A failure anywhere leaves no final
+   tag on a partial image; the staging tag only ever points at a complete manifest (the registry accepts a
+   manifest only once its blobs are there).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from imagesmith.config import UserConfig, cache_root
+from imagesmith.engine import BuildEvent, Engine
+from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
+from imagesmith.matrix import MIRROR_PROFILES, Matrix
+from imagesmith.plan import REPO_ROOT, BuildPlan, Cell, RegistryTarget
+from imagesmith.registry import RegistryClient, copy_manifest, lookup_credentials
+from imagesmith.sources import cached_archive, nccl_tests_archive
+
+FINGERPRINT_LABEL = "io.imagesmith.fingerprint"
+_FP_LEN = 20
+
+
+def fingerprint_tag(fingerprint: str) -> str:
+    return f"fp-{fingerprint[:_FP_LEN]}"
+
+
+def staging_tag(fingerprint: str) -> str:
+    return f"staging-{fingerprint[:_FP_LEN]}"
+
+
+def candidate_tag(cell: Cell) -> str:
+    return f"{cell.id}-candidate"
+
+
+def local_ref(cell: Cell) -> str:
+    return f"imagesmith/{cell.matrix}:{cell.id}"
+
+
+def repo_path(target: RegistryTarget) -> str:
+    """The repository path inside the registry (``namespace/repository``)."""
+    return target.image.split("/", 1)[1]
+
+
+@dataclass
+class CellOutcome:
+    """One row of the summary (``--summary FILE`` writes these as JSON)."""
+
+    cell: str
+    tag: str
+    fingerprint: str
+    status: str = "pending"  # built | pushed | skipped | retagged | failed
+    reason: str = ""
+    image_id: str = ""
+    digest: str = ""
+    size_uncompressed: int = 0
+    size_compressed: int = 0
+    duration_s: float = 0.0
+    build_s: float = 0.0
+    push_s: float = 0.0
+    steps: int = 0
+    cached_steps: int = 0
+    bytes_pushed_engine: int = 0
+    bytes_copied_api: int = 0
+    registries: dict[str, dict[str, str]] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    push: bool = False
+    force: bool = False
+    jobs: int = 1
+    config: UserConfig = field(default_factory=UserConfig)
+    staging_root: Path | None = None
+    keep_going: bool = False
+
+
+Reporter = Callable[[str, str, BuildEvent | None], None]
+
+
+def _no_report(cell: str, phase: str, event: BuildEvent | None) -> None:
+    return None
+
+
+# -- context staging -------------------------------------------------------------------------------
+_WHEEL_LOCK = threading.Lock()
+
+
+def _source_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    files = [
+        root / "pyproject.toml",
+        *sorted(p for p in (root / "imagesmith").rglob("*") if p.is_file() and "__pycache__" not in p.parts),
+    ]
+    for p in files:
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()[:24]
+
+
+def imagesmith_wheel(root: Path = REPO_ROOT) -> Path:
+    """imagesmith's wheel built from *root*, cached by a hash of its sources (reproducible timestamps)."""
+    with _WHEEL_LOCK:
+        out = cache_root() / "wheels" / _source_digest(root)
+        found = sorted(out.glob("imagesmith-*.whl"))
+        if found:
+            return found[0]
+        out.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out.parent))
+        env = dict(os.environ, SOURCE_DATE_EPOCH="315532800", PIP_DISABLE_PIP_VERSION_CHECK="1")
+        proc = subprocess.run(
+            [
+                os.environ.get("IMAGESMITH_PYTHON", _python()),
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "-w",
+                tmp,
+                root,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+        wheels = sorted(tmp.glob("imagesmith-*.whl"))
+        if proc.returncode != 0 or not wheels:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise BuildError(
+                f"building imagesmith's own wheel from {root} failed:\n{proc.stderr[-2000:]}",
+                hint="`pip wheel --no-deps .` must work in the checkout",
+            )
+        target = out / wheels[0].name
+        wheels[0].replace(target)
+        shutil.rmtree(tmp, ignore_errors=True)
+        return target
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
+
+
+def check_context_current(matrix: Matrix, plan: BuildPlan) -> None:
+    """RenderError unless the committed dockerfiles/ of *matrix* are what the templates render now."""
+    from imagesmith.plan import build_plan
+    from imagesmith.render import check_rendered, matrix_dir, render_plan
+
+    check_rendered(render_plan(build_plan(matrix)), [matrix_dir(matrix)])
+
+
+def stage_context(cell: Cell, matrix: Matrix, config: UserConfig, staging_root: Path) -> Path:
+    """Copy the cell's committed context and fill sources/, wheels/, certs/. Returns the staged folder."""
+    src = REPO_ROOT / cell.context
+    if not (src / "Dockerfile").is_file():
+        raise BuildError(
+            f"cell {cell.id}: {src}/Dockerfile does not exist",
+            hint=f"run `imagesmith render --matrix {cell.matrix}`",
+        )
+    dest = staging_root / cell.matrix / cell.id
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(src, dest)
+    archive = cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=cell.matrix)
+    shutil.copy2(archive, dest / "sources" / archive.name)
+    shutil.copy2(imagesmith_wheel(), dest / "wheels")
+    if config.extra_ca is not None:
+        shutil.copyfile(config.extra_ca, dest / "certs" / "extra-ca.crt")
+    return dest
+
+
+def build_args(cell: Cell, config: UserConfig) -> dict[str, str]:
+    profile = MIRROR_PROFILES[cell.mirror_build]
+    args = {
+        "BASE_IMAGE": config.apply_mirror(cell.base_image),
+        "BUILDER_IMAGE": config.apply_mirror(cell.builder_image),
+    }
+    if profile.pip_index_url:
+        args["IMAGESMITH_PIP_INDEX_URL"] = profile.pip_index_url
+    if profile.apt_root:
+        args["IMAGESMITH_APT_MIRROR"] = profile.apt_root
+    if cell.index_url and not cell.pypi_default:
+        args["TORCH_INDEX_URL"] = cell.index_url
+    return args
+
+
+# -- registries ------------------------------------------------------------------------------------
+def registry_client(target: RegistryTarget) -> RegistryClient:
+    return RegistryClient(target.host, name=target.name, kind=target.kind, insecure=target.insecure)
+
+
+def _where(target: RegistryTarget, exc: ImagesmithError) -> str:
+    text = exc.message
+    return text if target.name in text else f"registry {target.name} ({target.host}): {text}"
+
+
+def registry_state(
+    cell: Cell, clients: dict[str, RegistryClient]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Per registry: (digest of the fp tag, digest of the candidate tag)."""
+    out = {}
+    for t in cell.registries:
+        c = clients[t.name]
+        repo = repo_path(t)
+        out[t.name] = (
+            c.manifest_digest(repo, fingerprint_tag(cell.fingerprint)),
+            c.manifest_digest(repo, candidate_tag(cell)),
+        )
+    return out
+
+
+def push_cell(
+    cell: Cell,
+    engine: Engine,
+    clients: dict[str, RegistryClient],
+    outcome: CellOutcome,
+    report: Reporter,
+) -> None:
+    """Engine push to the first registry (staging tag), API copy to the rest, verify, then put final tags."""
+    first, rest = cell.registries[0], cell.registries[1:]
+    staging_ref = f"{first.image}:{staging_tag(cell.fingerprint)}"
+    report(cell.id, f"push → {first.name}", None)
+    start = time.monotonic()
+    pushed = engine.push(
+        staging_ref,
+        credentials=lookup_credentials(first.host),
+        registry_name=f"{first.name} ({first.host})",
+    )
+    outcome.bytes_pushed_engine = pushed.bytes_pushed
+    src = clients[first.name]
+    src_repo = repo_path(first)
+    served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint))
+    if served != pushed.digest:
+        raise PushError(
+            f"registry {first.name} ({first.host}) serves {served} for {staging_ref}, "
+            f"the engine pushed {pushed.digest}"
+        )
+    manifest = src.get_manifest(src_repo, pushed.digest)
+    outcome.digest = manifest.digest
+    outcome.size_compressed = manifest.compressed_size()
+    for t in rest:
+        report(cell.id, f"copy → {t.name}", None)
+        try:
+            digest, sent = copy_manifest(src, src_repo, manifest.digest, clients[t.name], repo_path(t))
+        except ImagesmithError as exc:
+            raise PushError(_where(t, exc)) from exc
+        outcome.bytes_copied_api += sent
+        if digest != manifest.digest:
+            raise PushError(f"registry {t.name}: copied manifest digest {digest} ≠ {manifest.digest}")
+    # verify: every registry serves the manifest by digest before any final tag moves
+    for t in cell.registries:
+        got = clients[t.name].manifest_digest(repo_path(t), manifest.digest)
+        if got != manifest.digest:
+            raise PushError(f"registry {t.name} ({t.host}) does not serve {manifest.digest} after the push")
+    report(cell.id, "tag", None)
+    for t in cell.registries:
+        c = clients[t.name]
+        for tag in (fingerprint_tag(cell.fingerprint), candidate_tag(cell)):
+            try:
+                c.put_manifest(repo_path(t), tag, manifest)
+            except ImagesmithError as exc:
+                raise PushError(_where(t, exc)) from exc
+    for t in cell.registries:
+        c = clients[t.name]
+        for tag in (fingerprint_tag(cell.fingerprint), candidate_tag(cell)):
+            got = c.manifest_digest(repo_path(t), tag)
+            if got != manifest.digest:
+                raise PushError(
+                    f"registry {t.name} ({t.host}): {t.image}:{tag} is {got}, expected {manifest.digest}"
+                )
+        outcome.registries[t.name] = {
+            "ref": f"{t.image}:{candidate_tag(cell)}",
+            "fingerprint_ref": f"{t.image}:{fingerprint_tag(cell.fingerprint)}",
+            "digest": manifest.digest,
+        }
+    outcome.push_s = time.monotonic() - start
+
+
+def retag_cell(cell: Cell, clients: dict[str, RegistryClient], digest: str, outcome: CellOutcome) -> None:
+    for t in cell.registries:
+        c = clients[t.name]
+        manifest = c.get_manifest(repo_path(t), digest)
+        c.put_manifest(repo_path(t), candidate_tag(cell), manifest)
+        outcome.registries[t.name] = {"ref": f"{t.image}:{candidate_tag(cell)}", "digest": digest}
+
+
+# -- one cell / the plan ---------------------------------------------------------------------------
+def build_cell(
+    cell: Cell,
+    matrix: Matrix,
+    engine: Engine,
+    options: BuildOptions,
+    staging_root: Path,
+    report: Reporter = _no_report,
+) -> CellOutcome:
+    outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
+    start = time.monotonic()
+    try:
+        _build_cell(cell, matrix, engine, options, staging_root, report, outcome)
+    except ImagesmithError as exc:
+        outcome.status = "failed"
+        outcome.error = str(exc)
+        raise
+    finally:
+        outcome.duration_s = time.monotonic() - start
+    return outcome
+
+
+def _build_cell(
+    cell: Cell,
+    matrix: Matrix,
+    engine: Engine,
+    options: BuildOptions,
+    staging_root: Path,
+    report: Reporter,
+    outcome: CellOutcome,
+) -> None:
+    clients: dict[str, RegistryClient] = {}
+    if options.push:
+        if not cell.registries:
+            raise PushError(
+                f"cell {cell.id}: --push, but no registry of matrix {matrix.name} takes this cell"
+            )
+        clients = {t.name: registry_client(t) for t in cell.registries}
+        if not options.force:
+            report(cell.id, "check registries", None)
+            state = registry_state(cell, clients)
+            fps = {fp for fp, _ in state.values()}
+            if None not in fps and len(fps) == 1:
+                digest = str(next(iter(fps)))
+                outcome.digest = digest
+                if all(cand == digest for _, cand in state.values()):
+                    outcome.status = "skipped"
+                    outcome.reason = "fingerprint already in every registry"
+                    outcome.registries = {
+                        t.name: {"ref": f"{t.image}:{candidate_tag(cell)}", "digest": digest}
+                        for t in cell.registries
+                    }
+                    return
+                retag_cell(cell, clients, digest, outcome)
+                outcome.status = "retagged"
+                outcome.reason = "fingerprint already pushed; candidate tag re-pointed"
+                return
+    elif not options.force:
+        data = engine.inspect(local_ref(cell))
+        labels = ((data or {}).get("Config") or {}).get("Labels") or {}
+        if labels.get(FINGERPRINT_LABEL) == cell.fingerprint:
+            outcome.status = "skipped"
+            outcome.reason = "image with this fingerprint already built locally"
+            outcome.image_id = str((data or {}).get("Id", ""))
+            outcome.size_uncompressed = int((data or {}).get("Size", 0))
+            return
+    report(cell.id, "stage context", None)
+    context = stage_context(cell, matrix, options.config, staging_root)
+    tags = [local_ref(cell)]
+    if options.push:
+        tags.append(f"{cell.registries[0].image}:{staging_tag(cell.fingerprint)}")
+    b_start = time.monotonic()
+    result = engine.build(
+        context=context,
+        tags=tags,
+        build_args=build_args(cell, options.config),
+        no_cache=False,
+        on_event=lambda ev: report(cell.id, "build", ev),
+        what=f"cell {cell.id}",
+    )
+    outcome.build_s = time.monotonic() - b_start
+    outcome.image_id = result.image_id
+    outcome.steps = result.steps
+    outcome.cached_steps = result.cached_steps
+    labels = engine.labels(result.image_id)
+    if labels.get(FINGERPRINT_LABEL) != cell.fingerprint:
+        raise BuildError(
+            f"cell {cell.id}: the built image's {FINGERPRINT_LABEL} label is "
+            f"{labels.get(FINGERPRINT_LABEL)!r}, "
+            f"the plan says {cell.fingerprint}",
+            hint=f"re-render: `imagesmith render --matrix {cell.matrix}`",
+        )
+    outcome.size_uncompressed = int((engine.inspect(result.image_id) or {}).get("Size", 0))
+    outcome.status = "built"
+    if options.push:
+        push_cell(cell, engine, clients, outcome, report)
+        outcome.status = "pushed"
+
+
+def run_build(
+    matrix: Matrix,
+    plan: BuildPlan,
+    options: BuildOptions,
+    *,
+    engine: Engine | None = None,
+    report: Reporter = _no_report,
+) -> tuple[list[CellOutcome], list[ImagesmithError]]:
+    """Build every cell of *plan*; returns the outcomes and the errors of failed cells (the caller raises)."""
+    check_context_current(matrix, plan)
+    if options.jobs < 1:
+        raise BuildError(f"--jobs {options.jobs}: must be at least 1")
+    # fail early (before any build) when a source is missing
+    cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=matrix.name)
+    eng = engine or Engine()
+    staging_root = options.staging_root or cache_root() / "contexts"
+    staging_root.mkdir(parents=True, exist_ok=True)
+    outcomes: list[CellOutcome] = []
+    errors: list[ImagesmithError] = []
+
+    def one(cell: Cell) -> CellOutcome:
+        try:
+            return build_cell(cell, matrix, eng, options, staging_root, report)
+        except ImagesmithError as exc:
+            errors.append(exc)
+            failed = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
+            failed.status, failed.error = "failed", str(exc)
+            report(cell.id, "failed", None)
+            return failed
+
+    with ThreadPoolExecutor(max_workers=options.jobs) as pool:
+        outcomes = list(pool.map(one, plan.cells))
+    return outcomes, errors
+
+
+def write_summary(path: Path, matrix: str, outcomes: Sequence[CellOutcome], engine_backend: str) -> None:
+    data: dict[str, Any] = {
+        "matrix": matrix,
+        "backend": engine_backend,
+        "cells": [asdict(o) for o in outcomes],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+__all__ = [
+    "BuildOptions",
+    "CellOutcome",
+    "RegistryError",
+    "build_cell",
+    "candidate_tag",
+    "fingerprint_tag",
+    "run_build",
+    "staging_tag",
+    "write_summary",
+]
