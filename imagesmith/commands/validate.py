@@ -16,11 +16,6 @@ from typing import Any
 import typer
 
 from imagesmith.errors import ConfigError, ValidationFailed
-from imagesmith.validate.context import SuiteOptions
-from imagesmith.validate.parsers import parse_size
-from imagesmith.validate.report import PASSED
-from imagesmith.validate.runner import load_baseline, run_suite
-from imagesmith.validate.target import parse_target
 
 
 def _default_report_dir() -> str:
@@ -74,6 +69,13 @@ def validate_command(
     baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
+    # imported here: pytest and the suite cost ~200 ms that other commands must not pay
+    from imagesmith.validate.context import SuiteOptions
+    from imagesmith.validate.parsers import parse_size
+    from imagesmith.validate.report import PASSED
+    from imagesmith.validate.runner import load_baseline, run_suite
+    from imagesmith.validate.target import parse_target
+
     t = parse_target(target)
     if t.kind != "image" and (shm_size or gpus != "auto"):
         raise ConfigError("--shm-size and --gpus apply only when TARGET is an image")

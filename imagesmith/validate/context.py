@@ -16,7 +16,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -87,7 +87,7 @@ class Result:
         return self.rc in TIMEOUT_RCS
 
 
-def fail(what: str, fix: str) -> None:
+def fail(what: str, fix: str) -> NoReturn:
     """Fail the current check with what is wrong and what to do (no traceback in the report)."""
     pytest.fail(f"{what}\nfix: {fix}", pytrace=False)
 

@@ -57,6 +57,14 @@ class TopoMatrix:
         return int(link[2:]) if link.startswith("NV") else None
 
 
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    """nvidia-smi 580 underlines the header of `topo -m`/`topo -p2p` with ANSI escapes even into a pipe."""
+    return _ANSI_RE.sub("", text)
+
+
 def _split_cells(line: str) -> list[str]:
     return [c.strip() for c in line.split("\t")]
 
@@ -158,7 +166,7 @@ class P2PMatrix:
 
 
 def parse_topo_p2p(text: str, *, source: str = "nvidia-smi topo -p2p n") -> P2PMatrix:
-    lines = text.splitlines()
+    lines = strip_ansi(text).splitlines()
     header_idx = next(
         (i for i, ln in enumerate(lines) if ln.split() and all(re.match(r"^GPU\d+$", t) for t in ln.split())),
         None,

@@ -31,13 +31,13 @@ try:
     out["allreduce_expected"] = expected
     torch.manual_seed(0)
     model = DDP(nn.Sequential(nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)).cuda(), device_ids=[local_rank])
-    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
     g = torch.Generator(device="cuda").manual_seed(100 + rank)
     x = torch.randn(256, 64, device="cuda", generator=g) * (rank + 1)
     y = torch.randn(256, 1, device="cuda", generator=g)
     losses = []
     max_grad_diff = 0.0
-    for step in range(20):
+    for step in range(30):
         opt.zero_grad()
         loss = nn.functional.mse_loss(model(x), y)
         loss.backward()

@@ -69,7 +69,14 @@ def topology(ctx: Context, gpu_facts: GpuFacts) -> tuple[TopoMatrix, P2PMatrix |
     try:
         topo = parse_topo_matrix(r.stdout)
     except ParseError as exc:
-        fail(f"cannot parse `nvidia-smi topo -m`: {exc.message}", exc.hint or "see topo.txt in the report")
+        problem: ParseError | None = exc
+    else:
+        problem = None
+    if problem is not None:
+        fail(
+            f"cannot parse `nvidia-smi topo -m`: {problem.message}",
+            problem.hint or "see topo.txt in the report",
+        )
     p2p: P2PMatrix | None = None
     if len(topo.gpus) > 1:
         r2 = ctx.run("nvidia-smi topo -p2p n", timeout=60)
@@ -78,6 +85,8 @@ def topology(ctx: Context, gpu_facts: GpuFacts) -> tuple[TopoMatrix, P2PMatrix |
             try:
                 p2p = parse_topo_p2p(r2.stdout)
             except ParseError as exc:
-                fail(f"cannot parse `nvidia-smi topo -p2p n`: {exc.message}", "see topo-p2p-nvlink.txt")
+                problem = exc
+            if problem is not None:
+                fail(f"cannot parse `nvidia-smi topo -p2p n`: {problem.message}", "see topo-p2p-nvlink.txt")
     ctx.facts["topology"] = topo
     return topo, p2p
