@@ -491,7 +491,7 @@ def test_unverified_rows_are_marked() -> None:
     for v in ("2.12.1", "2.13.0", "2.14.0", "2.14.1"):
         assert by_version[v].verified is False
     assert by_version["2.1.2"].verified is True
-    assert by_version["2.8.0"].variants["cu126"].verified is False  # arch list assumed
+    assert by_version["2.9.0"].variants["cu126"].verified is False  # arch list assumed
     branches = {row["branch"]: row for row in _toml("cuda.toml")["branch"]}
     assert branches[565]["verified"] is False
     assert "derived" in branches[470]["source"]
