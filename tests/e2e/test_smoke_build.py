@@ -1,0 +1,146 @@
+"""End to end, for real: `imagesmith build --matrix smoke --push` with real CUDA torch wheels from the package
+index (PyPI's default variant), nccl-tests compiled in the builder stage, pushed to both local registries.
+
+What it proves: the image is built through imagesmith's registry-mirror map (debian:bookworm from the plain
+registry's `hub/` prefix); both registries serve the same manifest digest under the candidate and
+fingerprint tags, and its labels match the plan; after removing it locally and pulling it back, torch
+imports and reports the planned version and CUDA; the entrypoint warns (with the fix) at 64 MB of /dev/shm
+and is silent with enough; and a second `build --push` builds and pushes nothing.
+
+Needs the nccl-tests source cache (scripts/setup.sh fills it from a local clone): without it the build fails
+with the SourceCacheError message, and so does this test — it is never skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from imagesmith.build import candidate_tag, fingerprint_tag, repo_path
+from imagesmith.engine import Engine
+from imagesmith.matrix import load_matrix
+from imagesmith.plan import build_plan
+from imagesmith.registry import RegistryClient
+from tests.localinfra import LocalRegistries, local_registries
+
+pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]
+
+
+def _imagesmith(args: list[str], env: dict[str, str], timeout: int) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "imagesmith", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"imagesmith {' '.join(args)} exited {proc.returncode}:\n"
+            f"{proc.stderr[-6000:]}\n{proc.stdout[-3000:]}"
+        )
+    return proc
+
+
+@pytest.fixture(scope="module")
+def regs() -> LocalRegistries:
+    return local_registries()
+
+
+@pytest.fixture(scope="module")
+def cli_env(regs: LocalRegistries, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    env = dict(os.environ)
+    env["IMAGESMITH_CONFIG"] = str(
+        tmp_path_factory.mktemp("cfg") / "config.toml"
+    )  # no user config: flags/env only
+    env["IMAGESMITH_REGISTRY_MIRRORS"] = f"docker.io={regs.plain}/hub"
+    env.update(regs.auth_env())
+    env.pop("IMAGESMITH_EXTRA_CA", None)
+    return env
+
+
+def test_smoke_build_push_pull_run_and_noop_rebuild(
+    regs: LocalRegistries, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    plan = build_plan(load_matrix("smoke"))
+    assert len(plan.cells) == 1
+    cell = plan.cells[0]
+    extra_ca = os.environ.get("IMAGESMITH_TEST_EXTRA_CA")
+    ca_args = ["--extra-ca", extra_ca] if extra_ca else []
+
+    # 1. build + push for real (--force: the registries of this machine may hold it from an earlier run)
+    first = tmp_path / "first.json"
+    _imagesmith(
+        ["build", "--matrix", "smoke", "--push", "--force", "--summary", str(first), *ca_args], cli_env, 2400
+    )
+    row = json.loads(first.read_text())["cells"][0]
+    assert row["status"] == "pushed", row
+    digest = row["digest"]
+    assert digest.startswith("sha256:")
+    assert row["size_compressed"] > 1_000_000_000  # real CUDA torch wheels inside
+    assert row["bytes_copied_api"] > 0 or row["bytes_pushed_engine"] >= 0
+
+    # 2. digest parity + labels, through the registry API of both registries
+    clients = {"local-plain": regs.plain_client(), "local-tls": regs.auth_client()}
+    assert {t.name for t in cell.registries} == set(clients)
+    for target in cell.registries:
+        client: RegistryClient = clients[target.name]
+        repo = repo_path(target)
+        assert client.manifest_digest(repo, candidate_tag(cell)) == digest, target.name
+        assert client.manifest_digest(repo, fingerprint_tag(cell.fingerprint)) == digest, target.name
+        manifest = client.get_manifest(repo, digest)
+        config_digest = manifest.json()["config"]["digest"]
+        with client.get_blob(repo, config_digest) as resp:
+            labels = json.loads(resp.content)["config"]["Labels"]
+        assert labels["io.imagesmith.fingerprint"] == cell.fingerprint
+        assert labels["io.imagesmith.torch"] == cell.torch
+        assert labels["io.imagesmith.cuda"] == cell.cuda
+
+    # 3. remove locally, pull back from the TLS registry, run torch
+    engine = Engine()
+    tls = next(t for t in cell.registries if t.name == "local-tls")
+    ref = f"{tls.image}:{candidate_tag(cell)}"
+    for name in (
+        f"imagesmith/{cell.matrix}:{cell.id}",
+        f"{cell.registries[0].image}:staging-{cell.fingerprint[:20]}",
+        ref,
+    ):
+        engine.remove(name, force=True)
+    assert engine.inspect(ref) is None
+    engine.pull(ref, credentials=regs.credentials)
+    pulled = engine.inspect(ref)
+    assert pulled is not None
+    assert f"{tls.image}@{digest}" in pulled["RepoDigests"]
+    out = engine.run_container(
+        ref,
+        ["python", "-c", "import torch; print(torch.__version__, torch.version.cuda)"],
+        shm_size="1g",
+        timeout_s=300,
+    )
+    assert out.exit_code == 0, out.output
+    version, cuda = out.output.strip().splitlines()[-1].split()
+    assert version.split("+")[0] == cell.torch
+    assert cuda == cell.cuda
+    assert "WARNING" not in out.output  # enough /dev/shm: the entrypoint is silent
+
+    # 4. the entrypoint's shm guard: 64 MB → loud warning with the fix, command still runs
+    small = engine.run_container(ref, ["echo", "still-ran"], shm_size="64m", timeout_s=120)
+    assert small.exit_code == 0
+    assert "WARNING: /dev/shm is 64M" in small.output
+    assert f"--shm-size={cell.shm_min}" in small.output
+    assert "--ipc=host" in small.output
+    assert "still-ran" in small.output
+
+    # 5. second run: nothing built, nothing pushed
+    second = tmp_path / "second.json"
+    _imagesmith(["build", "--matrix", "smoke", "--push", "--summary", str(second), *ca_args], cli_env, 600)
+    row2 = json.loads(second.read_text())["cells"][0]
+    assert row2["status"] == "skipped", row2
+    assert (row2["bytes_pushed_engine"], row2["bytes_copied_api"], row2["steps"]) == (0, 0, 0)
+    assert row2["digest"] == digest
