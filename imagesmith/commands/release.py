@@ -18,6 +18,8 @@ from imagesmith.errors import ConfigError
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
     app.command("pick")(pick)
+    app.command("release")(release)
+    app.command("candidates")(candidates)
 
 
 def pick(
@@ -83,3 +85,70 @@ def pick(
     typer.echo(picking.render_json(chosen) if as_json else picking.render_text(chosen))
     if pull:
         picking.pull_image(chosen, echo=lambda line: typer.echo(line, err=True))
+
+
+def release(
+    matrix: Annotated[str, typer.Option("--matrix", help="matrix name (matrices/NAME.toml) or path")],
+    reports: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--reports", help="folder(s) with validation reports (report.json, searched recursively)"
+        ),
+    ] = None,
+    only: Annotated[list[str] | None, typer.Option("--only", help="cell id glob(s) to release")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print what would be promoted or refused")
+    ] = False,
+    index_file: Annotated[
+        Path | None,
+        typer.Option("--index-file", help="release index file to update (default: release/index.json)"),
+    ] = None,
+    registries: Annotated[
+        Path | None, typer.Option("--registries", help="registries file (default: matrices/registries.toml)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
+) -> None:
+    """Promote candidates whose exact digest passed validation to every registry of their cell."""
+    from imagesmith import release as releasing
+
+    outcome = releasing.release_matrix(
+        matrix,
+        report_dirs=reports or [],
+        only=only or [],
+        dry_run=dry_run,
+        index_file=index_file or Path("release") / "index.json",
+        registries_file=registries,
+        echo=lambda line: typer.echo(line, err=True),
+    )
+    typer.echo(releasing.render_json(outcome) if as_json else releasing.render_text(outcome))
+    outcome.raise_for_refusals()
+
+
+def candidates(
+    matrix: Annotated[str, typer.Option("--matrix", help="matrix name (matrices/NAME.toml) or path")],
+    only: Annotated[list[str] | None, typer.Option("--only", help="cell id glob(s)")] = None,
+    registries: Annotated[
+        Path | None, typer.Option("--registries", help="registries file (default: matrices/registries.toml)")
+    ] = None,
+    pinned: Annotated[
+        bool, typer.Option("--pinned", help="print only the first pinned reference (IMAGE@DIGEST) per cell")
+    ] = False,
+) -> None:
+    """Each cell's candidate digest per registry (what `imagesmith validate IMAGE@DIGEST` tests)."""
+    import json
+
+    from imagesmith import release as releasing
+    from imagesmith.errors import ReleaseError
+
+    rows = releasing.candidates(matrix, only=only or [], registries_file=registries)
+    if pinned:
+        missing = [r["cell"] for r in rows if not r["pinned"]]
+        if missing:
+            raise ReleaseError(
+                f"no candidate pushed for {', '.join(missing)}",
+                hint="run imagesmith build --matrix MATRIX --only CELL --push first",
+            )
+        for r in rows:
+            typer.echo(r["pinned"][0])
+        return
+    typer.echo(json.dumps(rows, indent=2))

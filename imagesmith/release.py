@@ -1,0 +1,683 @@
+"""``imagesmith release``: promote only validated digests through the registry HTTP API; publish the index.
+
+For every cell of a matrix (``--only`` globs narrow it):
+
+1. **Candidate.** ``imagesmith build --push`` left ``<cell id>-candidate`` in the cell's registries. Every
+   registry that holds it must hold the *same* digest D (else: refused).
+2. **Evidence.** A ``report.json`` from ``imagesmith validate`` (searched under ``--reports`` folders)
+   whose validated image is exactly D (``image.digest``, or the ``@sha256:…`` of its ``target``) and whose
+   verdict is ``passed``. A failing or not-validated report for D, or none at all, refuses the cell.
+3. **Promotion**, registry by registry, each step checked before it is done, so an interrupted run converges
+   when rerun and a finished one is a no-op:
+   a. the manifest D (and its blobs: cross-repository mount on one registry, streamed copy between
+      registries; never a rebuild, never a second push from the engine) is copied from a registry holding the
+      candidate, put by digest (tags nothing);
+   b. the report is attached as an OCI artifact tagged ``sha256-<hex of D>.validation`` (an image manifest
+      whose single layer is the report JSON, ``subject`` = D: registries with the referrers API list it);
+   c. only then the release tag ``<cell id>`` is put, and read back: it must resolve to D.
+4. **Index.** Released cells become entries of the release index (imagesmith/index.py, docs/release.md): the
+   file ``--index-file`` is updated and the same JSON is pushed as the artifact tag ``release-index`` to every
+   registry repository of the matrix (what ``imagesmith pick --index oci://…`` reads).
+
+Refusals name the cell and the missing or failing check; they are collected, the other cells are released, and
+the command exits with ``ReleaseError`` (exit 8) at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
+from imagesmith.index import (
+    MinDriver,
+    RegistryCopy,
+    ReleasedImage,
+    ReleaseIndex,
+    Shm,
+    ValidatedOn,
+    dump_index,
+    load_index,
+    parse_index,
+    save_index,
+)
+from imagesmith.pick import INDEX_ARTIFACT_TAG, INDEX_MEDIA_TYPE, read_index_artifact
+from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, copy_manifest
+
+REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
+REPORT_ARTIFACT_TYPE: Final[str] = REPORT_MEDIA_TYPE
+INDEX_ARTIFACT_TYPE: Final[str] = INDEX_MEDIA_TYPE
+#: OCI 1.1 "empty" descriptor: the config of an artifact manifest (content ``{}``).
+EMPTY_MEDIA_TYPE: Final[str] = "application/vnd.oci.empty.v1+json"
+EMPTY_BLOB: Final[bytes] = b"{}"
+EMPTY_DIGEST: Final[str] = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()
+_DIGEST_IN_REF = re.compile(r"@(sha256:[0-9a-f]{64})$")
+
+
+def attestation_tag(digest: str) -> str:
+    """``sha256-<hex>.validation``: the tag of the report artifact attached to image *digest*."""
+    return digest.replace(":", "-") + ".validation"
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what is released
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """One registry of a cell: ``image`` = ``host/namespace/repository`` (no tag)."""
+
+    name: str
+    kind: str
+    host: str
+    image: str
+    insecure: bool = False
+
+    @property
+    def repo(self) -> str:
+        return self.image.split("/", 1)[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseCell:
+    matrix: str
+    id: str
+    tag: str
+    candidate: str
+    targets: tuple[Target, ...]
+    torch: str
+    torchvision: str
+    cuda: str
+    python: str
+    min_driver_full: str
+    min_driver_minor: str
+    arch: tuple[str, ...]
+    shm_size: str | None
+    fingerprint: str
+
+    @classmethod
+    def from_plan(cls, cell: Any) -> ReleaseCell:
+        """From a :class:`imagesmith.plan.Cell`; the candidate tag is build.py's."""
+        from imagesmith import compat
+        from imagesmith.build import candidate_tag
+
+        return cls(
+            matrix=cell.matrix,
+            id=cell.id,
+            tag=cell.tag,
+            candidate=candidate_tag(cell),
+            targets=tuple(
+                Target(name=t.name, kind=t.kind, host=t.host, image=t.image, insecure=t.insecure)
+                for t in cell.registries
+            ),
+            torch=cell.torch,
+            torchvision=cell.torchvision,
+            cuda=cell.cuda,
+            python=cell.python,
+            min_driver_full=cell.min_driver.full,
+            min_driver_minor=cell.min_driver.minor_version,
+            arch=tuple(compat.torch_variant(cell.torch, cell.variant).arch_list),
+            shm_size=cell.shm_min.lower() if cell.shm_min else None,
+            fingerprint=cell.fingerprint,
+        )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# validation reports
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report:
+    path: Path
+    body: bytes
+    digest: str | None  # the validated image's manifest digest
+    verdict: str
+    reason: str
+    target: str
+    gpu: str
+    gpu_count: int
+    driver: str
+    date: str
+    failed: tuple[str, ...] = ()
+
+    @property
+    def sha(self) -> str:
+        return _sha(self.body)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "passed"
+
+    def validated_on(self) -> ValidatedOn:
+        return ValidatedOn(
+            gpu=self.gpu, count=self.gpu_count, driver=self.driver, date=self.date, report_digest=self.sha
+        )
+
+
+def read_report(path: Path) -> Report:
+    """One report.json of ``imagesmith validate`` (schema 1); ConfigError naming the file otherwise."""
+    try:
+        body = path.read_bytes()
+        data = json.loads(body)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror})", hint="check --reports") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"{path}: not JSON ({exc})", hint="pass the report.json imagesmith validate wrote"
+        ) from None
+    if not isinstance(data, dict) or "verdict" not in data:
+        raise ConfigError(f"{path}: no 'verdict' key", hint="pass the report.json imagesmith validate wrote")
+    target = str(data.get("target") or "")
+    image = data.get("image")
+    digest = image.get("digest") if isinstance(image, dict) and isinstance(image.get("digest"), str) else None
+    if digest is None:
+        m = _DIGEST_IN_REF.search(target)
+        digest = m.group(1) if m else None
+    checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
+    inventory = next((c for c in checks if c.get("name") == "test_gpu_inventory"), None)
+    gpus = (inventory or {}).get("figures", {}).get("gpus") or []
+    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
+    drivers = sorted({str(g.get("driver")) for g in gpus if isinstance(g, dict) and g.get("driver")})
+    failed = tuple(
+        f"{c.get('name')}: {str(c.get('message') or '').splitlines()[0] if c.get('message') else 'failed'}"
+        for c in checks
+        if c.get("status") in ("failed", "")
+    )
+    return Report(
+        path=path,
+        body=body,
+        digest=digest,
+        verdict=str(data["verdict"]),
+        reason=str(data.get("verdict_reason") or ""),
+        target=target,
+        gpu=" + ".join(names) or "unknown GPU",
+        gpu_count=max(len(gpus), 1),
+        driver=drivers[0] if drivers else "0.0",
+        date=str(data.get("started") or _now()),
+        failed=failed,
+    )
+
+
+def collect_reports(dirs: Sequence[Path]) -> list[Report]:
+    out = []
+    for d in dirs:
+        if not d.exists():
+            raise ConfigError(
+                f"--reports {d}: no such folder", hint="pass the folder(s) imagesmith validate wrote"
+            )
+        paths = [d] if d.is_file() else sorted(d.rglob("report.json"))
+        out += [read_report(p) for p in paths]
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# outcome
+
+
+@dataclass
+class CellResult:
+    cell: str
+    tag: str
+    status: str = "pending"  # promoted | up-to-date | refused | failed | would-promote
+    digest: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    registries: dict[str, str] = field(default_factory=dict)  # name -> digest the release tag now resolves to
+
+
+@dataclass
+class Outcome:
+    matrix: str
+    dry_run: bool
+    cells: list[CellResult] = field(default_factory=list)
+    index_file: str | None = None
+    index_changed: bool = False
+    index_published: list[str] = field(default_factory=list)
+
+    def raise_for_refusals(self) -> None:
+        bad = [c for c in self.cells if c.status in ("refused", "failed")]
+        if bad:
+            lines = [f"{c.cell}: {c.status}: {'; '.join(c.reasons)}" for c in bad]
+            raise ReleaseError(
+                f"matrix {self.matrix}: {len(bad)} cell(s) not released:\n  " + "\n  ".join(lines),
+                hint="validate the candidate digest (imagesmith validate IMAGE@DIGEST --report DIR) and pass "
+                "--reports DIR; a failed promotion converges when the command is rerun",
+            )
+
+
+def render_text(outcome: Outcome) -> str:
+    lines = [f"release {outcome.matrix}{' (dry run)' if outcome.dry_run else ''}:"]
+    for c in outcome.cells:
+        lines.append(f"  {c.cell}: {c.status}" + (f" {c.digest}" if c.digest else ""))
+        lines += [f"    - {s}" for s in c.steps]
+        lines += [f"    ! {r}" for r in c.reasons]
+    if outcome.index_file:
+        verb = "would update" if outcome.dry_run else ("updated" if outcome.index_changed else "unchanged")
+        lines.append(f"index {outcome.index_file}: {verb}")
+    lines += [f"index published: {p}" for p in outcome.index_published]
+    return "\n".join(lines)
+
+
+def render_json(outcome: Outcome) -> str:
+    return json.dumps(
+        {
+            "matrix": outcome.matrix,
+            "dry_run": outcome.dry_run,
+            "cells": [vars(c) for c in outcome.cells],
+            "index_file": outcome.index_file,
+            "index_changed": outcome.index_changed,
+            "index_published": outcome.index_published,
+        },
+        indent=2,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# registry steps
+
+
+def default_client(target: Target) -> RegistryClient:
+    return RegistryClient(target.host, name=target.name, kind=target.kind, insecure=target.insecure)
+
+
+def _ensure_blob(client: RegistryClient, repo: str, data: bytes) -> str:
+    digest = _sha(data)
+    if client.blob_size(repo, digest) is None:
+
+        def chunks() -> Iterator[bytes]:
+            yield data
+
+        client.upload_blob(repo, digest, chunks)
+    return digest
+
+
+def artifact_manifest(
+    *,
+    artifact_type: str,
+    layer_media_type: str,
+    layer: bytes,
+    subject: ManifestData | None,
+    annotations: dict[str, str],
+) -> ManifestData:
+    """An OCI 1.1 artifact as an image manifest: empty config, one layer, optional subject."""
+    doc: dict[str, Any] = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "artifactType": artifact_type,
+        "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_BLOB)},
+        "layers": [{"mediaType": layer_media_type, "digest": _sha(layer), "size": len(layer)}],
+    }
+    if subject is not None:
+        doc["subject"] = {
+            "mediaType": subject.media_type,
+            "digest": subject.digest,
+            "size": len(subject.body),
+        }
+    doc["annotations"] = annotations
+    body = json.dumps(doc, indent=2, sort_keys=True).encode()
+    return ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body))
+
+
+def attach_report(client: RegistryClient, repo: str, subject: ManifestData, report: Report) -> str:
+    """Put the report artifact for *subject* (idempotent: same report → same manifest digest)."""
+    manifest = artifact_manifest(
+        artifact_type=REPORT_ARTIFACT_TYPE,
+        layer_media_type=REPORT_MEDIA_TYPE,
+        layer=report.body,
+        subject=subject,
+        annotations={
+            "org.opencontainers.image.created": report.date,
+            "io.imagesmith.verdict": report.verdict,
+            "io.imagesmith.validated-on": f"{report.gpu_count}x {report.gpu} driver {report.driver}",
+        },
+    )
+    tag = attestation_tag(subject.digest)
+    if client.manifest_digest(repo, tag) == manifest.digest:
+        return manifest.digest
+    _ensure_blob(client, repo, EMPTY_BLOB)
+    _ensure_blob(client, repo, report.body)
+    return client.put_manifest(repo, tag, manifest)
+
+
+def attached_report_ok(client: RegistryClient, repo: str, digest: str) -> bool:
+    """True when ``sha256-<hex>.validation`` exists with *digest* as subject and a passed verdict."""
+    tag = attestation_tag(digest)
+    if client.manifest_digest(repo, tag) is None:
+        return False
+    doc = client.get_manifest(repo, tag).json()
+    subject = doc.get("subject") or {}
+    verdict = (doc.get("annotations") or {}).get("io.imagesmith.verdict")
+    return bool(subject.get("digest") == digest and verdict == "passed")
+
+
+def publish_index(client: RegistryClient, repo: str, body: bytes) -> str:
+    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes)."""
+    manifest = artifact_manifest(
+        artifact_type=INDEX_ARTIFACT_TYPE,
+        layer_media_type=INDEX_MEDIA_TYPE,
+        layer=body,
+        subject=None,
+        annotations={"org.opencontainers.image.title": "imagesmith release index"},
+    )
+    if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
+        return manifest.digest
+    _ensure_blob(client, repo, EMPTY_BLOB)
+    _ensure_blob(client, repo, body)
+    return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the release of one cell
+
+
+def _candidate_digests(
+    cell: ReleaseCell, clients: dict[str, RegistryClient]
+) -> tuple[dict[str, str | None], list[str]]:
+    found: dict[str, str | None] = {}
+    errors: list[str] = []
+    for t in cell.targets:
+        try:
+            found[t.name] = clients[t.name].manifest_digest(t.repo, cell.candidate)
+        except ImagesmithError as exc:
+            found[t.name] = None
+            errors.append(exc.message)
+    return found, errors
+
+
+def release_cell(
+    cell: ReleaseCell,
+    reports: Sequence[Report],
+    clients: dict[str, RegistryClient],
+    *,
+    dry_run: bool,
+) -> tuple[CellResult, list[Report]]:
+    """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
+    res = CellResult(cell=cell.id, tag=cell.tag)
+    candidates, errors = _candidate_digests(cell, clients)
+    held = {name: d for name, d in candidates.items() if d}
+    if not held:
+        res.status = "refused"
+        res.reasons.append(
+            f"no candidate {cell.candidate} in any registry of the cell "
+            f"({', '.join(t.name for t in cell.targets)})"
+            + (f" [{'; '.join(errors)}]" if errors else "")
+            + f": run imagesmith build --matrix {cell.matrix} --only {cell.id} --push"
+        )
+        return res, []
+    if len(set(held.values())) > 1:
+        res.status = "refused"
+        res.reasons.append(
+            "the candidate tag points at different digests: "
+            + ", ".join(f"{n}={d}" for n, d in sorted(held.items()))
+            + f": rerun imagesmith build --matrix {cell.matrix} --only {cell.id} --push"
+        )
+        return res, []
+    digest = next(iter(held.values()))
+    res.digest = digest
+    for_digest = [r for r in reports if r.digest == digest]
+    passing = [r for r in for_digest if r.passed]
+    if not passing:
+        res.status = "refused"
+        if for_digest:
+            for r in for_digest:
+                detail = "; ".join(r.failed[:3]) or r.reason
+                res.reasons.append(f"validation of {digest} {r.verdict} ({r.path}): {detail}")
+        else:
+            stale = [r for r in reports if r.digest and cell.id in r.target and r.digest != digest]
+            res.reasons.append(
+                f"no validation report for the candidate digest {digest}"
+                + (
+                    " (reports found for other digests of this cell: "
+                    + ", ".join(sorted({str(r.digest) for r in stale}))
+                    + "; stale)"
+                    if stale
+                    else ""
+                )
+                + f": run imagesmith validate {cell.targets[0].image}@{digest} --report DIR, "
+                "then pass --reports DIR"
+            )
+        return res, []
+    report = max(passing, key=lambda r: r.date)
+    source = next(t for t in cell.targets if held.get(t.name) == digest)
+    src = clients[source.name]
+    manifest: ManifestData | None = None
+    for t in cell.targets:
+        c = clients[t.name]
+        try:
+            has_manifest = c.manifest_digest(t.repo, digest) is not None
+            has_report = has_manifest and attached_report_ok(c, t.repo, digest)
+            tagged = c.manifest_digest(t.repo, cell.tag)
+        except ImagesmithError as exc:
+            res.status = "failed"
+            res.reasons.append(f"{t.name}: {exc.message}")
+            continue
+        if has_manifest and has_report and tagged == digest:
+            res.registries[t.name] = digest
+            continue
+        todo = []
+        if not has_manifest:
+            todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
+        if not has_report:
+            todo.append(f"attach {report.path} as {t.image}:{attestation_tag(digest)}")
+        if tagged != digest:
+            todo.append(
+                f"tag {t.image}:{cell.tag} → {digest[:19]}…" + (f" (was {tagged[:19]}…)" if tagged else "")
+            )
+        res.steps += todo
+        if dry_run:
+            continue
+        try:
+            if not has_manifest:
+                copy_manifest(src, source.repo, digest, c, t.repo)
+            if manifest is None:
+                manifest = src.get_manifest(source.repo, digest)
+            if not has_report:
+                attach_report(c, t.repo, manifest, report)
+            if tagged != digest:
+                c.put_manifest(t.repo, cell.tag, manifest)
+            now = c.manifest_digest(t.repo, cell.tag)
+            if now != digest:
+                raise ReleaseError(f"{t.name}: {t.image}:{cell.tag} resolves to {now}, not {digest}")
+            res.registries[t.name] = digest
+        except ImagesmithError as exc:
+            res.status = "failed"
+            res.reasons.append(f"promotion to {t.name} failed: {exc.message} (rerun to converge)")
+    if res.status != "failed":
+        if dry_run:
+            res.status = "would-promote" if res.steps else "up-to-date"
+        else:
+            res.status = "promoted" if res.steps else "up-to-date"
+    return res, passing
+
+
+def index_entry(
+    cell: ReleaseCell, result: CellResult, reports: Sequence[Report], released: str
+) -> ReleasedImage:
+    assert result.digest is not None
+    return ReleasedImage(
+        tag=cell.tag,
+        matrix=cell.matrix,
+        cell=cell.id,
+        digest=result.digest,
+        registries=tuple(
+            RegistryCopy(name=t.name, kind=t.kind, reference=f"{t.image}:{cell.tag}", digest=result.digest)
+            for t in cell.targets
+            if result.registries.get(t.name) == result.digest
+        ),
+        torch=cell.torch,
+        torchvision=cell.torchvision,
+        cuda=cell.cuda,
+        python=cell.python,
+        min_driver=MinDriver(full=cell.min_driver_full, minor=cell.min_driver_minor),
+        arch=cell.arch,
+        shm=Shm(size=cell.shm_size, ipc_host=False),
+        validated_on=tuple(sorted({r.validated_on() for r in reports}, key=lambda v: (v.date, v.gpu))),
+        fingerprint=cell.fingerprint,
+        released=released,
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# a matrix
+
+
+def _base_index(
+    index_file: Path, cells: Sequence[ReleaseCell], clients: dict[str, RegistryClient]
+) -> ReleaseIndex:
+    """The index to extend: the file, else the artifact published in the first registry holding one."""
+    if index_file.is_file():
+        return load_index(index_file)
+    seen: set[tuple[str, str]] = set()
+    for cell in cells:
+        for t in cell.targets:
+            if (t.name, t.repo) in seen:
+                continue
+            seen.add((t.name, t.repo))
+            c = clients[t.name]
+            try:
+                if c.manifest_digest(t.repo, INDEX_ARTIFACT_TAG) is None:
+                    continue
+                body = read_index_artifact(c, t.repo)
+            except ImagesmithError:
+                continue
+            return parse_index(body, source=f"{t.image}:{INDEX_ARTIFACT_TAG}")
+    return ReleaseIndex(generated=_now())
+
+
+def release_cells(
+    cells: Sequence[ReleaseCell],
+    *,
+    matrix: str,
+    reports: Sequence[Report],
+    index_file: Path,
+    dry_run: bool = False,
+    client_for: Callable[[Target], RegistryClient] = default_client,
+    echo: Callable[[str], Any] = lambda _: None,
+) -> Outcome:
+    clients: dict[str, RegistryClient] = {}
+    for cell in cells:
+        for t in cell.targets:
+            if t.name not in clients:
+                clients[t.name] = client_for(t)
+    outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
+    entries: list[ReleasedImage] = []
+    base = _base_index(index_file, cells, clients)
+    for cell in cells:
+        echo(f"{cell.id}: checking candidate and evidence")
+        result, passing = release_cell(cell, reports, clients, dry_run=dry_run)
+        outcome.cells.append(result)
+        if result.digest and result.registries:
+            old = base.by_tag(cell.tag)
+            if old is not None and old.digest == result.digest and result.status == "up-to-date":
+                entry = index_entry(cell, result, passing, old.released)
+                entry = replace(
+                    entry, validated_on=tuple(dict.fromkeys(old.validated_on + entry.validated_on))
+                )
+            else:
+                entry = index_entry(cell, result, passing, _now())
+            entries.append(entry)
+    merged = base.merged(entries, generated=base.generated)
+    outcome.index_changed = merged != base or not index_file.is_file()
+    if dry_run:
+        return outcome
+    if outcome.index_changed:
+        merged = replace(merged, generated=_now())
+        save_index(merged, index_file)
+    body = dump_index(load_index(index_file)).encode()
+    done: set[tuple[str, str]] = set()
+    for cell in cells:
+        for t in cell.targets:
+            if (t.name, t.repo) in done:
+                continue
+            done.add((t.name, t.repo))
+            try:
+                publish_index(clients[t.name], t.repo, body)
+                outcome.index_published.append(f"{t.image}:{INDEX_ARTIFACT_TAG}")
+            except ImagesmithError as exc:
+                outcome.cells.append(
+                    CellResult(
+                        cell="(index)",
+                        tag=INDEX_ARTIFACT_TAG,
+                        status="failed",
+                        reasons=[
+                            f"publishing the index to {t.name} failed: {exc.message} (rerun to converge)"
+                        ],
+                    )
+                )
+    return outcome
+
+
+def release_matrix(
+    matrix: str | Path,
+    *,
+    report_dirs: Sequence[Path],
+    only: Sequence[str] = (),
+    dry_run: bool = False,
+    index_file: Path,
+    registries_file: Path | None = None,
+    client_for: Callable[[Target], RegistryClient] = default_client,
+    echo: Callable[[str], Any] = lambda _: None,
+) -> Outcome:
+    """Load the matrix, plan it, and release its cells (see the module docstring)."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+
+    m = load_matrix(matrix, registries_file=registries_file)
+    plan = build_plan(m).select(list(only))
+    if not plan.cells:
+        raise ConfigError(f"matrix {m.name}: the plan has no cell", hint="imagesmith plan --explain says why")
+    reports = collect_reports(report_dirs)
+    cells = [ReleaseCell.from_plan(c) for c in plan.cells]
+    return release_cells(
+        cells,
+        matrix=m.name,
+        reports=reports,
+        index_file=index_file,
+        dry_run=dry_run,
+        client_for=client_for,
+        echo=echo,
+    )
+
+
+def candidates(
+    matrix: str | Path,
+    *,
+    only: Sequence[str] = (),
+    registries_file: Path | None = None,
+    client_for: Callable[[Target], RegistryClient] = default_client,
+) -> list[dict[str, Any]]:
+    """Per cell: the candidate's digest and pinned reference in each registry (for imagesmith validate)."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+
+    m = load_matrix(matrix, registries_file=registries_file)
+    plan = build_plan(m).select(list(only))
+    rows = []
+    for pc in plan.cells:
+        cell = ReleaseCell.from_plan(pc)
+        clients = {t.name: client_for(t) for t in cell.targets}
+        found, errors = _candidate_digests(cell, clients)
+        rows.append(
+            {
+                "cell": cell.id,
+                "candidate": cell.candidate,
+                "digests": found,
+                "pinned": [f"{t.image}@{found[t.name]}" for t in cell.targets if found.get(t.name)],
+                "errors": errors,
+            }
+        )
+    return rows

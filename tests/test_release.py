@@ -1,0 +1,427 @@
+"""``imagesmith release`` against the REAL local registries (scripts/services.sh: plain 127.0.0.1:5000,
+htpasswd + TLS 127.0.0.1:5443) and throw-away registries for faults.
+
+Images are made through the registry API (a real gzipped tar layer + image config + OCI manifest), so no
+docker build is needed. Candidate A has a passing report for its exact digest, B a failing one (or none): A
+must land in both registries with equal digests and the report attached, B must be refused with the reason;
+a rerun is a no-op; a promotion interrupted by a registry that is down or read-only converges on the rerun.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import tarfile
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.errors import ReleaseError
+from imagesmith.index import load_index
+from imagesmith.pick import fetch_index
+from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient
+from imagesmith.release import (
+    ReleaseCell,
+    Target,
+    attestation_tag,
+    collect_reports,
+    release_cells,
+)
+from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
+
+pytestmark = pytest.mark.registry
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def push_image(client: RegistryClient, repo: str, tag: str, content: str) -> str:
+    """Upload a one-layer image (real tar.gz layer, image config, OCI manifest); returns its digest."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        data = content.encode()
+        info = tarfile.TarInfo("etc/imagesmith-test")
+        info.size = len(data)
+        info.mtime = 0
+        tar.addfile(info, io.BytesIO(data))
+    layer = gzip.compress(raw.getvalue(), mtime=0)
+    config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "config": {"Labels": {"io.imagesmith.test": content}},
+            "rootfs": {"type": "layers", "diff_ids": [_sha(raw.getvalue())]},
+        }
+    ).encode()
+    for blob in (layer, config):
+        client.upload_blob(repo, _sha(blob), lambda blob=blob: iter([blob]))
+    body = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": _sha(config),
+                "size": len(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
+                    "digest": _sha(layer),
+                    "size": len(layer),
+                }
+            ],
+        }
+    ).encode()
+    return client.put_manifest(repo, tag, ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body)))
+
+
+def write_report(folder: Path, target: str, verdict: str, *, failed: str | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    checks: list[dict[str, Any]] = [
+        {
+            "name": "test_gpu_inventory",
+            "module": "test_02_gpus",
+            "status": "passed",
+            "message": "",
+            "figures": {
+                "count": 2,
+                "gpus": [
+                    {"index": i, "name": "NVIDIA H200", "memory_mib": 143771, "driver": "580.159.04"}
+                    for i in range(2)
+                ],
+            },
+        }
+    ]
+    if failed:
+        checks.append(
+            {
+                "name": failed,
+                "module": "test_07_nccl",
+                "status": "failed",
+                "message": "busbw 12.0 GB/s < 0.9 x baseline 300 GB/s",
+                "figures": {},
+            }
+        )
+    report = {
+        "schema": 1,
+        "verdict": verdict,
+        "verdict_reason": f"1 check(s) failed: {failed}" if failed else "9 check(s) passed",
+        "target": target,
+        "started": "2026-11-29T10:00:00Z",
+        "checks": checks,
+    }
+    path = folder / "report.json"
+    path.write_text(json.dumps(report, indent=2))
+    return path
+
+
+def cell(cid: str, targets: tuple[Target, ...]) -> ReleaseCell:
+    return ReleaseCell(
+        matrix="t",
+        id=cid,
+        tag=cid,
+        candidate=f"{cid}-candidate",
+        targets=targets,
+        torch="2.11.0",
+        torchvision="0.26.0",
+        cuda="13.0",
+        python="3.11",
+        min_driver_full="580.65.06",
+        min_driver_minor="580.65.06",
+        arch=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
+        shm_size="1g",
+        fingerprint=f"fp-{cid}",
+    )
+
+
+@pytest.fixture(scope="module")
+def regs() -> LocalRegistries:
+    return local_registries()
+
+
+@pytest.fixture
+def repo() -> str:
+    return f"imagesmith-test/release-{uuid.uuid4().hex[:10]}"
+
+
+def clients_for(
+    regs: LocalRegistries, extra: dict[str, TempRegistry] | None = None
+) -> Callable[[Target], Any]:
+    def make(t: Target) -> RegistryClient:
+        if t.host == regs.plain:
+            return regs.plain_client(attempts=2, backoff=0.05)
+        if t.host == regs.auth:
+            return regs.auth_client(attempts=2, backoff=0.05)
+        for reg in (extra or {}).values():
+            if t.host == reg.addr:
+                return reg.client(attempts=2, backoff=0.05, timeout=5.0)
+        raise AssertionError(t.host)
+
+    return make
+
+
+def targets(regs: LocalRegistries, repo: str) -> tuple[Target, ...]:
+    return (
+        Target(name="plain", kind="generic", host=regs.plain, image=f"{regs.plain}/{repo}", insecure=True),
+        Target(name="tls", kind="generic", host=regs.auth, image=f"{regs.auth}/{repo}"),
+    )
+
+
+def test_release_promotes_only_the_validated_digest(regs: LocalRegistries, repo: str, tmp_path: Path) -> None:
+    plain, tls = regs.plain_client(), regs.auth_client()
+    # A: candidate only in the plain registry (release must copy its blobs to the TLS one);
+    # B: candidate in both, as imagesmith build --push leaves it
+    digest_a = push_image(plain, repo, "a-candidate", "image A")
+    digest_b = push_image(plain, repo, "b-candidate", "image B")
+    assert push_image(tls, repo, "b-candidate", "image B") == digest_b
+    write_report(tmp_path / "reports" / "a", f"{regs.plain}/{repo}@{digest_a}", "passed")
+    write_report(
+        tmp_path / "reports" / "b", f"{regs.plain}/{repo}@{digest_b}", "failed", failed="test_nccl_allreduce"
+    )
+    cells = [cell("a", targets(regs, repo)), cell("b", targets(regs, repo))]
+    index_file = tmp_path / "release" / "index.json"
+    reports = collect_reports([tmp_path / "reports"])
+
+    # dry run: the plan, nothing written
+    dry = release_cells(
+        cells, matrix="t", reports=reports, index_file=index_file, dry_run=True, client_for=clients_for(regs)
+    )
+    by = {c.cell: c for c in dry.cells}
+    assert by["a"].status == "would-promote"
+    assert any("copy manifest" in s and "to tls" in s for s in by["a"].steps)
+    assert by["b"].status == "refused"
+    assert plain.manifest_digest(repo, "a") is None
+    assert tls.manifest_digest(repo, digest_a) is None
+    assert not index_file.exists()
+
+    out = release_cells(
+        cells, matrix="t", reports=reports, index_file=index_file, client_for=clients_for(regs)
+    )
+    by = {c.cell: c for c in out.cells}
+    assert by["a"].status == "promoted", by["a"].reasons
+    assert by["a"].registries == {"plain": digest_a, "tls": digest_a}
+    # equal digests in both registries, read back through fresh clients
+    assert regs.plain_client().manifest_digest(repo, "a") == digest_a
+    assert regs.auth_client().manifest_digest(repo, "a") == digest_a
+    for blob, _ in regs.plain_client().get_manifest(repo, digest_a).blobs():
+        assert regs.auth_client().blob_size(repo, blob) is not None
+    # the report is attached to the digest in both registries
+    for client in (regs.plain_client(), regs.auth_client()):
+        art = client.get_manifest(repo, attestation_tag(digest_a)).json()
+        assert art["subject"]["digest"] == digest_a
+        assert art["annotations"]["io.imagesmith.verdict"] == "passed"
+        layer = art["layers"][0]
+        with client.get_blob(repo, layer["digest"]) as resp:
+            assert json.loads(resp.content)["target"].endswith(digest_a)
+    # B refused with the failing check, and not tagged anywhere
+    assert by["b"].status == "refused"
+    assert "test_nccl_allreduce" in by["b"].reasons[0]
+    assert "failed" in by["b"].reasons[0]
+    assert plain.manifest_digest(repo, "b") is None
+    assert tls.manifest_digest(repo, "b") is None
+    with pytest.raises(ReleaseError, match=r"b: refused: validation of sha256:\w+ failed"):
+        out.raise_for_refusals()
+    # the index: A only, both registries, published as an artifact in both registries
+    index = load_index(index_file)
+    assert [i.tag for i in index.images] == ["a"]
+    assert {r.name: r.digest for r in index.images[0].registries} == {"plain": digest_a, "tls": digest_a}
+    assert index.images[0].validated_on[0].gpu == "NVIDIA H200"
+    assert index.images[0].validated_on[0].count == 2
+    assert sorted(out.index_published) == sorted(f"{t.image}:release-index" for t in targets(regs, repo))
+
+    # rerun: a no-op, byte for byte
+    before = index_file.read_bytes()
+    again = release_cells(
+        cells, matrix="t", reports=reports, index_file=index_file, client_for=clients_for(regs)
+    )
+    by = {c.cell: c for c in again.cells}
+    assert by["a"].status == "up-to-date"
+    assert by["a"].steps == []
+    assert not again.index_changed
+    assert index_file.read_bytes() == before
+
+
+def test_pick_reads_the_published_index_artifact(
+    regs: LocalRegistries, repo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", "pick me")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index_file = tmp_path / "index.json"
+    release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"]),
+        index_file=index_file,
+        client_for=clients_for(regs),
+    ).raise_for_refusals()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    fetched = fetch_index(f"oci+http://{regs.plain}/{repo}")
+    assert fetched == load_index(index_file)
+
+
+def test_missing_and_stale_reports_refuse(regs: LocalRegistries, repo: str, tmp_path: Path) -> None:
+    plain = regs.plain_client()
+    old = push_image(plain, repo, "a-candidate", "old build")
+    write_report(tmp_path / "r", f"{regs.plain}/a-candidate@{old}", "passed")  # validated the OLD digest
+    new = push_image(plain, repo, "a-candidate", "new build")
+    push_image(plain, repo, "b-candidate", "never validated")
+    out = release_cells(
+        [cell("a", targets(regs, repo)[:1]), cell("b", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"]),
+        index_file=tmp_path / "i.json",
+        client_for=clients_for(regs),
+    )
+    by = {c.cell: c for c in out.cells}
+    assert by["a"].status == "refused"
+    assert f"no validation report for the candidate digest {new}" in by["a"].reasons[0]
+    assert f"{old}; stale" in by["a"].reasons[0]
+    assert by["b"].status == "refused"
+    assert "imagesmith validate" in by["b"].reasons[0]
+    assert plain.manifest_digest(repo, "a") is None
+
+
+def test_no_candidate_and_diverging_candidates(regs: LocalRegistries, repo: str, tmp_path: Path) -> None:
+    plain, tls = regs.plain_client(), regs.auth_client()
+    push_image(plain, repo, "b-candidate", "one")
+    push_image(tls, repo, "b-candidate", "two")
+    out = release_cells(
+        [cell("a", targets(regs, repo)), cell("b", targets(regs, repo))],
+        matrix="t",
+        reports=[],
+        index_file=tmp_path / "i.json",
+        client_for=clients_for(regs),
+    )
+    by = {c.cell: c for c in out.cells}
+    assert "no candidate a-candidate in any registry" in by["a"].reasons[0]
+    assert "imagesmith build --matrix t --only a --push" in by["a"].reasons[0]
+    assert "the candidate tag points at different digests" in by["b"].reasons[0]
+
+
+@pytest.fixture
+def second(tmp_path: Path) -> Iterator[TempRegistry]:
+    root = tmp_path / "second"
+    root.mkdir()
+    with temp_registry(root) as reg:
+        yield reg
+
+
+def test_interrupted_promotion_converges(
+    regs: LocalRegistries, repo: str, tmp_path: Path, second: TempRegistry
+) -> None:
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", "converge")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    tgts = (
+        targets(regs, repo)[0],
+        Target(name="second", kind="generic", host=second.addr, image=f"{second.addr}/{repo}", insecure=True),
+    )
+    reports = collect_reports([tmp_path / "r"])
+    index_file = tmp_path / "index.json"
+    make = clients_for(regs, {"second": second})
+
+    second.stop()  # the second registry is down half-way through the release
+    out = release_cells(
+        [cell("a", tgts)], matrix="t", reports=reports, index_file=index_file, client_for=make
+    )
+    res = out.cells[0]
+    assert res.status == "failed"
+    assert "promotion to second failed" in res.reasons[0] or "second:" in res.reasons[0]
+    assert res.registries == {"plain": digest}
+    assert plain.manifest_digest(repo, "a") == digest
+    with pytest.raises(ReleaseError, match="a: failed"):
+        out.raise_for_refusals()
+    # the index lists only where the release tag really points at the digest
+    assert [r.name for r in load_index(index_file).images[0].registries] == ["plain"]
+
+    second.start(readonly=True)  # back, but refusing writes
+    out = release_cells(
+        [cell("a", tgts)], matrix="t", reports=reports, index_file=index_file, client_for=make
+    )
+    assert out.cells[0].status == "failed"
+    assert second.client().manifest_digest(repo, "a") is None
+
+    second.start()  # healthy: the rerun converges
+    out = release_cells(
+        [cell("a", tgts)], matrix="t", reports=reports, index_file=index_file, client_for=make
+    )
+    assert out.cells[0].status == "promoted", out.cells[0].reasons
+    out.raise_for_refusals()
+    assert second.client().manifest_digest(repo, "a") == digest == plain.manifest_digest(repo, "a")
+    assert second.client().manifest_digest(repo, attestation_tag(digest)) is not None
+    assert sorted(r.name for r in load_index(index_file).images[0].registries) == ["plain", "second"]
+    # and once more: nothing left to do
+    out = release_cells(
+        [cell("a", tgts)], matrix="t", reports=reports, index_file=index_file, client_for=make
+    )
+    assert out.cells[0].status == "up-to-date"
+
+
+def test_cli_release_smoke_matrix(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real command on a copy of the smoke matrix whose registries are the local ones (own repository)."""
+    from imagesmith.matrix import MATRICES_DIR
+
+    ns, name = repo.split("/")
+    matrix = tmp_path / "smoke.toml"
+    matrix.write_text(
+        (MATRICES_DIR / "smoke.toml")
+        .read_text()
+        .replace('registries = ["local-plain", "local-tls"]', 'registries = ["t-plain", "t-tls"]')
+    )
+    registries = tmp_path / "registries.toml"
+    registries.write_text(
+        "schema = 1\n"
+        f'[registries.t-plain]\nhost = "{regs.plain}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+        "insecure = true\n"
+        f'[registries.t-tls]\nhost = "{regs.auth}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+    )
+    for k, v in regs.auth_env().items():
+        monkeypatch.setenv(k, v)
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+
+    cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", "smoke candidate")
+    args = [
+        "--matrix",
+        str(matrix),
+        "--registries",
+        str(registries),
+        "--index-file",
+        str(tmp_path / "index.json"),
+    ]
+
+    res = run_cli("release", *args)  # no reports at all
+    assert res.exit_code == ReleaseError.exit_code
+    assert f"{cid}: refused: no validation report for the candidate digest {digest}" in res.stderr
+    assert "Traceback" not in res.stderr
+
+    res = run_cli("candidates", "--matrix", str(matrix), "--registries", str(registries), "--pinned")
+    assert res.exit_code == 0, res.stderr
+    pinned = res.stdout.strip()
+    assert pinned == f"{regs.plain}/{repo}@{digest}"
+    write_report(tmp_path / "reports" / cid, pinned, "passed")
+
+    res = run_cli("release", *args, "--reports", str(tmp_path / "reports"), "--dry-run")
+    assert res.exit_code == 0, res.stderr
+    assert f"{cid}: would-promote {digest}" in res.stdout
+    res = run_cli("release", *args, "--reports", str(tmp_path / "reports"))
+    assert res.exit_code == 0, res.stderr
+    assert f"{cid}: promoted {digest}" in res.stdout
+    assert regs.auth_client().manifest_digest(repo, cid) == digest
+    entry = load_index(tmp_path / "index.json").images[0]
+    assert (entry.torch, entry.cuda, entry.python, entry.shm.size) == ("2.11.0", "13.0", "3.11", "256m")
