@@ -2,20 +2,20 @@
 
 Pure: the only input/output is reading the packaged TOML tables in ``imagesmith/data`` (``cuda.toml``,
 ``torch.toml``, ``gpus.toml``) through :mod:`importlib.resources`; each table is loaded once and cached. Every
-row names its ``source``; rows resting on secondary sources or assumptions say ``verified = false``
-(see docs/compat.md).
+row names its ``source``; rows resting on secondary sources or assumptions say ``verified = false`` (see
+docs/compat.md).
 
 Rules applied (NVIDIA "CUDA Compatibility" documentation, PyTorch release matrix):
 
-* A CUDA X.Y program runs with **full** features on a driver ≥ the toolkit driver of CUDA X.Y
-  (release notes, Table 3). Newer drivers always run older CUDA (backward compatibility).
-* Under **minor-version compatibility** it runs on any driver ≥ the floor of its major (11.x ≥ 450.80.02,
-  12.x ≥ 525.60.13, 13.x ≥ 580.65.06) with a limited feature set: PTX newer than the driver cannot be
-  JIT-compiled and APIs newer than the driver fail. A wheel whose only kernel for the GPU is PTX therefore
-  needs full compatibility.
-* A wheel runs on a GPU of compute capability M.m when it carries SASS for M.m (**native**), SASS for M.n
-  with n < m (**binary-compatible**: same major, lower minor), or PTX for any ≤ M.m (**ptx**: JIT-compiled
-  by the driver at first start); otherwise torch reports "sm_Mm is not compatible with the current PyTorch
+* A CUDA X.Y program runs with **full** features on a driver ≥ the toolkit driver of CUDA X.Y (release notes,
+  Table 3). Newer drivers always run older CUDA (backward compatibility).
+* Under **minor-version compatibility** it runs on any driver ≥ the floor of its major (11.x ≥ 450.80.02, 12.x
+  ≥ 525.60.13, 13.x ≥ 580.65.06) with a limited feature set: PTX newer than the driver cannot be JIT-compiled
+  and APIs newer than the driver fail. A wheel whose only kernel for the GPU is PTX therefore needs full
+  compatibility.
+* A wheel runs on a GPU of compute capability M.m when it carries SASS for M.m (**native**), SASS for M.n with
+  n < m (**binary-compatible**: same major, lower minor), or PTX for any ≤ M.m (**ptx**: JIT-compiled by the
+  driver at first start); otherwise torch reports "sm_Mm is not compatible with the current PyTorch
   installation".
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -107,7 +107,8 @@ _DRIVER_RE = re.compile(r"^\s*(\d{3,4})\.(\d{1,3})(?:\.(\d{1,3}))?\s*$")
 @dataclass(frozen=True, eq=False)
 class DriverVersion:
     """An NVIDIA driver version: ``535.104.05`` or ``570.26``. Ordered numerically; ``str()`` gives the input
-    form."""
+    form.
+    """
 
     major: int
     minor: int
@@ -299,8 +300,7 @@ def _branches() -> Mapping[int, _Branch]:
 
 
 def normalize_cuda(text: str) -> tuple[str, str]:
-    """``"12.1"``, ``"12.1.1"`` or ``"cu121"`` → ``("cu121", "12.1")``. :class:`ConfigError` on anything
-    else."""
+    """``"12.1"``, ``"12.1.1"`` or ``"cu121"`` → ``("cu121", "12.1")``; :class:`ConfigError` on junk."""
     raw = text.strip() if isinstance(text, str) else ""
     tag = _CUDA_TAG_RE.match(raw)
     if tag:
@@ -318,7 +318,8 @@ def normalize_cuda(text: str) -> tuple[str, str]:
 
 def cuda_release(version: str) -> CudaRelease:
     """The release row for ``12.1.1``; for ``12.1`` / ``cu121`` the oldest update of 12.1 (see
-    :func:`min_driver`)."""
+    :func:`min_driver`).
+    """
     releases = cuda_releases()
     raw = version.strip()
     if raw.count(".") == 2:
@@ -347,15 +348,12 @@ def min_driver(cuda: str) -> MinDriver:
     """Minimum Linux drivers for CUDA ``12.1`` / ``12.1.1`` / ``cu121``.
 
     The X.Y form (and the ``cuXY`` wheel tag) uses the **oldest update** of X.Y (the GA row, ``12.1.0``): the
-    CUDA
-    runtime checks the driver against its X.Y only (``CUDART_VERSION`` is 12010 for every 12.1.x update, and
-    ``cuDriverGetVersion``/nvidia-smi report X.Y), so the lowest driver that reports X.Y runs every X.Y.z
-    runtime.
-    Give X.Y.Z to get that exact update's row (``12.4.1`` → 550.54.15 instead of 550.54.14).
+    CUDA runtime checks the driver against its X.Y only (``CUDART_VERSION`` is 12010 for every 12.1.x update,
+    and ``cuDriverGetVersion``/nvidia-smi report X.Y), so the lowest driver that reports X.Y runs every X.Y.z
+    runtime. Give X.Y.Z to get that exact update's row (``12.4.1`` → 550.54.15 instead of 550.54.14).
 
     ``minor_version`` is the minor-version-compatibility floor of the major, or the ``full`` value when that
-    is lower
-    (CUDA 11.0 predates its family floor 450.80.02).
+    is lower (CUDA 11.0 predates its family floor 450.80.02).
     """
     rel = cuda_release(cuda)
     floor = _mvc_floors().get(rel.major)
@@ -441,7 +439,8 @@ class TorchRelease:
 
     def variant(self, cuda: str) -> TorchVariant:
         """The variant for ``cu121`` / ``12.1``; :class:`ConfigError` when this release was never published
-        for it."""
+        for it.
+        """
         name, xy = normalize_cuda(cuda)
         found = self.variants.get(name)
         if found is None:
@@ -674,8 +673,7 @@ def gpu_family(family: str) -> tuple[Gpu, ...]:
 
 
 def gpu_candidates(text: str) -> tuple[Gpu, ...]:
-    """Every model *text* may mean: a key, family key, full or truncated nvidia-smi name
-    (case-insensitive)."""
+    """Every model *text* may mean: key, family key, full or truncated nvidia-smi name (any case)."""
     by_key = {g.key: g for g in gpus()}
     raw = " ".join(text.split())
     folded = raw.casefold()
@@ -699,10 +697,10 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
     """Resolve a key (``h100-sxm``), a family key (``a100`` → its ``default`` SKU) or a full or truncated
     nvidia-smi name, case-insensitively.
 
-    A truncated name of nvidia-smi's default table (``NVIDIA A100-SXM...``) can fit several SKUs:
-    *memory_mib* (memory.total as nvidia-smi reports it) picks the one within 3 %; SKUs left over that are of
-    one family and one compute capability resolve to the family's default. Anything else still ambiguous, or
-    unknown, is a :class:`ConfigError` (unknown ones name the nearest known).
+    A truncated name of nvidia-smi's default table (``NVIDIA A100-SXM...``) can fit several SKUs: *memory_mib*
+    (memory.total as nvidia-smi reports it) picks the one within 3 %; SKUs left over that are of one family
+    and one compute capability resolve to the family's default. Anything else still ambiguous, or unknown, is
+    a :class:`ConfigError` (unknown ones name the nearest known).
     """
     if not isinstance(key_or_smi_name, str) or not key_or_smi_name.strip():
         raise ConfigError("empty GPU name", hint="give a key such as h100-sxm or the name nvidia-smi prints")
@@ -745,7 +743,8 @@ _lookup_gpu = gpu  # verdict() has a parameter named ``gpu``
 @dataclass(frozen=True, kw_only=True)
 class ArchCoverage:
     """How a wheel's compiled architectures cover a GPU. ``kernel``: the arch used (``sm_86``,
-    ``compute_120``)."""
+    ``compute_120``).
+    """
 
     kind: Literal["native", "binary-compatible", "ptx", "none"]
     detail: str
@@ -772,7 +771,8 @@ def _parse_cc(cc: str) -> tuple[int, int]:
 
 def torch_arch_names(arch_list: Sequence[str]) -> list[str]:
     """What ``torch.cuda.get_arch_list()`` lists for a TORCH_CUDA_ARCH_LIST: ``sm_XY`` each, ``compute_XY``
-    for PTX."""
+    for PTX.
+    """
     sms, ptx = [], []
     for entry in arch_list:
         major, minor, specific, has_ptx = _parse_arch(entry)
@@ -785,9 +785,9 @@ def torch_arch_names(arch_list: Sequence[str]) -> list[str]:
 def arch_coverage(arch_list: Sequence[str], cc: str) -> ArchCoverage:
     """Coverage of a GPU of compute capability *cc* (``"8.9"``) by a wheel built for *arch_list*.
 
-    SASS for the same M.m → native; SASS for M.n, n < m → binary-compatible (the newest such is used);
-    PTX for any ≤ M.m → ptx (JIT-compiled by the driver at first start, needs a driver ≥ the wheel's toolkit);
-    else none, with torch's own wording. Arch-specific targets (``9.0a``) count only for exactly that GPU.
+    SASS for the same M.m → native; SASS for M.n, n < m → binary-compatible (the newest such is used); PTX for
+    any ≤ M.m → ptx (JIT-compiled by the driver at first start, needs a driver ≥ the wheel's toolkit); else
+    none, with torch's own wording. Arch-specific targets (``9.0a``) count only for exactly that GPU.
     """
     major, minor = _parse_cc(cc)
     sm = f"sm_{major}{minor}"
@@ -829,8 +829,13 @@ def arch_coverage(arch_list: Sequence[str], cc: str) -> ArchCoverage:
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
-    """Whether torch *variant* runs on *gpu* with *driver*, how (mode) and why (reasons, in words a user acts
-    on)."""
+    """Whether torch *variant* runs on *gpu* with *driver*, how (``mode``) and why (``reasons``, in words a
+    user acts on).
+
+    ``blockers`` is the subset of ``reasons`` that makes the verdict ``none`` (empty when compatible);
+    ``needs_driver`` is the lowest driver that would make it compatible when only the driver is in the way
+    (None otherwise, e.g. when the wheel has no kernel for the GPU).
+    """
 
     compatible: bool
     mode: Literal["full", "minor-version", "none"]
@@ -842,6 +847,16 @@ class Verdict:
     torch: str = ""
     cuda: str = ""
     variant: str = ""
+    blockers: tuple[str, ...] = ()
+    needs_driver: DriverVersion | None = None
+
+
+class _VerdictIds(TypedDict):
+    driver: str
+    gpu: str
+    torch: str
+    cuda: str
+    variant: str
 
 
 def _first_covering(cc: str) -> str | None:
@@ -894,18 +909,16 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
     """Can torch *torch* built for *cuda* (``12.1`` or ``cu121``) run on *gpu* with *driver*?
 
     ``full``: the driver is at least the toolkit driver of the variant's CUDA and the wheel has a kernel for
-    the GPU.
-    ``minor-version``: the driver is only at the major's minor-version floor — it runs, with the limits
-    listed in
-    ``reasons``; a wheel whose only kernel for the GPU is PTX then cannot run. ``none``: it does not run;
-    ``reasons``
-    says why and what to change. Unknown torch versions, GPUs, junk drivers or CUDA strings raise ConfigError.
+    the GPU. ``minor-version``: the driver is only at the major's minor-version floor — it runs, with the
+    limits listed in ``reasons``; a wheel whose only kernel for the GPU is PTX then cannot run. ``none``: it
+    does not run; ``reasons`` says why and what to change. Unknown torch versions, GPUs, junk drivers or CUDA
+    strings raise ConfigError.
     """
     drv = _as_driver(driver)
     g = gpu if isinstance(gpu, Gpu) else _lookup_gpu(gpu)
     rel = torch_release(torch)
     vname, xy = normalize_cuda(cuda)
-    base = {"driver": str(drv), "gpu": g.key, "torch": rel.version, "cuda": xy, "variant": vname}
+    base = _VerdictIds(driver=str(drv), gpu=g.key, torch=rel.version, cuda=xy, variant=vname)
     max_cuda = _max_cuda(drv)
     supports = f"driver {drv} supports CUDA ≤ {max_cuda}" if max_cuda else f"driver {drv} predates CUDA 11.0"
 
@@ -921,21 +934,24 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
             md: MinDriver | None = min_driver(xy)
         except ConfigError:
             md = None
+        never = (
+            f"torch {rel.version} was never published for {vname} (CUDA {xy}): its CUDA variants are "
+            f"{', '.join(rel.variants)} (PyPI default {rel.pypi_default}); {where}"
+        )
         return Verdict(
             compatible=False,
             mode="none",
-            reasons=(
-                f"torch {rel.version} was never published for {vname} (CUDA {xy}): its CUDA variants are "
-                f"{', '.join(rel.variants)} (PyPI default {rel.pypi_default}); {where}",
-            ),
+            reasons=(never,),
             arch=None,
             min_driver=md,
+            blockers=(never,),
             **base,
         )
 
     md = min_driver(var.cuda)
     reasons: list[str] = []
-    blocked = False
+    blockers: list[str] = []
+    hints: list[str] = []
 
     if drv >= md.full:
         mode: Literal["full", "minor-version", "none"] = "full"
@@ -944,73 +960,70 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
         mode = "minor-version"
         reasons.append(
             f"{supports}; {vname} needs ≥ {md.full} for full, ≥ {md.minor_version} under minor-version "
-            f"compatibility: CUDA minor-version compatibility applies"
+            "compatibility: CUDA minor-version compatibility applies"
         )
         reasons.append(
             "minor-version compatibility limits: the driver cannot JIT-compile PTX newer than itself "
-            "(cudaErrorUnsupportedPtxVersion — PTX-only kernels, NVRTC/JIT-built extensions), and CUDA "
-            "APIs newer "
-            "than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver to ≥ "
-            f"{md.full} for "
-            "the full feature set"
+            "(cudaErrorUnsupportedPtxVersion — PTX-only kernels, NVRTC/JIT-built extensions), and CUDA APIs "
+            "newer than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver to "
+            f"≥ {md.full} for the full feature set"
         )
         if g.segment == "datacenter":
-            reasons.append(_forward_compat_note(g, var.cuda, md.full))
+            hints.append(_forward_compat_note(g, var.cuda, md.full))
     else:
         mode = "none"
-        blocked = True
-        reasons.append(
-            f"{supports}; {vname} needs ≥ {md.minor_version} under minor-version compatibility, ≥ "
-            f"{md.full} for full"
+        blockers.append(
+            f"{supports}; {vname} needs ≥ {md.minor_version} under minor-version compatibility, "
+            f"≥ {md.full} for full"
         )
         runnable = _runnable_variants(rel, drv, g)
         if runnable:
-            reasons.append(
-                f"torch {rel.version} variants this driver runs on {g.name}: {', '.join(runnable)}"
-            )
-        reasons.append(_forward_compat_note(g, var.cuda, md.full))
+            hints.append(f"torch {rel.version} variants this driver runs on {g.name}: {', '.join(runnable)}")
+        hints.append(_forward_compat_note(g, var.cuda, md.full))
 
+    needs: list[DriverVersion] = [] if mode != "none" else [md.minor_version]
     if g.min_driver is not None and drv < g.min_driver:
-        blocked = True
-        reasons.append(
+        needs.append(g.min_driver)
+        blockers.append(
             f"{g.name} ({g.sm}) needs driver ≥ {g.min_driver}: older drivers do not support this GPU at all"
         )
 
     cov = arch_coverage(var.arch_list, g.cc)
+    arch_blocked = False
     if cov.kind == "none":
-        blocked = True
+        arch_blocked = True
         first = _first_covering(g.cc)
         hint = f"; the first torch release with kernels for {g.sm} is {first}" if first else ""
-        reasons.append(
+        blockers.append(
             f"{g.name} with CUDA capability {g.sm} is not compatible with the current PyTorch installation: "
             f"torch {rel.version}+{vname} was built for TORCH_CUDA_ARCH_LIST={var.torch_cuda_arch_list} "
             f"({' '.join(torch_arch_names(var.arch_list))}){hint}"
         )
-    elif cov.kind == "ptx":
-        if mode == "minor-version":
-            blocked = True
-            reasons.append(
-                f"the wheel's only kernel for {g.sm} is PTX ({cov.kernel}), which the driver must "
-                "JIT-compile: "
-                f"not possible under minor-version compatibility; needs driver ≥ {md.full}"
-            )
-        else:
-            reasons.append(f"{g.name}: {cov.detail}")
+    elif cov.kind == "ptx" and drv < md.full:
+        needs.append(md.full)
+        blockers.append(
+            f"the wheel's only kernel for {g.sm} is PTX ({cov.kernel}), which the driver must JIT-compile: "
+            f"not possible under minor-version compatibility; needs driver ≥ {md.full}"
+        )
     else:
         reasons.append(f"{g.name}: {cov.detail}")
 
+    notes = []
     if not var.verified or not rel.verified:
-        reasons.append(
+        notes.append(
             f"note: imagesmith's data for torch {rel.version}+{vname} is partly unverified "
             "(its `source` in imagesmith/data/torch.toml says which part)"
         )
 
-    final: Literal["full", "minor-version", "none"] = "none" if blocked else mode
+    final: Literal["full", "minor-version", "none"] = "none" if blockers else mode
+    ordered = blockers + reasons + hints + notes  # what stops it first, then the rest
     return Verdict(
         compatible=final != "none",
         mode=final,
-        reasons=tuple(reasons),
+        reasons=tuple(ordered),
         arch=cov,
         min_driver=md,
+        blockers=tuple(blockers),
+        needs_driver=max(needs) if blockers and needs and not arch_blocked and drv < max(needs) else None,
         **base,
     )

@@ -1,6 +1,5 @@
 """Pure parsers for ``nvidia-smi`` output: the default table, ``--query-gpu=…
---format=csv[,noheader][,nounits]``
-and ``-L``.
+--format=csv[,noheader][,nounits]`` and ``-L``.
 
 No I/O: callers pass the text and a ``source`` (file name or host) that every :class:`ParseError` names.
 
@@ -10,8 +9,7 @@ Formats handled (see tests/data/nvsmi/ for captures):
   R610 header ``| NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3 |``, both the narrow
   (≤ R525, names cut to ``NVIDIA A100-SXM...``) and the wide (R530+) GPU table;
 * ``--query-gpu`` CSV with the header line (field names and units are read from it) or, with ``fields=``
-given,
-  without it; ``[N/A]`` / ``[Not Supported]`` become None;
+  given, without it; ``[N/A]`` / ``[Not Supported]`` become None;
 * ``-L``: ``GPU 0: NVIDIA H200 (UUID: GPU-…)`` with optional ``MIG …`` device lines.
 """
 
@@ -41,11 +39,9 @@ __all__ = [
 class SmiGpu:
     """One GPU as nvidia-smi showed it. Fields a format does not show are None.
 
-    ``name`` is exactly what was printed (``truncated`` is True for ``NVIDIA A100-SXM...``); ``memory_mib``
-    is the
-    total memory; ``mig_mode`` is ``"Enabled"``/``"Disabled"`` where shown; ``mig_devices`` are the MIG
-    profiles
-    ``-L`` lists under the GPU.
+    ``name`` is exactly what was printed (``truncated`` is True for ``NVIDIA A100-SXM...``); ``memory_mib`` is
+    the total memory; ``mig_mode`` is ``"Enabled"``/``"Disabled"`` where shown; ``mig_devices`` are the MIG
+    profiles ``-L`` lists under the GPU.
     """
 
     index: int
@@ -62,7 +58,8 @@ class SmiGpu:
 @dataclass(frozen=True, kw_only=True)
 class SmiReport:
     """What one nvidia-smi output says: driver, the "CUDA Version" of its header (None where not shown) and
-    GPUs."""
+    GPUs.
+    """
 
     source: str
     format: Literal["table", "csv", "list"]
@@ -84,6 +81,15 @@ _ROW1 = re.compile(
 )
 _MEM = re.compile(r"(?P<used>\d+)\s*MiB\s*/\s*(?P<total>\d+)\s*MiB")
 _CUDA_XY = re.compile(r"^\d{1,2}\.\d{1,2}$")
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _clean(text: str) -> str:
+    """Drop what terminals and Windows editors add: ANSI escapes (nvidia-smi 580 underlines some headers even
+    into a pipe), a byte-order mark, CR line ends."""
+    return _ANSI.sub("", text).lstrip("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _fail(source: str, what: str, expected: str) -> ParseError:
@@ -128,6 +134,7 @@ def _cuda(value: str, source: str) -> str | None:
 
 def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
     """Parse the default ``nvidia-smi`` output (header + GPU table)."""
+    text = _clean(text)
     _check_failures(text, source)
     header = _HEADER.search(text)
     if header is None:
@@ -223,10 +230,10 @@ def parse_query_csv(
     """Parse ``nvidia-smi --query-gpu=… --format=csv[,noheader][,nounits]``.
 
     With a header line the fields are read from it; for ``noheader`` output pass the ``--query-gpu`` field
-    list as
-    *fields*. ``name`` and ``index`` (or a row order) are required; driver comes from ``driver_version`` when
-    queried.
+    list as *fields*. ``name`` and ``index`` (or a row order) are required; driver comes from
+    ``driver_version`` when queried.
     """
+    text = _clean(text)
     _check_failures(text, source)
     rows = [
         r for r in csv.reader(io.StringIO(text.strip()), skipinitialspace=True) if any(c.strip() for c in r)
@@ -306,6 +313,7 @@ _LIST_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+\d+: \(UUID: (?P<uu
 
 def parse_list(text: str, source: str = "<nvidia-smi>") -> SmiReport:
     """Parse ``nvidia-smi -L``. It shows no driver or CUDA version (both None)."""
+    text = _clean(text)
     _check_failures(text, source)
     gpus: list[SmiGpu] = []
     migs: list[str] = []
@@ -357,6 +365,8 @@ def _with_migs(g: SmiGpu, migs: list[str]) -> SmiGpu:
 
 def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
     """Detect the format (default table, ``--query-gpu`` CSV with header, ``-L``) and parse it."""
+    if isinstance(text, str):
+        text = _clean(text)
     if not isinstance(text, str) or not text.strip():
         raise _fail(
             source,

@@ -240,6 +240,7 @@ def test_ptx_only_kernel_needs_full_compatibility() -> None:
     assert (full.mode, full.arch.kind if full.arch else None) == ("full", "ptx")
     mvc = compat.verdict("570.26", future, "2.8.0", "cu129")  # < 575.51.03 (12.9 GA), ≥ 525.60.13
     assert mvc.mode == "none"
+    assert str(mvc.needs_driver) == "575.51.03"  # PTX JIT needs the full driver
     assert any("not possible under minor-version compatibility" in r for r in mvc.reasons)
 
 
@@ -513,3 +514,19 @@ def test_required_gpus_are_present() -> None:
         "h100-pcie",
         "h100-sxm",
     } <= keys
+
+
+def test_blockers_and_needs_driver() -> None:
+    low = compat.verdict("470.82.01", "a100", "2.1.2", "cu121")
+    assert low.blockers == (low.reasons[0],)
+    assert str(low.needs_driver) == "525.60.13"  # the minor-version floor is enough here
+    arch = compat.verdict("570.124.06", "rtx5090", "2.1.2", "cu121")
+    assert len(arch.blockers) == 1
+    assert "sm_120 is not compatible" in arch.blockers[0]
+    assert arch.needs_driver is None  # no driver fixes a missing kernel
+    gpu_too_new = compat.verdict("560.35.03", "rtx5090", "2.7.0", "cu128")
+    assert str(gpu_too_new.needs_driver) == "570.26"
+    ok = compat.verdict("530.30.02", "a100", "2.1.2", "cu121")
+    assert (ok.blockers, ok.needs_driver) == ((), None)
+    never = compat.verdict("550.54.15", "a100", "2.1.2", "cu124")
+    assert never.blockers == never.reasons

@@ -172,6 +172,7 @@ def test_json_shape_for_a_minor_version_verdict(run_cli: Run) -> None:
     assert all(isinstance(r, str) for r in data["reasons"])
     assert data["min_driver"] == {"full": "530.30.02", "minor_version": "525.60.13", "toolkit": "12.1.0"}
     assert data["arch"]["kind"] == "native"
+    assert (data["blockers"], data["needs_driver"]) == ([], None)
     assert (data["driver"], data["gpu"], data["torch"], data["cuda"]) == (
         "525.60.13",
         "a100-80gb-sxm4",
@@ -196,6 +197,8 @@ def test_json_full_and_none(run_cli: Run) -> None:
         "none",
     )
     assert any("sm_120 is not compatible with the current PyTorch installation" in r for r in data["reasons"])
+    assert len(data["blockers"]) == 1
+    assert data["needs_driver"] is None
 
 
 def test_never_published_pair_json(run_cli: Run) -> None:

@@ -183,3 +183,11 @@ def test_csv_missing_values_become_none() -> None:
 def test_header_with_cuda_na() -> None:
     text = read("r535_h100_sxm_x4.txt").replace("CUDA Version: 12.2", "CUDA Version: N/A ")
     assert nvsmi.parse_table(text, "f").cuda_version is None
+
+
+def test_crlf_bom_and_ansi_escapes_are_tolerated() -> None:
+    plain = read("real_580.159.04_h200_default.txt")
+    noisy = "\ufeff" + plain.replace("NVIDIA-SMI 580", "\x1b[4mNVIDIA-SMI 580").replace("\n", "\r\n")
+    assert nvsmi.parse(noisy, "h200").gpus == nvsmi.parse(plain, "h200").gpus
+    csv_text = read("real_580.159.04_h200_query.csv").replace("\n", "\r\n")
+    assert nvsmi.parse(csv_text, "h200").gpus[0].memory_mib == 143771

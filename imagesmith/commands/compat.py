@@ -1,5 +1,4 @@
-"""``imagesmith compat``: will this torch wheel run on this driver and GPU? Verdicts from
-imagesmith.compat."""
+"""``imagesmith compat``: will this torch wheel run on this driver and GPU? (verdicts of imagesmith.compat)"""
 
 from __future__ import annotations
 
@@ -49,6 +48,8 @@ def _verdict_json(v: compat.Verdict, g: compat.Gpu) -> dict[str, Any]:
         "torch": v.torch,
         "cuda": v.cuda,
         "variant": v.variant,
+        "blockers": list(v.blockers),
+        "needs_driver": None if v.needs_driver is None else str(v.needs_driver),
     }
 
 
