@@ -414,7 +414,7 @@ def release_cell(
         res.reasons.append(
             f"no candidate {cell.candidate} in any registry of the cell "
             f"({', '.join(t.name for t in cell.targets)})"
-            + (f" [{'; '.join(errors)}]" if errors else "")
+            + (f" ({'; '.join(errors)})" if errors else "")
             + f": run imagesmith build --matrix {cell.matrix} --only {cell.id} --push"
         )
         return res, []
