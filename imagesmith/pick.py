@@ -397,8 +397,7 @@ def _nothing_fits(host: Host, constraints: Constraints, rejected: list[Rejected]
 # ------------------------------------------------------------------------------------------------------------
 # verdicts: imagesmith.compat decides, pick only condenses its reasons into one line per image
 
-_NOT_BLOCKING = ("note:", "minor-version compatibility limits")
-_HINTS = ("forward compatibility", "forward-compatibility", "variants this driver runs on")
+# compat.Verdict.blockers are the reasons that stop an image; needs_driver the driver that would unblock it
 
 
 def _compat_gpu(g: HostGpu) -> Any:
@@ -447,25 +446,9 @@ def assess(image: ReleasedImage, host: Host) -> Assessment:
             levels.append("minor")
             warnings += [r for r in v.reasons if r.startswith("note:")]
         else:
-            hits = [
-                r
-                for r in v.reasons
-                if not r.startswith(_NOT_BLOCKING)
-                and ": met" not in r
-                and not r.startswith(f"{gpu.name}: ")
-                and not any(h in r for h in _HINTS)
-            ]
-            blocking += [r for r in hits if r not in blocking]
-            md = v.min_driver
-            driver_blocked = md is not None and compat.parse_driver(host.driver) < md.minor_version
-            ptx_only = v.arch is not None and v.arch.kind == "ptx"
-            if (
-                md is not None
-                and v.arch is not None
-                and v.arch.kind != "none"
-                and (driver_blocked or ptx_only)
-            ):
-                needs.append(str(md.full if ptx_only else md.minor_version))
+            blocking += [r for r in v.blockers if r not in blocking] or ["; ".join(v.reasons)]
+            if v.needs_driver is not None:
+                needs.append(str(v.needs_driver))
         warnings += [r for r in v.reasons if r.startswith("note:") and r not in warnings]
     if blocking or len(levels) < len(seen):
         return Assessment(
