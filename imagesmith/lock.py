@@ -3,11 +3,11 @@
 A lock file ``imagesmith/data/locks/<torch>-<variant>-py<X.Y>.txt`` is a pip requirements file with every
 package the image installs (torch, torchvision, torchaudio, their nvidia-*/triton/numpy closure, and
 imagesmith's own runtime dependencies so the baked-in validation suite runs with nothing else installed), one
-``name==version`` a line. A ``# --- builder ---`` section pins what the nccl-tests builder stage installs
-(the NCCL wheel for its headers and, for CUDA 13, pip's nvcc matching torch's CUDA runtime).
+``name==version`` a line. A ``# --- builder ---`` section pins what the nccl-tests builder stage installs (the
+NCCL wheel for its headers and, for CUDA 13, pip's nvcc matching torch's CUDA runtime).
 
-Header lines (``# key: value``) record the command, date and sources. ``# unverified: …`` marks a lock
-written by hand from published metadata because the variant's index cannot be reached where it was made.
+Header lines (``# key: value``) record the command, date and sources. ``# unverified: …`` marks a lock written
+by hand from published metadata because the variant's index cannot be reached where it was made.
 
 Reading locks is pure (packaged data). Only :func:`compile_lock` runs a subprocess (``uv pip compile``).
 """
@@ -169,7 +169,8 @@ SUITE: Final[str] = "suite"
 
 def lock_inputs(key: LockKey) -> list[str]:
     """Top-level requirements handed to the resolver for *key* (``suite``: imagesmith's own dependencies only,
-    for cells whose base image already carries torch)."""
+    for cells whose base image already carries torch).
+    """
     if key.torch == SUITE:
         return list(IMAGESMITH_RUNTIME_DEPS)
     release = compat.torch_release(key.torch)
@@ -183,7 +184,7 @@ def lock_inputs(key: LockKey) -> list[str]:
 
 
 def builder_inputs(key: LockKey, lock: Lock) -> list[str]:
-    """What the nccl-tests builder stage installs: the NCCL wheel (+ pip nvcc for CUDA 13)."""
+    """What the nccl-tests builder stage installs: the NCCL wheel (+ pip nvcc and CCCL for CUDA 13)."""
     release = compat.torch_release(key.torch)
     cuda = release.variants[key.variant].cuda
     major = cuda.split(".")[0]
@@ -204,6 +205,8 @@ def builder_inputs(key: LockKey, lock: Lock) -> list[str]:
             f"nvidia-cuda-nvcc=={series}.*",
             f"nvidia-cuda-crt=={series}.*",
             f"nvidia-nvvm=={series}.*",
+            # CUDA 13's cuda_fp16.h includes <nv/target> (libcu++), shipped in the CCCL wheel
+            f"nvidia-cuda-cccl=={series}.*",
         ]
     return lines
 

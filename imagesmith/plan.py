@@ -3,16 +3,12 @@
 The cross product torch × variant × python × flavor (plus ``[[include]]`` entries) minus the impossible
 combinations, each dropped with a reason (``imagesmith plan --explain``):
 
-- the torch release publishes no wheel for that variant;
-- the Python version is outside the release's supported range;
-- a target GPU's architecture is not covered by the variant's compiled arch list (arch coverage ``none``);
-- the devel flavor has no ``nvidia/cuda:<X.Y.Z>-devel-<os>`` image for the variant's CUDA in
-``[base].devel_images``,
-  or the torch comes from the base image;
-- an ``[[exclude]]`` rule matches;
-- there is no lock file for (torch, variant, python): the plan never floats a version, so such a cell is
-dropped
-  with the command that creates the lock (``imagesmith lock``, run where the variant's index is reachable).
+- the torch release publishes no wheel for that variant; - the Python version is outside the release's
+supported range; - a target GPU's architecture is not covered by the variant's compiled arch list (arch
+coverage ``none``); - the devel flavor has no ``nvidia/cuda:<X.Y.Z>-devel-<os>`` image for the variant's CUDA
+in ``[base].devel_images``, or the torch comes from the base image; - an ``[[exclude]]`` rule matches; - there
+is no lock file for (torch, variant, python): the plan never floats a version, so such a cell is dropped with
+the command that creates the lock (``imagesmith lock``, run where the variant's index is reachable).
 
 Each cell carries its exact pins, min drivers, ``NVIDIA_REQUIRE_CUDA``, nccl-tests gencode and a content
 fingerprint (sha256 over the rendered files, pins, source checksums and base image names).
@@ -103,6 +99,7 @@ class Cell:
     min_driver: MinDriverInfo
     require_cuda: str
     gpus: tuple[str, ...]
+    gpu_families: tuple[str, ...]
     gpu_names: tuple[str, ...]
     archs: tuple[str, ...]
     nvcc_gencode: str
@@ -168,11 +165,16 @@ class BuildPlan:
         return {"matrix": self.matrix, "cells": [c.to_json() for c in self.cells]}
 
     def github_matrix(self) -> dict[str, Any]:
-        """A GitHub Actions ``strategy.matrix`` with one ``include`` entry per cell."""
+        """A GitHub Actions ``strategy.matrix``: one ``include`` entry per (cell, GPU family).
+
+        ``gpu`` is the family key of a target GPU (``a100``, ``h200``): a nightly validates each cell on a
+        runner of every GPU family the cell targets (runner label ``gpu-<gpu>``).
+        """
         return {
             "include": [
                 {
                     "cell": c.id,
+                    "gpu": family,
                     "tag": c.tag,
                     "matrix": c.matrix,
                     "torch": c.torch,
@@ -184,6 +186,7 @@ class BuildPlan:
                     "fingerprint": c.fingerprint,
                 }
                 for c in self.cells
+                for family in c.gpu_families
             ]
         }
 
@@ -404,6 +407,7 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
                 min_driver=MinDriverInfo(full=str(need.full), minor_version=str(need.minor_version)),
                 require_cuda=require_cuda(variant.cuda),
                 gpus=tuple(g.key for g in matrix.gpus),
+                gpu_families=tuple(dict.fromkeys(g.family or g.key for g in matrix.gpus)),
                 gpu_names=tuple(g.name for g in matrix.gpus),
                 archs=tuple(sorted({_arch_digits(g.cc) for g in matrix.gpus}, key=int)),
                 nvcc_gencode=nvcc_gencode(g.cc for g in matrix.gpus),

@@ -319,8 +319,22 @@ def test_plan_github(run_cli: Callable[..., object]) -> None:
     assert list(data) == ["include"]
     assert data["include"]
     assert all(e["flavor"] == "runtime" for e in data["include"])
+    cells = {e["cell"] for e in data["include"]}
+    assert {(e["cell"], e["gpu"]) for e in data["include"]} == {
+        (c, g) for c in cells for g in ("a100", "a800")
+    }
     for entry in data["include"]:
-        assert set(entry) >= {"cell", "tag", "torch", "cuda", "python", "dockerfile", "fingerprint"}
+        assert set(entry) >= {
+            "cell",
+            "gpu",
+            "matrix",
+            "tag",
+            "torch",
+            "cuda",
+            "python",
+            "dockerfile",
+            "fingerprint",
+        }
         assert all(isinstance(v, str) for v in entry.values())
 
 
@@ -342,3 +356,10 @@ def test_only_matching_nothing_exits_3(run_cli: Callable[..., object]) -> None:
 def test_locks_dir_is_packaged() -> None:
     assert LOCK_DIR.is_dir()
     assert any(LOCK_DIR.glob("*.txt"))
+
+
+def test_cli_default_matrix_agrees() -> None:
+    from imagesmith.commands import plan as plan_commands
+    from imagesmith.matrix import DEFAULT_MATRIX
+
+    assert plan_commands.DEFAULT_MATRIX == DEFAULT_MATRIX

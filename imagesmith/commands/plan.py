@@ -4,27 +4,38 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from imagesmith.errors import ConfigError, RenderError
-from imagesmith.matrix import DEFAULT_MATRIX, MATRICES_DIR, Matrix, load_matrix, matrix_names
-from imagesmith.plan import REPO_ROOT, BuildPlan, build_plan
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from imagesmith.matrix import Matrix
+    from imagesmith.plan import BuildPlan
+
+# Heavy modules (matrix, plan, compat data, rich) are imported inside the commands so that
+# `imagesmith pick` starts fast.
+DEFAULT_MATRIX = "smoke"  # = imagesmith.matrix.DEFAULT_MATRIX (tests/test_plan.py checks they agree)
 
 MATRIX_HELP = "Matrix name (matrices/NAME.toml) or path to a matrix file."
 
 
 def load_plan(matrix: str, only: list[str] | None = None) -> tuple[Matrix, BuildPlan]:
     """Shared by ``build``: load a matrix, plan it, apply ``--only`` globs."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+
     m = load_matrix(matrix)
     plan = build_plan(m)
     return m, plan.select(only or [])
 
 
 def _out() -> Console:
+    from rich.console import Console
+
     return Console(highlight=False, soft_wrap=True, width=200)
 
 
@@ -44,6 +55,8 @@ def plan_command(
     """Plan a matrix: the cells to build, with pins, drivers and fingerprints."""
     if as_json and github:
         raise ConfigError("--json and --github are exclusive", hint="pick one output format")
+    from rich.table import Table
+
     m, plan = load_plan(matrix, only)
     if as_json:
         data = plan.to_json()
@@ -78,6 +91,8 @@ def plan_command(
 
 
 def _matrices(matrix: str | None) -> list[str]:
+    from imagesmith.matrix import MATRICES_DIR, matrix_names
+
     return [matrix] if matrix else matrix_names(MATRICES_DIR)
 
 
@@ -86,6 +101,8 @@ def render_command(
     check: bool = typer.Option(False, "--check", help="Write nothing; fail listing files that differ."),
 ) -> None:
     """Render Dockerfiles and build contexts into dockerfiles/<matrix>/<cell>/."""
+    from imagesmith.matrix import MATRICES_DIR, load_matrix
+    from imagesmith.plan import REPO_ROOT, build_plan
     from imagesmith.render import check_rendered, matrix_dir, render_plan, write_rendered
 
     rendered: dict[Path, str] = {}
@@ -119,6 +136,8 @@ def lock_command(
     """Resolve exact transitive pins per (torch, variant, python) with uv into imagesmith/data/locks/."""
     from imagesmith import compat
     from imagesmith.lock import LockError, LockKey, compile_lock, lock_path
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import REPO_ROOT
 
     m = load_matrix(matrix)
     keys: list[LockKey] = []
