@@ -80,6 +80,8 @@ _ROW1 = re.compile(
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?P<disp>On|Off|N/A)\s*\|"
 )
 _MEM = re.compile(r"(?P<used>\d+)\s*MiB\s*/\s*(?P<total>\d+)\s*MiB")
+# what the memory cell shows instead of "used / total" (MIG mode on R535+ prints N/A there)
+_NO_MEMORY = {"N/A", "[N/A]", "Unknown Error", "ERR!"}
 _CUDA_XY = re.compile(r"^\d{1,2}\.\d{1,2}$")
 
 
@@ -174,12 +176,18 @@ def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
                 f"cannot read GPU row {record[0].strip()!r}",
                 "'|   0  NVIDIA H100 80GB HBM3   On  |   00000000:18:00.0 Off |   0 |'",
             )
-        memory = _MEM.search(record[1]) if len(record) > 1 else None
-        if memory is None:
+        if len(record) < 2:
             raise _fail(
                 source,
-                f"GPU {row.group('index')}: no memory usage in "
-                f"{record[1].strip() if len(record) > 1 else '(missing)'!r}",
+                f"GPU {row.group('index')}: the line with temperature, power and memory is missing",
+                "'| N/A   33C    P0   116W /  700W |   0MiB / 143771MiB | …' under the GPU row",
+            )
+        cells = record[1].strip().strip("|").split("|")
+        memory = _MEM.search(cells[1]) if len(cells) > 1 else None
+        if memory is None and not (len(cells) > 1 and cells[1].strip() in _NO_MEMORY):
+            raise _fail(
+                source,
+                f"GPU {row.group('index')}: no memory usage in {record[1].strip()!r}",
                 "'… |   4MiB /  81559MiB | …' on the line under the GPU row",
             )
         mig = None
@@ -193,7 +201,7 @@ def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
                 index=int(row.group("index")),
                 name=name,
                 truncated=name.endswith("..."),
-                memory_mib=int(memory.group("total")),
+                memory_mib=int(memory.group("total")) if memory else None,
                 bus_id=row.group("bus"),
                 mig_mode=mig,
             )

@@ -52,10 +52,24 @@ def test_table_with_a_mangled_gpu_row() -> None:
         nvsmi.parse_table(text, "f.txt")
 
 
-def test_table_without_memory_line() -> None:
-    text = read("r535_h100_sxm_x4.txt").replace("4MiB / 81559MiB", "ERR!")
+def test_table_with_junk_in_the_memory_cell() -> None:
+    text = read("r535_h100_sxm_x4.txt").replace("4MiB / 81559MiB", "lots of MiB")
     with pytest.raises(ParseError, match="no memory usage"):
         nvsmi.parse_table(text, "f.txt")
+
+
+def test_table_gpu_row_without_its_second_line() -> None:
+    lines = read("real_580.159.04_h200_default.txt").splitlines()
+    text = "\n".join(line for line in lines if "143771MiB" not in line and "Disabled" not in line)
+    with pytest.raises(ParseError, match="line with temperature, power and memory is missing"):
+        nvsmi.parse_table(text, "f.txt")
+
+
+def test_mig_enabled_table_with_memory_na() -> None:
+    # R535+ prints N/A in the memory cell of a GPU in MIG mode (seen in public captures)
+    text = read("r570_a100_mig_enabled.txt").replace("      25MiB /  81920MiB ", "                  N/A   ")
+    g = nvsmi.parse_table(text, "mig").gpus[0]
+    assert (g.memory_mib, g.mig_mode) == (None, "Enabled")
 
 
 def test_header_with_junk_cuda_version() -> None:
