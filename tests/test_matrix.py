@@ -128,3 +128,31 @@ def test_parse_shm() -> None:
     for bad in ("", "8 gb", "-1g", "1.5g"):
         with pytest.raises(ValueError, match="not a size"):
             parse_shm(bad)
+
+
+def test_malformed_registries_file_is_named(tmp_path: Path, run_cli: Callable[..., object]) -> None:
+    smoke = (MATRICES_DIR / "smoke.toml").read_text().replace('name = "smoke"\n', "")
+    (tmp_path / "m.toml").write_text(smoke)
+    (tmp_path / "registries.toml").write_text(
+        'schema = 1\n[registries.local-plain]\nhost = "127.0.0.1:5000"\nnamespace = "x"\nrepo = "torch"\n'
+    )
+    result = run_cli("plan", "--matrix", str(tmp_path / "m.toml"))
+    assert result.exit_code == 2  # type: ignore[attr-defined]
+    err: str = result.stderr  # type: ignore[attr-defined]
+    assert f"{tmp_path / 'registries.toml'}: registries.local-plain.repo: unknown key" in err
+    assert "'repository'" in err
+    assert "Traceback" not in err
+
+
+def test_registry_routing(tmp_path: Path) -> None:
+    a100 = load_matrix("a100")
+    assert {r.name for r in a100.registries} == {"local-plain", "local-tls"}
+    regs = {r.name: r for r in a100.registries}
+    assert regs["local-plain"].image == "127.0.0.1:5000/imagesmith/torch"
+    assert regs["local-plain"].insecure
+    assert not regs["local-tls"].insecure
+    from imagesmith.matrix import load_registries
+
+    acr = load_registries(MATRICES_DIR / "registries.toml")["acr-hangzhou"]
+    assert acr.wants("2.1.2-cu121-py3.10-runtime-ubuntu22.04")
+    assert not acr.wants("2.1.2-cu121-py3.10-devel-ubuntu22.04")
