@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from imagesmith.config import UserConfig, cache_root
-from imagesmith.engine import BuildEvent, Engine
+from imagesmith.engine import BuildEvent, Engine, PushResult
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import REPO_ROOT, BuildPlan, Cell, RegistryTarget
-from imagesmith.registry import RegistryClient, copy_manifest, lookup_credentials
+from imagesmith.registry import ManifestData, RegistryClient, copy_manifest, lookup_credentials
 from imagesmith.sources import cached_archive, nccl_tests_archive
 
 FINGERPRINT_LABEL = "io.imagesmith.fingerprint"
@@ -257,7 +257,6 @@ def push_cell(
         credentials=lookup_credentials(first.host),
         registry_name=f"{first.name} ({first.host})",
     )
-    outcome.bytes_pushed_engine = pushed.bytes_pushed
     src = clients[first.name]
     src_repo = repo_path(first)
     served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint))
@@ -269,6 +268,9 @@ def push_cell(
     manifest = src.get_manifest(src_repo, pushed.digest)
     outcome.digest = manifest.digest
     outcome.size_compressed = manifest.compressed_size()
+    outcome.bytes_pushed_engine = max(
+        pushed.bytes_pushed, _uploaded_bytes(engine, staging_ref, manifest, pushed)
+    )
     for t in rest:
         report(cell.id, f"copy → {t.name}", None)
         try:
@@ -305,6 +307,17 @@ def push_cell(
             "digest": manifest.digest,
         }
     outcome.push_s = time.monotonic() - start
+
+
+def _uploaded_bytes(engine: Engine, ref: str, manifest: ManifestData, pushed: PushResult) -> int:
+    """Compressed bytes of the layers the engine uploaded: its push stream names them by short diff id, the
+    image's RootFS.Layers (diff ids) and the manifest's layers are in the same order."""
+    diff_ids = ((engine.inspect(ref) or {}).get("RootFS") or {}).get("Layers") or []
+    layers = manifest.json().get("layers", [])
+    if len(diff_ids) != len(layers):
+        return 0
+    short = set(pushed.pushed_ids)
+    return sum(int(layer["size"]) for d, layer in zip(diff_ids, layers, strict=True) if d[7:19] in short)
 
 
 def retag_cell(cell: Cell, clients: dict[str, RegistryClient], digest: str, outcome: CellOutcome) -> None:

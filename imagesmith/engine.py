@@ -74,6 +74,8 @@ class PushResult:
     layers_pushed: int
     layers_existing: int
     duration_s: float
+    #: short (12 hex) layer diff ids the engine uploaded; map to manifest layers via the image's RootFS.Layers
+    pushed_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -423,6 +425,7 @@ class Engine:
             layers_pushed=len(pushed),
             layers_existing=len(existing),
             duration_s=time.monotonic() - start,
+            pushed_ids=tuple(sorted(pushed)),
         )
 
     def pull(self, reference: str, *, credentials: Credentials | None = None) -> str:

@@ -102,6 +102,7 @@ class TempRegistry:
 
     def start(self, *, readonly: bool = False) -> None:
         self.stop()
+        self.root.mkdir(parents=True, exist_ok=True)
         config = self.root / "config.yml"
         ro = "  maintenance:\n    readonly:\n      enabled: true\n" if readonly else ""
         config.write_text(

@@ -1,0 +1,221 @@
+"""Build orchestration on the real engine and registries: push once + API copy, parity before tags, skip and
+retag by fingerprint, and the faults (read-only registry, registry gone, wrong password) leave no final tag on
+a partial image. A small real image stands in for a cell's image (the e2e test builds the real one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import uuid
+from pathlib import Path
+
+import pytest
+
+from imagesmith.build import (
+    BuildOptions,
+    CellOutcome,
+    build_args,
+    build_cell,
+    candidate_tag,
+    fingerprint_tag,
+    push_cell,
+    registry_client,
+    repo_path,
+    staging_tag,
+)
+from imagesmith.config import UserConfig
+from imagesmith.engine import Engine
+from imagesmith.errors import PushError
+from imagesmith.matrix import load_matrix
+from imagesmith.plan import Cell, RegistryTarget, build_plan
+from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
+
+BASE = "127.0.0.1:5000/hub/library/debian:bookworm"
+
+
+def _smoke_cell() -> Cell:
+    return build_plan(load_matrix("smoke")).cells[0]
+
+
+def test_build_args_apply_the_mirror_map_and_nothing_else() -> None:
+    cell = _smoke_cell()
+    cfg = UserConfig(registry_mirrors=(("docker.io", "127.0.0.1:5000/hub"),))
+    args = build_args(cell, cfg)
+    assert args["BASE_IMAGE"] == "127.0.0.1:5000/hub/library/debian:bookworm"
+    assert args["BUILDER_IMAGE"] == "127.0.0.1:5000/hub/library/debian:bookworm"
+    assert "TORCH_INDEX_URL" not in args  # PyPI's default variant: pip's default index
+    assert build_args(cell, UserConfig())["BASE_IMAGE"] == cell.base_image
+
+
+def _target(name: str, host: str, repo: str, *, insecure: bool) -> RegistryTarget:
+    image = f"{host}/{repo}"
+    return RegistryTarget(
+        name=name, host=host, image=image, ref=f"{image}:x", insecure=insecure, kind="generic"
+    )
+
+
+@pytest.fixture(scope="module")
+def regs() -> LocalRegistries:
+    return local_registries()
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine()
+
+
+@pytest.fixture
+def auth_env(regs: LocalRegistries, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in regs.auth_env().items():
+        monkeypatch.setenv(k, v)
+
+
+def _fake_cell(targets: tuple[RegistryTarget, ...]) -> Cell:
+    fp = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
+    return dataclasses.replace(_smoke_cell(), registries=targets, fingerprint=fp)
+
+
+def _small_image(engine: Engine, tmp_path: Path, cell: Cell, size: int = 300_000) -> str:
+    """Build a small real image under the cell's staging ref (what build_cell would have built)."""
+    ctx = tmp_path / "ctx"
+    ctx.mkdir(exist_ok=True)
+    (ctx / "Dockerfile").write_text(
+        f"FROM {BASE}\nRUN echo {cell.fingerprint} > /fp && head -c {size} /dev/urandom > /blob\n"
+        f"LABEL io.imagesmith.fingerprint={cell.fingerprint}\n"
+    )
+    ref = f"{cell.registries[0].image}:{staging_tag(cell.fingerprint)}"
+    engine.build(context=ctx, tags=[ref])
+    return ref
+
+
+def _tags(target: RegistryTarget, cell: Cell) -> list[str]:
+    return sorted(registry_client(target).list_tags(repo_path(target)))
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+@pytest.mark.usefixtures("auth_env")
+def test_push_once_copy_verify_then_tag_and_skip_next_time(
+    engine: Engine, regs: LocalRegistries, tmp_path: Path
+) -> None:
+    repo = f"imagesmith-test/build-{uuid.uuid4().hex[:8]}"
+    targets = (
+        _target("plain", regs.plain, repo, insecure=True),
+        _target("tls", regs.auth, repo, insecure=False),
+    )
+    cell = _fake_cell(targets)
+    ref = _small_image(engine, tmp_path, cell)
+    outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
+    clients = {t.name: registry_client(t) for t in targets}
+    push_cell(cell, engine, clients, outcome, lambda *a: None)
+    assert outcome.bytes_pushed_engine > 300_000  # compressed + uploaded by the engine once …
+    assert outcome.bytes_copied_api > 300_000  # … and copied registry to registry, not pushed twice
+    for t in targets:
+        assert clients[t.name].manifest_digest(repo, candidate_tag(cell)) == outcome.digest
+        assert clients[t.name].manifest_digest(repo, fingerprint_tag(cell.fingerprint)) == outcome.digest
+    assert _tags(targets[1], cell) == sorted([candidate_tag(cell), fingerprint_tag(cell.fingerprint)])
+
+    # the next build of the same fingerprint: nothing built, nothing pushed
+    engine.remove(ref)
+    again = build_cell(cell, load_matrix("smoke"), engine, BuildOptions(push=True), tmp_path / "staging")
+    assert (again.status, again.digest, again.bytes_pushed_engine, again.steps) == (
+        "skipped",
+        outcome.digest,
+        0,
+        0,
+    )
+
+    # a missing candidate tag with the fingerprint present: only the tag is put back, no build
+    clients["tls"].delete_manifest(repo, outcome.digest)
+    clients["tls"].put_manifest(
+        repo, fingerprint_tag(cell.fingerprint), clients["plain"].get_manifest(repo, outcome.digest)
+    )
+    retag = build_cell(cell, load_matrix("smoke"), engine, BuildOptions(push=True), tmp_path / "staging")
+    assert retag.status == "retagged"
+    assert clients["tls"].manifest_digest(repo, candidate_tag(cell)) == outcome.digest
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+def test_read_only_second_registry_fails_and_no_final_tag_anywhere(
+    engine: Engine, regs: LocalRegistries, tmp_path: Path
+) -> None:
+    repo = f"imagesmith-test/ro-{uuid.uuid4().hex[:8]}"
+    with temp_registry(tmp_path / "ro", readonly=True) as ro:
+        targets = (
+            _target("plain", regs.plain, repo, insecure=True),
+            _target("ro", ro.addr, repo, insecure=True),
+        )
+        cell = _fake_cell(targets)
+        ref = _small_image(engine, tmp_path, cell)
+        clients = {t.name: registry_client(t) for t in targets}
+        clients["ro"].attempts = 2
+        with pytest.raises(PushError) as info:
+            push_cell(cell, engine, clients, CellOutcome(cell="c", tag="t", fingerprint="f"), lambda *a: None)
+        assert "registry ro" in str(info.value)
+        assert ro.addr in str(info.value)
+        # nothing final anywhere: only the complete staging manifest in the first registry
+        assert _tags(targets[0], cell) == [staging_tag(cell.fingerprint)]
+        assert _tags(targets[1], cell) == []
+        engine.remove(ref)
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+def test_first_registry_stopped_mid_push_is_a_clear_error_and_tags_nothing(
+    engine: Engine, regs: LocalRegistries, tmp_path: Path
+) -> None:
+    repo = f"imagesmith-test/stop-{uuid.uuid4().hex[:8]}"
+    with temp_registry(tmp_path / "reg") as reg:
+        targets = (
+            _target("dying", reg.addr, repo, insecure=True),
+            _target("plain", regs.plain, repo, insecure=True),
+        )
+        cell = _fake_cell(targets)
+        ref = _small_image(engine, tmp_path, cell, size=60_000_000)
+        clients = {t.name: registry_client(t) for t in targets}
+        stopper = _stop_when_upload_starts(reg)
+        with pytest.raises(PushError) as info:
+            push_cell(
+                cell, engine, clients, CellOutcome(cell="c", tag="t", fingerprint="f"), lambda *a: stopper()
+            )
+        assert "dying" in str(info.value)
+        assert reg.addr in str(info.value)
+        reg.start()
+        assert reg.client().list_tags(repo) == []
+        assert registry_client(targets[1]).list_tags(repo) == []
+        engine.remove(ref)
+
+
+def _stop_when_upload_starts(reg: TempRegistry):  # type: ignore[no-untyped-def]
+    """push_cell reports 'push → …' right before the engine push; stop the registry shortly after."""
+    import threading
+
+    def stop() -> None:
+        threading.Timer(0.3, reg.stop).start()
+
+    return stop
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+def test_wrong_password_names_the_registry_and_pushes_nothing(
+    engine: Engine, regs: LocalRegistries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k in regs.auth_env():
+        monkeypatch.setenv(k, "wrong-password" if k.endswith("PASSWORD") else regs.credentials.username)
+    repo = f"imagesmith-test/pw-{uuid.uuid4().hex[:8]}"
+    targets = (
+        _target("tls", regs.auth, repo, insecure=False),
+        _target("plain", regs.plain, repo, insecure=True),
+    )
+    cell = _fake_cell(targets)
+    ref = _small_image(engine, tmp_path, cell)
+    clients = {t.name: registry_client(t) for t in targets}
+    with pytest.raises(PushError) as info:
+        push_cell(cell, engine, clients, CellOutcome(cell="c", tag="t", fingerprint="f"), lambda *a: None)
+    assert "tls" in str(info.value)
+    assert "wrong-password" not in str(info.value)
+    assert regs.auth_client().list_tags(repo) == []
+    assert regs.plain_client().list_tags(repo) == []
+    engine.remove(ref)
