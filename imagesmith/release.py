@@ -162,6 +162,11 @@ class Report:
     def passed(self) -> bool:
         return self.verdict == "passed"
 
+    @property
+    def host_known(self) -> bool:
+        """The GPU inventory check recorded model, count and driver (needed for the index's validated_on)."""
+        return bool(self.gpu and self.gpu_count and self.driver)
+
     def validated_on(self) -> ValidatedOn:
         return ValidatedOn(
             gpu=self.gpu, count=self.gpu_count, driver=self.driver, date=self.date, report_digest=self.sha
@@ -204,9 +209,9 @@ def read_report(path: Path) -> Report:
         verdict=str(data["verdict"]),
         reason=str(data.get("verdict_reason") or ""),
         target=target,
-        gpu=" + ".join(names) or "unknown GPU",
-        gpu_count=max(len(gpus), 1),
-        driver=drivers[0] if drivers else "0.0",
+        gpu=" + ".join(names),
+        gpu_count=len(gpus),
+        driver=drivers[0] if drivers else "",
         date=str(data.get("started") or _now()),
         failed=failed,
     )
@@ -450,6 +455,15 @@ def release_cell(
                 + f": run imagesmith validate {cell.targets[0].image}@{digest} --report DIR, "
                 "then pass --reports DIR"
             )
+        return res, []
+    unknown = [r for r in passing if not r.host_known]
+    if unknown:
+        res.status = "refused"
+        res.reasons += [
+            f"{r.path} passed but does not record the GPU host (no test_gpu_inventory figures: GPU model, "
+            "count, driver): rerun imagesmith validate with the full suite"
+            for r in unknown
+        ]
         return res, []
     report = max(passing, key=lambda r: r.date)
     source = next(t for t in cell.targets if held.get(t.name) == digest)

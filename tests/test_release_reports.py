@@ -1,0 +1,106 @@
+"""Reading validation reports (report.json of ``imagesmith validate``): digest, verdict, host, failures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.errors import ConfigError
+from imagesmith.release import attestation_tag, collect_reports, read_report
+
+D = "sha256:" + "d" * 64
+
+
+def write(path: Path, doc: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+def inventory(n: int = 8, name: str = "NVIDIA H100 80GB HBM3", driver: str = "570.133.20") -> dict[str, Any]:
+    gpus = [{"index": i, "name": name, "driver": driver} for i in range(n)]
+    return {"name": "test_gpu_inventory", "status": "passed", "figures": {"count": n, "gpus": gpus}}
+
+
+def test_passing_report_by_target_digest(tmp_path: Path) -> None:
+    doc = {
+        "schema": 1,
+        "verdict": "passed",
+        "target": f"ghcr.io/acme/torch:x-candidate@{D}",
+        "started": "2026-11-29T01:02:03Z",
+        "checks": [inventory()],
+    }
+    r = read_report(write(tmp_path / "report.json", doc))
+    assert r.digest == D
+    assert r.passed
+    assert r.host_known
+    v = r.validated_on()
+    assert (v.gpu, v.count, v.driver, v.date) == (
+        "NVIDIA H100 80GB HBM3",
+        8,
+        "570.133.20",
+        "2026-11-29T01:02:03Z",
+    )
+    assert v.report_digest == r.sha != D
+
+
+def test_image_digest_key_wins_over_target(tmp_path: Path) -> None:
+    other = "sha256:" + "e" * 64
+    doc = {
+        "verdict": "passed",
+        "target": f"x@{other}",
+        "image": {"reference": "x", "digest": D},
+        "checks": [],
+    }
+    assert read_report(write(tmp_path / "report.json", doc)).digest == D
+
+
+def test_target_without_digest_has_none(tmp_path: Path) -> None:
+    doc = {"verdict": "passed", "target": "ghcr.io/acme/torch:latest", "checks": [inventory()]}
+    assert read_report(write(tmp_path / "report.json", doc)).digest is None
+
+
+def test_failed_checks_are_named(tmp_path: Path) -> None:
+    doc = {
+        "verdict": "failed",
+        "target": f"x@{D}",
+        "checks": [
+            inventory(),
+            {"name": "test_shm_size", "status": "failed", "message": "/dev/shm is 64M < 1g\nmore"},
+        ],
+    }
+    r = read_report(write(tmp_path / "report.json", doc))
+    assert not r.passed
+    assert r.failed == ("test_shm_size: /dev/shm is 64M < 1g",)
+
+
+def test_no_inventory_means_host_unknown(tmp_path: Path) -> None:
+    r = read_report(write(tmp_path / "report.json", {"verdict": "passed", "target": f"x@{D}", "checks": []}))
+    assert not r.host_known
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [("{nope", "not JSON"), ("[]", "no 'verdict' key"), ('{"target": "x"}', "no 'verdict' key")],
+)
+def test_bad_reports(tmp_path: Path, content: str, expect: str) -> None:
+    path = write(tmp_path / "r" / "report.json", content)
+    with pytest.raises(ConfigError, match=expect) as err:
+        read_report(path)
+    assert str(path) in str(err.value)
+
+
+def test_collect_walks_folders(tmp_path: Path) -> None:
+    for i in range(3):
+        write(tmp_path / f"cell{i}" / "gpu" / "report.json", {"verdict": "passed", "target": f"x@{D}"})
+    write(tmp_path / "cell0" / "notes.json", {"verdict": "ignored"})
+    assert len(collect_reports([tmp_path])) == 3
+    with pytest.raises(ConfigError, match="no such folder"):
+        collect_reports([tmp_path / "absent"])
+
+
+def test_attestation_tag() -> None:
+    assert attestation_tag(D) == "sha256-" + "d" * 64 + ".validation"
