@@ -494,11 +494,14 @@ class _Loader:
         out: list[compat.Gpu] = []
         for i, name in enumerate(names):
             try:
-                out.append(compat.gpu(name))
+                found = compat.gpu(name)
             except ConfigError:
                 raise self.fail(
                     f"gpus[{i}]", f"unknown GPU {name!r}", nearest=_nearest_word(name, known)
                 ) from None
+            if any(g.key == found.key for g in out):
+                raise self.fail(f"gpus[{i}]", f"{name!r} is {found.key!r}, which is listed already")
+            out.append(found)
         return tuple(out)
 
     def torch_spec(self, value: Any) -> TorchSpec:
