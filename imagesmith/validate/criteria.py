@@ -157,15 +157,28 @@ def spread(values: list[float]) -> float:
 def explain_cuda_init_error(
     error: str, *, driver: str | None, driver_cuda: str | None, torch_cuda: str | None
 ) -> str:
-    """Turn a raw CUDA initialisation error into the driver/runtime explanation users can act on."""
+    """Turn a raw CUDA initialisation error into the driver/runtime explanation users can act on (the minimum
+    drivers come from the compat engine's CUDA table)."""
     low = error.lower()
     if "too old" in low or "insufficient" in low or "driver version" in low:
+        need = ""
+        if torch_cuda:
+            from imagesmith import compat
+            from imagesmith.errors import ConfigError
+
+            try:
+                md = compat.min_driver(torch_cuda)
+                need = (
+                    f"; CUDA {torch_cuda} needs driver ≥ {md.full} "
+                    f"(≥ {md.minor_version} with minor-version compatibility)"
+                )
+            except ConfigError:
+                need = ""
         return (
-            f"the NVIDIA driver {driver or '?'} supports CUDA up to {driver_cuda or '?'} (nvidia-smi "
-            f"'CUDA Version'), "
-            f"but this torch was built for CUDA {torch_cuda or '?'}: a driver older than the CUDA runtime "
-            f"cannot "
-            f"run its kernels ({error.strip()})"
+            f"the NVIDIA driver {driver or '?'} supports CUDA up to {driver_cuda or '?'} "
+            f"(nvidia-smi 'CUDA Version'), but this torch was built for CUDA {torch_cuda or '?'}{need}: "
+            "a driver older than the CUDA runtime "
+            f"cannot run its kernels ({error.strip()})"
         )
     if "no cuda-capable device" in low or "no cuda gpus are available" in low:
         return f"CUDA sees no device although nvidia-smi does: device nodes missing ({error.strip()})"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagesmith import nvsmi
 from imagesmith.errors import ParseError
-from imagesmith.validate.context import Context
+from imagesmith.validate.context import Context, fail
 from imagesmith.validate.criteria import Gpu
 
 BASE_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version", "memory.total")
@@ -46,8 +46,11 @@ def _num(value: str) -> float | None:
         return None
 
 
-def parse_query_csv(text: str, fields: tuple[str, ...], *, source: str) -> list[dict[str, str]]:
-    """``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`` → one dict per GPU."""
+def parse_extra_csv(text: str, fields: tuple[str, ...], *, source: str) -> list[dict[str, str]]:
+    """The optional ``--query-gpu`` groups (ECC, power, …) that imagesmith.nvsmi does not model.
+
+    The GPU identity (name, memory, uuid, bus id, driver) is parsed by ``nvsmi.parse_query_csv``.
+    """
     rows = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -67,8 +70,16 @@ def gather_gpus(ctx: Context) -> GpuFacts:
     if smi.rc != 0:
         first = (smi.output.strip().splitlines() or ["(no output)"])[0]
         return GpuFacts(visible=False, reason=f"no GPU visible: nvidia-smi failed (exit {smi.rc}): {first}")
-    m = re.search(r"CUDA Version:\s*([\d.]+)", smi.stdout)
-    facts = GpuFacts(visible=True, smi_text=smi.stdout, driver_cuda=m.group(1) if m else None)
+    if "No devices were found" in smi.output:
+        return GpuFacts(visible=False, reason="no GPU visible: nvidia-smi found no devices")
+    problem: ParseError | None = None
+    try:
+        table = nvsmi.parse_table(smi.stdout, source="nvidia-smi")
+    except ParseError as exc:
+        problem = exc
+    if problem is not None:
+        fail(f"cannot read nvidia-smi's output: {problem.message}", "see nvidia-smi.txt in the report")
+    facts = GpuFacts(visible=True, smi_text=smi.stdout, driver_cuda=table.cuda_version)
     base = ctx.run(
         f"nvidia-smi --query-gpu={','.join(BASE_FIELDS)} --format=csv,noheader,nounits", timeout=60
     )
@@ -76,13 +87,21 @@ def gather_gpus(ctx: Context) -> GpuFacts:
         return GpuFacts(
             visible=False, reason=f"no GPU visible: nvidia-smi --query-gpu failed: {base.output.strip()}"
         )
-    rows = parse_query_csv(base.stdout, BASE_FIELDS, source="nvidia-smi --query-gpu")
+    try:
+        report = nvsmi.parse_query_csv(base.stdout, source="nvidia-smi --query-gpu", fields=BASE_FIELDS)
+    except ParseError as exc:
+        problem = exc
+    if problem is not None:
+        fail(
+            f"cannot read nvidia-smi --query-gpu: {problem.message}", "see nvidia-smi-query.csv in the report"
+        )
+    driver = str(report.driver) if report.driver else ""
     extra: dict[str, list[dict[str, str]]] = {}
     for group in EXTRA_FIELDS:
         r = ctx.run(f"nvidia-smi --query-gpu={','.join(group)} --format=csv,noheader,nounits", timeout=60)
         if r.rc == 0:
-            parsed = parse_query_csv(r.stdout, group, source="nvidia-smi --query-gpu")
-            if len(parsed) == len(rows):
+            parsed = parse_extra_csv(r.stdout, group, source="nvidia-smi --query-gpu")
+            if len(parsed) == len(report.gpus):
                 for f in group:
                     extra[f] = parsed
     ctx.save_log("nvidia-smi-query.csv", ",".join(BASE_FIELDS) + "\n" + base.stdout)
@@ -90,17 +109,16 @@ def gather_gpus(ctx: Context) -> GpuFacts:
     def get(i: int, f: str) -> str:
         return extra[f][i][f] if f in extra else ""
 
-    for i, row in enumerate(rows):
-        mem = _num(row["memory.total"])
+    for i, g in enumerate(report.gpus):
         ecc_unc = _num(get(i, "ecc.errors.uncorrected.volatile.total"))
         facts.gpus.append(
             Gpu(
-                index=int(row["index"]),
-                name=row["name"],
-                uuid=row["uuid"],
-                bus_id=row["pci.bus_id"],
-                driver=row["driver_version"],
-                memory_mib=int(mem) if mem is not None else None,
+                index=g.index,
+                name=g.name,
+                uuid=g.uuid or "",
+                bus_id=g.bus_id or "",
+                driver=driver,
+                memory_mib=g.memory_mib,
                 compute_cap=_na(get(i, "compute_cap")),
                 mig_mode=_na(get(i, "mig.mode.current")),
                 ecc_mode=_na(get(i, "ecc.mode.current")),

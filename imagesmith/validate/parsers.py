@@ -73,9 +73,9 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
     """Parse ``nvidia-smi topo -m``. Columns: GPUs, NICs, then ``CPU Affinity``, ``NUMA Affinity``, ``GPU NUMA
     ID``.
     """
-    lines = text.splitlines()
+    lines = strip_ansi(text).splitlines()
     header_idx = next(
-        (i for i, ln in enumerate(lines) if "GPU0" in _split_cells(ln) and not ln.strip().startswith("GPU0")),
+        (i for i, ln in enumerate(lines) if "GPU0" in _split_cells(ln) and _split_cells(ln)[0] == ""),
         None,
     )
     if header_idx is None:

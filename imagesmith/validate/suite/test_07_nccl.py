@@ -1,10 +1,8 @@
 """nccl-tests all_reduce_perf over all GPUs, three rounds, against torch's own NCCL.
 
 Pass: exit 0, `# Out of bounds values : 0 OK`, every #wrong 0, no `NCCL WARN`, no hang, large-message busbw
-above
-the floor (recorded baseline × 0.9, else a conservative floor from the topology) in every round. The spread
-between
-rounds is reported (a warning above 10 %).
+above the floor (recorded baseline × 0.9, else a conservative floor from the topology) in every round. The
+spread between rounds is reported (a warning above 10 %). The rounds run in imagesmith.validate.nccl.
 """
 
 from __future__ import annotations
@@ -14,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from imagesmith.errors import ParseError
 from imagesmith.validate.context import CheckRecord, Context, fail
-from imagesmith.validate.criteria import Gpu, spread, topology_floor
-from imagesmith.validate.parsers import P2PMatrix, TopoMatrix, parse_nccl_log
+from imagesmith.validate.criteria import Gpu, topology_floor
+from imagesmith.validate.nccl import ld_prefix, run_allreduce_rounds
+from imagesmith.validate.parsers import P2PMatrix, TopoMatrix
 
 SEARCH = (
     "/usr/local/bin/all_reduce_perf",
@@ -61,8 +59,7 @@ def nccl_env(versions: dict[str, Any]) -> dict[str, str]:
 
 
 def _ld(env: dict[str, str]) -> str:
-    d = shlex.quote(env["IMAGESMITH_NCCL_LIBDIR"])
-    return f'LD_LIBRARY_PATH={d}"${{LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}}"'
+    return ld_prefix(env["IMAGESMITH_NCCL_LIBDIR"])
 
 
 def test_nccl_same_library(
@@ -103,14 +100,6 @@ def test_nccl_allreduce(
     topology: tuple[TopoMatrix, P2PMatrix | None],
 ) -> None:
     o = ctx.options
-    n = len(multi_gpus)
-    cmd = (
-        f"{_ld(nccl_env)} {shlex.quote(nccl_binary)} -b {o.nccl_min_bytes} -e {o.nccl_max_bytes} -f 2 -g {n} "
-        f"-c 1 -n {o.nccl_iters} -w {o.nccl_warmup}"
-    )
-    check.figures["command"] = (
-        f"NCCL_NVLS_ENABLE=0 NCCL_DEBUG=WARN LD_LIBRARY_PATH=<torch nccl lib> {cmd.split(' ', 1)[1]}"
-    )
     if o.baseline_busbw_gbps:
         floor_gbps, basis = (
             0.9 * o.baseline_busbw_gbps,
@@ -119,72 +108,13 @@ def test_nccl_allreduce(
     else:
         f = topology_floor(topology[0])
         floor_gbps, basis = f.gbps, f.basis
-    check.figures.update(floor_gbps=floor_gbps, floor_basis=basis, gpus=n)
-    rounds: list[dict[str, Any]] = []
-    check.figures["rounds"] = rounds
-    problems: list[str] = []
-    for i in range(1, o.nccl_rounds + 1):
-        r = ctx.run(cmd, timeout=o.nccl_timeout_s, env=nccl_env)
-        log = f"nccl-allreduce-{i}.log"
-        ctx.save_log(log, f"$ {check.figures['command']}\n{r.output}")
-        if r.timed_out:
-            last = (r.output.strip().splitlines() or ["(no output)"])[-1]
-            fail(
-                f"round {i}: all_reduce_perf hung — killed after {o.nccl_timeout_s} s (last line: {last!r})",
-                "a collective that never completes means broken P2P/NVLink or a stuck GPU: rerun with "
-                "NCCL_DEBUG=INFO, "
-                "check `nvidia-smi topo -m` and dmesg for Xid errors, and ask the provider",
-            )
-        try:
-            res = parse_nccl_log(r.output, source=log)
-        except ParseError as exc:
-            bad: ParseError | None = exc
-        else:
-            bad = None
-        if bad is not None:
-            fail(f"round {i}: {bad.message} (exit code {r.rc})", bad.hint or f"see {log} in the report")
-        if r.rc != 0:
-            problems.append(f"round {i}: all_reduce_perf exited {r.rc}")
-        if not res.oob_ok or res.oob_count:
-            problems.append(f"round {i}: {res.oob_count} out-of-bounds values")
-        wrong = res.wrong_rows()
-        if wrong:
-            problems.append(f"round {i}: wrong results at sizes {', '.join(str(w.size) for w in wrong[:5])}")
-        if res.warnings:
-            problems.append(f"round {i}: NCCL WARN: {res.warnings[0][:200]}")
-        if res.n_gpus is not None and res.n_gpus != n:
-            problems.append(f"round {i}: ran on {res.n_gpus} GPUs, expected {n}")
-        if res.nccl_library and versions.get("nccl_code") and res.nccl_library != versions["nccl_code"]:
-            problems.append(
-                f"round {i}: nccl-tests ran NCCL {res.nccl_library}, torch has {versions['nccl_code']}"
-            )
-        rounds.append(
-            {
-                "round": i,
-                "log": log,
-                "avg_busbw": res.avg_busbw,
-                "max_size": res.rows[-1].size,
-                "max_size_busbw": res.max_size_busbw,
-                "busbw": {str(row.size): row.busbw for row in res.rows},
-                "nccl_library": res.nccl_library,
-            }
-        )
-        if res.max_size_busbw < floor_gbps:
-            problems.append(
-                f"round {i}: busbw {res.max_size_busbw:g} GB/s at {res.rows[-1].size} B is below the floor "
-                f"{floor_gbps:g} GB/s ({basis})"
-            )
-    peaks = [r["max_size_busbw"] for r in rounds]
-    check.figures["max_size_busbw_mean"] = sum(peaks) / len(peaks)
-    check.figures["spread"] = spread(peaks)
-    if spread(peaks) > 0.10:
-        check.warnings.append(
-            f"busbw varies {spread(peaks):.0%} between rounds ({', '.join(f'{p:g}' for p in peaks)})"
-        )
-    if problems:
-        fail(
-            "; ".join(problems),
-            "NCCL is not healthy on this host: rerun with NCCL_DEBUG=INFO to see the transport "
-            "(P2P/NVLink expected, "
-            "SHM or NET means P2P is off), check `nvidia-smi topo -m`, and show the logs to the provider",
-        )
+    run_allreduce_rounds(
+        ctx,
+        check,
+        binary=nccl_binary,
+        n_gpus=len(multi_gpus),
+        nccl_libdir=nccl_env["IMAGESMITH_NCCL_LIBDIR"],
+        floor_gbps=floor_gbps,
+        floor_basis=basis,
+        torch_nccl_code=versions.get("nccl_code"),
+    )

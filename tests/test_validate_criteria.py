@@ -1,0 +1,176 @@
+"""Pass criteria, verdicts, targets and image run plans of the validation suite (pure; no GPU, no engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from imagesmith.errors import ConfigError
+from imagesmith.validate.container import inner_argv, parse_ulimits, plan_image_run
+from imagesmith.validate.context import SuiteOptions
+from imagesmith.validate.criteria import (
+    Gpu,
+    explain_cuda_init_error,
+    gpu_mismatches,
+    reference_power_w,
+    spread,
+    topology_floor,
+    visible_count,
+)
+from imagesmith.validate.parsers import parse_topo_matrix
+from imagesmith.validate.report import FAILED, NOT_VALIDATED, PASSED, CheckOutcome, verdict_of
+from imagesmith.validate.runner import load_baseline
+from imagesmith.validate.target import parse_target
+
+H200_TOPO = Path(__file__).parent / "data" / "validate" / "h200x2" / "topo-m.txt"
+
+
+def gpu(name: str, mib: int, index: int = 0, **kw: object) -> Gpu:
+    return Gpu(
+        index=index,
+        name=name,
+        uuid=f"GPU-{index:08x}-aaaa",
+        bus_id="0",
+        driver="580.159.04",
+        memory_mib=mib,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def test_expected_gpu_model_memory_form() -> None:
+    h200 = gpu("NVIDIA H200", 143771)
+    assert gpu_mismatches("H200", h200) == []
+    assert gpu_mismatches("H200 141GB SXM", h200) == []
+    a100_40 = gpu("NVIDIA A100-SXM4-40GB", 40960)
+    assert gpu_mismatches("A100 80GB", a100_40) == ["40.0 GiB of memory, expected 80GB"]
+    pcie = gpu("NVIDIA A100-PCIE-80GB", 81920)
+    assert gpu_mismatches("A100 80GB", pcie) == []
+    assert gpu_mismatches("A100 80GB SXM", pcie) == ["a PCIe card ('NVIDIA A100-PCIE-80GB'), expected SXM"]
+    assert gpu_mismatches("H100", h200) == ["model 'NVIDIA H200' does not contain 'H100'"]
+    assert gpu_mismatches("RTX 4090", gpu("NVIDIA GeForce RTX 4090", 24564)) == []
+
+
+def test_cuda_visible_devices_counting() -> None:
+    gpus = [gpu("NVIDIA H200", 143771, i) for i in range(4)]
+    assert visible_count(None, gpus) == 4
+    assert visible_count("0,2", gpus) == 2
+    assert visible_count("", gpus) == 0
+    assert visible_count("1,7,2", gpus) == 1  # CUDA stops at the first invalid entry
+    assert visible_count("GPU-00000003", gpus) == 1
+    assert visible_count("0,0", gpus) == 1
+
+
+def test_floors_from_topology() -> None:
+    f = topology_floor(parse_topo_matrix(H200_TOPO.read_text()))
+    assert f.gbps == 90.0
+    assert "NV18" in f.basis
+    pcie = parse_topo_matrix("\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tSYS\t0-7\nGPU1\tSYS\t X \t0-7\n")
+    assert topology_floor(pcie).gbps == 3.0
+    mixed = parse_topo_matrix(
+        "\tGPU0\tGPU1\tGPU2\nGPU0\t X \tNV4\tPHB\nGPU1\tNV4\t X \tPHB\nGPU2\tPHB\tPHB\t X \n"
+    )
+    assert topology_floor(mixed).gbps == 5.0  # one PCIe pair: the PCIe floor, not NVLink's
+
+
+def test_spread_and_power() -> None:
+    assert spread([329.38, 328.6, 328.35]) == pytest.approx((329.38 - 328.35) / 329.38)
+    assert spread([1.0]) == 0.0
+    assert reference_power_w(gpu("NVIDIA H200", 1, power_default_w=700.0)) == (
+        700.0,
+        "nvidia-smi power.default_limit",
+    )
+    assert reference_power_w(gpu("NVIDIA A100-PCIE-40GB", 1))[0] == 300.0
+
+
+def test_too_old_driver_gets_the_compat_explanation() -> None:
+    msg = explain_cuda_init_error(
+        "RuntimeError: The NVIDIA driver on your system is too old (found version 12020).",
+        driver="535.104.05",
+        driver_cuda="12.2",
+        torch_cuda="13.0",
+    )
+    assert "driver 535.104.05 supports CUDA up to 12.2" in msg
+    assert "CUDA 13.0 needs driver ≥ 580" in msg
+    assert "found version 12020" in msg
+
+
+def _c(name: str, status: str, message: str = "") -> CheckOutcome:
+    return CheckOutcome(name=name, module="m", status=status, message=message)
+
+
+def test_verdicts() -> None:
+    ok = [_c("a", "passed"), _c("b", "passed")]
+    assert verdict_of(ok, all_checks=["a", "b"])[0] == PASSED
+    assert verdict_of([*ok, _c("c", "failed")])[0] == FAILED
+    no_gpu = [_c("a", "passed"), _c("g", "skipped", "no GPU visible: nvidia-smi is not on the target's PATH")]
+    v, why = verdict_of(no_gpu, all_checks=["a", "g"])
+    assert v == NOT_VALIDATED
+    assert "no GPU visible" in why
+    assert verdict_of([_c("g", "failed"), *no_gpu])[0] == FAILED
+    assert verdict_of(ok, all_checks=["a", "b", "c"])[0] == NOT_VALIDATED  # -k left a check out
+    assert verdict_of([])[0] == NOT_VALIDATED
+    assert verdict_of(ok, suite_error="boom")[0] == FAILED
+    multi_skip = [_c("a", "passed"), _c("n", "skipped", "needs at least 2 GPUs; this target has 1")]
+    assert verdict_of(multi_skip, all_checks=["a", "n"])[0] == PASSED
+
+
+def test_targets() -> None:
+    assert parse_target("local://").kind == "local"
+    assert parse_target("docker://abc123").spec == "docker://abc123"
+    t = parse_target("ssh://root@10.0.0.5:2222")
+    assert (t.kind, t.spec) == ("ssh", "ssh://root@10.0.0.5:2222")
+    assert parse_target("127.0.0.1:5000/imagesmith/smoke:2.11.0-cu130").kind == "image"
+    for bad in ("ftp://x", "docker://", "ssh://root@:22", "Not An Image!"):
+        with pytest.raises(ConfigError):
+            parse_target(bad)
+
+
+def test_image_run_plan_from_labels() -> None:
+    cfg = {
+        "Config": {
+            "Labels": {
+                "io.imagesmith.shm-min": "8g",
+                "io.imagesmith.shm-min-bytes": str(8 * 1024**3),
+                "io.imagesmith.ulimits": "nofile=1024:4096",
+            },
+            "Env": ["PATH=/opt/venv/bin:/usr/bin:/bin", "LD_LIBRARY_PATH=/opt/venv/nccl/lib"],
+        }
+    }
+    p = plan_image_run(cfg, shm_override=None, shm_min_override=None)
+    assert (p.shm_size, p.shm_min_bytes) == ("8g", 8 * 1024**3)
+    assert p.ulimits == {"memlock": -1, "stack": 67108864, "nofile": (1024, 4096)}
+    assert p.env["PATH"] == "/usr/local/nvidia/bin:/opt/venv/bin:/usr/bin:/bin"
+    assert p.env["LD_LIBRARY_PATH"].endswith(":/opt/venv/nccl/lib")
+    assert p.env["NCCL_NVLS_ENABLE"] == "0"
+    small = plan_image_run(cfg, shm_override="64m", shm_min_override=None)
+    assert small.shm_size == "64m"
+    assert small.shm_min_bytes == 8 * 1024**3
+    bare = plan_image_run({"Config": {}}, shm_override=None, shm_min_override=None)
+    assert bare.shm_size == "1g"
+    assert "default" in bare.shm_source
+    with pytest.raises(ConfigError, match=r"io\.imagesmith\.ulimits"):
+        parse_ulimits("memlock", where="image label io.imagesmith.ulimits")
+
+
+def test_inner_command_carries_the_expectations() -> None:
+    opts = SuiteOptions(expect_gpu="H200", expect_count=2, expect_nvlink=True, target_label="img:tag")
+    argv = inner_argv(opts, select="shm")
+    assert argv[:2] == ["imagesmith-validate", "local://"]
+    for flag in ("--expect-gpu", "--expect-count", "--expect-nvlink", "-k", "--report"):
+        assert flag in argv
+
+
+def test_baseline_file(tmp_path: Path) -> None:
+    good = tmp_path / "report.json"
+    good.write_text(
+        '{"started": "x", "checks": [{"name": "test_nccl_allreduce", "figures": '
+        '{"max_size_busbw_mean": 329.0}}]}'
+    )
+    assert load_baseline(good)[0] == 329.0
+    bad = tmp_path / "other.json"
+    bad.write_text('{"checks": []}')
+    with pytest.raises(ConfigError, match="no nccl all_reduce figures"):
+        load_baseline(bad)
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_baseline(tmp_path / "missing.json")

@@ -1,0 +1,240 @@
+"""Negative controls of the validation suite against real containers on the local dockerd.
+
+- /dev/shm of 64 MB fails the shm check with the fix in the message (and 2 GB passes it);
+- expecting 8 GPUs where nvidia-smi shows 2 fails (nvidia-smi replays the real 2×H200 capture: this machine
+  has no GPU);
+- a hung all_reduce_perf is killed and fails, a truncated or corrupted log fails parsing loudly, and the real
+  H200 log passes — all through the real runner (imagesmith.validate.nccl) over testinfra's docker backend,
+  with a fake all_reduce_perf in the container;
+- ``imagesmith validate IMAGE`` on the smoke image built by ``imagesmith build`` runs end to end: GPU checks
+  "skipped: no GPU visible", verdict "not validated", exit code 7.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.engine import Engine
+from imagesmith.validate.context import CheckRecord, Context, SuiteOptions
+from imagesmith.validate.nccl import run_allreduce_rounds
+
+BASE = "127.0.0.1:5000/hub/library/debian:bookworm"
+H200 = Path(__file__).parent / "data" / "validate" / "h200x2"
+
+FAKE_SMI = """#!/bin/sh
+# replays nvidia-smi output captured on a lent 2xH200 machine
+D=/fake/h200x2
+case "$*" in
+  "") cat $D/nvidia-smi.txt ;;
+  "-L") cat $D/nvidia-smi-L.txt ;;
+  "--version") echo "NVIDIA-SMI version  : 580.159.04" ;;
+  "--query-gpu=index,name,uuid,pci.bus_id,driver_version,memory.total --format=csv,noheader,nounits")
+    tail -n +2 $D/nvidia-smi-query.csv | cut -d, -f1-6 | sed 's/ MiB//' ;;
+  "topo -m") cat $D/topo-m.txt ;;
+  "topo -p2p n") cat $D/topo-p2p-n.txt ;;
+  *) echo "Field is not a valid field to query." >&2; exit 2 ;;
+esac
+"""
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    return Engine()
+
+
+@pytest.fixture(scope="module")
+def fake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("fake")
+    shutil.copytree(H200, d / "h200x2")
+    (d / "nvidia-smi").write_text(FAKE_SMI)
+    (d / "nvidia-smi").chmod(0o755)
+    log = (H200 / "all_reduce_perf-1.log").read_text()
+    scripts = {
+        "hang": "#!/bin/sh\necho '# nccl-tests version 2.19.6'\nexec sleep 600\n",
+        "truncated": f"#!/bin/sh\ncat <<'EOF'\n{log[: log.index('     1048576')]}EOF\n",
+        "corrupted": "#!/bin/sh\ncat <<'EOF'\n"
+        + log.replace("       65536         16384     float", "       65536     flo@t")
+        + "EOF\n",
+        "good": f"#!/bin/sh\ncat <<'EOF'\n{log}EOF\n",
+    }
+    for name, text in scripts.items():
+        p = d / name / "all_reduce_perf"
+        p.parent.mkdir()
+        p.write_text(text)
+        p.chmod(0o755)
+    return d
+
+
+@pytest.fixture
+def container(engine: Engine, fake_dir: Path) -> Iterator[Callable[..., str]]:
+    started: list[Any] = []
+
+    def start(shm_size: str = "64m", fake_smi: bool = False) -> str:
+        volumes = {str(fake_dir): {"bind": "/fake", "mode": "ro"}}
+        if fake_smi:
+            volumes[str(fake_dir / "nvidia-smi")] = {"bind": "/usr/local/bin/nvidia-smi", "mode": "ro"}
+        c = engine.client.containers.run(
+            BASE,
+            ["sleep", "infinity"],
+            detach=True,
+            shm_size=shm_size,
+            volumes=volumes,
+            name=f"imagesmith-validate-{uuid.uuid4().hex[:8]}",
+        )
+        started.append(c)
+        return str(c.name)
+
+    yield start
+    for c in started:
+        c.remove(force=True)
+
+
+def _report(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((path / "report.json").read_text())
+    return data
+
+
+def _check(report: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(c for c in report["checks"] if c["name"] == name)
+
+
+def test_shm_64m_fails_with_the_fix_and_2g_passes(
+    container: Callable[..., str], run_cli: Any, tmp_path: Path
+) -> None:
+    small = container(shm_size="64m")
+    r = run_cli(
+        "validate",
+        f"docker://{small}",
+        "-k",
+        "test_shm_size",
+        "--shm-min",
+        "1g",
+        "--report",
+        str(tmp_path / "a"),
+    )
+    assert r.exit_code == 7
+    c = _check(_report(tmp_path / "a"), "test_shm_size")
+    assert c["status"] == "failed"
+    assert "/dev/shm is 64 MiB, less than the 1 GiB" in c["message"]
+    assert "--shm-size=1g" in c["fix"]
+    assert "--ipc=host" in c["fix"]
+    assert c["figures"]["size_bytes"] == 64 * 1024**2
+    md = (tmp_path / "a" / "report.md").read_text()
+    assert md.startswith("# Validation: FAILED")
+    assert "--shm-size=1g" in md
+    assert (tmp_path / "a" / "junit.xml").read_text().count("<failure") == 1
+
+    big = container(shm_size="2g")
+    r = run_cli(
+        "validate",
+        f"docker://{big}",
+        "-k",
+        "test_shm_size",
+        "--shm-min",
+        "1g",
+        "--report",
+        str(tmp_path / "b"),
+    )
+    rep = _report(tmp_path / "b")
+    assert _check(rep, "test_shm_size")["status"] == "passed"
+    assert rep["verdict"] == "not validated"
+    assert r.exit_code == 7
+
+
+def test_expecting_8_gpus_where_there_are_2_fails(
+    container: Callable[..., str], run_cli: Any, tmp_path: Path
+) -> None:
+    name = container(fake_smi=True)
+    r = run_cli(
+        "validate",
+        f"docker://{name}",
+        "-k",
+        "test_gpu_inventory",
+        "--expect-count",
+        "8",
+        "--expect-gpu",
+        "H200 141GB",
+        "--report",
+        str(tmp_path / "eight"),
+    )
+    assert r.exit_code == 7
+    c = _check(_report(tmp_path / "eight"), "test_gpu_inventory")
+    assert c["status"] == "failed"
+    assert c["message"].startswith("expected 8 GPUs, nvidia-smi shows 2: 0: NVIDIA H200, 1: NVIDIA H200")
+    assert "provider" in c["fix"]
+    run_cli(
+        "validate",
+        f"docker://{name}",
+        "-k",
+        "test_gpu_inventory or test_topology",
+        "--expect-count",
+        "2",
+        "--expect-nvlink",
+        "--report",
+        str(tmp_path / "two"),
+    )
+    rep = _report(tmp_path / "two")
+    assert _check(rep, "test_gpu_inventory")["status"] == "passed"
+    topo = _check(rep, "test_topology")
+    assert topo["status"] == "passed"
+    assert topo["figures"]["pairs"] == [{"a": "GPU0", "b": "GPU1", "link": "NV18"}]
+
+
+def _rounds(name: str, binary: str, tmp_path: Path, timeout: int = 30) -> CheckRecord:
+    import testinfra
+
+    opts = SuiteOptions(target=f"docker://{name}", report_dir=str(tmp_path), nccl_timeout_s=timeout)
+    ctx = Context(opts, testinfra.get_host(opts.target))
+    check = CheckRecord()
+    run_allreduce_rounds(
+        ctx,
+        check,
+        binary=binary,
+        n_gpus=2,
+        nccl_libdir="/nonexistent",
+        floor_gbps=90.0,
+        floor_basis="test",
+        torch_nccl_code=22809,
+    )
+    return check
+
+
+def test_hung_collective_is_killed_and_fails(container: Callable[..., str], tmp_path: Path) -> None:
+    name = container()
+    with pytest.raises(pytest.fail.Exception, match=r"round 1: all_reduce_perf hung — killed after 3 s"):
+        _rounds(name, "/fake/hang/all_reduce_perf", tmp_path, timeout=3)
+    assert "nccl-tests version" in (tmp_path / "nccl-allreduce-1.log").read_text()
+
+
+def test_truncated_log_fails_loudly(container: Callable[..., str], tmp_path: Path) -> None:
+    name = container()
+    with pytest.raises(pytest.fail.Exception, match=r"round 1: .*footer .* is missing after 17 rows"):
+        _rounds(name, "/fake/truncated/all_reduce_perf", tmp_path)
+
+
+def test_corrupted_log_fails_loudly(container: Callable[..., str], tmp_path: Path) -> None:
+    name = container()
+    with pytest.raises(
+        pytest.fail.Exception, match=r"round 1: .*line \d+: a data row has 12 columns, expected 13"
+    ):
+        _rounds(name, "/fake/corrupted/all_reduce_perf", tmp_path)
+
+
+def test_real_h200_log_passes_the_same_runner(container: Callable[..., str], tmp_path: Path) -> None:
+    name = container()
+    check = _rounds(name, "/fake/good/all_reduce_perf", tmp_path)
+    rounds = check.figures["rounds"]
+    assert [r["round"] for r in rounds] == [1, 2, 3]
+    assert rounds[0]["max_size_busbw"] == pytest.approx(329.38)
+    assert check.figures["spread"] == 0.0
+    assert check.figures["floor_gbps"] == 90.0
+    assert "NCCL_NVLS_ENABLE=0" in check.figures["command"]
