@@ -163,6 +163,8 @@ def write_rendered(rendered: Mapping[Path, str], matrix_dirs: Iterable[Path]) ->
             for sub in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):
                 if sub.is_dir() and not any(sub.iterdir()):
                     sub.rmdir()
+            if not any(directory.iterdir()):
+                directory.rmdir()
     return drift
 
 

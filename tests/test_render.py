@@ -213,3 +213,13 @@ def test_templates_have_no_host_names_of_package_registries(registry_hosts: list
         text = path.read_text()
         for host in registry_hosts:
             assert host not in text, (path, host)
+
+
+def test_stale_matrix_folder_is_removed(tmp_path: Path) -> None:
+    stale = tmp_path / "dockerfiles" / "gone"
+    (stale / "cell").mkdir(parents=True)
+    (stale / "cell" / "Dockerfile").write_text("FROM scratch\n")
+    with pytest.raises(RenderError, match="extra"):
+        check_rendered({}, [stale], root=tmp_path)
+    write_rendered({}, [stale])
+    assert not stale.exists()

@@ -116,16 +116,26 @@ def render_command(
             )
         rendered.update(render_plan(build_plan(m)))
         dirs.append(matrix_dir(m))
+    count = len(dirs)
+    if matrix is None:
+        # folders of matrices that no longer exist are stale: all their files count as extra
+        root = REPO_ROOT / "dockerfiles"
+        known = {d.resolve() for d in dirs}
+        dirs += (
+            [d for d in sorted(root.iterdir()) if d.is_dir() and d.resolve() not in known]
+            if root.is_dir()
+            else []
+        )
     if check:
         check_rendered(rendered, dirs)
-        typer.echo(f"dockerfiles/ is current ({len(rendered)} files, {len(dirs)} matrices)")
+        typer.echo(f"dockerfiles/ is current ({len(rendered)} files, {count} matrices)")
         return
     drift = write_rendered(rendered, dirs)
     for label, paths in (("wrote", drift.missing + drift.differing), ("removed", drift.extra)):
         for p in paths:
             typer.echo(f"{label} {p.relative_to(REPO_ROOT)}")
     typer.echo(
-        f"{len(rendered)} files for {len(dirs)} matrices; {len(drift.missing) + len(drift.differing)} written"
+        f"{len(rendered)} files for {count} matrices; {len(drift.missing) + len(drift.differing)} written"
     )
 
 
