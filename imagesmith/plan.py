@@ -62,6 +62,7 @@ class RegistryTarget:
     ref: str
     insecure: bool
     kind: str
+    repository: str = ""  # namespace/repository, without the host
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -365,6 +366,7 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
                 ref=f"{r.image}:{cid}",
                 insecure=r.insecure,
                 kind=r.kind,
+                repository="/".join(p for p in (r.namespace, r.repository) if p),
             )
             for r in matrix.registries
             if r.wants(cid)
