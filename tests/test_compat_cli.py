@@ -274,3 +274,35 @@ def test_help_documents_exit_codes(run_cli: Run) -> None:
     text = " ".join(result.stdout.split())
     assert "0 = compatible" in text
     assert "1 = not compatible" in text
+
+
+def test_cuda_defaults_to_the_torch_suffix_or_pypis_default(run_cli: Run) -> None:
+    suffix = run_cli("compat", "--driver", "530.30.02", "--gpu", "a100", "--torch", "2.1.2+cu121", "--json")
+    data = json.loads(suffix.stdout)
+    assert (suffix.exit_code, data["variant"], data["cuda_from"]) == (0, "cu121", "flag")
+    default = run_cli("compat", "--driver", "580.65.06", "--gpu", "h200", "--torch", "2.11.0")
+    assert default.exit_code == 0
+    assert "using cu130, the variant `pip install torch==2.11.0` gets from PyPI" in default.stdout
+    as_json = run_cli("compat", "--driver", "580.65.06", "--gpu", "h200", "--torch", "2.11.0", "--json")
+    assert (json.loads(as_json.stdout)["variant"], json.loads(as_json.stdout)["cuda_from"]) == (
+        "cu130",
+        "pypi-default",
+    )
+
+
+@pytest.mark.parametrize(
+    ("torch", "cuda", "message"),
+    [
+        ("2.1.2+cu121", "11.8", "name different CUDA variants"),
+        ("2.1.2+rocm6.0", None, "'rocm6.0' is not a CUDA variant"),
+        ("2.1.2+cu12x", None, "is not a CUDA version"),
+    ],
+)
+def test_torch_suffix_errors(run_cli: Run, torch: str, cuda: str | None, message: str) -> None:
+    args = ["compat", "--driver", "580.65.06", "--gpu", "h200", "--torch", torch]
+    if cuda:
+        args += ["--cuda", cuda]
+    result = run_cli(*args)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    _no_traceback(result)

@@ -107,6 +107,32 @@ def _targets(
     return drv, list(models.values()), source
 
 
+def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[str, str, str]:
+    """(torch version, CUDA variant, a line saying where the variant came from when --cuda was not given)."""
+    version, _, local = torch.strip().partition("+")
+    if local and not local.startswith("cu"):
+        raise ConfigError(
+            f"--torch {torch}: {local!r} is not a CUDA variant",
+            hint="imagesmith covers CUDA wheels: write 2.1.2+cu121 or 2.1.2 with --cuda 12.1",
+        )
+    if cuda is not None:
+        if local and compat.normalize_cuda(local) != compat.normalize_cuda(cuda):
+            raise ConfigError(
+                f"--torch {torch} and --cuda {cuda} name different CUDA variants",
+                hint="give the variant once: --torch 2.1.2+cu121, or --torch 2.1.2 --cuda 12.1",
+            )
+        return version, cuda, ""
+    if local:
+        return version, local, ""
+    release = compat.torch_release(version)
+    return (
+        version,
+        release.pypi_default,
+        f"--cuda not given: using {release.pypi_default}, the variant "
+        f"`pip install torch=={release.version}` gets from PyPI",
+    )
+
+
 def _print_human(console: Console, v: compat.Verdict, g: compat.Gpu, indices: list[int]) -> None:
     where = f" (GPU {', '.join(map(str, indices))})" if indices else ""
     head = f"torch {v.torch}+{v.variant} on {escape(g.name)}{where}, driver {v.driver}: "
@@ -126,8 +152,15 @@ def _print_human(console: Console, v: compat.Verdict, g: compat.Gpu, indices: li
 
 
 def compat_command(
-    torch: str = typer.Option(..., "--torch", help="torch release, exact patch version, e.g. 2.1.2"),
-    cuda: str = typer.Option(..., "--cuda", help="CUDA variant of the wheel: X.Y (12.1) or its tag (cu121)"),
+    torch: str = typer.Option(
+        ..., "--torch", help="torch release, exact patch version (2.1.2), or with its variant (2.1.2+cu121)"
+    ),
+    cuda: str | None = typer.Option(
+        None,
+        "--cuda",
+        help="CUDA variant of the wheel: X.Y (12.1) or its tag (cu121); default: the +cuXYZ of "
+        "--torch, else the variant `pip install torch==T` gets from PyPI",
+    ),
     driver: str | None = typer.Option(None, "--driver", help="NVIDIA driver version, e.g. 535.104.05"),
     gpu: str | None = typer.Option(
         None, "--gpu", help="GPU: key (h100-sxm, a100, rtx4090) or the name nvidia-smi prints"
@@ -148,6 +181,7 @@ def compat_command(
     With several GPU models (--nvidia-smi), JSON keeps the single-verdict keys for the weakest model and adds
     "verdicts" (one object per model).
     """
+    torch, cuda, cuda_origin = _torch_and_cuda(torch, cuda)
     drv, targets, source = _targets(driver, gpu, nvidia_smi)
     results = [(compat.verdict(drv, g, torch, cuda), g, indices) for g, indices in targets]
     all_ok = all(v.compatible for v, _, _ in results)
@@ -156,6 +190,7 @@ def compat_command(
         objs = []
         for v, g, indices in results:
             obj = _verdict_json(v, g)
+            obj["cuda_from"] = "pypi-default" if cuda_origin else "flag"
             if source is not None:
                 obj["gpu_indices"] = indices
             objs.append(obj)
@@ -178,6 +213,8 @@ def compat_command(
         typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
     else:
         console = Console(highlight=False, soft_wrap=True)
+        if cuda_origin:
+            console.print(cuda_origin)
         if source is not None:
             console.print(f"{escape(source)}: driver {drv}, {len(results)} GPU model(s)")
         for v, g, indices in results:
