@@ -116,7 +116,7 @@ def test_dockerfile_content_smoke() -> None:
     assert "-r /tmp/ctx/requirements.txt" in text
     assert "nvidia-cuda-nvcc==13.0.88" in render_cell_files(cell)["builder-requirements.txt"]
     assert "/work" not in text
-    assert "/etc/ssl/certs/ca-certificates.crt /tmp/ctx/certs" in text
+    assert "certs/" in text  # the optional extra CA comes from the context, never from a host path
     reqs = render_cell_files(cell)["requirements.txt"]
     assert "torch==2.11.0\n" in reqs
     assert "pytest-testinfra==" in reqs
