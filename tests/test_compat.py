@@ -77,8 +77,10 @@ def test_unknown_gpu_did_you_mean() -> None:
 
 
 def test_ambiguous_truncated_name_across_families_is_an_error() -> None:
-    with pytest.raises(ConfigError, match="ambiguous: it fits rtx3090, rtx4090, rtx5090"):
+    with pytest.raises(ConfigError, match="ambiguous: it fits rtx3090, rtx4090, rtx5090, rtx4090d, rtx5090d"):
         compat.gpu("NVIDIA GeForce ...")
+    with pytest.raises(ConfigError, match="ambiguous: it fits rtx4090, rtx4090d"):
+        compat.gpu("NVIDIA GeForce RTX 4090...", memory_mib=24564)
 
 
 def test_empty_gpu_name() -> None:
@@ -355,6 +357,8 @@ def test_max_cuda_for_driver(driver: str, cuda: str) -> None:
         ("NVIDIA L40S", "l40s"),
         ("NVIDIA L40", "l40"),
         ("NVIDIA RTX A6000", "rtx-a6000"),
+        ("NVIDIA GeForce RTX 4090 D", "rtx4090d"),  # not the RTX 4090
+        ("RTX 4090D", "rtx4090d"),
         ("NVIDIA A100-SXM...", "a100-80gb-sxm4"),  # truncated, same family → the family default
         ("Tesla V100-SXM2...", "v100-32gb-sxm2"),
         ("NVIDIA H100 80G...", "h100-sxm"),
