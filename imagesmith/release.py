@@ -6,7 +6,8 @@ For every cell of a matrix (``--only`` globs narrow it):
    registry that holds it must hold the *same* digest D (else: refused).
 2. **Evidence.** A ``report.json`` from ``imagesmith validate`` (searched under ``--reports`` folders)
    whose validated image is exactly D (``image.digest``, or the ``@sha256:…`` of its ``target``) and whose
-   verdict is ``passed``. A failing or not-validated report for D, or none at all, refuses the cell.
+   verdict is ``passed``, and no report for D that ``failed`` (one per GPU family in the nightly: any
+   failure holds the digest back). Otherwise the cell is refused with the reason.
 3. **Promotion**, registry by registry, each step checked before it is done, so an interrupted run converges
    when rerun and a finished one is a no-op:
    a. the manifest D (and its blobs: cross-repository mount on one registry, streamed copy between
@@ -435,6 +436,13 @@ def release_cell(
     res.digest = digest
     for_digest = [r for r in reports if r.digest == digest]
     passing = [r for r in for_digest if r.passed]
+    failing = [r for r in for_digest if r.verdict == "failed"]
+    if failing:  # one failing host is enough to hold the digest back, whatever passed elsewhere
+        res.status = "refused"
+        for r in failing:
+            detail = "; ".join(r.failed[:3]) or r.reason
+            res.reasons.append(f"validation of {digest} failed ({r.path}): {detail}")
+        return res, []
     if not passing:
         res.status = "refused"
         if for_digest:

@@ -182,8 +182,13 @@ def test_release_promotes_only_the_validated_digest(regs: LocalRegistries, repo:
     digest_b = push_image(plain, repo, "b-candidate", "image B")
     assert push_image(tls, repo, "b-candidate", "image B") == digest_b
     write_report(tmp_path / "reports" / "a", f"{regs.plain}/{repo}@{digest_a}", "passed")
+    # B passed on one GPU family and failed on another: held back
+    write_report(tmp_path / "reports" / "b-h100", f"{regs.plain}/{repo}@{digest_b}", "passed")
     write_report(
-        tmp_path / "reports" / "b", f"{regs.plain}/{repo}@{digest_b}", "failed", failed="test_nccl_allreduce"
+        tmp_path / "reports" / "b-a100",
+        f"{regs.plain}/{repo}@{digest_b}",
+        "failed",
+        failed="test_nccl_allreduce",
     )
     cells = [cell("a", targets(regs, repo)), cell("b", targets(regs, repo))]
     index_file = tmp_path / "release" / "index.json"

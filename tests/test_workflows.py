@@ -74,7 +74,7 @@ BROKEN = [
     # a job that needs a job that does not exist
     ("  release:\n    needs: [plan, validate]", "  release:\n    needs: [plan, validat]", "job-needs"),
     # an output the plan job never declared
-    ("needs.plan.outputs.cells)", "needs.plan.outputs.cels)", "expression"),
+    ("needs.plan.outputs.builds)", "needs.plan.outputs.bilds)", "expression"),
     # an input actions/checkout does not have
     (
         "      - uses: actions/download-artifact@v4\n        with:\n",
@@ -116,7 +116,8 @@ def test_nightly_fans_out_and_selects_gpu_runners() -> None:
     text = (WORKFLOWS / "nightly.yml").read_text()
     assert re.search(r"^\s+schedule:\s*\n\s+- cron:", text, re.M)
     assert 'imagesmith plan --matrix "$m" --github' in text
-    assert text.count("matrix: ${{ fromJSON(needs.plan.outputs.cells) }}") == 2  # build and validate
+    assert "matrix: ${{ fromJSON(needs.plan.outputs.builds) }}" in text  # one build per cell
+    assert "matrix: ${{ fromJSON(needs.plan.outputs.validations) }}" in text  # one per (cell, GPU family)
     assert 'format(\'["self-hosted","linux","x64","gpu-{0}"]\', matrix.gpu)' in text
     order = [text.index(f"\n  {job}:\n") for job in ("plan", "build", "validate", "release")]
     assert order == sorted(order)
