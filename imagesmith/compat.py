@@ -808,11 +808,9 @@ def arch_coverage(arch_list: Sequence[str], cc: str) -> ArchCoverage:
         used = f"compute_{ptx[-1][0]}{ptx[-1][1]}"
         return ArchCoverage(
             kind="ptx",
-            detail=f"no SASS usable on {sm}; the driver JIT-compiles the wheel's {used} PTX: "
-            "slow first start "
-            "(minutes; cached in ~/.nv/ComputeCache, raise CUDA_CACHE_MAXSIZE to keep it) and the "
-            "driver must be at "
-            "least as new as the wheel's CUDA toolkit",
+            detail=f"no SASS usable on {sm}; the driver JIT-compiles the wheel's {used} PTX: slow first "
+            "start (minutes; cached in ~/.nv/ComputeCache, raise CUDA_CACHE_MAXSIZE to keep it) and the "
+            "driver must be at least as new as the wheel's CUDA toolkit",
             kernel=used,
         )
     names = " ".join(torch_arch_names(arch_list))
@@ -872,17 +870,14 @@ def _forward_compat_note(g: Gpu, xy: str, full: DriverVersion) -> str:
     if g.segment == "datacenter":
         return (
             f"{g.name} is a data-center GPU: NVIDIA's forward-compatibility package {package} inside "
-            "the image can "
-            f"run CUDA {xy} on an older driver branch (only the branches NVIDIA supports for it; see "
-            "docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html) — or upgrade the "
-            "driver to "
-            f"≥ {full}"
+            f"the image can run CUDA {xy} on an older driver branch (only the branches NVIDIA supports "
+            "for it; see docs.nvidia.com/deploy/cuda-compatibility/forward-compatibility.html) — or "
+            f"upgrade the driver to ≥ {full}"
         )
     if g.segment == "workstation":
         return (
-            f"forward compatibility ({package}) covers only NVIDIA's 'NGC Server Ready' RTX SKUs; for "
-            f"{g.name} "
-            f"upgrade the driver to ≥ {full}"
+            f"forward compatibility ({package}) covers only NVIDIA's 'NGC Server Ready' RTX SKUs; "
+            f"for {g.name} upgrade the driver to ≥ {full}"
         )
     return (
         f"forward compatibility ({package}) is not available for consumer GPUs such as {g.name}: "
