@@ -1,0 +1,52 @@
+"""``imagesmith pick --pull`` for real: a released image in the local plain registry is pulled through the
+Docker engine (imagesmith.engine) and its RepoDigests must contain the released digest."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.engine import Engine
+from imagesmith.release import collect_reports, release_cells
+from tests.localinfra import local_registries
+from tests.test_release import cell, clients_for, push_image, targets, write_report
+
+pytestmark = [pytest.mark.docker, pytest.mark.registry]
+
+
+def test_pick_pull_checks_the_digest(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    regs = local_registries()
+    repo = f"imagesmith-test/pick-{uuid.uuid4().hex[:10]}"
+    digest = push_image(regs.plain_client(), repo, "a-candidate", f"pull me {repo}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index = tmp_path / "index.json"
+    release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"]),
+        index_file=index,
+        client_for=clients_for(regs),
+    ).raise_for_refusals()
+    ref = f"{regs.plain}/{repo}:a"
+    engine = Engine()
+    try:
+        res = run_cli("pick", "--index", str(index), "--driver", "580.95.05", "--gpu", "h200", "--pull")
+        assert res.exit_code == 0, res.stderr
+        assert f"pulling {ref}" in res.stderr
+        assert f"pulled {ref}" in res.stderr
+        info = engine.inspect(ref)
+        assert info is not None
+        assert f"{regs.plain}/{repo}@{digest}" in info["RepoDigests"]
+
+        # the tag is moved behind the index's back: --pull refuses
+        other = push_image(regs.plain_client(), repo, "a", f"moved {repo}")
+        res = run_cli("pick", "--index", str(index), "--driver", "580.95.05", "--gpu", "h200", "--pull")
+        assert res.exit_code != 0
+        assert f"not the released {digest}" in res.stderr
+        assert other != digest
+    finally:
+        engine.remove(ref, force=True)
