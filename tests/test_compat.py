@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import tomllib
+from hypothesis import given
+from hypothesis import strategies as st
 
 from imagesmith import compat
 from imagesmith.compat import DriverVersion, parse_driver
@@ -535,3 +537,43 @@ def test_blockers_and_needs_driver() -> None:
     assert (ok.blockers, ok.needs_driver) == ((), None)
     never = compat.verdict("550.54.15", "a100", "2.1.2", "cu124")
     assert never.blockers == never.reasons
+
+
+# ------------------------------------------------------------------------------------ properties
+
+_drivers = st.tuples(st.integers(100, 9999), st.integers(0, 999), st.none() | st.integers(0, 999))
+
+
+@given(_drivers, _drivers)
+def test_driver_versions_order_like_their_numbers(
+    a: tuple[int, int, int | None], b: tuple[int, int, int | None]
+) -> None:
+    def text(v: tuple[int, int, int | None]) -> str:
+        return f"{v[0]}.{v[1]:02d}" + ("" if v[2] is None else f".{v[2]:02d}")
+
+    da, db = parse_driver(text(a)), parse_driver(text(b))
+    assert str(da) == text(a)
+    ka, kb = (a[0], a[1], a[2] or 0), (b[0], b[1], b[2] or 0)
+    assert (da < db) == (ka < kb)
+    assert (da == db) == (ka == kb)
+
+
+_ccs = st.tuples(st.integers(3, 12), st.integers(0, 9))
+
+
+@given(st.lists(st.tuples(_ccs, st.booleans()), min_size=1, max_size=8), _ccs)
+def test_arch_coverage_follows_the_cuda_rules(
+    entries: list[tuple[tuple[int, int], bool]], cc: tuple[int, int]
+) -> None:
+    arch = [f"{m}.{n}" + ("+PTX" if ptx else "") for (m, n), ptx in entries]
+    cov = compat.arch_coverage(arch, f"{cc[0]}.{cc[1]}")
+    sass = {mn for mn, _ in entries}
+    if cc in sass:
+        assert cov.kind == "native"
+    elif any(m == cc[0] and n < cc[1] for m, n in sass):
+        assert cov.kind == "binary-compatible"
+    elif any(ptx and mn <= cc for mn, ptx in entries):
+        assert cov.kind == "ptx"
+    else:
+        assert cov.kind == "none"
+        assert f"sm_{cc[0]}{cc[1]} is not compatible with the current PyTorch installation" in cov.detail
