@@ -7,6 +7,7 @@
 #      the plain registry under the name imagesmith's registry-mirror map gives docker.io/library/debian:bookworm
 #   5. the user config (~/.config/imagesmith/config.toml, only if absent): that mirror map, and the extra CA
 #      certificate given by --extra-ca FILE (default: $PIP_CERT when set, i.e. what this host's pip already trusts)
+#      and the TLS registry's test credentials in the docker config (as `docker login` does)
 #   6. the nccl-tests source cache, from a local git clone when one is given (--nccl-git DIR) or found at
 #      /work/.mirror/NVIDIA+nccl-tests/repo
 #
@@ -75,6 +76,15 @@ fi
 
 # 3. engine + registries ------------------------------------------------------------------------------------
 bash scripts/services.sh start
+
+# the TLS registry's generated test credentials in the docker config (what `docker login` writes), so that
+# `imagesmith build --push` finds them there like a user's own login
+if ! grep -q '"127.0.0.1:5443"' "${DOCKER_CONFIG:-$HOME/.docker}/config.json" 2>/dev/null; then
+    # shellcheck disable=SC1091
+    (set -a; source "$STATE/test-env"; printf '%s' "$IMAGESMITH_TEST_AUTH_PASSWORD" \
+        | /usr/bin/docker login --username "$IMAGESMITH_TEST_AUTH_USER" --password-stdin 127.0.0.1:5443 >/dev/null 2>&1)
+    log "docker login 127.0.0.1:5443 (test credentials) written to the docker config"
+fi
 
 # 4. base image ---------------------------------------------------------------------------------------------
 if curl -sf -o /dev/null -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
