@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -452,3 +453,42 @@ def test_cli_pick_bad_index(run_cli: Callable[..., Any], tmp_path: Path) -> None
     res = run_cli("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "h100-sxm")
     assert res.exit_code == ConfigError.exit_code
     assert f"release index {path}: images[0]." in res.stderr
+
+
+# -- the live path: pick runs nvidia-smi itself ------------------------------------------------------------
+
+
+def _fake_nvidia_smi(folder: Path, script: str) -> None:
+    exe = folder / "nvidia-smi"
+    exe.write_text("#!/bin/sh\n" + script)
+    exe.chmod(0o755)
+
+
+def test_runs_nvidia_smi_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # replays the --query-gpu answer captured on a real H200 host, and records the arguments it was given
+    real = Path(__file__).parent / "data" / "nvsmi" / "real_580.159.04_h200_query.csv"
+    _fake_nvidia_smi(tmp_path, f'echo "$@" > {tmp_path}/args\ncat {real}\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    h = read_host()
+    assert (h.driver, h.gpus[0].name, h.gpus[0].cc, h.source) == (
+        "580.159.04",
+        "NVIDIA H200",
+        "9.0",
+        "nvidia-smi",
+    )
+    assert "--query-gpu=index,name,memory.total,compute_cap,driver_version" in (tmp_path / "args").read_text()
+    assert choose(make_index(), h, Constraints(), platform=GENERIC).image.tag == "2.11.0-cu130-py3.11"
+
+
+def test_failing_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    msg = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
+    _fake_nvidia_smi(tmp_path, f'echo "{msg}"\nexit 9\n')
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(ParseError, match="nvidia-smi failed \\(exit 9\\): NVIDIA-SMI has failed"):
+        read_host()
+
+
+def test_no_nvidia_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match="nvidia-smi not found"):
+        read_host()
