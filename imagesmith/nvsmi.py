@@ -76,7 +76,7 @@ _HEADER = re.compile(
     r"CUDA(?:\s+UMD)?\s+Version:\s*(?P<cuda>\S+)"
 )
 _ROW1 = re.compile(
-    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persist>On|Off|N/A)\s*\|\s*"
+    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persist>On|Off|N/A|WDDM|TCC)\s*\|\s*"
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?P<disp>On|Off|N/A)\s*\|"
 )
 _MEM = re.compile(r"(?P<used>\d+)\s*MiB\s*/\s*(?P<total>\d+)\s*MiB")

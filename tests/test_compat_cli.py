@@ -306,3 +306,13 @@ def test_torch_suffix_errors(run_cli: Run, torch: str, cuda: str | None, message
     assert result.exit_code == 2
     assert message in result.stderr
     _no_traceback(result)
+
+
+def test_truncated_wide_name_file_resolves_and_judges(run_cli: Run) -> None:
+    path = NVSMI / "r580_rtx_pro_6000_truncated.txt"
+    result = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.7.1", "--cuda", "cu126", "--json")
+    data = json.loads(result.stdout)
+    assert (result.exit_code, data["gpu"], data["mode"]) == (1, "rtx-pro-6000-server", "none")
+    assert "sm_120 is not compatible" in data["blockers"][0]
+    ok = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.7.1", "--cuda", "cu128")
+    assert ok.exit_code == 0

@@ -205,3 +205,12 @@ def test_crlf_bom_and_ansi_escapes_are_tolerated() -> None:
     assert nvsmi.parse(noisy, "h200").gpus == nvsmi.parse(plain, "h200").gpus
     csv_text = read("real_580.159.04_h200_query.csv").replace("\n", "\r\n")
     assert nvsmi.parse(csv_text, "h200").gpus[0].memory_mib == 143771
+
+
+def test_wide_table_truncated_name_and_windows_driver_model() -> None:
+    r = nvsmi.parse(read("r580_rtx_pro_6000_truncated.txt"), "pro6000")
+    g = r.gpus[0]
+    assert (g.name, g.truncated, g.memory_mib) == ("NVIDIA RTX PRO 6000 Blac...", True, 97887)
+    assert compat.gpu(g.name, memory_mib=g.memory_mib).family == "rtx-pro-6000"
+    windows = read("r580_rtx_pro_6000_truncated.txt").replace("Blac...    On  |", "Blac...  WDDM  |")
+    assert nvsmi.parse_table(windows, "win").gpus[0].name == "NVIDIA RTX PRO 6000 Blac..."
