@@ -146,7 +146,7 @@ def run_in_image(
     gpus: str,
     echo: Any = print,
 ) -> dict[str, Any]:
-    from imagesmith.engine import BindMount, Engine, GpuMode
+    from imagesmith.engine import BindMount, Engine, GpuMode, RunResult
 
     engine = Engine()
     config = engine.inspect(image)
@@ -184,17 +184,39 @@ def run_in_image(
         + ("none visible on this host" if gpu_arg is None else f"all ({mode})")
     )
     echo("$ " + " ".join(shlex.quote(a) for a in argv))
-    result = engine.run_container(
-        image,
-        argv,
-        gpus=gpu_arg,
-        gpu_mode=mode,
-        shm_size=plan.shm_size,
-        ulimits=plan.ulimits,
-        env=plan.env,
-        mounts=[BindMount(source=str(report_dir), target=REPORT_MOUNT, read_only=False)],
-        timeout_s=3600,
-    )
+    from imagesmith.errors import EngineError
+
+    def run(ulimits: dict[str, int | tuple[int, int]]) -> RunResult:
+        return engine.run_container(
+            image,
+            argv,
+            gpus=gpu_arg,
+            gpu_mode=mode,
+            shm_size=plan.shm_size,
+            ulimits=ulimits,
+            env=plan.env,
+            mounts=[BindMount(source=str(report_dir), target=REPORT_MOUNT, read_only=False)],
+            timeout_s=3600,
+        )
+
+    ulimit_note = ""
+    try:
+        result = run(plan.ulimits)
+    except EngineError as exc:
+        if "imagesmith-validate" in str(exc) and "not found" in str(exc):
+            raise ConfigError(
+                f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
+                hint="validate an image built by `imagesmith build`, or start a container of this image and use "
+                "docker://CONTAINER (the suite then runs from here)",
+            ) from None
+        if "rlimit" not in str(exc):
+            raise
+        # an engine that may not raise limits (rootless, restricted) refuses the container: run without them
+        ulimit_note = (
+            f"the engine refused the ulimits ({exc.message.splitlines()[0][-160:]}); ran without them"
+        )
+        echo(f"warning: {ulimit_note}")
+        result = run({})
     echo(result.output.rstrip())
     report_json = report_dir / "report.json"
     if not report_json.exists():
@@ -207,6 +229,7 @@ def run_in_image(
         )
     data: dict[str, Any] = json.loads(report_json.read_text())
     data["container"] = {
+        "ulimits": "none (refused by the engine)" if ulimit_note else plan.ulimits,
         "exit_code": result.exit_code,
         "duration_s": round(result.duration_s, 1),
         "shm_size": plan.shm_size,
