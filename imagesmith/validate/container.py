@@ -199,16 +199,22 @@ def run_in_image(
             timeout_s=3600,
         )
 
+    def attempt(ulimits: dict[str, int | tuple[int, int]]) -> RunResult:
+        try:
+            return run(ulimits)
+        except EngineError as exc:
+            if "imagesmith-validate" in str(exc) and "not found" in str(exc):
+                raise ConfigError(
+                    f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
+                    hint="validate an image built by `imagesmith build`, or start a container of it and use "
+                    "docker://CONTAINER (the suite then runs from here)",
+                ) from None
+            raise
+
     ulimit_note = ""
     try:
-        result = run(plan.ulimits)
+        result = attempt(plan.ulimits)
     except EngineError as exc:
-        if "imagesmith-validate" in str(exc) and "not found" in str(exc):
-            raise ConfigError(
-                f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
-                hint="validate an image built by `imagesmith build`, or start a container of this image and use "
-                "docker://CONTAINER (the suite then runs from here)",
-            ) from None
         if "rlimit" not in str(exc):
             raise
         # an engine that may not raise limits (rootless, restricted) refuses the container: run without them
@@ -216,7 +222,7 @@ def run_in_image(
             f"the engine refused the ulimits ({exc.message.splitlines()[0][-160:]}); ran without them"
         )
         echo(f"warning: {ulimit_note}")
-        result = run({})
+        result = attempt({})
     echo(result.output.rstrip())
     report_json = report_dir / "report.json"
     if not report_json.exists():
