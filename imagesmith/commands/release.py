@@ -20,6 +20,7 @@ def register(app: typer.Typer) -> None:
     app.command("pick")(pick)
     app.command("release")(release)
     app.command("candidates")(candidates)
+    app.command("index")(index_show)
 
 
 def pick(
@@ -152,3 +153,35 @@ def candidates(
             typer.echo(r["pinned"][0])
         return
     typer.echo(json.dumps(rows, indent=2))
+
+
+def index_show(
+    source: Annotated[
+        str | None,
+        typer.Argument(help="index file, http(s) URL or oci://HOST/REPO[:TAG]; default $IMAGESMITH_INDEX"),
+    ] = None,
+    refresh: Annotated[
+        bool, typer.Option("--refresh", help="ignore the cached copy of a remote index")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print the index as canonical JSON")] = False,
+) -> None:
+    """Load and check a release index (schema, digests) and list its images."""
+    from imagesmith import pick as picking
+    from imagesmith.index import dump_index
+
+    src = source or os.environ.get("IMAGESMITH_INDEX")
+    if not src:
+        raise ConfigError(
+            "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
+        )
+    idx = picking.fetch_index(src, refresh=refresh)
+    if as_json:
+        typer.echo(dump_index(idx), nl=False)
+        return
+    typer.echo(f"{src}: {len(idx.images)} image(s), generated {idx.generated}")
+    for img in idx.images:
+        hosts = ", ".join(f"{r.name}" for r in img.registries)
+        typer.echo(
+            f"  {img.tag}  torch {img.torch} CUDA {img.cuda} py{img.python}  driver >= {img.min_driver.full} "
+            f"(minor {img.min_driver.minor})  {img.digest[:19]}…  [{hosts}]"
+        )
