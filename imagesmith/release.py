@@ -143,7 +143,7 @@ class ReleaseCell:
 
 @dataclass(frozen=True, kw_only=True)
 class Report:
-    path: Path
+    path: str  # the file, or the registry artifact the report was read from
     body: bytes
     digest: str | None  # the validated image's manifest digest
     verdict: str
@@ -178,9 +178,16 @@ def read_report(path: Path) -> Report:
     """One report.json of ``imagesmith validate`` (schema 1); ConfigError naming the file otherwise."""
     try:
         body = path.read_bytes()
-        data = json.loads(body)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror})", hint="check --reports") from None
+    return parse_report(body, source=str(path))
+
+
+def parse_report(body: bytes, *, source: str) -> Report:
+    """A report.json's bytes; *source* (file or registry artifact) is named in errors and refusals."""
+    path = source
+    try:
+        data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"{path}: not JSON ({exc})", hint="pass the report.json imagesmith validate wrote"
@@ -370,6 +377,26 @@ def attached_report_ok(client: RegistryClient, repo: str, digest: str) -> bool:
     return bool(subject.get("digest") == digest and verdict == "passed")
 
 
+def attached_report(client: RegistryClient, repo: str, digest: str) -> Report | None:
+    """The passing report attached to *digest* in this registry (``sha256-<hex>.validation``), if any.
+
+    This is the evidence a rerun uses when the ``--reports`` folders of the first run are gone (a fresh CI
+    runner finishing an interrupted promotion)."""
+    if not attached_report_ok(client, repo, digest):
+        return None
+    tag = attestation_tag(digest)
+    doc = client.get_manifest(repo, tag).json()
+    layers = [x for x in doc.get("layers", []) if x.get("mediaType") == REPORT_MEDIA_TYPE]
+    if len(layers) != 1:
+        return None
+    with client.get_blob(repo, layers[0]["digest"]) as resp:
+        body: bytes = resp.content
+    if _sha(body) != layers[0]["digest"]:
+        return None
+    report = parse_report(body, source=f"{client.host}/{repo}:{tag}")
+    return report if report.digest == digest and report.passed else None
+
+
 def publish_index(client: RegistryClient, repo: str, body: bytes) -> str:
     """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes)."""
     manifest = artifact_manifest(
@@ -435,6 +462,15 @@ def release_cell(
     digest = next(iter(held.values()))
     res.digest = digest
     for_digest = [r for r in reports if r.digest == digest]
+    if not for_digest:  # no local report: the evidence a previous run attached in a registry, if any
+        for t in cell.targets:
+            try:
+                found = attached_report(clients[t.name], t.repo, digest)
+            except ImagesmithError:
+                continue
+            if found is not None:
+                for_digest = [found]
+                break
     passing = [r for r in for_digest if r.passed]
     failing = [r for r in for_digest if r.verdict == "failed"]
     if failing:  # one failing host is enough to hold the digest back, whatever passed elsewhere
