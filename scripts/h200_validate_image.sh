@@ -54,7 +54,8 @@ from imagesmith.engine import Engine
 sys.exit(0 if Engine().inspect(sys.argv[1]) else 1)
 EOF
     log "tar of the host tree ($(du -sh /opt/torch 2>/dev/null | cut -f1) in /opt/torch)"
-    tar -C / -cf /tmp/host-root.tar bin sbin lib lib64 usr/bin usr/sbin usr/lib usr/lib64 usr/share/zoneinfo etc \
+    tar -C / -cf /tmp/host-root.tar bin sbin lib lib64 usr/bin usr/sbin usr/lib usr/lib64 usr/libexec usr/include \
+        usr/share/zoneinfo etc \
         opt/torch usr/local/cuda-13.0 usr/local/cuda 2>/tmp/tar.err
     log "importing $(du -h /tmp/host-root.tar | cut -f1) as $BASE"
     py "$BASE" <<'EOF' || { log "import failed"; exit 1; }
