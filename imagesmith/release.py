@@ -650,6 +650,10 @@ def release_cells(
             entries.append(entry)
     merged = base.merged(entries, generated=base.generated)
     outcome.index_changed = merged != base or not index_file.is_file()
+    if not merged.images:  # nothing released, now or before: no index to write or publish
+        outcome.index_file = None
+        outcome.index_changed = False
+        return outcome
     if dry_run:
         return outcome
     if outcome.index_changed:

@@ -309,6 +309,10 @@ def test_no_candidate_and_diverging_candidates(regs: LocalRegistries, repo: str,
     assert "no candidate a-candidate in any registry" in by["a"].reasons[0]
     assert "imagesmith build --matrix t --only a --push" in by["a"].reasons[0]
     assert "the candidate tag points at different digests" in by["b"].reasons[0]
+    # nothing released, now or before: no index written or published
+    assert not (tmp_path / "i.json").exists()
+    assert out.index_published == []
+    assert plain.manifest_digest(repo, "release-index") is None
 
 
 @pytest.fixture
