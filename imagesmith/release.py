@@ -31,6 +31,7 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -437,6 +438,7 @@ def release_cell(
     clients: dict[str, RegistryClient],
     *,
     dry_run: bool,
+    client_for: Callable[[Target], RegistryClient] | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
     res = CellResult(cell=cell.id, tag=cell.tag)
@@ -511,21 +513,17 @@ def release_cell(
         return res, []
     report = max(passing, key=lambda r: r.date)
     source = next(t for t in cell.targets if held.get(t.name) == digest)
-    src = clients[source.name]
-    manifest: ManifestData | None = None
-    for t in cell.targets:
-        c = clients[t.name]
+
+    def promote(t: Target) -> tuple[list[str], str | None, str | None]:
+        """(steps, digest the tag now resolves to, error) for one registry; its own clients when parallel."""
+        c = clients[t.name] if client_for is None else client_for(t)
+        src = clients[source.name] if client_for is None else client_for(source)
         try:
             has_manifest = c.manifest_digest(t.repo, digest) is not None
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
             tagged = c.manifest_digest(t.repo, cell.tag)
         except ImagesmithError as exc:
-            res.status = "failed"
-            res.reasons.append(f"{t.name}: {exc.message}")
-            continue
-        if has_manifest and has_report and tagged == digest:
-            res.registries[t.name] = digest
-            continue
+            return [], None, f"{t.name}: {exc.message}"
         todo = []
         if not has_manifest:
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
@@ -535,14 +533,14 @@ def release_cell(
             todo.append(
                 f"tag {t.image}:{cell.tag} → {digest[:19]}…" + (f" (was {tagged[:19]}…)" if tagged else "")
             )
-        res.steps += todo
+        if not todo:
+            return [], digest, None
         if dry_run:
-            continue
+            return todo, None, None
         try:
             if not has_manifest:
                 copy_manifest(src, source.repo, digest, c, t.repo)
-            if manifest is None:
-                manifest = src.get_manifest(source.repo, digest)
+            manifest = src.get_manifest(source.repo, digest)
             if not has_report:
                 attach_report(c, t.repo, manifest, report)
             if tagged != digest:
@@ -550,10 +548,22 @@ def release_cell(
             now = c.manifest_digest(t.repo, cell.tag)
             if now != digest:
                 raise ReleaseError(f"{t.name}: {t.image}:{cell.tag} resolves to {now}, not {digest}")
-            res.registries[t.name] = digest
         except ImagesmithError as exc:
+            return todo, None, f"promotion to {t.name} failed: {exc.message} (rerun to converge)"
+        return todo, digest, None
+
+    if client_for is None or len(cell.targets) == 1:
+        results = [promote(t) for t in cell.targets]
+    else:  # registries are independent: one thread each, every thread with its own clients
+        with ThreadPoolExecutor(max_workers=min(8, len(cell.targets))) as pool:
+            results = list(pool.map(promote, cell.targets))
+    for t, (steps, now, error) in zip(cell.targets, results, strict=True):
+        res.steps += steps
+        if now is not None:
+            res.registries[t.name] = now
+        if error is not None:
             res.status = "failed"
-            res.reasons.append(f"promotion to {t.name} failed: {exc.message} (rerun to converge)")
+            res.reasons.append(error)
     if res.status != "failed":
         if dry_run:
             res.status = "would-promote" if res.steps else "up-to-date"
@@ -636,7 +646,7 @@ def release_cells(
     base = _base_index(index_file, cells, clients)
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
-        result, passing = release_cell(cell, reports, clients, dry_run=dry_run)
+        result, passing = release_cell(cell, reports, clients, dry_run=dry_run, client_for=client_for)
         outcome.cells.append(result)
         if result.digest and result.registries:
             old = base.by_tag(cell.tag)
