@@ -403,6 +403,9 @@ def test_cli_release_smoke_matrix(
     from imagesmith.plan import build_plan
 
     cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+    res = run_cli("candidates", "--matrix", str(matrix), "--registries", str(registries), "--pinned")
+    assert res.exit_code == ReleaseError.exit_code
+    assert f"no candidate pushed for {cid}" in res.stderr
     digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", "smoke candidate")
     args = [
         "--matrix",
@@ -427,6 +430,11 @@ def test_cli_release_smoke_matrix(
     res = run_cli("release", *args, "--reports", str(tmp_path / "reports"), "--dry-run")
     assert res.exit_code == 0, res.stderr
     assert f"{cid}: would-promote {digest}" in res.stdout
+    res = run_cli("release", *args, "--reports", str(tmp_path / "reports"), "--dry-run", "--json")
+    assert res.exit_code == 0, res.stderr
+    plan = json.loads(res.stdout)
+    assert plan["cells"][0]["status"] == "would-promote"
+    assert plan["cells"][0]["digest"] == digest
     res = run_cli("release", *args, "--reports", str(tmp_path / "reports"))
     assert res.exit_code == 0, res.stderr
     assert f"{cid}: promoted {digest}" in res.stdout
