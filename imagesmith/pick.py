@@ -80,6 +80,27 @@ class Constraints:
     cuda: str | None = None
     python: str | None = None
 
+    @classmethod
+    def parse(cls, *, torch: str | None, cuda: str | None, python: str | None) -> Constraints:
+        """From the flags: version prefixes (``2.1``, ``12.1``, ``3.10``); ``--cuda cu121`` means 12.1."""
+        if cuda is not None:
+            m = re.fullmatch(r"\s*cu(\d{2})(\d)\s*", cuda, re.IGNORECASE)
+            cuda = f"{m.group(1)}.{m.group(2)}" if m else cuda
+        for flag, value, example in (
+            ("--torch", torch, "2.1"),
+            ("--cuda", cuda, "12.1"),
+            ("--python", python, "3.10"),
+        ):
+            if value is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", value.strip()):
+                raise ConfigError(
+                    f"{flag} {value!r} is not a version", hint=f"give a version prefix, e.g. {flag} {example}"
+                )
+        return cls(
+            torch=torch.strip() if torch else None,
+            cuda=cuda.strip() if cuda else None,
+            python=python.strip() if python else None,
+        )
+
     def rejects(self, image: ReleasedImage) -> str | None:
         for what, want, have in (
             ("torch", self.torch, image.torch),

@@ -220,6 +220,16 @@ def test_constraint_that_nothing_meets() -> None:
         choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(torch="2.3"), platform=GENERIC)
 
 
+def test_constraint_flags_are_checked_and_cuda_tags_accepted() -> None:
+    assert Constraints.parse(torch=" 2.1 ", cuda="cu121", python="3.10") == Constraints(
+        torch="2.1", cuda="12.1", python="3.10"
+    )
+    for flags in ({"torch": "latest"}, {"cuda": "12.x"}, {"python": "py3.10"}):
+        args = {"torch": None, "cuda": None, "python": None, **flags}
+        with pytest.raises(ConfigError, match=f"--{next(iter(flags))} .* is not a version"):
+            Constraints.parse(**args)
+
+
 def test_version_prefix_does_not_confuse_2_1_and_2_11() -> None:
     assert version_matches("2.1.2", "2.1")
     assert not version_matches("2.11.0", "2.1")

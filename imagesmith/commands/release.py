@@ -78,7 +78,7 @@ def pick(
     chosen = picking.choose(
         idx,
         host,
-        picking.Constraints(torch=torch, cuda=cuda, python=python),
+        picking.Constraints.parse(torch=torch, cuda=cuda, python=python),
         platform=plat,
         region=region,
         machine=_platform.machine() if nvidia_smi is None and driver is None else "x86_64",
