@@ -67,7 +67,7 @@ def local_ref(cell: Cell) -> str:
 
 def repo_path(target: RegistryTarget) -> str:
     """The repository path inside the registry (``namespace/repository``)."""
-    return target.image.split("/", 1)[1]
+    return target.repository or target.image.split("/", 1)[1]
 
 
 @dataclass
