@@ -1,7 +1,7 @@
 """Command-line entry point.
 
-Commands live in ``imagesmith.commands.*``; each module registers its own commands on ``app``. This module is the
-only place that catches ``ImagesmithError`` and turns it into one clear message and an exit code.
+Commands live in ``imagesmith.commands.*``; each module registers its own commands on ``app``. This module is
+the only place that catches ``ImagesmithError`` and turns it into one clear message and an exit code.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from imagesmith import __version__
 from imagesmith.commands import build as build_commands
@@ -37,7 +38,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print the version."
+    ),
 ) -> None:
     """imagesmith: images people who rent GPUs by the hour pull first."""
 
@@ -52,7 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result = app(args=list(argv) if argv is not None else None, standalone_mode=False)
     except ImagesmithError as exc:
-        err.print(f"[bold red]error:[/] {exc}", markup=True)
+        # the message is plain text: build logs and TOML keys contain [brackets] that are not rich markup
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", markup=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code
