@@ -427,6 +427,14 @@ def _build_cell(
         outcome.status = "pushed"
 
 
+def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
+    """What must hold before any build starts: current dockerfiles/, sources in the cache, sane options."""
+    if options.jobs < 1:
+        raise BuildError(f"--jobs {options.jobs}: must be at least 1")
+    check_context_current(matrix, plan)
+    cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=matrix.name)
+
+
 def run_build(
     matrix: Matrix,
     plan: BuildPlan,
@@ -436,11 +444,7 @@ def run_build(
     report: Reporter = _no_report,
 ) -> tuple[list[CellOutcome], list[ImagesmithError]]:
     """Build every cell of *plan*; returns the outcomes and the errors of failed cells (the caller raises)."""
-    check_context_current(matrix, plan)
-    if options.jobs < 1:
-        raise BuildError(f"--jobs {options.jobs}: must be at least 1")
-    # fail early (before any build) when a source is missing
-    cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=matrix.name)
+    preflight(matrix, plan, options)
     eng = engine or Engine()
     staging_root = options.staging_root or cache_root() / "contexts"
     staging_root.mkdir(parents=True, exist_ok=True)

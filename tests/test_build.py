@@ -7,7 +7,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,3 +221,21 @@ def test_wrong_password_names_the_registry_and_pushes_nothing(
     assert regs.auth_client().list_tags(repo) == []
     assert regs.plain_client().list_tags(repo) == []
     engine.remove(ref)
+
+
+def test_build_without_the_source_in_the_cache_is_one_clear_error(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMAGESMITH_CACHE", str(tmp_path / "empty"))
+    result = run_cli("build", "--matrix", "smoke")
+    assert result.exit_code == 5
+    assert "is not in the source cache" in result.stderr
+    assert "imagesmith fetch-sources --matrix smoke --from-git DIR" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_jobs_and_backend_flags(run_cli: Callable[..., Any]) -> None:
+    assert run_cli("build", "--matrix", "smoke", "--backend", "podman").exit_code == 2
+    result = run_cli("build", "--matrix", "smoke", "--jobs", "0")
+    assert result.exit_code == 5
+    assert "--jobs 0: must be at least 1" in result.stderr

@@ -58,7 +58,7 @@ def build_command(
     ] = "auto",
 ) -> None:
     """Build (with --push: push) a matrix's images; cells whose fingerprint is already pushed are skipped."""
-    from imagesmith.build import BuildOptions, run_build, write_summary
+    from imagesmith.build import BuildOptions, preflight, run_build, write_summary
     from imagesmith.commands.plan import load_plan
     from imagesmith.config import load_config
     from imagesmith.engine import BuildEvent, Engine
@@ -67,6 +67,8 @@ def build_command(
         raise ConfigError(f"--backend {backend!r}: expected auto, buildkit or sdk")
     config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
     m, plan = load_plan(matrix, only)
+    options = BuildOptions(push=push, force=force, jobs=jobs, config=config)
+    preflight(m, plan, options)
     engine = Engine(backend=backend)  # type: ignore[arg-type]
     console = Console(stderr=True, highlight=False)
     console.print(
@@ -107,7 +109,7 @@ def build_command(
         outcomes, errors = run_build(
             m,
             plan,
-            BuildOptions(push=push, force=force, jobs=jobs, config=config),
+            options,
             engine=engine,
             report=report,
         )
