@@ -13,16 +13,25 @@ from imagesmith.validate.criteria import Gpu
 def test_ddp_smoke(ctx: Context, check: CheckRecord, multi_gpus: list[Gpu]) -> None:
     n = len(multi_gpus)
     script = ctx.put_probe("ddp")
+    # A static rendezvous on 127.0.0.1 and a free port: `--standalone` advertises the hostname, which does not
+    # resolve in a container without a network (seen in the image-level run on the H200 host: a hang).
+    py = shlex.quote(ctx.options.python)
+    free_port = "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"
     cmd = (
-        f"{shlex.quote(ctx.options.python)} -m torch.distributed.run --standalone --nproc_per_node={n} "
-        f"{shlex.quote(script)}"
+        f"{py} -m torch.distributed.run --nnodes=1 --node_rank=0 --nproc_per_node={n} "
+        f"--master_addr=127.0.0.1 --master_port=$({py} -c {shlex.quote(free_port)}) {shlex.quote(script)}"
     )
-    r = ctx.run(cmd, timeout=300, env={"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "1"})
+    r = ctx.run(cmd, timeout=180, env={"NCCL_DEBUG": "WARN", "OMP_NUM_THREADS": "1"})
     ctx.save_log("ddp.log", f"$ {cmd}\n{r.output}")
+    if r.rc != 0 and ("name resolution" in r.output or "Name or service not known" in r.output):
+        fail(
+            "torchrun could not rendezvous: a hostname does not resolve on this target",
+            "give the container a resolvable hostname (/etc/hosts) or a network; see ddp.log",
+        )
     if r.timed_out:
         fail(
-            "torchrun DDP hung for 300 s",
-            "rerun with NCCL_DEBUG=INFO; a hang at init means ranks cannot reach each other",
+            "torchrun DDP hung for 180 s",
+            "rerun with NCCL_DEBUG=INFO; a hang at init means the ranks cannot reach each other",
         )
     ranks = parse_probe_lines(r.stdout)
     check.figures["ranks"] = ranks
