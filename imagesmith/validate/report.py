@@ -223,6 +223,6 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
         note = c.message.splitlines()[0][:160] if c.message else ""
         L.append(f"| {c.name} | {_status_icon(c.status)} | {c.duration_s:.1f} | {note.replace('|', '/')} |")
     L.append("")
-    L.append("Raw logs: " + ", ".join(f"`{n}`" for n in report["logs"]) + ", `junit.xml`.")
+    L.append("Raw logs: " + ", ".join([*(f"`{n}`" for n in report["logs"]), "`junit.xml`"]) + ".")
     L.append("")
     return "\n".join(L)

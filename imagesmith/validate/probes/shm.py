@@ -2,9 +2,9 @@
 # Standalone probe: runs with the target's Python and torch, never imports imagesmith.
 """A multi-worker DataLoader whose batches (96 MiB each) cannot fit in Docker's default 64 MB /dev/shm.
 
-With enough shared memory it prints ok; with 64 MB the workers die with "Bus error" (or torch reports that it
-is out of shared memory). Workers pass batches through /dev/shm, so this is the real failure mode, not a
-model.
+With enough shared memory it prints ok; with 64 MB the workers die: "unable to allocate shared memory(shm)
+for file </torch_…>" (torch 2.11, seen on the H200 host) or "Bus error" (older torch). Workers pass batches
+through /dev/shm, so this is the real failure mode, not a model.
 """
 
 import json
