@@ -1,10 +1,11 @@
 # mypy: ignore-errors
 # Standalone probe: runs with the target's Python and torch, never imports imagesmith.
-"""A multi-worker DataLoader whose batches (96 MiB each) cannot fit in Docker's default 64 MB /dev/shm.
+"""A multi-worker DataLoader whose batches (68 MiB each) cannot fit in Docker's default 64 MB /dev/shm.
 
-With enough shared memory it prints ok; with 64 MB the workers die: "unable to allocate shared memory(shm)
-for file </torch_…>" (torch 2.11, seen on the H200 host) or "Bus error" (older torch). Workers pass batches
-through /dev/shm, so this is the real failure mode, not a model.
+Two workers, one batch prefetched each, every batch freed before the next: at most about three batches
+(~204 MiB) live in /dev/shm at once, so 256 MiB is enough, and 64 MB never is. With 64 MB the workers die:
+"unable to allocate shared memory(shm) for file </torch_…>" (torch 2.11, seen on the H200 host) or
+"Bus error" (older torch).
 """
 
 import json
@@ -20,12 +21,13 @@ try:
             return 16
 
         def __getitem__(self, i):
-            return torch.full((24, 1024, 1024), i % 251, dtype=torch.uint8)  # 24 MiB, x4 per batch = 96 MiB
+            return torch.full((17, 1024, 1024), i % 251, dtype=torch.uint8)  # 17 MiB, x4 per batch = 68 MiB
 
     n = 0
-    for batch in DataLoader(Big(), batch_size=4, num_workers=2, prefetch_factor=2):
+    for batch in DataLoader(Big(), batch_size=4, num_workers=2, prefetch_factor=1):
         assert int(batch[0, 0, 0, 0]) == (n * 4) % 251
         n += 1
+        del batch
     out["batches"] = n
     out["ok"] = n == 4
 except Exception as exc:
