@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +175,39 @@ def test_baseline_file(tmp_path: Path) -> None:
         load_baseline(bad)
     with pytest.raises(ConfigError, match="cannot read"):
         load_baseline(tmp_path / "missing.json")
+
+
+def test_cli_bad_input_is_one_clear_error(run_cli: Any) -> None:
+    r = run_cli("validate", "ftp://gpu-box")
+    assert r.exit_code == 2
+    assert "unknown scheme" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = run_cli("validate", "local://", "--shm-size", "64m")
+    assert r.exit_code == 2
+    assert "--shm-size and --gpus apply only when TARGET is an image" in r.stderr
+    r = run_cli("validate", "local://", "--shm-min", "lots")
+    assert r.exit_code == 2
+    assert "'lots' is not a size" in r.stderr
+
+
+def test_local_run_without_gpu_is_never_passed(run_cli: Any, tmp_path: Path) -> None:
+    """This machine has no GPU: the GPU checks skip with 'no GPU visible' and nothing is 'passed'."""
+    r = run_cli(
+        "validate",
+        "local://",
+        "-k",
+        "gpu_inventory or topology or shm_size",
+        "--shm-min",
+        "1m",
+        "--report",
+        str(tmp_path),
+    )
+    assert r.exit_code == 7
+    import json
+
+    rep = json.loads((tmp_path / "report.json").read_text())
+    checks = {c["name"]: c for c in rep["checks"]}
+    assert checks["test_gpu_inventory"]["status"] == "skipped"
+    assert checks["test_gpu_inventory"]["message"].startswith("no GPU visible")
+    assert checks["test_shm_size"]["status"] == "passed"
+    assert rep["verdict"] == "not validated"
