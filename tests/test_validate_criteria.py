@@ -211,3 +211,14 @@ def test_local_run_without_gpu_is_never_passed(run_cli: Any, tmp_path: Path) -> 
     assert checks["test_gpu_inventory"]["message"].startswith("no GPU visible")
     assert checks["test_shm_size"]["status"] == "passed"
     assert rep["verdict"] == "not validated"
+
+
+def test_ssh_flags_only_for_ssh_targets(run_cli: Any, tmp_path: Path) -> None:
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text("Host *\n")
+    r = run_cli("validate", "local://", "--ssh-config", str(cfg))
+    assert r.exit_code == 2
+    assert "apply only to ssh:// targets" in r.stderr
+    r = run_cli("validate", "ssh://root@10.0.0.5", "--ssh-identity", str(tmp_path / "missing_key"))
+    assert r.exit_code == 2
+    assert "missing_key: no such file" in r.stderr

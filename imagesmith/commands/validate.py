@@ -63,6 +63,8 @@ def validate_command(
     select: str | None = typer.Option(
         None, "-k", "--select", help="pytest -k expression: run only matching checks."
     ),
+    ssh_config: str | None = typer.Option(None, "--ssh-config", help="ssh:// only: ssh_config file to use."),
+    ssh_identity: str | None = typer.Option(None, "--ssh-identity", help="ssh:// only: private key file."),
     shm_min_source: str | None = typer.Option(None, "--shm-min-source", hidden=True),
     label: str | None = typer.Option(None, "--label", hidden=True),
     baseline_busbw: float | None = typer.Option(None, "--baseline-busbw", hidden=True),
@@ -79,6 +81,13 @@ def validate_command(
     t = parse_target(target)
     if t.kind != "image" and (shm_size or gpus != "auto"):
         raise ConfigError("--shm-size and --gpus apply only when TARGET is an image")
+    if t.kind != "ssh" and (ssh_config or ssh_identity):
+        raise ConfigError("--ssh-config and --ssh-identity apply only to ssh:// targets")
+    for path in (ssh_config, ssh_identity):
+        if path and not Path(path).is_file():
+            raise ConfigError(
+                f"{path}: no such file", hint="give the ssh_config / private key file of the target"
+            )
     if gpus not in ("auto", "toolkit", "devices", "none"):
         raise ConfigError(f"--gpus {gpus!r}: use auto, toolkit, devices or none")
     for flag, value in (("--nccl-max-bytes", nccl_max_bytes),):
@@ -108,6 +117,8 @@ def validate_command(
         nccl_timeout_s=nccl_timeout,
         baseline_busbw_gbps=baseline_busbw,
         baseline_source=baseline_source,
+        ssh_config=str(Path(ssh_config).resolve()) if ssh_config else None,
+        ssh_identity_file=str(Path(ssh_identity).resolve()) if ssh_identity else None,
     )
     data: dict[str, Any]
     if t.kind == "image":

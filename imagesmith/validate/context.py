@@ -57,6 +57,8 @@ class SuiteOptions:
     baseline_busbw_gbps: float | None = None
     baseline_source: str = ""
     command_timeout_s: int = 300
+    ssh_config: str | None = None
+    ssh_identity_file: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -22,7 +22,13 @@ class ValidatePlugin:
         import testinfra
 
         self.options = options
-        self.context = Context(options, testinfra.get_host(options.target))
+        kwargs: dict[str, str] = {}
+        if options.target.startswith("ssh://"):
+            if options.ssh_config:
+                kwargs["ssh_config"] = options.ssh_config
+            if options.ssh_identity_file:
+                kwargs["ssh_identity_file"] = options.ssh_identity_file
+        self.context = Context(options, testinfra.get_host(options.target, **kwargs))
         self.outcomes: dict[str, CheckOutcome] = {}
         self.started = time.time()
         self.all_checks: list[str] = []
