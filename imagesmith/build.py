@@ -268,9 +268,8 @@ def push_cell(
     manifest = src.get_manifest(src_repo, pushed.digest)
     outcome.digest = manifest.digest
     outcome.size_compressed = manifest.compressed_size()
-    outcome.bytes_pushed_engine = max(
-        pushed.bytes_pushed, _uploaded_bytes(engine, staging_ref, manifest, pushed)
-    )
+    # compressed bytes of the uploaded layers (the push stream's progress counts uncompressed bytes)
+    outcome.bytes_pushed_engine = _uploaded_bytes(engine, staging_ref, manifest, pushed)
     for t in rest:
         report(cell.id, f"copy → {t.name}", None)
         try:
@@ -315,7 +314,7 @@ def _uploaded_bytes(engine: Engine, ref: str, manifest: ManifestData, pushed: Pu
     diff_ids = ((engine.inspect(ref) or {}).get("RootFS") or {}).get("Layers") or []
     layers = manifest.json().get("layers", [])
     if len(diff_ids) != len(layers):
-        return 0
+        return pushed.bytes_pushed
     short = set(pushed.pushed_ids)
     return sum(int(layer["size"]) for d, layer in zip(diff_ids, layers, strict=True) if d[7:19] in short)
 
