@@ -15,6 +15,7 @@ import pytest
 from imagesmith.errors import ManifestUnknownError, RegistryError
 from imagesmith.registry import (
     MANIFEST_V2,
+    Credentials,
     ManifestData,
     RegistryClient,
     copy_manifest,
@@ -235,3 +236,82 @@ def test_registry_stopped_mid_copy_fails_clearly_and_tags_nothing(
         reg.start()
         assert reg.client().list_tags(repo) == []  # no tag points at a partial image
         assert reg.client().manifest_digest(repo, "final") is None
+
+
+class _BearerRegistry:
+    """A minimal HTTP server speaking the Docker Hub/ACR token dance (challenge → realm → Bearer token)."""
+
+    def __init__(self, user: str, password: str) -> None:
+        import http.server
+        import threading
+
+        expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        self.token_requests: list[dict[str, str]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def _send(
+                self, code: int, body: dict[str, object], headers: dict[str, str] | None = None
+            ) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                from urllib.parse import parse_qs, urlparse
+
+                url = urlparse(self.path)
+                if url.path == "/token":
+                    query = {k: v[0] for k, v in parse_qs(url.query).items()}
+                    outer.token_requests.append(query)
+                    if self.headers.get("Authorization") != expected:
+                        self._send(401, {"details": "bad credentials"})
+                        return
+                    self._send(200, {"token": "tok-" + query.get("scope", "")})
+                    return
+                want = "Bearer tok-repository:org/app:pull"
+                if self.headers.get("Authorization") != want:
+                    challenge = (
+                        f'Bearer realm="http://{outer.addr}/token",service="test-registry",'
+                        'scope="repository:org/app:pull"'
+                    )
+                    self._send(
+                        401,
+                        {"errors": [{"code": "UNAUTHORIZED", "message": "token needed"}]},
+                        {"WWW-Authenticate": challenge},
+                    )
+                    return
+                self._send(200, {"name": "org/app", "tags": ["1.0", "2.0"]})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_bearer_token_flow_as_docker_hub_and_acr_do_it(tmp_path: Path) -> None:
+    reg = _BearerRegistry("robot", "token-secret")
+    try:
+        client = RegistryClient(
+            reg.addr, insecure=True, credentials=Credentials("robot", "token-secret"), attempts=1
+        )
+        assert client.list_tags("org/app") == ["1.0", "2.0"]
+        assert reg.token_requests == [{"service": "test-registry", "scope": "repository:org/app:pull"}]
+        bad = RegistryClient(reg.addr, insecure=True, credentials=Credentials("robot", "nope"), attempts=1)
+        with pytest.raises(RegistryError, match="token endpoint refused the credentials") as info:
+            bad.list_tags("org/app")
+        assert "nope" not in str(info.value)
+    finally:
+        reg.close()
