@@ -60,7 +60,11 @@ fi
 stamp=.venv/.imagesmith-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]] || ! .venv/bin/python -c 'import imagesmith' 2>/dev/null; then
     log "pip install -e '.[dev]'"
-    .venv/bin/python -m pip install -q -e '.[dev]'
+    mkdir -p "$STATE"
+    if ! .venv/bin/python -m pip install -q -e '.[dev]' >"$STATE/pip-install.log" 2>&1; then
+        tail -n 40 "$STATE/pip-install.log" >&2
+        exit 1
+    fi
     touch "$stamp"
 fi
 
