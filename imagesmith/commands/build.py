@@ -71,6 +71,8 @@ def build_command(
     preflight(m, plan, options)
     engine = Engine(backend=backend)  # type: ignore[arg-type]
     console = Console(stderr=True, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=True, highlight=False, width=200)
     console.print(
         f"matrix [bold]{m.name}[/]: {len(plan.cells)} cell(s), engine backend {engine.backend}"
         + (", push" if push else "")
@@ -143,7 +145,10 @@ def build_command(
             _human(o.bytes_pushed_engine),
             _human(o.bytes_copied_api),
         )
-    Console(highlight=False).print(table)
+    out = Console(highlight=False)
+    if not out.is_terminal:  # logs and CI: do not squeeze the table into 80 columns
+        out = Console(highlight=False, width=200)
+    out.print(table)
     if summary is not None:
         write_summary(summary, m.name, outcomes, engine.backend)
         console.print(f"summary written to {summary}")
