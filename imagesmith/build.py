@@ -49,12 +49,29 @@ FINGERPRINT_LABEL = "io.imagesmith.fingerprint"
 _FP_LEN = 20
 
 
-def fingerprint_tag(fingerprint: str) -> str:
-    return f"fp-{fingerprint[:_FP_LEN]}"
+SUITE_LABEL = "io.imagesmith.suite"
+_SUITE_LEN = 12
 
 
-def staging_tag(fingerprint: str) -> str:
-    return f"staging-{fingerprint[:_FP_LEN]}"
+def fingerprint_tag(fingerprint: str, suite: str = "") -> str:
+    """``fp-<fingerprint[:20]>-<suite[:12]>``: the image's identity (plan fingerprint + baked imagesmith)."""
+    return f"fp-{fingerprint[:_FP_LEN]}" + (f"-{suite[:_SUITE_LEN]}" if suite else "")
+
+
+def staging_tag(fingerprint: str, suite: str = "") -> str:
+    return f"staging-{fingerprint[:_FP_LEN]}" + (f"-{suite[:_SUITE_LEN]}" if suite else "")
+
+
+def suite_digest() -> str:
+    """sha256 of imagesmith's own (reproducible) wheel: the validation suite baked into every image.
+
+    The plan's fingerprint covers the rendered files, pins and sources, but not imagesmith's code, which
+    changes without a version bump; the skip decision therefore keys on both (tags and the
+    ``io.imagesmith.suite`` label), so a changed suite rebuilds its (small, last) layers instead of keeping a
+    stale one.
+    """
+    wheel = imagesmith_wheel()
+    return hashlib.sha256(wheel.read_bytes()).hexdigest()
 
 
 def candidate_tag(cell: Cell) -> str:
@@ -77,6 +94,7 @@ class CellOutcome:
     cell: str
     tag: str
     fingerprint: str
+    suite: str = ""
     status: str = "pending"  # built | pushed | skipped | retagged | failed
     reason: str = ""
     image_id: str = ""
@@ -226,7 +244,7 @@ def _where(target: RegistryTarget, exc: ImagesmithError) -> str:
 
 
 def registry_state(
-    cell: Cell, clients: dict[str, RegistryClient]
+    cell: Cell, clients: dict[str, RegistryClient], suite: str
 ) -> dict[str, tuple[str | None, str | None]]:
     """Per registry: (digest of the fp tag, digest of the candidate tag)."""
     out = {}
@@ -234,7 +252,7 @@ def registry_state(
         c = clients[t.name]
         repo = repo_path(t)
         out[t.name] = (
-            c.manifest_digest(repo, fingerprint_tag(cell.fingerprint)),
+            c.manifest_digest(repo, fingerprint_tag(cell.fingerprint, suite)),
             c.manifest_digest(repo, candidate_tag(cell)),
         )
     return out
@@ -246,10 +264,11 @@ def push_cell(
     clients: dict[str, RegistryClient],
     outcome: CellOutcome,
     report: Reporter,
+    suite: str = "",
 ) -> None:
     """Engine push to the first registry (staging tag), API copy to the rest, verify, then put final tags."""
     first, rest = cell.registries[0], cell.registries[1:]
-    staging_ref = f"{first.image}:{staging_tag(cell.fingerprint)}"
+    staging_ref = f"{first.image}:{staging_tag(cell.fingerprint, suite)}"
     report(cell.id, f"push → {first.name}", None)
     start = time.monotonic()
     pushed = engine.push(
@@ -259,7 +278,7 @@ def push_cell(
     )
     src = clients[first.name]
     src_repo = repo_path(first)
-    served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint))
+    served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint, suite))
     if served != pushed.digest:
         raise PushError(
             f"registry {first.name} ({first.host}) serves {served} for {staging_ref}, "
@@ -287,14 +306,14 @@ def push_cell(
     report(cell.id, "tag", None)
     for t in cell.registries:
         c = clients[t.name]
-        for tag in (fingerprint_tag(cell.fingerprint), candidate_tag(cell)):
+        for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
             try:
                 c.put_manifest(repo_path(t), tag, manifest)
             except ImagesmithError as exc:
                 raise PushError(_where(t, exc)) from exc
     for t in cell.registries:
         c = clients[t.name]
-        for tag in (fingerprint_tag(cell.fingerprint), candidate_tag(cell)):
+        for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
             got = c.manifest_digest(repo_path(t), tag)
             if got != manifest.digest:
                 raise PushError(
@@ -302,7 +321,7 @@ def push_cell(
                 )
         outcome.registries[t.name] = {
             "ref": f"{t.image}:{candidate_tag(cell)}",
-            "fingerprint_ref": f"{t.image}:{fingerprint_tag(cell.fingerprint)}",
+            "fingerprint_ref": f"{t.image}:{fingerprint_tag(cell.fingerprint, suite)}",
             "digest": manifest.digest,
         }
     outcome.push_s = time.monotonic() - start
@@ -359,6 +378,8 @@ def _build_cell(
     outcome: CellOutcome,
 ) -> None:
     clients: dict[str, RegistryClient] = {}
+    suite = suite_digest()
+    outcome.suite = suite
     if options.push:
         if not cell.registries:
             raise PushError(
@@ -367,7 +388,7 @@ def _build_cell(
         clients = {t.name: registry_client(t) for t in cell.registries}
         if not options.force:
             report(cell.id, "check registries", None)
-            state = registry_state(cell, clients)
+            state = registry_state(cell, clients, suite)
             fps = {fp for fp, _ in state.values()}
             if None not in fps and len(fps) == 1:
                 digest = str(next(iter(fps)))
@@ -387,7 +408,7 @@ def _build_cell(
     elif not options.force:
         data = engine.inspect(local_ref(cell))
         labels = ((data or {}).get("Config") or {}).get("Labels") or {}
-        if labels.get(FINGERPRINT_LABEL) == cell.fingerprint:
+        if labels.get(FINGERPRINT_LABEL) == cell.fingerprint and labels.get(SUITE_LABEL) == suite:
             outcome.status = "skipped"
             outcome.reason = "image with this fingerprint already built locally"
             outcome.image_id = str((data or {}).get("Id", ""))
@@ -397,12 +418,13 @@ def _build_cell(
     context = stage_context(cell, matrix, options.config, staging_root)
     tags = [local_ref(cell)]
     if options.push:
-        tags.append(f"{cell.registries[0].image}:{staging_tag(cell.fingerprint)}")
+        tags.append(f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}")
     b_start = time.monotonic()
     result = engine.build(
         context=context,
         tags=tags,
         build_args=build_args(cell, options.config),
+        labels={SUITE_LABEL: suite},
         no_cache=False,
         on_event=lambda ev: report(cell.id, "build", ev),
         what=f"cell {cell.id}",
@@ -422,7 +444,7 @@ def _build_cell(
     outcome.size_uncompressed = int((engine.inspect(result.image_id) or {}).get("Size", 0))
     outcome.status = "built"
     if options.push:
-        push_cell(cell, engine, clients, outcome, report)
+        push_cell(cell, engine, clients, outcome, report, suite)
         outcome.status = "pushed"
 
 
@@ -484,5 +506,6 @@ __all__ = [
     "fingerprint_tag",
     "run_build",
     "staging_tag",
+    "suite_digest",
     "write_summary",
 ]

@@ -24,6 +24,7 @@ from imagesmith.build import (
     registry_client,
     repo_path,
     staging_tag,
+    suite_digest,
 )
 from imagesmith.config import UserConfig
 from imagesmith.engine import Engine
@@ -85,7 +86,7 @@ def _small_image(engine: Engine, tmp_path: Path, cell: Cell, size: int = 300_000
         f"FROM {BASE}\nRUN echo {cell.fingerprint} > /fp && head -c {size} /dev/urandom > /blob\n"
         f"LABEL io.imagesmith.fingerprint={cell.fingerprint}\n"
     )
-    ref = f"{cell.registries[0].image}:{staging_tag(cell.fingerprint)}"
+    ref = f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite_digest())}"
     engine.build(context=ctx, tags=[ref])
     return ref
 
@@ -109,13 +110,16 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
     ref = _small_image(engine, tmp_path, cell)
     outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
     clients = {t.name: registry_client(t) for t in targets}
-    push_cell(cell, engine, clients, outcome, lambda *a: None)
+    suite = suite_digest()
+    push_cell(cell, engine, clients, outcome, lambda *a: None, suite)
     assert outcome.bytes_pushed_engine > 300_000  # compressed + uploaded by the engine once …
     assert outcome.bytes_copied_api > 300_000  # … and copied registry to registry, not pushed twice
     for t in targets:
         assert clients[t.name].manifest_digest(repo, candidate_tag(cell)) == outcome.digest
-        assert clients[t.name].manifest_digest(repo, fingerprint_tag(cell.fingerprint)) == outcome.digest
-    assert _tags(targets[1], cell) == sorted([candidate_tag(cell), fingerprint_tag(cell.fingerprint)])
+        assert (
+            clients[t.name].manifest_digest(repo, fingerprint_tag(cell.fingerprint, suite)) == outcome.digest
+        )
+    assert _tags(targets[1], cell) == sorted([candidate_tag(cell), fingerprint_tag(cell.fingerprint, suite)])
 
     # the next build of the same fingerprint: nothing built, nothing pushed
     engine.remove(ref)
@@ -130,7 +134,7 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
     # a missing candidate tag with the fingerprint present: only the tag is put back, no build
     clients["tls"].delete_manifest(repo, outcome.digest)
     clients["tls"].put_manifest(
-        repo, fingerprint_tag(cell.fingerprint), clients["plain"].get_manifest(repo, outcome.digest)
+        repo, fingerprint_tag(cell.fingerprint, suite), clients["plain"].get_manifest(repo, outcome.digest)
     )
     retag = build_cell(cell, load_matrix("smoke"), engine, BuildOptions(push=True), tmp_path / "staging")
     assert retag.status == "retagged"
@@ -153,11 +157,18 @@ def test_read_only_second_registry_fails_and_no_final_tag_anywhere(
         clients = {t.name: registry_client(t) for t in targets}
         clients["ro"].attempts = 2
         with pytest.raises(PushError) as info:
-            push_cell(cell, engine, clients, CellOutcome(cell="c", tag="t", fingerprint="f"), lambda *a: None)
+            push_cell(
+                cell,
+                engine,
+                clients,
+                CellOutcome(cell="c", tag="t", fingerprint="f"),
+                lambda *a: None,
+                suite_digest(),
+            )
         assert "registry ro" in str(info.value)
         assert ro.addr in str(info.value)
         # nothing final anywhere: only the complete staging manifest in the first registry
-        assert _tags(targets[0], cell) == [staging_tag(cell.fingerprint)]
+        assert _tags(targets[0], cell) == [staging_tag(cell.fingerprint, suite_digest())]
         assert _tags(targets[1], cell) == []
         engine.remove(ref)
 
@@ -215,7 +226,14 @@ def test_wrong_password_names_the_registry_and_pushes_nothing(
     ref = _small_image(engine, tmp_path, cell)
     clients = {t.name: registry_client(t) for t in targets}
     with pytest.raises(PushError) as info:
-        push_cell(cell, engine, clients, CellOutcome(cell="c", tag="t", fingerprint="f"), lambda *a: None)
+        push_cell(
+            cell,
+            engine,
+            clients,
+            CellOutcome(cell="c", tag="t", fingerprint="f"),
+            lambda *a: None,
+            suite_digest(),
+        )
     assert "tls" in str(info.value)
     assert "wrong-password" not in str(info.value)
     assert regs.auth_client().list_tags(repo) == []

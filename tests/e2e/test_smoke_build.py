@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith.build import candidate_tag, fingerprint_tag, repo_path
+from imagesmith.build import candidate_tag, fingerprint_tag, repo_path, staging_tag
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import build_plan
@@ -93,12 +93,15 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
         client: RegistryClient = clients[target.name]
         repo = repo_path(target)
         assert client.manifest_digest(repo, candidate_tag(cell)) == digest, target.name
-        assert client.manifest_digest(repo, fingerprint_tag(cell.fingerprint)) == digest, target.name
+        assert client.manifest_digest(repo, fingerprint_tag(cell.fingerprint, row["suite"])) == digest, (
+            target.name
+        )
         manifest = client.get_manifest(repo, digest)
         config_digest = manifest.json()["config"]["digest"]
         with client.get_blob(repo, config_digest) as resp:
             labels = json.loads(resp.content)["config"]["Labels"]
         assert labels["io.imagesmith.fingerprint"] == cell.fingerprint
+        assert labels["io.imagesmith.suite"] == row["suite"]
         assert labels["io.imagesmith.torch"] == cell.torch
         assert labels["io.imagesmith.cuda"] == cell.cuda
 
@@ -108,7 +111,7 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
     ref = f"{tls.image}:{candidate_tag(cell)}"
     for name in (
         f"imagesmith/{cell.matrix}:{cell.id}",
-        f"{cell.registries[0].image}:staging-{cell.fingerprint[:20]}",
+        f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, row['suite'])}",
         ref,
     ):
         engine.remove(name, force=True)
