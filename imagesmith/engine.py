@@ -428,12 +428,26 @@ class Engine:
             pushed_ids=tuple(sorted(pushed)),
         )
 
-    def pull(self, reference: str, *, credentials: Credentials | None = None) -> str:
-        """Pull *reference*; returns the image id. Stream errors become EngineError."""
-        repo, tag = split_tag(reference)
+    def pull(
+        self,
+        reference: str,
+        *,
+        credentials: Credentials | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> str:
+        """Pull *reference* (``repo:tag`` or ``repo@sha256:…``); returns the image id.
+
+        Stream errors become EngineError; *progress* gets each decoded chunk (status, id, progressDetail).
+        """
+        if "@" in reference:
+            repo, tag = reference.split("@", 1)  # the Engine API takes the digest in the tag parameter
+        else:
+            repo, tag = split_tag(reference)
         auth = {"username": credentials.username, "password": credentials.password} if credentials else None
         try:
             for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
+                if progress is not None:
+                    progress(chunk)
                 if chunk.get("errorDetail") or "error" in chunk:
                     msg = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
                     raise EngineError(f"pull of {reference} failed: {msg}")

@@ -148,3 +148,24 @@ def test_run_container_shm_env_ulimits_and_always_removed(
     with pytest.raises(EngineError, match="did not finish within 2 s"):
         engine.run_container(f"{image_name}:run", ["sleep", "60"], timeout_s=2)
     assert {c.id for c in engine.client.containers.list(all=True)} == before
+
+
+@pytest.mark.docker
+@pytest.mark.registry
+def test_pull_by_digest_with_progress(
+    engine: Engine, context: Path, image_name: str, regs: LocalRegistries
+) -> None:
+    ref = f"{regs.plain}/{image_name}:pull"
+    engine.build(context=context, tags=[ref], build_args={"BASE_IMAGE": BASE})
+    digest = engine.push(ref).digest
+    engine.remove(ref)
+    chunks: list[dict[str, object]] = []
+    image_id = engine.pull(f"{regs.plain}/{image_name}@{digest}", progress=chunks.append)
+    assert image_id.startswith("sha256:")
+    assert any("status" in c for c in chunks)
+    data = engine.inspect(f"{regs.plain}/{image_name}@{digest}")
+    assert data is not None
+    assert f"{regs.plain}/{image_name}@{digest}" in data["RepoDigests"]
+    with pytest.raises(EngineError, match="pull of"):
+        engine.pull(f"{regs.plain}/{image_name}@sha256:" + "0" * 64)
+    engine.client.images.remove(image_id, force=True)
