@@ -120,6 +120,9 @@ class BuildOptions:
     config: UserConfig = field(default_factory=UserConfig)
     staging_root: Path | None = None
     keep_going: bool = False
+    #: extra wheels copied into every context's wheels/ (cells that install with --no-index, e.g. torch from
+    #: the base image on an offline GPU host)
+    wheels_dir: Path | None = None
 
 
 Reporter = Callable[[str, str, BuildEvent | None], None]
@@ -198,7 +201,9 @@ def check_context_current(matrix: Matrix, plan: BuildPlan) -> None:
     check_rendered(render_plan(build_plan(matrix)), [matrix_dir(matrix)])
 
 
-def stage_context(cell: Cell, matrix: Matrix, config: UserConfig, staging_root: Path) -> Path:
+def stage_context(
+    cell: Cell, matrix: Matrix, config: UserConfig, staging_root: Path, wheels_dir: Path | None = None
+) -> Path:
     """Copy the cell's committed context and fill sources/, wheels/, certs/. Returns the staged folder."""
     src = REPO_ROOT / cell.context
     if not (src / "Dockerfile").is_file():
@@ -213,6 +218,10 @@ def stage_context(cell: Cell, matrix: Matrix, config: UserConfig, staging_root: 
     archive = cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=cell.matrix)
     shutil.copy2(archive, dest / "sources" / archive.name)
     shutil.copy2(imagesmith_wheel(), dest / "wheels")
+    if wheels_dir is not None:
+        for wheel in sorted(wheels_dir.glob("*.whl")):
+            if not wheel.name.startswith("imagesmith-"):
+                shutil.copy2(wheel, dest / "wheels" / wheel.name)
     if config.extra_ca is not None:
         shutil.copyfile(config.extra_ca, dest / "certs" / "extra-ca.crt")
     return dest
@@ -415,7 +424,7 @@ def _build_cell(
             outcome.size_uncompressed = int((data or {}).get("Size", 0))
             return
     report(cell.id, "stage context", None)
-    context = stage_context(cell, matrix, options.config, staging_root)
+    context = stage_context(cell, matrix, options.config, staging_root, options.wheels_dir)
     tags = [local_ref(cell)]
     if options.push:
         tags.append(f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}")
@@ -452,6 +461,10 @@ def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
     """What must hold before any build starts: current dockerfiles/, sources in the cache, sane options."""
     if options.jobs < 1:
         raise BuildError(f"--jobs {options.jobs}: must be at least 1")
+    if options.wheels_dir is not None and not any(options.wheels_dir.glob("*.whl")):
+        raise BuildError(
+            f"--wheels {options.wheels_dir}: no *.whl files there", hint="give a folder of wheels"
+        )
     check_context_current(matrix, plan)
     cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=matrix.name)
 

@@ -257,3 +257,25 @@ def test_bad_jobs_and_backend_flags(run_cli: Callable[..., Any]) -> None:
     result = run_cli("build", "--matrix", "smoke", "--jobs", "0")
     assert result.exit_code == 5
     assert "--jobs 0: must be at least 1" in result.stderr
+
+
+def test_stage_context_fills_sources_wheels_and_certs(tmp_path: Path) -> None:
+    from imagesmith.build import stage_context
+
+    matrix = load_matrix("smoke")
+    cell = build_plan(matrix).cells[0]
+    ca = tmp_path / "ca.crt"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    extra = tmp_path / "wheels"
+    extra.mkdir()
+    (extra / "demo-1.0-py3-none-any.whl").write_bytes(b"PK")
+    ctx = stage_context(cell, matrix, UserConfig(extra_ca=ca), tmp_path / "staging", extra)
+    assert (ctx / "Dockerfile").read_text() == (
+        Path(__file__).parents[1] / cell.context / "Dockerfile"
+    ).read_text()
+    assert (ctx / "sources" / f"nccl-tests-{cell.nccl_tests_commit}.tar").is_file()
+    names = sorted(p.name for p in (ctx / "wheels").glob("*.whl"))
+    assert len(names) == 2
+    assert names[0] == "demo-1.0-py3-none-any.whl"
+    assert names[1].startswith("imagesmith-")
+    assert (ctx / "certs" / "extra-ca.crt").read_text() == ca.read_text()

@@ -53,6 +53,10 @@ def build_command(
             "--registry-mirror", help="HOST=PREFIX: pull base images of HOST from PREFIX (repeatable)."
         ),
     ] = None,
+    wheels: Annotated[
+        Path | None,
+        typer.Option("--wheels", help="Copy these wheels (*.whl in DIR) into every build context's wheels/."),
+    ] = None,
     backend: Annotated[
         str, typer.Option("--backend", help="auto | buildkit (docker CLI) | sdk (Engine API).")
     ] = "auto",
@@ -67,7 +71,7 @@ def build_command(
         raise ConfigError(f"--backend {backend!r}: expected auto, buildkit or sdk")
     config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
     m, plan = load_plan(matrix, only)
-    options = BuildOptions(push=push, force=force, jobs=jobs, config=config)
+    options = BuildOptions(push=push, force=force, jobs=jobs, config=config, wheels_dir=wheels)
     preflight(m, plan, options)
     engine = Engine(backend=backend)  # type: ignore[arg-type]
     console = Console(stderr=True, highlight=False)
