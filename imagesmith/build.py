@@ -2,7 +2,8 @@
 
 For each cell of a plan:
 
-1. **Skip.** With ``--push``: every registry of the cell is asked for ``fp-<fingerprint[:20]>``; when all of
+1. **Skip.** With ``--push``: every registry of the cell is asked for ``fp-<fingerprint[:20]>-<suite[:12]>``
+   (``suite``: sha256 of the baked imagesmith wheel, see :func:`suite_digest`); when all of
    them hold it (same digest) and the candidate tag points at it, nothing is built or pushed. When the
    fingerprint is there but a candidate tag is not, only the tag is put (no build). Without ``--push``: a
    local image whose ``io.imagesmith.fingerprint`` label equals the cell's is reused. ``--force`` disables
