@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up a fresh Debian bookworm machine (as root) for imagesmith; idempotent, a second run takes seconds.
 #   1. Debian packages: docker.io docker-registry debootstrap apache2-utils openssl curl git python3-venv
+#      openssh-client, and openssh-server with its system service switched off (never started or enabled:
+#      tests/test_validate_ssh.py runs an sshd of its own on 127.0.0.1)
 #   2. .venv with `pip install -e '.[dev]'`
 #   3. dockerd + two local registries (scripts/services.sh): plain 127.0.0.1:5000, htpasswd + TLS 127.0.0.1:5443
 #   4. the debian:bookworm base: debootstrap --variant=minbase (rootfs tarball cached) + docker import, pushed to
@@ -40,7 +42,8 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 # 1. packages -----------------------------------------------------------------------------------------------
-PKGS=(docker.io docker-registry debootstrap apache2-utils openssl curl git ca-certificates python3-venv python3-pip)
+PKGS=(docker.io docker-registry debootstrap apache2-utils openssl curl git ca-certificates python3-venv python3-pip
+    openssh-client)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
@@ -50,6 +53,32 @@ if ((${#missing[@]})); then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# openssh-server, for the ssh:// validation test's own sshd (127.0.0.1, a free port, a config of its own). No
+# system sshd: Debian's switch /etc/ssh/sshd_not_to_be_run (honoured by ssh.service, ssh.socket and
+# /etc/init.d/ssh) goes in first, a policy-rc.d keeps the package from starting it, and its service is disabled
+if ! dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q 'install ok installed'; then
+    log "installing openssh-server (system sshd switched off: /etc/ssh/sshd_not_to_be_run)"
+    mkdir -p /etc/ssh
+    touch /etc/ssh/sshd_not_to_be_run
+    guard=""
+    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+        printf '#!/bin/sh\n# imagesmith setup.sh: start no service while installing openssh-server\nexit 101\n' \
+            >/usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        guard=1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    ((${#missing[@]})) || apt-get update -qq
+    rc=0
+    apt-get install -y -qq --no-install-recommends openssh-server >/dev/null || rc=$?
+    [[ -n $guard ]] && rm -f /usr/sbin/policy-rc.d
+    ((rc == 0)) || exit "$rc"
+    if command -v deb-systemd-helper >/dev/null; then
+        deb-systemd-helper disable ssh.service ssh.socket >/dev/null 2>&1 || true
+    fi
+    update-rc.d ssh disable >/dev/null 2>&1 || true
 fi
 
 # 2. virtualenv ---------------------------------------------------------------------------------------------

@@ -68,6 +68,19 @@ class SuiteOptions:
         return cls(**json.loads(text))
 
 
+def target_host(options: SuiteOptions) -> Any:
+    """The testinfra host of ``options.target`` (``ssh://`` with ``--ssh-config``/``--ssh-identity``)."""
+    import testinfra
+
+    kwargs: dict[str, str] = {}
+    if options.target.startswith("ssh://"):
+        if options.ssh_config:
+            kwargs["ssh_config"] = options.ssh_config
+        if options.ssh_identity_file:
+            kwargs["ssh_identity_file"] = options.ssh_identity_file
+    return testinfra.get_host(options.target, **kwargs)
+
+
 @dataclass
 class CheckRecord:
     figures: dict[str, Any] = field(default_factory=dict)

@@ -13,22 +13,14 @@ from typing import Any
 
 import pytest
 
-from imagesmith.validate.context import OPTIONS_ENV, Context, SuiteOptions
+from imagesmith.validate.context import OPTIONS_ENV, Context, SuiteOptions, target_host
 from imagesmith.validate.report import CheckOutcome, write_bundle
 
 
 class ValidatePlugin:
     def __init__(self, options: SuiteOptions) -> None:
-        import testinfra
-
         self.options = options
-        kwargs: dict[str, str] = {}
-        if options.target.startswith("ssh://"):
-            if options.ssh_config:
-                kwargs["ssh_config"] = options.ssh_config
-            if options.ssh_identity_file:
-                kwargs["ssh_identity_file"] = options.ssh_identity_file
-        self.context = Context(options, testinfra.get_host(options.target, **kwargs))
+        self.context = Context(options, target_host(options))
         self.outcomes: dict[str, CheckOutcome] = {}
         self.started = time.time()
         self.all_checks: list[str] = []

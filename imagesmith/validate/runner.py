@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from imagesmith.errors import ConfigError, ValidationFailed
-from imagesmith.validate.context import OPTIONS_ENV, SuiteOptions
+from imagesmith.validate.context import OPTIONS_ENV, SuiteOptions, target_host
 
 SUITE_DIR = Path(__file__).resolve().parent / "suite"
 
@@ -47,10 +48,73 @@ def pytest_argv(options: SuiteOptions, *, select: str | None, ini: Path) -> list
     return argv
 
 
+def _ssh_by_hand(options: SuiteOptions) -> str:
+    """The plain ssh command line that does what the suite's connection does (for the error's fix)."""
+    from testinfra.backend.base import BaseBackend
+
+    spec = BaseBackend.parse_hostspec(options.target.removeprefix("ssh://"))
+    argv = ["ssh"]
+    if options.ssh_config:
+        argv += ["-F", options.ssh_config]
+    if options.ssh_identity_file:
+        argv += ["-i", options.ssh_identity_file]
+    if spec.port:
+        argv += ["-p", spec.port]
+    argv += [f"{spec.user}@{spec.name}" if spec.user else spec.name, "true"]
+    return " ".join(shlex.quote(a) for a in argv)
+
+
+def _ssh_fix(why: str, options: SuiteOptions) -> str:
+    by_hand = _ssh_by_hand(options)
+    low = why.lower()
+    if "permission denied" in low:
+        return (
+            "the host refused the login: use the right user in the target (ssh://USER@host) and a key it "
+            "accepts (--ssh-identity KEY, whose .pub is in that user's ~/.ssh/authorized_keys there, or a "
+            f"key in your ssh agent); try `{by_hand}`"
+        )
+    if "connection refused" in low:
+        return (
+            "nothing accepts ssh connections there: check the host and port of the target "
+            f"(ssh://user@host:PORT) and that sshd runs on it; try `{by_hand}`"
+        )
+    if "host key verification failed" in low or "host identification has changed" in low:
+        return (
+            "the host's key is not in your known_hosts (or it changed): connect once by hand to check and "
+            f"accept it (`{by_hand}`), or give --ssh-config with the right UserKnownHostsFile"
+        )
+    if "not found" in low and "ssh" in low:
+        return "install the OpenSSH client here (Debian/Ubuntu: apt-get install openssh-client)"
+    if "timed out" in low or "resolve" in low or "no route" in low or "unreachable" in low:
+        return f"check the host name/address and that its ssh port is reachable from here; try `{by_hand}`"
+    return f"run `{by_hand}` to see why"
+
+
+def check_ssh_target(options: SuiteOptions) -> None:
+    """One ``true`` over the same ssh connection the suite uses, before the suite starts: a target that cannot
+    be reached (closed port, refused key, unknown host key, no ssh client) is one ConfigError that names the
+    host and the fix, not eighteen failed checks.
+    """
+    host = target_host(options)
+    label = options.target_label or options.target
+    try:
+        result = host.run("true")
+    except RuntimeError as exc:  # testinfra's ssh backend raises on ssh's own exit code 255
+        result = exc.args[0] if exc.args else None
+    if result is not None and result.rc == 0:
+        return
+    stderr = getattr(result, "stderr", "") or ""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    why = lines[-1] if lines else f"ssh exited with code {getattr(result, 'rc', '?')} and said nothing"
+    raise ConfigError(f"cannot reach {label} over ssh: {why}", hint=_ssh_fix(why, options))
+
+
 def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, Any]:
     """Run every check against ``options.target``; write the bundle to ``options.report_dir``; return
-    report.json.
+    report.json. An ``ssh://`` target is tried first (:func:`check_ssh_target`).
     """
+    if options.target.startswith("ssh://"):
+        check_ssh_target(options)
     report_dir = Path(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     report_json = report_dir / "report.json"
