@@ -5,10 +5,11 @@ combinations, each dropped with a reason (``imagesmith plan --explain``):
 
 - the torch release publishes no wheel for that variant; - the Python version is outside the release's
 supported range; - a target GPU's architecture is not covered by the variant's compiled arch list (arch
-coverage ``none``); - the devel flavor has no ``nvidia/cuda:<X.Y.Z>-devel-<os>`` image for the variant's CUDA
-in ``[base].devel_images``, or the torch comes from the base image; - an ``[[exclude]]`` rule matches; - there
-is no lock file for (torch, variant, python): the plan never floats a version, so such a cell is dropped with
-the command that creates the lock (``imagesmith lock``, run where the variant's index is reachable).
+coverage ``none``); - the devel flavor of a CUDA 11/12 variant has no ``nvidia/cuda:<X.Y.Z>-devel-<os>``
+image in ``[base].devel_images`` (CUDA 13 devel cells are the runtime image plus the pip nvcc wheels), or the
+torch comes from the base image; - an ``[[exclude]]`` rule matches; - there is no lock file for (torch,
+variant, python): the plan never floats a version, so such a cell is dropped with the command that creates
+the lock (``imagesmith lock``, run where the variant's index is reachable).
 
 Each cell carries its exact pins, min drivers, ``NVIDIA_REQUIRE_CUDA``, nccl-tests gencode and a content
 fingerprint (sha256 over the rendered files, pins, source checksums and base image names).
@@ -315,17 +316,20 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
             drop(f"{variant_name} wheels of torch {torch} have no kernels for " + "; ".join(uncovered))
             continue
         devel_image = matrix.base.devel_image(variant.cuda)
+        major = int(variant.cuda.split(".")[0])
+        # CUDA 13 pip wheels carry nvcc: a devel cell is the runtime image plus those wheels (and g++/make),
+        # so it needs no nvidia/cuda devel image and shares every layer up to torch with the runtime cell.
+        pip_devel = major >= 13 and matrix.nccl_tests.toolkit != "base"
         if flavor == "devel":
             if matrix.torch.source == "base":
                 drop("devel flavor: torch comes from the base image, which already is the whole environment")
                 continue
-            if devel_image is None:
+            if devel_image is None and not pip_devel:
                 drop(
                     f"devel flavor needs an nvidia/cuda:{variant.cuda}.x-devel image: add "
                     f'"{variant.cuda}" to base.devel_images'
                 )
                 continue
-        major = int(variant.cuda.split(".")[0])
         if matrix.nccl_tests.toolkit == "base":
             toolkit, builder_image = "base", matrix.base.image
         elif major >= 13:
@@ -396,7 +400,7 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
                 os=matrix.base.os,
                 base_image=matrix.base.image,
                 builder_image=builder_image,
-                devel_image=devel_image if flavor == "devel" else None,
+                devel_image=devel_image if flavor == "devel" and not pip_devel else None,
                 nccl_toolkit=toolkit,
                 index_url=None if pypi_default else variant.index_url,
                 pypi_default=pypi_default,

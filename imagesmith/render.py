@@ -77,8 +77,11 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "site_packages": site_packages(cell),
         "nccl_tests_bin": NCCL_TESTS_BIN,
         "cuda_major": cell.cuda.split(".")[0],
+        "cuda_home": f"{site_packages(cell)}/nvidia/cu{cell.cuda.split('.')[0]}",
     }
-    header = f"# {HEADER}\n# {cell.id}: pins from {cell.lock_file}\n"
+    # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
+    # requirements.txt, so the torch layer is one layer (built once, pushed once).
+    header = f"# {HEADER}\n# pins from {cell.lock_file}\n"
     files = {
         "Dockerfile": _render("Dockerfile.j2", **context),
         "entrypoint.sh": _render("entrypoint.sh.j2", **context),

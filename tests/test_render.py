@@ -122,6 +122,33 @@ def test_dockerfile_content_smoke() -> None:
     assert "pytest-testinfra==" in reqs
 
 
+def test_cuda13_devel_is_the_runtime_image_plus_pip_nvcc_layers() -> None:
+    """smoke-devel's cell: FROM the plain base, every final-stage instruction of the smoke runtime cell up to
+    imagesmith's layer identical (same requirements.txt: no cell id in it), the devel layers after."""
+    (runtime,) = build_plan(load_matrix("smoke")).cells
+    (devel,) = build_plan(load_matrix("smoke-devel")).cells
+    assert (devel.flavor, devel.devel_image, devel.nccl_toolkit) == ("devel", None, "pip")
+    rt, dv = render_cell_files(runtime), render_cell_files(devel)
+    assert rt["requirements.txt"] == dv["requirements.txt"]
+
+    def final_stage(text: str) -> list[str]:
+        lines = [ln for ln in text.split("# Stage 2:")[1].splitlines()[1:] if ln and not ln.startswith("#")]
+        return lines
+
+    shared = final_stage(rt["Dockerfile"])
+    shared = shared[: next(i for i, ln in enumerate(shared) if "imagesmith-*.whl" in ln) + 3]
+    assert shared[0] == "FROM ${BASE_IMAGE}"
+    assert final_stage(dv["Dockerfile"])[: len(shared)] == shared
+    devel_only = "\n".join(final_stage(dv["Dockerfile"])[len(shared) :])
+    assert "apt-get install -y --no-install-recommends g++ make" in devel_only
+    assert "-r /tmp/ctx/builder-requirements.txt" in devel_only
+    assert "nvidia-cuda-nvcc==13.0.88" in dv["builder-requirements.txt"]
+    cuda_home = "/opt/venv/lib/python3.11/site-packages/nvidia/cu13"
+    assert f"ENV CUDA_HOME={cuda_home}" in devel_only
+    assert f"ENV PATH=/opt/venv/bin:{cuda_home}/bin:" in devel_only
+    assert "CUDA_HOME" not in "\n".join(final_stage(rt["Dockerfile"]))
+
+
 def test_cuda12_builder_is_devel_image() -> None:
     cell = build_plan(load_matrix("a100")).cell("2.3.1-cu118-py3.10-runtime-ubuntu22.04")
     text = render_cell_files(cell)["Dockerfile"]
