@@ -81,8 +81,9 @@ def test_cuda13_devel_cell_shares_the_torch_layer_and_has_nvcc(regs: LocalRegist
     new = [x for x in dv_layers if x["digest"] not in {y["digest"] for y in rt_layers}]
     assert new, "the devel cell has no layers of its own"
     new_bytes = sum(int(x["size"]) for x in new)
-    # the engine uploaded the devel layers only, never torch's again
-    assert 0 < int(str(row["bytes_pushed_engine"])) <= new_bytes + 1_000_000, (row, new_bytes)
+    # the engine uploaded the devel layers at most, never torch's again (0 when an earlier run on this machine
+    # already left the devel layers in the registry: the engine then reports every layer as already there)
+    assert 0 <= int(str(row["bytes_pushed_engine"])) <= new_bytes + 1_000_000, (row, new_bytes)
     assert new_bytes < int(torch_layer["size"]) // 5
 
     engine = Engine()
