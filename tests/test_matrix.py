@@ -146,8 +146,11 @@ def test_malformed_registries_file_is_named(tmp_path: Path, run_cli: Callable[..
 
 def test_registry_routing(tmp_path: Path) -> None:
     a100 = load_matrix("a100")
-    assert {r.name for r in a100.registries} == {"local-plain", "local-tls"}
-    regs = {r.name: r for r in a100.registries}
+    assert {r.name for r in a100.registries} == {"dockerhub", "ghcr", "acr-hangzhou"}
+    assert {r.name: r.image for r in a100.registries}["ghcr"] == "ghcr.io/imagesmith/torch"
+    smoke = load_matrix("smoke")
+    regs = {r.name: r for r in smoke.registries}
+    assert set(regs) == {"local-plain", "local-tls"}
     assert regs["local-plain"].image == "127.0.0.1:5000/imagesmith/torch"
     assert regs["local-plain"].insecure
     assert not regs["local-tls"].insecure
