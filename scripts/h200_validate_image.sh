@@ -9,6 +9,9 @@
 #   4. `imagesmith validate IMAGE --expect-count N --expect-gpu H200 --expect-nvlink` (timed): the container gets
 #      the GPUs through /dev/nvidia* + the read-only driver tree (no NVIDIA container toolkit there)
 #   5. negative control: the same image with --shm-size 64m, shm checks only
+#   6. plain all_reduce_perf (the suite's arguments, three rounds) in a container of the same image with the same
+#      flags, and on the host itself (nccl-tests built there in the background from .carry/nccl-tests.tar.gz,
+#      sm_90, against the host torch's NCCL); comparison.txt: suite busbw / plain busbw, suite wall time
 #
 #   bash scripts/h200_validate_image.sh OUTDIR [EXPECT_COUNT]
 set -uo pipefail
@@ -25,6 +28,19 @@ log() { printf '[%s] %s\n' "$(date +%T)" "$*" | tee -a "$OUT/steps.txt"; }
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl
 export PYTHONPATH="/tmp/site:$PWD"
 py() { python3 - "$@"; }
+
+# 0. host nccl-tests for the plain comparison, in the background (16 jobs; the import below is I/O bound) -----
+NCCL_PKG="$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')"
+if [[ ! -x /tmp/nccl-tests/build/all_reduce_perf ]]; then
+    mkdir -p /tmp/nccl-home/lib
+    ln -sfn "$NCCL_PKG/include" /tmp/nccl-home/include
+    ln -sf "$NCCL_PKG/lib/libnccl.so.2" /tmp/nccl-home/lib/libnccl.so
+    rm -rf /tmp/nccl-tests && tar -xzf .carry/nccl-tests.tar.gz -C /tmp
+    make -C /tmp/nccl-tests/src -j16 CUDA_HOME=/usr/local/cuda NCCL_HOME=/tmp/nccl-home CUDARTLIB=cudart_static \
+        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/nccl-tests/build \
+        >"$OUT/host-nccl-tests-build.log" 2>&1 &
+    HOST_MAKE=$!
+fi
 
 # 1. engine ---------------------------------------------------------------------------------------------------
 if ! py <<'EOF' 2>/dev/null; then
@@ -84,12 +100,11 @@ EOF
     ls "$IMAGESMITH_CACHE/wheels/$digest"/imagesmith-*.whl >/dev/null 2>&1 ||
         SOURCE_DATE_EPOCH=315532800 python3 -m pip wheel -q --no-deps --no-build-isolation \
             -w "$IMAGESMITH_CACHE/wheels/$digest" . >"$OUT/wheel.log" 2>&1
-    # the suite's pinned wheels (requirements.txt of the cell): build.py does not fill them for base cells yet
-    cp .carry/ctxwheels/*.whl "dockerfiles/h200-host/$CELL/wheels/"
-    log "imagesmith build --matrix h200-host --backend sdk"
+    # the suite's pinned wheels (requirements.txt of the cell; no index there): --wheels puts them in the context
+    log "imagesmith build --matrix h200-host --backend sdk --wheels .carry/ctxwheels"
     t0=$(date +%s)
-    python3 -m imagesmith build --matrix h200-host --backend sdk --summary "$OUT/build-summary.json" \
-        >"$OUT/build.log" 2>&1
+    python3 -m imagesmith build --matrix h200-host --backend sdk --wheels .carry/ctxwheels \
+        --summary "$OUT/build-summary.json" >"$OUT/build.log" 2>&1
     rc=$?
     log "build exit $rc in $(($(date +%s) - t0)) s"
     tail -20 "$OUT/build.log"
@@ -117,6 +132,70 @@ if [[ ! -f $OUT/image-shm64m/report.json ]]; then
     log "validate IMAGE --shm-size 64m exit $?"
     grep -E "FAILED|PASSED|verdict" "$OUT/image-shm64m.txt" | tail -6
 fi
+# 6. plain all_reduce_perf: in the image (same container flags as validate) and on the host ------------------
+ARGS=(-b 8 -e 1G -f 2 -g "$N" -c 1 -n 20 -w 5)
+if [[ ! -f $OUT/plain-image-allreduce-3.log ]]; then
+    log "plain all_reduce_perf ${ARGS[*]} in $IMAGE, three rounds"
+    py "$IMAGE" "$OUT" "${ARGS[@]}" <<'EOF'
+import shlex, sys
+from pathlib import Path
+from imagesmith.engine import Engine
+from imagesmith.errors import EngineError
+from imagesmith.validate.container import plan_image_run
+image, out, args = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
+engine = Engine()
+plan = plan_image_run(engine.inspect(image) or {}, shm_override=None, shm_min_override=None)
+inner = (
+    'lib="$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])")/lib"; '
+    'LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" NCCL_DEBUG=WARN exec all_reduce_perf ' + shlex.join(args)
+)
+for i in (1, 2, 3):
+    def run(ulimits):
+        return engine.run_container(image, ["sh", "-c", inner], gpus="all", shm_size=plan.shm_size,
+                                    ulimits=ulimits, env=plan.env, timeout_s=300)
+    try:
+        r = run(plan.ulimits)
+    except EngineError as exc:  # an engine that may not raise limits: as `imagesmith validate` does, go without
+        if "rlimit" not in str(exc):
+            raise
+        print("engine refused the ulimits; running without them")
+        r = run({})
+    (out / f"plain-image-allreduce-{i}.log").write_text(r.output)
+    print(f"round {i}: exit {r.exit_code} in {r.duration_s:.1f} s")
+EOF
+fi
+if [[ -n ${HOST_MAKE:-} ]]; then
+    wait "$HOST_MAKE" || { log "host nccl-tests build failed"; tail -20 "$OUT/host-nccl-tests-build.log"; }
+fi
+if [[ ! -f $OUT/plain-host-allreduce-3.log && -x /tmp/nccl-tests/build/all_reduce_perf ]]; then
+    log "plain all_reduce_perf ${ARGS[*]} on the host, three rounds"
+    for i in 1 2 3; do
+        LD_LIBRARY_PATH="$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_DEBUG=WARN \
+            /tmp/nccl-tests/build/all_reduce_perf "${ARGS[@]}" >"$OUT/plain-host-allreduce-$i.log" 2>&1
+    done
+fi
+py "$OUT" <<'EOF' | tee "$OUT/comparison.txt"
+import json, sys
+from pathlib import Path
+from imagesmith.validate.parsers import parse_nccl_log
+out = Path(sys.argv[1])
+rep = json.loads((out / "image/report.json").read_text())
+nccl = next(c for c in rep["checks"] if c["name"] == "test_nccl_allreduce")
+suite = [r["max_size_busbw"] for r in nccl["figures"]["rounds"]]
+ss = sum(suite) / len(suite)
+print(f"suite in the image, busbw at 1 GiB per round: {suite} mean {ss:.2f} GB/s")
+for where in ("image", "host"):
+    logs = [out / f"plain-{where}-allreduce-{i}.log" for i in (1, 2, 3)]
+    if not all(p.exists() for p in logs):
+        print(f"plain all_reduce_perf in the {where}: not run")
+        continue
+    plain = [parse_nccl_log(p.read_text()).max_size_busbw for p in logs]
+    ps = sum(plain) / len(plain)
+    print(f"plain all_reduce_perf in the {where}, busbw at 1 GiB per round: {plain} mean {ps:.2f} GB/s")
+    print(f"  ratio suite-in-image / plain-in-{where} = {ss / ps:.4f} (goal >= 0.97)")
+print(f"suite wall time inside the image (report.json duration_s) = {rep['duration_s']} s (goal < 120 s)")
+print(f"verdict {rep['verdict']}; {sum(c['status'] == 'passed' for c in rep['checks'])} of {len(rep['checks'])} passed")
+EOF
 py "$IMAGE" "$BASE" >"$OUT/images.txt" <<'EOF'
 import sys
 from imagesmith.engine import Engine
