@@ -1,0 +1,76 @@
+"""The committed H200 evidence (docs/evidence/) agrees with its own raw logs.
+
+Every figure quoted from those bundles (report.json busbw per round, the suite/plain ratios in comparison.txt,
+the suite wall time) is recomputed here from the raw nccl-tests logs with the same parser the suite uses, so a
+hand-edited number, a log swapped from another run or a report that no longer matches its logs fails CI.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from imagesmith.validate.parsers import parse_nccl_log
+
+EVIDENCE = Path(__file__).resolve().parent.parent / "docs" / "evidence"
+REPORTS = sorted(EVIDENCE.glob("*/report.json"))
+
+
+def _nccl_check(report: dict) -> dict:  # type: ignore[type-arg]
+    return next(c for c in report["checks"] if c["name"] == "test_nccl_allreduce")
+
+
+def test_bundles_exist() -> None:
+    names = {p.parent.name for p in REPORTS}
+    assert {"h200x2-host", "h200x2-image"} <= names, names
+
+
+@pytest.mark.parametrize("report_json", REPORTS, ids=lambda p: p.parent.name)
+def test_report_matches_raw_logs(report_json: Path) -> None:
+    report = json.loads(report_json.read_text())
+    assert report["verdict"] == "passed"
+    assert all(c["status"] == "passed" for c in report["checks"]), [
+        c["name"] for c in report["checks"] if c["status"] != "passed"
+    ]
+    rounds = _nccl_check(report)["figures"]["rounds"]
+    assert len(rounds) == 3
+    for r in rounds:
+        log = parse_nccl_log((report_json.parent / r["log"]).read_text(), source=r["log"])
+        assert log.oob_ok
+        assert log.oob_count == 0
+        assert not log.wrong_rows()
+        assert not log.warnings
+        assert log.max_size_busbw == pytest.approx(r["max_size_busbw"], abs=0.005)
+        assert log.rows[-1].size == r["max_size"]
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+@pytest.mark.parametrize("report_json", REPORTS, ids=lambda p: p.parent.name)
+def test_comparison_ratios_recomputed(report_json: Path) -> None:
+    bundle = report_json.parent
+    text = (bundle / "comparison.txt").read_text()
+    report = json.loads(report_json.read_text())
+    suite = _mean([r["max_size_busbw"] for r in _nccl_check(report)["figures"]["rounds"]])
+    groups: dict[str, list[Path]] = {}
+    for p in sorted(bundle.glob("plain-*allreduce-[123].log")):
+        groups.setdefault(p.name.rsplit("-", 1)[0], []).append(p)
+    assert groups, f"{bundle.name}: no plain all_reduce_perf logs"
+    quoted = sorted(re.findall(r"ratio [^=]+= ([0-9.]+)", text))
+    computed = []
+    for group, logs in groups.items():
+        assert len(logs) == 3, group
+        plain = _mean([parse_nccl_log(p.read_text(), source=p.name).max_size_busbw for p in logs])
+        computed.append(f"{suite / plain:.4f}")
+        assert suite / plain >= 0.97, (
+            f"{bundle.name}/{group}: suite/plain {suite / plain:.4f} under the 0.97 goal"
+        )
+    assert sorted(computed) == quoted, (computed, text)
+    wall = float(re.search(r"wall time[^=]*= ([0-9.]+) s", text).group(1))  # type: ignore[union-attr]
+    assert wall == report["duration_s"]
+    assert wall < 120
