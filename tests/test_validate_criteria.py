@@ -113,7 +113,11 @@ def test_verdicts() -> None:
     assert verdict_of([])[0] == NOT_VALIDATED
     assert verdict_of(ok, suite_error="boom")[0] == FAILED
     multi_skip = [_c("a", "passed"), _c("n", "skipped", "needs at least 2 GPUs; this target has 1")]
-    assert verdict_of(multi_skip, all_checks=["a", "n"])[0] == PASSED
+    v, why = verdict_of(multi_skip, all_checks=["a", "n"])
+    assert v == PASSED
+    # a pass with skipped checks says which and why, so "passed" on one GPU is not read as a multi-GPU proof
+    assert why == "1 check(s) passed; 1 skipped: n (needs at least 2 GPUs; this target has 1)"
+    assert verdict_of(ok, all_checks=["a", "b"])[1] == "2 check(s) passed"
 
 
 def test_targets() -> None:

@@ -3,6 +3,7 @@
 - /dev/shm of 64 MB fails the shm check with the fix in the message (and 2 GB passes it);
 - expecting 8 GPUs where nvidia-smi shows 2 fails (nvidia-smi replays the real 2×H200 capture: this machine
   has no GPU);
+- expecting NVLink where nvidia-smi shows one GPU fails (the real 1×H200 capture);
 - a hung all_reduce_perf is killed and fails, a truncated or corrupted log fails parsing loudly, and the real
   H200 log passes — all through the real runner (imagesmith.validate.nccl) over testinfra's docker backend,
   with a fake all_reduce_perf in the container;
@@ -29,8 +30,8 @@ BASE = "127.0.0.1:5000/hub/library/debian:bookworm"
 H200 = Path(__file__).parent / "data" / "validate" / "h200x2"
 
 FAKE_SMI = """#!/bin/sh
-# replays nvidia-smi output captured on a lent 2xH200 machine
-D=/fake/h200x2
+# replays nvidia-smi output captured on a lent H200 machine (2xH200 or 1xH200)
+D=/fake/@CAPTURE@
 case "$*" in
   "") cat $D/nvidia-smi.txt ;;
   "-L") cat $D/nvidia-smi-L.txt ;;
@@ -54,9 +55,11 @@ def engine() -> Engine:
 @pytest.fixture(scope="module")
 def fake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = tmp_path_factory.mktemp("fake")
-    shutil.copytree(H200, d / "h200x2")
-    (d / "nvidia-smi").write_text(FAKE_SMI)
-    (d / "nvidia-smi").chmod(0o755)
+    for capture in ("h200x2", "h200x1"):
+        shutil.copytree(H200.parent / capture, d / capture)
+        smi = d / f"nvidia-smi-{capture}"
+        smi.write_text(FAKE_SMI.replace("@CAPTURE@", capture))
+        smi.chmod(0o755)
     log = (H200 / "all_reduce_perf-1.log").read_text()
     scripts = {
         "hang": "#!/bin/sh\necho '# nccl-tests version 2.19.6'\nexec sleep 600\n",
@@ -78,10 +81,14 @@ def fake_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def container(engine: Engine, fake_dir: Path) -> Iterator[Callable[..., str]]:
     started: list[Any] = []
 
-    def start(shm_size: str = "64m", fake_smi: bool = False) -> str:
+    def start(shm_size: str = "64m", fake_smi: str | None = None) -> str:
+        """fake_smi: "h200x2" or "h200x1", the capture an nvidia-smi on the PATH replays."""
         volumes = {str(fake_dir): {"bind": "/fake", "mode": "ro"}}
         if fake_smi:
-            volumes[str(fake_dir / "nvidia-smi")] = {"bind": "/usr/local/bin/nvidia-smi", "mode": "ro"}
+            volumes[str(fake_dir / f"nvidia-smi-{fake_smi}")] = {
+                "bind": "/usr/local/bin/nvidia-smi",
+                "mode": "ro",
+            }
         c = engine.client.containers.run(
             BASE,
             ["sleep", "infinity"],
@@ -153,7 +160,7 @@ def test_shm_64m_fails_with_the_fix_and_2g_passes(
 def test_expecting_8_gpus_where_there_are_2_fails(
     container: Callable[..., str], run_cli: Any, tmp_path: Path
 ) -> None:
-    name = container(fake_smi=True)
+    name = container(fake_smi="h200x2")
     r = run_cli(
         "validate",
         f"docker://{name}",
@@ -187,6 +194,28 @@ def test_expecting_8_gpus_where_there_are_2_fails(
     topo = _check(rep, "test_topology")
     assert topo["status"] == "passed"
     assert topo["figures"]["pairs"] == [{"a": "GPU0", "b": "GPU1", "link": "NV18"}]
+
+
+def test_expecting_nvlink_on_one_gpu_fails(
+    container: Callable[..., str], run_cli: Any, tmp_path: Path
+) -> None:
+    """A single visible GPU cannot prove the NVLink that was paid for (1xH200 capture replayed)."""
+    name = container(fake_smi="h200x1")
+    args = ["validate", f"docker://{name}", "-k", "test_gpu_inventory or test_topology"]
+    r = run_cli(*args, "--expect-nvlink", "--report", str(tmp_path / "nv"))
+    assert r.exit_code == 7
+    rep = _report(tmp_path / "nv")
+    assert _check(rep, "test_gpu_inventory")["status"] == "passed"
+    topo = _check(rep, "test_topology")
+    assert topo["status"] == "failed"
+    assert topo["message"].startswith("NVLink was expected (--expect-nvlink), but this target shows 1 GPU")
+    assert "--gpus all" in topo["fix"]
+    # without the expectation one GPU is a plain topology pass (no pair to judge)
+    run_cli(*args, "--report", str(tmp_path / "plain"))
+    topo = _check(_report(tmp_path / "plain"), "test_topology")
+    assert topo["status"] == "passed"
+    assert topo["figures"]["pairs"] == []
+    assert topo["figures"]["cpu_affinity"] == {"GPU0": "0-15"}
 
 
 def _rounds(name: str, binary: str, tmp_path: Path, timeout: int = 30) -> CheckRecord:

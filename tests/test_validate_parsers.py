@@ -43,6 +43,23 @@ def test_real_h200_topo_has_ansi_header_and_parses() -> None:
     assert topo.gpu_numa_id == {"GPU0": "N/A", "GPU1": "N/A"}
 
 
+def test_real_single_h200_topo_and_p2p() -> None:
+    """Captured on a lent 1×H200 machine: one GPU, no pair, GPU NUMA ID column."""
+    one = Path(__file__).parent / "data" / "validate" / "h200x1"
+    topo = parse_topo_matrix((one / "topo-m.txt").read_text())
+    assert topo.gpus == ("GPU0",)
+    assert topo.gpu_pairs() == []
+    assert topo.cpu_affinity == {"GPU0": "0-15"}
+    assert topo.gpu_numa_id == {"GPU0": "N/A"}
+    p2p = parse_topo_p2p((one / "topo-p2p-n.txt").read_text())
+    assert p2p.not_ok() == []
+    assert [g.name for g in nvsmi.parse_list((one / "nvidia-smi-L.txt").read_text()).gpus] == ["NVIDIA H200"]
+    table = nvsmi.parse_table((one / "nvidia-smi.txt").read_text())
+    assert (str(table.driver), table.cuda_version, len(table.gpus)) == ("580.159.04", "13.0", 1)
+    q = nvsmi.parse_query_csv((one / "nvidia-smi-query.csv").read_text())
+    assert [(g.index, g.name, g.memory_mib) for g in q.gpus] == [(0, "NVIDIA H200", 143771)]
+
+
 def _hgx8() -> str:
     """8×H100 HGX layout (documented format: tab separated, NV18 for all GPU pairs, NICs, 2 NUMA nodes)."""
     devs = [f"GPU{i}" for i in range(8)] + ["NIC0", "NIC1"]

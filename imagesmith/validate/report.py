@@ -53,7 +53,14 @@ def verdict_of(
             NOT_VALIDATED,
             f"only {len(checks)} of {len(all_checks or [])} checks ran (left out: {', '.join(left_out)})",
         )
-    return PASSED, f"{sum(c.status == 'passed' for c in checks)} check(s) passed"
+    why = f"{sum(c.status == 'passed' for c in checks)} check(s) passed"
+    skipped = [c for c in checks if c.status == "skipped"]
+    if skipped:
+        why += f"; {len(skipped)} skipped: " + ", ".join(
+            f"{c.name} ({c.message.splitlines()[0][:100] if c.message else 'no reason given'})"
+            for c in skipped
+        )
+    return PASSED, why
 
 
 def _by_name(checks: list[CheckOutcome], name: str) -> CheckOutcome | None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu
 from imagesmith.validate.parsers import P2PMatrix, TopoMatrix
@@ -28,7 +26,14 @@ def test_topology(
     if not ctx.options.expect_nvlink:
         return
     if len(gpus) < 2:
-        pytest.skip(f"needs at least 2 GPUs to check NVLink; this target has {len(gpus)}")
+        # the caller paid for NVLink; one visible GPU has no pair to link, which is not a pass
+        fail(
+            f"NVLink was expected (--expect-nvlink), but this target shows {len(gpus)} GPU: there is no GPU "
+            "pair to link",
+            "give the container all GPUs (--gpus all; check CUDA_VISIBLE_DEVICES / NVIDIA_VISIBLE_DEVICES), "
+            "ask the provider for the multi-GPU machine you ordered, or leave --expect-nvlink out on a "
+            "single-GPU machine",
+        )
     not_nv = [(a, b, link) for a, b, link in pairs if not link.startswith("NV")]
     not_ok = p2p.not_ok() if p2p is not None else []
     problems = []
