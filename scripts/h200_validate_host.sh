@@ -6,7 +6,9 @@
 # Needs, carried in .carry/: nccl-tests.tar.gz (git archive of the pinned commit, prefix nccl-tests/) and whl/
 # (docker, pytest-testinfra, tenacity wheels for the host's Python). The host's own python3 (torch + NCCL) is used.
 # Steps: build nccl-tests for sm_90 against torch's NCCL; capture nvidia-smi / topo outputs; run
-# `imagesmith validate local://` (timed); run plain all_reduce_perf three times with the same arguments; compare.
+# `imagesmith validate local://` (timed; --expect-nvlink from 2 GPUs on); negative controls (--expect-count 8
+# where there are fewer; on one GPU also --expect-nvlink); with 2+ GPUs plain all_reduce_perf three times with the
+# suite's arguments; comparison.txt.
 set -uo pipefail
 OUT="${1:?usage: $0 OUTDIR [EXPECT_COUNT]}"
 N="${2:-$(nvidia-smi -L | grep -c '^GPU ')}"
@@ -40,7 +42,9 @@ nvidia-smi topo -p2p r >"$OUT/raw/topo-p2p-r.txt" 2>&1
 { uname -a; cat /etc/os-release; ls -la /usr/local/nvidia /usr/local/nvidia/bin /dev/nvidia* 2>&1; } >"$OUT/raw/host.txt" 2>&1
 
 # the suite --------------------------------------------------------------------------------------------------
-CMD=($PY -m imagesmith validate local:// --expect-count "$N" --expect-gpu H200 --expect-nvlink
+NVLINK=()
+[[ $N -ge 2 ]] && NVLINK=(--expect-nvlink)
+CMD=($PY -m imagesmith validate local:// --expect-count "$N" --expect-gpu H200 "${NVLINK[@]}"
     --nccl-tests /tmp/nccl-tests/build --report "$OUT/report")
 echo "+ ${CMD[*]}" | tee "$OUT/command.txt"
 t0=$(date +%s%N)
@@ -49,6 +53,27 @@ rc=$?
 t1=$(date +%s%N)
 echo "suite exit code $rc, wall time $(( (t1 - t0) / 1000000 )) ms" | tee -a "$OUT/command.txt"
 tail -25 "$OUT/suite-output.txt"
+
+# negative controls: more GPUs than there are; NVLink on a single GPU -----------------------------------------
+negative() { # negative NAME ARGS...: the suite must fail (exit 7)
+    local name=$1; shift
+    $PY -m imagesmith validate local:// "$@" --report "$OUT/negative-$name" >"$OUT/negative-$name.txt" 2>&1
+    echo "negative control $name ($*): exit $? (7 expected)" | tee -a "$OUT/command.txt"
+    grep -E "^verdict" "$OUT/negative-$name.txt" | tail -1
+}
+[[ $N -lt 8 ]] && negative expect-count-8 --expect-count 8 -k test_gpu_inventory
+[[ $N -eq 1 ]] && negative expect-nvlink-1gpu --expect-nvlink -k "test_gpu_inventory or test_topology"
+
+if [[ $N -lt 2 ]]; then
+    $PY - "$OUT" <<'EOF' | tee "$OUT/comparison.txt"
+import json, sys
+from pathlib import Path
+rep = json.loads((Path(sys.argv[1]) / "report/report.json").read_text())
+print("one GPU: no all_reduce comparison (the suite's multi-GPU checks are skipped with their reason)")
+print(f"suite wall time (report) = {rep['duration_s']} s (goal < 120 s); verdict {rep['verdict']}: {rep['verdict_reason']}")
+EOF
+    exit 0
+fi
 
 # plain all_reduce_perf, same arguments, three rounds ----------------------------------------------------------
 for i in 1 2 3; do
