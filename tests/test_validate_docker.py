@@ -267,3 +267,33 @@ def test_real_h200_log_passes_the_same_runner(container: Callable[..., str], tmp
     assert check.figures["spread"] == 0.0
     assert check.figures["floor_gbps"] == 90.0
     assert "NCCL_NVLS_ENABLE=0" in check.figures["command"]
+
+
+def test_run_with_plan_applies_the_image_flags(engine: Engine) -> None:
+    """The container flags `imagesmith validate IMAGE` uses, on the real engine: shm from the plan, the plan's
+    environment, and the ulimits — or, where the engine may not raise them (as on this machine's dockerd for
+    memlock), a second run without them and a note saying so."""
+    from imagesmith.validate.container import plan_image_run, run_with_plan
+
+    config = engine.inspect(BASE)
+    assert config is not None
+    config = {**config, "Config": {**config["Config"], "Labels": {"io.imagesmith.shm-min": "512m"}}}
+    plan = plan_image_run(config, shm_override=None, shm_min_override=None)
+    assert plan.ulimits == {"memlock": -1, "stack": 67108864}
+    result, note = run_with_plan(
+        engine,
+        BASE,
+        ["sh", "-c", 'df -Pk /dev/shm | awk "NR==2 {print \\$2}"; ulimit -s; echo "$NCCL_NVLS_ENABLE"'],
+        plan,
+        gpus=None,
+        timeout_s=60,
+    )
+    assert result.exit_code == 0, result.output
+    shm_kib, stack, nvls = result.output.split()
+    assert int(shm_kib) == 512 * 1024
+    assert nvls == "0"  # multicast off, from the plan's environment
+    if note:
+        assert note.startswith("the engine refused the ulimits (")
+        assert note.endswith("ran without them")
+    else:
+        assert stack == str(67108864 // 1024)

@@ -14,11 +14,16 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagesmith.errors import ConfigError, ValidationFailed
 from imagesmith.validate.context import MULTICAST_OFF_ENV, SuiteOptions
 from imagesmith.validate.parsers import parse_size
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from imagesmith.engine import BindMount, Engine, GpuMode, RunResult
 
 REPORT_MOUNT = "/imagesmith-report"
 #: NGC/AWS practice for training containers; the image may name others in io.imagesmith.ulimits.
@@ -136,6 +141,46 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
     return argv
 
 
+def run_with_plan(
+    engine: Engine,
+    image: str,
+    command: Sequence[str],
+    plan: ImageRunPlan,
+    *,
+    gpus: str | None,
+    gpu_mode: GpuMode = "auto",
+    mounts: Sequence[BindMount] = (),
+    timeout_s: float = 3600,
+) -> tuple[RunResult, str]:
+    """Run *command* in a fresh container of *image* with the plan's shm, ulimits and environment.
+
+    An engine that may not raise limits (rootless, restricted) refuses the container: then it runs once more
+    without the ulimits, and the returned note (empty otherwise) says so.
+    """
+    from imagesmith.errors import EngineError
+
+    def run(ulimits: dict[str, int | tuple[int, int]]) -> RunResult:
+        return engine.run_container(
+            image,
+            command,
+            gpus=gpus,
+            gpu_mode=gpu_mode,
+            shm_size=plan.shm_size,
+            ulimits=ulimits,
+            env=plan.env,
+            mounts=mounts,
+            timeout_s=timeout_s,
+        )
+
+    try:
+        return run(plan.ulimits), ""
+    except EngineError as exc:
+        if "rlimit" not in str(exc):
+            raise
+        note = f"the engine refused the ulimits ({exc.message.splitlines()[0][-160:]}); ran without them"
+        return run({}), note
+
+
 def run_in_image(
     image: str,
     options: SuiteOptions,
@@ -146,7 +191,7 @@ def run_in_image(
     gpus: str,
     echo: Any = print,
 ) -> dict[str, Any]:
-    from imagesmith.engine import BindMount, Engine, GpuMode, RunResult
+    from imagesmith.engine import BindMount, Engine
 
     engine = Engine()
     config = engine.inspect(image)
@@ -186,43 +231,26 @@ def run_in_image(
     echo("$ " + " ".join(shlex.quote(a) for a in argv))
     from imagesmith.errors import EngineError
 
-    def run(ulimits: dict[str, int | tuple[int, int]]) -> RunResult:
-        return engine.run_container(
+    try:
+        result, ulimit_note = run_with_plan(
+            engine,
             image,
             argv,
+            plan,
             gpus=gpu_arg,
             gpu_mode=mode,
-            shm_size=plan.shm_size,
-            ulimits=ulimits,
-            env=plan.env,
             mounts=[BindMount(source=str(report_dir), target=REPORT_MOUNT, read_only=False)],
-            timeout_s=3600,
         )
-
-    def attempt(ulimits: dict[str, int | tuple[int, int]]) -> RunResult:
-        try:
-            return run(ulimits)
-        except EngineError as exc:
-            if "imagesmith-validate" in str(exc) and "not found" in str(exc):
-                raise ConfigError(
-                    f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
-                    hint="validate an image built by `imagesmith build`, or start a container of it and use "
-                    "docker://CONTAINER (the suite then runs from here)",
-                ) from None
-            raise
-
-    ulimit_note = ""
-    try:
-        result = attempt(plan.ulimits)
     except EngineError as exc:
-        if "rlimit" not in str(exc):
-            raise
-        # an engine that may not raise limits (rootless, restricted) refuses the container: run without them
-        ulimit_note = (
-            f"the engine refused the ulimits ({exc.message.splitlines()[0][-160:]}); ran without them"
-        )
+        if "imagesmith-validate" in str(exc) and "not found" in str(exc):
+            raise ConfigError(
+                f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
+                hint="validate an image built by `imagesmith build`, or start a container of it and use "
+                "docker://CONTAINER (the suite then runs from here)",
+            ) from None
+        raise
+    if ulimit_note:
         echo(f"warning: {ulimit_note}")
-        result = attempt({})
     echo(result.output.rstrip())
     report_json = report_dir / "report.json"
     if not report_json.exists():
