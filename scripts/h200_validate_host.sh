@@ -13,22 +13,13 @@ set -uo pipefail
 OUT="${1:?usage: $0 OUTDIR [EXPECT_COUNT]}"
 N="${2:-$(nvidia-smi -L | grep -c '^GPU ')}"
 mkdir -p "$OUT/raw"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 PY=python3
-
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl
-export PYTHONPATH="/tmp/site:$PWD"
+# shellcheck source=scripts/h200_common.sh
+source "$(dirname "$0")/h200_common.sh"
 
 # nccl-tests against torch's own NCCL ------------------------------------------------------------------------
-NCCL_PKG="$($PY -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')"
-mkdir -p /tmp/nccl-home/lib
-ln -sfn "$NCCL_PKG/include" /tmp/nccl-home/include
-ln -sf "$NCCL_PKG/lib/libnccl.so.2" /tmp/nccl-home/lib/libnccl.so
-rm -rf /tmp/nccl-tests && tar -xzf .carry/nccl-tests.tar.gz -C /tmp
 t0=$(date +%s)
-make -C /tmp/nccl-tests/src -j"$(nproc)" CUDA_HOME=/usr/local/cuda NCCL_HOME=/tmp/nccl-home \
-    CUDARTLIB=cudart_static NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/nccl-tests/build \
-    >"$OUT/raw/nccl-tests-build.log" 2>&1 || { tail -30 "$OUT/raw/nccl-tests-build.log"; exit 1; }
+build_host_nccl_tests "$(nproc)" "$OUT/raw/nccl-tests-build.log" || { tail -30 "$OUT/raw/nccl-tests-build.log"; exit 1; }
 echo "nccl-tests built in $(($(date +%s) - t0)) s"
 
 # raw captures (test data for the parsers) -------------------------------------------------------------------
@@ -45,7 +36,7 @@ nvidia-smi topo -p2p r >"$OUT/raw/topo-p2p-r.txt" 2>&1
 NVLINK=()
 [[ $N -ge 2 ]] && NVLINK=(--expect-nvlink)
 CMD=($PY -m imagesmith validate local:// --expect-count "$N" --expect-gpu H200 "${NVLINK[@]}"
-    --nccl-tests /tmp/nccl-tests/build --report "$OUT/report")
+    --nccl-tests "$HOST_NCCL_TESTS" --report "$OUT/report")
 echo "+ ${CMD[*]}" | tee "$OUT/command.txt"
 t0=$(date +%s%N)
 "${CMD[@]}" >"$OUT/suite-output.txt" 2>&1
@@ -76,10 +67,7 @@ EOF
 fi
 
 # plain all_reduce_perf, same arguments, three rounds ----------------------------------------------------------
-for i in 1 2 3; do
-    LD_LIBRARY_PATH="$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_DEBUG=WARN \
-        /tmp/nccl-tests/build/all_reduce_perf -b 8 -e 1G -f 2 -g "$N" -c 1 -n 20 -w 5 >"$OUT/raw/plain-allreduce-$i.log" 2>&1
-done
+plain_host_allreduce "$OUT/raw/plain-allreduce"
 $PY - "$OUT" <<'EOF' | tee "$OUT/comparison.txt"
 import json, sys
 from pathlib import Path

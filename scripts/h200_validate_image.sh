@@ -18,27 +18,19 @@ set -uo pipefail
 OUT="${1:?usage: $0 OUTDIR [EXPECT_COUNT]}"
 N="${2:-$(nvidia-smi -L | grep -c '^GPU ')}"
 mkdir -p "$OUT"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export IMAGESMITH_CACHE="$PWD/.carry/cache"
 CELL=2.11.0-cu130-py3.12-runtime-ubuntu24.04
 BASE=imagesmith/h200-host-base:torch2.11.0-cu130
 IMAGE=imagesmith/h200-host:$CELL
 log() { printf '[%s] %s\n' "$(date +%T)" "$*" | tee -a "$OUT/steps.txt"; }
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl
-export PYTHONPATH="/tmp/site:$PWD"
+# shellcheck source=scripts/h200_common.sh
+source "$(dirname "$0")/h200_common.sh"
 py() { python3 - "$@"; }
 
 # 0. host nccl-tests for the plain comparison, in the background (16 jobs; the import below is I/O bound) -----
-NCCL_PKG="$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')"
-if [[ ! -x /tmp/nccl-tests/build/all_reduce_perf ]]; then
-    mkdir -p /tmp/nccl-home/lib
-    ln -sfn "$NCCL_PKG/include" /tmp/nccl-home/include
-    ln -sf "$NCCL_PKG/lib/libnccl.so.2" /tmp/nccl-home/lib/libnccl.so
-    rm -rf /tmp/nccl-tests && tar -xzf .carry/nccl-tests.tar.gz -C /tmp
-    make -C /tmp/nccl-tests/src -j16 CUDA_HOME=/usr/local/cuda NCCL_HOME=/tmp/nccl-home CUDARTLIB=cudart_static \
-        NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR=/tmp/nccl-tests/build \
-        >"$OUT/host-nccl-tests-build.log" 2>&1 &
+if [[ ! -x $HOST_NCCL_TESTS/all_reduce_perf ]]; then
+    build_host_nccl_tests 16 "$OUT/host-nccl-tests-build.log" &
     HOST_MAKE=$!
 fi
 
@@ -133,15 +125,14 @@ if [[ ! -f $OUT/image-shm64m/report.json ]]; then
     grep -E "FAILED|PASSED|verdict" "$OUT/image-shm64m.txt" | tail -6
 fi
 # 6. plain all_reduce_perf: in the image (same container flags as validate) and on the host ------------------
-ARGS=(-b 8 -e 1G -f 2 -g "$N" -c 1 -n 20 -w 5)
+ARGS=("${PLAIN_ARGS[@]}")
 if [[ ! -f $OUT/plain-image-allreduce-3.log ]]; then
     log "plain all_reduce_perf ${ARGS[*]} in $IMAGE, three rounds"
     py "$IMAGE" "$OUT" "${ARGS[@]}" <<'EOF'
 import shlex, sys
 from pathlib import Path
 from imagesmith.engine import Engine
-from imagesmith.errors import EngineError
-from imagesmith.validate.container import plan_image_run
+from imagesmith.validate.container import plan_image_run, run_with_plan
 image, out, args = sys.argv[1], Path(sys.argv[2]), sys.argv[3:]
 engine = Engine()
 plan = plan_image_run(engine.inspect(image) or {}, shm_override=None, shm_min_override=None)
@@ -149,17 +140,10 @@ inner = (
     'lib="$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])")/lib"; '
     'LD_LIBRARY_PATH="$lib:$LD_LIBRARY_PATH" NCCL_DEBUG=WARN exec all_reduce_perf ' + shlex.join(args)
 )
-for i in (1, 2, 3):
-    def run(ulimits):
-        return engine.run_container(image, ["sh", "-c", inner], gpus="all", shm_size=plan.shm_size,
-                                    ulimits=ulimits, env=plan.env, timeout_s=300)
-    try:
-        r = run(plan.ulimits)
-    except EngineError as exc:  # an engine that may not raise limits: as `imagesmith validate` does, go without
-        if "rlimit" not in str(exc):
-            raise
-        print("engine refused the ulimits; running without them")
-        r = run({})
+for i in (1, 2, 3):  # the container flags `imagesmith validate IMAGE` uses
+    r, note = run_with_plan(engine, image, ["sh", "-c", inner], plan, gpus="all", timeout_s=300)
+    if note:
+        print(note)
     (out / f"plain-image-allreduce-{i}.log").write_text(r.output)
     print(f"round {i}: exit {r.exit_code} in {r.duration_s:.1f} s")
 EOF
@@ -167,12 +151,9 @@ fi
 if [[ -n ${HOST_MAKE:-} ]]; then
     wait "$HOST_MAKE" || { log "host nccl-tests build failed"; tail -20 "$OUT/host-nccl-tests-build.log"; }
 fi
-if [[ ! -f $OUT/plain-host-allreduce-3.log && -x /tmp/nccl-tests/build/all_reduce_perf ]]; then
+if [[ ! -f $OUT/plain-host-allreduce-3.log && -x $HOST_NCCL_TESTS/all_reduce_perf ]]; then
     log "plain all_reduce_perf ${ARGS[*]} on the host, three rounds"
-    for i in 1 2 3; do
-        LD_LIBRARY_PATH="$NCCL_PKG/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" NCCL_DEBUG=WARN \
-            /tmp/nccl-tests/build/all_reduce_perf "${ARGS[@]}" >"$OUT/plain-host-allreduce-$i.log" 2>&1
-    done
+    plain_host_allreduce "$OUT/plain-host-allreduce"
 fi
 py "$OUT" <<'EOF' | tee "$OUT/comparison.txt"
 import json, sys
