@@ -24,29 +24,29 @@ For each cell of a plan:
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import shutil
-import subprocess
-import tempfile
-import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from imagesmith.config import UserConfig, cache_root
+from imagesmith.distribution import suite_wheel
 from imagesmith.engine import BuildEvent, Engine, PushResult
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
-from imagesmith.plan import REPO_ROOT, BuildPlan, Cell, RegistryTarget
+from imagesmith.plan import BuildPlan, Cell, RegistryTarget
 from imagesmith.registry import ManifestData, RegistryClient, copy_manifest, lookup_credentials
 from imagesmith.sources import cached_archive, nccl_tests_archive
 
+if TYPE_CHECKING:
+    from imagesmith.project import Project
+
 FINGERPRINT_LABEL = "io.imagesmith.fingerprint"
+RETRY_HINT = "no final tag was moved; run the same build again (blobs already pushed are not sent twice)"
 _FP_LEN = 20
 
 
@@ -64,15 +64,15 @@ def staging_tag(fingerprint: str, suite: str = "") -> str:
 
 
 def suite_digest() -> str:
-    """sha256 of imagesmith's own (reproducible) wheel: the validation suite baked into every image.
+    """sha256 of imagesmith's own reproducible wheel (made from the installed distribution): the validation
+    suite baked into every image.
 
     The plan's fingerprint covers the rendered files, pins and sources, but not imagesmith's code, which
     changes without a version bump; the skip decision therefore keys on both (tags and the
     ``io.imagesmith.suite`` label), so a changed suite rebuilds its (small, last) layers instead of keeping a
     stale one.
     """
-    wheel = imagesmith_wheel()
-    return hashlib.sha256(wheel.read_bytes()).hexdigest()
+    return suite_wheel().sha256
 
 
 def candidate_tag(cell: Cell) -> str:
@@ -124,6 +124,15 @@ class BuildOptions:
     #: extra wheels copied into every context's wheels/ (cells that install with --no-index, e.g. torch from
     #: the base image on an offline GPU host)
     wheels_dir: Path | None = None
+    #: the project whose dockerfiles/ are built (default: the one found from the matrix file)
+    project: Project | None = None
+
+    def project_of(self, matrix: Matrix) -> Project:
+        if self.project is not None:
+            return self.project
+        from imagesmith.project import discover
+
+        return discover(near=matrix.path)
 
 
 Reporter = Callable[[str, str, BuildEvent | None], None]
@@ -134,82 +143,37 @@ def _no_report(cell: str, phase: str, event: BuildEvent | None) -> None:
 
 
 # -- context staging -------------------------------------------------------------------------------
-_WHEEL_LOCK = threading.Lock()
+def imagesmith_wheel() -> Path:
+    """imagesmith's own wheel, made from the running installation (see :mod:`imagesmith.distribution`),
+    written once into the cache under its digest.
+    """
+    wheel = suite_wheel()
+    return wheel.write(cache_root() / "wheels" / wheel.sha256[:24])
 
 
-def _source_digest(root: Path) -> str:
-    h = hashlib.sha256()
-    files = [
-        root / "pyproject.toml",
-        *sorted(p for p in (root / "imagesmith").rglob("*") if p.is_file() and "__pycache__" not in p.parts),
-    ]
-    for p in files:
-        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()[:24]
-
-
-def imagesmith_wheel(root: Path = REPO_ROOT) -> Path:
-    """imagesmith's wheel built from *root*, cached by a hash of its sources (reproducible timestamps)."""
-    with _WHEEL_LOCK:
-        out = cache_root() / "wheels" / _source_digest(root)
-        found = sorted(out.glob("imagesmith-*.whl"))
-        if found:
-            return found[0]
-        out.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=out.parent))
-        env = dict(os.environ, SOURCE_DATE_EPOCH="315532800", PIP_DISABLE_PIP_VERSION_CHECK="1")
-        proc = subprocess.run(
-            [
-                os.environ.get("IMAGESMITH_PYTHON", _python()),
-                "-m",
-                "pip",
-                "wheel",
-                "-q",
-                "--no-deps",
-                "-w",
-                tmp,
-                root,
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
-        wheels = sorted(tmp.glob("imagesmith-*.whl"))
-        if proc.returncode != 0 or not wheels:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise BuildError(
-                f"building imagesmith's own wheel from {root} failed:\n{proc.stderr[-2000:]}",
-                hint="`pip wheel --no-deps .` must work in the checkout",
-            )
-        target = out / wheels[0].name
-        wheels[0].replace(target)
-        shutil.rmtree(tmp, ignore_errors=True)
-        return target
-
-
-def _python() -> str:
-    import sys
-
-    return sys.executable
-
-
-def check_context_current(matrix: Matrix, plan: BuildPlan) -> None:
+def check_context_current(matrix: Matrix, project: Project) -> None:
     """RenderError unless the committed dockerfiles/ of *matrix* are what the templates render now."""
     from imagesmith.plan import build_plan
     from imagesmith.render import check_rendered, matrix_dir, render_plan
 
-    check_rendered(render_plan(build_plan(matrix)), [matrix_dir(matrix)])
+    plan = build_plan(matrix, project=project)
+    check_rendered(render_plan(plan, project), [matrix_dir(matrix, project)], project)
 
 
 def stage_context(
-    cell: Cell, matrix: Matrix, config: UserConfig, staging_root: Path, wheels_dir: Path | None = None
+    cell: Cell,
+    matrix: Matrix,
+    config: UserConfig,
+    staging_root: Path,
+    wheels_dir: Path | None = None,
+    *,
+    project: Project,
 ) -> Path:
     """Copy the cell's committed context and fill sources/, wheels/, certs/. Returns the staged folder."""
-    src = REPO_ROOT / cell.context
+    src = project.path(cell.context)
     if not (src / "Dockerfile").is_file():
         raise BuildError(
-            f"cell {cell.id}: {src}/Dockerfile does not exist",
+            f"cell {cell.id}: {project.rel(src)}/Dockerfile does not exist in project {project.root}",
             hint=f"run `imagesmith render --matrix {cell.matrix}`",
         )
     dest = staging_root / cell.matrix / cell.id
@@ -292,7 +256,9 @@ def push_cell(
     if served != pushed.digest:
         raise PushError(
             f"registry {first.name} ({first.host}) serves {served} for {staging_ref}, "
-            f"the engine pushed {pushed.digest}"
+            f"the engine pushed {pushed.digest}",
+            hint="another push raced this one, or the registry rewrites manifests; no final tag was moved: "
+            "run the build again",
         )
     manifest = src.get_manifest(src_repo, pushed.digest)
     outcome.digest = manifest.digest
@@ -304,15 +270,22 @@ def push_cell(
         try:
             digest, sent = copy_manifest(src, src_repo, manifest.digest, clients[t.name], repo_path(t))
         except ImagesmithError as exc:
-            raise PushError(_where(t, exc)) from exc
+            raise PushError(_where(t, exc), hint=exc.hint or RETRY_HINT) from exc
         outcome.bytes_copied_api += sent
         if digest != manifest.digest:
-            raise PushError(f"registry {t.name}: copied manifest digest {digest} ≠ {manifest.digest}")
+            raise PushError(
+                f"registry {t.name}: copied manifest digest {digest} ≠ {manifest.digest}",
+                hint="the registry rewrote the manifest: push to it directly, or drop it from the cell; "
+                + RETRY_HINT,
+            )
     # verify: every registry serves the manifest by digest before any final tag moves
     for t in cell.registries:
         got = clients[t.name].manifest_digest(repo_path(t), manifest.digest)
         if got != manifest.digest:
-            raise PushError(f"registry {t.name} ({t.host}) does not serve {manifest.digest} after the push")
+            raise PushError(
+                f"registry {t.name} ({t.host}) does not serve {manifest.digest} after the push",
+                hint=RETRY_HINT,
+            )
     report(cell.id, "tag", None)
     for t in cell.registries:
         c = clients[t.name]
@@ -320,14 +293,15 @@ def push_cell(
             try:
                 c.put_manifest(repo_path(t), tag, manifest)
             except ImagesmithError as exc:
-                raise PushError(_where(t, exc)) from exc
+                raise PushError(_where(t, exc), hint=exc.hint or RETRY_HINT) from exc
     for t in cell.registries:
         c = clients[t.name]
         for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
             got = c.manifest_digest(repo_path(t), tag)
             if got != manifest.digest:
                 raise PushError(
-                    f"registry {t.name} ({t.host}): {t.image}:{tag} is {got}, expected {manifest.digest}"
+                    f"registry {t.name} ({t.host}): {t.image}:{tag} is {got}, expected {manifest.digest}",
+                    hint="another build moved the tag meanwhile; " + RETRY_HINT,
                 )
         outcome.registries[t.name] = {
             "ref": f"{t.image}:{candidate_tag(cell)}",
@@ -393,7 +367,9 @@ def _build_cell(
     if options.push:
         if not cell.registries:
             raise PushError(
-                f"cell {cell.id}: --push, but no registry of matrix {matrix.name} takes this cell"
+                f"cell {cell.id}: --push, but no registry of matrix {matrix.name} takes this cell",
+                hint="add a registry to the matrix's `registries` (or widen its `cells` globs), or build "
+                "without --push",
             )
         clients = {t.name: registry_client(t) for t in cell.registries}
         if not options.force:
@@ -425,7 +401,9 @@ def _build_cell(
             outcome.size_uncompressed = int((data or {}).get("Size", 0))
             return
     report(cell.id, "stage context", None)
-    context = stage_context(cell, matrix, options.config, staging_root, options.wheels_dir)
+    context = stage_context(
+        cell, matrix, options.config, staging_root, options.wheels_dir, project=options.project_of(matrix)
+    )
     tags = [local_ref(cell)]
     if options.push:
         tags.append(f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}")
@@ -461,12 +439,14 @@ def _build_cell(
 def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
     """What must hold before any build starts: current dockerfiles/, sources in the cache, sane options."""
     if options.jobs < 1:
-        raise BuildError(f"--jobs {options.jobs}: must be at least 1")
+        raise BuildError(
+            f"--jobs {options.jobs}: must be at least 1", hint="--jobs 1 builds one cell at a time"
+        )
     if options.wheels_dir is not None and not any(options.wheels_dir.glob("*.whl")):
         raise BuildError(
             f"--wheels {options.wheels_dir}: no *.whl files there", hint="give a folder of wheels"
         )
-    check_context_current(matrix, plan)
+    check_context_current(matrix, options.project_of(matrix))
     cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=matrix.name)
 
 

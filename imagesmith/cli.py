@@ -16,8 +16,10 @@ from rich.markup import escape
 from imagesmith import __version__
 from imagesmith.commands import build as build_commands
 from imagesmith.commands import compat as compat_commands
+from imagesmith.commands import init as init_commands
 from imagesmith.commands import plan as plan_commands
 from imagesmith.commands import release as release_commands
+from imagesmith.commands import set_project_option
 from imagesmith.commands import validate as validate_commands
 from imagesmith.errors import ImagesmithError
 
@@ -41,17 +43,33 @@ def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
     ),
+    project: str | None = typer.Option(
+        None,
+        "--project",
+        "-C",
+        help="Project root (folder with imagesmith.toml). Default: $IMAGESMITH_PROJECT, else the first "
+        "imagesmith.toml above the working directory.",
+    ),
 ) -> None:
     """imagesmith: images people who rent GPUs by the hour pull first."""
+    set_project_option(project)
 
 
-for _module in (compat_commands, plan_commands, build_commands, validate_commands, release_commands):
+for _module in (
+    init_commands,
+    compat_commands,
+    plan_commands,
+    build_commands,
+    validate_commands,
+    release_commands,
+):
     _module.register(app)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit code. Errors are printed once, to stderr, without a traceback."""
     err = Console(stderr=True, highlight=False, soft_wrap=True)
+    set_project_option(None)
     try:
         result = app(args=list(argv) if argv is not None else None, standalone_mode=False)
     except ImagesmithError as exc:

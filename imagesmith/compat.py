@@ -1022,3 +1022,53 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
         needs_driver=max(needs) if blockers and needs and not arch_blocked and drv < max(needs) else None,
         **base,
     )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# OS bases and default source pins (what `imagesmith init` scaffolds)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OsBase:
+    """An OS base image and the Python it ships as ``python3``."""
+
+    os: str
+    image: str
+    python: str
+    source: str
+    devel_images: tuple[tuple[str, str], ...] = ()
+
+    def devel_image(self, cuda: str) -> str | None:
+        return dict(self.devel_images).get(cuda)
+
+
+@functools.cache
+def os_bases() -> tuple[OsBase, ...]:
+    """Every row of ``bases.toml``, in file order."""
+    name = "bases.toml"
+    return tuple(
+        OsBase(
+            os=_field(name, "base", row, "os", str),
+            image=_field(name, "base", row, "image", str),
+            python=_field(name, "base", row, "python", str),
+            source=row["source"],
+            devel_images=tuple(
+                sorted((str(k), str(v)) for k, v in dict(row.get("devel_images", {})).items())
+            ),
+        )
+        for row in _rows(name, "base")
+    )
+
+
+@functools.cache
+def default_source_pin(name: str) -> Mapping[str, str]:
+    """The packaged default pin of source archive *name* (``nccl_tests``): version, commit, sha256."""
+    table = _load("sources.toml").get(name)
+    if not isinstance(table, dict) or not all(
+        isinstance(table.get(k), str) for k in ("version", "commit", "sha256")
+    ):
+        raise ConfigError(
+            f"imagesmith/data/sources.toml: no complete [{name}] pin (version, commit, sha256)",
+            hint="reinstall imagesmith",
+        )
+    return MappingProxyType({k: str(v) for k, v in table.items()})

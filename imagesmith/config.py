@@ -8,9 +8,13 @@ Read from ``$IMAGESMITH_CONFIG`` or ``~/.config/imagesmith/config.toml`` (``$XDG
     [build]
     extra_ca = "/path/to/ca-bundle.crt"   # trusted by pip/apt inside the build (TLS-intercepting proxies)
 
+    [sources]                   # source archives (nccl-tests) through these URL templates first
+    mirrors = ["https://mirror.example/{url}"]
+
 The environment overrides the file
-(``IMAGESMITH_REGISTRY_MIRRORS="docker.io=mirror.example/hub,ghcr.io=..."``, ``IMAGESMITH_EXTRA_CA``),
-and command-line flags override both. Credentials are never read from here: see
+(``IMAGESMITH_REGISTRY_MIRRORS="docker.io=mirror.example/hub,ghcr.io=..."``, ``IMAGESMITH_EXTRA_CA``,
+``IMAGESMITH_SOURCE_MIRRORS="https://a/{url} https://b{path}"``), and command-line flags override
+both. Credentials are never read from here: see
 :mod:`imagesmith.registry` (environment or the docker config).
 """
 
@@ -24,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from imagesmith.errors import ConfigError
+from imagesmith.project import check_mirror_template
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -92,6 +97,7 @@ class UserConfig:
 
     registry_mirrors: tuple[tuple[str, str], ...] = ()
     extra_ca: Path | None = None
+    source_mirrors: tuple[str, ...] = ()
     source: str = "defaults"
 
     def mirror_for(self, registry: str) -> str | None:
@@ -155,7 +161,9 @@ def parse_mirror_items(items: Sequence[str], origin: str) -> dict[str, str]:
 
 def _checked_ca(path: Path, origin: str) -> Path:
     if not path.is_file():
-        raise ConfigError(f"{origin}: CA certificate file {path} does not exist", hint="give a PEM file")
+        raise ConfigError(
+            f"{origin}: CA certificate file {path} does not exist", hint="give the path of a PEM CA bundle"
+        )
     head = path.read_text(errors="replace")[:100_000]
     if "-----BEGIN CERTIFICATE-----" not in head:
         raise ConfigError(f"{origin}: {path} holds no PEM certificate", hint="give a PEM CA bundle")
@@ -168,6 +176,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     path = config_path(env)
     mirrors: dict[str, str] = {}
     extra_ca: Path | None = None
+    source_mirrors: list[str] = []
     source = "defaults"
     if path.is_file():
         source = str(path)
@@ -175,14 +184,17 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             data: dict[str, Any] = tomllib.loads(path.read_text())
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file or remove it") from exc
-        unknown = sorted(set(data) - {"registry_mirrors", "build"})
+        unknown = sorted(set(data) - {"registry_mirrors", "build", "sources"})
         if unknown:
             raise ConfigError(
-                f"{path}: unknown key {unknown[0]!r}", hint="known keys: registry_mirrors, build"
+                f"{path}: unknown key {unknown[0]!r}", hint="known keys: registry_mirrors, build, sources"
             )
         table = data.get("registry_mirrors", {})
         if not isinstance(table, dict) or not all(isinstance(v, str) for v in table.values()):
-            raise ConfigError(f'{path}: registry_mirrors must map host = "prefix" strings')
+            raise ConfigError(
+                f'{path}: registry_mirrors must map host = "prefix" strings',
+                hint='[registry_mirrors]\n"docker.io" = "mirror.example/hub"',
+            )
         mirrors.update(
             parse_mirror_items([f"{k}={v}" for k, v in table.items()], f"{path}: registry_mirrors")
         )
@@ -191,11 +203,33 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             raise ConfigError(f"{path}: [build] knows only extra_ca", hint='extra_ca = "/path/ca.crt"')
         if "extra_ca" in build:
             if not isinstance(build["extra_ca"], str):
-                raise ConfigError(f"{path}: build.extra_ca must be a path string")
+                raise ConfigError(
+                    f"{path}: build.extra_ca must be a path string", hint='extra_ca = "/path/ca.crt"'
+                )
             extra_ca = _checked_ca(Path(build["extra_ca"]), f"{path}: build.extra_ca")
+        sources = data.get("sources", {})
+        if not isinstance(sources, dict) or set(sources) - {"mirrors"}:
+            raise ConfigError(
+                f"{path}: [sources] knows only mirrors", hint='mirrors = ["https://mirror.example/{url}"]'
+            )
+        raw = sources.get("mirrors", [])
+        if not isinstance(raw, list):
+            raise ConfigError(
+                f"{path}: sources.mirrors must be a list of URL templates",
+                hint='mirrors = ["https://mirror.example/{url}"]',
+            )
+        source_mirrors = [check_mirror_template(t, f"{path}: sources.mirrors") for t in raw]
     if env.get("IMAGESMITH_REGISTRY_MIRRORS"):
         items = [i for i in env["IMAGESMITH_REGISTRY_MIRRORS"].split(",") if i.strip()]
         mirrors.update(parse_mirror_items(items, "IMAGESMITH_REGISTRY_MIRRORS"))
     if env.get("IMAGESMITH_EXTRA_CA"):
         extra_ca = _checked_ca(Path(env["IMAGESMITH_EXTRA_CA"]), "IMAGESMITH_EXTRA_CA")
-    return UserConfig(registry_mirrors=tuple(sorted(mirrors.items())), extra_ca=extra_ca, source=source)
+    if env.get("IMAGESMITH_SOURCE_MIRRORS"):
+        items = env["IMAGESMITH_SOURCE_MIRRORS"].replace(",", " ").split()
+        source_mirrors = [check_mirror_template(t, "IMAGESMITH_SOURCE_MIRRORS") for t in items]
+    return UserConfig(
+        registry_mirrors=tuple(sorted(mirrors.items())),
+        extra_ca=extra_ca,
+        source_mirrors=tuple(source_mirrors),
+        source=source,
+    )

@@ -15,7 +15,7 @@ class ImagesmithError(Exception):
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.hint = hint.strip() if hint and hint.strip() else None
 
     def __str__(self) -> str:
         if self.hint:

@@ -22,8 +22,9 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -31,7 +32,9 @@ from packaging.version import Version
 from imagesmith import compat
 from imagesmith.errors import ConfigError, ImagesmithError
 
-LOCK_DIR: Final[Path] = Path(__file__).resolve().parent / "data" / "locks"
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
 BUILDER_MARKER: Final[str] = "# --- builder ---"
 PYTHON_PLATFORM: Final[str] = "x86_64-manylinux_2_28"
 
@@ -108,8 +111,28 @@ class Lock:
         return "".join(f"{n}=={v}\n" for n, v in self.builder_pins)
 
 
-def lock_path(key: LockKey, lock_dir: Path | None = None) -> Path:
-    return (lock_dir or LOCK_DIR) / key.filename
+def reference_locks() -> Traversable:
+    """The lock files shipped with imagesmith (``imagesmith/data/locks``): the ones its own CI builds.
+    ``imagesmith init`` seeds a new project's ``locks/`` from them; plans read only the project's locks.
+    """
+    return resources.files("imagesmith") / "data" / "locks"
+
+
+def reference_lock_keys() -> list[LockKey]:
+    """Every (torch, variant, python) the packaged reference locks cover."""
+    out = []
+    for entry in reference_locks().iterdir():
+        m = _LOCK_NAME.match(entry.name)
+        if m:
+            out.append(LockKey(torch=m.group(1), variant=m.group(2), python=m.group(3)))
+    return sorted(out, key=lambda k: (k.torch, k.variant, k.python))
+
+
+_LOCK_NAME = re.compile(r"^(.+)-([a-z0-9]+)-py(3\.\d+)\.txt$")
+
+
+def lock_path(key: LockKey, lock_dir: Path) -> Path:
+    return lock_dir / key.filename
 
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
@@ -148,8 +171,8 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
     return Lock(key=key, path=path, pins=tuple(pins), builder_pins=tuple(builder), header=tuple(header))
 
 
-def read_lock(key: LockKey, lock_dir: Path | None = None) -> Lock | None:
-    """The packaged lock for *key*, or None when there is none."""
+def read_lock(key: LockKey, lock_dir: Path) -> Lock | None:
+    """The lock for *key* in *lock_dir* (a project's locks folder), or None when there is none."""
     path = lock_path(key, lock_dir)
     if not path.is_file():
         return None
@@ -191,13 +214,19 @@ def builder_inputs(key: LockKey, lock: Lock) -> list[str]:
     nccl_name = f"nvidia-nccl-cu{major}"
     nccl = lock.version(nccl_name)
     if nccl is None:
-        raise LockError(f"{lock.path}: no {nccl_name} pin; torch {key.torch} {key.variant} should pull it in")
+        raise LockError(
+            f"{lock.path}: no {nccl_name} pin; torch {key.torch} {key.variant} should pull it in",
+            hint=f"re-resolve it: imagesmith lock --force (lock {key})",
+        )
     lines = [f"{nccl_name}=={nccl}"]
     if int(major) >= 13:
         toolkit = lock.version("cuda-toolkit")
         runtime = lock.version("nvidia-cuda-runtime")
         if toolkit is None or runtime is None:
-            raise LockError(f"{lock.path}: CUDA 13 lock without cuda-toolkit / nvidia-cuda-runtime pins")
+            raise LockError(
+                f"{lock.path}: CUDA 13 lock without cuda-toolkit / nvidia-cuda-runtime pins",
+                hint=f"re-resolve it: imagesmith lock --force (lock {key})",
+            )
         series = ".".join(runtime.split(".")[:2])
         lines += [
             f"cuda-toolkit[nvcc,cudart]=={toolkit}",
@@ -255,7 +284,7 @@ def _compile(inputs: Sequence[str], key: LockKey, extra_index: str | None) -> tu
         return proc.stdout, shown
 
 
-def compile_lock(key: LockKey, *, lock_dir: Path | None = None, today: _dt.date | None = None) -> Path:
+def compile_lock(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None) -> Path:
     """Resolve *key* with ``uv pip compile`` and write its lock file. Returns the path."""
     path = lock_path(key, lock_dir)
     if key.torch == SUITE:
@@ -268,7 +297,10 @@ def compile_lock(key: LockKey, *, lock_dir: Path | None = None, today: _dt.date 
             release = compat.torch_release(key.torch)
             variant = release.variants[key.variant]
         except (ConfigError, KeyError):
-            raise LockError(f"torch {key.torch} has no variant {key.variant}") from None
+            raise LockError(
+                f"torch {key.torch} has no variant {key.variant}",
+                hint="see `imagesmith plan --explain` for the variants each torch release publishes",
+            ) from None
         extra = None if key.variant == release.pypi_default else variant.index_url
         index = variant.index_url if extra else "default package index (PyPI's default variant)"
         inputs = lock_inputs(key)

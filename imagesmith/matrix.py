@@ -17,22 +17,22 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from packaging.version import InvalidVersion, Version
 
 from imagesmith import compat
 from imagesmith.errors import ConfigError, MatrixError
 
+if TYPE_CHECKING:
+    from imagesmith.project import Project
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
-#: Where ``--matrix NAME`` looks for ``NAME.toml`` (the repository's ``matrices/`` folder).
-MATRICES_DIR: Final[Path] = Path(__file__).resolve().parents[1] / "matrices"
 REGISTRIES_FILE: Final[str] = "registries.toml"
-DEFAULT_MATRIX: Final[str] = "smoke"
 
 FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel")
 TORCH_SOURCES: Final[tuple[str, ...]] = ("wheels", "base")
@@ -283,31 +283,26 @@ def parse_shm(text: str) -> int:
     return int(m.group(1)) * _SHM_UNITS[m.group(2).lower()]
 
 
-def resolve_matrix_path(name_or_path: str | Path, matrices_dir: Path | None = None) -> Path:
-    """``--matrix NAME`` → ``matrices/NAME.toml``; anything with a slash or ``.toml`` is a path."""
-    text = str(name_or_path)
-    directory = matrices_dir or MATRICES_DIR
-    path = Path(text) if "/" in text or text.endswith(".toml") else directory / f"{text}.toml"
-    if not path.is_file():
-        known = sorted(p.stem for p in directory.glob("*.toml") if p.name != REGISTRIES_FILE)
-        near = _nearest_word(path.stem, known)
-        hint = (
-            f"nearest matrix: {near!r} (known: {', '.join(known)})" if near else f"known: {', '.join(known)}"
-        )
-        raise MatrixError(f"{path}: no such matrix file", hint=hint)
-    return path
+def load_matrix(
+    name_or_path: str | Path, *, project: Project | None = None, registries_file: Path | None = None
+) -> Matrix:
+    """Load and validate one matrix of *project* (default: the project found from the working directory).
 
+    ``NAME`` is ``<project matrices>/NAME.toml``; a path (with a slash or ending in ``.toml``) is read as
+    it is.
+    The registries come from *registries_file*, else a ``registries.toml`` beside the matrix file, else the
+    project's registries file. Raises MatrixError with file, dotted key and nearest valid value.
+    """
+    if project is None:
+        from imagesmith.project import discover
 
-def matrix_names(matrices_dir: Path | None = None) -> list[str]:
-    directory = matrices_dir or MATRICES_DIR
-    return sorted(p.stem for p in directory.glob("*.toml") if p.name != REGISTRIES_FILE)
-
-
-def load_matrix(name_or_path: str | Path, *, registries_file: Path | None = None) -> Matrix:
-    """Load and validate one matrix. Raises MatrixError with file, dotted key and nearest valid value."""
-    path = resolve_matrix_path(name_or_path)
+        text = str(name_or_path)
+        near = Path(text) if "/" in text or text.endswith(".toml") else None
+        project = discover(near=near)
+    path = project.matrix_path(name_or_path)
     data = _read_toml(path)
-    reg_path = registries_file or path.parent / REGISTRIES_FILE
+    beside = path.parent / REGISTRIES_FILE
+    reg_path = registries_file or (beside if beside.is_file() else project.registries_file)
     return _Loader(path, reg_path).matrix(data)
 
 
@@ -321,9 +316,12 @@ def _read_toml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise MatrixError(f"{path}: file not found") from None
+        raise MatrixError(
+            f"{path}: file not found",
+            hint="create it, or fix the path that names it (imagesmith.toml [paths])",
+        ) from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{path}: cannot read: {exc}") from None
+        raise MatrixError(f"{path}: cannot read: {exc}", hint="make it a readable UTF-8 TOML file") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -30,6 +30,7 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -41,7 +42,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
-PLATFORMS_FILE: Final[Path] = Path(__file__).resolve().parent / "data" / "platforms.toml"
+#: packaged platform data, read through importlib.resources
+PLATFORMS_RESOURCE: Final[tuple[str, str]] = ("imagesmith", "data/platforms.toml")
 #: NGC-style ulimits for PyTorch containers: pinned memory unlimited, 64 MiB stacks.
 ULIMITS: Final[tuple[str, ...]] = ("--ulimit", "memlock=-1", "--ulimit", "stack=67108864")
 INDEX_ARTIFACT_TAG: Final[str] = "release-index"
@@ -139,11 +141,21 @@ class Platform:
     note: str = ""
 
 
-def load_platforms(path: Path = PLATFORMS_FILE) -> dict[str, Platform]:
+def load_platforms(path: Path | None = None) -> dict[str, Platform]:
+    """The platform table: *path* when given, else the packaged ``imagesmith/data/platforms.toml``."""
+    package, name = PLATFORMS_RESOURCE
+    where = str(path) if path is not None else f"{package}/{name}"
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = (
+            path.read_text(encoding="utf-8")
+            if path is not None
+            else resources.files(package).joinpath(name).read_text(encoding="utf-8")
+        )
+        data = tomllib.loads(text)
     except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read platform data ({exc})", hint="reinstall imagesmith") from None
+        raise ConfigError(
+            f"{where}: cannot read platform data ({exc})", hint="reinstall imagesmith"
+        ) from None
     out: dict[str, Platform] = {}
     for i, row in enumerate(data.get("platform", [])):
         try:

@@ -22,15 +22,16 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith import __version__, compat
 from imagesmith.errors import ConfigError, NothingToDoError
 from imagesmith.lock import Lock, LockKey, read_lock
 from imagesmith.matrix import Matrix, Rule, select
 
-REPO_ROOT: Final[Path] = Path(__file__).resolve().parents[1]
-DOCKERFILES_DIR: Final[str] = "dockerfiles"
+if TYPE_CHECKING:
+    from imagesmith.project import Project
+
 VENV: Final[str] = "/opt/venv"
 NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
 
@@ -276,8 +277,24 @@ def _excluded_by(rules: Sequence[Rule], torch: str, variant: str, python: str, f
     return None
 
 
-def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprints: bool = True) -> BuildPlan:
-    """Plan *matrix*. Pure: reads only packaged data (compat tables, lock files, templates)."""
+def build_plan(
+    matrix: Matrix,
+    *,
+    project: Project | None = None,
+    lock_dir: Path | None = None,
+    with_fingerprints: bool = True,
+) -> BuildPlan:
+    """Plan *matrix* of *project* (default: the project found from the working directory or the matrix
+    file). Pure apart from reading data: packaged compat tables and templates, the project's lock files
+    (*lock_dir* overrides where they are read from). Cell contexts are project-relative paths.
+    """
+    if project is None:
+        from imagesmith.project import discover
+
+        project = discover(near=matrix.path)
+    locks = lock_dir or project.locks_dir
+    locks_shown = project.rel(locks)
+    dockerfiles = project.dockerfiles_rel
     cells: list[Cell] = []
     dropped: list[Dropped] = []
     for torch, variant_name, python, flavor, included in _combinations(matrix):
@@ -346,17 +363,17 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
 
         lock: Lock | None
         if matrix.torch.source == "base":
-            lock = read_lock(LockKey(torch="suite", variant="any", python=python), lock_dir)
+            lock = read_lock(LockKey(torch="suite", variant="any", python=python), locks)
             lock_name = f"suite-any-py{python}.txt"
         else:
-            lock = read_lock(LockKey(torch=torch, variant=variant_name, python=python), lock_dir)
+            lock = read_lock(LockKey(torch=torch, variant=variant_name, python=python), locks)
             lock_name = f"{torch}-{variant_name}-py{python}.txt"
         if lock is None:
             where = (
                 "here" if variant_name == release.pypi_default else "where the variant's index is reachable"
             )
             drop(
-                f"no lock imagesmith/data/locks/{lock_name}; the plan never floats a version: run "
+                f"no lock {locks_shown}/{lock_name}; the plan never floats a version: run "
                 f"`imagesmith lock --matrix {matrix.name}` {where}"
             )
             continue
@@ -406,7 +423,7 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
                 pypi_default=pypi_default,
                 pins=lock.pins,
                 builder_pins=lock.builder_pins,
-                lock_file=f"imagesmith/data/locks/{lock.path.name}",
+                lock_file=f"{locks_shown}/{lock.path.name}",
                 lock_verified=lock.verified,
                 lock_note=lock.unverified_reason,
                 nccl_version=lock.version(f"nvidia-nccl-cu{major}") or variant.nccl,
@@ -430,8 +447,8 @@ def build_plan(matrix: Matrix, *, lock_dir: Path | None = None, with_fingerprint
                 registries=targets,
                 labels=matrix.labels,
                 venv=matrix.base.venv or VENV,
-                dockerfile=f"{DOCKERFILES_DIR}/{matrix.name}/{cid}/Dockerfile",
-                context=f"{DOCKERFILES_DIR}/{matrix.name}/{cid}",
+                dockerfile=f"{dockerfiles}/{matrix.name}/{cid}/Dockerfile",
+                context=f"{dockerfiles}/{matrix.name}/{cid}",
             )
         )
     plan = BuildPlan(matrix=matrix.name, cells=tuple(cells), dropped=tuple(dropped))

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
 from imagesmith.index import (
@@ -51,6 +51,9 @@ from imagesmith.index import (
 )
 from imagesmith.pick import INDEX_ARTIFACT_TAG, INDEX_MEDIA_TYPE, read_index_artifact
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, copy_manifest
+
+if TYPE_CHECKING:
+    from imagesmith.project import Project
 
 REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
 REPORT_ARTIFACT_TYPE: Final[str] = REPORT_MEDIA_TYPE
@@ -703,13 +706,14 @@ def release_matrix(
     registries_file: Path | None = None,
     client_for: Callable[[Target], RegistryClient] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
+    project: Project | None = None,
 ) -> Outcome:
-    """Load the matrix, plan it, and release its cells (see the module docstring)."""
+    """Load the matrix of *project*, plan it, and release its cells (see the module docstring)."""
     from imagesmith.matrix import load_matrix
     from imagesmith.plan import build_plan
 
-    m = load_matrix(matrix, registries_file=registries_file)
-    plan = build_plan(m).select(list(only))
+    m = load_matrix(matrix, project=project, registries_file=registries_file)
+    plan = build_plan(m, project=project).select(list(only))
     if not plan.cells:
         raise ConfigError(f"matrix {m.name}: the plan has no cell", hint="imagesmith plan --explain says why")
     reports = collect_reports(report_dirs)
@@ -731,13 +735,14 @@ def candidates(
     only: Sequence[str] = (),
     registries_file: Path | None = None,
     client_for: Callable[[Target], RegistryClient] = default_client,
+    project: Project | None = None,
 ) -> list[dict[str, Any]]:
     """Per cell: the candidate's digest and pinned reference in each registry (for imagesmith validate)."""
     from imagesmith.matrix import load_matrix
     from imagesmith.plan import build_plan
 
-    m = load_matrix(matrix, registries_file=registries_file)
-    plan = build_plan(m).select(list(only))
+    m = load_matrix(matrix, project=project, registries_file=registries_file)
+    plan = build_plan(m, project=project).select(list(only))
     rows = []
     for pc in plan.cells:
         cell = ReleaseCell.from_plan(pc)

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Final
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Final
 
 import jinja2
 
 from imagesmith.errors import RenderError
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
-from imagesmith.plan import NCCL_TESTS_BIN, REPO_ROOT, BuildPlan, Cell
+from imagesmith.plan import NCCL_TESTS_BIN, BuildPlan, Cell
 
-TEMPLATES_DIR: Final[Path] = Path(__file__).resolve().parent / "templates"
+if TYPE_CHECKING:
+    from imagesmith.project import Project
+
+#: the package's templates folder (read through importlib.resources by jinja2's PackageLoader)
+TEMPLATES_PACKAGE: Final[tuple[str, str]] = ("imagesmith", "templates")
 HEADER: Final[str] = "GENERATED — do not edit; run `imagesmith render`"
 #: Folders of a build context that the build step fills; only their rendered README belongs to the rendering.
 FILLED_AT_BUILD: Final[tuple[str, ...]] = ("sources", "wheels", "certs")
@@ -32,7 +36,7 @@ FILLED_AT_BUILD: Final[tuple[str, ...]] = ("sources", "wheels", "certs")
 
 def _environment() -> jinja2.Environment:
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        loader=jinja2.PackageLoader(*TEMPLATES_PACKAGE),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,
@@ -55,9 +59,13 @@ def _render(template: str, **context: object) -> str:
     try:
         return _env().get_template(template).render(**context)
     except jinja2.TemplateError as exc:
-        where = f"{TEMPLATES_DIR / template}"
+        where = f"imagesmith/templates/{template}"
         line = getattr(exc, "lineno", None)
-        raise RenderError(f"{where}{':' + str(line) if line else ''}: {exc}") from None
+        raise RenderError(
+            f"{where}{':' + str(line) if line else ''}: {exc}",
+            hint="a template of this imagesmith installation is broken: reinstall imagesmith "
+            "or fix the template",
+        ) from None
 
 
 def site_packages(cell: Cell) -> str:
@@ -81,7 +89,9 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
     # requirements.txt, so the torch layer is one layer (built once, pushed once).
-    header = f"# {HEADER}\n# pins from {cell.lock_file}\n"
+    # The lock's name, not its path: the same pins render the same file (and share the torch layer) in any
+    # project.
+    header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n"
     files = {
         "Dockerfile": _render("Dockerfile.j2", **context),
         "entrypoint.sh": _render("entrypoint.sh.j2", **context),
@@ -97,17 +107,19 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         files["mirror/condarc"] = _render("condarc.j2", **context)
     for name, text in files.items():
         if HEADER not in text.split("\n", 3)[1] + text.split("\n", 3)[0]:
-            raise RenderError(f"template output {name} of {cell.id} lacks the '{HEADER}' header")
+            raise RenderError(
+                f"template output {name} of {cell.id} lacks the '{HEADER}' header",
+                hint="every template must start with the GENERATED header (see imagesmith/templates/)",
+            )
     return files
 
 
-def render_plan(plan: BuildPlan, root: Path | None = None) -> dict[Path, str]:
-    """Every file of every cell of *plan*, keyed by absolute path."""
-    base = root or REPO_ROOT
+def render_plan(plan: BuildPlan, project: Project) -> dict[Path, str]:
+    """Every file of every cell of *plan*, keyed by absolute path under *project*'s root."""
     out: dict[Path, str] = {}
     for cell in plan.cells:
         for rel, text in render_cell_files(cell).items():
-            out[base / cell.context / rel] = text
+            out[project.path(cell.context) / rel] = text
     return out
 
 
@@ -146,8 +158,8 @@ def compare(rendered: Mapping[Path, str], matrix_dirs: Iterable[Path]) -> Drift:
     return Drift(missing=tuple(missing), differing=tuple(differing), extra=tuple(extra))
 
 
-def matrix_dir(matrix: Matrix, root: Path | None = None) -> Path:
-    return (root or REPO_ROOT) / "dockerfiles" / matrix.name
+def matrix_dir(matrix: Matrix, project: Project) -> Path:
+    return project.matrix_dir(matrix.name)
 
 
 def write_rendered(rendered: Mapping[Path, str], matrix_dirs: Iterable[Path]) -> Drift:
@@ -171,25 +183,22 @@ def write_rendered(rendered: Mapping[Path, str], matrix_dirs: Iterable[Path]) ->
     return drift
 
 
-def check_rendered(
-    rendered: Mapping[Path, str], matrix_dirs: Iterable[Path], root: Path | None = None
-) -> None:
+def check_rendered(rendered: Mapping[Path, str], matrix_dirs: Iterable[Path], project: Project) -> None:
     """RenderError listing every missing, differing and extra file, or nothing when dockerfiles/ is
     current.
     """
     drift = compare(rendered, matrix_dirs)
     if drift.clean:
         return
-    base = root or REPO_ROOT
 
     def show(paths: Iterable[Path]) -> str:
-        return "".join(f"\n    {p.relative_to(base) if p.is_relative_to(base) else p}" for p in paths)
+        return "".join(f"\n    {project.rel(p)}" for p in paths)
 
-    lines = ["dockerfiles/ differs from what the matrices render:"]
+    lines = [f"{project.dockerfiles_rel}/ differs from what the matrices render:"]
     if drift.differing:
         lines.append("  differing:" + show(drift.differing))
     if drift.missing:
         lines.append("  missing:" + show(drift.missing))
     if drift.extra:
         lines.append("  extra:" + show(drift.extra))
-    raise RenderError("\n".join(lines), hint="run `imagesmith render` and commit dockerfiles/")
+    raise RenderError("\n".join(lines), hint=f"run `imagesmith render` and commit {project.dockerfiles_rel}/")

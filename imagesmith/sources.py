@@ -3,9 +3,16 @@
 Each archive is identified by a pinned commit and the sha256 of its *uncompressed* tar stream, i.e. of
 ``git archive --format=tar --prefix=<name>-<commit>/ <commit>``, whose content is identical to the forge's
 ``/archive/<commit>.tar.gz`` once gunzipped.
-``imagesmith fetch-sources`` fills the cache from the pinned URL (where
-the network allows) or from a local git clone (``--from-git``); builds read only the cache, and a missing or
-mismatching entry is one :class:`~imagesmith.errors.SourceCacheError` that says how to fill it.
+``imagesmith fetch-sources`` fills the cache from one of:
+
+- the network: the source-mirror URL templates (``--mirror``, user config ``[sources] mirrors`` or
+  ``$IMAGESMITH_SOURCE_MIRRORS``, then the project's ``imagesmith.toml``), in order, then the pinned URL;
+- a local git clone (``--from-git DIR``);
+- a folder or file of archives (``--from PATH``: ``<name>-<commit>.tar``, ``.tar.gz``, or the forge's
+  ``<commit>.tar.gz``; an explicitly named file is taken whatever its name).
+
+The sha256 is always verified before anything lands in the cache. Builds read only the cache, and a missing
+or mismatching entry is one :class:`~imagesmith.errors.SourceCacheError` that says how to fill it.
 """
 
 from __future__ import annotations
@@ -15,10 +22,11 @@ import os
 import subprocess
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+from urllib.parse import urlsplit
 
 import requests
 
@@ -78,10 +86,31 @@ def _sha256_file(path: Path) -> str:
 def _fill_hint(archive: SourceArchive, matrix: str | None) -> str:
     m = f" --matrix {matrix}" if matrix else ""
     return (
-        f"run `imagesmith fetch-sources{m}` where {archive.url} can be reached, or "
-        f"`imagesmith fetch-sources{m} --from-git DIR` with a clone of {archive.name} "
-        f"that has commit {archive.commit}"
+        f"run `imagesmith fetch-sources{m}` where {archive.url} (or a source mirror set in config) can be "
+        f"reached, `imagesmith fetch-sources{m} --from DIR` with a folder holding {archive.file_name}, or "
+        f"`imagesmith fetch-sources{m} --from-git DIR` with a clone of {archive.name} that has commit "
+        f"{archive.commit}"
     )
+
+
+def mirror_urls(archive: SourceArchive, templates: Sequence[str]) -> list[str]:
+    """The URLs the mirror *templates* give for *archive* (:data:`imagesmith.project.MIRROR_FIELDS`)."""
+    parts = urlsplit(archive.url)
+    fields = {
+        "url": archive.url,
+        "path": parts.path,
+        "host": parts.netloc,
+        "name": archive.name,
+        "version": archive.version,
+        "commit": archive.commit,
+        "file": archive.file_name,
+    }
+    out: list[str] = []
+    for template in templates:
+        url = template.format_map(fields)
+        if url not in out:
+            out.append(url)
+    return out
 
 
 def cached_archive(archive: SourceArchive, *, cache: Path | None = None, matrix: str | None = None) -> Path:
@@ -175,30 +204,108 @@ def _git_dir(path: Path) -> Path:
     return path / ".git" if (path / ".git").exists() else path
 
 
-def fetch_from_url(archive: SourceArchive, *, cache: Path | None = None, timeout: float = 60.0) -> Path:
-    """Fill the cache from the pinned URL (``.tar.gz`` is gunzipped on the fly); checks the sha256."""
+def fetch_from_url(
+    archive: SourceArchive, *, url: str | None = None, cache: Path | None = None, timeout: float = 60.0
+) -> Path:
+    """Fill the cache from *url* (default: the pinned URL; ``.tar.gz`` is gunzipped on the fly); checks the
+    sha256.
+    """
+    source = url or archive.url
     directory = cache or sources_dir()
     target = directory / archive.file_name
     writer = _HashingWriter(directory)
     try:
-        with requests.get(archive.url, stream=True, timeout=timeout) as resp:
+        with requests.get(source, stream=True, timeout=timeout) as resp:
             if resp.status_code != 200:
                 raise SourceCacheError(
-                    f"GET {archive.url} answered HTTP {resp.status_code} for {archive.label}",
+                    f"GET {source} answered HTTP {resp.status_code} for {archive.label}",
                     hint=_fill_hint(archive, None),
                 )
-            for chunk in _maybe_gunzip(resp.iter_content(_CHUNK), archive.url):
+            for chunk in _maybe_gunzip(resp.iter_content(_CHUNK), source):
                 writer.write(chunk)
     except requests.RequestException as exc:
         writer.abort()
         raise SourceCacheError(
-            f"cannot download {archive.label} from {archive.url}: {type(exc).__name__}",
+            f"cannot download {archive.label} from {source}: {type(exc).__name__}",
             hint=_fill_hint(archive, None),
         ) from exc
     except SourceCacheError:
         writer.abort()
         raise
-    return writer.commit(archive, target, archive.url)
+    return writer.commit(archive, target, source)
+
+
+def fetch_from_network(
+    archive: SourceArchive, mirrors: Sequence[str] = (), *, cache: Path | None = None, timeout: float = 60.0
+) -> tuple[Path, str]:
+    """Try each mirror URL of *mirrors* (templates), then the pinned URL; the first whose content has the
+    pinned sha256 wins. One error listing every attempt when none does.
+    """
+    failures: list[str] = []
+    for url in [*mirror_urls(archive, mirrors), archive.url]:
+        try:
+            return fetch_from_url(archive, url=url, cache=cache, timeout=timeout), f"from {url}"
+        except SourceCacheError as exc:
+            failures.append(exc.message)
+    raise SourceCacheError(
+        f"could not fetch {archive.label} from any of {len(failures)} URL(s):\n    "
+        + "\n    ".join(failures),
+        hint=_fill_hint(archive, None),
+    )
+
+
+def _chunks(f: IO[bytes]) -> Iterator[bytes]:
+    while chunk := f.read(_CHUNK):
+        yield chunk
+
+
+def _candidates(archive: SourceArchive, path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    names = [
+        archive.file_name,
+        f"{archive.file_name}.gz",
+        f"{archive.prefix}.tar.gz",
+        f"{archive.commit}.tar.gz",
+        f"{archive.commit}.tar",
+    ]
+    return [path / n for n in dict.fromkeys(names) if (path / n).is_file()]
+
+
+def fetch_from_paths(archive: SourceArchive, paths: Sequence[Path], *, cache: Path | None = None) -> Path:
+    """Fill the cache from a folder of archives or an archive file (gzip or plain tar); checks the sha256.
+
+    A file whose checksum does not match is skipped and named in the error when no other one matches.
+    """
+    directory = cache or sources_dir()
+    target = directory / archive.file_name
+    mismatched: list[str] = []
+    for given in paths:
+        if not given.exists():
+            raise SourceCacheError(
+                f"--from {given}: no such file or folder",
+                hint="give a folder of source archives or one archive",
+            )
+        for candidate in _candidates(archive, given):
+            writer = _HashingWriter(directory)
+            try:
+                with candidate.open("rb") as f:
+                    for chunk in _maybe_gunzip(_chunks(f), str(candidate)):
+                        writer.write(chunk)
+                return writer.commit(archive, target, str(candidate))
+            except SourceCacheError as exc:
+                writer.abort()
+                mismatched.append(exc.message)
+            except OSError as exc:
+                writer.abort()
+                mismatched.append(f"{candidate}: cannot read: {exc}")
+    looked = ", ".join(str(p) for p in paths)
+    detail = ("; " + "; ".join(mismatched)) if mismatched else ""
+    raise SourceCacheError(
+        f"{archive.label}: no archive with sha256 {archive.sha256[:16]}… in {looked}{detail}",
+        hint=f"put {archive.file_name} (or the forge's {archive.commit}.tar.gz) there, or "
+        + _fill_hint(archive, None),
+    )
 
 
 def _maybe_gunzip(chunks: Iterable[bytes], url: str) -> Iterator[bytes]:
@@ -215,17 +322,31 @@ def _maybe_gunzip(chunks: Iterable[bytes], url: str) -> Iterator[bytes]:
             yield d.decompress(chunk)
         yield d.flush()
     except zlib.error as exc:
-        raise SourceCacheError(f"{url}: corrupt gzip stream ({exc})", hint="try again") from exc
+        raise SourceCacheError(
+            f"{url}: corrupt gzip stream ({exc})", hint="download it again or use another source"
+        ) from exc
 
 
 def ensure_cached(
-    archive: SourceArchive, *, from_git: Path | None = None, cache: Path | None = None
+    archive: SourceArchive,
+    *,
+    from_git: Path | None = None,
+    from_paths: Sequence[Path] = (),
+    mirrors: Sequence[str] = (),
+    cache: Path | None = None,
 ) -> tuple[Path, str]:
-    """Fill *archive* into the cache unless a valid copy is there. Returns (path, what was done)."""
+    """Fill *archive* into the cache unless a valid copy is there. Returns (path, what was done).
+
+    An explicit local source (*from_git*, *from_paths*) is used alone: when it lacks the archive that is an
+    error, never a silent download.
+    """
     directory = cache or sources_dir()
     path = directory / archive.file_name
     if path.is_file() and _sha256_file(path) == archive.sha256:
         return path, "already cached"
     if from_git is not None:
         return fetch_from_git(archive, from_git, cache=directory), f"from git {from_git}"
-    return fetch_from_url(archive, cache=directory), f"from {archive.url}"
+    if from_paths:
+        found = fetch_from_paths(archive, from_paths, cache=directory)
+        return found, "from " + ", ".join(str(p) for p in from_paths)
+    return fetch_from_network(archive, mirrors, cache=directory)

@@ -10,10 +10,11 @@
 #   5. the user config (~/.config/imagesmith/config.toml, only if absent): that mirror map, and the extra CA
 #      certificate given by --extra-ca FILE (default: $PIP_CERT when set, i.e. what this host's pip already trusts)
 #      and the TLS registry's test credentials in the docker config (as `docker login` does)
-#   6. the nccl-tests source cache, from a local git clone when one is given (--nccl-git DIR) or found at
-#      /work/.mirror/NVIDIA+nccl-tests/repo
+#   6. the source cache (nccl-tests, checksummed): from the pinned archives beside the checkout
+#      (../shared/sources, or --sources DIR), or from a local git clone (--nccl-git DIR); with neither, the
+#      one command to run is printed (`imagesmith fetch-sources` where GitHub or a source mirror is reachable)
 #
-# usage: scripts/setup.sh [--extra-ca FILE] [--nccl-git DIR]
+# usage: scripts/setup.sh [--extra-ca FILE] [--sources DIR] [--nccl-git DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
@@ -23,14 +24,16 @@ CACHE="${IMAGESMITH_SETUP_CACHE:-/var/cache/imagesmith-ci}"
 MIRROR_PREFIX=127.0.0.1:5000/hub
 BASE_REF="$MIRROR_PREFIX/library/debian:bookworm"
 EXTRA_CA="${PIP_CERT:-}"
-NCCL_GIT=/work/.mirror/NVIDIA+nccl-tests/repo
+SOURCES_DIR="$REPO/../shared/sources"
+NCCL_GIT=""
 export IMAGESMITH_STATE="$STATE"
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --extra-ca) EXTRA_CA="$2"; shift 2 ;;
+    --sources) SOURCES_DIR="$2"; shift 2 ;;
     --nccl-git) NCCL_GIT="$2"; shift 2 ;;
-    *) echo "usage: $0 [--extra-ca FILE] [--nccl-git DIR]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--extra-ca FILE] [--sources DIR] [--nccl-git DIR]" >&2; exit 2 ;;
     esac
 done
 
@@ -163,9 +166,12 @@ if [[ ! -f $conf ]]; then
 fi
 
 # 6. source cache -------------------------------------------------------------------------------------------
-if [[ -d $NCCL_GIT ]]; then
+if [[ -n $NCCL_GIT ]]; then
     .venv/bin/imagesmith fetch-sources --from-git "$NCCL_GIT"
+elif [[ -d $SOURCES_DIR ]]; then
+    .venv/bin/imagesmith fetch-sources --from "$SOURCES_DIR"
 else
-    log "no local nccl-tests clone at $NCCL_GIT: run \`imagesmith fetch-sources\` where the network allows"
+    log "no pinned source archives at $SOURCES_DIR: run \`.venv/bin/imagesmith fetch-sources\` where GitHub"
+    log "(or a source mirror: docs/project.md) is reachable, or \`.venv/bin/imagesmith fetch-sources --from DIR\`"
 fi
 log "ready (state: $STATE; test variables: $STATE/test-env)"

@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from imagesmith.cli import main
+from imagesmith.project import Project
+from tests.repo import PROJECT, REPO
 
-REPO = Path(__file__).resolve().parents[1]
+__all__ = ["PROJECT", "REPO"]
 
 
 @dataclass
@@ -19,6 +21,11 @@ class CliResult:
     exit_code: int
     stdout: str
     stderr: str
+
+
+@pytest.fixture
+def project() -> Project:
+    return PROJECT
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from imagesmith.errors import PushError
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import Cell, RegistryTarget, build_plan
 from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
+from tests.repo import PROJECT
 
 BASE = "127.0.0.1:5000/hub/library/debian:bookworm"
 
@@ -269,10 +270,8 @@ def test_stage_context_fills_sources_wheels_and_certs(tmp_path: Path) -> None:
     extra = tmp_path / "wheels"
     extra.mkdir()
     (extra / "demo-1.0-py3-none-any.whl").write_bytes(b"PK")
-    ctx = stage_context(cell, matrix, UserConfig(extra_ca=ca), tmp_path / "staging", extra)
-    assert (ctx / "Dockerfile").read_text() == (
-        Path(__file__).parents[1] / cell.context / "Dockerfile"
-    ).read_text()
+    ctx = stage_context(cell, matrix, UserConfig(extra_ca=ca), tmp_path / "staging", extra, project=PROJECT)
+    assert (ctx / "Dockerfile").read_text() == (PROJECT.path(cell.context) / "Dockerfile").read_text()
     assert (ctx / "sources" / f"nccl-tests-{cell.nccl_tests_commit}.tar").is_file()
     names = sorted(p.name for p in (ctx / "wheels").glob("*.whl"))
     assert len(names) == 2

@@ -13,7 +13,6 @@ from imagesmith import compat
 from imagesmith.lock import (
     BUILDER_MARKER,
     IMAGESMITH_RUNTIME_DEPS,
-    LOCK_DIR,
     LockError,
     LockKey,
     compile_lock,
@@ -21,13 +20,14 @@ from imagesmith.lock import (
     parse_lock,
     read_lock,
 )
+from tests.repo import PROJECT
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-LOCKS = sorted(LOCK_DIR.glob("*.txt"))
+LOCKS = sorted(PROJECT.locks_dir.glob("*.txt"))
 
 
 def _key(path: Path) -> LockKey:
@@ -74,7 +74,7 @@ def test_lock_file_is_exact_and_documented(path: Path, registry_hosts: list[str]
 
 
 def test_cuda13_builder_pins_nvcc_matching_runtime() -> None:
-    lock = read_lock(LockKey(torch="2.11.0", variant="cu130", python="3.11"))
+    lock = read_lock(LockKey(torch="2.11.0", variant="cu130", python="3.11"), PROJECT.locks_dir)
     assert lock is not None
     runtime = lock.version("nvidia-cuda-runtime")
     nvcc = lock.builder_version("nvidia-cuda-nvcc")

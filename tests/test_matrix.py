@@ -10,15 +10,13 @@ import pytest
 
 from imagesmith.errors import MatrixError
 from imagesmith.matrix import (
-    MATRICES_DIR,
     expand_braces,
     load_matrix,
     matches,
-    matrix_names,
     parse_shm,
-    resolve_matrix_path,
     select,
 )
+from tests.repo import PROJECT
 
 MALFORMED_DIR = Path(__file__).parent / "data" / "matrices"
 MALFORMED = sorted(p for p in MALFORMED_DIR.glob("*.toml") if p.name != "registries.toml")
@@ -54,7 +52,7 @@ def test_malformed_matrix_raises_matrix_error(path: Path) -> None:
     assert str(path) in str(info.value)
 
 
-@pytest.mark.parametrize("name", matrix_names())
+@pytest.mark.parametrize("name", PROJECT.matrix_names())
 def test_shipped_matrices_load(name: str) -> None:
     m = load_matrix(name)
     assert m.name == name
@@ -65,7 +63,7 @@ def test_shipped_matrices_load(name: str) -> None:
 
 
 def test_required_matrices_exist() -> None:
-    assert {"a100", "h100", "rtx4090", "smoke"} <= set(matrix_names())
+    assert {"a100", "h100", "rtx4090", "smoke"} <= set(PROJECT.matrix_names())
     a100 = load_matrix("a100")
     assert set(a100.torch.variants) == {"cu118", "cu121"}
     assert {g.cc for g in a100.gpus} == {"8.0"}
@@ -89,13 +87,14 @@ def test_smoke_is_the_documented_default() -> None:
 
 
 def test_name_or_path(tmp_path: Path) -> None:
-    assert resolve_matrix_path("a100") == MATRICES_DIR / "a100.toml"
-    assert resolve_matrix_path(str(MATRICES_DIR / "a100.toml")) == MATRICES_DIR / "a100.toml"
+    matrices = PROJECT.matrices_dir
+    assert PROJECT.matrix_path("a100") == matrices / "a100.toml"
+    assert PROJECT.matrix_path(str(matrices / "a100.toml")) == matrices / "a100.toml"
     with pytest.raises(MatrixError, match=r"no such matrix file") as info:
-        resolve_matrix_path("a10O")
+        PROJECT.matrix_path("a10O")
     assert "nearest matrix: 'a100'" in str(info.value)
     with pytest.raises(MatrixError, match="no such matrix file"):
-        resolve_matrix_path(str(tmp_path / "missing.toml"))
+        PROJECT.matrix_path(str(tmp_path / "missing.toml"))
 
 
 def test_unknown_matrix_name_via_cli(run_cli: Callable[..., object]) -> None:
@@ -131,7 +130,7 @@ def test_parse_shm() -> None:
 
 
 def test_malformed_registries_file_is_named(tmp_path: Path, run_cli: Callable[..., object]) -> None:
-    smoke = (MATRICES_DIR / "smoke.toml").read_text().replace('name = "smoke"\n', "")
+    smoke = (PROJECT.matrices_dir / "smoke.toml").read_text().replace('name = "smoke"\n', "")
     (tmp_path / "m.toml").write_text(smoke)
     (tmp_path / "registries.toml").write_text(
         'schema = 1\n[registries.local-plain]\nhost = "127.0.0.1:5000"\nnamespace = "x"\nrepo = "torch"\n'
@@ -156,6 +155,6 @@ def test_registry_routing(tmp_path: Path) -> None:
     assert not regs["local-tls"].insecure
     from imagesmith.matrix import load_registries
 
-    acr = load_registries(MATRICES_DIR / "registries.toml")["acr-hangzhou"]
+    acr = load_registries(PROJECT.registries_file)["acr-hangzhou"]
     assert acr.wants("2.1.2-cu121-py3.10-runtime-ubuntu22.04")
     assert not acr.wants("2.1.2-cu121-py3.10-devel-ubuntu22.04")

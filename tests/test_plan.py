@@ -14,10 +14,11 @@ import pytest
 
 from imagesmith import compat
 from imagesmith.errors import NothingToDoError
-from imagesmith.lock import LOCK_DIR
-from imagesmith.matrix import MATRICES_DIR, Matrix, load_matrix
+from imagesmith.lock import reference_lock_keys, reference_locks
+from imagesmith.matrix import Matrix, load_matrix
 from imagesmith.plan import build_plan, fingerprint, nvcc_gencode, require_cuda, with_fingerprint
 from imagesmith.render import render_cell_files
+from tests.repo import PROJECT
 
 NCCL = """
 [nccl_tests]
@@ -28,7 +29,7 @@ sha256 = "3c3b847c3ee4396d94defab52fef91ccc28c0e3a496e8e841cadd1870d9eb1c8"
 
 
 def _matrix(tmp_path: Path, name: str, body: str) -> Matrix:
-    shutil.copy(MATRICES_DIR / "registries.toml", tmp_path / "registries.toml")
+    shutil.copy(PROJECT.registries_file, tmp_path / "registries.toml")
     path = tmp_path / f"{name}.toml"
     path.write_text(f"schema = 1\n{body}\n{NCCL}")
     return load_matrix(path)
@@ -114,7 +115,11 @@ versions = ["3.10"]
     plan = build_plan(m, lock_dir=tmp_path / "no-locks")
     assert plan.cells == ()
     (reason,) = _reasons(plan).values()
-    assert "no lock imagesmith/data/locks/2.1.2-cu121-py3.10.txt" in reason
+    # the project's locks folder is where it looked (shown relative to the project root when inside it)
+    assert f"no lock {tmp_path / 'no-locks'}/2.1.2-cu121-py3.10.txt" in reason
+    inside = replace(PROJECT, locks_dir=PROJECT.root / "locks-not-here")
+    (reason,) = _reasons(build_plan(m, project=inside)).values()
+    assert "no lock locks-not-here/2.1.2-cu121-py3.10.txt" in reason
     assert "never floats" in reason
     assert "imagesmith lock --matrix nolock" in reason
 
@@ -353,13 +358,14 @@ def test_only_matching_nothing_exits_3(run_cli: Callable[..., object]) -> None:
     assert "matched no cell" in result.stderr  # type: ignore[attr-defined]
 
 
-def test_locks_dir_is_packaged() -> None:
-    assert LOCK_DIR.is_dir()
-    assert any(LOCK_DIR.glob("*.txt"))
+def test_reference_locks_are_packaged_and_are_this_projects_locks() -> None:
+    packaged = sorted(e.name for e in reference_locks().iterdir() if e.name.endswith(".txt"))
+    assert packaged == sorted(p.name for p in PROJECT.locks_dir.glob("*.txt"))
+    assert {k.filename for k in reference_lock_keys()} == set(packaged)
 
 
-def test_cli_default_matrix_agrees() -> None:
-    from imagesmith.commands import plan as plan_commands
-    from imagesmith.matrix import DEFAULT_MATRIX
-
-    assert plan_commands.DEFAULT_MATRIX == DEFAULT_MATRIX
+def test_cli_default_matrix_is_the_projects(run_cli: Callable[..., object]) -> None:
+    assert PROJECT.default_matrix == "smoke"
+    result = run_cli("plan", "--json")
+    assert result.exit_code == 0  # type: ignore[attr-defined]
+    assert json.loads(result.stdout)["cells"][0]["matrix"] == "smoke"  # type: ignore[attr-defined]

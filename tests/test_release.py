@@ -381,12 +381,12 @@ def test_cli_release_smoke_matrix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real command on a copy of the smoke matrix whose registries are the local ones (own repository)."""
-    from imagesmith.matrix import MATRICES_DIR
+    from tests.repo import PROJECT
 
     ns, name = repo.split("/")
     matrix = tmp_path / "smoke.toml"
     matrix.write_text(
-        (MATRICES_DIR / "smoke.toml")
+        (PROJECT.matrices_dir / "smoke.toml")
         .read_text()
         .replace('registries = ["local-plain", "local-tls"]', 'registries = ["t-plain", "t-tls"]')
     )

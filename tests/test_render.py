@@ -12,11 +12,11 @@ import jinja2
 import pytest
 
 from imagesmith.errors import RenderError
-from imagesmith.matrix import load_matrix, matrix_names
-from imagesmith.plan import REPO_ROOT, build_plan
+from imagesmith.matrix import load_matrix
+from imagesmith.plan import build_plan
+from imagesmith.project import Project
 from imagesmith.render import (
     HEADER,
-    TEMPLATES_DIR,
     _environment,
     check_rendered,
     compare,
@@ -25,16 +25,23 @@ from imagesmith.render import (
     render_plan,
     write_rendered,
 )
+from tests.repo import PROJECT
 
-DOCKERFILES = sorted((REPO_ROOT / "dockerfiles").glob("*/*/Dockerfile"))
+DOCKERFILES = sorted(PROJECT.dockerfiles_dir.glob("*/*/Dockerfile"))
+TEMPLATES_DIR = PROJECT.root / "imagesmith" / "templates"
 
 
-@pytest.mark.parametrize("name", matrix_names())
+def _rooted(tmp_path: Path) -> Project:
+    """This project's matrices and locks, rendering into *tmp_path*/dockerfiles."""
+    return replace(PROJECT, root=tmp_path, dockerfiles_dir=tmp_path / "dockerfiles")
+
+
+@pytest.mark.parametrize("name", PROJECT.matrix_names())
 def test_committed_dockerfiles_are_current(name: str) -> None:
     """Golden check: rendering in memory gives exactly the committed files (and nothing else is there)."""
-    m = load_matrix(name)
-    rendered = render_plan(build_plan(m))
-    check_rendered(rendered, [matrix_dir(m)])
+    m = load_matrix(name, project=PROJECT)
+    rendered = render_plan(build_plan(m, project=PROJECT), PROJECT)
+    check_rendered(rendered, [matrix_dir(m, PROJECT)], PROJECT)
 
 
 def test_render_check_cli(run_cli: Callable[..., object]) -> None:
@@ -44,19 +51,20 @@ def test_render_check_cli(run_cli: Callable[..., object]) -> None:
 
 
 def test_check_lists_differing_missing_extra(tmp_path: Path) -> None:
-    m = load_matrix("smoke")
-    plan = build_plan(m)
-    rendered = render_plan(plan, root=tmp_path)
+    project = _rooted(tmp_path)
+    m = load_matrix("smoke", project=project)
+    plan = build_plan(m, project=project)
+    rendered = render_plan(plan, project)
     target = tmp_path / "dockerfiles" / "smoke"
     write_rendered(rendered, [target])
-    check_rendered(rendered, [target], root=tmp_path)  # freshly written: clean
+    check_rendered(rendered, [target], project)  # freshly written: clean
     cell_dir = target / plan.cells[0].id
     (cell_dir / "Dockerfile").write_text("FROM scratch\n")
     (cell_dir / "entrypoint.sh").unlink()
     (cell_dir / "stray.txt").write_text("x")
     (cell_dir / "sources" / plan.cells[0].nccl_tests_archive).write_text("filled by the build step")
     with pytest.raises(RenderError) as info:
-        check_rendered(rendered, [target], root=tmp_path)
+        check_rendered(rendered, [target], project)
     text = str(info.value)
     assert "differing:" in text
     assert "Dockerfile" in text
@@ -247,6 +255,6 @@ def test_stale_matrix_folder_is_removed(tmp_path: Path) -> None:
     (stale / "cell").mkdir(parents=True)
     (stale / "cell" / "Dockerfile").write_text("FROM scratch\n")
     with pytest.raises(RenderError, match="extra"):
-        check_rendered({}, [stale], root=tmp_path)
+        check_rendered({}, [stale], _rooted(tmp_path))
     write_rendered({}, [stale])
     assert not stale.exists()

@@ -1,1 +1,35 @@
-"""Command modules; each exposes register(app)."""
+"""Command modules; each exposes register(app).
+
+:func:`current_project` is how a command gets its :class:`~imagesmith.project.Project`: the root's
+``--project DIR`` option, else ``$IMAGESMITH_PROJECT``, else the first ``imagesmith.toml`` above the working
+directory (or above a matrix file named by path).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from imagesmith.project import Project
+
+#: the root command's ``--project`` value of the invocation running now (set by imagesmith.cli's callback,
+#: which runs, and so resets it, on every invocation)
+_PROJECT_OPTION: list[Path | None] = [None]
+
+
+def set_project_option(value: str | None) -> None:
+    _PROJECT_OPTION[0] = Path(value) if value else None
+
+
+def project_option() -> Path | None:
+    """The root command's ``--project`` value, when a CLI invocation is running."""
+    return _PROJECT_OPTION[0]
+
+
+def current_project(matrix: str | None = None) -> Project:
+    """The project this command works in (see the module docstring)."""
+    from imagesmith.project import discover
+
+    near = Path(matrix) if matrix and ("/" in matrix or matrix.endswith(".toml")) else None
+    return discover(project_option(), near=near)

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from imagesmith.commands import current_project
+from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
-
-MATRIX_HELP = "Matrix name (matrices/NAME.toml) or path to a matrix file."
 
 
 def _human(n: int) -> str:
@@ -26,7 +26,7 @@ def _human(n: int) -> str:
 
 
 def build_command(
-    matrix: Annotated[str, typer.Option("--matrix", "-m", help=MATRIX_HELP)] = "smoke",
+    matrix: Annotated[str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP)] = None,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Build only cells whose id matches this glob (repeatable)."),
@@ -68,10 +68,14 @@ def build_command(
     from imagesmith.engine import BuildEvent, Engine
 
     if backend not in ("auto", "buildkit", "sdk"):
-        raise ConfigError(f"--backend {backend!r}: expected auto, buildkit or sdk")
+        raise ConfigError(
+            f"--backend {backend!r}: expected auto, buildkit or sdk", hint="--backend auto picks for you"
+        )
     config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
-    m, plan = load_plan(matrix, only)
-    options = BuildOptions(push=push, force=force, jobs=jobs, config=config, wheels_dir=wheels)
+    project, m, plan = load_plan(matrix, only)
+    options = BuildOptions(
+        push=push, force=force, jobs=jobs, config=config, wheels_dir=wheels, project=project
+    )
     preflight(m, plan, options)
     engine = Engine(backend=backend)  # type: ignore[arg-type]
     console = Console(stderr=True, highlight=False)
@@ -170,22 +174,50 @@ def fetch_sources_command(
     from_git: Annotated[
         Path | None,
         typer.Option(
-            "--from-git", help="Fill the cache from this local clone (git archive), not the pinned URL."
+            "--from-git", help="Fill the cache from this local clone (git archive), not the network."
+        ),
+    ] = None,
+    from_paths: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--from",
+            help="Fill the cache from this folder of archives or this archive file (.tar or .tar.gz), "
+            "not the network (repeatable).",
+        ),
+    ] = None,
+    mirror: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--mirror",
+            help="URL template tried before the configured mirrors and the pinned URL, e.g. "
+            "https://mirror.example/{url} (fields {url} {path} {host} {name} {version} {commit} {file}).",
         ),
     ] = None,
 ) -> None:
-    """Fill the source cache (nccl-tests archives) pinned by the matrices; checks every sha256."""
-    from imagesmith.matrix import load_matrix, matrix_names
+    """Fill the source cache (nccl-tests archives) pinned by the project's matrices; checks every sha256."""
+    from imagesmith.config import load_config
+    from imagesmith.matrix import load_matrix
+    from imagesmith.project import check_mirror_template
     from imagesmith.sources import ensure_cached, nccl_tests_archive, sources_dir
 
-    names = matrix or matrix_names()
+    if from_git is not None and from_paths:
+        raise ConfigError("--from-git and --from are exclusive", hint="give one local source")
+    project = current_project(matrix[0] if matrix else None)
+    names = matrix or project.matrix_names()
+    if not names:
+        raise ConfigError(
+            f"project {project.root}: no matrix in {project.rel(project.matrices_dir)}/",
+            hint="add a matrix file (`imagesmith init` writes a working example)",
+        )
+    mirrors = [check_mirror_template(t, "--mirror") for t in mirror or []]
+    mirrors += [*load_config().source_mirrors, *project.source_mirrors]
     seen: set[str] = set()
     for name in names:
-        archive = nccl_tests_archive(load_matrix(name).nccl_tests)
+        archive = nccl_tests_archive(load_matrix(name, project=project).nccl_tests)
         if archive.file_name in seen:
             continue
         seen.add(archive.file_name)
-        path, how = ensure_cached(archive, from_git=from_git)
+        path, how = ensure_cached(archive, from_git=from_git, from_paths=from_paths or (), mirrors=mirrors)
         typer.echo(f"{archive.label}: {path} ({how}, sha256 {archive.sha256[:16]}… ok)")
     typer.echo(f"source cache: {sources_dir()}")
 

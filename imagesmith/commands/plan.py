@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from imagesmith.commands import current_project
 from imagesmith.errors import ConfigError, RenderError
 
 if TYPE_CHECKING:
@@ -15,22 +16,26 @@ if TYPE_CHECKING:
 
     from imagesmith.matrix import Matrix
     from imagesmith.plan import BuildPlan
+    from imagesmith.project import Project
 
 # Heavy modules (matrix, plan, compat data, rich) are imported inside the commands so that
 # `imagesmith pick` starts fast.
-DEFAULT_MATRIX = "smoke"  # = imagesmith.matrix.DEFAULT_MATRIX (tests/test_plan.py checks they agree)
 
-MATRIX_HELP = "Matrix name (matrices/NAME.toml) or path to a matrix file."
+MATRIX_HELP = (
+    "Matrix name (<project>/matrices/NAME.toml) or path to a matrix file. "
+    "Default: the project's default_matrix."
+)
 
 
-def load_plan(matrix: str, only: list[str] | None = None) -> tuple[Matrix, BuildPlan]:
-    """Shared by ``build``: load a matrix, plan it, apply ``--only`` globs."""
+def load_plan(matrix: str | None, only: list[str] | None = None) -> tuple[Project, Matrix, BuildPlan]:
+    """Shared by ``build``: find the project, load a matrix, plan it, apply ``--only`` globs."""
     from imagesmith.matrix import load_matrix
     from imagesmith.plan import build_plan
 
-    m = load_matrix(matrix)
-    plan = build_plan(m)
-    return m, plan.select(only or [])
+    project = current_project(matrix)
+    m = load_matrix(project.resolve_matrix_name(matrix), project=project)
+    plan = build_plan(m, project=project)
+    return project, m, plan.select(only or [])
 
 
 def _out() -> Console:
@@ -40,7 +45,7 @@ def _out() -> Console:
 
 
 def plan_command(
-    matrix: str = typer.Option(DEFAULT_MATRIX, "--matrix", "-m", help=MATRIX_HELP),
+    matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
     only: Annotated[
         list[str] | None, typer.Option("--only", help="Glob over cell ids ({a,b} allowed); repeatable.")
     ] = None,
@@ -57,7 +62,7 @@ def plan_command(
         raise ConfigError("--json and --github are exclusive", hint="pick one output format")
     from rich.table import Table
 
-    m, plan = load_plan(matrix, only)
+    _, m, plan = load_plan(matrix, only)
     if as_json:
         data = plan.to_json()
         if explain:
@@ -90,36 +95,39 @@ def plan_command(
         console.print(f"({len(plan.dropped)} combination(s) dropped; --explain lists why)")
 
 
-def _matrices(matrix: str | None) -> list[str]:
-    from imagesmith.matrix import MATRICES_DIR, matrix_names
-
-    return [matrix] if matrix else matrix_names(MATRICES_DIR)
-
-
 def render_command(
     matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP + " Default: every matrix."),
     check: bool = typer.Option(False, "--check", help="Write nothing; fail listing files that differ."),
 ) -> None:
-    """Render Dockerfiles and build contexts into dockerfiles/<matrix>/<cell>/."""
-    from imagesmith.matrix import MATRICES_DIR, load_matrix
-    from imagesmith.plan import REPO_ROOT, build_plan
+    """Render Dockerfiles and build contexts into <project>/dockerfiles/<matrix>/<cell>/."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
     from imagesmith.render import check_rendered, matrix_dir, render_plan, write_rendered
 
+    project = current_project(matrix)
+    names = [matrix] if matrix else project.matrix_names()
+    if not names:
+        raise ConfigError(
+            f"project {project.root}: no matrix in {project.rel(project.matrices_dir)}/",
+            hint="add a matrix file there (`imagesmith init` writes a working example)",
+        )
     rendered: dict[Path, str] = {}
     dirs: list[Path] = []
-    for name in _matrices(matrix):
-        m = load_matrix(name)
-        if m.path.parent.resolve() != MATRICES_DIR.resolve():
+    for name in names:
+        m = load_matrix(name, project=project)
+        if m.path.parent.resolve() != project.matrices_dir:
             raise RenderError(
-                f"{m.path}: only matrices in {MATRICES_DIR} render into dockerfiles/",
-                hint="copy the matrix into matrices/ (its generated files are committed)",
+                f"{m.path}: only matrices in {project.rel(project.matrices_dir)}/ of project {project.root} "
+                f"render into {project.dockerfiles_rel}/",
+                hint=f"copy the matrix into {project.rel(project.matrices_dir)}/ "
+                "(its generated files are committed)",
             )
-        rendered.update(render_plan(build_plan(m)))
-        dirs.append(matrix_dir(m))
+        rendered.update(render_plan(build_plan(m, project=project), project))
+        dirs.append(matrix_dir(m, project))
     count = len(dirs)
     if matrix is None:
         # folders of matrices that no longer exist are stale: all their files count as extra
-        root = REPO_ROOT / "dockerfiles"
+        root = project.dockerfiles_dir
         known = {d.resolve() for d in dirs}
         dirs += (
             [d for d in sorted(root.iterdir()) if d.is_dir() and d.resolve() not in known]
@@ -127,29 +135,29 @@ def render_command(
             else []
         )
     if check:
-        check_rendered(rendered, dirs)
-        typer.echo(f"dockerfiles/ is current ({len(rendered)} files, {count} matrices)")
+        check_rendered(rendered, dirs, project)
+        typer.echo(f"{project.dockerfiles_rel}/ is current ({len(rendered)} files, {count} matrices)")
         return
     drift = write_rendered(rendered, dirs)
     for label, paths in (("wrote", drift.missing + drift.differing), ("removed", drift.extra)):
         for p in paths:
-            typer.echo(f"{label} {p.relative_to(REPO_ROOT)}")
+            typer.echo(f"{label} {project.rel(p)}")
     typer.echo(
         f"{len(rendered)} files for {count} matrices; {len(drift.missing) + len(drift.differing)} written"
     )
 
 
 def lock_command(
-    matrix: str = typer.Option(DEFAULT_MATRIX, "--matrix", "-m", help=MATRIX_HELP),
+    matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
     force: bool = typer.Option(False, "--force", help="Re-resolve locks that exist already."),
 ) -> None:
-    """Resolve exact transitive pins per (torch, variant, python) with uv into imagesmith/data/locks/."""
+    """Resolve exact transitive pins per (torch, variant, python) with uv into the project's locks/."""
     from imagesmith import compat
     from imagesmith.lock import LockError, LockKey, compile_lock, lock_path
     from imagesmith.matrix import load_matrix
-    from imagesmith.plan import REPO_ROOT
 
-    m = load_matrix(matrix)
+    project = current_project(matrix)
+    m = load_matrix(project.resolve_matrix_name(matrix), project=project)
     keys: list[LockKey] = []
     if m.torch.source == "base":
         keys = [LockKey(torch="suite", variant="any", python=p) for p in m.python.versions]
@@ -162,17 +170,17 @@ def lock_command(
                 keys.append(LockKey(torch=t, variant=v, python=p))
     failures: list[str] = []
     for key in keys:
-        path = lock_path(key)
+        path = lock_path(key, project.locks_dir)
         if path.exists() and not force:
-            typer.echo(f"kept    {path.relative_to(REPO_ROOT)}")
+            typer.echo(f"kept    {project.rel(path)}")
             continue
         try:
-            compile_lock(key)
+            compile_lock(key, lock_dir=project.locks_dir)
         except LockError as exc:
             failures.append(exc.message.splitlines()[0].rstrip(":"))
             typer.echo(f"FAILED  {key}", err=True)
             continue
-        typer.echo(f"wrote   {path.relative_to(REPO_ROOT)}")
+        typer.echo(f"wrote   {project.rel(path)}")
     if failures:
         raise ConfigError(
             "could not lock " + "; ".join(failures),

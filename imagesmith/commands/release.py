@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from imagesmith.commands import current_project
+from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
 
 
@@ -89,7 +91,7 @@ def pick(
 
 
 def release(
-    matrix: Annotated[str, typer.Option("--matrix", help="matrix name (matrices/NAME.toml) or path")],
+    matrix: Annotated[str | None, typer.Option("--matrix", help=MATRIX_HELP)] = None,
     reports: Annotated[
         list[Path] | None,
         typer.Option(
@@ -102,34 +104,38 @@ def release(
     ] = False,
     index_file: Annotated[
         Path | None,
-        typer.Option("--index-file", help="release index file to update (default: release/index.json)"),
+        typer.Option(
+            "--index-file", help="release index file to update (default: <project>/release/index.json)"
+        ),
     ] = None,
     registries: Annotated[
-        Path | None, typer.Option("--registries", help="registries file (default: matrices/registries.toml)")
+        Path | None, typer.Option("--registries", help="registries file (default: the project's)")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
 ) -> None:
     """Promote candidates whose exact digest passed validation to every registry of their cell."""
     from imagesmith import release as releasing
 
+    project = current_project(matrix)
     outcome = releasing.release_matrix(
-        matrix,
+        project.resolve_matrix_name(matrix),
         report_dirs=reports or [],
         only=only or [],
         dry_run=dry_run,
-        index_file=index_file or Path("release") / "index.json",
+        index_file=index_file or project.root / "release" / "index.json",
         registries_file=registries,
         echo=lambda line: typer.echo(line, err=True),
+        project=project,
     )
     typer.echo(releasing.render_json(outcome) if as_json else releasing.render_text(outcome))
     outcome.raise_for_refusals()
 
 
 def candidates(
-    matrix: Annotated[str, typer.Option("--matrix", help="matrix name (matrices/NAME.toml) or path")],
+    matrix: Annotated[str | None, typer.Option("--matrix", help=MATRIX_HELP)] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="cell id glob(s)")] = None,
     registries: Annotated[
-        Path | None, typer.Option("--registries", help="registries file (default: matrices/registries.toml)")
+        Path | None, typer.Option("--registries", help="registries file (default: the project's)")
     ] = None,
     pinned: Annotated[
         bool, typer.Option("--pinned", help="print only the first pinned reference (IMAGE@DIGEST) per cell")
@@ -141,7 +147,10 @@ def candidates(
     from imagesmith import release as releasing
     from imagesmith.errors import ReleaseError
 
-    rows = releasing.candidates(matrix, only=only or [], registries_file=registries)
+    project = current_project(matrix)
+    rows = releasing.candidates(
+        project.resolve_matrix_name(matrix), only=only or [], registries_file=registries, project=project
+    )
     if pinned:
         missing = [r["cell"] for r in rows if not r["pinned"]]
         if missing:

@@ -8,13 +8,26 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from imagesmith.errors import ConfigError, ValidationFailed
 from imagesmith.validate.context import OPTIONS_ENV, SuiteOptions, target_host
 
-SUITE_DIR = Path(__file__).resolve().parent / "suite"
+
+def suite_dir() -> Path:
+    """The packaged suite folder (pytest needs it on disk: importlib.resources gives its path)."""
+    found = resources.files("imagesmith.validate") / "suite"
+    if not isinstance(found, Path):  # pragma: no cover - imagesmith installed as a zip
+        raise ConfigError(
+            f"the validation suite {found} is not a folder on disk",
+            hint="install imagesmith as a normal (unzipped) wheel: pip install imagesmith",
+        )
+    return found
+
+
+SUITE_DIR = suite_dir()
 
 
 def pytest_argv(options: SuiteOptions, *, select: str | None, ini: Path) -> list[str]:

@@ -1,0 +1,116 @@
+"""CLI command ``init``: scaffold a working imagesmith project. Registered on the root app by
+imagesmith.cli.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagesmith.errors import ConfigError
+
+
+def init_command(
+    directory: Annotated[
+        Path, typer.Argument(help="Project root to create (default: the current folder).")
+    ] = Path(),
+    gpu: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu",
+            help="GPU family (a100, h100, h200, rtx4090, …: every SKU of it) or one model; repeatable. "
+            "Default: h200.",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option("--name", help="Project name (default: the folder's name).")
+    ] = None,
+    base: Annotated[
+        str | None,
+        typer.Option(
+            "--base", help="OS base image (debian:bookworm, ubuntu:22.04, ubuntu:24.04). Default: chosen."
+        ),
+    ] = None,
+    driver: Annotated[
+        str | None,
+        typer.Option(
+            "--driver",
+            help="Oldest host driver the images must run on (e.g. 535.104.05): "
+            "picks a CUDA release that driver runs.",
+        ),
+    ] = None,
+    registry: Annotated[
+        str,
+        typer.Option("--registry", help="Where the example matrix pushes: HOST or HOST/NAMESPACE."),
+    ] = "127.0.0.1:5000",
+    render: Annotated[
+        bool, typer.Option("--render/--no-render", help="Also render dockerfiles/ (default: yes).")
+    ] = True,
+) -> None:
+    """Create an imagesmith project: imagesmith.toml, an example matrix for the GPUs asked for, registries,
+    locks, a CI workflow, and (by default) its rendered dockerfiles/.
+    """
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from imagesmith.project import load_project, project_name
+    from imagesmith.render import matrix_dir, render_plan, write_rendered
+    from imagesmith.scaffold import (
+        DEFAULT_GPU,
+        choose,
+        default_matrix_name,
+        project_files,
+        resolve_gpus,
+        write_project,
+    )
+
+    gpu_args = gpu or [DEFAULT_GPU]
+    root = directory.resolve()
+    proj_name = project_name(name or root.name)
+    choice = choose(resolve_gpus(gpu_args), base, driver)
+    matrix_name = default_matrix_name(gpu_args)
+    files = project_files(
+        name=proj_name, gpu_args=gpu_args, choice=choice, matrix_name=matrix_name, registry=registry
+    )
+    # plan it in a scratch copy first: a project whose example plans no cell is never written
+    with tempfile.TemporaryDirectory(prefix="imagesmith-init-") as scratch:
+        write_project(Path(scratch), files, choice.lock)
+        trial = load_project(Path(scratch) / "imagesmith.toml")
+        trial_plan = build_plan(load_matrix(matrix_name, project=trial), project=trial)
+        if not trial_plan.cells:
+            reasons = "; ".join(f"{d.combination}: {d.reason}" for d in trial_plan.dropped)
+            raise ConfigError(
+                f"the example matrix for {', '.join(gpu_args)} plans no cell ({reasons}); "
+                "nothing was written",
+                hint="try another --gpu/--base/--driver, or report this as a bug of imagesmith's data",
+            )
+    root.mkdir(parents=True, exist_ok=True)
+    written = write_project(root, files, choice.lock)
+    project = load_project(root / "imagesmith.toml")
+    m = load_matrix(matrix_name, project=project)
+    plan = build_plan(m, project=project)
+    for path in written:
+        typer.echo(f"wrote   {project.rel(path)}")
+    if render:
+        drift = write_rendered(render_plan(plan, project), [matrix_dir(m, project)])
+        typer.echo(f"wrote   {project.dockerfiles_rel}/{m.name}/ ({len(drift.missing)} files)")
+    lock = choice.lock
+    typer.echo(
+        f"\nproject {proj_name} in {root}: matrix {m.name} = torch {lock.torch} {lock.variant} "
+        f"(CUDA {choice.cuda}, driver >= {choice.min_driver}) py{lock.python} on {choice.base.image} "
+        f"for {', '.join(g.key for g in choice.gpus)}; "
+        f"{len(plan.cells)} cell(s)"
+    )
+    for passed in choice.passed_over:
+        typer.echo(f"  passed over: {passed}")
+    typer.echo(
+        "next: imagesmith plan --explain; imagesmith fetch-sources; imagesmith build --push"
+        + ("" if render else "; first imagesmith render")
+    )
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to *app*."""
+    app.command("init")(init_command)

@@ -1,0 +1,322 @@
+"""The project workspace: an ``imagesmith.toml`` at a project's root and the folders it names.
+
+A project owns its matrices, its registries file, its lock files, its generated ``dockerfiles/`` and its
+source mirrors. It is found the way cog finds ``cog.yaml``: ``--project DIR`` first, then
+``$IMAGESMITH_PROJECT``, then the first ``imagesmith.toml`` walking up from the working directory (or from
+an explicitly named matrix file). Every command that reads or writes project files receives one
+:class:`Project` and passes it on (load → plan → render → lock → build → release); nothing below the
+CLI guesses a path from where imagesmith itself is installed. Packaged data (compat tables, templates,
+reference locks, the validation suite) is read only through :mod:`importlib.resources`.
+
+``imagesmith.toml``::
+
+    schema = 1
+    name = "gpu-images"             # default: the folder's name
+    default_matrix = "smoke"        # --matrix when none is given (default: the only matrix, if just one)
+
+    [paths]                         # relative to this file's folder; these are the defaults
+    matrices = "matrices"
+    dockerfiles = "dockerfiles"
+    locks = "locks"
+    registries = "matrices/registries.toml"
+
+    [sources]
+    # URL templates tried, in order, before a source archive's pinned URL (GitHub through a mirror):
+    # {url} the pinned URL, {path} its path, {host} its host, {name} {version} {commit} {file}
+    mirrors = ["https://mirror.example/{url}"]
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from imagesmith.errors import ConfigError, MatrixError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+PROJECT_FILE: Final[str] = "imagesmith.toml"
+PROJECT_ENV: Final[str] = "IMAGESMITH_PROJECT"
+SCHEMA: Final[int] = 1
+REGISTRIES_FILE: Final[str] = "registries.toml"
+
+DEFAULT_PATHS: Final[Mapping[str, str]] = {
+    "matrices": "matrices",
+    "dockerfiles": "dockerfiles",
+    "locks": "locks",
+    "registries": "matrices/registries.toml",
+}
+_TOP_KEYS: Final[tuple[str, ...]] = ("schema", "name", "default_matrix", "paths", "sources")
+_SOURCE_KEYS: Final[tuple[str, ...]] = ("mirrors",)
+#: placeholders a source mirror template may use (see :func:`imagesmith.sources.mirror_urls`)
+MIRROR_FIELDS: Final[tuple[str, ...]] = ("url", "path", "host", "name", "version", "commit", "file")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+class ProjectError(ConfigError):
+    """No project found, or its ``imagesmith.toml`` is wrong."""
+
+
+def _nearest(value: str, choices: tuple[str, ...] | list[str]) -> str:
+    got = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.0)
+    return got[0] if got else choices[0]
+
+
+def project_name(text: str) -> str:
+    """A folder name made into a registry-safe project name (lowercase, ``[a-z0-9._-]``)."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
+    return name or "imagesmith-project"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Project:
+    """A resolved project. Every path is absolute; :meth:`rel` shows one relative to the root."""
+
+    root: Path
+    file: Path
+    name: str
+    default_matrix: str | None
+    matrices_dir: Path
+    dockerfiles_dir: Path
+    locks_dir: Path
+    registries_file: Path
+    source_mirrors: tuple[str, ...] = ()
+
+    # -- paths ---------------------------------------------------------------------------------------
+    def rel(self, path: Path) -> str:
+        """*path* relative to the project root when it is inside it, else as it is."""
+        try:
+            return path.resolve().relative_to(self.root).as_posix()
+        except ValueError:
+            return str(path)
+
+    @property
+    def dockerfiles_rel(self) -> str:
+        """``dockerfiles`` (or what ``[paths].dockerfiles`` says), relative to the root, POSIX form."""
+        return self.rel(self.dockerfiles_dir)
+
+    def matrix_dir(self, matrix: str) -> Path:
+        """Where the build contexts of matrix *matrix* are rendered."""
+        return self.dockerfiles_dir / matrix
+
+    def path(self, rel: str) -> Path:
+        """A project-relative path (as a plan's ``cell.context``) made absolute."""
+        return self.root / rel
+
+    # -- matrices ------------------------------------------------------------------------------------
+    def matrix_names(self) -> list[str]:
+        if not self.matrices_dir.is_dir():
+            return []
+        return sorted(
+            p.stem
+            for p in self.matrices_dir.glob("*.toml")
+            if p.resolve() != self.registries_file.resolve() and p.name != REGISTRIES_FILE
+        )
+
+    def resolve_matrix_name(self, matrix: str | None) -> str:
+        """``--matrix`` as given, or the project's default matrix."""
+        if matrix:
+            return matrix
+        if self.default_matrix:
+            return self.default_matrix
+        names = self.matrix_names()
+        if len(names) == 1:
+            return names[0]
+        raise ProjectError(
+            f"{self.file}: no --matrix given and no default_matrix set"
+            + (f" (matrices: {', '.join(names)})" if names else " (no matrices yet)"),
+            hint=(
+                f"pass --matrix NAME or set default_matrix = {names[0]!r} in {PROJECT_FILE}"
+                if names
+                else f"add a matrix file to {self.rel(self.matrices_dir)}/ (see `imagesmith init`)"
+            ),
+        )
+
+    def matrix_path(self, name_or_path: str | Path) -> Path:
+        """``NAME`` → ``<matrices>/NAME.toml``; anything with a slash or ending in ``.toml`` is a path."""
+        text = str(name_or_path)
+        is_path = "/" in text or text.endswith(".toml")
+        path = Path(text) if is_path else self.matrices_dir / f"{text}.toml"
+        if path.is_file():
+            return path
+        known = self.matrix_names()
+        if known:
+            near = _nearest(path.stem, known)
+            hint = f"nearest matrix: {near!r} (known in {self.rel(self.matrices_dir)}/: {', '.join(known)})"
+        else:
+            hint = (
+                f"{self.rel(self.matrices_dir)}/ of project {self.root} holds no matrix: add one, "
+                "or run `imagesmith init` for a working example"
+            )
+        raise MatrixError(f"{path}: no such matrix file", hint=hint)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# loading
+
+
+def _relative(file: Path, key: str, value: object, root: Path) -> Path:
+    if not isinstance(value, str) or not value.strip():
+        raise ProjectError(
+            f"{file}: {key} must be a non-empty path string",
+            hint=f'e.g. {key.split(".")[-1]} = "{DEFAULT_PATHS[key.split(".")[-1]]}"',
+        )
+    if Path(value).is_absolute() or value.startswith("~"):
+        raise ProjectError(
+            f"{file}: {key} = {value!r} is absolute: a project must work in any clone on any machine",
+            hint=f"make it relative to {file.parent.name}/ (e.g. {DEFAULT_PATHS[key.split('.')[-1]]!r})",
+        )
+    return (root / value).resolve()
+
+
+def check_mirror_template(template: str, origin: str) -> str:
+    """A source-mirror URL template: http(s), only known ``{fields}``. Returns it unchanged."""
+    if not isinstance(template, str) or not re.match(r"^https?://[^/{}]+", template):
+        raise ProjectError(
+            f"{origin}: {template!r} is not an http(s) URL template",
+            hint="e.g. https://mirror.example/{url} or https://mirror.example/github{path}",
+        )
+    for fld in _FIELD.findall(template):
+        if fld not in MIRROR_FIELDS:
+            raise ProjectError(
+                f"{origin}: {template!r} uses {{{fld}}}",
+                hint=f"nearest field: {{{_nearest(fld, list(MIRROR_FIELDS))}}}; known: "
+                + ", ".join(f"{{{f}}}" for f in MIRROR_FIELDS),
+            )
+    return template
+
+
+def load_project(file: Path) -> Project:
+    """Read and check one ``imagesmith.toml``."""
+    file = file.resolve()
+    root = file.parent
+    try:
+        data: dict[str, Any] = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ProjectError(f"{file}: cannot read: {exc}", hint="make the file readable UTF-8 TOML") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ProjectError(
+            f"{file}: not valid TOML: {exc}", hint="fix the syntax at the line named"
+        ) from None
+    for key in data:
+        if key not in _TOP_KEYS:
+            raise ProjectError(
+                f"{file}: unknown key {key!r}",
+                hint=f"nearest: {_nearest(key, list(_TOP_KEYS))!r}; known: {', '.join(_TOP_KEYS)}",
+            )
+    schema = data.get("schema", SCHEMA)
+    if schema != SCHEMA or isinstance(schema, bool):
+        raise ProjectError(
+            f"{file}: schema = {schema!r} is not supported by this imagesmith",
+            hint=f"schema = {SCHEMA}",
+        )
+    name = data.get("name", project_name(root.name))
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ProjectError(
+            f"{file}: name = {name!r} is not a project name (lowercase letters, digits, '.', '_', '-')",
+            hint=f"e.g. name = {project_name(str(name))!r}",
+        )
+    default_matrix = data.get("default_matrix")
+    if default_matrix is not None and (not isinstance(default_matrix, str) or not default_matrix):
+        raise ProjectError(
+            f"{file}: default_matrix must be a matrix name string", hint='e.g. default_matrix = "smoke"'
+        )
+    paths = data.get("paths", {})
+    if not isinstance(paths, dict):
+        raise ProjectError(f"{file}: [paths] must be a table", hint='[paths]\nmatrices = "matrices"')
+    for key in paths:
+        if key not in DEFAULT_PATHS:
+            raise ProjectError(
+                f"{file}: unknown key paths.{key}",
+                hint=f"nearest: paths.{_nearest(key, list(DEFAULT_PATHS))}; "
+                f"known: {', '.join(DEFAULT_PATHS)}",
+            )
+    resolved = {
+        key: _relative(file, f"paths.{key}", paths.get(key, default), root)
+        for key, default in DEFAULT_PATHS.items()
+    }
+    sources = data.get("sources", {})
+    if not isinstance(sources, dict):
+        raise ProjectError(f"{file}: [sources] must be a table", hint="[sources]\nmirrors = []")
+    for key in sources:
+        if key not in _SOURCE_KEYS:
+            raise ProjectError(f"{file}: unknown key sources.{key}", hint=f"known: {', '.join(_SOURCE_KEYS)}")
+    mirrors = sources.get("mirrors", [])
+    if not isinstance(mirrors, list):
+        raise ProjectError(
+            f"{file}: sources.mirrors must be a list of URL templates",
+            hint='mirrors = ["https://mirror.example/{url}"]',
+        )
+    checked = tuple(check_mirror_template(m, f"{file}: sources.mirrors") for m in mirrors)
+    if default_matrix is not None and not (resolved["matrices"] / f"{default_matrix}.toml").is_file():
+        raise ProjectError(
+            f"{file}: default_matrix = {default_matrix!r} but "
+            f"{resolved['matrices'] / (default_matrix + '.toml')} does not exist",
+            hint="name a matrix that exists, or remove default_matrix",
+        )
+    return Project(
+        root=root,
+        file=file,
+        name=name,
+        default_matrix=default_matrix,
+        matrices_dir=resolved["matrices"],
+        dockerfiles_dir=resolved["dockerfiles"],
+        locks_dir=resolved["locks"],
+        registries_file=resolved["registries"],
+        source_mirrors=checked,
+    )
+
+
+def find_project_file(start: Path) -> Path | None:
+    """The first ``imagesmith.toml`` in *start* or one of its parents."""
+    here = start.resolve()
+    for folder in (here, *here.parents):
+        candidate = folder / PROJECT_FILE
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def discover(
+    explicit: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    near: Path | None = None,
+) -> Project:
+    """The project to work in: *explicit* (``--project``), ``$IMAGESMITH_PROJECT``, the first
+    ``imagesmith.toml`` walking up from *cwd*, then from *near* (a matrix file named by path).
+    """
+    env = os.environ if env is None else env
+    for origin, given in (("--project", explicit), (PROJECT_ENV, env.get(PROJECT_ENV) or None)):
+        if given is None:
+            continue
+        path = Path(given).expanduser()
+        file = path if path.name == PROJECT_FILE and path.is_file() else path / PROJECT_FILE
+        if not file.is_file():
+            raise ProjectError(
+                f"{origin} {given}: no {PROJECT_FILE} there",
+                hint=f"run `imagesmith init {given}` to make one, or point {origin} at a project root",
+            )
+        return load_project(file)
+    start = cwd or Path.cwd()
+    found = find_project_file(start)
+    if found is None and near is not None:
+        found = find_project_file(near.parent if near.suffix else near)
+    if found is None:
+        raise ProjectError(
+            f"no {PROJECT_FILE} in {start.resolve()} or any folder above it",
+            hint=f"run `imagesmith init` here (or cd into a project), or pass --project DIR "
+            f"or set {PROJECT_ENV}",
+        )
+    return load_project(found)

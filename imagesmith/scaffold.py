@@ -1,0 +1,346 @@
+"""``imagesmith init``: a new project that ``plan``, ``render``, ``render --check`` and ``build`` accept at
+once.
+
+The example matrix is chosen from data, not written by hand: the newest torch release among imagesmith's
+reference locks (the pins its own CI builds) whose wheel variant has kernels for every GPU asked for, on the
+OS base whose distro Python that lock is for (``imagesmith/data/bases.toml``). The lock is copied into the new
+project's ``locks/``, so the plan never floats a version. Choosing is pure (:func:`choose`); writing is
+:func:`write_project`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Final
+
+from packaging.version import Version
+
+from imagesmith import __version__, compat
+from imagesmith.errors import ConfigError
+from imagesmith.lock import LockKey, reference_lock_keys, reference_locks
+from imagesmith.project import PROJECT_FILE, project_name
+
+DEFAULT_GPU: Final[str] = "h200"
+DEFAULT_REGISTRY: Final[str] = "127.0.0.1:5000"
+_LOCAL_HOSTS: Final[tuple[str, ...]] = ("127.0.0.1", "localhost", "[::1]")
+_COVERAGE_RANK: Final[dict[str, int]] = {"native": 0, "binary-compatible": 1, "ptx": 2}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    """What the example matrix builds, and why the newer reference locks were passed over."""
+
+    gpus: tuple[compat.Gpu, ...]
+    lock: LockKey
+    base: compat.OsBase
+    cuda: str
+    min_driver: str
+    coverage: tuple[tuple[str, str], ...]
+    passed_over: tuple[str, ...]
+
+
+def resolve_gpus(names: list[str]) -> tuple[compat.Gpu, ...]:
+    """``--gpu`` values: a family key (every SKU of it) or one model (key or nvidia-smi name)."""
+    out: list[compat.Gpu] = []
+    families = {g.family for g in compat.gpus()}
+    for name in names:
+        folded = name.strip().casefold()
+        found = compat.gpu_family(folded) if folded in families else (compat.gpu(name),)
+        out.extend(g for g in found if g.key not in {o.key for o in out})
+    return tuple(out)
+
+
+def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: str | None = None) -> Choice:
+    """The newest reference lock whose variant runs on every GPU of *gpus*, with an OS base for its Python,
+    and (with *driver*) whose CUDA runtime runs on that host driver without the compat package (the full
+    minimum driver of its CUDA release, ``imagesmith/data/cuda.toml``).
+    """
+    host = compat.parse_driver(driver) if driver is not None else None
+    bases = compat.os_bases()
+    if base_image is not None and not any(b.image == base_image for b in bases):
+        raise ConfigError(
+            f"--base {base_image!r} is not a base imagesmith can scaffold",
+            hint="one of: " + ", ".join(b.image for b in bases),
+        )
+    keys = [k for k in reference_lock_keys() if k.torch != "suite"]
+    rejected: list[tuple[Version, str]] = []
+    fits: list[tuple[tuple[Version, int, Version], Choice]] = []
+    for key in keys:
+        release = compat.torch_release(key.torch)
+        variant = release.variants.get(key.variant)
+        if variant is None:
+            continue
+        base = next(
+            (b for b in bases if b.python == key.python and (base_image is None or b.image == base_image)),
+            None,
+        )
+        if base is None:
+            where = f" {base_image}" if base_image else " a scaffoldable base"
+            rejected.append(
+                (
+                    Version(key.torch),
+                    f"torch {key.torch} {key.variant} py{key.python}: python3 of{where} is not {key.python}",
+                )
+            )
+            continue
+        need = compat.min_driver(variant.cuda).full
+        if host is not None and host < need:
+            rejected.append(
+                (
+                    Version(key.torch),
+                    f"torch {key.torch} {key.variant}: CUDA {variant.cuda} needs driver >= {need}",
+                )
+            )
+            continue
+        if int(variant.cuda.split(".")[0]) < 13 and base.devel_image(variant.cuda) is None:
+            rejected.append(
+                (
+                    Version(key.torch),
+                    f"torch {key.torch} {key.variant}: no known nvidia/cuda devel image for CUDA "
+                    f"{variant.cuda} on {base.image} (nccl-tests needs nvcc)",
+                )
+            )
+            continue
+        coverage = [(g, compat.arch_coverage(variant.arch_list, g.cc)) for g in gpus]
+        missing = [f"{g.name} ({g.sm})" for g, c in coverage if c.kind == "none"]
+        if missing:
+            rejected.append(
+                (Version(key.torch), f"torch {key.torch} {key.variant}: no kernels for {', '.join(missing)}")
+            )
+            continue
+        rank = max(_COVERAGE_RANK.get(c.kind, 3) for _, c in coverage)
+        choice = Choice(
+            gpus=gpus,
+            lock=key,
+            base=base,
+            cuda=variant.cuda,
+            min_driver=str(need),
+            coverage=tuple((g.key, f"{c.kind}: {c.detail}") for g, c in coverage),
+            passed_over=(),
+        )
+        # newest torch first; then the best kernels (native SASS over binary-compatible over PTX JIT)
+        fits.append(((Version(key.torch), -rank, Version(key.python)), choice))
+    if not fits:
+        raise ConfigError(
+            "no reference lock of this imagesmith fits "
+            + ", ".join(g.key for g in gpus)
+            + (f" on {base_image}" if base_image else "")
+            + (f" with driver {driver}" if driver else "")
+            + ": "
+            + "; ".join(sorted({r for _, r in rejected})[:6]),
+            hint="scaffold for another GPU and edit matrices/*.toml, then `imagesmith lock` the "
+            "combination you need (docs/project.md)",
+        )
+    order, best = max(fits, key=lambda f: f[0])
+    newer = tuple(dict.fromkeys(r for v, r in sorted(rejected, reverse=True) if v > order[0]))
+    return replace(best, passed_over=newer)
+
+
+def _toml_list(items: tuple[str, ...] | list[str]) -> str:
+    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
+
+
+def _split_registry(registry: str) -> tuple[str, str | None]:
+    host, _, namespace = registry.strip().strip("/").partition("/")
+    if not host or " " in registry:
+        raise ConfigError(
+            f"--registry {registry!r} is not HOST[/NAMESPACE]", hint="e.g. --registry ghcr.io/my-team"
+        )
+    return host, namespace or None
+
+
+def project_files(
+    *, name: str, gpu_args: list[str], choice: Choice, matrix_name: str, registry: str = DEFAULT_REGISTRY
+) -> dict[str, str]:
+    """Every file of the new project, keyed by path relative to its root (locks are added by the writer)."""
+    host, namespace = _split_registry(registry)
+    insecure = host.split(":")[0] in _LOCAL_HOSTS or host.startswith("127.")
+    lock = choice.lock
+    pin = compat.default_source_pin("nccl_tests")
+    gpus = tuple(g.key for g in choice.gpus)
+    shm = "8g" if all(g.segment != "consumer" for g in choice.gpus) else "4g"
+    coverage = "".join(f"#   {key}: {text}\n" for key, text in choice.coverage)
+    passed = "".join(f"#   passed over: {p}\n" for p in choice.passed_over[:8])
+    devel_image = choice.base.devel_image(choice.cuda) if int(choice.cuda.split(".")[0]) < 13 else None
+    devel = (
+        f'devel_images = {{ "{choice.cuda}" = "{devel_image}" }}   # builds nccl-tests (CUDA {choice.cuda} wheels carry no nvcc)\n'
+        if devel_image
+        else ""
+    )
+    files: dict[str, str] = {}
+    files[
+        PROJECT_FILE
+    ] = f'''# imagesmith project (written by `imagesmith init`, imagesmith {__version__}). Paths are relative to this file.
+schema = 1
+name = "{name}"
+default_matrix = "{matrix_name}"
+
+[paths]
+matrices = "matrices"
+dockerfiles = "dockerfiles"                # generated: `imagesmith render`, committed, checked in CI
+locks = "locks"                            # exact pins: `imagesmith lock`
+registries = "matrices/registries.toml"
+
+[sources]
+# URL templates tried before a source archive's pinned URL, e.g. GitHub through a mirror:
+#   mirrors = ["https://mirror.example/{{url}}"]   fields: {{url}} {{path}} {{host}} {{name}} {{version}} {{commit}} {{file}}
+mirrors = []
+'''
+    files[
+        f"matrices/{matrix_name}.toml"
+    ] = f'''# {", ".join(gpu_args)} rentals. Chosen by `imagesmith init` from the reference locks of imagesmith {__version__}:
+# the newest torch whose wheels have kernels for every GPU below, on the base whose python3 is that lock's.
+# Host driver needed: >= {choice.min_driver} (CUDA {choice.cuda}); `imagesmith init --driver 535.104.05` picks for older hosts.
+{coverage}{passed}# Add torch versions, variants or Python versions, then `imagesmith lock` (pins) and `imagesmith render`.
+schema = 1
+name = "{matrix_name}"
+description = "{", ".join(gpu_args)}: torch {lock.torch} {lock.variant} on {choice.base.image}"
+gpus = {_toml_list(gpus)}
+flavors = ["runtime"]
+shm_min = "{shm}"
+registries = ["main"]
+
+[labels]
+# the ulimits the entrypoint recommends; `imagesmith validate IMAGE` starts the image with them
+"io.imagesmith.ulimits" = "memlock=-1,stack=67108864"
+
+[torch]
+versions = ["{lock.torch}"]
+variants = ["{lock.variant}"]
+
+[python]
+versions = ["{lock.python}"]
+
+[base]
+os = "{choice.base.os}"
+image = "{choice.base.image}"
+python = "{choice.base.python}"                  # {choice.base.source}
+{devel}
+[nccl_tests]
+version = "{pin["version"]}"
+commit = "{pin["commit"]}"
+sha256 = "{pin["sha256"]}"
+
+[mirror]
+build = "none"                   # tuna | aliyun | ustc: pip/apt mirrors while building (users in China)
+runtime = "none"                 # the same, written into the image for its users
+'''
+    ns = namespace or name
+    files[
+        "matrices/registries.toml"
+    ] = f'''# Registries the matrices push to, by name. Credentials never live here: `docker login`, the docker config or
+# IMAGESMITH_REGISTRY_<HOST>_USERNAME/_PASSWORD in the environment (docs: imagesmith.registry).
+schema = 1
+
+[registries.main]
+host = "{host}"
+namespace = "{ns}"
+repository = "torch"
+{"insecure = true                  # plain HTTP: a registry on this machine" + chr(10) if insecure else ""}
+# More registries: add a table and list its name in a matrix's `registries`.
+# [registries.ghcr]
+# host = "ghcr.io"
+# kind = "ghcr"
+# namespace = "{ns}"
+# repository = "torch"
+#
+# [registries.acr-hangzhou]      # Aliyun ACR for users in China
+# host = "registry.cn-hangzhou.aliyuncs.com"
+# kind = "acr"
+# namespace = "{ns}"
+# repository = "torch"
+# cells = ["*-runtime-*"]
+'''
+    files[
+        ".github/workflows/imagesmith.yml"
+    ] = f"""# Written by `imagesmith init`: render check and plan on every push; build + push on main.
+# Secrets: REGISTRY_AUTH_JSON = a docker config.json ({{"auths": {{...}}}}) with push credentials for the
+# registries in matrices/registries.toml.
+name: imagesmith
+
+on:
+  push:
+  pull_request:
+  workflow_dispatch:
+
+permissions:
+  contents: read
+
+jobs:
+  check:
+    runs-on: ubuntu-24.04
+    steps:
+      - uses: actions/checkout@v4
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "3.11"
+      - run: python -m pip install "imagesmith=={__version__}"
+      - name: the committed Dockerfiles match the matrices
+        run: imagesmith render --check
+      - name: the plan
+        run: imagesmith plan --explain
+
+  build:
+    needs: check
+    if: github.ref == 'refs/heads/main'
+    runs-on: ubuntu-24.04
+    steps:
+      - uses: actions/checkout@v4
+      - uses: actions/setup-python@v5
+        with:
+          python-version: "3.11"
+      - run: python -m pip install "imagesmith=={__version__}"
+      - name: registry credentials
+        env:
+          REGISTRY_AUTH_JSON: ${{{{ secrets.REGISTRY_AUTH_JSON }}}}
+        run: |
+          mkdir -p ~/.docker
+          printf '%s' "$REGISTRY_AUTH_JSON" > ~/.docker/config.json
+      - name: source archives (nccl-tests), checksummed
+        run: imagesmith fetch-sources
+      - name: build and push changed cells
+        run: imagesmith build --push --summary build-summary.json
+"""
+    files["README.md"] = f"""# {name}
+
+GPU training images built with [imagesmith](https://pypi.org/project/imagesmith/) {__version__}.
+
+    pip install imagesmith=={__version__}
+    imagesmith plan --explain          # what {matrix_name}.toml builds, and what it drops and why
+    imagesmith render --check          # dockerfiles/ is what the matrices render (CI runs this)
+    imagesmith fetch-sources           # nccl-tests source, checksummed (--from DIR or a mirror where GitHub is blocked)
+    imagesmith build --push            # build and push what changed
+
+- `imagesmith.toml`: the project (paths, default matrix, source mirrors)
+- `matrices/`: what to build; `matrices/registries.toml`: where to push
+- `locks/`: exact pins per (torch, variant, python): `imagesmith lock`
+- `dockerfiles/`: generated by `imagesmith render`: do not edit, commit them
+"""
+    return files
+
+
+def write_project(root: Path, files: dict[str, str], lock: LockKey) -> list[Path]:
+    """Write *files* and the reference lock for *lock* under *root*. Refuses to overwrite any file."""
+    clash = [rel for rel in files if (root / rel).exists()]
+    if (root / PROJECT_FILE).exists() or clash:
+        raise ConfigError(
+            f"{root}: {', '.join(clash or [PROJECT_FILE])} exists already; init writes only new projects",
+            hint="run `imagesmith init` in an empty folder (or one without these files)",
+        )
+    source = reference_locks() / lock.filename
+    written: list[Path] = []
+    for rel, text in sorted(files.items()):
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        written.append(path)
+    lock_file = root / "locks" / lock.filename
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    lock_file.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+    written.append(lock_file)
+    return written
+
+
+def default_matrix_name(gpu_args: list[str]) -> str:
+    return project_name(gpu_args[0]) if gpu_args else DEFAULT_GPU

