@@ -243,7 +243,10 @@ def builder_inputs(key: LockKey, lock: Lock) -> list[str]:
 def _uv() -> str:
     found = shutil.which("uv") or str(Path(sys.executable).with_name("uv"))
     if not Path(found).exists():
-        raise LockError("uv not found", hint="pip install -e '.[dev]' (uv is in the dev extra)")
+        raise LockError(
+            "uv not found (imagesmith lock resolves pins with it)",
+            hint="pip install 'imagesmith[lock]' (or, in a checkout, pip install -e '.[dev]')",
+        )
     return found
 
 

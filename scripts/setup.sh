@@ -11,8 +11,9 @@
 #      certificate given by --extra-ca FILE (default: $PIP_CERT when set, i.e. what this host's pip already trusts)
 #      and the TLS registry's test credentials in the docker config (as `docker login` does)
 #   6. the source cache (nccl-tests, checksummed): from the pinned archives beside the checkout
-#      (../shared/sources, or --sources DIR), or from a local git clone (--nccl-git DIR); with neither, the
-#      one command to run is printed (`imagesmith fetch-sources` where GitHub or a source mirror is reachable)
+#      (../shared/sources, or --sources DIR), or from a local git clone (--nccl-git DIR); with neither, from
+#      the network when IMAGESMITH_SETUP_FETCH=network (GitHub-hosted CI), else the one command to run is
+#      printed (`imagesmith fetch-sources` where GitHub or a source mirror is reachable)
 #
 # usage: scripts/setup.sh [--extra-ca FILE] [--sources DIR] [--nccl-git DIR]
 set -euo pipefail
@@ -170,6 +171,8 @@ if [[ -n $NCCL_GIT ]]; then
     .venv/bin/imagesmith fetch-sources --from-git "$NCCL_GIT"
 elif [[ -d $SOURCES_DIR ]]; then
     .venv/bin/imagesmith fetch-sources --from "$SOURCES_DIR"
+elif [[ ${IMAGESMITH_SETUP_FETCH:-} == network ]]; then
+    .venv/bin/imagesmith fetch-sources   # pinned URLs (and configured source mirrors), checksummed
 else
     log "no pinned source archives at $SOURCES_DIR: run \`.venv/bin/imagesmith fetch-sources\` where GitHub"
     log "(or a source mirror: docs/project.md) is reachable, or \`.venv/bin/imagesmith fetch-sources --from DIR\`"
