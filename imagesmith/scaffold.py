@@ -304,7 +304,7 @@ jobs:
 """
     files["README.md"] = f"""# {name}
 
-GPU training images built with [imagesmith](https://pypi.org/project/imagesmith/) {__version__}.
+GPU training images built with imagesmith {__version__} (`pip install imagesmith`).
 
     pip install imagesmith=={__version__}
     imagesmith plan --explain          # what {matrix_name}.toml builds, and what it drops and why
