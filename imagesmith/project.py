@@ -196,6 +196,26 @@ def check_mirror_template(template: str, origin: str) -> str:
     return template
 
 
+def _check_dockerfiles_folder(file: Path, root: Path, resolved: Mapping[str, Path]) -> None:
+    """``render`` owns ``paths.dockerfiles`` (it deletes what the matrices no longer render there), so that
+    folder must be a dedicated one inside the project: not the root, and holding none of the project's inputs.
+    """
+    out = resolved["dockerfiles"]
+    if out == root or not out.is_relative_to(root):
+        raise ProjectError(
+            f"{file}: paths.dockerfiles = {out} must be a folder inside the project, not "
+            + ("its root" if out == root else "outside it"),
+            hint='paths.dockerfiles = "dockerfiles" (render writes and prunes only there)',
+        )
+    for key in ("matrices", "locks", "registries"):
+        other = resolved[key]
+        if other == out or other.is_relative_to(out) or out.is_relative_to(other):
+            raise ProjectError(
+                f"{file}: paths.dockerfiles ({out.relative_to(root)}) overlaps paths.{key} ({other})",
+                hint='give the generated files a folder of their own, e.g. "dockerfiles"',
+            )
+
+
 def load_project(file: Path) -> Project:
     """Read and check one ``imagesmith.toml``."""
     file = file.resolve()
@@ -245,6 +265,7 @@ def load_project(file: Path) -> Project:
         key: _relative(file, f"paths.{key}", paths.get(key, default), root)
         for key, default in DEFAULT_PATHS.items()
     }
+    _check_dockerfiles_folder(file, root, resolved)
     sources = data.get("sources", {})
     if not isinstance(sources, dict):
         raise ProjectError(f"{file}: [sources] must be a table", hint="[sources]\nmirrors = []")

@@ -150,6 +150,20 @@ def _existing_files(matrix_dirs: Iterable[Path]) -> set[Path]:
     return found
 
 
+def looks_rendered(folder: Path) -> bool:
+    """True when *folder* holds a Dockerfile with the GENERATED header: a stale matrix folder ``render`` may
+    prune. Anything else under ``dockerfiles/`` is not ours and is never deleted.
+    """
+    for dockerfile in folder.glob("*/Dockerfile"):
+        try:
+            head = dockerfile.read_text(encoding="utf-8", errors="replace").split("\n", 2)[:2]
+        except OSError:
+            continue
+        if any(HEADER in line for line in head):
+            return True
+    return False
+
+
 def compare(rendered: Mapping[Path, str], matrix_dirs: Iterable[Path]) -> Drift:
     existing = _existing_files(matrix_dirs)
     missing = sorted(p for p in rendered if not p.is_file())

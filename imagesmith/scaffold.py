@@ -330,17 +330,30 @@ def write_project(root: Path, files: dict[str, str], lock: LockKey) -> list[Path
         )
     source = reference_locks() / lock.filename
     written: list[Path] = []
-    for rel, text in sorted(files.items()):
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        written.append(path)
-    lock_file = root / "locks" / lock.filename
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    lock_file.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
-    written.append(lock_file)
+    try:
+        for rel, text in sorted(files.items()):
+            path = root / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            written.append(path)
+        lock_file = root / "locks" / lock.filename
+        lock_file.parent.mkdir(parents=True, exist_ok=True)
+        lock_file.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+        written.append(lock_file)
+    except OSError as exc:
+        for path in written:  # nothing half-done: what this call wrote goes again
+            path.unlink(missing_ok=True)
+        raise ConfigError(
+            f"{root}: cannot write the project: {exc}", hint="choose a folder you can write to"
+        ) from None
     return written
 
 
 def default_matrix_name(gpu_args: list[str]) -> str:
-    return project_name(gpu_args[0]) if gpu_args else DEFAULT_GPU
+    """The first ``--gpu``: its family key, or the key of the one model it names."""
+    if not gpu_args:
+        return DEFAULT_GPU
+    first = gpu_args[0].strip().casefold()
+    if first in {g.family for g in compat.gpus()}:
+        return project_name(first)
+    return project_name(compat.gpu(gpu_args[0]).key)

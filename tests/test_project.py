@@ -92,6 +92,10 @@ def test_a_matrix_file_named_by_path_finds_its_project(tmp_path: Path) -> None:
         ("[sources]\nmirrors = ['https://m/{uri}']\n", "uses {uri}"),
         ("[sources]\nmirror = []\n", "unknown key sources.mirror"),
         ("schema = 1\n[paths\n", "not valid TOML"),
+        ("[paths]\ndockerfiles = '.'\n", "must be a folder inside the project, not its root"),
+        ("[paths]\ndockerfiles = '../elsewhere'\n", "must be a folder inside the project, not outside it"),
+        ("[paths]\ndockerfiles = 'matrices'\n", "overlaps paths.matrices"),
+        ("[paths]\ndockerfiles = 'gen'\nlocks = 'gen/locks'\n", "overlaps paths.locks"),
     ],
 )
 def test_bad_project_file_is_one_clear_error(tmp_path: Path, text: str, expected: str) -> None:
@@ -175,3 +179,19 @@ def test_render_refuses_a_matrix_from_outside_the_project(
     out = run_cli("--project", str(REPO), "render", "--matrix", str(outside / "smoke.toml"))
     assert out.exit_code == 4
     assert "only matrices in matrices/ of project" in out.stderr
+
+
+def test_render_prunes_only_folders_it_rendered(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    root = _project(tmp_path / "p")
+    assert run_cli("--project", str(root), "render").exit_code == 0
+    out = root / "dockerfiles"
+    mine = out / "notes" / "readme.txt"  # a user's folder under dockerfiles/: not rendered, never deleted
+    mine.parent.mkdir()
+    mine.write_text("keep me")
+    stale = out / "gone"  # a matrix that no longer exists: its rendered folder goes
+    shutil.copytree(out / "smoke", stale)
+    result = run_cli("--project", str(root), "render")
+    assert result.exit_code == 0, result.stderr
+    assert "left    dockerfiles/notes" in result.stdout
+    assert mine.read_text() == "keep me"
+    assert not stale.exists()

@@ -180,3 +180,18 @@ def test_every_help_renders(command: str) -> None:
     argv = [sys.executable, "-m", "imagesmith", *([command] if command else []), "--help"]
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr[-500:]
+
+
+def test_init_into_a_file_is_a_clear_error(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    out = run_cli("init", str(target))
+    assert out.exit_code == 2
+    assert "exists and is not a folder" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_matrix_name_is_the_family_or_the_model_key(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    out = run_cli("init", str(tmp_path / "p"), "--gpu", "NVIDIA A100-SXM4-80GB", "--no-render")
+    assert out.exit_code == 0, out.stderr
+    assert (tmp_path / "p" / "matrices" / "a100-80gb-sxm4.toml").is_file()

@@ -68,6 +68,10 @@ def init_command(
 
     gpu_args = gpu or [DEFAULT_GPU]
     root = directory.resolve()
+    if root.exists() and not root.is_dir():
+        raise ConfigError(
+            f"{root} exists and is not a folder", hint="give a new or existing folder for the project"
+        )
     proj_name = project_name(name or root.name)
     choice = choose(resolve_gpus(gpu_args), base, driver)
     matrix_name = default_matrix_name(gpu_args)

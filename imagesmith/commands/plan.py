@@ -102,7 +102,7 @@ def render_command(
     """Render Dockerfiles and build contexts into <project>/dockerfiles/<matrix>/<cell>/."""
     from imagesmith.matrix import load_matrix
     from imagesmith.plan import build_plan
-    from imagesmith.render import check_rendered, matrix_dir, render_plan, write_rendered
+    from imagesmith.render import check_rendered, looks_rendered, matrix_dir, render_plan, write_rendered
 
     project = current_project(matrix)
     names = [matrix] if matrix else project.matrix_names()
@@ -129,11 +129,13 @@ def render_command(
         # folders of matrices that no longer exist are stale: all their files count as extra
         root = project.dockerfiles_dir
         known = {d.resolve() for d in dirs}
-        dirs += (
-            [d for d in sorted(root.iterdir()) if d.is_dir() and d.resolve() not in known]
-            if root.is_dir()
-            else []
-        )
+        for d in sorted(root.iterdir()) if root.is_dir() else []:
+            if not d.is_dir() or d.resolve() in known:
+                continue
+            if looks_rendered(d):
+                dirs.append(d)
+            else:
+                typer.echo(f"left    {project.rel(d)} (not rendered by imagesmith: no GENERATED Dockerfile)")
     if check:
         check_rendered(rendered, dirs, project)
         typer.echo(f"{project.dockerfiles_rel}/ is current ({len(rendered)} files, {count} matrices)")
