@@ -41,6 +41,20 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
+
+DATA_HINT = (
+    "imagesmith's packaged data is broken: reinstall imagesmith (pip install --force-reinstall imagesmith), "
+    "or in a checkout fix the data file named"
+)
+
+
+class DataError(ConfigError):
+    """imagesmith's own data files (``imagesmith/data/*.toml``) are wrong: a packaging or editing bug."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or DATA_HINT)
+
+
 __all__ = [
     "ArchCoverage",
     "CudaRelease",
@@ -176,17 +190,17 @@ def _load(name: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:  # a packaging bug, but say where
-        raise ConfigError(f"imagesmith/data/{name}: invalid TOML: {exc}") from None
+        raise DataError(f"imagesmith/data/{name}: invalid TOML: {exc}") from None
 
 
 def _rows(name: str, table: str) -> list[dict[str, Any]]:
     data = _load(name)
     rows = data.get(table)
     if not isinstance(rows, list) or not rows:
-        raise ConfigError(f"imagesmith/data/{name}: no [[{table}]] rows")
+        raise DataError(f"imagesmith/data/{name}: no [[{table}]] rows")
     for i, row in enumerate(rows):
         if not isinstance(row, dict) or not isinstance(row.get("source"), str) or not row["source"].strip():
-            raise ConfigError(f"imagesmith/data/{name}: [[{table}]] row {i + 1} has no `source`")
+            raise DataError(f"imagesmith/data/{name}: [[{table}]] row {i + 1} has no `source`")
     return rows
 
 
@@ -194,7 +208,7 @@ def _field(name: str, table: str, row: Mapping[str, Any], key: str, kind: type) 
     value = row.get(key)
     if not isinstance(value, kind):
         ident = row.get("version") or row.get("key") or row.get("name") or row.get("branch") or "?"
-        raise ConfigError(
+        raise DataError(
             f"imagesmith/data/{name}: [[{table}]] {ident}: `{key}` must be a {kind.__name__}, got {value!r}"
         )
     return value
@@ -258,7 +272,7 @@ def cuda_releases() -> tuple[CudaRelease, ...]:
     for row in _rows(name, "release"):
         version = _field(name, "release", row, "version", str)
         if not _CUDA_XY_RE.match(version) or version.count(".") != 2:
-            raise ConfigError(f"imagesmith/data/{name}: release {version!r} is not X.Y.Z")
+            raise DataError(f"imagesmith/data/{name}: release {version!r} is not X.Y.Z")
         out.append(
             CudaRelease(
                 version=version,
@@ -358,7 +372,7 @@ def min_driver(cuda: str) -> MinDriver:
     rel = cuda_release(cuda)
     floor = _mvc_floors().get(rel.major)
     if floor is None:
-        raise ConfigError(f"imagesmith/data/cuda.toml: no minor-version floor for CUDA {rel.major}.x")
+        raise DataError(f"imagesmith/data/cuda.toml: no minor-version floor for CUDA {rel.major}.x")
     return MinDriver(full=rel.min_driver, minor_version=min(floor, rel.min_driver), toolkit=rel.version)
 
 
@@ -465,7 +479,7 @@ def torch_releases() -> tuple[TorchRelease, ...]:
     data = _load(name)
     pattern = data.get("index_url")
     if not isinstance(pattern, str) or "{variant}" not in pattern:
-        raise ConfigError(f"imagesmith/data/{name}: `index_url` must be a string containing {{variant}}")
+        raise DataError(f"imagesmith/data/{name}: `index_url` must be a string containing {{variant}}")
     out = []
     for row in _rows(name, "release"):
         version = _field(name, "release", row, "version", str)
@@ -473,18 +487,16 @@ def torch_releases() -> tuple[TorchRelease, ...]:
             Version(version)
             python = SpecifierSet(_field(name, "release", row, "python", str))
         except (InvalidVersion, InvalidSpecifier) as exc:
-            raise ConfigError(f"imagesmith/data/{name}: release {version}: {exc}") from None
+            raise DataError(f"imagesmith/data/{name}: release {version}: {exc}") from None
         variants: dict[str, TorchVariant] = {}
         for vrow in row.get("variant", []):
             vname = _field(name, "release.variant", vrow, "name", str)
             if not isinstance(vrow.get("source"), str):
-                raise ConfigError(
-                    f"imagesmith/data/{name}: release {version} variant {vname} has no `source`"
-                )
+                raise DataError(f"imagesmith/data/{name}: release {version} variant {vname} has no `source`")
             arch = tuple(_field(name, "release.variant", vrow, "arch_list", list))
             for entry in arch:
                 if not isinstance(entry, str) or not _ARCH_RE.match(entry):
-                    raise ConfigError(f"imagesmith/data/{name}: {version} {vname}: bad arch {entry!r}")
+                    raise DataError(f"imagesmith/data/{name}: {version} {vname}: bad arch {entry!r}")
             variants[vname] = TorchVariant(
                 name=vname,
                 cuda=_field(name, "release.variant", vrow, "cuda", str),
@@ -497,7 +509,7 @@ def torch_releases() -> tuple[TorchRelease, ...]:
             )
         default = _field(name, "release", row, "pypi_default", str)
         if default not in variants:
-            raise ConfigError(
+            raise DataError(
                 f"imagesmith/data/{name}: release {version}: pypi_default {default} is not a variant"
             )
         torchaudio = row.get("torchaudio")
@@ -593,15 +605,15 @@ def gpus() -> tuple[Gpu, ...]:
     for row in _rows(name, "gpu"):
         key = _field(name, "gpu", row, "key", str)
         if key in seen:
-            raise ConfigError(f"imagesmith/data/{name}: duplicate gpu key {key}")
+            raise DataError(f"imagesmith/data/{name}: duplicate gpu key {key}")
         seen.add(key)
         cc = _field(name, "gpu", row, "cc", str)
         if not re.match(r"^\d{1,2}\.\d$", cc):
-            raise ConfigError(f"imagesmith/data/{name}: gpu {key}: cc {cc!r} is not M.m")
+            raise DataError(f"imagesmith/data/{name}: gpu {key}: cc {cc!r} is not M.m")
         mib = int(_field(name, "gpu", row, "memory_mib", int))
         segment = row.get("segment", "datacenter")
         if segment not in ("datacenter", "workstation", "consumer"):
-            raise ConfigError(f"imagesmith/data/{name}: gpu {key}: unknown segment {segment!r}")
+            raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown segment {segment!r}")
         md = row.get("min_driver")
         out.append(
             Gpu(
@@ -632,7 +644,7 @@ def _families() -> Mapping[str, str]:
         fam = _field(name, "family", row, "key", str)
         default = _field(name, "family", row, "default", str)
         if default not in keys:
-            raise ConfigError(f"imagesmith/data/{name}: family {fam}: default {default} is not a gpu key")
+            raise DataError(f"imagesmith/data/{name}: family {fam}: default {default} is not a gpu key")
         out[fam] = default
     return MappingProxyType(out)
 
@@ -1067,7 +1079,7 @@ def default_source_pin(name: str) -> Mapping[str, str]:
     if not isinstance(table, dict) or not all(
         isinstance(table.get(k), str) for k in ("version", "commit", "sha256")
     ):
-        raise ConfigError(
+        raise DataError(
             f"imagesmith/data/sources.toml: no complete [{name}] pin (version, commit, sha256)",
             hint="reinstall imagesmith",
         )

@@ -374,7 +374,8 @@ def choose(
             continue
         fits.append((image, verdict))
     if not fits:
-        raise NoImageFitsError(_nothing_fits(host, constraints, rejected, driver_needs))
+        message, fix = _nothing_fits(host, constraints, rejected, driver_needs)
+        raise NoImageFitsError(message, hint=fix)
     fits.sort(key=lambda pair: _rank(pair[0], pair[1].level or "minor"))
     best, verdict = fits[0]
     assert verdict.level is not None
@@ -415,16 +416,24 @@ def choose(
     )
 
 
-def _nothing_fits(host: Host, constraints: Constraints, rejected: list[Rejected], needs: list[str]) -> str:
+def _nothing_fits(
+    host: Host, constraints: Constraints, rejected: list[Rejected], needs: list[str]
+) -> tuple[str, str]:
+    """(message, fix) of the error when no released image runs on *host*."""
     gpus = ", ".join(sorted({g.name for g in host.gpus})) or "no GPU"
     lines = [f"no released image runs on this host (driver {host.driver}, {gpus}):"]
     lines += [f"  {r.tag}: {r.reason}" for r in rejected]
+    fixes = []
     if needs:
         lowest = min(needs, key=_vkey)
-        lines.append(f"a driver >= {lowest} would run at least one of them")
+        fixes.append(f"a driver >= {lowest} would run at least one of them")
     if any((constraints.torch, constraints.cuda, constraints.python)):
-        lines.append("or relax --torch/--cuda/--python")
-    return "\n".join(lines)
+        fixes.append("or relax --torch/--cuda/--python")
+    if not fixes:
+        fixes.append(
+            "no image of this index targets these GPUs: build a matrix that covers them, or try another --index"
+        )
+    return "\n".join(lines), "; ".join(fixes)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -691,7 +700,10 @@ def read_index_artifact(client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG) -
     with client.get_blob(repo, digest) as resp:
         body: bytes = resp.content
     if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
-        raise RegistryError(f"registry {client.name}: index blob {digest} arrived with a different sha256")
+        raise RegistryError(
+            f"registry {client.name}: index blob {digest} arrived with a different sha256",
+            hint="a proxy or mirror altered it: pull again, or read the index from another source (--index)",
+        )
     return body
 
 

@@ -550,7 +550,10 @@ def release_cell(
                 c.put_manifest(t.repo, cell.tag, manifest)
             now = c.manifest_digest(t.repo, cell.tag)
             if now != digest:
-                raise ReleaseError(f"{t.name}: {t.image}:{cell.tag} resolves to {now}, not {digest}")
+                raise ReleaseError(
+                    f"{t.name}: {t.image}:{cell.tag} resolves to {now}, not {digest}",
+                    hint="another release moved the tag meanwhile: rerun the release to converge",
+                )
         except ImagesmithError as exc:
             return todo, None, f"promotion to {t.name} failed: {exc.message} (rerun to converge)"
         return todo, digest, None

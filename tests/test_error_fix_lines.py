@@ -29,6 +29,12 @@ MODULES = [
     "imagesmith/commands/init.py",
     "imagesmith/commands/plan.py",
     "imagesmith/commands/build.py",
+    "imagesmith/commands/release.py",
+    "imagesmith/compat.py",
+    "imagesmith/matrix.py",
+    "imagesmith/pick.py",
+    "imagesmith/release.py",
+    "imagesmith/validate/runner.py",
 ]
 ERROR_NAMES = {
     name for name, obj in vars(errors).items() if isinstance(obj, type) and issubclass(obj, Exception)

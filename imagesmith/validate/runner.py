@@ -158,7 +158,10 @@ def load_baseline(path: Path) -> tuple[float, str]:
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"--baseline {path}: cannot read it as a report.json ({exc})") from None
+        raise ConfigError(
+            f"--baseline {path}: cannot read it as a report.json ({exc})",
+            hint="give the report.json of an earlier `imagesmith validate --report DIR` run",
+        ) from None
     for c in data.get("checks", []):
         if c.get("name") == "test_nccl_allreduce":
             value = c.get("figures", {}).get("max_size_busbw_mean")
