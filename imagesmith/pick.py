@@ -431,7 +431,7 @@ def _nothing_fits(
         fixes.append("or relax --torch/--cuda/--python")
     if not fixes:
         fixes.append(
-            "no image of this index targets these GPUs: build a matrix that covers them, or try another --index"
+            "no image of this index targets these GPUs: build a matrix for them, or try another --index"
         )
     return "\n".join(lines), "; ".join(fixes)
 
