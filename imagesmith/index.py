@@ -8,15 +8,16 @@ naming the source, the field path (``images[2].min_driver.full``) and the fix.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, RegistryError
 
 SCHEMA = "imagesmith.release-index/v1"
 
@@ -379,3 +380,32 @@ def save_index(index: ReleaseIndex, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(dump_index(index), encoding="utf-8")
     tmp.replace(path)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the index as an OCI artifact in a registry (written by imagesmith.release, read by imagesmith.pick)
+
+#: the tag and layer media type of the published index artifact
+INDEX_ARTIFACT_TAG: Final[str] = "release-index"
+INDEX_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.release-index.v1+json"
+
+
+def read_index_artifact(client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG) -> bytes:
+    """The index JSON: the single layer of the OCI artifact *repo:tag* (see release.publish_index)."""
+    manifest = client.get_manifest(repo, tag).json()
+    layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX_MEDIA_TYPE]
+    if len(layers) != 1:
+        raise RegistryError(
+            f"registry {client.name}: {repo}:{tag} is not an imagesmith release index artifact "
+            f"(expected one layer of type {INDEX_MEDIA_TYPE})",
+            hint="point --index at the tag imagesmith release publishes",
+        )
+    digest = layers[0]["digest"]
+    with client.get_blob(repo, digest) as resp:
+        body: bytes = resp.content
+    if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+        raise RegistryError(
+            f"registry {client.name}: index blob {digest} arrived with a different sha256",
+            hint="a proxy or mirror altered it: pull again, or read the index from another source (--index)",
+        )
+    return body

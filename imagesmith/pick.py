@@ -35,7 +35,14 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from imagesmith.errors import ConfigError, NoImageFitsError, ParseError, RegistryError
-from imagesmith.index import RegistryCopy, ReleasedImage, ReleaseIndex, parse_index
+from imagesmith.index import (
+    INDEX_ARTIFACT_TAG,
+    RegistryCopy,
+    ReleasedImage,
+    ReleaseIndex,
+    parse_index,
+    read_index_artifact,
+)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,8 +53,6 @@ else:  # pragma: no cover - python 3.10
 PLATFORMS_RESOURCE: Final[tuple[str, str]] = ("imagesmith", "data/platforms.toml")
 #: NGC-style ulimits for PyTorch containers: pinned memory unlimited, 64 MiB stacks.
 ULIMITS: Final[tuple[str, ...]] = ("--ulimit", "memlock=-1", "--ulimit", "stack=67108864")
-INDEX_ARTIFACT_TAG: Final[str] = "release-index"
-INDEX_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.release-index.v1+json"
 DEFAULT_TTL_S: Final[int] = 3600
 
 Level = Literal["full", "minor"]
@@ -684,27 +689,6 @@ def _download_oci(source: str) -> bytes:
     host, repo, tag, insecure = parse_oci_source(source)
     client = RegistryClient(host, insecure=insecure)
     return read_index_artifact(client, repo, tag)
-
-
-def read_index_artifact(client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG) -> bytes:
-    """The index JSON: the single layer of the OCI artifact *repo:tag* (see release.publish_index)."""
-    manifest = client.get_manifest(repo, tag).json()
-    layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX_MEDIA_TYPE]
-    if len(layers) != 1:
-        raise RegistryError(
-            f"registry {client.name}: {repo}:{tag} is not an imagesmith release index artifact "
-            f"(expected one layer of type {INDEX_MEDIA_TYPE})",
-            hint="point --index at the tag imagesmith release publishes",
-        )
-    digest = layers[0]["digest"]
-    with client.get_blob(repo, digest) as resp:
-        body: bytes = resp.content
-    if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
-        raise RegistryError(
-            f"registry {client.name}: index blob {digest} arrived with a different sha256",
-            hint="a proxy or mirror altered it: pull again, or read the index from another source (--index)",
-        )
-    return body
 
 
 # ------------------------------------------------------------------------------------------------------------

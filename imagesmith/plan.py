@@ -20,20 +20,19 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from imagesmith import __version__, compat
-from imagesmith.errors import ConfigError, NothingToDoError
+from imagesmith.errors import ConfigError
 from imagesmith.lock import Lock, LockKey, read_lock
-from imagesmith.matrix import Matrix, Rule, select
+from imagesmith.matrix import Matrix, Rule
+from imagesmith.model import NCCL_TESTS_BIN, VENV, BuildPlan, Cell, Dropped, MinDriverInfo, RegistryTarget
+from imagesmith.templating import render_cell_files
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
-
-VENV: Final[str] = "/opt/venv"
-NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
 
 #: Brand names used by NVIDIA's own nvidia/cuda images in NVIDIA_REQUIRE_CUDA (container-images/cuda dist/*).
 REQUIRE_CUDA_BRANDS: Final[tuple[str, ...]] = (
@@ -48,154 +47,6 @@ REQUIRE_CUDA_BRANDS: Final[tuple[str, ...]] = (
     "titan",
     "titanrtx",
 )
-
-
-@dataclass(frozen=True, kw_only=True)
-class MinDriverInfo:
-    full: str
-    minor_version: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class RegistryTarget:
-    name: str
-    host: str
-    image: str
-    ref: str
-    insecure: bool
-    kind: str
-    repository: str = ""  # namespace/repository, without the host
-
-
-@dataclass(frozen=True, kw_only=True)
-class Cell:
-    """One image to build. ``id`` doubles as the image tag."""
-
-    matrix: str
-    id: str
-    tag: str
-    flavor: str
-    torch: str
-    torchvision: str
-    torchaudio: str | None
-    torch_source: str
-    variant: str
-    cuda: str
-    python: str
-    python_full: str | None
-    python_source: str  # "distro" | "uv" | "base"
-    uv: str | None
-    python_install_mirror: str
-    os: str
-    base_image: str
-    builder_image: str
-    devel_image: str | None
-    nccl_toolkit: str  # "devel-image" | "pip" | "base"
-    index_url: str | None
-    pypi_default: bool
-    pins: tuple[tuple[str, str], ...]
-    builder_pins: tuple[tuple[str, str], ...]
-    lock_file: str
-    lock_verified: bool
-    lock_note: str | None
-    nccl_version: str | None
-    min_driver: MinDriverInfo
-    require_cuda: str
-    gpus: tuple[str, ...]
-    gpu_families: tuple[str, ...]
-    gpu_names: tuple[str, ...]
-    archs: tuple[str, ...]
-    nvcc_gencode: str
-    arch_coverage: tuple[tuple[str, str], ...]
-    shm_min: str
-    shm_min_bytes: int
-    nccl_tests_version: str
-    nccl_tests_commit: str
-    nccl_tests_sha256: str
-    nccl_tests_url: str
-    nccl_tests_archive: str
-    mirror_build: str
-    mirror_runtime: str
-    registries: tuple[RegistryTarget, ...]
-    labels: tuple[tuple[str, str], ...]
-    venv: str
-    dockerfile: str
-    context: str
-    fingerprint: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["pins"] = dict(self.pins)
-        data["builder_pins"] = dict(self.builder_pins)
-        data["arch_coverage"] = dict(self.arch_coverage)
-        data["labels"] = dict(self.labels)
-        data["min_driver"] = {"full": self.min_driver.full, "minor_version": self.min_driver.minor_version}
-        data["image_refs"] = [r.ref for r in self.registries]
-        return data
-
-
-@dataclass(frozen=True, kw_only=True)
-class Dropped:
-    combination: str
-    reason: str
-
-
-@dataclass(frozen=True, kw_only=True)
-class BuildPlan:
-    matrix: str
-    cells: tuple[Cell, ...]
-    dropped: tuple[Dropped, ...] = field(default=())
-
-    def cell(self, cell_id: str) -> Cell:
-        for c in self.cells:
-            if c.id == cell_id:
-                return c
-        raise KeyError(cell_id)
-
-    def select(self, patterns: Sequence[str]) -> BuildPlan:
-        """Cells whose id matches any glob (``{a,b}`` allowed). NothingToDoError when none does."""
-        if not patterns:
-            return self
-        ids = set(select([c.id for c in self.cells], patterns))
-        if not ids:
-            raise NothingToDoError(
-                f"--only {' '.join(patterns)} matched no cell of matrix {self.matrix!r}",
-                hint="cells: " + ", ".join(c.id for c in self.cells),
-            )
-        return replace(self, cells=tuple(c for c in self.cells if c.id in ids))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"matrix": self.matrix, "cells": [c.to_json() for c in self.cells]}
-
-    def github_matrix(self) -> dict[str, Any]:
-        """A GitHub Actions ``strategy.matrix``: one ``include`` entry per (cell, GPU family).
-
-        ``gpu`` is the family key of a target GPU (``a100``, ``h200``): a nightly validates each cell on a
-        runner of every GPU family the cell targets (runner label ``gpu-<gpu>``).
-        """
-        return {
-            "include": [
-                {
-                    "cell": c.id,
-                    "gpu": family,
-                    "tag": c.tag,
-                    "matrix": c.matrix,
-                    "torch": c.torch,
-                    "cuda": c.cuda,
-                    "variant": c.variant,
-                    "python": c.python,
-                    "flavor": c.flavor,
-                    "dockerfile": c.dockerfile,
-                    "fingerprint": c.fingerprint,
-                }
-                for c in self.cells
-                for family in c.gpu_families
-            ]
-        }
-
-
-# ------------------------------------------------------------------------------------------------------------
-# derived values
 
 
 def cell_id(torch: str, variant: str, python: str, flavor: str, os_tag: str) -> str:
@@ -488,7 +339,22 @@ def fingerprint(cell: Cell, files: dict[str, str]) -> str:
 
 
 def with_fingerprint(cell: Cell) -> Cell:
-    from imagesmith.render import render_cell_files  # local import: render needs Cell from here
-
     files = render_cell_files(replace(cell, fingerprint=FINGERPRINT_PLACEHOLDER))
     return replace(cell, fingerprint=fingerprint(cell, files))
+
+
+__all__ = [
+    "NCCL_TESTS_BIN",
+    "VENV",
+    "BuildPlan",
+    "Cell",
+    "Dropped",
+    "MinDriverInfo",
+    "RegistryTarget",
+    "build_plan",
+    "cell_id",
+    "fingerprint",
+    "nvcc_gencode",
+    "require_cuda",
+    "with_fingerprint",
+]

@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
 from imagesmith.index import (
+    INDEX_ARTIFACT_TAG,
+    INDEX_MEDIA_TYPE,
     MinDriver,
     RegistryCopy,
     ReleasedImage,
@@ -47,9 +49,9 @@ from imagesmith.index import (
     dump_index,
     load_index,
     parse_index,
+    read_index_artifact,
     save_index,
 )
-from imagesmith.pick import INDEX_ARTIFACT_TAG, INDEX_MEDIA_TYPE, read_index_artifact
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, copy_manifest
 
 if TYPE_CHECKING:

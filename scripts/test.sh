@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite, one command (what CI runs through .ci/run): setup, lint, types, render drift, pytest
-# (unit + docker + registry + e2e). As root on Debian bookworm. Extra pytest arguments are passed through.
+# The whole test suite, one command (what CI runs through .ci/run): setup, lint, types, import contracts,
+# render drift, pytest (unit + docker + registry + e2e). As root on Debian bookworm. Extra pytest arguments are
+# passed through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,8 @@ step "ruff format --check"
 .venv/bin/ruff format --check . || status=1
 step "mypy imagesmith"
 .venv/bin/mypy imagesmith || status=1
+step "lint-imports (stages depend one way)"
+.venv/bin/lint-imports --no-cache || status=1
 step "imagesmith render --check"
 .venv/bin/imagesmith render --check || status=1
 

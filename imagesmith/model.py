@@ -1,0 +1,165 @@
+"""The vocabulary the stages share: a plan's cells and what they point at.
+
+Plain frozen dataclasses with no behaviour beyond views of themselves: the planner (:mod:`imagesmith.plan`)
+makes them; the templating (:mod:`imagesmith.templating`), rendering, build and release read them. Modules
+that need a cell import it from here, so no stage has to import the stage that produced it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Final
+
+from imagesmith.errors import NothingToDoError
+from imagesmith.matrix import select
+
+VENV: Final[str] = "/opt/venv"
+NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MinDriverInfo:
+    full: str
+    minor_version: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RegistryTarget:
+    name: str
+    host: str
+    image: str
+    ref: str
+    insecure: bool
+    kind: str
+    repository: str = ""  # namespace/repository, without the host
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One image to build. ``id`` doubles as the image tag."""
+
+    matrix: str
+    id: str
+    tag: str
+    flavor: str
+    torch: str
+    torchvision: str
+    torchaudio: str | None
+    torch_source: str
+    variant: str
+    cuda: str
+    python: str
+    python_full: str | None
+    python_source: str  # "distro" | "uv" | "base"
+    uv: str | None
+    python_install_mirror: str
+    os: str
+    base_image: str
+    builder_image: str
+    devel_image: str | None
+    nccl_toolkit: str  # "devel-image" | "pip" | "base"
+    index_url: str | None
+    pypi_default: bool
+    pins: tuple[tuple[str, str], ...]
+    builder_pins: tuple[tuple[str, str], ...]
+    lock_file: str
+    lock_verified: bool
+    lock_note: str | None
+    nccl_version: str | None
+    min_driver: MinDriverInfo
+    require_cuda: str
+    gpus: tuple[str, ...]
+    gpu_families: tuple[str, ...]
+    gpu_names: tuple[str, ...]
+    archs: tuple[str, ...]
+    nvcc_gencode: str
+    arch_coverage: tuple[tuple[str, str], ...]
+    shm_min: str
+    shm_min_bytes: int
+    nccl_tests_version: str
+    nccl_tests_commit: str
+    nccl_tests_sha256: str
+    nccl_tests_url: str
+    nccl_tests_archive: str
+    mirror_build: str
+    mirror_runtime: str
+    registries: tuple[RegistryTarget, ...]
+    labels: tuple[tuple[str, str], ...]
+    venv: str
+    dockerfile: str
+    context: str
+    fingerprint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["pins"] = dict(self.pins)
+        data["builder_pins"] = dict(self.builder_pins)
+        data["arch_coverage"] = dict(self.arch_coverage)
+        data["labels"] = dict(self.labels)
+        data["min_driver"] = {"full": self.min_driver.full, "minor_version": self.min_driver.minor_version}
+        data["image_refs"] = [r.ref for r in self.registries]
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dropped:
+    combination: str
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildPlan:
+    matrix: str
+    cells: tuple[Cell, ...]
+    dropped: tuple[Dropped, ...] = field(default=())
+
+    def cell(self, cell_id: str) -> Cell:
+        for c in self.cells:
+            if c.id == cell_id:
+                return c
+        raise KeyError(cell_id)
+
+    def select(self, patterns: Sequence[str]) -> BuildPlan:
+        """Cells whose id matches any glob (``{a,b}`` allowed). NothingToDoError when none does."""
+        if not patterns:
+            return self
+        ids = set(select([c.id for c in self.cells], patterns))
+        if not ids:
+            raise NothingToDoError(
+                f"--only {' '.join(patterns)} matched no cell of matrix {self.matrix!r}",
+                hint="cells: " + ", ".join(c.id for c in self.cells),
+            )
+        return replace(self, cells=tuple(c for c in self.cells if c.id in ids))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"matrix": self.matrix, "cells": [c.to_json() for c in self.cells]}
+
+    def github_matrix(self) -> dict[str, Any]:
+        """A GitHub Actions ``strategy.matrix``: one ``include`` entry per (cell, GPU family).
+
+        ``gpu`` is the family key of a target GPU (``a100``, ``h200``): a nightly validates each cell on a
+        runner of every GPU family the cell targets (runner label ``gpu-<gpu>``).
+        """
+        return {
+            "include": [
+                {
+                    "cell": c.id,
+                    "gpu": family,
+                    "tag": c.tag,
+                    "matrix": c.matrix,
+                    "torch": c.torch,
+                    "cuda": c.cuda,
+                    "variant": c.variant,
+                    "python": c.python,
+                    "flavor": c.flavor,
+                    "dockerfile": c.dockerfile,
+                    "fingerprint": c.fingerprint,
+                }
+                for c in self.cells
+                for family in c.gpu_families
+            ]
+        }
+
+
+# ------------------------------------------------------------------------------------------------------------

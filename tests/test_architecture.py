@@ -1,0 +1,63 @@
+"""The stages depend one way (pyproject.toml [tool.importlinter], docs/architecture.md): the contracts hold on
+this tree, and a deliberate back-import breaks them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.repo import REPO
+
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess[str]:
+    if not LINT.exists():
+        pytest.fail(f"{LINT} is missing: pip install -e '.[dev]' (import-linter is in the dev extra)")
+    env = dict(os.environ, PYTHONPATH=str(root))
+    return subprocess.run(
+        [str(LINT), "--no-cache"], cwd=root, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def _copy(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    root.mkdir()
+    shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
+    shutil.copytree(REPO / "imagesmith", root / "imagesmith", ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def test_contracts_hold() -> None:
+    proc = _lint(REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "2 kept, 0 broken" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "back_import", "contract"),
+    [
+        ("plan.py", "from imagesmith.render import write_rendered  # noqa", "stages depend one way"),
+        ("release.py", "from imagesmith.pick import pick  # noqa", "stages depend one way"),
+        (
+            "matrix.py",
+            "from imagesmith.plan import build_plan  # noqa",
+            "data and infrastructure know no stage",
+        ),
+    ],
+)
+def test_a_back_import_breaks_them(tmp_path: Path, module: str, back_import: str, contract: str) -> None:
+    root = _copy(tmp_path)
+    path = root / "imagesmith" / module
+    text = path.read_text()
+    marker = "from __future__ import annotations\n"
+    path.write_text(text.replace(marker, marker + "\n" + back_import + "\n", 1))
+    proc = _lint(root)
+    assert proc.returncode != 0
+    assert f"{contract} BROKEN" in proc.stdout
+    assert f"imagesmith.{module.removesuffix('.py')} -> " in proc.stdout
