@@ -81,7 +81,15 @@ def test_spread_and_power() -> None:
         700.0,
         "nvidia-smi power.default_limit",
     )
-    assert reference_power_w(gpu("NVIDIA A100-PCIE-40GB", 1))[0] == 300.0
+    # the TDP comes from imagesmith/data/gpus.toml (the table used to be copied here, with 300 W for the 40 GB
+    # PCIe board, which is the 80 GB board's figure)
+    assert reference_power_w(gpu("NVIDIA A100-PCIE-40GB", 1)) == (
+        250.0,
+        "TDP of a100-40gb-pcie (imagesmith/data/gpus.toml)",
+    )
+    assert reference_power_w(gpu("NVIDIA A100 80GB PCIe", 1))[0] == 300.0
+    assert reference_power_w(gpu("NVIDIA H200", 1))[0] == 700.0
+    assert reference_power_w(gpu("Some Future GPU", 1)) == (None, "unknown")
 
 
 def test_too_old_driver_gets_the_compat_explanation() -> None:

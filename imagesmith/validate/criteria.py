@@ -92,25 +92,19 @@ def visible_count(cuda_visible_devices: str | None, gpus: list[Gpu]) -> int:
 #: Vendor board power (W) by model keyword, for when nvidia-smi prints no power.default_limit.
 # : NVIDIA datasheets: H200 SXM 700, H100 SXM 700, H100 PCIe 350, A100 SXM 400, A100 PCIe 300, L40S 350, RTX
 # 4090 450.
-TDP_W = (
-    ("H200", "PCIE", 600.0),
-    ("H200", "", 700.0),
-    ("H100", "PCIE", 350.0),
-    ("H100", "", 700.0),
-    ("A100", "PCIE", 300.0),
-    ("A100", "", 400.0),
-    ("L40S", "", 350.0),
-    ("4090", "", 450.0),
-)
-
-
 def reference_power_w(gpu: Gpu) -> tuple[float | None, str]:
+    """The power a healthy board of this model may draw: nvidia-smi's default limit, else the TDP of the model
+    in ``imagesmith/data/gpus.toml`` (one table of facts; a name several models share needs one TDP for all).
+    """
     if gpu.power_default_w:
         return gpu.power_default_w, "nvidia-smi power.default_limit"
-    name = _norm(gpu.name)
-    for model, form, watts in TDP_W:
-        if model in name and (not form or form in name):
-            return watts, f"datasheet TDP of {model}{' ' + form if form else ''}"
+    from imagesmith import compat
+
+    models = [g for g in compat.gpu_candidates(gpu.name) if g.tdp_w]
+    if gpu.memory_mib and len(models) > 1:
+        models = [g for g in models if abs(g.memory_mib - gpu.memory_mib) <= max(1024, g.memory_mib // 20)]
+    if models and len({g.tdp_w for g in models}) == 1:
+        return float(models[0].tdp_w or 0), f"TDP of {models[0].key} (imagesmith/data/gpus.toml)"
     return None, "unknown"
 
 
