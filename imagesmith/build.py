@@ -39,6 +39,7 @@ from imagesmith.engine import BuildEvent, Engine, PushResult
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell, RegistryTarget
+from imagesmith.refs import ImageRef
 from imagesmith.registry import ManifestData, RegistryClient, copy_manifest, lookup_credentials
 from imagesmith.sources import cached_archive, nccl_tests_archive
 
@@ -85,7 +86,7 @@ def local_ref(cell: Cell) -> str:
 
 def repo_path(target: RegistryTarget) -> str:
     """The repository path inside the registry (``namespace/repository``)."""
-    return target.repository or target.image.split("/", 1)[1]
+    return target.repository or ImageRef.parse(target.image).path
 
 
 @dataclass

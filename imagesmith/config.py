@@ -29,66 +29,12 @@ from typing import Any
 
 from imagesmith.errors import ConfigError
 from imagesmith.project import check_mirror_template
+from imagesmith.refs import _HUB_ALIASES, DOCKER_HUB, ImageRef
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-DOCKER_HUB = "docker.io"
-_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
-
-
-@dataclass(frozen=True, kw_only=True)
-class ImageRef:
-    """A parsed image reference: ``registry/path[:tag][@digest]`` with Docker's defaults filled in."""
-
-    registry: str
-    path: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def parse(cls, ref: str) -> ImageRef:
-        """Parse *ref* as the docker CLI does (``debian:bookworm`` → docker.io/library/debian:bookworm)."""
-        text = ref.strip()
-        if not text or any(c.isspace() for c in text):
-            raise ConfigError(f"{ref!r} is not an image reference", hint="use e.g. debian:bookworm")
-        digest = None
-        if "@" in text:
-            text, digest = text.split("@", 1)
-        first, sep, rest = text.partition("/")
-        if sep and ("." in first or ":" in first or first == "localhost"):
-            registry, remainder = first, rest
-        else:
-            registry, remainder = DOCKER_HUB, text
-        tag = None
-        last = remainder.rsplit("/", 1)[-1]
-        if ":" in last:
-            remainder, tag = remainder.rsplit(":", 1)
-        if registry in _HUB_ALIASES:
-            registry = DOCKER_HUB
-            if "/" not in remainder:
-                remainder = f"library/{remainder}"
-        if not remainder:
-            raise ConfigError(
-                f"{ref!r} is not an image reference (no repository)", hint="use e.g. debian:bookworm"
-            )
-        if tag is None and digest is None:
-            tag = "latest"
-        return cls(registry=registry, path=remainder, tag=tag, digest=digest)
-
-    @property
-    def repository(self) -> str:
-        return f"{self.registry}/{self.path}"
-
-    def __str__(self) -> str:
-        out = self.repository
-        if self.tag:
-            out += f":{self.tag}"
-        if self.digest:
-            out += f"@{self.digest}"
-        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -233,3 +179,14 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         source_mirrors=tuple(source_mirrors),
         source=source,
     )
+
+
+__all__ = [
+    "DOCKER_HUB",
+    "ImageRef",
+    "UserConfig",
+    "cache_root",
+    "config_path",
+    "load_config",
+    "parse_mirror_items",
+]

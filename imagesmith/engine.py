@@ -28,6 +28,7 @@ import docker.errors
 from docker.types import DeviceRequest, Mount, Ulimit
 
 from imagesmith.errors import BuildError, EngineError, PushError
+from imagesmith.refs import split_reference
 from imagesmith.registry import Credentials
 
 Backend = Literal["auto", "buildkit", "sdk"]
@@ -649,13 +650,12 @@ def nvidia_device_setup(
 
 def split_tag(reference: str) -> tuple[str, str]:
     """``host:5000/a/b:tag`` → (``host:5000/a/b``, ``tag``); the tag defaults to ``latest``."""
-    last = reference.rsplit("/", 1)[-1]
-    if "@" in reference:
-        raise EngineError(f"{reference}: a digest reference cannot be tagged or pushed")
-    if ":" in last:
-        repo, tag = reference.rsplit(":", 1)
-        return repo, tag
-    return reference, "latest"
+    repo, tag, digest = split_reference(reference)
+    if digest is not None:
+        raise EngineError(
+            f"{reference}: a digest reference cannot be tagged or pushed", hint="give a name:tag reference"
+        )
+    return repo, tag or "latest"
 
 
 def _denied(message: str) -> bool:

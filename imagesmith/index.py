@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from imagesmith.errors import ConfigError, RegistryError
+from imagesmith.refs import split_reference
 
 SCHEMA = "imagesmith.release-index/v1"
 
@@ -46,8 +47,7 @@ class RegistryCopy:
     @property
     def pinned(self) -> str:
         """``host/repository@sha256:…``: the immutable reference (what was validated)."""
-        repo = self.reference.rsplit(":", 1)[0] if _ref_has_tag(self.reference) else self.reference
-        return f"{repo}@{self.digest}"
+        return f"{split_reference(self.reference)[0]}@{self.digest}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -114,11 +114,6 @@ class ReleaseIndex:
         for image in images:
             new[image.tag] = image
         return replace(self, generated=generated, images=tuple(new[t] for t in sorted(new)))
-
-
-def _ref_has_tag(reference: str) -> bool:
-    last = reference.rsplit("/", 1)[-1]
-    return ":" in last
 
 
 class _Reader:
@@ -211,7 +206,7 @@ def _image(r: _Reader, raw: Any, path: str) -> ReleasedImage:
             digest=r.string(reg["digest"], f"{rp}.digest", _DIGEST, "a digest sha256:<64 hex>"),
             kind=r.string(reg.get("kind", "generic"), f"{rp}.kind"),
         )
-        if "/" not in copy.reference or not _ref_has_tag(copy.reference):
+        if "/" not in copy.reference or split_reference(copy.reference)[1] is None:
             raise r.fail(
                 f"{rp}.reference",
                 f"{copy.reference!r} is not host/repository:tag",

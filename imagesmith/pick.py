@@ -43,6 +43,7 @@ from imagesmith.index import (
     parse_index,
     read_index_artifact,
 )
+from imagesmith.refs import split_reference
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -679,7 +680,7 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
             hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
         )
     host, path = rest.split("/", 1)
-    repo, _, tag = path.partition(":")
+    repo, tag, _ = split_reference(path)
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
 
 
