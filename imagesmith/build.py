@@ -42,26 +42,14 @@ from imagesmith.plan import BuildPlan, Cell, RegistryTarget
 from imagesmith.refs import ImageRef
 from imagesmith.registry import ManifestData, RegistryClient, copy_manifest, lookup_credentials
 from imagesmith.sources import cached_archive, nccl_tests_archive
+from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
 
 FINGERPRINT_LABEL = "io.imagesmith.fingerprint"
 RETRY_HINT = "no final tag was moved; run the same build again (blobs already pushed are not sent twice)"
-_FP_LEN = 20
-
-
 SUITE_LABEL = "io.imagesmith.suite"
-_SUITE_LEN = 12
-
-
-def fingerprint_tag(fingerprint: str, suite: str = "") -> str:
-    """``fp-<fingerprint[:20]>-<suite[:12]>``: the image's identity (plan fingerprint + baked imagesmith)."""
-    return f"fp-{fingerprint[:_FP_LEN]}" + (f"-{suite[:_SUITE_LEN]}" if suite else "")
-
-
-def staging_tag(fingerprint: str, suite: str = "") -> str:
-    return f"staging-{fingerprint[:_FP_LEN]}" + (f"-{suite[:_SUITE_LEN]}" if suite else "")
 
 
 def suite_digest() -> str:
@@ -74,14 +62,6 @@ def suite_digest() -> str:
     stale one.
     """
     return suite_wheel().sha256
-
-
-def candidate_tag(cell: Cell) -> str:
-    return f"{cell.id}-candidate"
-
-
-def local_ref(cell: Cell) -> str:
-    return f"imagesmith/{cell.matrix}:{cell.id}"
 
 
 def repo_path(target: RegistryTarget) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from imagesmith.errors import ConfigError, RegistryError
 from imagesmith.refs import split_reference
+from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 SCHEMA = "imagesmith.release-index/v1"
 
@@ -380,8 +381,7 @@ def save_index(index: ReleaseIndex, path: Path) -> None:
 # ------------------------------------------------------------------------------------------------------------
 # the index as an OCI artifact in a registry (written by imagesmith.release, read by imagesmith.pick)
 
-#: the tag and layer media type of the published index artifact
-INDEX_ARTIFACT_TAG: Final[str] = "release-index"
+#: the layer media type of the published index artifact (its tag: imagesmith.tags.INDEX_ARTIFACT_TAG)
 INDEX_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.release-index.v1+json"
 
 

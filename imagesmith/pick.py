@@ -36,7 +36,6 @@ from typing import Any, Final, Literal
 
 from imagesmith.errors import ConfigError, NoImageFitsError, ParseError, RegistryError
 from imagesmith.index import (
-    INDEX_ARTIFACT_TAG,
     RegistryCopy,
     ReleasedImage,
     ReleaseIndex,
@@ -44,6 +43,7 @@ from imagesmith.index import (
     read_index_artifact,
 )
 from imagesmith.refs import split_reference
+from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
 from imagesmith.index import (
-    INDEX_ARTIFACT_TAG,
     INDEX_MEDIA_TYPE,
     MinDriver,
     RegistryCopy,
@@ -53,6 +52,7 @@ from imagesmith.index import (
     save_index,
 )
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, copy_manifest
+from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -65,11 +65,6 @@ EMPTY_MEDIA_TYPE: Final[str] = "application/vnd.oci.empty.v1+json"
 EMPTY_BLOB: Final[bytes] = b"{}"
 EMPTY_DIGEST: Final[str] = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()
 _DIGEST_IN_REF = re.compile(r"@(sha256:[0-9a-f]{64})$")
-
-
-def attestation_tag(digest: str) -> str:
-    """``sha256-<hex>.validation``: the tag of the report artifact attached to image *digest*."""
-    return digest.replace(":", "-") + ".validation"
 
 
 def _now() -> str:
@@ -118,14 +113,13 @@ class ReleaseCell:
 
     @classmethod
     def from_plan(cls, cell: Any) -> ReleaseCell:
-        """From a :class:`imagesmith.plan.Cell`; the candidate tag is build.py's."""
+        """From a :class:`imagesmith.plan.Cell` (tags: :mod:`imagesmith.tags`)."""
         from imagesmith import compat
-        from imagesmith.build import candidate_tag
 
         return cls(
             matrix=cell.matrix,
             id=cell.id,
-            tag=cell.tag,
+            tag=release_tag(cell),
             candidate=candidate_tag(cell),
             targets=tuple(
                 Target(name=t.name, kind=t.kind, host=t.host, image=t.image, insecure=t.insecure)

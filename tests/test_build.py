@@ -18,12 +18,9 @@ from imagesmith.build import (
     CellOutcome,
     build_args,
     build_cell,
-    candidate_tag,
-    fingerprint_tag,
     push_cell,
     registry_client,
     repo_path,
-    staging_tag,
     suite_digest,
 )
 from imagesmith.config import UserConfig
@@ -31,6 +28,7 @@ from imagesmith.engine import Engine
 from imagesmith.errors import PushError
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import Cell, RegistryTarget, build_plan
+from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
 from tests.repo import PROJECT
 

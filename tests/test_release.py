@@ -28,10 +28,10 @@ from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient
 from imagesmith.release import (
     ReleaseCell,
     Target,
-    attestation_tag,
     collect_reports,
     release_cells,
 )
+from imagesmith.tags import attestation_tag
 from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
 
 pytestmark = pytest.mark.registry

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import ConfigError
-from imagesmith.release import attestation_tag, collect_reports, read_report
+from imagesmith.release import collect_reports, read_report
+from imagesmith.tags import attestation_tag
 
 D = "sha256:" + "d" * 64
 

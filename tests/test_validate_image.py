@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from imagesmith.build import candidate_tag, local_ref
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import build_plan
+from imagesmith.tags import candidate_tag, local_ref
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker]
 

@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith.build import candidate_tag, fingerprint_tag, repo_path, staging_tag
+from imagesmith.build import repo_path
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import build_plan
 from imagesmith.registry import RegistryClient
+from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]

@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith.build import candidate_tag, repo_path
+from imagesmith.build import repo_path
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import build_plan
+from imagesmith.tags import candidate_tag
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]
