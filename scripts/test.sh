@@ -36,7 +36,7 @@ step "lint-imports (stages depend one way)"
 step "imagesmith render --check"
 .venv/bin/imagesmith render --check || status=1
 
-step "pytest (unit + docker + registry + e2e)"
+step "pytest: tests/unit (no services) + tests/integration (dockerd, registries, sshd, e2e builds)"
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider --durations=15 "$@"
 rc=$?

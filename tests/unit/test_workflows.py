@@ -19,8 +19,8 @@ import typer.core
 import typer.main
 
 from imagesmith.cli import app
+from tests.repo import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
 TOOL = REPO / "tools" / "actionlint"
 WORKFLOW_FILES = sorted(WORKFLOWS.glob("*.yml"))

@@ -61,3 +61,22 @@ def test_a_back_import_breaks_them(tmp_path: Path, module: str, back_import: str
     assert proc.returncode != 0
     assert f"{contract} BROKEN" in proc.stdout
     assert f"imagesmith.{module.removesuffix('.py')} -> " in proc.stdout
+
+
+def test_a_service_test_in_tests_unit_is_refused(tmp_path: Path) -> None:
+    """tests/unit/conftest.py turns a docker/registry/e2e/gpu-marked unit test into a collection error."""
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir(parents=True)
+    shutil.copy(REPO / "tests" / "unit" / "conftest.py", unit / "conftest.py")
+    (unit / "test_probe.py").write_text("import pytest\n\n@pytest.mark.docker\ndef test_x():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    docker: d\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", str(unit)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "belongs in tests/integration" in proc.stdout + proc.stderr

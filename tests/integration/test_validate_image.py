@@ -1,5 +1,6 @@
 """End to end on this GPU-less machine, with the smoke image that `imagesmith build --matrix smoke` made
-(tests/e2e/test_smoke_build.py builds and pushes it first; pytest runs tests/e2e before this file):
+(tests/integration/e2e/test_smoke_build.py builds and pushes it first; pytest runs tests/integration/e2e
+before this file):
 
 - ``imagesmith validate IMAGE`` starts the image (its io.imagesmith.shm-min label → --shm-size), runs the
   baked-in ``imagesmith-validate`` inside, collects the bundle: every GPU check "skipped: no GPU visible",
@@ -59,7 +60,7 @@ def smoke_image(engine: Engine) -> str:
     except Exception as exc:  # the engine's own error says why; this test must not be skipped
         pytest.fail(
             f"no smoke image here ({', '.join(candidates)}) and pulling {plain} failed ({exc}): run "
-            "`imagesmith build --matrix smoke --push` (tests/e2e/test_smoke_build.py does) first"
+            "`imagesmith build --matrix smoke --push` (tests/integration/e2e/test_smoke_build.py does) first"
         )
     return plain
 

@@ -25,9 +25,10 @@ import pytest
 from imagesmith.engine import Engine
 from imagesmith.validate.context import CheckRecord, Context, SuiteOptions
 from imagesmith.validate.nccl import run_allreduce_rounds
+from tests.repo import REPO
 
 BASE = "127.0.0.1:5000/hub/library/debian:bookworm"
-H200 = Path(__file__).parent / "data" / "validate" / "h200x2"
+H200 = REPO / "tests" / "data" / "validate" / "h200x2"
 
 FAKE_SMI = """#!/bin/sh
 # replays nvidia-smi output captured on a lent H200 machine (2xH200 or 1xH200)

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 
-NVSMI = Path(__file__).parent / "data" / "nvsmi"
+from tests.repo import REPO
+
+NVSMI = REPO / "tests" / "data" / "nvsmi"
 
 Run = Callable[..., Any]
 

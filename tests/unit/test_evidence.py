@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from imagesmith.validate.parsers import parse_nccl_log
+from tests.repo import REPO
 
-EVIDENCE = Path(__file__).resolve().parent.parent / "docs" / "evidence"
+EVIDENCE = REPO / "docs" / "evidence"
 REPORTS = sorted(EVIDENCE.glob("*/report.json"))
 
 

@@ -32,8 +32,9 @@ from imagesmith.pick import (
     render_text,
     version_matches,
 )
+from tests.repo import REPO
 
-DATA = Path(__file__).parent / "data" / "pick"
+DATA = REPO / "tests" / "data" / "pick"
 REGISTRIES = [
     ("dockerhub", "dockerhub", "docker.io/imagesmith/torch"),
     ("ghcr", "ghcr", "ghcr.io/imagesmith/torch"),
@@ -476,7 +477,7 @@ def _fake_nvidia_smi(folder: Path, script: str) -> None:
 
 def test_runs_nvidia_smi_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # replays the --query-gpu answer captured on a real H200 host, and records the arguments it was given
-    real = Path(__file__).parent / "data" / "nvsmi" / "real_580.159.04_h200_query.csv"
+    real = REPO / "tests" / "data" / "nvsmi" / "real_580.159.04_h200_query.csv"
     _fake_nvidia_smi(tmp_path, f'echo "$@" > {tmp_path}/args\ncat {real}\n')
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     h = read_host()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from imagesmith import compat, nvsmi
 from imagesmith.errors import ParseError
+from tests.repo import REPO
 
-NVSMI = Path(__file__).parent / "data" / "nvsmi"
+NVSMI = REPO / "tests" / "data" / "nvsmi"
 
 
 def read(name: str) -> str:

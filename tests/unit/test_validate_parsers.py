@@ -5,8 +5,6 @@ loudly."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from imagesmith import nvsmi
@@ -20,8 +18,9 @@ from imagesmith.validate.parsers import (
     parse_topo_p2p,
     strip_ansi,
 )
+from tests.repo import REPO
 
-H200 = Path(__file__).parent / "data" / "validate" / "h200x2"
+H200 = REPO / "tests" / "data" / "validate" / "h200x2"
 
 
 def _read(name: str) -> str:
@@ -45,7 +44,7 @@ def test_real_h200_topo_has_ansi_header_and_parses() -> None:
 
 def test_real_single_h200_topo_and_p2p() -> None:
     """Captured on a lent 1×H200 machine: one GPU, no pair, GPU NUMA ID column."""
-    one = Path(__file__).parent / "data" / "validate" / "h200x1"
+    one = REPO / "tests" / "data" / "validate" / "h200x1"
     topo = parse_topo_matrix((one / "topo-m.txt").read_text())
     assert topo.gpus == ("GPU0",)
     assert topo.gpu_pairs() == []

@@ -6,7 +6,8 @@ testinfra's ssh backend, i.e. the ``ssh`` client.
 - the whole suite runs over ssh on this GPU-less machine: every GPU check "skipped: no GPU visible", the
   kernel and host name in the report are this machine's, and sshd's log shows the logins. This host's Python
   has no torch, so the torch checks fail with the fix (``--python``) and the verdict is "failed" (exit 7);
-  a GPU-less target with torch is "not validated" (tests/test_validate_image.py, with the smoke image);
+  a GPU-less target with torch is "not validated" (tests/integration/test_validate_image.py, with the smoke
+  image);
 - the same run limited to checks that need no torch is "not validated" (exit 7), never "passed";
 - a refused key or a closed port is one error naming the target and the fix (exit 2), before any check runs.
 """

@@ -1,6 +1,6 @@
 """End to end, for real: the devel flavor of the smoke cell (matrices/smoke-devel.toml), built and pushed
-after the smoke runtime cell (tests/e2e/test_smoke_build.py runs first; if the runtime cell is not in the
-registries yet, this test builds and pushes it).
+after the smoke runtime cell (tests/integration/e2e/test_smoke_build.py runs first; if the runtime cell is
+not in the registries yet, this test builds and pushes it).
 
 What it proves: the CUDA 13 devel image is the runtime image plus g++/make and the pinned pip CUDA wheels —
 `nvcc --version` inside it is release 13.0, nvcc compiles a kernel with the apt g++, and

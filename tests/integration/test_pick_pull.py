@@ -12,8 +12,8 @@ import pytest
 
 from imagesmith.engine import Engine
 from imagesmith.release import collect_reports, release_cells
+from tests.integration.test_release import cell, clients_for, push_image, targets, write_report
 from tests.localinfra import local_registries
-from tests.test_release import cell, clients_for, push_image, targets, write_report
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 

@@ -24,9 +24,10 @@ from imagesmith.sources import (
     fetch_from_paths,
     mirror_urls,
 )
+from tests.repo import REPO
 
 #: pinned archives kept beside a checkout (a relative location, never a machine's absolute path)
-SHARED_SOURCES = Path(__file__).resolve().parents[2] / "shared" / "sources"
+SHARED_SOURCES = REPO.parent / "shared" / "sources"
 
 
 def _git(repo: Path, *args: str) -> str:

@@ -16,9 +16,9 @@ from imagesmith.matrix import (
     parse_shm,
     select,
 )
-from tests.repo import PROJECT
+from tests.repo import PROJECT, REPO
 
-MALFORMED_DIR = Path(__file__).parent / "data" / "matrices"
+MALFORMED_DIR = REPO / "tests" / "data" / "matrices"
 MALFORMED = sorted(p for p in MALFORMED_DIR.glob("*.toml") if p.name != "registries.toml")
 
 

@@ -65,7 +65,7 @@ def test_every_raise_has_a_fix_line(module: str) -> None:
 
 
 def test_the_walker_catches_a_missing_hint(tmp_path: Path) -> None:
-    sample = REPO / "tests" / "_sample_raise.py"
+    sample = REPO / "tests" / "unit" / "_sample_raise.py"
     try:
         sample.write_text(
             'def f():\n    raise ConfigError("x")\n\ndef g():\n    raise ConfigError("x", hint="")\n'

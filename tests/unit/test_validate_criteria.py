@@ -23,8 +23,9 @@ from imagesmith.validate.parsers import parse_topo_matrix
 from imagesmith.validate.report import FAILED, NOT_VALIDATED, PASSED, CheckOutcome, verdict_of
 from imagesmith.validate.runner import load_baseline
 from imagesmith.validate.target import parse_target
+from tests.repo import REPO
 
-H200_TOPO = Path(__file__).parent / "data" / "validate" / "h200x2" / "topo-m.txt"
+H200_TOPO = REPO / "tests" / "data" / "validate" / "h200x2" / "topo-m.txt"
 
 
 def gpu(name: str, mib: int, index: int = 0, **kw: object) -> Gpu:
