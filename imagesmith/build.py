@@ -39,8 +39,7 @@ from imagesmith.engine import BuildEvent, Engine, PushResult
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell, RegistryTarget
-from imagesmith.refs import ImageRef
-from imagesmith.registry import ManifestData, RegistryClient, copy_manifest, lookup_credentials
+from imagesmith.registry import ManifestData, RegistryClient, client_for, copy_manifest, lookup_credentials
 from imagesmith.sources import cached_archive, nccl_tests_archive
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
 
@@ -62,11 +61,6 @@ def suite_digest() -> str:
     stale one.
     """
     return suite_wheel().sha256
-
-
-def repo_path(target: RegistryTarget) -> str:
-    """The repository path inside the registry (``namespace/repository``)."""
-    return target.repository or ImageRef.parse(target.image).path
 
 
 @dataclass
@@ -107,6 +101,8 @@ class BuildOptions:
     wheels_dir: Path | None = None
     #: the project whose dockerfiles/ are built (default: the one found from the matrix file)
     project: Project | None = None
+    #: the registry client of a target (a seam: tests pass fakes, as release's ``client_for`` does)
+    client_for: Callable[[RegistryTarget], RegistryClient] = client_for
 
     def project_of(self, matrix: Matrix) -> Project:
         if self.project is not None:
@@ -189,10 +185,6 @@ def build_args(cell: Cell, config: UserConfig) -> dict[str, str]:
 
 
 # -- registries ------------------------------------------------------------------------------------
-def registry_client(target: RegistryTarget) -> RegistryClient:
-    return RegistryClient(target.host, name=target.name, kind=target.kind, insecure=target.insecure)
-
-
 def _where(target: RegistryTarget, exc: ImagesmithError) -> str:
     text = exc.message
     return text if target.name in text else f"registry {target.name} ({target.host}): {text}"
@@ -205,7 +197,7 @@ def registry_state(
     out = {}
     for t in cell.registries:
         c = clients[t.name]
-        repo = repo_path(t)
+        repo = t.repo
         out[t.name] = (
             c.manifest_digest(repo, fingerprint_tag(cell.fingerprint, suite)),
             c.manifest_digest(repo, candidate_tag(cell)),
@@ -232,7 +224,7 @@ def push_cell(
         registry_name=f"{first.name} ({first.host})",
     )
     src = clients[first.name]
-    src_repo = repo_path(first)
+    src_repo = first.repo
     served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint, suite))
     if served != pushed.digest:
         raise PushError(
@@ -249,7 +241,7 @@ def push_cell(
     for t in rest:
         report(cell.id, f"copy → {t.name}", None)
         try:
-            digest, sent = copy_manifest(src, src_repo, manifest.digest, clients[t.name], repo_path(t))
+            digest, sent = copy_manifest(src, src_repo, manifest.digest, clients[t.name], t.repo)
         except ImagesmithError as exc:
             raise PushError(_where(t, exc), hint=exc.hint or RETRY_HINT) from exc
         outcome.bytes_copied_api += sent
@@ -261,7 +253,7 @@ def push_cell(
             )
     # verify: every registry serves the manifest by digest before any final tag moves
     for t in cell.registries:
-        got = clients[t.name].manifest_digest(repo_path(t), manifest.digest)
+        got = clients[t.name].manifest_digest(t.repo, manifest.digest)
         if got != manifest.digest:
             raise PushError(
                 f"registry {t.name} ({t.host}) does not serve {manifest.digest} after the push",
@@ -272,13 +264,13 @@ def push_cell(
         c = clients[t.name]
         for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
             try:
-                c.put_manifest(repo_path(t), tag, manifest)
+                c.put_manifest(t.repo, tag, manifest)
             except ImagesmithError as exc:
                 raise PushError(_where(t, exc), hint=exc.hint or RETRY_HINT) from exc
     for t in cell.registries:
         c = clients[t.name]
         for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
-            got = c.manifest_digest(repo_path(t), tag)
+            got = c.manifest_digest(t.repo, tag)
             if got != manifest.digest:
                 raise PushError(
                     f"registry {t.name} ({t.host}): {t.image}:{tag} is {got}, expected {manifest.digest}",
@@ -306,8 +298,8 @@ def _uploaded_bytes(engine: Engine, ref: str, manifest: ManifestData, pushed: Pu
 def retag_cell(cell: Cell, clients: dict[str, RegistryClient], digest: str, outcome: CellOutcome) -> None:
     for t in cell.registries:
         c = clients[t.name]
-        manifest = c.get_manifest(repo_path(t), digest)
-        c.put_manifest(repo_path(t), candidate_tag(cell), manifest)
+        manifest = c.get_manifest(t.repo, digest)
+        c.put_manifest(t.repo, candidate_tag(cell), manifest)
         outcome.registries[t.name] = {"ref": f"{t.image}:{candidate_tag(cell)}", "digest": digest}
 
 
@@ -352,7 +344,7 @@ def _build_cell(
                 hint="add a registry to the matrix's `registries` (or widen its `cells` globs), or build "
                 "without --push",
             )
-        clients = {t.name: registry_client(t) for t in cell.registries}
+        clients = {t.name: options.client_for(t) for t in cell.registries}
         if not options.force:
             report(cell.id, "check registries", None)
             state = registry_state(cell, clients, suite)

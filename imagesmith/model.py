@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from imagesmith.errors import NothingToDoError
 from imagesmith.matrix import select
+from imagesmith.refs import ImageRef
 
 VENV: Final[str] = "/opt/venv"
 NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
@@ -26,13 +27,22 @@ class MinDriverInfo:
 
 @dataclass(frozen=True, kw_only=True)
 class RegistryTarget:
+    """One registry of a cell, as build, release and pick see it: ``image`` = ``host/namespace/repository``
+    (no tag); ``ref`` = that image with the cell's tag, when it belongs to a planned cell.
+    """
+
     name: str
     host: str
     image: str
-    ref: str
-    insecure: bool
-    kind: str
+    insecure: bool = False
+    kind: str = "generic"
+    ref: str = ""
     repository: str = ""  # namespace/repository, without the host
+
+    @property
+    def repo(self) -> str:
+        """The repository path inside the registry (what the registry HTTP API names)."""
+        return self.repository or ImageRef.parse(self.image).path
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import urljoin
 
 import requests
@@ -587,3 +587,21 @@ def copy_manifest(
             sent += copy_blob(src, src_repo, dst, dst_repo, digest)
     dst.put_manifest(dst_repo, put_as or manifest.digest, manifest)
     return manifest.digest, sent
+
+
+class Endpoint(Protocol):
+    """What :func:`client_for` needs of a registry target (:class:`imagesmith.model.RegistryTarget`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def insecure(self) -> bool: ...
+
+
+def client_for(target: Endpoint) -> RegistryClient:
+    """The one factory of registry clients for a cell's registries (build and release take it as a seam)."""
+    return RegistryClient(target.host, name=target.name, kind=target.kind, insecure=target.insecure)

@@ -51,7 +51,8 @@ from imagesmith.index import (
     read_index_artifact,
     save_index,
 )
-from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, copy_manifest
+from imagesmith.model import RegistryTarget
+from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, client_for, copy_manifest
 from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
 
 if TYPE_CHECKING:
@@ -80,27 +81,12 @@ def _sha(data: bytes) -> str:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Target:
-    """One registry of a cell: ``image`` = ``host/namespace/repository`` (no tag)."""
-
-    name: str
-    kind: str
-    host: str
-    image: str
-    insecure: bool = False
-
-    @property
-    def repo(self) -> str:
-        return self.image.split("/", 1)[1]
-
-
-@dataclass(frozen=True, kw_only=True)
 class ReleaseCell:
     matrix: str
     id: str
     tag: str
     candidate: str
-    targets: tuple[Target, ...]
+    targets: tuple[RegistryTarget, ...]
     torch: str
     torchvision: str
     cuda: str
@@ -122,7 +108,14 @@ class ReleaseCell:
             tag=release_tag(cell),
             candidate=candidate_tag(cell),
             targets=tuple(
-                Target(name=t.name, kind=t.kind, host=t.host, image=t.image, insecure=t.insecure)
+                RegistryTarget(
+                    name=t.name,
+                    kind=t.kind,
+                    host=t.host,
+                    image=t.image,
+                    insecure=t.insecure,
+                    repository=t.repository,
+                )
                 for t in cell.registries
             ),
             torch=cell.torch,
@@ -303,8 +296,7 @@ def render_json(outcome: Outcome) -> str:
 # registry steps
 
 
-def default_client(target: Target) -> RegistryClient:
-    return RegistryClient(target.host, name=target.name, kind=target.kind, insecure=target.insecure)
+default_client = client_for
 
 
 def _ensure_blob(client: RegistryClient, repo: str, data: bytes) -> str:
@@ -437,7 +429,7 @@ def release_cell(
     clients: dict[str, RegistryClient],
     *,
     dry_run: bool,
-    client_for: Callable[[Target], RegistryClient] | None = None,
+    client_for: Callable[[RegistryTarget], RegistryClient] | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
     res = CellResult(cell=cell.id, tag=cell.tag)
@@ -513,7 +505,7 @@ def release_cell(
     report = max(passing, key=lambda r: r.date)
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
-    def promote(t: Target) -> tuple[list[str], str | None, str | None]:
+    def promote(t: RegistryTarget) -> tuple[list[str], str | None, str | None]:
         """(steps, digest the tag now resolves to, error) for one registry; its own clients when parallel."""
         c = clients[t.name] if client_for is None else client_for(t)
         src = clients[source.name] if client_for is None else client_for(source)
@@ -635,7 +627,7 @@ def release_cells(
     reports: Sequence[Report],
     index_file: Path,
     dry_run: bool = False,
-    client_for: Callable[[Target], RegistryClient] = default_client,
+    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
 ) -> Outcome:
     clients: dict[str, RegistryClient] = {}
@@ -703,7 +695,7 @@ def release_matrix(
     dry_run: bool = False,
     index_file: Path,
     registries_file: Path | None = None,
-    client_for: Callable[[Target], RegistryClient] = default_client,
+    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
     project: Project | None = None,
 ) -> Outcome:
@@ -733,7 +725,7 @@ def candidates(
     *,
     only: Sequence[str] = (),
     registries_file: Path | None = None,
-    client_for: Callable[[Target], RegistryClient] = default_client,
+    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
     project: Project | None = None,
 ) -> list[dict[str, Any]]:
     """Per cell: the candidate's digest and pinned reference in each registry (for imagesmith validate)."""

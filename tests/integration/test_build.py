@@ -19,8 +19,6 @@ from imagesmith.build import (
     build_args,
     build_cell,
     push_cell,
-    registry_client,
-    repo_path,
     suite_digest,
 )
 from imagesmith.config import UserConfig
@@ -28,6 +26,7 @@ from imagesmith.engine import Engine
 from imagesmith.errors import PushError
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import Cell, RegistryTarget, build_plan
+from imagesmith.registry import client_for
 from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
 from tests.repo import PROJECT
@@ -91,7 +90,7 @@ def _small_image(engine: Engine, tmp_path: Path, cell: Cell, size: int = 300_000
 
 
 def _tags(target: RegistryTarget, cell: Cell) -> list[str]:
-    return sorted(registry_client(target).list_tags(repo_path(target)))
+    return sorted(client_for(target).list_tags(target.repo))
 
 
 @pytest.mark.docker
@@ -108,7 +107,7 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
     cell = _fake_cell(targets)
     ref = _small_image(engine, tmp_path, cell)
     outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
-    clients = {t.name: registry_client(t) for t in targets}
+    clients = {t.name: client_for(t) for t in targets}
     suite = suite_digest()
     push_cell(cell, engine, clients, outcome, lambda *a: None, suite)
     assert outcome.bytes_pushed_engine > 300_000  # compressed + uploaded by the engine once …
@@ -153,7 +152,7 @@ def test_read_only_second_registry_fails_and_no_final_tag_anywhere(
         )
         cell = _fake_cell(targets)
         ref = _small_image(engine, tmp_path, cell)
-        clients = {t.name: registry_client(t) for t in targets}
+        clients = {t.name: client_for(t) for t in targets}
         clients["ro"].attempts = 2
         with pytest.raises(PushError) as info:
             push_cell(
@@ -185,7 +184,7 @@ def test_first_registry_stopped_mid_push_is_a_clear_error_and_tags_nothing(
         )
         cell = _fake_cell(targets)
         ref = _small_image(engine, tmp_path, cell, size=60_000_000)
-        clients = {t.name: registry_client(t) for t in targets}
+        clients = {t.name: client_for(t) for t in targets}
         stopper = _stop_when_upload_starts(reg)
         with pytest.raises(PushError) as info:
             push_cell(
@@ -195,7 +194,7 @@ def test_first_registry_stopped_mid_push_is_a_clear_error_and_tags_nothing(
         assert reg.addr in str(info.value)
         reg.start()
         assert reg.client().list_tags(repo) == []
-        assert registry_client(targets[1]).list_tags(repo) == []
+        assert client_for(targets[1]).list_tags(repo) == []
         engine.remove(ref)
 
 
@@ -223,7 +222,7 @@ def test_wrong_password_names_the_registry_and_pushes_nothing(
     )
     cell = _fake_cell(targets)
     ref = _small_image(engine, tmp_path, cell)
-    clients = {t.name: registry_client(t) for t in targets}
+    clients = {t.name: client_for(t) for t in targets}
     with pytest.raises(PushError) as info:
         push_cell(
             cell,

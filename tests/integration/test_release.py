@@ -23,11 +23,11 @@ import pytest
 
 from imagesmith.errors import ReleaseError
 from imagesmith.index import load_index
+from imagesmith.model import RegistryTarget
 from imagesmith.pick import fetch_index
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient
 from imagesmith.release import (
     ReleaseCell,
-    Target,
     collect_reports,
     release_cells,
 )
@@ -122,7 +122,7 @@ def write_report(folder: Path, target: str, verdict: str, *, failed: str | None 
     return path
 
 
-def cell(cid: str, targets: tuple[Target, ...]) -> ReleaseCell:
+def cell(cid: str, targets: tuple[RegistryTarget, ...]) -> ReleaseCell:
     return ReleaseCell(
         matrix="t",
         id=cid,
@@ -153,8 +153,8 @@ def repo() -> str:
 
 def clients_for(
     regs: LocalRegistries, extra: dict[str, TempRegistry] | None = None
-) -> Callable[[Target], Any]:
-    def make(t: Target) -> RegistryClient:
+) -> Callable[[RegistryTarget], Any]:
+    def make(t: RegistryTarget) -> RegistryClient:
         if t.host == regs.plain:
             return regs.plain_client(attempts=2, backoff=0.05)
         if t.host == regs.auth:
@@ -167,10 +167,12 @@ def clients_for(
     return make
 
 
-def targets(regs: LocalRegistries, repo: str) -> tuple[Target, ...]:
+def targets(regs: LocalRegistries, repo: str) -> tuple[RegistryTarget, ...]:
     return (
-        Target(name="plain", kind="generic", host=regs.plain, image=f"{regs.plain}/{repo}", insecure=True),
-        Target(name="tls", kind="generic", host=regs.auth, image=f"{regs.auth}/{repo}"),
+        RegistryTarget(
+            name="plain", kind="generic", host=regs.plain, image=f"{regs.plain}/{repo}", insecure=True
+        ),
+        RegistryTarget(name="tls", kind="generic", host=regs.auth, image=f"{regs.auth}/{repo}"),
     )
 
 
@@ -331,7 +333,9 @@ def test_interrupted_promotion_converges(
     write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
     tgts = (
         targets(regs, repo)[0],
-        Target(name="second", kind="generic", host=second.addr, image=f"{second.addr}/{repo}", insecure=True),
+        RegistryTarget(
+            name="second", kind="generic", host=second.addr, image=f"{second.addr}/{repo}", insecure=True
+        ),
     )
     reports = collect_reports([tmp_path / "r"])
     index_file = tmp_path / "index.json"

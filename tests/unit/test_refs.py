@@ -33,12 +33,11 @@ def test_image_ref_fills_docker_defaults() -> None:
 
 
 def test_every_parser_goes_through_refs() -> None:
-    """engine tagging, the index's pinned references, pick's oci:// sources and build's repository paths."""
-    from imagesmith.build import repo_path
+    """engine tagging, the index's pinned references, pick's oci:// sources and a target's repository path."""
     from imagesmith.engine import split_tag
     from imagesmith.index import RegistryCopy
+    from imagesmith.model import RegistryTarget
     from imagesmith.pick import parse_oci_source
-    from imagesmith.plan import RegistryTarget
 
     assert split_tag("127.0.0.1:5000/a/b") == ("127.0.0.1:5000/a/b", "latest")
     copy = RegistryCopy(name="r", reference="127.0.0.1:5000/t/torch:c", digest="sha256:" + "2" * 64)
@@ -53,6 +52,5 @@ def test_every_parser_goes_through_refs() -> None:
         insecure=False,
         kind="dockerhub",
     )
-    assert (
-        repo_path(target) == "library/torch"
-    )  # Docker Hub's official-image namespace, as the registry API wants
+    # Docker Hub's official-image namespace, as the registry API wants
+    assert target.repo == "library/torch"

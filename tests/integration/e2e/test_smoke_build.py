@@ -21,7 +21,6 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith.build import repo_path
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import build_plan
@@ -92,7 +91,7 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
     assert {t.name for t in cell.registries} == set(clients)
     for target in cell.registries:
         client: RegistryClient = clients[target.name]
-        repo = repo_path(target)
+        repo = target.repo
         assert client.manifest_digest(repo, candidate_tag(cell)) == digest, target.name
         assert client.manifest_digest(repo, fingerprint_tag(cell.fingerprint, row["suite"])) == digest, (
             target.name

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith.build import repo_path
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.plan import build_plan
@@ -68,7 +67,7 @@ def test_cuda13_devel_cell_shares_the_torch_layer_and_has_nvcc(regs: LocalRegist
 
     client = regs.plain_client()
     plain = next(t for t in devel.registries if t.name == "local-plain")
-    repo = repo_path(plain)
+    repo = plain.repo
     rt_layers = client.get_manifest(repo, candidate_tag(runtime)).json()["layers"]
     dv_layers = client.get_manifest(repo, candidate_tag(devel)).json()["layers"]
     torch_at = max(range(len(rt_layers)), key=lambda i: int(rt_layers[i]["size"]))
