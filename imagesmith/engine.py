@@ -15,7 +15,6 @@ import contextlib
 import os
 import re
 import shutil
-import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,7 +31,21 @@ from imagesmith.refs import split_reference
 from imagesmith.registry import Credentials
 
 Backend = Literal["auto", "buildkit", "sdk"]
-GpuMode = Literal["auto", "toolkit", "devices"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuRequest:
+    """GPUs asked of the engine's GPU runtime: ``all``, a count, or device ids (``--gpus device=0,1``)."""
+
+    count: int | None = None  # None with no device_ids: all
+    device_ids: tuple[str, ...] = ()
+
+
+def _device_request(request: GpuRequest) -> DeviceRequest:
+    if request.device_ids:
+        return DeviceRequest(device_ids=list(request.device_ids), capabilities=[["gpu"]])
+    return DeviceRequest(count=-1 if request.count is None else request.count, capabilities=[["gpu"]])
+
 
 #: Debian's docker CLI (20.10) drives BuildKit with DOCKER_BUILDKIT=1 and needs no buildx plugin.
 DEFAULT_CLI = "/usr/bin/docker"
@@ -513,8 +526,8 @@ class Engine:
         image: str,
         command: Sequence[str] | str | None = None,
         *,
-        gpus: str | None = None,
-        gpu_mode: GpuMode = "auto",
+        gpu_request: GpuRequest | None = None,
+        devices: Sequence[str] = (),
         shm_size: str | None = None,
         ulimits: Mapping[str, int | tuple[int, int]] | None = None,
         env: Mapping[str, str] | None = None,
@@ -527,27 +540,18 @@ class Engine:
     ) -> RunResult:
         """Run *command* in a fresh container of *image* and return its exit code and output.
 
-        ``gpus="all"`` (or a count / ``device=0,1``) exposes GPUs: through the NVIDIA container toolkit
-        (``--gpus``) when the engine has the ``nvidia`` runtime (``gpu_mode="toolkit"``), else the way the
-        toolkit does it by hand (``gpu_mode="devices"``): the /dev/nvidia* device nodes, the driver tree
-        /usr/local/nvidia bound read-only, and LD_LIBRARY_PATH/PATH pointing into it. The container is always
-        removed, also on timeout (then killed and an EngineError raised).
+        *gpu_request* asks the engine's GPU runtime (the NVIDIA container toolkit, ``--gpus``) for GPUs;
+        *devices* (``host:container:rwm``), *mounts* and *env* pass anything else through as they are — how
+        GPUs are exposed without the toolkit is validation's business (:mod:`imagesmith.validate.devices`).
+        The container is always removed, also on timeout (then killed and an EngineError raised).
         """
         environment = dict(env or {})
         kwargs: dict[str, Any] = {}
         binds = [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in mounts]
-        if gpus:
-            mode = gpu_mode
-            if mode == "auto":
-                mode = "toolkit" if self.has_nvidia_runtime() else "devices"
-            if mode == "toolkit":
-                kwargs["device_requests"] = [_device_request(gpus)]
-            else:
-                devices, driver_mounts, driver_env = nvidia_device_setup(gpus)
-                kwargs["devices"] = devices
-                binds += driver_mounts
-                for k, v in driver_env.items():
-                    environment.setdefault(k, v)
+        if gpu_request is not None:
+            kwargs["device_requests"] = [_device_request(gpu_request)]
+        if devices:
+            kwargs["devices"] = list(devices)
         if ulimits:
             kwargs["ulimits"] = [
                 Ulimit(name=n, soft=v[0], hard=v[1])
@@ -599,53 +603,6 @@ class Engine:
             if container is not None:
                 with contextlib.suppress(docker.errors.NotFound):
                     container.remove(force=True)
-
-
-def _device_request(gpus: str) -> DeviceRequest:
-    if gpus == "all":
-        return DeviceRequest(count=-1, capabilities=[["gpu"]])
-    if gpus.startswith("device="):
-        return DeviceRequest(device_ids=gpus.split("=", 1)[1].split(","), capabilities=[["gpu"]])
-    return DeviceRequest(count=int(gpus), capabilities=[["gpu"]])
-
-
-def nvidia_device_setup(
-    gpus: str = "all", *, dev: Path = Path("/dev"), driver_root: Path = Path("/usr/local/nvidia")
-) -> tuple[list[str], list[Mount], dict[str, str]]:
-    """Device nodes, read-only driver mounts and environment exposing GPUs without the container toolkit."""
-    wanted: set[str] | None = None
-    if gpus.startswith("device="):
-        wanted = {f"nvidia{i}" for i in gpus.split("=", 1)[1].split(",")}
-    devices: list[str] = []
-    for path in sorted(dev.glob("nvidia*")):
-        try:
-            mode = path.stat().st_mode
-        except OSError:
-            continue
-        if not stat.S_ISCHR(mode):  # /dev/nvidia-caps is a folder
-            continue
-        if wanted is not None and re.fullmatch(r"nvidia\d+", path.name) and path.name not in wanted:
-            continue
-        devices.append(f"{path}:{path}:rwm")
-    if not any(re.fullmatch(r".*/nvidia\d+:.*", d) for d in devices):
-        raise EngineError(
-            "GPUs were asked for, but this host has no /dev/nvidia<N> device nodes and no NVIDIA "
-            "container toolkit",
-            hint="run on a GPU host (driver loaded), or leave the GPUs out",
-        )
-    mounts: list[Mount] = []
-    env: dict[str, str] = {}
-    if driver_root.is_dir():
-        mounts.append(Mount(target=str(driver_root), source=str(driver_root), type="bind", read_only=True))
-        env["LD_LIBRARY_PATH"] = f"{driver_root}/lib64:{driver_root}/lib"
-        env["PATH"] = f"{driver_root}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    for lib in ("/lib/libcuda.so.1", "/usr/lib/x86_64-linux-gnu/libcuda.so.1"):
-        if Path(lib).exists() and not driver_root.is_dir():
-            mounts.append(Mount(target=lib, source=lib, type="bind", read_only=True))
-    smi = shutil.which("nvidia-smi")
-    if smi and not smi.startswith(str(driver_root)):
-        mounts.append(Mount(target=smi, source=smi, type="bind", read_only=True))
-    return devices, mounts, env
 
 
 def split_tag(reference: str) -> tuple[str, str]:

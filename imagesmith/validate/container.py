@@ -23,7 +23,8 @@ from imagesmith.validate.parsers import parse_size
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from imagesmith.engine import BindMount, Engine, GpuMode, RunResult
+    from imagesmith.engine import BindMount, Engine, RunResult
+    from imagesmith.validate.devices import GpuMode
 
 REPORT_MOUNT = "/imagesmith-report"
 #: NGC/AWS practice for training containers; the image may name others in io.imagesmith.ulimits.
@@ -158,17 +159,21 @@ def run_with_plan(
     without the ulimits, and the returned note (empty otherwise) says so.
     """
     from imagesmith.errors import EngineError
+    from imagesmith.validate.devices import gpu_access
+
+    access = gpu_access(engine, gpus, gpu_mode)
+    env = {**dict(access.env), **plan.env}  # the image's own settings win over the driver tree's defaults
 
     def run(ulimits: dict[str, int | tuple[int, int]]) -> RunResult:
         return engine.run_container(
             image,
             command,
-            gpus=gpus,
-            gpu_mode=gpu_mode,
+            gpu_request=access.request,
+            devices=access.devices,
             shm_size=plan.shm_size,
             ulimits=ulimits,
-            env=plan.env,
-            mounts=mounts,
+            env=env,
+            mounts=[*mounts, *access.mounts],
             timeout_s=timeout_s,
         )
 
