@@ -145,31 +145,5 @@ class BuildPlan:
     def to_json(self) -> dict[str, Any]:
         return {"matrix": self.matrix, "cells": [c.to_json() for c in self.cells]}
 
-    def github_matrix(self) -> dict[str, Any]:
-        """A GitHub Actions ``strategy.matrix``: one ``include`` entry per (cell, GPU family).
-
-        ``gpu`` is the family key of a target GPU (``a100``, ``h200``): a nightly validates each cell on a
-        runner of every GPU family the cell targets (runner label ``gpu-<gpu>``).
-        """
-        return {
-            "include": [
-                {
-                    "cell": c.id,
-                    "gpu": family,
-                    "tag": c.tag,
-                    "matrix": c.matrix,
-                    "torch": c.torch,
-                    "cuda": c.cuda,
-                    "variant": c.variant,
-                    "python": c.python,
-                    "flavor": c.flavor,
-                    "dockerfile": c.dockerfile,
-                    "fingerprint": c.fingerprint,
-                }
-                for c in self.cells
-                for family in c.gpu_families
-            ]
-        }
-
 
 # ------------------------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ Nothing here imports a heavy module at import time: the path with a cached index
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shlex
@@ -539,33 +538,6 @@ def host_from_text(text: str, *, source: str) -> Host:
         source=source,
         cuda_umd=report.cuda_version,
     )
-
-
-# ------------------------------------------------------------------------------------------------------------
-# output
-
-
-def render_text(pick: Pick, *, verbose: bool = True) -> str:
-    img = pick.image
-    gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in pick.host.gpus)
-    lines = [
-        f"host: driver {pick.host.driver}, {len(pick.host.gpus)} GPU(s): {gpus}  [{pick.host.source}]",
-        f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "
-        f"Python {img.python}  ({pick.level} compatibility)",
-        f"  digest {img.digest}; validated on "
-        + "; ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]})" for v in img.validated_on),
-        f"  registry: {pick.registry_why}",
-    ]
-    lines += [f"warning: {w}" for w in pick.warnings]
-    if verbose and pick.rejected:
-        lines.append("not picked:")
-        lines += [f"  {r.tag}: {r.reason}" for r in pick.rejected]
-    lines += ["", shlex.join(pick.pull_argv()), shlex.join(pick.run_argv())]
-    return "\n".join(lines)
-
-
-def render_json(pick: Pick) -> str:
-    return json.dumps(pick.to_json(), indent=2)
 
 
 # ------------------------------------------------------------------------------------------------------------

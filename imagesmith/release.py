@@ -265,33 +265,6 @@ class Outcome:
             )
 
 
-def render_text(outcome: Outcome) -> str:
-    lines = [f"release {outcome.matrix}{' (dry run)' if outcome.dry_run else ''}:"]
-    for c in outcome.cells:
-        lines.append(f"  {c.cell}: {c.status}" + (f" {c.digest}" if c.digest else ""))
-        lines += [f"    - {s}" for s in c.steps]
-        lines += [f"    ! {r}" for r in c.reasons]
-    if outcome.index_file:
-        verb = "would update" if outcome.dry_run else ("updated" if outcome.index_changed else "unchanged")
-        lines.append(f"index {outcome.index_file}: {verb}")
-    lines += [f"index published: {p}" for p in outcome.index_published]
-    return "\n".join(lines)
-
-
-def render_json(outcome: Outcome) -> str:
-    return json.dumps(
-        {
-            "matrix": outcome.matrix,
-            "dry_run": outcome.dry_run,
-            "cells": [vars(c) for c in outcome.cells],
-            "index_file": outcome.index_file,
-            "index_changed": outcome.index_changed,
-            "index_published": outcome.index_published,
-        },
-        indent=2,
-    )
-
-
 # ------------------------------------------------------------------------------------------------------------
 # registry steps
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,6 +36,33 @@ def load_plan(matrix: str | None, only: list[str] | None = None) -> tuple[Projec
     m = load_matrix(project.resolve_matrix_name(matrix), project=project)
     plan = build_plan(m, project=project)
     return project, m, plan.select(only or [])
+
+
+def github_matrix(plan: BuildPlan) -> dict[str, Any]:
+    """A GitHub Actions ``strategy.matrix``: one ``include`` entry per (cell, GPU family).
+
+    ``gpu`` is the family key of a target GPU (``a100``, ``h200``): a nightly validates each cell on a
+    runner of every GPU family the cell targets (runner label ``gpu-<gpu>``).
+    """
+    return {
+        "include": [
+            {
+                "cell": c.id,
+                "gpu": family,
+                "tag": c.tag,
+                "matrix": c.matrix,
+                "torch": c.torch,
+                "cuda": c.cuda,
+                "variant": c.variant,
+                "python": c.python,
+                "flavor": c.flavor,
+                "dockerfile": c.dockerfile,
+                "fingerprint": c.fingerprint,
+            }
+            for c in plan.cells
+            for family in c.gpu_families
+        ]
+    }
 
 
 def _out() -> Console:
@@ -70,7 +97,7 @@ def plan_command(
         typer.echo(json.dumps(data, indent=2))
         return
     if github:
-        typer.echo(json.dumps(plan.github_matrix(), separators=(",", ":")))
+        typer.echo(json.dumps(github_matrix(plan), separators=(",", ":")))
         return
     console = _out()
     table = Table(title=f"matrix {m.name}: {len(plan.cells)} cell(s)", show_lines=False)

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from imagesmith.commands import current_project
+from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
 
@@ -85,7 +86,7 @@ def pick(
         region=region,
         machine=_platform.machine() if nvidia_smi is None and driver is None else "x86_64",
     )
-    typer.echo(picking.render_json(chosen) if as_json else picking.render_text(chosen))
+    typer.echo(pick_json(chosen) if as_json else pick_text(chosen))
     if pull:
         picking.pull_image(chosen, echo=lambda line: typer.echo(line, err=True))
 
@@ -127,7 +128,7 @@ def release(
         echo=lambda line: typer.echo(line, err=True),
         project=project,
     )
-    typer.echo(releasing.render_json(outcome) if as_json else releasing.render_text(outcome))
+    typer.echo(release_json(outcome) if as_json else release_text(outcome))
     outcome.raise_for_refusals()
 
 

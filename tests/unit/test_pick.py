@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from imagesmith import compat
+from imagesmith.commands.output import pick_text
 from imagesmith.errors import ConfigError, NoImageFitsError, ParseError
 from imagesmith.index import SCHEMA, ReleaseIndex, parse_index
 from imagesmith.pick import (
@@ -29,7 +30,6 @@ from imagesmith.pick import (
     platform_for,
     read_host,
     registry_region,
-    render_text,
     version_matches,
 )
 from tests.repo import REPO
@@ -315,7 +315,7 @@ def test_docker_commands_carry_gpus_shm_and_ulimits() -> None:
         "--rm",
         ref,
     ]
-    text = render_text(pick)
+    text = pick_text(pick)
     assert text.splitlines()[-1] == " ".join(pick.run_argv())
     assert "not picked:" in text
 

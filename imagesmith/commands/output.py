@@ -1,0 +1,61 @@
+"""How pick and release results read, as text and as JSON (the core modules return data, not strings)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from imagesmith.pick import Pick
+    from imagesmith.release import Outcome
+
+
+def pick_text(pick: Pick, *, verbose: bool = True) -> str:
+    img = pick.image
+    gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in pick.host.gpus)
+    lines = [
+        f"host: driver {pick.host.driver}, {len(pick.host.gpus)} GPU(s): {gpus}  [{pick.host.source}]",
+        f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "
+        f"Python {img.python}  ({pick.level} compatibility)",
+        f"  digest {img.digest}; validated on "
+        + "; ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]})" for v in img.validated_on),
+        f"  registry: {pick.registry_why}",
+    ]
+    lines += [f"warning: {w}" for w in pick.warnings]
+    if verbose and pick.rejected:
+        lines.append("not picked:")
+        lines += [f"  {r.tag}: {r.reason}" for r in pick.rejected]
+    lines += ["", shlex.join(pick.pull_argv()), shlex.join(pick.run_argv())]
+    return "\n".join(lines)
+
+
+def pick_json(pick: Pick) -> str:
+    return json.dumps(pick.to_json(), indent=2)
+
+
+def release_text(outcome: Outcome) -> str:
+    lines = [f"release {outcome.matrix}{' (dry run)' if outcome.dry_run else ''}:"]
+    for c in outcome.cells:
+        lines.append(f"  {c.cell}: {c.status}" + (f" {c.digest}" if c.digest else ""))
+        lines += [f"    - {s}" for s in c.steps]
+        lines += [f"    ! {r}" for r in c.reasons]
+    if outcome.index_file:
+        verb = "would update" if outcome.dry_run else ("updated" if outcome.index_changed else "unchanged")
+        lines.append(f"index {outcome.index_file}: {verb}")
+    lines += [f"index published: {p}" for p in outcome.index_published]
+    return "\n".join(lines)
+
+
+def release_json(outcome: Outcome) -> str:
+    return json.dumps(
+        {
+            "matrix": outcome.matrix,
+            "dry_run": outcome.dry_run,
+            "cells": [vars(c) for c in outcome.cells],
+            "index_file": outcome.index_file,
+            "index_changed": outcome.index_changed,
+            "index_published": outcome.index_published,
+        },
+        indent=2,
+    )
