@@ -54,6 +54,7 @@ from imagesmith.index import (
 from imagesmith.model import RegistryTarget
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, client_for, copy_manifest
 from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
+from imagesmith.validate.record import ValidationReport
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -168,7 +169,7 @@ class Report:
 
 
 def read_report(path: Path) -> Report:
-    """One report.json of ``imagesmith validate`` (schema 1); ConfigError naming the file otherwise."""
+    """One report.json of ``imagesmith validate`` (schema 1 or 2); ConfigError naming the file otherwise."""
     try:
         body = path.read_bytes()
     except OSError as exc:
@@ -178,43 +179,19 @@ def read_report(path: Path) -> Report:
 
 def parse_report(body: bytes, *, source: str) -> Report:
     """A report.json's bytes; *source* (file or registry artifact) is named in errors and refusals."""
-    path = source
-    try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ConfigError(
-            f"{path}: not JSON ({exc})", hint="pass the report.json imagesmith validate wrote"
-        ) from None
-    if not isinstance(data, dict) or "verdict" not in data:
-        raise ConfigError(f"{path}: no 'verdict' key", hint="pass the report.json imagesmith validate wrote")
-    target = str(data.get("target") or "")
-    image = data.get("image")
-    digest = image.get("digest") if isinstance(image, dict) and isinstance(image.get("digest"), str) else None
-    if digest is None:
-        m = _DIGEST_IN_REF.search(target)
-        digest = m.group(1) if m else None
-    checks = [c for c in data.get("checks") or [] if isinstance(c, dict)]
-    inventory = next((c for c in checks if c.get("name") == "test_gpu_inventory"), None)
-    gpus = (inventory or {}).get("figures", {}).get("gpus") or []
-    names = sorted({str(g.get("name")) for g in gpus if isinstance(g, dict) and g.get("name")})
-    drivers = sorted({str(g.get("driver")) for g in gpus if isinstance(g, dict) and g.get("driver")})
-    failed = tuple(
-        f"{c.get('name')}: {str(c.get('message') or '').splitlines()[0] if c.get('message') else 'failed'}"
-        for c in checks
-        if c.get("status") in ("failed", "")
-    )
+    report = ValidationReport.parse(body, source=source)
     return Report(
-        path=path,
+        path=source,
         body=body,
-        digest=digest,
-        verdict=str(data["verdict"]),
-        reason=str(data.get("verdict_reason") or ""),
-        target=target,
-        gpu=" + ".join(names),
-        gpu_count=len(gpus),
-        driver=drivers[0] if drivers else "",
-        date=str(data.get("started") or _now()),
-        failed=failed,
+        digest=report.image_digest,
+        verdict=report.verdict,
+        reason=report.verdict_reason,
+        target=report.target,
+        gpu=report.gpu_model,
+        gpu_count=len(report.gpus),
+        driver=report.driver,
+        date=report.started or _now(),
+        failed=report.failed(),
     )
 
 
@@ -470,7 +447,7 @@ def release_cell(
     if unknown:
         res.status = "refused"
         res.reasons += [
-            f"{r.path} passed but does not record the GPU host (no test_gpu_inventory figures: GPU model, "
+            f"{r.path} passed but does not record the GPU host (no GPU inventory: GPU model, "
             "count, driver): rerun imagesmith validate with the full suite"
             for r in unknown
         ]

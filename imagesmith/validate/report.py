@@ -14,6 +14,8 @@ from typing import Any
 
 from imagesmith.validate.context import SuiteOptions
 from imagesmith.validate.parsers import TopoMatrix, format_bytes
+from imagesmith.validate.record import SCHEMA as REPORT_SCHEMA
+from imagesmith.validate.record import gpus_json
 
 PASSED, FAILED, NOT_VALIDATED = "passed", "failed", "not validated"
 NO_GPU = "no GPU visible"
@@ -84,14 +86,17 @@ def write_bundle(
     nccl = _by_name(checks, "test_nccl_allreduce")
     plot_note = write_plot(nccl.figures.get("rounds", []) if nccl else [], out / "busbw.png")
     topo = facts.get("topology")
+    gpu_facts = facts.get("gpus")
     report: dict[str, Any] = {
-        "schema": 1,
+        "schema": REPORT_SCHEMA,
         "verdict": verdict,
         "verdict_reason": why,
         "target": options.target_label or options.target,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": round(finished - started, 1),
         "options": asdict(options),
+        # the GPU inventory as a field (schema 2): what release records as "validated on"
+        "gpus": gpus_json(getattr(gpu_facts, "gpus", None) or []),
         "checks": [asdict(c) for c in checks],
         "warnings": [w for c in checks for w in c.warnings],
         "topology_matrix": (

@@ -105,3 +105,53 @@ def test_collect_walks_folders(tmp_path: Path) -> None:
 
 def test_attestation_tag() -> None:
     assert attestation_tag(D) == "sha256-" + "d" * 64 + ".validation"
+
+
+def test_schema_2_carries_the_inventory_as_a_field(tmp_path: Path) -> None:
+    gpus = [
+        {"index": i, "name": "NVIDIA H200", "driver": "580.159.04", "memory_mib": 143771} for i in range(2)
+    ]
+    doc = {
+        "schema": 2,
+        "verdict": "passed",
+        "target": f"img@{D}",
+        "started": "2026-11-30T00:00:00Z",
+        "gpus": gpus,
+    }
+    r = read_report(write(tmp_path / "report.json", doc))
+    assert (r.gpu, r.gpu_count, r.driver) == ("NVIDIA H200", 2, "580.159.04")
+    # schema 2 never looks the inventory up by a check's name
+    doc2 = {"schema": 2, "verdict": "passed", "target": f"img@{D}", "checks": [inventory()]}
+    assert not read_report(write(tmp_path / "r2.json", doc2)).host_known
+
+
+def test_unknown_report_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="report schema 3 is not one this imagesmith reads") as info:
+        read_report(write(tmp_path / "report.json", {"schema": 3, "verdict": "passed"}))
+    assert "fix:" in str(info.value)
+
+
+def test_the_suite_writes_schema_2_with_its_gpu_facts(tmp_path: Path) -> None:
+    import time
+
+    from imagesmith.validate.context import SuiteOptions
+    from imagesmith.validate.criteria import Gpu
+    from imagesmith.validate.facts import GpuFacts
+    from imagesmith.validate.report import write_bundle
+
+    gpu = Gpu(
+        index=0,
+        name="NVIDIA H200",
+        uuid="GPU-1",
+        bus_id="00000000:01:00.0",
+        driver="580.159.04",
+        memory_mib=143771,
+    )
+    options = SuiteOptions(target="local://", report_dir=str(tmp_path))
+    now = time.time()
+    write_bundle(
+        options, [], facts={"gpus": GpuFacts(visible=True, gpus=[gpu])}, logs=[], started=now, finished=now
+    )
+    r = read_report(tmp_path / "report.json")
+    assert json.loads((tmp_path / "report.json").read_text())["schema"] == 2
+    assert (r.gpu, r.gpu_count, r.driver) == ("NVIDIA H200", 1, "580.159.04")
