@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import docker
 import docker.errors
@@ -174,83 +174,52 @@ def buildkit_cli(path: str | None = None) -> str | None:
     return exe if buildx.returncode == 0 else None
 
 
-class Engine:
-    """A Docker engine. ``backend`` chooses how builds run: ``auto`` (BuildKit CLI if usable, else SDK)."""
+@dataclass(frozen=True, kw_only=True)
+class BuildRequest:
+    """One build: what every builder gets."""
 
-    def __init__(self, *, backend: Backend = "auto", base_url: str | None = None, timeout: int = 600) -> None:
-        try:
-            if base_url:
-                self.client = docker.DockerClient(base_url=base_url, timeout=timeout)
-            else:
-                self.client = docker.from_env(timeout=timeout)
-            self.client.ping()
-        except docker.errors.DockerException as exc:
-            raise EngineError(
-                f"cannot reach a Docker engine ({exc})",
-                hint="start dockerd (scripts/services.sh start) or set DOCKER_HOST",
-            ) from exc
-        self.cli: str | None = None
-        if backend in ("auto", "buildkit"):
-            self.cli = buildkit_cli()
-            if backend == "buildkit" and self.cli is None:
-                raise EngineError(
-                    "BuildKit was asked for, but no docker CLI that drives it was found",
-                    hint=f"install Debian's docker.io ({DEFAULT_CLI}) or use the sdk backend",
-                )
-        self.backend = "buildkit" if self.cli else "sdk"
+    context: Path
+    tags: tuple[str, ...]
+    dockerfile: str = "Dockerfile"
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    target: str | None = None
+    no_cache: bool = False
+    what: str = "image"
 
-    # -- build ----------------------------------------------------------------------------------------------
-    def build(
-        self,
-        *,
-        context: Path,
-        tags: Sequence[str],
-        dockerfile: str = "Dockerfile",
-        build_args: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None,
-        target: str | None = None,
-        no_cache: bool = False,
-        on_event: Callable[[BuildEvent], None] | None = None,
-        what: str = "image",
-    ) -> BuildResult:
-        """Build *context* and tag it with every name in *tags*. Raises BuildError with the log's tail."""
-        if not tags:
-            raise BuildError("build needs at least one tag")
-        start = time.monotonic()
-        if self.cli:
-            image_id, steps, cached, tail = self._build_cli(
-                context, tags, dockerfile, build_args or {}, labels or {}, target, no_cache, on_event, what
-            )
-        else:
-            image_id, steps, cached, tail = self._build_sdk(
-                context, tags, dockerfile, build_args or {}, labels or {}, target, no_cache, on_event, what
-            )
-        return BuildResult(
-            image_id=image_id,
-            backend=self.backend,
-            steps=steps,
-            cached_steps=cached,
-            duration_s=time.monotonic() - start,
-            log_tail=tuple(tail),
-        )
 
-    def _build_cli(
-        self,
-        context: Path,
-        tags: Sequence[str],
-        dockerfile: str,
-        build_args: Mapping[str, str],
-        labels: Mapping[str, str],
-        target: str | None,
-        no_cache: bool,
-        on_event: Callable[[BuildEvent], None] | None,
-        what: str,
-    ) -> tuple[str, int, int, list[str]]:
-        assert self.cli is not None
+@dataclass(frozen=True, kw_only=True)
+class Built:
+    image_id: str
+    steps: int
+    cached_steps: int
+    tail: tuple[str, ...]
+
+
+class ImageBuilder(Protocol):
+    """How an engine builds: the BuildKit CLI or the Engine API (classic builder); one per engine."""
+
+    name: str
+
+    def build(self, request: BuildRequest, on_event: Callable[[BuildEvent], None] | None) -> Built: ...
+
+
+class BuildKitCliBuilder:
+    """``docker build`` with ``DOCKER_BUILDKIT=1`` through a CLI that drives BuildKit (Debian's docker.io)."""
+
+    name = "buildkit"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def build(self, request: BuildRequest, on_event: Callable[[BuildEvent], None] | None) -> Built:
+        context, tags, dockerfile = request.context, request.tags, request.dockerfile
+        build_args, labels, target = request.build_args, request.labels, request.target
+        no_cache, what = request.no_cache, request.what
         iidfile = context / ".imagesmith-iid"
         iidfile.unlink(missing_ok=True)
         cmd = [
-            self.cli,
+            self.path,
             "build",
             "--progress=plain",
             "--iidfile",
@@ -292,20 +261,23 @@ class Engine:
                 hint=f"full log: {log_path}",
             )
         image_id = iidfile.read_text().strip()
-        return image_id, len(parser.names), len(parser.cached), tail
+        return Built(
+            image_id=image_id, steps=len(parser.names), cached_steps=len(parser.cached), tail=tuple(tail)
+        )
 
-    def _build_sdk(
-        self,
-        context: Path,
-        tags: Sequence[str],
-        dockerfile: str,
-        build_args: Mapping[str, str],
-        labels: Mapping[str, str],
-        target: str | None,
-        no_cache: bool,
-        on_event: Callable[[BuildEvent], None] | None,
-        what: str,
-    ) -> tuple[str, int, int, list[str]]:
+
+class SdkBuilder:
+    """The Engine API's classic builder (docker-py): works where no BuildKit CLI is installed."""
+
+    name = "sdk"
+
+    def __init__(self, client: docker.DockerClient) -> None:
+        self.client = client
+
+    def build(self, request: BuildRequest, on_event: Callable[[BuildEvent], None] | None) -> Built:
+        context, tags, dockerfile = request.context, request.tags, request.dockerfile
+        build_args, labels, target = request.build_args, request.labels, request.target
+        no_cache, what = request.no_cache, request.what
         event = BuildEvent()
         tail: list[str] = []
         image_id = ""
@@ -358,7 +330,72 @@ class Engine:
             image.tag(repo, tag)
         # steps that create no layer (ARG, ENV, LABEL…) are counted too; FROM lines never hit the cache
         steps_from = sum(1 for line in tail if re.match(r"^Step \d+/\d+ : FROM ", line))
-        return str(image.id), steps - steps_from, cached, tail
+        return Built(image_id=str(image.id), steps=steps - steps_from, cached_steps=cached, tail=tuple(tail))
+
+
+class Engine:
+    """A Docker engine. ``backend`` chooses how builds run: ``auto`` (BuildKit CLI if usable, else SDK)."""
+
+    def __init__(self, *, backend: Backend = "auto", base_url: str | None = None, timeout: int = 600) -> None:
+        try:
+            if base_url:
+                self.client = docker.DockerClient(base_url=base_url, timeout=timeout)
+            else:
+                self.client = docker.from_env(timeout=timeout)
+            self.client.ping()
+        except docker.errors.DockerException as exc:
+            raise EngineError(
+                f"cannot reach a Docker engine ({exc})",
+                hint="start dockerd (scripts/services.sh start) or set DOCKER_HOST",
+            ) from exc
+        self.cli: str | None = None
+        if backend in ("auto", "buildkit"):
+            self.cli = buildkit_cli()
+            if backend == "buildkit" and self.cli is None:
+                raise EngineError(
+                    "BuildKit was asked for, but no docker CLI that drives it was found",
+                    hint=f"install Debian's docker.io ({DEFAULT_CLI}) or use the sdk backend",
+                )
+        self.builder: ImageBuilder = BuildKitCliBuilder(self.cli) if self.cli else SdkBuilder(self.client)
+        self.backend = self.builder.name
+
+    # -- build ----------------------------------------------------------------------------------------------
+    def build(
+        self,
+        *,
+        context: Path,
+        tags: Sequence[str],
+        dockerfile: str = "Dockerfile",
+        build_args: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        target: str | None = None,
+        no_cache: bool = False,
+        on_event: Callable[[BuildEvent], None] | None = None,
+        what: str = "image",
+    ) -> BuildResult:
+        """Build *context* and tag it with every name in *tags*. Raises BuildError with the log's tail."""
+        if not tags:
+            raise BuildError("build needs at least one tag", hint="give the image a name:tag")
+        request = BuildRequest(
+            context=context,
+            tags=tuple(tags),
+            dockerfile=dockerfile,
+            build_args=dict(build_args or {}),
+            labels=dict(labels or {}),
+            target=target,
+            no_cache=no_cache,
+            what=what,
+        )
+        start = time.monotonic()
+        built = self.builder.build(request, on_event)
+        return BuildResult(
+            image_id=built.image_id,
+            backend=self.backend,
+            steps=built.steps,
+            cached_steps=built.cached_steps,
+            duration_s=time.monotonic() - start,
+            log_tail=tuple(built.tail),
+        )
 
     # -- push / pull ----------------------------------------------------------------------------------------
     def push(
