@@ -1084,3 +1084,43 @@ def default_source_pin(name: str) -> Mapping[str, str]:
             hint="reinstall imagesmith",
         )
     return MappingProxyType({k: str(v) for k, v in table.items()})
+
+
+@dataclass(frozen=True, kw_only=True)
+class OsFamily:
+    """How a family of base images installs system packages (``os_families.toml``)."""
+
+    name: str
+    os_prefixes: tuple[str, ...]
+    packages: Mapping[str, str]
+    source: str
+
+    def package_names(self, logical: Sequence[str]) -> list[str]:
+        """The family's package names for imagesmith's logical names (an empty name: nothing to install)."""
+        missing = [n for n in logical if n not in self.packages]
+        if missing:
+            raise DataError(
+                f"imagesmith/data/os_families.toml: family {self.name} has no package for {missing}"
+            )
+        return [self.packages[n] for n in logical if self.packages[n]]
+
+
+@functools.cache
+def os_families() -> tuple[OsFamily, ...]:
+    name = "os_families.toml"
+    return tuple(
+        OsFamily(
+            name=_field(name, "family", row, "name", str),
+            os_prefixes=tuple(str(p) for p in _field(name, "family", row, "os_prefixes", list)),
+            packages=MappingProxyType(
+                {str(k): str(v) for k, v in _field(name, "family", row, "packages", dict).items()}
+            ),
+            source=row["source"],
+        )
+        for row in _rows(name, "family")
+    )
+
+
+def os_family(os_tag: str) -> OsFamily | None:
+    """The family of a base's ``os`` tag (``ubuntu22.04`` → apt), or None when imagesmith knows none."""
+    return next((f for f in os_families() if any(os_tag.startswith(p) for p in f.os_prefixes)), None)

@@ -535,6 +535,16 @@ class _Loader:
         os_tag = self.typed(table["os"], "base.os", str)
         if not _OS_TAG.match(os_tag):
             raise self.fail("base.os", f"{os_tag!r} is not a tag component", nearest="ubuntu22.04")
+        if compat.os_family(os_tag) is None:
+            families = compat.os_families()
+            raise self.fail(
+                "base.os",
+                f"{os_tag!r} belongs to no OS family imagesmith can install packages on",
+                nearest="debian12",
+                hint="known: "
+                + "; ".join(f"{f.name} ({', '.join(p + '*' for p in f.os_prefixes)})" for f in families)
+                + " — a new family is a row in imagesmith/data/os_families.toml and a templates/os/ fragment",
+            )
         image = self.typed(table["image"], "base.image", str)
         if not image or any(c.isspace() for c in image):
             raise self.fail("base.image", f"{image!r} is not an image name", nearest="ubuntu:22.04")

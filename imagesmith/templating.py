@@ -16,6 +16,7 @@ from typing import Final
 
 import jinja2
 
+from imagesmith import compat
 from imagesmith.errors import RenderError
 from imagesmith.matrix import MIRROR_PROFILES
 from imagesmith.model import NCCL_TESTS_BIN, Cell
@@ -66,10 +67,18 @@ def site_packages(cell: Cell) -> str:
 
 def render_cell_files(cell: Cell) -> dict[str, str]:
     """All files of *cell*'s build context, keyed by path relative to the context folder."""
+    family = compat.os_family(cell.os)
+    if family is None:
+        raise RenderError(
+            f"cell {cell.id}: no OS family for base os {cell.os!r}",
+            hint="known: "
+            + "; ".join(f"{f.name} ({', '.join(f.os_prefixes)})" for f in compat.os_families()),
+        )
     runtime_mirror = MIRROR_PROFILES[cell.mirror_runtime]
     build_mirror = MIRROR_PROFILES[cell.mirror_build]
     context = {
         "cell": cell,
+        "os_family": family,
         "build_mirror": build_mirror,
         "runtime_mirror": runtime_mirror,
         "build_apt_mirror": build_mirror.apt_root,

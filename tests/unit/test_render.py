@@ -244,7 +244,7 @@ def test_entrypoint_silent_when_enough(tmp_path: Path) -> None:
 
 
 def test_templates_have_no_host_names_of_package_registries(registry_hosts: list[str]) -> None:
-    for path in TEMPLATES_DIR.iterdir():
+    for path in (p for p in TEMPLATES_DIR.rglob("*") if p.is_file()):
         text = path.read_text()
         for host in registry_hosts:
             assert host not in text, (path, host)
