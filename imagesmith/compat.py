@@ -249,7 +249,8 @@ class MinDriver:
 
     full: DriverVersion
     minor_version: DriverVersion
-    toolkit: str = ""
+    # where `full` comes from: provenance, not part of the requirement (a release index does not record it)
+    toolkit: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, kw_only=True)

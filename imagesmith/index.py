@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, RegistryError
 from imagesmith.refs import split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
@@ -49,15 +50,6 @@ class RegistryCopy:
     def pinned(self) -> str:
         """``host/repository@sha256:…``: the immutable reference (what was validated)."""
         return f"{split_reference(self.reference)[0]}@{self.digest}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class MinDriver:
-    """Minimum Linux driver: ``full`` = the CUDA toolkit's own driver (every feature), ``minor`` = the
-    family's minor-version-compatibility floor (runs, limited feature set, no newer PTX JIT)."""
-
-    full: str
-    minor: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -260,9 +252,11 @@ def _image(r: _Reader, raw: Any, path: str) -> ReleasedImage:
         cuda=r.string(obj["cuda"], f"{path}.cuda", _VERSION, "a CUDA version like 12.4"),
         python=r.string(obj["python"], f"{path}.python", _VERSION, "a Python version like 3.11"),
         min_driver=MinDriver(
-            full=r.string(md["full"], f"{path}.min_driver.full", _DRIVER, "a driver version like 550.54.14"),
-            minor=r.string(
-                md["minor"], f"{path}.min_driver.minor", _DRIVER, "a driver version like 525.60.13"
+            full=parse_driver(
+                r.string(md["full"], f"{path}.min_driver.full", _DRIVER, "a driver version like 550.54.14")
+            ),
+            minor_version=parse_driver(
+                r.string(md["minor"], f"{path}.min_driver.minor", _DRIVER, "a driver version like 525.60.13")
             ),
         ),
         arch=arch,
@@ -325,7 +319,7 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
         "torchvision": image.torchvision,
         "cuda": image.cuda,
         "python": image.python,
-        "min_driver": {"full": image.min_driver.full, "minor": image.min_driver.minor},
+        "min_driver": {"full": str(image.min_driver.full), "minor": str(image.min_driver.minor_version)},
         "arch": list(image.arch),
         "shm": shm,
         "validated_on": [

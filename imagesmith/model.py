@@ -11,18 +11,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
+from imagesmith.compat import MinDriver
 from imagesmith.errors import NothingToDoError
 from imagesmith.matrix import select
 from imagesmith.refs import ImageRef
 
 VENV: Final[str] = "/opt/venv"
 NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
-
-
-@dataclass(frozen=True, kw_only=True)
-class MinDriverInfo:
-    full: str
-    minor_version: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,7 +72,7 @@ class Cell:
     lock_verified: bool
     lock_note: str | None
     nccl_version: str | None
-    min_driver: MinDriverInfo
+    min_driver: MinDriver
     require_cuda: str
     gpus: tuple[str, ...]
     gpu_families: tuple[str, ...]
@@ -107,7 +102,10 @@ class Cell:
         data["builder_pins"] = dict(self.builder_pins)
         data["arch_coverage"] = dict(self.arch_coverage)
         data["labels"] = dict(self.labels)
-        data["min_driver"] = {"full": self.min_driver.full, "minor_version": self.min_driver.minor_version}
+        data["min_driver"] = {
+            "full": str(self.min_driver.full),
+            "minor_version": str(self.min_driver.minor_version),
+        }
         data["image_refs"] = [r.ref for r in self.registries]
         return data
 

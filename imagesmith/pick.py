@@ -311,7 +311,7 @@ class Pick:
             "torchvision": img.torchvision,
             "cuda": img.cuda,
             "python": img.python,
-            "min_driver": {"full": img.min_driver.full, "minor": img.min_driver.minor},
+            "min_driver": {"full": str(img.min_driver.full), "minor": str(img.min_driver.minor_version)},
             "host": {
                 "driver": self.host.driver,
                 "gpus": [{"name": g.name, "cc": g.cc} for g in self.host.gpus],

@@ -28,7 +28,7 @@ from imagesmith import __version__, compat
 from imagesmith.errors import ConfigError
 from imagesmith.lock import Lock, LockKey, read_lock
 from imagesmith.matrix import Matrix, Rule
-from imagesmith.model import NCCL_TESTS_BIN, VENV, BuildPlan, Cell, Dropped, MinDriverInfo, RegistryTarget
+from imagesmith.model import NCCL_TESTS_BIN, VENV, BuildPlan, Cell, Dropped, RegistryTarget
 from imagesmith.templating import render_cell_files
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ def build_plan(
                 lock_verified=lock.verified,
                 lock_note=lock.unverified_reason,
                 nccl_version=lock.version(f"nvidia-nccl-cu{major}") or variant.nccl,
-                min_driver=MinDriverInfo(full=str(need.full), minor_version=str(need.minor_version)),
+                min_driver=need,
                 require_cuda=require_cuda(variant.cuda),
                 gpus=tuple(g.key for g in matrix.gpus),
                 gpu_families=tuple(dict.fromkeys(g.family or g.key for g in matrix.gpus)),
@@ -349,7 +349,6 @@ __all__ = [
     "BuildPlan",
     "Cell",
     "Dropped",
-    "MinDriverInfo",
     "RegistryTarget",
     "build_plan",
     "cell_id",

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from imagesmith.compat import MinDriver
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
 from imagesmith.index import (
     INDEX_MEDIA_TYPE,
-    MinDriver,
     RegistryCopy,
     ReleasedImage,
     ReleaseIndex,
@@ -92,8 +92,7 @@ class ReleaseCell:
     torchvision: str
     cuda: str
     python: str
-    min_driver_full: str
-    min_driver_minor: str
+    min_driver: MinDriver
     arch: tuple[str, ...]
     shm_size: str | None
     fingerprint: str
@@ -123,8 +122,7 @@ class ReleaseCell:
             torchvision=cell.torchvision,
             cuda=cell.cuda,
             python=cell.python,
-            min_driver_full=cell.min_driver.full,
-            min_driver_minor=cell.min_driver.minor_version,
+            min_driver=cell.min_driver,
             arch=tuple(compat.torch_variant(cell.torch, cell.variant).arch_list),
             shm_size=cell.shm_min.lower() if cell.shm_min else None,
             fingerprint=cell.fingerprint,
@@ -534,7 +532,7 @@ def index_entry(
         torchvision=cell.torchvision,
         cuda=cell.cuda,
         python=cell.python,
-        min_driver=MinDriver(full=cell.min_driver_full, minor=cell.min_driver_minor),
+        min_driver=cell.min_driver,
         arch=cell.arch,
         shm=Shm(size=cell.shm_size, ipc_host=False),
         validated_on=tuple(sorted({r.validated_on() for r in reports}, key=lambda v: (v.date, v.gpu))),

@@ -193,5 +193,5 @@ def index_show(
         hosts = ", ".join(f"{r.name}" for r in img.registries)
         typer.echo(
             f"  {img.tag}  torch {img.torch} CUDA {img.cuda} py{img.python}  driver >= {img.min_driver.full} "
-            f"(minor {img.min_driver.minor})  {img.digest[:19]}…  [{hosts}]"
+            f"(minor {img.min_driver.minor_version})  {img.digest[:19]}…  [{hosts}]"
         )

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from imagesmith import compat
 from imagesmith.errors import ReleaseError
 from imagesmith.index import load_index
 from imagesmith.model import RegistryTarget
@@ -133,8 +134,7 @@ def cell(cid: str, targets: tuple[RegistryTarget, ...]) -> ReleaseCell:
         torchvision="0.26.0",
         cuda="13.0",
         python="3.11",
-        min_driver_full="580.65.06",
-        min_driver_minor="580.65.06",
+        min_driver=compat.min_driver("13.0"),
         arch=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0"),
         shm_size="1g",
         fingerprint=f"fp-{cid}",

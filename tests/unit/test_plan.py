@@ -207,10 +207,10 @@ def test_a100_cells_have_exact_paired_pins() -> None:
         assert cell.lock_verified == (cell.variant == "cu121")
     cu118 = [c for c in plan.cells if c.variant == "cu118"]
     assert cu118
-    assert all(c.cuda == "11.8" and c.min_driver.full == "520.61.05" for c in cu118)
+    assert all(c.cuda == "11.8" and str(c.min_driver.full) == "520.61.05" for c in cu118)
     cu121 = plan.cell("2.1.2-cu121-py3.10-runtime-ubuntu22.04")
-    assert cu121.min_driver.full == "530.30.02"
-    assert cu121.min_driver.minor_version == "525.60.13"
+    assert str(cu121.min_driver.full) == "530.30.02"
+    assert str(cu121.min_driver.minor_version) == "525.60.13"
     assert cu121.archs == ("80",)
     assert (
         cu121.nvcc_gencode == "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
