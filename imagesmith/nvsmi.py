@@ -37,7 +37,8 @@ __all__ = [
 
 @dataclass(frozen=True, kw_only=True)
 class SmiGpu:
-    """One GPU as nvidia-smi showed it. Fields a format does not show are None.
+    """One GPU as nvidia-smi showed it — the one type for an observed GPU (compat, pick, validation, the
+    validation report). Fields a format does not show are None.
 
     ``name`` is exactly what was printed (``truncated`` is True for ``NVIDIA A100-SXM...``); ``memory_mib`` is
     the total memory; ``mig_mode`` is ``"Enabled"``/``"Disabled"`` where shown; ``mig_devices`` are the MIG
@@ -53,6 +54,13 @@ class SmiGpu:
     uuid: str | None = None
     compute_cap: str | None = None
     mig_devices: tuple[str, ...] = ()
+    # what validation also reads (nvidia-smi --query-gpu): the driver, ECC and power limits
+    driver: str = ""
+    ecc_mode: str | None = None
+    ecc_uncorrected: int | None = None
+    power_limit_w: float | None = None
+    power_default_w: float | None = None
+    power_max_w: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from imagesmith.errors import ConfigError, NoImageFitsError, ParseError, RegistryError
 from imagesmith.index import (
@@ -43,6 +43,9 @@ from imagesmith.index import (
 )
 from imagesmith.refs import split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
+
+if TYPE_CHECKING:
+    from imagesmith.nvsmi import SmiGpu
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,18 +66,9 @@ Level = Literal["full", "minor"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class HostGpu:
-    """One GPU of the host as nvidia-smi names it (maybe truncated), with its compute capability if known."""
-
-    name: str
-    cc: str | None = None
-    memory_mib: int | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
 class Host:
     driver: str
-    gpus: tuple[HostGpu, ...]
+    gpus: tuple[SmiGpu, ...]  # as nvidia-smi names them (maybe truncated), compute capability if known
     source: str
     cuda_umd: str | None = None
 
@@ -314,7 +308,7 @@ class Pick:
             "min_driver": {"full": str(img.min_driver.full), "minor": str(img.min_driver.minor_version)},
             "host": {
                 "driver": self.host.driver,
-                "gpus": [{"name": g.name, "cc": g.cc} for g in self.host.gpus],
+                "gpus": [{"name": g.name, "cc": g.compute_cap} for g in self.host.gpus],
                 "source": self.host.source,
             },
             "validated_on": [
@@ -447,19 +441,19 @@ def _nothing_fits(
 # compat.Verdict.blockers are the reasons that stop an image; needs_driver the driver that would unblock it
 
 
-def _compat_gpu(g: HostGpu) -> Any:
+def _compat_gpu(g: SmiGpu) -> Any:
     """compat's model for a host GPU; an unknown model with a known compute capability: ad hoc."""
     from imagesmith import compat
 
     try:
         return compat.gpu(g.name, memory_mib=g.memory_mib)
     except ConfigError:
-        if g.cc is None:
+        if g.compute_cap is None:
             raise
         return compat.Gpu(
             key=g.name.casefold(),
             name=g.name,
-            cc=g.cc,
+            cc=g.compute_cap,
             memory_gib=round((g.memory_mib or 0) / 1024, 1),
             tdp_w=None,
             smi_names=(g.name,),
@@ -510,12 +504,13 @@ def assess(image: ReleasedImage, host: Host) -> Assessment:
 def host_from_flags(driver: str, gpus: Sequence[str]) -> Host:
     """``--driver 535.104.05 --gpu h100 --gpu 'NVIDIA A100-SXM...'`` (names or keys compat knows)."""
     from imagesmith import compat
+    from imagesmith.nvsmi import SmiGpu
 
     drv = compat.parse_driver(driver)
     found = []
-    for name in gpus:
+    for i, name in enumerate(gpus):
         g = compat.gpu(name)
-        found.append(HostGpu(name=g.name, cc=g.cc, memory_mib=g.memory_mib or None))
+        found.append(SmiGpu(index=i, name=g.name, compute_cap=g.cc, memory_mib=g.memory_mib or None))
     return Host(driver=str(drv), gpus=tuple(found), source="--driver/--gpu")
 
 
@@ -534,7 +529,7 @@ def host_from_text(text: str, *, source: str) -> Host:
         raise ParseError(f"{source}: nvidia-smi lists no GPU", hint="check the driver and the GPU (dmesg)")
     return Host(
         driver=str(report.driver),
-        gpus=tuple(HostGpu(name=g.name, cc=g.compute_cap, memory_mib=g.memory_mib) for g in report.gpus),
+        gpus=report.gpus,
         source=source,
         cuda_umd=report.cuda_version,
     )

@@ -13,7 +13,10 @@ if TYPE_CHECKING:
 
 def pick_text(pick: Pick, *, verbose: bool = True) -> str:
     img = pick.image
-    gpus = ", ".join(f"{g.name}" + (f" (sm_{g.cc.replace('.', '')})" if g.cc else "") for g in pick.host.gpus)
+    gpus = ", ".join(
+        f"{g.name}" + (f" (sm_{g.compute_cap.replace('.', '')})" if g.compute_cap else "")
+        for g in pick.host.gpus
+    )
     lines = [
         f"host: driver {pick.host.driver}, {len(pick.host.gpus)} GPU(s): {gpus}  [{pick.host.source}]",
         f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "

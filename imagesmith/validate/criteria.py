@@ -8,26 +8,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from imagesmith.nvsmi import SmiGpu
 from imagesmith.validate.parsers import TopoMatrix
 
-
-@dataclass(frozen=True, kw_only=True)
-class Gpu:
-    """One row of ``nvidia-smi --query-gpu`` (the fields the suite uses)."""
-
-    index: int
-    name: str
-    uuid: str
-    bus_id: str
-    driver: str
-    memory_mib: int | None
-    compute_cap: str | None = None
-    mig_mode: str | None = None
-    ecc_mode: str | None = None
-    ecc_uncorrected: int | None = None
-    power_limit_w: float | None = None
-    power_default_w: float | None = None
-    power_max_w: float | None = None
+#: a GPU as nvidia-smi showed it (the one observed-GPU type, :class:`imagesmith.nvsmi.SmiGpu`)
+Gpu = SmiGpu
 
 
 def _norm(s: str) -> str:
@@ -81,7 +66,11 @@ def visible_count(cuda_visible_devices: str | None, gpus: list[Gpu]) -> int:
         if entry.isdigit():
             idx = int(entry) if int(entry) < len(gpus) else None
         else:
-            matches = [g.index for g in gpus if g.uuid.startswith(entry) or g.uuid.startswith("GPU-" + entry)]
+            matches = [
+                g.index
+                for g in gpus
+                if g.uuid and (g.uuid.startswith(entry) or g.uuid.startswith("GPU-" + entry))
+            ]
             idx = matches[0] if len(matches) == 1 else None
         if idx is None or idx in seen:
             break

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from imagesmith import nvsmi
@@ -112,14 +112,10 @@ def gather_gpus(ctx: Context) -> GpuFacts:
     for i, g in enumerate(report.gpus):
         ecc_unc = _num(get(i, "ecc.errors.uncorrected.volatile.total"))
         facts.gpus.append(
-            Gpu(
-                index=g.index,
-                name=g.name,
-                uuid=g.uuid or "",
-                bus_id=g.bus_id or "",
+            replace(
+                g,
                 driver=driver,
-                memory_mib=g.memory_mib,
-                compute_cap=_na(get(i, "compute_cap")),
+                compute_cap=_na(get(i, "compute_cap")) or g.compute_cap,
                 mig_mode=_na(get(i, "mig.mode.current")),
                 ecc_mode=_na(get(i, "ecc.mode.current")),
                 ecc_uncorrected=int(ecc_unc) if ecc_unc is not None else None,

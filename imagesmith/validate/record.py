@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 from imagesmith.errors import ConfigError
+from imagesmith.nvsmi import SmiGpu
 
 SCHEMA: Final[int] = 2
 SUPPORTED: Final[tuple[int, ...]] = (1, 2)
@@ -23,32 +25,32 @@ _DIGEST_IN_REF = re.compile(r"@(sha256:[0-9a-f]{64})$")
 _SCHEMA1_INVENTORY_CHECK: Final[str] = "test_gpu_inventory"
 
 
-@dataclass(frozen=True, kw_only=True)
-class ReportGpu:
-    """One GPU the suite saw (nvidia-smi)."""
+#: the fields of a GPU a report records (schema 2 ``gpus[]``), read back into :class:`SmiGpu`
+GPU_FIELDS: Final[tuple[str, ...]] = (
+    "index",
+    "name",
+    "driver",
+    "memory_mib",
+    "compute_cap",
+    "bus_id",
+    "uuid",
+)
 
-    index: int | None = None
-    name: str = ""
-    driver: str = ""
-    memory_mib: int | None = None
-    compute_cap: str | None = None
-    bus_id: str = ""
-    uuid: str = ""
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ReportGpu:
-        def opt_int(v: Any) -> int | None:
-            return v if isinstance(v, int) and not isinstance(v, bool) else None
+def _gpu_from_json(position: int, data: dict[str, Any]) -> SmiGpu:
+    def opt_int(v: Any) -> int | None:
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
 
-        return cls(
-            index=opt_int(data.get("index")),
-            name=str(data.get("name") or ""),
-            driver=str(data.get("driver") or ""),
-            memory_mib=opt_int(data.get("memory_mib")),
-            compute_cap=str(data["compute_cap"]) if data.get("compute_cap") else None,
-            bus_id=str(data.get("bus_id") or ""),
-            uuid=str(data.get("uuid") or ""),
-        )
+    index = opt_int(data.get("index"))
+    return SmiGpu(
+        index=position if index is None else index,
+        name=str(data.get("name") or ""),
+        driver=str(data.get("driver") or ""),
+        memory_mib=opt_int(data.get("memory_mib")),
+        compute_cap=str(data["compute_cap"]) if data.get("compute_cap") else None,
+        bus_id=str(data["bus_id"]) if data.get("bus_id") else None,
+        uuid=str(data["uuid"]) if data.get("uuid") else None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,7 +61,7 @@ class ValidationReport:
     target: str
     started: str
     image_digest: str | None
-    gpus: tuple[ReportGpu, ...]
+    gpus: tuple[SmiGpu, ...]
     checks: tuple[dict[str, Any], ...]
 
     @property
@@ -116,7 +118,7 @@ class ValidationReport:
         else:
             inventory = next((c for c in checks if c.get("name") == _SCHEMA1_INVENTORY_CHECK), None)
             raw = (inventory or {}).get("figures", {}).get("gpus") or []
-        gpus = tuple(ReportGpu.from_json(g) for g in raw if isinstance(g, dict))
+        gpus = tuple(_gpu_from_json(i, g) for i, g in enumerate(raw) if isinstance(g, dict))
         return cls(
             schema=int(schema),
             verdict=str(data["verdict"]),
@@ -129,19 +131,6 @@ class ValidationReport:
         )
 
 
-def gpus_json(gpus: list[Any]) -> list[dict[str, Any]]:
-    """The ``gpus`` field of a schema-2 report from the suite's GPU facts (criteria.Gpu rows)."""
-    return [
-        asdict(
-            ReportGpu(
-                index=g.index,
-                name=g.name,
-                driver=g.driver,
-                memory_mib=g.memory_mib,
-                compute_cap=g.compute_cap,
-                bus_id=g.bus_id,
-                uuid=g.uuid,
-            )
-        )
-        for g in gpus
-    ]
+def gpus_json(gpus: Sequence[SmiGpu]) -> list[dict[str, Any]]:
+    """The ``gpus`` field of a schema-2 report from the suite's GPU facts."""
+    return [{f: getattr(g, f) for f in GPU_FIELDS} for g in gpus]

@@ -183,7 +183,7 @@ def test_470_with_only_cuda12_images_says_which_driver_is_needed() -> None:
 
 def test_rtx5090_rejects_pre_cu128_images() -> None:
     h = read_host(nvidia_smi_file=DATA / "query_570_rtx5090.csv")
-    assert h.gpus[0].cc == "12.0"
+    assert h.gpus[0].compute_cap == "12.0"
     pick = choose(make_index(), h, Constraints(), platform=GENERIC)
     assert pick.image.tag == "2.7.1-cu128-py3.12"
     reasons = {r.tag: r.reason for r in pick.rejected}
@@ -481,7 +481,7 @@ def test_runs_nvidia_smi_query(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     _fake_nvidia_smi(tmp_path, f'echo "$@" > {tmp_path}/args\ncat {real}\n')
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     h = read_host()
-    assert (h.driver, h.gpus[0].name, h.gpus[0].cc, h.source) == (
+    assert (h.driver, h.gpus[0].name, h.gpus[0].compute_cap, h.source) == (
         "580.159.04",
         "NVIDIA H200",
         "9.0",
