@@ -1,0 +1,119 @@
+"""build's skip / retag decisions with a fake registry behind the client_for seam: no engine, no registry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.build import BuildOptions, build_cell, suite_digest
+from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell, RegistryTarget
+from imagesmith.plan import build_plan
+from imagesmith.registry import ManifestData
+from imagesmith.tags import candidate_tag, fingerprint_tag
+from tests.repo import PROJECT
+
+MANIFEST = json.dumps(
+    {"schemaVersion": 2, "config": {"digest": "sha256:" + "c" * 64, "size": 2}, "layers": []}
+)
+BODY = MANIFEST.encode()
+DIGEST = "sha256:" + hashlib.sha256(BODY).hexdigest()
+
+
+class FakeRegistry:
+    """Tags → manifests of one registry; records every write."""
+
+    def __init__(self, name: str, tags: dict[str, str] | None = None) -> None:
+        self.name = name
+        self.tags = dict(tags or {})
+        self.puts: list[tuple[str, str]] = []
+
+    def manifest_digest(self, repo: str, ref: str) -> str | None:
+        return ref if ref.startswith("sha256:") and ref in self.tags.values() else self.tags.get(ref)
+
+    def get_manifest(self, repo: str, ref: str) -> ManifestData:
+        assert self.manifest_digest(repo, ref) == DIGEST
+        return ManifestData(body=BODY, media_type="application/vnd.oci.image.manifest.v1+json", digest=DIGEST)
+
+    def put_manifest(self, repo: str, tag: str, manifest: ManifestData) -> str:
+        self.tags[tag] = manifest.digest
+        self.puts.append((repo, tag))
+        return manifest.digest
+
+
+class NoEngine:
+    """Any engine call means a build was started: the skip and retag paths must not get here."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the engine was used ({name}): the cell should not have been built")
+
+
+@pytest.fixture(autouse=True)
+def _staging_means_building(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Staging a context is the first step of a build (it needs the source cache, which unit tests lack)."""
+
+    def staged(*args: Any, **kwargs: Any) -> Path:
+        raise AssertionError("the engine was used (stage_context): the cell is being built")
+
+    monkeypatch.setattr("imagesmith.build.stage_context", staged)
+
+
+@pytest.fixture
+def cell() -> Cell:
+    (plain,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells[:1]
+    targets = (
+        RegistryTarget(name="one", host="r1.example", image="r1.example/team/torch", kind="generic"),
+        RegistryTarget(name="two", host="r2.example", image="r2.example/team/torch", kind="acr"),
+    )
+    return replace(plain, registries=targets)
+
+
+def _run(cell: Cell, registries: dict[str, FakeRegistry], tmp_path: Path, force: bool = False) -> Any:
+    options = BuildOptions(push=True, force=force, project=PROJECT, client_for=lambda t: registries[t.name])
+    matrix = load_matrix("smoke", project=PROJECT)
+    return build_cell(cell, matrix, NoEngine(), options, tmp_path)  # type: ignore[arg-type]
+
+
+def test_everything_already_there_is_skipped(cell: Cell, tmp_path: Path) -> None:
+    fp, cand = fingerprint_tag(cell.fingerprint, suite_digest()), candidate_tag(cell)
+    regs = {n: FakeRegistry(n, {fp: DIGEST, cand: DIGEST}) for n in ("one", "two")}
+    outcome = _run(cell, regs, tmp_path)
+    assert (outcome.status, outcome.digest) == ("skipped", DIGEST)
+    assert all(not r.puts for r in regs.values())
+
+
+def test_fingerprint_there_but_no_candidate_is_only_retagged(cell: Cell, tmp_path: Path) -> None:
+    fp = fingerprint_tag(cell.fingerprint, suite_digest())
+    regs = {n: FakeRegistry(n, {fp: DIGEST}) for n in ("one", "two")}
+    outcome = _run(cell, regs, tmp_path)
+    assert outcome.status == "retagged"
+    for r in regs.values():
+        assert r.puts == [("team/torch", candidate_tag(cell))]
+        assert r.tags[candidate_tag(cell)] == DIGEST
+
+
+def test_a_registry_missing_the_fingerprint_means_a_build(cell: Cell, tmp_path: Path) -> None:
+    fp = fingerprint_tag(cell.fingerprint, suite_digest())
+    regs = {"one": FakeRegistry("one", {fp: DIGEST}), "two": FakeRegistry("two")}
+    with pytest.raises(AssertionError, match="the engine was used"):
+        _run(cell, regs, tmp_path)
+
+
+def test_an_older_suite_is_rebuilt(cell: Cell, tmp_path: Path) -> None:
+    """The identity is fingerprint + baked imagesmith: a tag of another suite digest does not count."""
+    old = fingerprint_tag(cell.fingerprint, "0" * 64)
+    regs = {n: FakeRegistry(n, {old: DIGEST, candidate_tag(cell): DIGEST}) for n in ("one", "two")}
+    with pytest.raises(AssertionError, match="the engine was used"):
+        _run(cell, regs, tmp_path)
+
+
+def test_force_builds_whatever_is_there(cell: Cell, tmp_path: Path) -> None:
+    fp, cand = fingerprint_tag(cell.fingerprint, suite_digest()), candidate_tag(cell)
+    regs = {n: FakeRegistry(n, {fp: DIGEST, cand: DIGEST}) for n in ("one", "two")}
+    with pytest.raises(AssertionError, match="the engine was used"):
+        _run(cell, regs, tmp_path, force=True)
