@@ -158,3 +158,17 @@ def test_registry_routing(tmp_path: Path) -> None:
     acr = load_registries(PROJECT.registries_file)["acr-hangzhou"]
     assert acr.wants("2.1.2-cu121-py3.10-runtime-ubuntu22.04")
     assert not acr.wants("2.1.2-cu121-py3.10-devel-ubuntu22.04")
+
+
+def test_unknown_registry_kind_names_the_known_ones(tmp_path: Path) -> None:
+    from imagesmith.matrix import REGISTRY_KINDS, load_registries
+
+    path = tmp_path / "registries.toml"
+    path.write_text('schema = 1\n[registries.x]\nhost = "r.example"\nnamespace = "t"\nkind = "ecs"\n')
+    with pytest.raises(MatrixError) as info:
+        load_registries(path)
+    text = str(info.value)
+    assert "registries.x.kind" in text
+    assert "'ecs'" in text
+    assert "ecr" in text  # the nearest known kind
+    assert set(REGISTRY_KINDS) >= {"generic", "dockerhub", "ghcr", "acr", "ecr"}
