@@ -19,6 +19,7 @@ from imagesmith.commands import compat as compat_commands
 from imagesmith.commands import init as init_commands
 from imagesmith.commands import plan as plan_commands
 from imagesmith.commands import release as release_commands
+from imagesmith.commands import schema as schema_commands
 from imagesmith.commands import set_project_option
 from imagesmith.commands import validate as validate_commands
 from imagesmith.errors import ImagesmithError
@@ -62,6 +63,7 @@ for _module in (
     build_commands,
     validate_commands,
     release_commands,
+    schema_commands,
 ):
     _module.register(app)
 

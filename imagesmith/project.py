@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from imagesmith import schema
 from imagesmith.errors import ConfigError, MatrixError
 
 if sys.version_info >= (3, 11):
@@ -55,11 +56,8 @@ DEFAULT_PATHS: Final[Mapping[str, str]] = {
     "locks": "locks",
     "registries": "matrices/registries.toml",
 }
-_TOP_KEYS: Final[tuple[str, ...]] = ("schema", "name", "default_matrix", "paths", "sources")
-_SOURCE_KEYS: Final[tuple[str, ...]] = ("mirrors",)
 #: placeholders a source mirror template may use (see :func:`imagesmith.sources.mirror_urls`)
 MIRROR_FIELDS: Final[tuple[str, ...]] = ("url", "path", "host", "name", "version", "commit", "file")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _FIELD = re.compile(r"\{([^{}]*)\}")
 
 
@@ -228,56 +226,16 @@ def load_project(file: Path) -> Project:
         raise ProjectError(
             f"{file}: not valid TOML: {exc}", hint="fix the syntax at the line named"
         ) from None
-    for key in data:
-        if key not in _TOP_KEYS:
-            raise ProjectError(
-                f"{file}: unknown key {key!r}",
-                hint=f"nearest: {_nearest(key, list(_TOP_KEYS))!r}; known: {', '.join(_TOP_KEYS)}",
-            )
-    schema = data.get("schema", SCHEMA)
-    if schema != SCHEMA or isinstance(schema, bool):
-        raise ProjectError(
-            f"{file}: schema = {schema!r} is not supported by this imagesmith",
-            hint=f"schema = {SCHEMA}",
-        )
+    schema.PROJECT.check(data, source=str(file), error=ProjectError)
     name = data.get("name", project_name(root.name))
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ProjectError(
-            f"{file}: name = {name!r} is not a project name (lowercase letters, digits, '.', '_', '-')",
-            hint=f"e.g. name = {project_name(str(name))!r}",
-        )
     default_matrix = data.get("default_matrix")
-    if default_matrix is not None and (not isinstance(default_matrix, str) or not default_matrix):
-        raise ProjectError(
-            f"{file}: default_matrix must be a matrix name string", hint='e.g. default_matrix = "smoke"'
-        )
     paths = data.get("paths", {})
-    if not isinstance(paths, dict):
-        raise ProjectError(f"{file}: [paths] must be a table", hint='[paths]\nmatrices = "matrices"')
-    for key in paths:
-        if key not in DEFAULT_PATHS:
-            raise ProjectError(
-                f"{file}: unknown key paths.{key}",
-                hint=f"nearest: paths.{_nearest(key, list(DEFAULT_PATHS))}; "
-                f"known: {', '.join(DEFAULT_PATHS)}",
-            )
     resolved = {
         key: _relative(file, f"paths.{key}", paths.get(key, default), root)
         for key, default in DEFAULT_PATHS.items()
     }
     _check_dockerfiles_folder(file, root, resolved)
-    sources = data.get("sources", {})
-    if not isinstance(sources, dict):
-        raise ProjectError(f"{file}: [sources] must be a table", hint="[sources]\nmirrors = []")
-    for key in sources:
-        if key not in _SOURCE_KEYS:
-            raise ProjectError(f"{file}: unknown key sources.{key}", hint=f"known: {', '.join(_SOURCE_KEYS)}")
-    mirrors = sources.get("mirrors", [])
-    if not isinstance(mirrors, list):
-        raise ProjectError(
-            f"{file}: sources.mirrors must be a list of URL templates",
-            hint='mirrors = ["https://mirror.example/{url}"]',
-        )
+    mirrors = data.get("sources", {}).get("mirrors", [])
     checked = tuple(check_mirror_template(m, f"{file}: sources.mirrors") for m in mirrors)
     if default_matrix is not None and not (resolved["matrices"] / f"{default_matrix}.toml").is_file():
         raise ProjectError(

@@ -215,7 +215,8 @@ def fetch_from_url(
     target = directory / archive.file_name
     writer = _HashingWriter(directory)
     try:
-        with requests.get(source, stream=True, timeout=timeout) as resp:
+        # a short connect timeout: an unreachable host (a blocked forge) fails fast, the next mirror is tried
+        with requests.get(source, stream=True, timeout=(min(10.0, timeout), timeout)) as resp:
             if resp.status_code != 200:
                 raise SourceCacheError(
                     f"GET {source} answered HTTP {resp.status_code} for {archive.label}",

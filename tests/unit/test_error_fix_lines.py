@@ -30,6 +30,8 @@ MODULES = [
     "imagesmith/commands/plan.py",
     "imagesmith/commands/build.py",
     "imagesmith/commands/release.py",
+    "imagesmith/commands/schema.py",
+    "imagesmith/schema.py",
     "imagesmith/compat.py",
     "imagesmith/matrix.py",
     "imagesmith/pick.py",

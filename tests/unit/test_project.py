@@ -79,10 +79,10 @@ def test_a_matrix_file_named_by_path_finds_its_project(tmp_path: Path) -> None:
     ("text", "expected"),
     [
         ("schema = 1\nmatrix = 'x'\n", "unknown key 'matrix'"),
-        ("schema = 2\n", "schema = 2 is not supported"),
-        ("schema = true\n", "schema = True is not supported"),
+        ("schema = 2\n", "schema: 2 is not supported"),
+        ("schema = true\n", "schema: True is not supported"),
         ("name = 'Bad Name'\n", "is not a project name"),
-        ("[paths]\nmatrixes = 'm'\n", "unknown key paths.matrixes"),
+        ("[paths]\nmatrixes = 'm'\n", "[paths] knows only matrices, dockerfiles, locks, registries"),
         ("[paths]\nmatrices = '/abs/matrices'\n", "is absolute"),
         ("[paths]\nlocks = '~/locks'\n", "is absolute"),
         ("[paths]\nlocks = ''\n", "must be a non-empty path string"),
@@ -90,7 +90,7 @@ def test_a_matrix_file_named_by_path_finds_its_project(tmp_path: Path) -> None:
         ("[sources]\nmirrors = 'https://m/{url}'\n", "sources.mirrors must be a list"),
         ("[sources]\nmirrors = ['ftp://m/{url}']\n", "is not an http(s) URL template"),
         ("[sources]\nmirrors = ['https://m/{uri}']\n", "uses {uri}"),
-        ("[sources]\nmirror = []\n", "unknown key sources.mirror"),
+        ("[sources]\nmirror = []\n", "[sources] knows only mirrors: unknown key 'mirror'"),
         ("schema = 1\n[paths\n", "not valid TOML"),
         ("[paths]\ndockerfiles = '.'\n", "must be a folder inside the project, not its root"),
         ("[paths]\ndockerfiles = '../elsewhere'\n", "must be a folder inside the project, not outside it"),
@@ -111,7 +111,7 @@ def test_bad_project_file_is_one_clear_error(tmp_path: Path, text: str, expected
 
 def test_nearest_key_is_suggested(tmp_path: Path) -> None:
     root = _project(tmp_path / "p", "[paths]\nlock = 'l'\n")
-    with pytest.raises(ProjectError, match=r"nearest: paths\.locks"):
+    with pytest.raises(ProjectError, match=r"unknown key 'lock'; nearest valid key: 'locks'"):
         load_project(root / PROJECT_FILE)
 
 

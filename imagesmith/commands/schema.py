@@ -1,0 +1,50 @@
+"""CLI command ``schema``: the JSON Schema files of imagesmith's input files, for editors (taplo, VS Code's
+Even Better TOML), written from the one schema layer (:mod:`imagesmith.schema`), committed under
+docs/schemas/.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagesmith.errors import RenderError
+
+
+def schema_command(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the *.schema.json files.")] = Path(
+        "docs/schemas"
+    ),
+    check: Annotated[bool, typer.Option("--check", help="Write nothing; fail when a file differs.")] = False,
+) -> None:
+    """Write (or check) the JSON Schema of imagesmith.toml and the user config."""
+    from imagesmith.schema import SCHEMAS
+
+    differing: list[str] = []
+    for s in SCHEMAS:
+        path = out / f"{s.file_name}.schema.json"
+        text = json.dumps(s.json_schema(), indent=2, sort_keys=False) + "\n"
+        current = path.read_text(encoding="utf-8") if path.is_file() else None
+        if current == text:
+            continue
+        if check:
+            differing.append(str(path))
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote   {path}")
+    if differing:
+        raise RenderError(
+            "JSON Schema files differ from imagesmith.schema: " + ", ".join(differing),
+            hint=f"run `imagesmith schema --out {out}` and commit them",
+        )
+    typer.echo(
+        f"{len(SCHEMAS)} schema file(s) in {out} are current" if check else f"{len(SCHEMAS)} schema file(s)"
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("schema")(schema_command)
