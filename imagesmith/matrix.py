@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat
+from imagesmith import compat, schema
 from imagesmith.errors import ConfigError, MatrixError
 
 if TYPE_CHECKING:
@@ -37,17 +37,7 @@ REGISTRIES_FILE: Final[str] = "registries.toml"
 FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel")
 TORCH_SOURCES: Final[tuple[str, ...]] = ("wheels", "base")
 NCCL_TOOLKITS: Final[tuple[str, ...]] = ("auto", "base")
-REGISTRY_KINDS: Final[tuple[str, ...]] = (
-    "generic",
-    "dockerhub",
-    "ghcr",
-    "acr",
-    "tcr",
-    "swr",
-    "ecr",
-    "quay",
-    "artifact-registry",
-)
+REGISTRY_KINDS: Final[tuple[str, ...]] = schema.REGISTRY_KINDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -692,27 +682,18 @@ class _Loader:
         return tuple(out)
 
     def registries(self, data: Mapping[str, Any]) -> dict[str, Registry]:
-        self.keys(data, "", ("schema", "registries"), ("registries",))
-        table = self.typed(data["registries"], "registries", dict)
+        """``registries.toml``: its shape is :data:`imagesmith.schema.REGISTRIES` (also its JSON Schema)."""
+        schema.REGISTRIES.check(data, source=str(self.path), error=MatrixError)
         out: dict[str, Registry] = {}
-        allowed = ("host", "namespace", "repository", "kind", "insecure", "cells")
-        for name, entry in table.items():
-            prefix = f"registries.{name}"
-            self.typed(entry, prefix, dict)
-            self.keys(entry, prefix, allowed, ("host", "namespace"))
-            host = self.typed(entry["host"], f"{prefix}.host", str)
-            if not host or "/" in host or any(c.isspace() for c in host):
-                raise self.fail(
-                    f"{prefix}.host", f"{host!r} is not a registry host[:port]", nearest="127.0.0.1:5000"
-                )
+        for name, entry in data["registries"].items():
             out[name] = Registry(
                 name=name,
-                host=host,
-                namespace=self.typed(entry["namespace"], f"{prefix}.namespace", str).strip("/"),
-                repository=self.typed(entry.get("repository", "torch"), f"{prefix}.repository", str),
-                kind=self.choice(entry.get("kind", "generic"), f"{prefix}.kind", REGISTRY_KINDS),
-                insecure=self.typed(entry.get("insecure", False), f"{prefix}.insecure", bool),
-                cells=self.str_list(entry.get("cells", ["*"]), f"{prefix}.cells"),
+                host=entry["host"],
+                namespace=entry["namespace"].strip("/"),
+                repository=entry.get("repository", "torch"),
+                kind=entry.get("kind", "generic"),
+                insecure=entry.get("insecure", False),
+                cells=tuple(entry.get("cells", ["*"])),
             )
         return out
 

@@ -132,13 +132,14 @@ def _check(spec: Field, value: Any, key: str, source: str, error: type[ConfigErr
         for k in value:
             if k not in spec.fields:
                 near = _nearest(str(k), known)
-                inside = f"[{key}] knows only {', '.join(known)}: " if key else ""
+                nearest = f"; nearest valid key: {near!r}" if near else ""
+                if key:  # a nested table: name the dotted key, and what its table knows
+                    problem = f"unknown key ([{key}] knows only {', '.join(known)}){nearest}"
+                    raise _fail(
+                        error, source, f"{key}.{k}", problem, f"known keys of [{key}]: {', '.join(known)}"
+                    )
                 raise _fail(
-                    error,
-                    source,
-                    "",
-                    f"{inside}unknown key {k!r}" + (f"; nearest valid key: {near!r}" if near else ""),
-                    f"known keys{' of [' + key + ']' if key else ''}: {', '.join(known)}",
+                    error, source, "", f"unknown key {k!r}{nearest}", f"known keys: {', '.join(known)}"
                 )
         for k, sub in spec.fields.items():
             dotted = f"{key}.{k}" if key else k
@@ -274,4 +275,70 @@ CONFIG: Schema = Schema(
     ),
 )
 
-SCHEMAS: tuple[Schema, ...] = (PROJECT, CONFIG)
+#: registry kinds: what imagesmith knows of a registry beyond its host (login hints, token flows)
+REGISTRY_KINDS: tuple[str, ...] = (
+    "generic",
+    "dockerhub",
+    "ghcr",
+    "acr",
+    "tcr",
+    "swr",
+    "ecr",
+    "quay",
+    "artifact-registry",
+)
+
+REGISTRIES: Schema = Schema(
+    title="imagesmith registries (matrices/registries.toml)",
+    file_name="registries.toml",
+    root=Field(
+        kind="table",
+        fields={
+            "schema": Field(
+                kind="integer",
+                enum=(1,),
+                description="file format version",
+                message="{value!r} is not supported by this imagesmith",
+                example="1",
+            ),
+            "registries": Field(
+                kind="map",
+                required=True,
+                description="registries by name; a matrix lists the names it pushes to",
+                example='{ main = { host = "ghcr.io", namespace = "team" } }',
+                items=Field(
+                    kind="table",
+                    description="one registry: <host>/<namespace>/<repository>:<cell tag>",
+                    fields={
+                        "host": Field(
+                            kind="string",
+                            required=True,
+                            pattern=r"[^/\s]+",
+                            message="{value!r} is not a registry host[:port]",
+                            example='"ghcr.io"',
+                        ),
+                        "namespace": Field(kind="string", required=True, example='"team"'),
+                        "repository": Field(kind="string", description="default: torch", example='"torch"'),
+                        "kind": Field(
+                            kind="string",
+                            enum=REGISTRY_KINDS,
+                            description="login hints and token flows (default: generic)",
+                            example='"ghcr"',
+                        ),
+                        "insecure": Field(
+                            kind="boolean", description="plain HTTP (a local registry)", example="true"
+                        ),
+                        "cells": Field(
+                            kind="array",
+                            items=Field(kind="string", example='"*-runtime-*"'),
+                            description="globs over cell ids this registry takes (default: all)",
+                            example='["*-runtime-*"]',
+                        ),
+                    },
+                ),
+            ),
+        },
+    ),
+)
+
+SCHEMAS: tuple[Schema, ...] = (PROJECT, CONFIG, REGISTRIES)

@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 from imagesmith.errors import ConfigError
-from imagesmith.schema import CONFIG, PROJECT, SCHEMAS
+from imagesmith.schema import CONFIG, PROJECT, REGISTRIES, SCHEMAS
 from tests.repo import REPO
 
 if sys.version_info >= (3, 11):
@@ -38,6 +38,21 @@ CONFIG_DOCS: list[tuple[str, bool]] = [
     ('[build]\nextra_cert = "x"\n', False),
     ("[mirrors]\n", False),
 ]
+
+
+REGISTRIES_DOCS: list[tuple[str, bool]] = [
+    ((REPO / "matrices" / "registries.toml").read_text(), True),
+    ('schema = 1\n[registries.x]\nhost = "r.example"\nnamespace = "t"\nkind = "ecs"\n', False),
+    ('schema = 1\n[registries.x]\nnamespace = "t"\n', False),
+    ('schema = 1\n[registries.x]\nhost = "r.example/path"\nnamespace = "t"\n', False),
+    ('schema = 1\n[registries.x]\nhost = "r.example"\nnamespace = "t"\ninsecure = "yes"\n', False),
+    ("schema = 1\n", False),
+]
+
+
+@pytest.mark.parametrize(("text", "ok"), REGISTRIES_DOCS)
+def test_registries_check_and_json_schema_agree(text: str, ok: bool) -> None:
+    _agree(REGISTRIES.check, REGISTRIES.json_schema(), text, ok)
 
 
 @pytest.mark.parametrize(("text", "ok"), PROJECT_DOCS)
@@ -68,7 +83,9 @@ def test_messages_name_the_key_the_nearest_and_the_fix() -> None:
     with pytest.raises(ConfigError) as info:
         PROJECT.check({"paths": {"lock": "l"}}, source="p/imagesmith.toml")
     text = str(info.value)
-    assert "p/imagesmith.toml: [paths] knows only matrices, dockerfiles, locks, registries" in text
+    assert (
+        "p/imagesmith.toml: paths.lock: unknown key ([paths] knows only matrices, dockerfiles, locks" in text
+    )
     assert "nearest valid key: 'locks'" in text
     with pytest.raises(
         ConfigError, match=r"f: schema: 2 is not supported by this imagesmith; nearest valid value"
