@@ -182,19 +182,37 @@ _TEMPLATE = Field(
     example='"https://mirror.example/{url}"',
 )
 
+_VERSION = Field(
+    kind="integer",
+    enum=(1,),
+    description="file format version",
+    message="{value!r} is not supported by this imagesmith",
+    example="1",
+)
+
+
+def _source_mirrors(description: str) -> Field:
+    return Field(
+        kind="table",
+        fields={
+            "mirrors": Field(
+                kind="array",
+                items=_TEMPLATE,
+                description=description,
+                message="sources.mirrors must be a list of URL templates",
+                example='["https://mirror.example/{url}"]',
+            )
+        },
+    )
+
+
 PROJECT: Schema = Schema(
     title="imagesmith project (imagesmith.toml)",
     file_name="imagesmith.toml",
     root=Field(
         kind="table",
         fields={
-            "schema": Field(
-                kind="integer",
-                enum=(1,),
-                description="file format version",
-                message="{value!r} is not supported by this imagesmith",
-                example="1",
-            ),
+            "schema": _VERSION,
             "name": Field(
                 kind="string",
                 pattern=r"[a-z0-9][a-z0-9._-]*",
@@ -215,18 +233,7 @@ PROJECT: Schema = Schema(
                     "registries": _PATH,
                 },
             ),
-            "sources": Field(
-                kind="table",
-                fields={
-                    "mirrors": Field(
-                        kind="array",
-                        items=_TEMPLATE,
-                        description="tried in order before a source archive's pinned URL",
-                        message="sources.mirrors must be a list of URL templates",
-                        example='["https://mirror.example/{url}"]',
-                    )
-                },
-            ),
+            "sources": _source_mirrors("tried in order before a source archive's pinned URL"),
         },
     ),
 )
@@ -259,18 +266,7 @@ CONFIG: Schema = Schema(
                     )
                 },
             ),
-            "sources": Field(
-                kind="table",
-                fields={
-                    "mirrors": Field(
-                        kind="array",
-                        items=_TEMPLATE,
-                        description="source-archive mirror templates, before the project's",
-                        message="sources.mirrors must be a list of URL templates",
-                        example='["https://mirror.example/{url}"]',
-                    )
-                },
-            ),
+            "sources": _source_mirrors("source-archive mirror templates, before the project's"),
         },
     ),
 )
@@ -294,13 +290,7 @@ REGISTRIES: Schema = Schema(
     root=Field(
         kind="table",
         fields={
-            "schema": Field(
-                kind="integer",
-                enum=(1,),
-                description="file format version",
-                message="{value!r} is not supported by this imagesmith",
-                example="1",
-            ),
+            "schema": _VERSION,
             "registries": Field(
                 kind="map",
                 required=True,
