@@ -330,66 +330,13 @@ def _nearest_version(value: str, choices: Sequence[str]) -> str | None:
     return compat.nearest(value, list(choices)) or _nearest_word(value, choices)
 
 
-_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true/false", list: "a list", dict: "a table"}
-
-
-class _Loader:
+class _Loader(schema.Checker):
     """Walks the parsed TOML with the file path at hand so every error names file and dotted key."""
 
     def __init__(self, path: Path, registries_path: Path) -> None:
+        super().__init__(str(path), MatrixError, docs="docs/matrix.md")
         self.path = path
         self.registries_path = registries_path
-
-    # -- error helpers ---------------------------------------------------------------------------------------
-
-    def fail(
-        self, key: str, message: str, *, nearest: str | None = None, hint: str | None = None
-    ) -> MatrixError:
-        text = f"{self.path}: {key}: {message}"
-        if nearest is not None:
-            text += f"; nearest valid value: {nearest!r}"
-        return MatrixError(text, hint=hint)
-
-    def keys(
-        self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]
-    ) -> None:
-        for key in table:
-            if key not in allowed:
-                dotted = f"{prefix}.{key}" if prefix else key
-                raise self.fail(
-                    dotted,
-                    "unknown key",
-                    nearest=_nearest_word(key, allowed),
-                    hint=f"allowed keys here: {', '.join(allowed)}",
-                )
-        for key in required:
-            if key not in table:
-                dotted = f"{prefix}.{key}" if prefix else key
-                raise self.fail(dotted, "missing required key", hint=f"add `{key} = …` (see docs/matrix.md)")
-
-    def typed(self, value: Any, key: str, kind: type) -> Any:
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if not ok:
-            raise self.fail(key, f"expected {_TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
-        return value
-
-    def str_list(self, value: Any, key: str, *, nonempty: bool = True) -> tuple[str, ...]:
-        self.typed(value, key, list)
-        if nonempty and not value:
-            raise self.fail(key, "must not be empty")
-        out = []
-        for i, item in enumerate(value):
-            out.append(self.typed(item, f"{key}[{i}]", str))
-        if len(set(out)) != len(out):
-            dup = next(x for x in out if out.count(x) > 1)
-            raise self.fail(key, f"{dup!r} is listed twice")
-        return tuple(out)
-
-    def choice(self, value: Any, key: str, choices: Sequence[str]) -> str:
-        self.typed(value, key, str)
-        if value not in choices:
-            raise self.fail(key, f"unknown value {value!r}", nearest=_nearest_word(value, choices))
-        return str(value)
 
     # -- sections
     # ----------------------------------------------------------------------------------------------

@@ -4,14 +4,16 @@ JSON Schema editors use (``imagesmith schema``, committed under ``docs/schemas/`
 
 Shape checks live here — unknown keys, types, required keys, enums, patterns; what needs the project or the
 data tables (a path inside the project, a GPU imagesmith knows) stays with the loader, after this pass.
-Used by ``imagesmith.toml`` (:mod:`imagesmith.project`) and the user config (:mod:`imagesmith.config`).
+:class:`Schema` describes ``imagesmith.toml`` (:mod:`imagesmith.project`), the user config
+(:mod:`imagesmith.config`) and ``registries.toml``; the matrix loader builds on the same :class:`Checker`
+primitives, so every input file reports problems in one form.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -52,11 +54,12 @@ class Schema:
     title: str
     file_name: str
     root: Field
+    docs: str = "docs/project.md"
 
     # -- checking
     def check(self, data: Any, *, source: str, error: type[ConfigError] = ConfigError) -> None:
         """Raise *error* for the first key of *data* that does not fit; return quietly when all do."""
-        _check(self.root, data, "", source, error)
+        _check(self.root, data, "", Checker(source, error, docs=self.docs))
 
     # -- JSON Schema
     def json_schema(self) -> dict[str, Any]:
@@ -74,79 +77,123 @@ def _nearest(value: str, choices: list[str]) -> str | None:
     return got[0] if got else None
 
 
-def _fail(error: type[ConfigError], source: str, key: str, problem: str, fix: str) -> ConfigError:
-    where = f"{source}: {key}" if key else source
-    return error(f"{where}: {problem}", hint=fix)
+TYPE_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    bool: "true/false",
+    list: "a list",
+    dict: "a table",
+}
 
 
-def _type_ok(spec: Field, value: Any) -> bool:
-    if spec.kind == "string":
-        return isinstance(value, str)
-    if spec.kind == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if spec.kind == "boolean":
-        return isinstance(value, bool)
-    if spec.kind == "array":
-        return isinstance(value, list)
-    return isinstance(value, dict)
+class Checker:
+    """The checking primitives every input file goes through (the matrix loader builds on them, and so does
+    :class:`Schema`): each problem is one *error* "``source: dotted.key: problem; nearest valid value: …``"
+    with a fix line.
+    """
+
+    def __init__(self, source: str, error: type[ConfigError] = ConfigError, *, docs: str = "docs") -> None:
+        self.source = source
+        self.error = error
+        self.docs = docs
+
+    def fail(
+        self, key: str, message: str, *, nearest: str | None = None, hint: str | None = None
+    ) -> ConfigError:
+        text = f"{self.source}: {key}: {message}" if key else f"{self.source}: {message}"
+        if nearest is not None:
+            text += f"; nearest valid value: {nearest!r}"
+        return self.error(text, hint=hint or f"see {self.docs}")
+
+    def keys(
+        self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]
+    ) -> None:
+        for key in table:
+            if key not in allowed:
+                dotted = f"{prefix}.{key}" if prefix else key
+                inside = f" ([{prefix}] knows only {', '.join(allowed)})" if prefix else ""
+                raise self.fail(
+                    dotted,
+                    f"unknown key {key!r}{inside}",
+                    nearest=_nearest(str(key), list(allowed)),
+                    hint=f"allowed keys here: {', '.join(allowed)}",
+                )
+        for key in required:
+            if key not in table:
+                dotted = f"{prefix}.{key}" if prefix else key
+                raise self.fail(dotted, "missing required key", hint=f"add `{key} = …` (see {self.docs})")
+
+    def typed(self, value: Any, key: str, kind: type) -> Any:
+        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+        if not ok:
+            raise self.fail(key, f"expected {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+        return value
+
+    def str_list(self, value: Any, key: str, *, nonempty: bool = True) -> tuple[str, ...]:
+        self.typed(value, key, list)
+        if nonempty and not value:
+            raise self.fail(key, "must not be empty")
+        out = []
+        for i, item in enumerate(value):
+            out.append(self.typed(item, f"{key}[{i}]", str))
+        if len(set(out)) != len(out):
+            dup = next(x for x in out if out.count(x) > 1)
+            raise self.fail(key, f"{dup!r} is listed twice")
+        return tuple(out)
+
+    def choice(self, value: Any, key: str, choices: Sequence[str]) -> str:
+        self.typed(value, key, str)
+        if value not in choices:
+            raise self.fail(key, f"unknown value {value!r}", nearest=_nearest(value, list(choices)))
+        return str(value)
+
+
+_PY_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "boolean": bool,
+    "array": list,
+    "table": dict,
+    "map": dict,
+}
 
 
 def _example(spec: Field, key: str) -> str:
     name = key.rsplit(".", 1)[-1] or "key"
-    if spec.example:
-        return f"{name} = {spec.example}"
-    return f"{name} = <{spec.kind}>"
+    return f"{name} = {spec.example}" if spec.example else f"{name} = <{spec.kind}>"
 
 
-def _problem(spec: Field, key: str, value: Any, default: str) -> str:
-    if not spec.message:
-        return default[:300]
-    return spec.message.format(name=key.rsplit(".", 1)[-1], value=value)[:300]
+def _problem(spec: Field, value: Any, default: str) -> str:
+    return (spec.message.format(value=value) if spec.message else default)[:300]
 
 
-def _check(spec: Field, value: Any, key: str, source: str, error: type[ConfigError]) -> None:
-    if not _type_ok(spec, value):
-        problem = _problem(spec, key, value, f"must be a {spec.kind}, not {type(value).__name__} {value!r}")
-        raise _fail(error, source, key or "(top level)", problem, _example(spec, key))
+def _check(spec: Field, value: Any, key: str, checker: Checker) -> None:
+    kind = _PY_TYPES[spec.kind]
+    if spec.message and not (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
+        raise checker.fail(key or "(top level)", _problem(spec, value, ""), hint=_example(spec, key))
+    checker.typed(value, key or "(top level)", kind)
     if spec.enum and value not in spec.enum:
-        near = _nearest(str(value), [str(e) for e in spec.enum])
-        default = f"{value!r} is not one of {', '.join(map(str, spec.enum))}"
-        raise _fail(
-            error,
-            source,
+        raise checker.fail(
             key,
-            _problem(spec, key, value, default) + (f"; nearest valid value: {near!r}" if near else ""),
-            _example(spec, key),
+            _problem(spec, value, f"unknown value {value!r}"),
+            nearest=_nearest(str(value), [str(e) for e in spec.enum]),
+            hint=_example(spec, key),
         )
     if spec.pattern and isinstance(value, str) and not re.fullmatch(spec.pattern, value):
-        problem = _problem(spec, key, value, f"{value!r} does not match {spec.pattern}")
-        raise _fail(error, source, key, problem, _example(spec, key))
+        raise checker.fail(
+            key, _problem(spec, value, f"{value!r} does not match {spec.pattern}"), hint=_example(spec, key)
+        )
     if spec.kind == "array" and spec.items is not None:
         for i, item in enumerate(value):
-            _check(spec.items, item, f"{key}[{i}]", source, error)
+            _check(spec.items, item, f"{key}[{i}]", checker)
     elif spec.kind == "map" and spec.items is not None:
         for k, item in value.items():
-            _check(spec.items, item, f"{key}.{k}" if key else str(k), source, error)
+            _check(spec.items, item, f"{key}.{k}" if key else str(k), checker)
     elif spec.kind == "table":
-        known = list(spec.fields)
-        for k in value:
-            if k not in spec.fields:
-                near = _nearest(str(k), known)
-                nearest = f"; nearest valid key: {near!r}" if near else ""
-                if key:  # a nested table: name the dotted key, and what its table knows
-                    problem = f"unknown key ([{key}] knows only {', '.join(known)}){nearest}"
-                    raise _fail(
-                        error, source, f"{key}.{k}", problem, f"known keys of [{key}]: {', '.join(known)}"
-                    )
-                raise _fail(
-                    error, source, "", f"unknown key {k!r}{nearest}", f"known keys: {', '.join(known)}"
-                )
+        checker.keys(value, key, list(spec.fields), [k for k, v in spec.fields.items() if v.required])
         for k, sub in spec.fields.items():
-            dotted = f"{key}.{k}" if key else k
             if k in value:
-                _check(sub, value[k], dotted, source, error)
-            elif sub.required:
-                raise _fail(error, source, dotted, "missing required key", f"add {_example(sub, dotted)}")
+                _check(sub, value[k], f"{key}.{k}" if key else k, checker)
 
 
 def _json(spec: Field) -> dict[str, Any]:

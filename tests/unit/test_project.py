@@ -90,7 +90,7 @@ def test_a_matrix_file_named_by_path_finds_its_project(tmp_path: Path) -> None:
         ("[sources]\nmirrors = 'https://m/{url}'\n", "sources.mirrors must be a list"),
         ("[sources]\nmirrors = ['ftp://m/{url}']\n", "is not an http(s) URL template"),
         ("[sources]\nmirrors = ['https://m/{uri}']\n", "uses {uri}"),
-        ("[sources]\nmirror = []\n", "sources.mirror: unknown key ([sources] knows only mirrors)"),
+        ("[sources]\nmirror = []\n", "sources.mirror: unknown key 'mirror' ([sources] knows only mirrors)"),
         ("schema = 1\n[paths\n", "not valid TOML"),
         ("[paths]\ndockerfiles = '.'\n", "must be a folder inside the project, not its root"),
         ("[paths]\ndockerfiles = '../elsewhere'\n", "must be a folder inside the project, not outside it"),
@@ -111,7 +111,7 @@ def test_bad_project_file_is_one_clear_error(tmp_path: Path, text: str, expected
 
 def test_nearest_key_is_suggested(tmp_path: Path) -> None:
     root = _project(tmp_path / "p", "[paths]\nlock = 'l'\n")
-    with pytest.raises(ProjectError, match=r"paths\.lock: unknown key .*; nearest valid key: 'locks'"):
+    with pytest.raises(ProjectError, match=r"paths\.lock: unknown key 'lock' .*; nearest valid value: 'locks'"):
         load_project(root / PROJECT_FILE)
 
 

@@ -84,9 +84,9 @@ def test_messages_name_the_key_the_nearest_and_the_fix() -> None:
         PROJECT.check({"paths": {"lock": "l"}}, source="p/imagesmith.toml")
     text = str(info.value)
     assert (
-        "p/imagesmith.toml: paths.lock: unknown key ([paths] knows only matrices, dockerfiles, locks" in text
+        "p/imagesmith.toml: paths.lock: unknown key 'lock' ([paths] knows only matrices, dockerfiles, locks" in text
     )
-    assert "nearest valid key: 'locks'" in text
+    assert "nearest valid value: 'locks'" in text
     with pytest.raises(
         ConfigError, match=r"f: schema: 2 is not supported by this imagesmith; nearest valid value"
     ):
