@@ -111,7 +111,9 @@ def test_bad_project_file_is_one_clear_error(tmp_path: Path, text: str, expected
 
 def test_nearest_key_is_suggested(tmp_path: Path) -> None:
     root = _project(tmp_path / "p", "[paths]\nlock = 'l'\n")
-    with pytest.raises(ProjectError, match=r"paths\.lock: unknown key 'lock' .*; nearest valid value: 'locks'"):
+    with pytest.raises(
+        ProjectError, match=r"paths\.lock: unknown key 'lock' .*; nearest valid value: 'locks'"
+    ):
         load_project(root / PROJECT_FILE)
 
 

@@ -84,7 +84,8 @@ def test_messages_name_the_key_the_nearest_and_the_fix() -> None:
         PROJECT.check({"paths": {"lock": "l"}}, source="p/imagesmith.toml")
     text = str(info.value)
     assert (
-        "p/imagesmith.toml: paths.lock: unknown key 'lock' ([paths] knows only matrices, dockerfiles, locks" in text
+        "p/imagesmith.toml: paths.lock: unknown key 'lock' ([paths] knows only matrices, dockerfiles, locks"
+        in text
     )
     assert "nearest valid value: 'locks'" in text
     with pytest.raises(
