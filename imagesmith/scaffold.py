@@ -10,6 +10,7 @@ project's ``locks/``, so the plan never floats a version. Choosing is pure (:fun
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Final
@@ -22,8 +23,8 @@ from imagesmith.lock import LockKey, reference_lock_keys, reference_locks
 from imagesmith.project import PROJECT_FILE, project_name
 
 DEFAULT_GPU: Final[str] = "h200"
-DEFAULT_REGISTRY: Final[str] = "127.0.0.1:5000"
-_LOCAL_HOSTS: Final[tuple[str, ...]] = ("127.0.0.1", "localhost", "[::1]")
+#: a plain-HTTP registry on this machine (scripts/setup.sh starts one): ``http://`` marks plain HTTP
+DEFAULT_REGISTRY: Final[str] = "http://127.0.0.1:5000"
 _COVERAGE_RANK: Final[dict[str, int]] = {"native": 0, "binary-compatible": 1, "ptx": 2}
 
 
@@ -141,21 +142,74 @@ def _toml_list(items: tuple[str, ...] | list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
 
-def _split_registry(registry: str) -> tuple[str, str | None]:
-    host, _, namespace = registry.strip().strip("/").partition("/")
-    if not host or " " in registry:
+def _split_registry(registry: str) -> tuple[str, str | None, bool]:
+    """``[http://|https://]HOST[/NAMESPACE]`` → (host, namespace, insecure): ``http://`` is plain HTTP."""
+    scheme, sep, rest = registry.strip().partition("://")
+    text = rest if sep else scheme
+    host, _, namespace = text.strip("/").partition("/")
+    if (sep and scheme not in ("http", "https")) or not host or any(c.isspace() for c in text):
         raise ConfigError(
-            f"--registry {registry!r} is not HOST[/NAMESPACE]", hint="e.g. --registry ghcr.io/my-team"
+            f"--registry {registry!r} is not [http://]HOST[/NAMESPACE]",
+            hint="e.g. --registry ghcr.io/my-team, or --registry http://127.0.0.1:5000 for a plain-HTTP one",
         )
-    return host, namespace or None
+    return host, namespace or None, bool(sep) and scheme == "http"
+
+
+def registry_kind(host: str) -> str:
+    """What imagesmith knows a registry as, from its host (login hints and token flows)."""
+    if host in ("docker.io", "index.docker.io", "registry-1.docker.io"):
+        return "dockerhub"
+    if host == "ghcr.io":
+        return "ghcr"
+    if host == "quay.io":
+        return "quay"
+    if host.endswith(".aliyuncs.com") or host.endswith(".azurecr.io"):
+        return "acr"
+    if ".dkr.ecr." in host:
+        return "ecr"
+    if host.endswith(".tencentcloudcr.com") or host.startswith("ccr.ccs.tencentyun.com"):
+        return "tcr"
+    if host.endswith("-docker.pkg.dev"):
+        return "artifact-registry"
+    return "generic"
+
+
+def _registry_tables(registries: Sequence[str], project: str) -> tuple[list[str], str]:
+    """(names, TOML tables) for ``--registry`` values: the first is ``main``, the others ``copy-2`` …; build
+    pushes once to the first and copies to the others.
+    """
+    names: list[str] = []
+    tables: list[str] = []
+    for i, registry in enumerate(registries or [DEFAULT_REGISTRY], 1):
+        host, namespace, insecure = _split_registry(registry)
+        name = "main" if i == 1 else f"copy-{i}"
+        names.append(name)
+        kind = registry_kind(host)
+        tables.append(
+            f"[registries.{name}]\n"
+            f'host = "{host}"\n'
+            + (f'kind = "{kind}"\n' if kind != "generic" else "")
+            + f'namespace = "{namespace or project}"\n'
+            'repository = "torch"\n'
+            + (
+                "insecure = true                  # plain HTTP: a registry on this machine\n"
+                if insecure
+                else ""
+            )
+        )
+    return names, "\n".join(tables)
 
 
 def project_files(
-    *, name: str, gpu_args: list[str], choice: Choice, matrix_name: str, registry: str = DEFAULT_REGISTRY
+    *,
+    name: str,
+    gpu_args: list[str],
+    choice: Choice,
+    matrix_name: str,
+    registries: Sequence[str] = (DEFAULT_REGISTRY,),
 ) -> dict[str, str]:
     """Every file of the new project, keyed by path relative to its root (locks are added by the writer)."""
-    host, namespace = _split_registry(registry)
-    insecure = host.split(":")[0] in _LOCAL_HOSTS or host.startswith("127.")
+    registry_names, registry_tables = _registry_tables(registries, name)
     lock = choice.lock
     pin = compat.default_source_pin("nccl_tests")
     gpus = tuple(g.key for g in choice.gpus)
@@ -199,7 +253,7 @@ description = "{", ".join(gpu_args)}: torch {lock.torch} {lock.variant} on {choi
 gpus = {_toml_list(gpus)}
 flavors = ["runtime"]
 shm_min = "{shm}"
-registries = ["main"]
+registries = {_toml_list(registry_names)}
 
 [labels]
 # the ulimits the entrypoint recommends; `imagesmith validate IMAGE` starts the image with them
@@ -226,18 +280,14 @@ sha256 = "{pin["sha256"]}"
 build = "none"                   # tuna | aliyun | ustc: pip/apt mirrors while building (users in China)
 runtime = "none"                 # the same, written into the image for its users
 '''
-    ns = namespace or name
+    ns = name
     files[
         "matrices/registries.toml"
     ] = f'''# Registries the matrices push to, by name. Credentials never live here: `docker login`, the docker config or
 # IMAGESMITH_REGISTRY_<HOST>_USERNAME/_PASSWORD in the environment (docs: imagesmith.registry).
 schema = 1
 
-[registries.main]
-host = "{host}"
-namespace = "{ns}"
-repository = "torch"
-{"insecure = true                  # plain HTTP: a registry on this machine" + chr(10) if insecure else ""}
+{registry_tables}
 # More registries: add a table and list its name in a matrix's `registries`.
 # [registries.ghcr]
 # host = "ghcr.io"

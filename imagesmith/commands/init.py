@@ -43,9 +43,14 @@ def init_command(
         ),
     ] = None,
     registry: Annotated[
-        str,
-        typer.Option("--registry", help="Where the example matrix pushes: HOST or HOST/NAMESPACE."),
-    ] = "127.0.0.1:5000",
+        list[str] | None,
+        typer.Option(
+            "--registry",
+            help="Where the example matrix pushes: HOST or HOST/NAMESPACE (http://HOST… for a plain-HTTP "
+            "registry); repeatable: pushed once to the first, copied to the others. "
+            "Default: http://127.0.0.1:5000.",
+        ),
+    ] = None,
     render: Annotated[
         bool, typer.Option("--render/--no-render", help="Also render dockerfiles/ (default: yes).")
     ] = True,
@@ -59,6 +64,7 @@ def init_command(
     from imagesmith.render import matrix_dir, render_plan, write_rendered
     from imagesmith.scaffold import (
         DEFAULT_GPU,
+        DEFAULT_REGISTRY,
         choose,
         default_matrix_name,
         project_files,
@@ -76,7 +82,11 @@ def init_command(
     choice = choose(resolve_gpus(gpu_args), base, driver)
     matrix_name = default_matrix_name(gpu_args)
     files = project_files(
-        name=proj_name, gpu_args=gpu_args, choice=choice, matrix_name=matrix_name, registry=registry
+        name=proj_name,
+        gpu_args=gpu_args,
+        choice=choice,
+        matrix_name=matrix_name,
+        registries=registry or [DEFAULT_REGISTRY],
     )
     # plan it in a scratch copy first: a project whose example plans no cell is never written
     with tempfile.TemporaryDirectory(prefix="imagesmith-init-") as scratch:

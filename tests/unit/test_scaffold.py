@@ -195,3 +195,32 @@ def test_matrix_name_is_the_family_or_the_model_key(tmp_path: Path, run_cli: Cal
     out = run_cli("init", str(tmp_path / "p"), "--gpu", "NVIDIA A100-SXM4-80GB", "--no-render")
     assert out.exit_code == 0, out.stderr
     assert (tmp_path / "p" / "matrices" / "a100-80gb-sxm4.toml").is_file()
+
+
+def test_several_registries_push_once_and_copy(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    out = run_cli(
+        "init",
+        str(tmp_path / "p"),
+        "--no-render",
+        "--registry",
+        "ghcr.io/acme",
+        "--registry",
+        "registry.cn-hangzhou.aliyuncs.com/acme",
+        "--registry",
+        "http://127.0.0.1:5000",
+    )
+    assert out.exit_code == 0, out.stderr
+    project = load_project(tmp_path / "p" / "imagesmith.toml")
+    from imagesmith.matrix import load_matrix
+
+    m = load_matrix("h200", project=project)
+    assert [(r.name, r.host, r.kind, r.insecure) for r in m.registries] == [
+        ("main", "ghcr.io", "ghcr", False),
+        ("copy-2", "registry.cn-hangzhou.aliyuncs.com", "acr", False),
+        ("copy-3", "127.0.0.1:5000", "generic", True),
+    ]
+    assert m.registries[2].namespace == "p"  # no namespace given: the project's name
+    bad = run_cli("init", str(tmp_path / "q"), "--registry", "ftp://x/y")
+    assert bad.exit_code == 2
+    assert "is not [http://]HOST[/NAMESPACE]" in bad.stderr
+    assert not (tmp_path / "q").exists()

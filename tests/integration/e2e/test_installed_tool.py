@@ -181,6 +181,23 @@ def test_installed_wheel_follows_the_docs_init_plan_render_build_push(
     )
     assert "--expect-gpu" in inside.stdout + inside.stderr
 
+    # and into both local registries: the engine pushes once (plain HTTP), the registry API copies to the
+    # other (TLS, credentials from the environment); both serve the same candidate digest
+    init = ["imagesmith", "init", "two", "--gpu", "h200", "--registry", f"http://{regs.plain}/two-regs"]
+    _run([*init, "--registry", f"{regs.auth}/two-regs"], cwd=work, env=env)
+    summary2 = tmp_path / "two.json"
+    _run(
+        ["imagesmith", "build", "--push", "--force", "--summary", str(summary2)],
+        cwd=work / "two",
+        env=env,
+        timeout=2400,
+    )
+    (two,) = json.loads(summary2.read_text())["cells"]
+    assert two["status"] == "pushed"
+    assert set(two["registries"]) == {"main", "copy-2"}
+    for c in (regs.plain_client(), regs.auth_client()):
+        assert c.manifest_digest("two-regs/torch", f"{cell['id']}-candidate") == two["digest"]
+
 
 def test_the_wheel_alone_serves_a_rental(venv_bin: Path, tmp_path: Path) -> None:
     """compat, pick and validate need no project, no checkout and no Docker."""
