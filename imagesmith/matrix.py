@@ -14,6 +14,7 @@ import difflib
 import fnmatch
 import re
 import sys
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -257,6 +258,12 @@ def select(ids: Iterable[str], patterns: Sequence[str]) -> list[str]:
 # loading
 
 
+#: control characters and Unicode line/paragraph separators: nothing that can start a new line
+_LINE_BREAKING: Final[frozenset[str]] = frozenset({"Cc", "Zl", "Zp"})
+_LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
+#: label prefixes imagesmith writes itself (templates/Dockerfile.j2); a matrix may set only the ones below
+_RESERVED_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.", "org.opencontainers.image.")
+_USER_IMAGESMITH_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.ulimits",)
 _SHM_RE = re.compile(r"^(\d+)([kmgKMG]?)$")
 _SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -602,10 +609,37 @@ class _Loader(schema.Checker):
         return MirrorSpec(build=build, runtime=runtime)
 
     def labels(self, value: Any) -> tuple[tuple[str, str], ...]:
+        """Image labels the matrix adds. They are rendered into the Dockerfile's LABEL instruction, so a key
+        is a label name and a value one line of plain text: nothing in them can end the string or the line.
+        """
         table = self.typed(value, "labels", dict)
         out = []
         for key, val in table.items():
-            out.append((key, self.typed(val, f"labels.{key}", str)))
+            where = f"labels.{key!r}" if not _LABEL_KEY.match(key) else f"labels.{key}"
+            if not _LABEL_KEY.match(key):
+                raise self.fail(
+                    where,
+                    f"{key!r} is not a label name",
+                    hint="lowercase letters, digits, '.', '-' and '_', starting and ending with a letter or "
+                    "digit (reverse-DNS, e.g. com.example.team)",
+                )
+            if key.startswith(_RESERVED_LABELS) and key not in _USER_IMAGESMITH_LABELS:
+                raise self.fail(
+                    where,
+                    f"{key!r} is a label imagesmith sets itself",
+                    hint=f"use your own prefix (e.g. com.example.{key.rsplit('.', 1)[-1]}); of "
+                    f"io.imagesmith.* a matrix may set only {', '.join(_USER_IMAGESMITH_LABELS)}",
+                )
+            text = self.typed(val, where, str)
+            bad = sorted({c for c in text if c in '"\\$`' or unicodedata.category(c) in _LINE_BREAKING})
+            if bad:
+                shown = ", ".join(repr(c) for c in bad)
+                raise self.fail(
+                    where,
+                    f"value {text[:60]!r} contains {shown}",
+                    hint="a label value is one line of text without quotes, backslashes, $ or `",
+                )
+            out.append((key, text))
         return tuple(sorted(out))
 
     def matrix_registries(self, value: Any) -> tuple[Registry, ...]:

@@ -11,8 +11,10 @@ cell over this output; :mod:`imagesmith.render` writes and checks it on disk.
 
 from __future__ import annotations
 
+import unicodedata
+from dataclasses import fields
 from pathlib import PurePosixPath
-from typing import Final
+from typing import Any, Final
 
 import jinja2
 
@@ -65,8 +67,32 @@ def site_packages(cell: Cell) -> str:
     return f"{cell.venv}/lib/python{cell.python}/site-packages"
 
 
+def _single_line_text(cell: Cell) -> None:
+    """Every text of the cell that a template may render is one line without control characters: no input can
+    add a line (an instruction) to a Dockerfile or a script. The loaders say what is wrong first; this is the
+    last guard, for any field.
+    """
+
+    def texts(value: Any) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, tuple):
+            return [t for v in value for t in texts(v)]
+        return []
+
+    for f in fields(cell):
+        for text in texts(getattr(cell, f.name)):
+            bad = [c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+            if bad:
+                raise RenderError(
+                    f"cell {cell.id}: {f.name} holds a control character ({bad[0]!r}) in {text[:60]!r}",
+                    hint="the matrix (or lock) value it comes from must be one line of text",
+                )
+
+
 def render_cell_files(cell: Cell) -> dict[str, str]:
     """All files of *cell*'s build context, keyed by path relative to the context folder."""
+    _single_line_text(cell)
     family = compat.os_family(cell.os)
     if family is None:
         raise RenderError(
