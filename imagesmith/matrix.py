@@ -264,6 +264,8 @@ _LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
 #: label prefixes imagesmith writes itself (templates/Dockerfile.j2); a matrix may set only the ones below
 _RESERVED_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.", "org.opencontainers.image.")
 _USER_IMAGESMITH_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.ulimits",)
+#: the most /dev/shm a matrix may ask for (it is host memory: 2 TiB is already more than rentals give)
+SHM_MAX_BYTES: Final[int] = 2048 * 1024**3
 _SHM_RE = re.compile(r"^(\d+)([kmgKMG]?)$")
 _SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -394,6 +396,14 @@ class _Loader(schema.Checker):
         if shm_bytes < 64 * 1024**2:
             raise self.fail(
                 "shm_min", f"{shm_text!r} is below Docker's 64m default, so it guards nothing", nearest="64m"
+            )
+        if shm_bytes > SHM_MAX_BYTES:
+            raise self.fail(
+                "shm_min",
+                f"{shm_text!r} is more than {SHM_MAX_BYTES // 1024**3}g: no GPU host has that much memory "
+                "to give /dev/shm",
+                nearest="16g",
+                hint="ask for what the DataLoader workers and NCCL need (8g–64g for 8-GPU training hosts)",
             )
 
         torch = self.torch_spec(data["torch"])
