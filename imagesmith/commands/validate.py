@@ -18,6 +18,22 @@ import typer
 from imagesmith.errors import ConfigError, ValidationFailed
 
 
+def _writable_report_dir(path: Path) -> None:
+    """The evidence bundle's folder must be one this process can create and write, before any check runs."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--report {path}: exists and is not a folder", hint="give a folder for the bundle")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".imagesmith-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"--report {path}: cannot write the evidence bundle there ({exc.strerror or exc})",
+            hint="give a folder you can write to (default: reports/validate-<time>)",
+        ) from None
+
+
 def _default_report_dir() -> str:
     return str(Path("reports") / time.strftime("validate-%Y%m%d-%H%M%S"))
 
@@ -101,6 +117,8 @@ def validate_command(
         )
     if baseline is not None:
         baseline_busbw, baseline_source = load_baseline(Path(baseline))
+    report_dir = report or _default_report_dir()
+    _writable_report_dir(Path(report_dir))
     options = SuiteOptions(
         target=t.spec,
         target_label=label or t.label,
@@ -109,7 +127,7 @@ def validate_command(
         expect_nvlink=expect_nvlink,
         shm_min_bytes=shm_min_bytes if shm_min_bytes is not None else 1024**3,
         shm_min_source=shm_min_source or ("--shm-min" if shm_min else "imagesmith default (1 GiB)"),
-        report_dir=report or _default_report_dir(),
+        report_dir=report_dir,
         python=python,
         nccl_tests=nccl_tests or os.environ.get("NCCL_TESTS_BIN") or None,
         nccl_rounds=nccl_rounds,

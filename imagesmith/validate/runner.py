@@ -156,15 +156,19 @@ def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, 
 def load_baseline(path: Path) -> tuple[float, str]:
     """The mean largest-size busbw of an earlier report.json (a recorded good run of the same host type)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"--baseline {path}: cannot read it as a report.json ({exc})",
             hint="give the report.json of an earlier `imagesmith validate --report DIR` run",
         ) from None
-    for c in data.get("checks", []):
-        if c.get("name") == "test_nccl_allreduce":
-            value = c.get("figures", {}).get("max_size_busbw_mean")
+    checks = data.get("checks") if isinstance(data, dict) else None
+    for c in checks if isinstance(checks, list) else []:
+        if not isinstance(c, dict):
+            continue
+        figures = c.get("figures")
+        if c.get("name") == "test_nccl_allreduce" and isinstance(figures, dict):
+            value = figures.get("max_size_busbw_mean")
             if isinstance(value, (int, float)) and value > 0:
                 return float(value), f"{path} ({data.get('started', '?')})"
     raise ConfigError(
