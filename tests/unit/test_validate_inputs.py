@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,16 +24,6 @@ def test_report_where_nothing_can_be_written(tmp_path: Path, run_cli: Callable[.
     assert out.exit_code == 2
     assert "cannot write the evidence bundle there" in out.stderr
     assert "fix:" in out.stderr
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
-def test_report_in_a_read_only_folder(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    ro.chmod(0o555)
-    out = run_cli("validate", "local://", "--report", str(ro / "bundle"))
-    assert out.exit_code == 2
-    assert "cannot write the evidence bundle there" in out.stderr
 
 
 @pytest.mark.parametrize(
