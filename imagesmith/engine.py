@@ -554,6 +554,19 @@ class Engine:
         return str(self.client.images.get(reference).id)
 
     # -- run ------------------------------------------------------------------------------------------------
+    def container_state(self, name: str) -> str | None:
+        """``running``, ``exited``, … of container *name*, or None when the engine has no such container."""
+        try:
+            container = self.client.containers.get(name)
+        except docker.errors.NotFound:
+            return None
+        except docker.errors.APIError as exc:
+            raise EngineError(
+                f"asking the engine about container {name}: {exc.explanation or exc}",
+                hint="check that dockerd is up (scripts/services.sh start)",
+            ) from exc
+        return str(container.status)
+
     def has_nvidia_runtime(self) -> bool:
         runtimes = self.client.info().get("Runtimes") or {}
         return "nvidia" in runtimes

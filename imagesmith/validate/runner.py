@@ -122,12 +122,36 @@ def check_ssh_target(options: SuiteOptions) -> None:
     raise ConfigError(f"cannot reach {label} over ssh: {why}", hint=_ssh_fix(why, options))
 
 
+def check_docker_target(options: SuiteOptions) -> None:
+    """A ``docker://CONTAINER`` target must be a running container of this engine before the suite starts:
+    otherwise every check would fail on ``docker exec``. One ConfigError naming the container and the fix.
+    """
+    from imagesmith.engine import Engine
+
+    name = options.target.split("://", 1)[1].split("?", 1)[0]
+    state = Engine().container_state(name)
+    if state == "running":
+        return
+    if state is None:
+        raise ConfigError(
+            f"docker://{name}: no such container in this Docker engine",
+            hint="start it (docker run -d --name NAME IMAGE sleep infinity) or name a running one "
+            "(docker ps); to validate an image, pass the image itself as TARGET",
+        )
+    raise ConfigError(
+        f"docker://{name}: the container is {state}, not running",
+        hint=f"start it (docker start {name}), or pass the image as TARGET",
+    )
+
+
 def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, Any]:
     """Run every check against ``options.target``; write the bundle to ``options.report_dir``; return
     report.json. An ``ssh://`` target is tried first (:func:`check_ssh_target`).
     """
     if options.target.startswith("ssh://"):
         check_ssh_target(options)
+    elif options.target.startswith("docker://"):
+        check_docker_target(options)
     report_dir = Path(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     report_json = report_dir / "report.json"

@@ -298,3 +298,20 @@ def test_run_with_plan_applies_the_image_flags(engine: Engine) -> None:
         assert note.endswith("ran without them")
     else:
         assert stack == str(67108864 // 1024)
+
+
+def test_a_missing_or_stopped_container_is_one_error_before_the_suite(
+    engine: Engine, container: Callable[..., str], tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    """Issue 12, item 7: docker://no-such-container ran the whole suite (seven failed checks, exit 7)."""
+    out = run_cli("validate", "docker://imagesmith-no-such-container", "--report", str(tmp_path / "a"))
+    assert out.exit_code == 2
+    assert "docker://imagesmith-no-such-container: no such container" in out.stderr
+    assert "fix:" in out.stderr
+    assert not (tmp_path / "a" / "report.json").exists()
+    name = container()
+    engine.client.containers.get(name).stop(timeout=1)
+    out = run_cli("validate", f"docker://{name}", "--report", str(tmp_path / "b"))
+    assert out.exit_code == 2
+    assert "the container is exited, not running" in out.stderr
+    assert f"docker start {name}" in out.stderr
