@@ -8,6 +8,7 @@ visible: a run that could not prove the GPUs is never a pass); 2 for bad flags o
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -19,9 +20,13 @@ from imagesmith.errors import ConfigError, ValidationFailed
 
 
 def _writable_report_dir(path: Path) -> None:
-    """The evidence bundle's folder must be one this process can create and write, before any check runs."""
+    """The evidence bundle's folder must be one this process can create and write, before any check runs. The
+    probe leaves nothing behind: folders it made are removed again (a target that then turns out unreachable
+    leaves no empty report folder).
+    """
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--report {path}: exists and is not a folder", hint="give a folder for the bundle")
+    missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".imagesmith-write-test"
@@ -32,6 +37,10 @@ def _writable_report_dir(path: Path) -> None:
             f"--report {path}: cannot write the evidence bundle there ({exc.strerror or exc})",
             hint="give a folder you can write to (default: reports/validate-<time>)",
         ) from None
+    finally:
+        for folder in missing:  # deepest first
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _default_report_dir() -> str:
