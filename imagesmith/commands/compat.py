@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -68,18 +68,23 @@ def _read(path: str) -> tuple[str, str]:
 
 
 def _targets(
-    driver: str | None, gpu: str | None, smi_file: str | None
+    driver: str | None, gpus: list[str], smi_file: str | None
 ) -> tuple[compat.DriverVersion, list[tuple[compat.Gpu, list[int]]], str | None]:
-    """(driver, [(gpu model, nvidia-smi indices)], source) from the flags."""
+    """(driver, [(gpu model, nvidia-smi indices)], source) from the flags; one entry per GPU model."""
     if smi_file is None:
-        missing = [flag for flag, value in (("--driver", driver), ("--gpu", gpu)) if value is None]
+        missing = [flag for flag, value in (("--driver", driver), ("--gpu", gpus)) if not value]
         if missing:
             raise ConfigError(
                 f"missing {' and '.join(missing)}",
                 hint="give --driver and --gpu, or --nvidia-smi FILE (the saved output of nvidia-smi)",
             )
-        return compat.parse_driver(str(driver)), [(compat.gpu(str(gpu)), [])], None
-    if gpu is not None:
+        drv = compat.parse_driver(str(driver))
+        chosen: dict[str, compat.Gpu] = {}
+        for name in gpus:  # every --gpu is judged (a host with two models gets two verdicts)
+            model = compat.gpu(name)
+            chosen.setdefault(model.key, model)
+        return drv, [(model, []) for model in chosen.values()], None
+    if gpus:
         raise ConfigError(
             "--gpu and --nvidia-smi both name the GPU",
             hint="drop --gpu: the GPUs are read from the nvidia-smi file",
@@ -162,9 +167,14 @@ def compat_command(
         "--torch, else the variant `pip install torch==T` gets from PyPI",
     ),
     driver: str | None = typer.Option(None, "--driver", help="NVIDIA driver version, e.g. 535.104.05"),
-    gpu: str | None = typer.Option(
-        None, "--gpu", help="GPU: key (h100-sxm, a100, rtx4090) or the name nvidia-smi prints"
-    ),
+    gpu: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--gpu",
+            help="GPU: key (h100-sxm, a100, rtx4090) or the name nvidia-smi prints; repeatable "
+            "(one verdict each)",
+        ),
+    ] = None,
     nvidia_smi: str | None = typer.Option(
         None,
         "--nvidia-smi",
@@ -178,11 +188,11 @@ def compat_command(
     why.
 
     Rules: NVIDIA's CUDA toolkit driver table and minor-version compatibility; PyTorch's per-wheel arch lists.
-    With several GPU models (--nvidia-smi), JSON keeps the single-verdict keys for the weakest model and adds
-    "verdicts" (one object per model).
+    With several GPU models (--nvidia-smi, or --gpu repeated), JSON keeps the single-verdict keys for the
+    weakest model and adds "verdicts" (one object per model).
     """
     torch, cuda, cuda_origin = _torch_and_cuda(torch, cuda)
-    drv, targets, source = _targets(driver, gpu, nvidia_smi)
+    drv, targets, source = _targets(driver, gpu or [], nvidia_smi)
     results = [(compat.verdict(drv, g, torch, cuda), g, indices) for g, indices in targets]
     all_ok = all(v.compatible for v, _, _ in results)
 

@@ -318,3 +318,15 @@ def test_truncated_wide_name_file_resolves_and_judges(run_cli: Run) -> None:
     assert "sm_120 is not compatible" in data["blockers"][0]
     ok = run_cli("compat", "--nvidia-smi", str(path), "--torch", "2.7.1", "--cuda", "cu128")
     assert ok.exit_code == 0
+
+
+def test_every_gpu_flag_is_judged(run_cli: Callable[..., Any]) -> None:
+    """Issue 12, item 5: `compat --gpu a100 --gpu h100` judged only the last GPU."""
+    args = ["compat", "--driver", "535.104.05", "--torch", "2.1.2", "--cuda", "12.1", "--json"]
+    out = run_cli(*args, "--gpu", "a100", "--gpu", "rtx5090")
+    assert out.exit_code == 1  # the RTX 5090 cannot run cu121 kernels: the whole answer is "no"
+    data = json.loads(out.stdout)
+    assert [v["gpu"] for v in data["verdicts"]] == ["a100-80gb-sxm4", "rtx5090"]
+    assert data["compatible"] is False
+    same = json.loads(run_cli(*args, "--gpu", "a100", "--gpu", "A100-SXM4-80GB").stdout)
+    assert same["gpu"] == "a100-80gb-sxm4"  # one model named twice: one verdict
