@@ -38,7 +38,8 @@ from imagesmith.distribution import suite_wheel
 from imagesmith.engine import BuildEvent, Engine, PushResult
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
-from imagesmith.plan import BuildPlan, Cell, RegistryTarget
+from imagesmith.plan import BuildPlan, Cell
+from imagesmith.refs import Registry
 from imagesmith.registry import ManifestData, RegistryClient, client_for, copy_manifest, lookup_credentials
 from imagesmith.sources import cached_archive, nccl_tests_archive
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
@@ -102,7 +103,7 @@ class BuildOptions:
     #: the project whose dockerfiles/ are built (default: the one found from the matrix file)
     project: Project | None = None
     #: the registry client of a target (a seam: tests pass fakes, as release's ``client_for`` does)
-    client_for: Callable[[RegistryTarget], RegistryClient] = client_for
+    client_for: Callable[[Registry], RegistryClient] = client_for
 
     def project_of(self, matrix: Matrix) -> Project:
         if self.project is not None:
@@ -185,7 +186,7 @@ def build_args(cell: Cell, config: UserConfig) -> dict[str, str]:
 
 
 # -- registries ------------------------------------------------------------------------------------
-def _where(target: RegistryTarget, exc: ImagesmithError) -> str:
+def _where(target: Registry, exc: ImagesmithError) -> str:
     text = exc.message
     return text if target.name in text else f"registry {target.name} ({target.host}): {text}"
 

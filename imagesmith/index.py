@@ -19,7 +19,7 @@ from typing import Any, Final
 
 from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, RegistryError
-from imagesmith.refs import split_reference
+from imagesmith.refs import Registry, split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 SCHEMA = "imagesmith.release-index/v1"
@@ -35,21 +35,45 @@ _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 @dataclass(frozen=True, kw_only=True)
 class RegistryCopy:
-    """One registry's copy of a released image: ``reference`` is ``host[:port]/repository:tag``."""
+    """One registry's copy of a released image: a :class:`~imagesmith.refs.Registry`, a tag, a digest.
 
-    name: str
-    reference: str
+    Made only by :meth:`parse` (also by release), so a copy read back from an index equals the one written.
+    """
+
+    registry: Registry
+    tag: str
     digest: str
-    kind: str = "generic"
+
+    @classmethod
+    def parse(cls, *, name: str, reference: str, digest: str, kind: str = "generic") -> RegistryCopy:
+        """From an index entry: name, reference (``host[:port]/repository:tag``), digest, kind."""
+        repository, tag, _ = split_reference(reference)
+        host, _, path = repository.partition("/")
+        return cls(
+            registry=Registry(name=name, host=host, repository=path, kind=kind), tag=tag or "", digest=digest
+        )
+
+    @property
+    def name(self) -> str:
+        return self.registry.name
+
+    @property
+    def kind(self) -> str:
+        return self.registry.kind
 
     @property
     def host(self) -> str:
-        return self.reference.split("/", 1)[0]
+        return self.registry.host
+
+    @property
+    def reference(self) -> str:
+        """``host[:port]/repository:tag``."""
+        return self.registry.ref(self.tag)
 
     @property
     def pinned(self) -> str:
         """``host/repository@sha256:…``: the immutable reference (what was validated)."""
-        return f"{split_reference(self.reference)[0]}@{self.digest}"
+        return self.registry.pinned(self.digest)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,18 +217,20 @@ def _image(r: _Reader, raw: Any, path: str) -> ReleasedImage:
         rp = f"{path}.registries[{i}]"
         reg = r.obj(raw_reg, rp)
         r.keys(reg, rp, {"name", "reference", "digest"}, {"kind"})
-        copy = RegistryCopy(
-            name=r.string(reg["name"], f"{rp}.name"),
-            reference=r.string(reg["reference"], f"{rp}.reference"),
+        name = r.string(reg["name"], f"{rp}.name")
+        reference = r.string(reg["reference"], f"{rp}.reference")
+        if "/" not in reference or split_reference(reference)[1] is None:
+            raise r.fail(
+                f"{rp}.reference",
+                f"{reference!r} is not host/repository:tag",
+                "write e.g. registry.example.com/team/pytorch:2.5.1-cu124-py3.11",
+            )
+        copy = RegistryCopy.parse(
+            name=name,
+            reference=reference,
             digest=r.string(reg["digest"], f"{rp}.digest", _DIGEST, "a digest sha256:<64 hex>"),
             kind=r.string(reg.get("kind", "generic"), f"{rp}.kind"),
         )
-        if "/" not in copy.reference or split_reference(copy.reference)[1] is None:
-            raise r.fail(
-                f"{rp}.reference",
-                f"{copy.reference!r} is not host/repository:tag",
-                "write e.g. registry.example.com/team/pytorch:2.5.1-cu124-py3.11",
-            )
         if copy.digest != digest:
             raise r.fail(
                 f"{rp}.digest",

@@ -14,30 +14,10 @@ from typing import Any, Final
 from imagesmith.compat import MinDriver
 from imagesmith.errors import NothingToDoError
 from imagesmith.matrix import select
-from imagesmith.refs import ImageRef
+from imagesmith.refs import Registry
 
 VENV: Final[str] = "/opt/venv"
 NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
-
-
-@dataclass(frozen=True, kw_only=True)
-class RegistryTarget:
-    """One registry of a cell, as build, release and pick see it: ``image`` = ``host/namespace/repository``
-    (no tag); ``ref`` = that image with the cell's tag, when it belongs to a planned cell.
-    """
-
-    name: str
-    host: str
-    image: str
-    insecure: bool = False
-    kind: str = "generic"
-    ref: str = ""
-    repository: str = ""  # namespace/repository, without the host
-
-    @property
-    def repo(self) -> str:
-        """The repository path inside the registry (what the registry HTTP API names)."""
-        return self.repository or ImageRef.parse(self.image).path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +69,7 @@ class Cell:
     nccl_tests_archive: str
     mirror_build: str
     mirror_runtime: str
-    registries: tuple[RegistryTarget, ...]
+    registries: tuple[Registry, ...]
     labels: tuple[tuple[str, str], ...]
     venv: str
     dockerfile: str
@@ -106,7 +86,19 @@ class Cell:
             "full": str(self.min_driver.full),
             "minor_version": str(self.min_driver.minor_version),
         }
-        data["image_refs"] = [r.ref for r in self.registries]
+        data["registries"] = [
+            {
+                "name": r.name,
+                "host": r.host,
+                "image": r.image,
+                "ref": r.ref(self.tag),
+                "insecure": r.insecure,
+                "kind": r.kind,
+                "repository": r.repository,
+            }
+            for r in self.registries
+        ]
+        data["image_refs"] = [r.ref(self.tag) for r in self.registries]
         return data
 
 

@@ -28,7 +28,7 @@ from imagesmith import __version__, compat
 from imagesmith.errors import ConfigError
 from imagesmith.lock import Lock, LockKey, read_lock
 from imagesmith.matrix import Matrix, Rule
-from imagesmith.model import NCCL_TESTS_BIN, VENV, BuildPlan, Cell, Dropped, RegistryTarget
+from imagesmith.model import NCCL_TESTS_BIN, VENV, BuildPlan, Cell, Dropped
 from imagesmith.templating import render_cell_files
 
 if TYPE_CHECKING:
@@ -230,19 +230,7 @@ def build_plan(
             continue
         need = compat.min_driver(variant.cuda)
         pypi_default = variant_name == release.pypi_default
-        targets = tuple(
-            RegistryTarget(
-                name=r.name,
-                host=r.host,
-                image=r.image,
-                ref=f"{r.image}:{cid}",
-                insecure=r.insecure,
-                kind=r.kind,
-                repository="/".join(p for p in (r.namespace, r.repository) if p),
-            )
-            for r in matrix.registries
-            if r.wants(cid)
-        )
+        targets = tuple(r for r in matrix.registries if r.wants(cid))
         managed = matrix.python.managed_version(python)
         if matrix.torch.source == "base":
             python_source = "base"
@@ -349,7 +337,6 @@ __all__ = [
     "BuildPlan",
     "Cell",
     "Dropped",
-    "RegistryTarget",
     "build_plan",
     "cell_id",
     "fingerprint",

@@ -590,7 +590,7 @@ def copy_manifest(
 
 
 class Endpoint(Protocol):
-    """What :func:`client_for` needs of a registry target (:class:`imagesmith.model.RegistryTarget`)."""
+    """What :func:`client_for` needs of a registry target (:class:`imagesmith.refs.Registry`)."""
 
     @property
     def name(self) -> str: ...

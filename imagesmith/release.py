@@ -51,7 +51,7 @@ from imagesmith.index import (
     read_index_artifact,
     save_index,
 )
-from imagesmith.model import RegistryTarget
+from imagesmith.refs import Registry
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, client_for, copy_manifest
 from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
 from imagesmith.validate.record import ValidationReport
@@ -87,7 +87,7 @@ class ReleaseCell:
     id: str
     tag: str
     candidate: str
-    targets: tuple[RegistryTarget, ...]
+    targets: tuple[Registry, ...]
     torch: str
     torchvision: str
     cuda: str
@@ -107,17 +107,7 @@ class ReleaseCell:
             id=cell.id,
             tag=release_tag(cell),
             candidate=candidate_tag(cell),
-            targets=tuple(
-                RegistryTarget(
-                    name=t.name,
-                    kind=t.kind,
-                    host=t.host,
-                    image=t.image,
-                    insecure=t.insecure,
-                    repository=t.repository,
-                )
-                for t in cell.registries
-            ),
+            targets=tuple(cell.registries),
             torch=cell.torch,
             torchvision=cell.torchvision,
             cuda=cell.cuda,
@@ -377,7 +367,7 @@ def release_cell(
     clients: dict[str, RegistryClient],
     *,
     dry_run: bool,
-    client_for: Callable[[RegistryTarget], RegistryClient] | None = None,
+    client_for: Callable[[Registry], RegistryClient] | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
     res = CellResult(cell=cell.id, tag=cell.tag)
@@ -453,7 +443,7 @@ def release_cell(
     report = max(passing, key=lambda r: r.date)
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
-    def promote(t: RegistryTarget) -> tuple[list[str], str | None, str | None]:
+    def promote(t: Registry) -> tuple[list[str], str | None, str | None]:
         """(steps, digest the tag now resolves to, error) for one registry; its own clients when parallel."""
         c = clients[t.name] if client_for is None else client_for(t)
         src = clients[source.name] if client_for is None else client_for(source)
@@ -524,7 +514,7 @@ def index_entry(
         cell=cell.id,
         digest=result.digest,
         registries=tuple(
-            RegistryCopy(name=t.name, kind=t.kind, reference=f"{t.image}:{cell.tag}", digest=result.digest)
+            RegistryCopy.parse(name=t.name, kind=t.kind, reference=t.ref(cell.tag), digest=result.digest)
             for t in cell.targets
             if result.registries.get(t.name) == result.digest
         ),
@@ -575,7 +565,7 @@ def release_cells(
     reports: Sequence[Report],
     index_file: Path,
     dry_run: bool = False,
-    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
+    client_for: Callable[[Registry], RegistryClient] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
 ) -> Outcome:
     clients: dict[str, RegistryClient] = {}
@@ -643,7 +633,7 @@ def release_matrix(
     dry_run: bool = False,
     index_file: Path,
     registries_file: Path | None = None,
-    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
+    client_for: Callable[[Registry], RegistryClient] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
     project: Project | None = None,
 ) -> Outcome:
@@ -673,7 +663,7 @@ def candidates(
     *,
     only: Sequence[str] = (),
     registries_file: Path | None = None,
-    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
+    client_for: Callable[[Registry], RegistryClient] = default_client,
     project: Project | None = None,
 ) -> list[dict[str, Any]]:
     """Per cell: the candidate's digest and pinned reference in each registry (for imagesmith validate)."""
