@@ -131,12 +131,19 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         str(options.nccl_timeout_s),
     ]
     if options.baseline_busbw_gbps:
-        argv += [
-            "--baseline-busbw",
-            str(options.baseline_busbw_gbps),
-            "--baseline-source",
-            options.baseline_source,
-        ]
+        argv += ["--baseline-busbw", str(options.baseline_busbw_gbps)]
+    for name, value in sorted(options.baseline_figures.items()):
+        argv += ["--baseline-figure", f"{name}={value:g}"]
+    if options.baseline_busbw_gbps or options.baseline_figures:
+        argv += ["--baseline-source", options.baseline_source]
+    argv += [
+        "--perf-fail-ratio",
+        f"{options.perf_fail_ratio:g}",
+        "--perf-warn-ratio",
+        f"{options.perf_warn_ratio:g}",
+        "--perf-seconds",
+        f"{options.perf_seconds:g}",
+    ]
     if select:
         argv += ["-k", select]
     return argv
