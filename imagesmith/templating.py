@@ -1,9 +1,9 @@
 """Pure templating: one cell of a plan → the files of its build context (Jinja2, StrictUndefined).
 
 Per cell: ``Dockerfile``, ``requirements.txt`` (every runtime pin), ``builder-requirements.txt`` (the
-nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``apt-mirror.sh``, ``mirror/*`` when the
-run-time mirror profile is not ``none``, and a README in each of ``sources/``, ``wheels/``, ``certs/`` — the
-folders the build step fills from its caches.
+nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``<OS family>-mirror.sh`` (the OS
+family's mirror script, ``apt-mirror.sh``), ``mirror/*`` when the run-time mirror profile is not ``none``, and
+a README in each of ``sources/``, ``wheels/``, ``certs/`` — the folders the build step fills from its caches.
 
 The Dockerfile is a skeleton (``templates/Dockerfile.j2``) plus one fragment per fragment folder
 (:data:`FRAGMENT_FOLDERS`: OS family, nccl-tests toolkit, Python source, torch source, flavor), picked by the
@@ -163,6 +163,7 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "cell": cell,
         "os_family": family,
         "fragments": _fragment_templates(cell, family),
+        "mirror_script": f"{family.name}-mirror.sh",
         "build_mirror": build_mirror,
         "runtime_mirror": runtime_mirror,
         "build_apt_mirror": build_mirror.apt_root,
@@ -180,7 +181,7 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
     files = {
         "Dockerfile": _render("Dockerfile.j2", **context),
         "entrypoint.sh": _render("entrypoint.sh.j2", **context),
-        "apt-mirror.sh": _render("apt-mirror.sh", **context),
+        f"{family.name}-mirror.sh": _render("mirror.sh.j2", **context),
         "requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.pins),
         "builder-requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.builder_pins),
     }

@@ -31,6 +31,16 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The macros every fragment of a folder defines (what the skeleton and the other fragments call).
+INTERFACES: dict[str, set[str]] = {
+    "os": {"install", "mirror_runtime", "mirror_script"},
+    "toolkit": {"about", "builder", "cuda_env", "devel_note", "devel_layers", "devel_cuda_home"},
+    "python": {"args", "system_packages", "venv"},
+    "torch": {"context_note", "image", "install"},
+    "flavor": {"about", "image", "layers", "cuda_home"},
+}
+
+
 def _cells() -> list[Any]:
     return [
         c for name in PROJECT.matrix_names() for c in build_plan(load_matrix(name, project=PROJECT)).cells
@@ -38,7 +48,7 @@ def _cells() -> list[Any]:
 
 
 def test_fragment_folders_are_the_templates_subfolders() -> None:
-    assert set(FRAGMENT_FOLDERS) == set(ALLOWED)
+    assert set(FRAGMENT_FOLDERS) == set(ALLOWED) == set(INTERFACES)
     assert {p.name for p in TEMPLATES_DIR.iterdir() if p.is_dir() and p.name != "__pycache__"} == set(
         FRAGMENT_FOLDERS
     )
@@ -75,12 +85,9 @@ def _macros(template: str) -> set[str]:
 
 @pytest.mark.parametrize("folder", sorted(FRAGMENT_FOLDERS))
 def test_fragments_of_a_folder_define_the_same_macros(folder: str) -> None:
-    """A fragment is one class of an interface: a new value copies a sibling's macro names."""
-    names = fragments(folder)
-    interface = _macros(f"{folder}/{names[0]}.j2")
-    assert interface
-    for name in names:
-        assert _macros(f"{folder}/{name}.j2") == interface, name
+    """A fragment is one class of an interface: a new value defines its siblings' macros."""
+    for name in fragments(folder):
+        assert _macros(f"{folder}/{name}.j2") == INTERFACES[folder], name
 
 
 def test_the_skeleton_asks_no_fragment_value() -> None:
