@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from imagesmith.compat import MinDriver
 from imagesmith.errors import NothingToDoError
@@ -18,6 +18,14 @@ from imagesmith.refs import Registry
 
 VENV: Final[str] = "/opt/venv"
 NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
+
+#: How a cell's nccl-tests builder stage gets make/g++/nvcc and NCCL (and a pip-devel cell its toolkit): the
+#: nvidia/cuda devel image, the CUDA 13 pip wheels, or the base image's own. Each value is a Dockerfile
+#: fragment ``imagesmith/templates/toolkit/<value>.j2`` (tests/unit/test_fragments.py).
+NcclToolkit = Literal["devel-image", "pip", "base"]
+#: Where a cell's Python comes from: the base OS, a uv-managed build, or the base image's own environment
+#: (``imagesmith/templates/python/<value>.j2``).
+PythonSource = Literal["distro", "uv", "base"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,14 +44,14 @@ class Cell:
     cuda: str
     python: str
     python_full: str | None
-    python_source: str  # "distro" | "uv" | "base"
+    python_source: PythonSource
     uv: str | None
     python_install_mirror: str
     os: str
     base_image: str
     builder_image: str
     devel_image: str | None
-    nccl_toolkit: str  # "devel-image" | "pip" | "base"
+    nccl_toolkit: NcclToolkit
     index_url: str | None
     pypi_default: bool
     pins: tuple[tuple[str, str], ...]
