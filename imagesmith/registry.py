@@ -232,7 +232,8 @@ class RegistryClient:
             return None
 
     def _hint(self) -> str:
-        return auth_hint(self.host, self.kind, self.chain.token_command)
+        kind = self.chain.kind if self.kind == "generic" else self.kind
+        return auth_hint(self.host, kind, self.chain.token_command)
 
     # -- plumbing -------------------------------------------------------------------------------------------
     @property
