@@ -200,7 +200,10 @@ class RegistryClient:
                 self._credentials = self.chain.resolve()
                 self._resolved = True
             elif self._credentials is not None and self._credentials.expired():
-                self._credentials = self.chain.refresh(self._credentials) or self._credentials
+                renewed = self.chain.refresh(self._credentials)
+                if renewed is not None:
+                    self._credentials = renewed
+                    self._auth.clear()  # Basic headers and tokens made from the old secret
             return self._credentials
 
     def resolve_credentials(self) -> Credentials | None:
