@@ -23,7 +23,7 @@ from imagesmith.validate.parsers import parse_size
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from imagesmith.engine import BindMount, Engine, RunResult
+    from imagesmith.engine import BindMount, ContainerEngine, RunResult
     from imagesmith.validate.devices import GpuMode
 
 REPORT_MOUNT = "/imagesmith-report"
@@ -150,7 +150,7 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
 
 
 def run_with_plan(
-    engine: Engine,
+    engine: ContainerEngine,
     image: str,
     command: Sequence[str],
     plan: ImageRunPlan,
@@ -205,7 +205,7 @@ def run_in_image(
 ) -> dict[str, Any]:
     from imagesmith.engine import BindMount, Engine
 
-    engine = Engine()
+    engine: ContainerEngine = Engine()
     config = engine.inspect(image)
     if config is None:
         raise ConfigError(
