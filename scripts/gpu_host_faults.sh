@@ -51,8 +51,8 @@ fault() { # fault NAME ENV-ASSIGNMENTS LOAD -- validate args...: LOAD = "MODE:GP
 : >"$OUT/faults.txt"
 fault matmul-load-gpu$LAST "IMAGESMITH_FAULT=1" "matmul:$LAST" -- -k "$PERF_K"
 fault copy-load-gpu0 "IMAGESMITH_FAULT=1" "copy:0,copy:0" -- -k "$PERF_K"
-fault hidden-gpu "CUDA_VISIBLE_DEVICES=0" - -- --expect-count "$N" -k "test_gpu_inventory or test_torch_sees_all_gpus or $PERF_K"
 if [[ $N -ge 2 ]]; then
+    fault hidden-gpu "CUDA_VISIBLE_DEVICES=0" - -- --expect-count "$N" -k "test_gpu_inventory or test_torch_sees_all_gpus or $PERF_K"
     fault nccl-p2p-disabled "NCCL_P2P_DISABLE=1" - -- -k test_nccl_allreduce
     fault nccl-2-channels "NCCL_MAX_NCHANNELS=2" - -- -k test_nccl_allreduce
     fault nccl-4-channels "NCCL_MAX_NCHANNELS=4" - -- -k test_nccl_allreduce

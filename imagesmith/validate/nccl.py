@@ -13,7 +13,7 @@ from imagesmith.errors import ParseError
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import spread
 from imagesmith.validate.expected import Bands, Expected, judge
-from imagesmith.validate.parsers import parse_nccl_log
+from imagesmith.validate.parsers import format_bytes, parse_nccl_log
 
 HANG_FIX = (
     "a collective that never completes means broken P2P/NVLink or a stuck GPU: rerun with NCCL_DEBUG=INFO, "
@@ -61,6 +61,7 @@ def run_allreduce_rounds(
     rounds: list[dict[str, Any]] = []
     check.figures["rounds"] = rounds
     problems: list[str] = []
+    low: list[tuple[int, float]] = []
     for i in range(1, o.nccl_rounds + 1):
         r = ctx.run(cmd, timeout=o.nccl_timeout_s, env=env)
         log = f"nccl-allreduce-{i}.log"
@@ -103,11 +104,19 @@ def run_allreduce_rounds(
             }
         )
         if res.max_size_busbw < floor_gbps:
-            problems.append(
-                f"round {i}: busbw {res.max_size_busbw:g} GB/s at {res.rows[-1].size} B is below the floor "
-                f"{floor_gbps:g} GB/s ({floor_basis})"
-                + (f" = {res.max_size_busbw / expected.value:.2f} × expected" if expected else "")
+            low.append((i, res.max_size_busbw))
+    if low:
+        worst = min(v for _, v in low)
+        problems.append(
+            f"busbw at {format_bytes(rounds[-1]['max_size'])} below the floor {floor_gbps:g} GB/s in round "
+            + ", ".join(f"{i} ({v:g} GB/s)" for i, v in low)
+            + (
+                f"; the weakest is {worst / expected.value:.2f} × the expected {expected.value:g} GB/s"
+                if expected
+                else ""
             )
+            + f" — floor: {floor_basis}"
+        )
     peaks = [r["max_size_busbw"] for r in rounds]
     check.figures["max_size_busbw_mean"] = sum(peaks) / len(peaks)
     check.figures["link"] = link

@@ -50,7 +50,7 @@ def _init_error(cuda: dict[str, Any], gpu_facts: GpuFacts) -> None:
 
 
 def test_torch_sees_all_gpus(
-    check: CheckRecord, gpus: list[Gpu], gpu_facts: GpuFacts, cuda: dict[str, Any]
+    ctx: Context, check: CheckRecord, gpus: list[Gpu], gpu_facts: GpuFacts, cuda: dict[str, Any]
 ) -> None:
     _init_error(cuda, gpu_facts)
     cvd = cuda.get("cuda_visible_devices")
@@ -63,6 +63,13 @@ def test_torch_sees_all_gpus(
             + (f" and CUDA_VISIBLE_DEVICES={cvd!r} selects {expected}" if cvd is not None else ""),
             "unset or correct CUDA_VISIBLE_DEVICES; in a container, pass every /dev/nvidiaN device "
             "(--gpus all)",
+        )
+    want = ctx.options.expect_count
+    if want is not None and cvd is not None and (cuda.get("count") or 0) < want:
+        fail(
+            f"torch sees {cuda.get('count')} of the {want} GPUs expected (--expect-count): "
+            f"CUDA_VISIBLE_DEVICES={cvd!r} hides the others from every CUDA program",
+            "unset CUDA_VISIBLE_DEVICES (or list every GPU in it) where the machine or container sets it",
         )
     missing_arch = [d for d in cuda.get("devices", []) if d.get("arch_in_wheel") is False]
     if missing_arch:
