@@ -765,5 +765,259 @@ MATRIX: Schema = Schema(
 )
 
 
+# -- the release index (imagesmith.index: reference form, digests that must agree, repeated tags and registry
+# names stay in its reader). Its reader words problems its own way (imagesmith.index._Reader).
+
+#: the ``schema`` value of a release index this imagesmith reads and writes
+RELEASE_INDEX_SCHEMA: Final[str] = "imagesmith.release-index/v1"
+_DIGEST = r"sha256:[0-9a-f]{64}"
+_DRIVER = r"\d{3}(\.\d{1,3}){1,2}"
+_DATE = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
+
+
+def _text_field(description: str = "", pattern: str | None = None, what: str = "", **more: Any) -> Field:
+    """A non-empty string; with *pattern*, a problem reads "'x' is not <what>", fixed by "write <what>"."""
+    if pattern is None:
+        return Field(kind="string", min=1, description=description, **more)
+    return Field(
+        kind="string",
+        min=1,
+        pattern=pattern,
+        invalid=f"{{value!r}} is not {what}",
+        hint=f"write {what} (docs/release.md)",
+        description=description or what,
+        **more,
+    )
+
+
+RELEASE_INDEX: Schema = Schema(
+    title="imagesmith release index (index.json, written by imagesmith release)",
+    file_name=RELEASE_INDEX_SCHEMA.removeprefix("imagesmith.").split("/")[0],  # named after its schema id
+    docs="docs/release.md",
+    root=Field(
+        kind="table",
+        fields={
+            "schema": Field(
+                kind="string",
+                required=True,
+                enum=(RELEASE_INDEX_SCHEMA,),
+                message=f"{{value!r}} is not {RELEASE_INDEX_SCHEMA!r}",
+                hint="this imagesmith reads only that schema; upgrade imagesmith or regenerate the index",
+            ),
+            "generated": _text_field("when the index was written", _DATE, "an ISO timestamp", required=True),
+            "images": Field(
+                kind="array",
+                required=True,
+                description="one entry per released tag",
+                items=Field(
+                    kind="table",
+                    fields={
+                        "tag": _text_field(
+                            "the released tag",
+                            r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
+                            "a Docker tag ([A-Za-z0-9_.-], at most 128 characters)",
+                            required=True,
+                        ),
+                        "matrix": _text_field("the matrix it was built from", required=True),
+                        "cell": _text_field("the matrix cell", required=True),
+                        "digest": _text_field(
+                            "the validated manifest digest",
+                            _DIGEST,
+                            "a digest sha256:<64 hex>",
+                            required=True,
+                        ),
+                        "registries": Field(
+                            kind="array",
+                            required=True,
+                            min=1,
+                            description="where the tag was pushed; every copy has the image's digest",
+                            items=Field(
+                                kind="table",
+                                fields={
+                                    "name": _text_field("registries.toml name", required=True),
+                                    "kind": _text_field("registry kind (default: generic)"),
+                                    "reference": _text_field("host[:port]/repository:tag", required=True),
+                                    "digest": _text_field(
+                                        pattern=_DIGEST, what="a digest sha256:<64 hex>", required=True
+                                    ),
+                                },
+                            ),
+                        ),
+                        "torch": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a version like 2.5.1", required=True
+                        ),
+                        "torchvision": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a version like 0.20.1", required=True
+                        ),
+                        "cuda": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a CUDA version like 12.4", required=True
+                        ),
+                        "python": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a Python version like 3.11", required=True
+                        ),
+                        "min_driver": Field(
+                            kind="table",
+                            required=True,
+                            description="the oldest driver that runs it (full; minor-version compatibility)",
+                            fields={
+                                "full": _text_field(
+                                    pattern=_DRIVER, what="a driver version like 550.54.14", required=True
+                                ),
+                                "minor": _text_field(
+                                    pattern=_DRIVER, what="a driver version like 525.60.13", required=True
+                                ),
+                            },
+                        ),
+                        "arch": Field(
+                            kind="array",
+                            required=True,
+                            min=1,
+                            description="TORCH_CUDA_ARCH_LIST of the wheels",
+                            items=_text_field(
+                                pattern=r"\d{1,2}\.\d[af]?(\+PTX)?",
+                                what="a TORCH_CUDA_ARCH_LIST entry like 9.0 or 12.0+PTX",
+                            ),
+                        ),
+                        "shm": Field(
+                            kind="table",
+                            required=True,
+                            description="what it needs of /dev/shm",
+                            fields={
+                                "size": _text_field(
+                                    "for --shm-size", r"\d+[kmgKMG]?", "a size like 16g", nullable=True
+                                ),
+                                "ipc_host": Field(kind="boolean", description="needs --ipc=host"),
+                            },
+                        ),
+                        "validated_on": Field(
+                            kind="array",
+                            required=True,
+                            min=1,
+                            description="passing validation runs of this digest",
+                            items=Field(
+                                kind="table",
+                                fields={
+                                    "gpu": _text_field("GPU model", required=True),
+                                    "count": Field(kind="integer", required=True, min=1, description="GPUs"),
+                                    "driver": _text_field(
+                                        pattern=_DRIVER, what="a driver version like 580.65.06", required=True
+                                    ),
+                                    "date": _text_field(
+                                        pattern=_DATE, what="an ISO date like 2026-11-29", required=True
+                                    ),
+                                    "report_digest": _text_field(
+                                        pattern=_DIGEST, what="sha256:<64 hex>", required=True
+                                    ),
+                                    "host": Field(kind="string", description="the host's name"),
+                                },
+                            ),
+                        ),
+                        "fingerprint": _text_field("the cell's build fingerprint", required=True),
+                        "released": _text_field(
+                            "when it was released", _DATE, "an ISO date like 2026-11-29", required=True
+                        ),
+                        "platform": _text_field("OCI platform (default: linux/amd64)"),
+                    },
+                ),
+            ),
+        },
+    ),
+)
+
+
+# -- the validation report: report.json of imagesmith validate, read by imagesmith release
+# (imagesmith.validate.record). Its tables are open: an image may carry a newer imagesmith-validate that
+# records more.
+
+#: the report schema imagesmith validate writes, and those a reader takes
+REPORT_SCHEMA: Final[int] = 2
+REPORT_SCHEMAS: Final[tuple[int, ...]] = (1, 2)
+#: a report's verdicts
+VERDICTS: Final[tuple[str, ...]] = ("passed", "failed", "not validated")
+_OPTIONAL_TEXT = Field(kind="string", nullable=True)
+
+#: one GPU of a schema-2 report's ``gpus`` (nvidia-smi's view)
+REPORT_GPU: Field = Field(
+    kind="table",
+    open=True,
+    description="one GPU the suite saw",
+    fields={
+        "index": Field(kind="integer", description="nvidia-smi index"),
+        "name": Field(kind="string", description="model, e.g. NVIDIA H200"),
+        "driver": Field(kind="string", description="driver version"),
+        "memory_mib": Field(kind="integer", nullable=True),
+        "compute_cap": replace(_OPTIONAL_TEXT, description="compute capability, e.g. 9.0"),
+        "bus_id": _OPTIONAL_TEXT,
+        "uuid": _OPTIONAL_TEXT,
+    },
+)
+
+VALIDATION_REPORT: Schema = Schema(
+    title="imagesmith validation report (report.json, written by imagesmith validate)",
+    file_name="validation-report",
+    docs="docs/validate.md",
+    root=Field(
+        kind="table",
+        open=True,
+        message="no 'verdict' key",
+        hint="pass the report.json imagesmith validate wrote",
+        fields={
+            "schema": Field(
+                kind="integer",
+                enum=REPORT_SCHEMAS,
+                message=f"report schema {{value!r}} is not one this imagesmith reads ({REPORT_SCHEMAS})",
+                hint="release with the imagesmith version that validated, or upgrade imagesmith",
+                description="report format (absent: 1); 2 records the GPU inventory as `gpus`",
+            ),
+            "verdict": Field(kind="string", required=True, enum=VERDICTS),
+            "verdict_reason": Field(kind="string", description="why, in one line"),
+            "target": Field(kind="string", description="what was validated: an image reference or host"),
+            "started": Field(kind="string", description="UTC start time"),
+            "duration_s": Field(kind="number"),
+            "image": Field(
+                kind="table",
+                open=True,
+                fields={"digest": Field(kind="string", pattern=_DIGEST, description="the image's digest")},
+            ),
+            "options": Field(kind="table", open=True, description="the suite's options"),
+            "gpus": Field(kind="array", items=REPORT_GPU, description="every GPU the suite saw (schema 2)"),
+            "checks": Field(
+                kind="array",
+                description="one entry per check",
+                items=Field(
+                    kind="table",
+                    open=True,
+                    fields={
+                        "name": Field(kind="string"),
+                        "module": Field(kind="string"),
+                        "status": Field(
+                            kind="string", description="passed, failed, skipped (empty: errored)"
+                        ),
+                        "message": Field(kind="string"),
+                        "fix": Field(kind="string"),
+                        "duration_s": Field(kind="number"),
+                        "figures": Field(kind="table", open=True, description="measured values"),
+                        "warnings": Field(kind="array", items=Field(kind="string")),
+                    },
+                ),
+            ),
+            "warnings": Field(kind="array", items=Field(kind="string")),
+            "topology_matrix": Field(
+                kind="map", nullable=True, items=Field(kind="string"), description="nvidia-smi topo -m links"
+            ),
+            "plot": Field(kind="string"),
+            "logs": Field(kind="array", items=Field(kind="string")),
+        },
+    ),
+)
+
+
 #: every file the schema layer describes, in the order `imagesmith schema` writes them
-SCHEMAS: tuple[Schema, ...] = (PROJECT, CONFIG, REGISTRIES, MATRIX)
+SCHEMAS: tuple[Schema, ...] = (
+    PROJECT,
+    CONFIG,
+    REGISTRIES,
+    MATRIX,
+    RELEASE_INDEX,
+    VALIDATION_REPORT,
+)

@@ -21,7 +21,9 @@ from imagesmith.schema import (
     MIRROR_PROFILE_NAMES,
     PROJECT,
     REGISTRIES,
+    RELEASE_INDEX,
     SCHEMAS,
+    VALIDATION_REPORT,
     Field,
     Schema,
     _json,
@@ -115,6 +117,9 @@ def test_committed_json_schemas_are_current(run_cli: Callable[..., Any]) -> None
     for s in SCHEMAS:
         committed = json.loads((REPO / "docs" / "schemas" / f"{s.file_name}.schema.json").read_text())
         assert committed == s.json_schema()
+    written = {f"{s.file_name}.schema.json" for s in SCHEMAS}
+    assert {p.name for p in (REPO / "docs" / "schemas").glob("*.json")} == written
+    assert {"matrix.schema.json", "release-index.schema.json", "validation-report.schema.json"} <= written
 
 
 # -- matrix files: the loader's shape checks are MATRIX's; its JSON Schema accepts what the shape check does
@@ -198,3 +203,88 @@ def test_examples_fit_their_field(schema: Schema) -> None:
         doc = _json(spec)
         for example in doc.get("examples", []):
             assert jsonschema.Draft202012Validator(doc).is_valid(example), (schema.file_name, example)
+
+
+# -- the release index and the validation report: what imagesmith's writers produce fits the JSON Schemas
+
+
+def _index_doc() -> dict[str, Any]:
+    from tests.unit.test_index import image, index_doc
+
+    return index_doc(image(tag="b"), image(tag="a", shm={"size": None, "ipc_host": True}))
+
+
+def test_written_index_fits_the_json_schema() -> None:
+    from imagesmith.index import dump_index, parse_index
+
+    text = dump_index(parse_index(json.dumps(_index_doc()), source="i.json"))
+    jsonschema.validate(json.loads(text), RELEASE_INDEX.json_schema(), cls=jsonschema.Draft202012Validator)
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        (("schema",), "v0"),
+        (("generated",), "yesterday"),
+        (("images", 0, "digest"), "sha256:xyz"),
+        (("images", 0, "arch"), []),
+        (("images", 0, "validated_on", 0, "count"), 0),
+        (("images", 0, "registries", 0, "kind"), ""),
+        (("images", 0, "shm", "size"), "lots"),
+        (("images", 0, "colour"), "red"),
+    ],
+)
+def test_index_check_and_json_schema_agree(where: tuple[Any, ...], value: Any) -> None:
+    from imagesmith.index import _Reader
+
+    doc = _index_doc()
+    jsonschema.validate(doc, RELEASE_INDEX.json_schema(), cls=jsonschema.Draft202012Validator)
+    node = doc
+    for step in where[:-1]:
+        node = node[step]
+    node[where[-1]] = value
+    assert not jsonschema.Draft202012Validator(RELEASE_INDEX.json_schema()).is_valid(doc)
+    with pytest.raises(ConfigError, match=r"^release index i\.json: "):
+        RELEASE_INDEX.check(doc, checker=_Reader("i.json"))
+
+
+REPORTS = sorted((REPO / "docs" / "evidence").rglob("report.json"))
+
+
+@pytest.mark.parametrize("path", REPORTS, ids=lambda p: str(p.relative_to(REPO / "docs" / "evidence")))
+def test_committed_reports_fit_the_json_schema(path: Path) -> None:
+    jsonschema.validate(
+        json.loads(path.read_text()), VALIDATION_REPORT.json_schema(), cls=jsonschema.Draft202012Validator
+    )
+
+
+def test_written_report_fits_the_json_schema(tmp_path: Path) -> None:
+    import time
+
+    from imagesmith.validate.context import SuiteOptions
+    from imagesmith.validate.criteria import Gpu
+    from imagesmith.validate.facts import GpuFacts
+    from imagesmith.validate.record import ValidationReport
+    from imagesmith.validate.report import CheckOutcome, write_bundle
+
+    gpu = Gpu(index=0, name="NVIDIA H200", uuid="GPU-1", bus_id="0:1", driver="580.159.04", memory_mib=143771)
+    check = CheckOutcome(name="test_x", module="m", status="passed", figures={"busbw": 1.5})
+    now = time.time()
+    report = write_bundle(
+        SuiteOptions(target="local://", report_dir=str(tmp_path)),
+        [check],
+        facts={"gpus": GpuFacts(visible=True, gpus=[gpu])},
+        logs=["a.log"],
+        started=now,
+        finished=now,
+    )
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["schema"] == report["schema"] == 2
+    jsonschema.validate(written, VALIDATION_REPORT.json_schema(), cls=jsonschema.Draft202012Validator)
+    assert (
+        ValidationReport.parse((tmp_path / "report.json").read_bytes(), source="r").gpus[0].name == gpu.name
+    )
+    bad = {**written, "checks": 5}
+    assert not jsonschema.Draft202012Validator(VALIDATION_REPORT.json_schema()).is_valid(bad)
+    with pytest.raises(ConfigError, match=r"^r: checks: expected a list, got int 5"):
+        ValidationReport.parse(json.dumps(bad).encode(), source="r")
