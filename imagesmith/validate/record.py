@@ -34,7 +34,7 @@ class _Reader(schema.Checker):
     """Words the problems :data:`imagesmith.schema.VALIDATION_REPORT` finds: "``source: key: problem``"."""
 
     def __init__(self, source: str) -> None:
-        super().__init__(source, ConfigError, docs="docs/validate.md")
+        super().__init__(source, ConfigError, docs="docs/validation.md")
 
     def keys(
         self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]
