@@ -35,11 +35,12 @@ from typing import TYPE_CHECKING, Any
 
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
-from imagesmith.engine import BuildEvent, Engine, PushResult
+from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
-from imagesmith.plan import BuildPlan, Cell, RegistryTarget
-from imagesmith.registry import ManifestData, RegistryClient, client_for, copy_manifest, lookup_credentials
+from imagesmith.plan import BuildPlan, Cell
+from imagesmith.refs import Registry
+from imagesmith.registry import ManifestData, RegistryApi, client_for, copy_manifest
 from imagesmith.sources import cached_archive, nccl_tests_archive
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
 
@@ -101,8 +102,9 @@ class BuildOptions:
     wheels_dir: Path | None = None
     #: the project whose dockerfiles/ are built (default: the one found from the matrix file)
     project: Project | None = None
-    #: the registry client of a target (a seam: tests pass fakes, as release's ``client_for`` does)
-    client_for: Callable[[RegistryTarget], RegistryClient] = client_for
+    #: the registry client of a target (a seam: tests pass fakes, as release's ``client_for`` does); the
+    #: engine's push to the first registry takes its credentials from that client too
+    client_for: Callable[[Registry], RegistryApi] = client_for
 
     def project_of(self, matrix: Matrix) -> Project:
         if self.project is not None:
@@ -185,13 +187,13 @@ def build_args(cell: Cell, config: UserConfig) -> dict[str, str]:
 
 
 # -- registries ------------------------------------------------------------------------------------
-def _where(target: RegistryTarget, exc: ImagesmithError) -> str:
+def _where(target: Registry, exc: ImagesmithError) -> str:
     text = exc.message
     return text if target.name in text else f"registry {target.name} ({target.host}): {text}"
 
 
 def registry_state(
-    cell: Cell, clients: dict[str, RegistryClient], suite: str
+    cell: Cell, clients: dict[str, RegistryApi], suite: str
 ) -> dict[str, tuple[str | None, str | None]]:
     """Per registry: (digest of the fp tag, digest of the candidate tag)."""
     out = {}
@@ -207,8 +209,8 @@ def registry_state(
 
 def push_cell(
     cell: Cell,
-    engine: Engine,
-    clients: dict[str, RegistryClient],
+    engine: ContainerEngine,
+    clients: dict[str, RegistryApi],
     outcome: CellOutcome,
     report: Reporter,
     suite: str = "",
@@ -218,12 +220,15 @@ def push_cell(
     staging_ref = f"{first.image}:{staging_tag(cell.fingerprint, suite)}"
     report(cell.id, f"push → {first.name}", None)
     start = time.monotonic()
+    src = clients[first.name]
+    # the engine pushes with the first registry's own credential chain (chosen by its kind; a refused
+    # short-lived token is refreshed once, as the API client does)
     pushed = engine.push(
         staging_ref,
-        credentials=lookup_credentials(first.host),
+        credentials=src.resolve_credentials(),
+        refresh=src.refresh_credentials,
         registry_name=f"{first.name} ({first.host})",
     )
-    src = clients[first.name]
     src_repo = first.repo
     served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint, suite))
     if served != pushed.digest:
@@ -284,7 +289,7 @@ def push_cell(
     outcome.push_s = time.monotonic() - start
 
 
-def _uploaded_bytes(engine: Engine, ref: str, manifest: ManifestData, pushed: PushResult) -> int:
+def _uploaded_bytes(engine: ContainerEngine, ref: str, manifest: ManifestData, pushed: PushResult) -> int:
     """Compressed bytes of the layers the engine uploaded: its push stream names them by short diff id, the
     image's RootFS.Layers (diff ids) and the manifest's layers are in the same order."""
     diff_ids = ((engine.inspect(ref) or {}).get("RootFS") or {}).get("Layers") or []
@@ -295,7 +300,7 @@ def _uploaded_bytes(engine: Engine, ref: str, manifest: ManifestData, pushed: Pu
     return sum(int(layer["size"]) for d, layer in zip(diff_ids, layers, strict=True) if d[7:19] in short)
 
 
-def retag_cell(cell: Cell, clients: dict[str, RegistryClient], digest: str, outcome: CellOutcome) -> None:
+def retag_cell(cell: Cell, clients: dict[str, RegistryApi], digest: str, outcome: CellOutcome) -> None:
     for t in cell.registries:
         c = clients[t.name]
         manifest = c.get_manifest(t.repo, digest)
@@ -307,7 +312,7 @@ def retag_cell(cell: Cell, clients: dict[str, RegistryClient], digest: str, outc
 def build_cell(
     cell: Cell,
     matrix: Matrix,
-    engine: Engine,
+    engine: ContainerEngine,
     options: BuildOptions,
     staging_root: Path,
     report: Reporter = _no_report,
@@ -328,13 +333,13 @@ def build_cell(
 def _build_cell(
     cell: Cell,
     matrix: Matrix,
-    engine: Engine,
+    engine: ContainerEngine,
     options: BuildOptions,
     staging_root: Path,
     report: Reporter,
     outcome: CellOutcome,
 ) -> None:
-    clients: dict[str, RegistryClient] = {}
+    clients: dict[str, RegistryApi] = {}
     suite = suite_digest()
     outcome.suite = suite
     if options.push:
@@ -428,12 +433,12 @@ def run_build(
     plan: BuildPlan,
     options: BuildOptions,
     *,
-    engine: Engine | None = None,
+    engine: ContainerEngine | None = None,
     report: Reporter = _no_report,
 ) -> tuple[list[CellOutcome], list[ImagesmithError]]:
     """Build every cell of *plan*; returns the outcomes and the errors of failed cells (the caller raises)."""
     preflight(matrix, plan, options)
-    eng = engine or Engine()
+    eng: ContainerEngine = engine or Engine()
     staging_root = options.staging_root or cache_root() / "contexts"
     staging_root.mkdir(parents=True, exist_ok=True)
     outcomes: list[CellOutcome] = []

@@ -26,9 +26,9 @@ import docker
 import docker.errors
 from docker.types import DeviceRequest, Mount, Ulimit
 
+from imagesmith.credentials import Credentials
 from imagesmith.errors import BuildError, EngineError, PushError
 from imagesmith.refs import split_reference
-from imagesmith.registry import Credentials
 
 Backend = Literal["auto", "buildkit", "sdk"]
 
@@ -333,6 +333,78 @@ class SdkBuilder:
         return Built(image_id=str(image.id), steps=steps - steps_from, cached_steps=cached, tail=tuple(tail))
 
 
+class ContainerEngine(Protocol):
+    """What build, validate and pick ask of a container engine: the seam they are typed with.
+
+    :class:`Engine` (Docker: BuildKit CLI or Engine API for builds, the SDK for the rest) implements it; tests
+    pass small in-memory fakes (``tests/unit/test_build_push.py``).
+    """
+
+    @property
+    def backend(self) -> str:
+        """How builds run: ``buildkit`` or ``sdk``."""
+        ...
+
+    def build(
+        self,
+        *,
+        context: Path,
+        tags: Sequence[str],
+        dockerfile: str = "Dockerfile",
+        build_args: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        target: str | None = None,
+        no_cache: bool = False,
+        on_event: Callable[[BuildEvent], None] | None = None,
+        what: str = "image",
+    ) -> BuildResult: ...
+
+    def push(
+        self,
+        reference: str,
+        *,
+        credentials: Credentials | None = None,
+        refresh: Callable[[Credentials], Credentials | None] | None = None,
+        registry_name: str | None = None,
+        attempts: int = 3,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> PushResult: ...
+
+    def pull(
+        self,
+        reference: str,
+        *,
+        credentials: Credentials | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> str: ...
+
+    def inspect(self, reference: str) -> dict[str, Any] | None: ...
+    def labels(self, reference: str) -> dict[str, str]: ...
+    def tag(self, source: str, reference: str) -> None: ...
+    def remove(self, reference: str, *, force: bool = False) -> bool: ...
+    def import_rootfs(self, tarball: Path, reference: str, changes: Sequence[str] = ()) -> str: ...
+    def container_state(self, name: str) -> str | None: ...
+    def has_nvidia_runtime(self) -> bool: ...
+
+    def run_container(
+        self,
+        image: str,
+        command: Sequence[str] | str | None = None,
+        *,
+        gpu_request: GpuRequest | None = None,
+        devices: Sequence[str] = (),
+        shm_size: str | None = None,
+        ulimits: Mapping[str, int | tuple[int, int]] | None = None,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[BindMount] = (),
+        ipc_mode: str | None = None,
+        network: str | None = None,
+        entrypoint: Sequence[str] | str | None = None,
+        user: str | None = None,
+        timeout_s: float = 600,
+    ) -> RunResult: ...
+
+
 class Engine:
     """A Docker engine. ``backend`` chooses how builds run: ``auto`` (BuildKit CLI if usable, else SDK)."""
 
@@ -403,28 +475,40 @@ class Engine:
         reference: str,
         *,
         credentials: Credentials | None = None,
+        refresh: Callable[[Credentials], Credentials | None] | None = None,
         registry_name: str | None = None,
         attempts: int = 3,
         on_progress: Callable[[int], None] | None = None,
     ) -> PushResult:
-        """Push *reference* (``host/repo:tag``); stream errors become PushError; transient ones retried."""
+        """Push *reference* (``host/repo:tag``); stream errors become PushError; transient ones retried.
+
+        When the registry refuses *credentials* and *refresh* gives other ones (a short-lived token run
+        again: :meth:`imagesmith.registry.RegistryClient.refresh_credentials`), the push is tried once more.
+        """
         repo, tag = split_tag(reference)
         where = registry_name or repo.split("/", 1)[0]
-        auth = {"username": credentials.username, "password": credentials.password} if credentials else None
         last = ""
-        for attempt in range(1, attempts + 1):
+        refreshed = False
+        attempt = 0
+        while True:
+            attempt += 1
             start = time.monotonic()
             try:
-                return self._push_once(reference, repo, tag, auth, on_progress, start)
+                return self._push_once(reference, repo, tag, _auth_config(credentials), on_progress, start)
             except PushError as exc:
                 last = exc.message
-                if attempt == attempts or not _TRANSIENT_PUSH.search(last) or _denied(last):
+                if _denied(last) and not refreshed and credentials is not None and refresh is not None:
+                    refreshed = True  # once: never a loop of refusals
+                    fresh = refresh(credentials)
+                    if fresh is not None:
+                        credentials = fresh
+                        continue
+                if attempt >= attempts or not _TRANSIENT_PUSH.search(last) or _denied(last):
                     raise PushError(
                         f"push of {reference} to registry {where} failed: {last}",
                         hint=_push_hint(last, where),
                     ) from None
                 time.sleep(min(2**attempt, 10))
-        raise PushError(f"push of {reference} to registry {where} failed: {last}")  # pragma: no cover
 
     def _push_once(
         self,
@@ -494,7 +578,7 @@ class Engine:
             repo, tag = reference.split("@", 1)  # the Engine API takes the digest in the tag parameter
         else:
             repo, tag = split_tag(reference)
-        auth = {"username": credentials.username, "password": credentials.password} if credentials else None
+        auth = _auth_config(credentials)
         try:
             for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
                 if progress is not None:
@@ -653,6 +737,13 @@ class Engine:
             if container is not None:
                 with contextlib.suppress(docker.errors.NotFound):
                     container.remove(force=True)
+
+
+_: type[ContainerEngine] = Engine  # mypy checks that Engine implements the seam
+
+
+def _auth_config(credentials: Credentials | None) -> dict[str, str] | None:
+    return {"username": credentials.username, "password": credentials.password} if credentials else None
 
 
 def split_tag(reference: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from typing import Any, Final
 from imagesmith import schema
 from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, RegistryError
-from imagesmith.refs import split_reference
+from imagesmith.refs import Registry, split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 SCHEMA: Final[str] = schema.RELEASE_INDEX_SCHEMA
@@ -28,21 +28,45 @@ SCHEMA: Final[str] = schema.RELEASE_INDEX_SCHEMA
 
 @dataclass(frozen=True, kw_only=True)
 class RegistryCopy:
-    """One registry's copy of a released image: ``reference`` is ``host[:port]/repository:tag``."""
+    """One registry's copy of a released image: a :class:`~imagesmith.refs.Registry`, a tag, a digest.
 
-    name: str
-    reference: str
+    Made only by :meth:`parse` (also by release), so a copy read back from an index equals the one written.
+    """
+
+    registry: Registry
+    tag: str
     digest: str
-    kind: str = "generic"
+
+    @classmethod
+    def parse(cls, *, name: str, reference: str, digest: str, kind: str = "generic") -> RegistryCopy:
+        """From an index entry: name, reference (``host[:port]/repository:tag``), digest, kind."""
+        repository, tag, _ = split_reference(reference)
+        host, _, path = repository.partition("/")
+        return cls(
+            registry=Registry(name=name, host=host, repository=path, kind=kind), tag=tag or "", digest=digest
+        )
+
+    @property
+    def name(self) -> str:
+        return self.registry.name
+
+    @property
+    def kind(self) -> str:
+        return self.registry.kind
 
     @property
     def host(self) -> str:
-        return self.reference.split("/", 1)[0]
+        return self.registry.host
+
+    @property
+    def reference(self) -> str:
+        """``host[:port]/repository:tag``."""
+        return self.registry.ref(self.tag)
 
     @property
     def pinned(self) -> str:
         """``host/repository@sha256:…``: the immutable reference (what was validated)."""
-        return f"{split_reference(self.reference)[0]}@{self.digest}"
+        return self.registry.pinned(self.digest)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,18 +183,19 @@ def _image(r: _Reader, obj: Mapping[str, Any], path: str) -> ReleasedImage:
     regs: list[RegistryCopy] = []
     for i, reg in enumerate(obj["registries"]):
         rp = f"{path}.registries[{i}]"
-        copy = RegistryCopy(
+        reference = reg["reference"]
+        if "/" not in reference or split_reference(reference)[1] is None:
+            raise r.fail(
+                f"{rp}.reference",
+                f"{reference!r} is not host/repository:tag",
+                hint="write e.g. registry.example.com/team/pytorch:2.5.1-cu124-py3.11",
+            )
+        copy = RegistryCopy.parse(
             name=reg["name"],
-            reference=reg["reference"],
+            reference=reference,
             digest=reg["digest"],
             kind=reg.get("kind", "generic"),
         )
-        if "/" not in copy.reference or split_reference(copy.reference)[1] is None:
-            raise r.fail(
-                f"{rp}.reference",
-                f"{copy.reference!r} is not host/repository:tag",
-                hint="write e.g. registry.example.com/team/pytorch:2.5.1-cu124-py3.11",
-            )
         if copy.digest != digest:
             raise r.fail(
                 f"{rp}.digest",

@@ -11,7 +11,6 @@ Loading is pure apart from reading the matrix file and ``matrices/registries.tom
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -23,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagesmith import compat, schema
 from imagesmith.errors import ConfigError, MatrixError
+from imagesmith.refs import Registry, matches
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -89,31 +89,6 @@ MIRROR_PROFILES: Final[Mapping[str, MirrorProfile]] = {
         source="ustclug/mirrorhelp docs/pypi.md, docs/ubuntu.md, docs/anaconda.md @062de3ff",
     ),
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Registry:
-    """One entry of ``matrices/registries.toml``. Credentials never live here (environment / docker
-    config).
-    """
-
-    name: str
-    host: str
-    namespace: str
-    repository: str
-    kind: str
-    insecure: bool
-    cells: tuple[str, ...]
-
-    @property
-    def image(self) -> str:
-        """``host/namespace/repository`` without a tag."""
-        parts = [self.host, self.namespace, self.repository]
-        return "/".join(p for p in parts if p)
-
-    def wants(self, cell_id: str) -> bool:
-        """True when *cell_id* matches one of this registry's ``cells`` globs."""
-        return any(matches(cell_id, pattern) for pattern in self.cells)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,23 +201,6 @@ class Matrix:
 
 # ------------------------------------------------------------------------------------------------------------
 # selection helper shared with `build --only`
-
-
-def expand_braces(pattern: str) -> list[str]:
-    """Expand simple ``{a,b}`` groups (nested allowed): ``2.{1,2}*`` → ``["2.1*", "2.2*"]``."""
-    match = re.search(r"\{([^{}]*)\}", pattern)
-    if match is None:
-        return [pattern]
-    head, tail = pattern[: match.start()], pattern[match.end() :]
-    out: list[str] = []
-    for option in match.group(1).split(","):
-        out.extend(expand_braces(head + option + tail))
-    return out
-
-
-def matches(value: str, pattern: str) -> bool:
-    """fnmatch with ``{a,b}`` brace expansion (case-sensitive)."""
-    return any(fnmatch.fnmatchcase(value, p) for p in expand_braces(pattern))
 
 
 def select(ids: Iterable[str], patterns: Sequence[str]) -> list[str]:
@@ -572,11 +530,11 @@ class _Loader(schema.Checker):
         schema.REGISTRIES.check(data, source=str(self.path), error=MatrixError)
         out: dict[str, Registry] = {}
         for name, entry in data["registries"].items():
+            path = [entry["namespace"].strip("/"), entry.get("repository", "torch")]
             out[name] = Registry(
                 name=name,
                 host=entry["host"],
-                namespace=entry["namespace"].strip("/"),
-                repository=entry.get("repository", "torch"),
+                repository="/".join(p for p in path if p),
                 kind=entry.get("kind", "generic"),
                 insecure=entry.get("insecure", False),
                 cells=tuple(entry.get("cells", ["*"])),

@@ -9,35 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from imagesmith.compat import MinDriver
 from imagesmith.errors import NothingToDoError
 from imagesmith.matrix import select
-from imagesmith.refs import ImageRef
+from imagesmith.refs import Registry
 
 VENV: Final[str] = "/opt/venv"
 NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
 
-
-@dataclass(frozen=True, kw_only=True)
-class RegistryTarget:
-    """One registry of a cell, as build, release and pick see it: ``image`` = ``host/namespace/repository``
-    (no tag); ``ref`` = that image with the cell's tag, when it belongs to a planned cell.
-    """
-
-    name: str
-    host: str
-    image: str
-    insecure: bool = False
-    kind: str = "generic"
-    ref: str = ""
-    repository: str = ""  # namespace/repository, without the host
-
-    @property
-    def repo(self) -> str:
-        """The repository path inside the registry (what the registry HTTP API names)."""
-        return self.repository or ImageRef.parse(self.image).path
+#: How a cell's nccl-tests builder stage gets make/g++/nvcc and NCCL (and a pip-devel cell its toolkit): the
+#: nvidia/cuda devel image, the CUDA 13 pip wheels, or the base image's own. Each value is a Dockerfile
+#: fragment ``imagesmith/templates/toolkit/<value>.j2`` (tests/unit/test_fragments.py).
+NcclToolkit = Literal["devel-image", "pip", "base"]
+#: Where a cell's Python comes from: the base OS, a uv-managed build, or the base image's own environment
+#: (``imagesmith/templates/python/<value>.j2``).
+PythonSource = Literal["distro", "uv", "base"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,14 +44,14 @@ class Cell:
     cuda: str
     python: str
     python_full: str | None
-    python_source: str  # "distro" | "uv" | "base"
+    python_source: PythonSource
     uv: str | None
     python_install_mirror: str
     os: str
     base_image: str
     builder_image: str
     devel_image: str | None
-    nccl_toolkit: str  # "devel-image" | "pip" | "base"
+    nccl_toolkit: NcclToolkit
     index_url: str | None
     pypi_default: bool
     pins: tuple[tuple[str, str], ...]
@@ -89,7 +77,7 @@ class Cell:
     nccl_tests_archive: str
     mirror_build: str
     mirror_runtime: str
-    registries: tuple[RegistryTarget, ...]
+    registries: tuple[Registry, ...]
     labels: tuple[tuple[str, str], ...]
     venv: str
     dockerfile: str
@@ -106,7 +94,19 @@ class Cell:
             "full": str(self.min_driver.full),
             "minor_version": str(self.min_driver.minor_version),
         }
-        data["image_refs"] = [r.ref for r in self.registries]
+        data["registries"] = [
+            {
+                "name": r.name,
+                "host": r.host,
+                "image": r.image,
+                "ref": r.ref(self.tag),
+                "insecure": r.insecure,
+                "kind": r.kind,
+                "repository": r.repository,
+            }
+            for r in self.registries
+        ]
+        data["image_refs"] = [r.ref(self.tag) for r in self.registries]
         return data
 
 

@@ -61,6 +61,11 @@ class SmiGpu:
     power_limit_w: float | None = None
     power_default_w: float | None = None
     power_max_w: float | None = None
+    # memory health: pages waiting to be retired (before Ampere) / rows waiting to be remapped (Ampere on),
+    # and a remapping that failed ("Yes"/"No" as nvidia-smi prints them; None where not reported)
+    retired_pages_pending: str | None = None
+    remapped_rows_pending: str | None = None
+    remapped_rows_failure: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

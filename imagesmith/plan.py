@@ -28,7 +28,15 @@ from imagesmith import __version__, compat
 from imagesmith.errors import ConfigError
 from imagesmith.lock import Lock, LockKey, read_lock
 from imagesmith.matrix import Matrix, Rule
-from imagesmith.model import NCCL_TESTS_BIN, VENV, BuildPlan, Cell, Dropped, RegistryTarget
+from imagesmith.model import (
+    NCCL_TESTS_BIN,
+    VENV,
+    BuildPlan,
+    Cell,
+    Dropped,
+    NcclToolkit,
+    PythonSource,
+)
 from imagesmith.templating import render_cell_files
 
 if TYPE_CHECKING:
@@ -198,6 +206,7 @@ def build_plan(
                     f'"{variant.cuda}" to base.devel_images'
                 )
                 continue
+        toolkit: NcclToolkit
         if matrix.nccl_tests.toolkit == "base":
             toolkit, builder_image = "base", matrix.base.image
         elif major >= 13:
@@ -230,20 +239,9 @@ def build_plan(
             continue
         need = compat.min_driver(variant.cuda)
         pypi_default = variant_name == release.pypi_default
-        targets = tuple(
-            RegistryTarget(
-                name=r.name,
-                host=r.host,
-                image=r.image,
-                ref=f"{r.image}:{cid}",
-                insecure=r.insecure,
-                kind=r.kind,
-                repository="/".join(p for p in (r.namespace, r.repository) if p),
-            )
-            for r in matrix.registries
-            if r.wants(cid)
-        )
+        targets = tuple(r for r in matrix.registries if r.wants(cid))
         managed = matrix.python.managed_version(python)
+        python_source: PythonSource
         if matrix.torch.source == "base":
             python_source = "base"
         else:
@@ -349,7 +347,6 @@ __all__ = [
     "BuildPlan",
     "Cell",
     "Dropped",
-    "RegistryTarget",
     "build_plan",
     "cell_id",
     "fingerprint",

@@ -9,6 +9,8 @@ registry-mirror map, build's repository paths) goes through these two.
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from dataclasses import dataclass
 
 from imagesmith.errors import ConfigError
@@ -26,6 +28,23 @@ def split_reference(reference: str) -> tuple[str, str | None, str | None]:
         repository, tag = text.rsplit(":", 1)
         return repository, tag, digest
     return text, None, digest
+
+
+def expand_braces(pattern: str) -> list[str]:
+    """Expand simple ``{a,b}`` groups (nested allowed): ``2.{1,2}*`` → ``["2.1*", "2.2*"]``."""
+    match = re.search(r"\{([^{}]*)\}", pattern)
+    if match is None:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    out: list[str] = []
+    for option in match.group(1).split(","):
+        out.extend(expand_braces(head + option + tail))
+    return out
+
+
+def matches(value: str, pattern: str) -> bool:
+    """fnmatch with ``{a,b}`` brace expansion (case-sensitive)."""
+    return any(fnmatch.fnmatchcase(value, p) for p in expand_braces(pattern))
 
 
 DOCKER_HUB = "docker.io"
@@ -76,3 +95,59 @@ class ImageRef:
         if self.digest:
             out += f"@{self.digest}"
         return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Registry:
+    """One registry repository images go to: the one registry type of imagesmith.
+
+    An entry of a project's registries file (with the ``cells`` globs it receives), a cell's build and release
+    targets, and each copy in a release index (:class:`imagesmith.index.RegistryCopy` holds one) are all this.
+    ``repository`` is the path inside the registry as written (``namespace/repository``); :attr:`repo` is the
+    path the registry HTTP API names (Docker Hub's ``library/`` filled in). Credentials never live here.
+    """
+
+    name: str
+    host: str
+    repository: str
+    kind: str = "generic"
+    insecure: bool = False
+    cells: tuple[str, ...] = ("*",)
+
+    @classmethod
+    def from_image(cls, name: str, image: str, *, kind: str = "generic", insecure: bool = False) -> Registry:
+        """``host[:port]/path`` (no tag) → a registry named *name*."""
+        repository, tag, digest = split_reference(image)
+        host, sep, path = repository.partition("/")
+        if tag is not None or digest is not None or not sep or not host or not path:
+            raise ConfigError(
+                f"registry {name!r}: {image!r} is not host/repository", hint="write e.g. ghcr.io/team/torch"
+            )
+        return cls(name=name, host=host, repository=path, kind=kind, insecure=insecure)
+
+    @property
+    def image(self) -> str:
+        """``host/namespace/repository``: the image without a tag."""
+        return f"{self.host}/{self.repository}" if self.repository else self.host
+
+    @property
+    def namespace(self) -> str:
+        """The repository path without its last part (``team`` of ``team/torch``; empty for ``torch``)."""
+        return self.repository.rpartition("/")[0]
+
+    @property
+    def repo(self) -> str:
+        """The repository path inside the registry (what the registry HTTP API names)."""
+        return ImageRef.parse(self.image).path
+
+    def wants(self, cell_id: str) -> bool:
+        """True when *cell_id* matches one of this registry's ``cells`` globs."""
+        return any(matches(cell_id, pattern) for pattern in self.cells)
+
+    def ref(self, tag: str) -> str:
+        """This registry's reference for *tag*."""
+        return f"{self.image}:{tag}"
+
+    def pinned(self, digest: str) -> str:
+        """``host/repository@sha256:…``: the immutable reference."""
+        return f"{self.image}@{digest}"

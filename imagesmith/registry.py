@@ -1,15 +1,16 @@
 """Registry HTTP API v2 client (requests + tenacity).
 
-What build, verify and release need from a registry: manifests (HEAD/GET/PUT/DELETE), tags, blobs
-(HEAD, cross-repository mount, streamed copy between registries), with
+What build, verify and release need from a registry (:class:`RegistryApi`, the seam they are typed with;
+:class:`RegistryClient` speaks HTTP, tests pass fakes): manifests (HEAD/GET/PUT/DELETE), tags, blobs (HEAD,
+cross-repository mount, streamed copy between registries), with
 
 - Basic and Bearer-token auth: the ``WWW-Authenticate`` challenge is followed as Docker Hub, GHCR and ACR
   expect (token from the realm with ``service`` + ``scope``, Basic credentials sent to the realm when we
   have them);
-- credentials from the environment (``IMAGESMITH_REGISTRY_<HOST>_USERNAME`` / ``_PASSWORD``, where ``<HOST>``
-  is the host upper-cased with every other character turned into ``_``) or the docker config (``auths`` base64
-  entries, ``credHelpers`` / ``credsStore`` helpers); never argv, never printed
-  (``Credentials`` hides its repr);
+- credentials from the registry's chain (:mod:`imagesmith.credentials`, chosen by its ``kind``): environment,
+  docker config, then ECR/ACR token commands; resolved when the registry first asks for them, refreshed when
+  they expire, and on an ``unauthorized`` answer refreshed once (a short-lived token or credential helper)
+  and the request retried — never in a loop; never argv, never printed (``Credentials`` hides its repr);
 - TLS with the registry's own CA: ``/etc/docker/certs.d/<host>/ca.crt`` (dockerd's convention) or an explicit
   file; never ``verify=False``; ``insecure`` registries are spoken to in plain HTTP;
 - retries with exponential backoff on transient faults (5xx, 429, timeouts, connection resets), never on
@@ -18,14 +19,13 @@ What build, verify and release need from a registry: manifests (HEAD/GET/PUT/DEL
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
 import re
-import subprocess
+import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import urljoin
@@ -33,6 +33,9 @@ from urllib.parse import urljoin
 import requests
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
+from imagesmith.credentials import DOCKER_HUB_API, CredentialChain, auth_hint, credential_chain
+from imagesmith.credentials import Credentials as Credentials  # re-exported: callers may import it from here
+from imagesmith.credentials import lookup_credentials as lookup_credentials
 from imagesmith.errors import ManifestUnknownError, RegistryError
 
 T = TypeVar("T")
@@ -43,22 +46,7 @@ OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 ACCEPT_MANIFESTS = ", ".join((MANIFEST_V2, MANIFEST_LIST_V2, OCI_MANIFEST, OCI_INDEX))
 INDEX_TYPES = frozenset({MANIFEST_LIST_V2, OCI_INDEX})
-DOCKER_HUB_API = "registry-1.docker.io"
-DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
 _CHUNK = 8 << 20
-
-
-@dataclass(frozen=True)
-class Credentials:
-    """Username + secret. The repr never shows the secret."""
-
-    username: str
-    password: str = field(repr=False)
-    origin: str = "environment"
-
-    def basic(self) -> str:
-        raw = f"{self.username}:{self.password}".encode()
-        return "Basic " + base64.b64encode(raw).decode()
 
 
 class _Transient(Exception):
@@ -67,95 +55,6 @@ class _Transient(Exception):
     def __init__(self, what: str) -> None:
         super().__init__(what)
         self.what = what
-
-
-def env_key(host: str) -> str:
-    """``127.0.0.1:5443`` → ``127_0_0_1_5443``: the host part of the credential variables' names."""
-    return re.sub(r"[^A-Z0-9]", "_", host.upper())
-
-
-def credential_env_names(host: str) -> tuple[str, str]:
-    key = env_key(host)
-    return f"IMAGESMITH_REGISTRY_{key}_USERNAME", f"IMAGESMITH_REGISTRY_{key}_PASSWORD"
-
-
-def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    base = Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else Path.home() / ".docker"
-    return base / "config.json"
-
-
-def _config_keys(host: str) -> list[str]:
-    if host in ("docker.io", "index.docker.io", DOCKER_HUB_API):
-        return [DOCKER_HUB_CONFIG_KEY, "docker.io", "index.docker.io", DOCKER_HUB_API]
-    return [host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"]
-
-
-def lookup_credentials(host: str, env: Mapping[str, str] | None = None) -> Credentials | None:
-    """Credentials for *host* from the environment, else the docker config; ``None`` when there are none."""
-    env = os.environ if env is None else env
-    user_var, pass_var = credential_env_names(host)
-    if env.get(user_var) or env.get(pass_var):
-        if not (env.get(user_var) and env.get(pass_var)):
-            raise RegistryError(
-                f"registry {host}: only one of {user_var} / {pass_var} is set", hint="set both or neither"
-            )
-        return Credentials(env[user_var], env[pass_var], origin=f"${user_var}")
-    path = docker_config_path(env)
-    if not path.is_file():
-        return None
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise RegistryError(
-            f"docker config {path} is not valid JSON ({exc})", hint="fix or remove it"
-        ) from exc
-    keys = _config_keys(host)
-    helper = next(
-        (cfg.get("credHelpers", {}).get(k) for k in keys if cfg.get("credHelpers", {}).get(k)), None
-    )
-    for key in keys:
-        entry = cfg.get("auths", {}).get(key)
-        if not isinstance(entry, dict):
-            continue
-        if entry.get("auth"):
-            try:
-                user, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError) as exc:
-                raise RegistryError(
-                    f"docker config {path}: auths[{key!r}].auth is not base64 of user:password",
-                    hint=f"run `docker login {host}` again",
-                ) from exc
-            return Credentials(user, secret, origin=f"{path} auths[{key}]")
-        if entry.get("username") and entry.get("password"):
-            return Credentials(entry["username"], entry["password"], origin=f"{path} auths[{key}]")
-    helper = helper or cfg.get("credsStore")
-    if helper:
-        return _from_helper(str(helper), host, path)
-    return None
-
-
-def _from_helper(helper: str, host: str, config: Path) -> Credentials | None:
-    program = f"docker-credential-{helper}"
-    server = DOCKER_HUB_CONFIG_KEY if host in ("docker.io", DOCKER_HUB_API) else host
-    try:
-        proc = subprocess.run(
-            [program, "get"], input=server, capture_output=True, text=True, timeout=30, check=False
-        )
-    except FileNotFoundError as exc:
-        raise RegistryError(
-            f"docker config {config} names credential helper {helper!r}, but {program} is not installed",
-            hint=f"install {program} or set IMAGESMITH_REGISTRY_{env_key(host)}_USERNAME/_PASSWORD",
-        ) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise RegistryError(f"credential helper {program} did not answer for {host} within 30 s") from exc
-    if proc.returncode != 0:
-        return None  # helpers exit non-zero for "no credentials for this server"
-    try:
-        data = json.loads(proc.stdout)
-        return Credentials(data["Username"], data["Secret"], origin=program)
-    except (ValueError, KeyError) as exc:
-        raise RegistryError(f"credential helper {program} answered something that is not its JSON") from exc
 
 
 def docker_ca_file(host: str) -> Path | None:
@@ -169,21 +68,6 @@ def docker_ca_file(host: str) -> Path | None:
         if path.is_file():
             return path
     return None
-
-
-def _auth_hint(host: str, kind: str) -> str:
-    user_var, pass_var = credential_env_names(host)
-    base = f"set {user_var} and {pass_var}, or `docker login {host}`"
-    if kind == "ecr" or ".dkr.ecr." in host:
-        return base + " — ECR passwords expire after 12 h: refresh with `aws ecr get-login-password`"
-    if kind == "acr" or host.endswith(".azurecr.io"):
-        return base + " — ACR tokens expire after 3 h: fetch a new one, or use a token/robot account"
-    if kind == "acr" or "aliyuncs.com" in host:
-        return (
-            base
-            + " — Aliyun ACR temporary passwords expire: set a fixed registry password in the ACR console"
-        )
-    return base
 
 
 def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
@@ -227,8 +111,49 @@ class ManifestData:
         return sum(size for _, size in self.blobs())
 
 
+class BlobStream(Protocol):
+    """A blob being read (``requests.Response`` for HTTP): chunks, closed by the ``with`` block."""
+
+    def iter_content(self, chunk_size: int) -> Iterator[bytes]: ...
+    def __enter__(self) -> Any: ...
+    def __exit__(self, *args: Any) -> Any: ...
+
+
+class RegistryApi(Protocol):
+    """What build, release and pick ask of one registry: the seam they are typed with.
+
+    :class:`RegistryClient` is the HTTP implementation; :func:`client_for` the one factory. Fakes in tests
+    implement what a test path reaches.
+    """
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def host(self) -> str: ...
+
+    def ping(self) -> None: ...
+    def manifest_digest(self, repo: str, reference: str) -> str | None: ...
+    def get_manifest(self, repo: str, reference: str) -> ManifestData: ...
+    def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str: ...
+    def delete_manifest(self, repo: str, digest: str) -> None: ...
+    def list_tags(self, repo: str) -> list[str]: ...
+    def blob_size(self, repo: str, digest: str) -> int | None: ...
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool: ...
+    def get_blob(self, repo: str, digest: str) -> BlobStream: ...
+    def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None: ...
+
+    def resolve_credentials(self) -> Credentials | None:
+        """The credentials for an engine push to this registry (its chain), or None."""
+        ...
+
+    def refresh_credentials(self, refused: Credentials) -> Credentials | None:
+        """Other credentials after the engine's push was refused with *refused*, or None."""
+        ...
+
+
 class RegistryClient:
-    """One registry host. Every method names the registry in its errors."""
+    """One registry host, over the HTTP API v2 (implements :class:`RegistryApi`). Every method names the
+    registry in its errors."""
 
     def __init__(
         self,
@@ -238,6 +163,7 @@ class RegistryClient:
         kind: str = "generic",
         insecure: bool = False,
         credentials: Credentials | None = None,
+        chain: CredentialChain | None = None,
         ca_file: Path | None = None,
         attempts: int = 4,
         backoff: float = 0.5,
@@ -249,7 +175,12 @@ class RegistryClient:
         self.name = name or host
         self.kind = kind
         self.scheme = "http" if insecure else "https"
-        self.credentials = credentials if credentials is not None else lookup_credentials(host, env)
+        #: where credentials come from (given *credentials* are used as they are and never refreshed)
+        self.chain = chain if chain is not None else credential_chain(host, kind, name=self.name, env=env)
+        self._credentials = credentials
+        self._resolved = credentials is not None
+        self._deferred: RegistryError | None = None  # the chain's error, while anonymous access may do
+        self._lock = threading.Lock()
         ca = ca_file or docker_ca_file(host)
         # requests lets $REQUESTS_CA_BUNDLE override Session.verify, so verify is passed on every request
         self.verify: str | bool = str(ca) if ca else True
@@ -259,6 +190,53 @@ class RegistryClient:
         self.session = requests.Session()
         self._auth: dict[str, str] = {}  # scope → Authorization header value
         self._basic_ok = False
+
+    # -- credentials ----------------------------------------------------------------------------------------
+    @property
+    def credentials(self) -> Credentials | None:
+        """The credentials in use: resolved through the chain when first needed, renewed when expired."""
+        with self._lock:
+            if not self._resolved:
+                self._credentials = self.chain.resolve()
+                self._resolved = True
+            elif self._credentials is not None and self._credentials.expired():
+                renewed = self.chain.refresh(self._credentials)
+                if renewed is not None:
+                    self._credentials = renewed
+                    self._auth.clear()  # Basic headers and tokens made from the old secret
+            return self._credentials
+
+    def resolve_credentials(self) -> Credentials | None:
+        """What the engine's push to this registry should send (the same chain and cache as the API)."""
+        return self.credentials
+
+    def refresh_credentials(self, refused: Credentials) -> Credentials | None:
+        """Other credentials after *refused* was refused (a token or helper run again), or None."""
+        fresh = self.chain.refresh(refused)
+        if fresh is not None:
+            with self._lock:
+                self._credentials, self._resolved = fresh, True
+                self._auth.clear()
+        return fresh
+
+    def _refresh(self) -> bool:
+        """After a refusal: True when the chain gave other credentials (the caller tries once more)."""
+        current = self._credentials
+        return current is not None and self.refresh_credentials(current) is not None
+
+    def _optional_credentials(self) -> Credentials | None:
+        """For a Bearer challenge: credentials if the chain has them; its error waits, since the registry may
+        hand out an anonymous token (public repositories)."""
+        try:
+            return self.credentials
+        except RegistryError as exc:
+            with self._lock:
+                self._resolved, self._deferred = True, exc
+            return None
+
+    def _hint(self) -> str:
+        kind = self.chain.kind if self.kind == "generic" else self.kind
+        return auth_hint(self.host, kind, self.chain.token_command)
 
     # -- plumbing -------------------------------------------------------------------------------------------
     @property
@@ -282,7 +260,8 @@ class RegistryClient:
                 "unreachable or failing", f"{exc.what} (gave up after {self.attempts} attempts)"
             ) from exc
 
-    def _token(self, params: dict[str, str], scope: str) -> str:
+    def _token(self, params: dict[str, str], scope: str) -> str | int:
+        """A Bearer header value from the realm, or the status (401/403) it refused the credentials with."""
         realm = params.get("realm")
         if not realm:
             raise self._fail("auth", "Bearer challenge without a realm")
@@ -291,7 +270,8 @@ class RegistryClient:
             for k, v in (("service", params.get("service")), ("scope", scope or params.get("scope")))
             if v
         }
-        headers = {"Authorization": self.credentials.basic()} if self.credentials else {}
+        creds = self._optional_credentials()
+        headers = {"Authorization": creds.basic()} if creds else {}
         try:
             resp = self.session.get(
                 realm, params=query, headers=headers, timeout=self.timeout, verify=self.verify
@@ -301,11 +281,8 @@ class RegistryClient:
         if resp.status_code >= 500:
             raise _Transient(f"token endpoint {realm} answered HTTP {resp.status_code}")
         if resp.status_code in (401, 403):
-            raise self._fail(
-                "unauthorized",
-                f"token endpoint refused the credentials (HTTP {resp.status_code})",
-                hint=_auth_hint(self.host, self.kind),
-            )
+            resp.close()
+            return resp.status_code
         if resp.status_code != 200:
             raise self._fail("auth", f"token endpoint answered HTTP {resp.status_code}")
         data = resp.json()
@@ -364,22 +341,51 @@ class RegistryClient:
             return resp
 
         resp = attempt(self._auth.get(scope) or self._auth.get("*"))
-        if resp.status_code == 401 and "WWW-Authenticate" in resp.headers:
-            scheme, params_ = parse_challenge(resp.headers["WWW-Authenticate"])
-            resp.close()
-            if scheme == "basic":
-                if not self.credentials:
-                    raise self._fail(
-                        "unauthorized",
-                        "the registry wants credentials and none are set",
-                        hint=_auth_hint(self.host, self.kind),
-                    )
-                self._auth["*"] = self.credentials.basic()
-                resp = attempt(self._auth["*"])
-            elif scheme == "bearer":
-                self._auth[scope] = self._token(params_, scope)
-                resp = attempt(self._auth[scope])
-        return resp
+        if resp.status_code != 401 or "WWW-Authenticate" not in resp.headers:
+            return resp
+        scheme, params_ = parse_challenge(resp.headers["WWW-Authenticate"])
+        if scheme not in ("basic", "bearer"):
+            return resp
+        resp.close()
+        answered = self._answer(scheme, params_, scope, attempt)
+        refused = isinstance(answered, int) or answered.status_code == 401
+        if refused and self._refresh():  # a short-lived token or helper: once more with fresh ones, no loop
+            if isinstance(answered, requests.Response):
+                answered.close()
+            answered = self._answer(scheme, params_, scope, attempt)
+        if isinstance(answered, int):
+            if self._deferred is not None:
+                raise self._deferred
+            raise self._fail(
+                "unauthorized",
+                f"token endpoint refused the credentials (HTTP {answered})",
+                hint=self._hint(),
+            )
+        return answered
+
+    def _answer(
+        self,
+        scheme: str,
+        params: dict[str, str],
+        scope: str,
+        attempt: Callable[[str | None], requests.Response],
+    ) -> requests.Response | int:
+        """Answer a Basic or Bearer challenge: the response, or the status the token endpoint refused with."""
+        if scheme == "basic":
+            creds = self.credentials
+            if not creds and self._deferred is not None:
+                raise self._deferred
+            if not creds:
+                raise self._fail(
+                    "unauthorized", "the registry wants credentials and none are set", hint=self._hint()
+                )
+            self._auth["*"] = creds.basic()
+            return attempt(self._auth["*"])
+        token = self._token(params, scope)
+        if isinstance(token, int):
+            return token
+        self._auth[scope] = token
+        return attempt(token)
 
     def _call(self, method: str, url: str, **kw: Any) -> requests.Response:
         return self._retrying(lambda: self._send(method, url, **kw))
@@ -390,9 +396,9 @@ class RegistryClient:
         codes, message = _error_codes(resp)
         resp.close()
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
-            hint = _auth_hint(self.host, self.kind)
-            if self.credentials:
-                message = f"credentials from {self.credentials.origin} were refused ({message})"
+            hint = self._hint()
+            if self._credentials:
+                message = f"credentials from {self._credentials.origin} were refused ({message})"
             raise self._fail(what, f"unauthorized: {message}", hint=hint)
         if resp.status_code == 403 or "DENIED" in codes:
             raise self._fail(
@@ -538,7 +544,7 @@ class RegistryClient:
         self._retrying(once)
 
 
-def copy_blob(src: RegistryClient, src_repo: str, dst: RegistryClient, dst_repo: str, digest: str) -> int:
+def copy_blob(src: RegistryApi, src_repo: str, dst: RegistryApi, dst_repo: str, digest: str) -> int:
     """Make *dst* hold blob *digest*; returns the bytes transferred (0 when present or mounted)."""
     if dst.blob_size(dst_repo, digest) is not None:
         return 0
@@ -563,10 +569,10 @@ def copy_blob(src: RegistryClient, src_repo: str, dst: RegistryClient, dst_repo:
 
 
 def copy_manifest(
-    src: RegistryClient,
+    src: RegistryApi,
     src_repo: str,
     reference: str,
-    dst: RegistryClient,
+    dst: RegistryApi,
     dst_repo: str,
     *,
     put_as: str | None = None,
@@ -590,7 +596,7 @@ def copy_manifest(
 
 
 class Endpoint(Protocol):
-    """What :func:`client_for` needs of a registry target (:class:`imagesmith.model.RegistryTarget`)."""
+    """What :func:`client_for` needs of a registry target (:class:`imagesmith.refs.Registry`)."""
 
     @property
     def name(self) -> str: ...
@@ -603,5 +609,17 @@ class Endpoint(Protocol):
 
 
 def client_for(target: Endpoint) -> RegistryClient:
-    """The one factory of registry clients for a cell's registries (build and release take it as a seam)."""
-    return RegistryClient(target.host, name=target.name, kind=target.kind, insecure=target.insecure)
+    """The one factory of registry clients for a cell's registries (build and release take it as a seam).
+
+    The target's ``kind`` chooses the credential chain (:func:`imagesmith.credentials.credential_chain`).
+    """
+    return RegistryClient(
+        target.host,
+        name=target.name,
+        kind=target.kind,
+        insecure=target.insecure,
+        chain=credential_chain(target.host, target.kind, name=target.name),
+    )
+
+
+_: type[RegistryApi] = RegistryClient  # mypy checks that the HTTP client implements the seam

@@ -51,8 +51,8 @@ from imagesmith.index import (
     read_index_artifact,
     save_index,
 )
-from imagesmith.model import RegistryTarget
-from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient, client_for, copy_manifest
+from imagesmith.refs import Registry
+from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryApi, client_for, copy_manifest
 from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
 from imagesmith.validate.record import ValidationReport
 
@@ -87,7 +87,7 @@ class ReleaseCell:
     id: str
     tag: str
     candidate: str
-    targets: tuple[RegistryTarget, ...]
+    targets: tuple[Registry, ...]
     torch: str
     torchvision: str
     cuda: str
@@ -107,17 +107,7 @@ class ReleaseCell:
             id=cell.id,
             tag=release_tag(cell),
             candidate=candidate_tag(cell),
-            targets=tuple(
-                RegistryTarget(
-                    name=t.name,
-                    kind=t.kind,
-                    host=t.host,
-                    image=t.image,
-                    insecure=t.insecure,
-                    repository=t.repository,
-                )
-                for t in cell.registries
-            ),
+            targets=tuple(cell.registries),
             torch=cell.torch,
             torchvision=cell.torchvision,
             cuda=cell.cuda,
@@ -247,7 +237,7 @@ class Outcome:
 default_client = client_for
 
 
-def _ensure_blob(client: RegistryClient, repo: str, data: bytes) -> str:
+def _ensure_blob(client: RegistryApi, repo: str, data: bytes) -> str:
     digest = _sha(data)
     if client.blob_size(repo, digest) is None:
 
@@ -285,7 +275,7 @@ def artifact_manifest(
     return ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body))
 
 
-def attach_report(client: RegistryClient, repo: str, subject: ManifestData, report: Report) -> str:
+def attach_report(client: RegistryApi, repo: str, subject: ManifestData, report: Report) -> str:
     """Put the report artifact for *subject* (idempotent: same report → same manifest digest)."""
     manifest = artifact_manifest(
         artifact_type=REPORT_ARTIFACT_TYPE,
@@ -306,7 +296,7 @@ def attach_report(client: RegistryClient, repo: str, subject: ManifestData, repo
     return client.put_manifest(repo, tag, manifest)
 
 
-def attached_report_ok(client: RegistryClient, repo: str, digest: str) -> bool:
+def attached_report_ok(client: RegistryApi, repo: str, digest: str) -> bool:
     """True when ``sha256-<hex>.validation`` exists with *digest* as subject and a passed verdict."""
     tag = attestation_tag(digest)
     if client.manifest_digest(repo, tag) is None:
@@ -317,7 +307,7 @@ def attached_report_ok(client: RegistryClient, repo: str, digest: str) -> bool:
     return bool(subject.get("digest") == digest and verdict == "passed")
 
 
-def attached_report(client: RegistryClient, repo: str, digest: str) -> Report | None:
+def attached_report(client: RegistryApi, repo: str, digest: str) -> Report | None:
     """The passing report attached to *digest* in this registry (``sha256-<hex>.validation``), if any.
 
     This is the evidence a rerun uses when the ``--reports`` folders of the first run are gone (a fresh CI
@@ -337,7 +327,7 @@ def attached_report(client: RegistryClient, repo: str, digest: str) -> Report | 
     return report if report.digest == digest and report.passed else None
 
 
-def publish_index(client: RegistryClient, repo: str, body: bytes) -> str:
+def publish_index(client: RegistryApi, repo: str, body: bytes) -> str:
     """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes)."""
     manifest = artifact_manifest(
         artifact_type=INDEX_ARTIFACT_TYPE,
@@ -358,7 +348,7 @@ def publish_index(client: RegistryClient, repo: str, body: bytes) -> str:
 
 
 def _candidate_digests(
-    cell: ReleaseCell, clients: dict[str, RegistryClient]
+    cell: ReleaseCell, clients: dict[str, RegistryApi]
 ) -> tuple[dict[str, str | None], list[str]]:
     found: dict[str, str | None] = {}
     errors: list[str] = []
@@ -374,10 +364,10 @@ def _candidate_digests(
 def release_cell(
     cell: ReleaseCell,
     reports: Sequence[Report],
-    clients: dict[str, RegistryClient],
+    clients: dict[str, RegistryApi],
     *,
     dry_run: bool,
-    client_for: Callable[[RegistryTarget], RegistryClient] | None = None,
+    client_for: Callable[[Registry], RegistryApi] | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
     res = CellResult(cell=cell.id, tag=cell.tag)
@@ -453,7 +443,7 @@ def release_cell(
     report = max(passing, key=lambda r: r.date)
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
-    def promote(t: RegistryTarget) -> tuple[list[str], str | None, str | None]:
+    def promote(t: Registry) -> tuple[list[str], str | None, str | None]:
         """(steps, digest the tag now resolves to, error) for one registry; its own clients when parallel."""
         c = clients[t.name] if client_for is None else client_for(t)
         src = clients[source.name] if client_for is None else client_for(source)
@@ -524,7 +514,7 @@ def index_entry(
         cell=cell.id,
         digest=result.digest,
         registries=tuple(
-            RegistryCopy(name=t.name, kind=t.kind, reference=f"{t.image}:{cell.tag}", digest=result.digest)
+            RegistryCopy.parse(name=t.name, kind=t.kind, reference=t.ref(cell.tag), digest=result.digest)
             for t in cell.targets
             if result.registries.get(t.name) == result.digest
         ),
@@ -546,7 +536,7 @@ def index_entry(
 
 
 def _base_index(
-    index_file: Path, cells: Sequence[ReleaseCell], clients: dict[str, RegistryClient]
+    index_file: Path, cells: Sequence[ReleaseCell], clients: dict[str, RegistryApi]
 ) -> ReleaseIndex:
     """The index to extend: the file, else the artifact published in the first registry holding one."""
     if index_file.is_file():
@@ -575,10 +565,10 @@ def release_cells(
     reports: Sequence[Report],
     index_file: Path,
     dry_run: bool = False,
-    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
+    client_for: Callable[[Registry], RegistryApi] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
 ) -> Outcome:
-    clients: dict[str, RegistryClient] = {}
+    clients: dict[str, RegistryApi] = {}
     for cell in cells:
         for t in cell.targets:
             if t.name not in clients:
@@ -643,7 +633,7 @@ def release_matrix(
     dry_run: bool = False,
     index_file: Path,
     registries_file: Path | None = None,
-    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
+    client_for: Callable[[Registry], RegistryApi] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
     project: Project | None = None,
 ) -> Outcome:
@@ -673,7 +663,7 @@ def candidates(
     *,
     only: Sequence[str] = (),
     registries_file: Path | None = None,
-    client_for: Callable[[RegistryTarget], RegistryClient] = default_client,
+    client_for: Callable[[Registry], RegistryApi] = default_client,
     project: Project | None = None,
 ) -> list[dict[str, Any]]:
     """Per cell: the candidate's digest and pinned reference in each registry (for imagesmith validate)."""

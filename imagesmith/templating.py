@@ -1,9 +1,13 @@
 """Pure templating: one cell of a plan → the files of its build context (Jinja2, StrictUndefined).
 
 Per cell: ``Dockerfile``, ``requirements.txt`` (every runtime pin), ``builder-requirements.txt`` (the
-nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``apt-mirror.sh``, ``mirror/*`` when the
-run-time mirror profile is not ``none``, and a README in each of ``sources/``, ``wheels/``, ``certs/`` — the
-folders the build step fills from its caches.
+nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``<OS family>-mirror.sh`` (the OS
+family's mirror script, ``apt-mirror.sh``), ``mirror/*`` when the run-time mirror profile is not ``none``, and
+a README in each of ``sources/``, ``wheels/``, ``certs/`` — the folders the build step fills from its caches.
+
+The Dockerfile is a skeleton (``templates/Dockerfile.j2``) plus one fragment per fragment folder
+(:data:`FRAGMENT_FOLDERS`: OS family, nccl-tests toolkit, Python source, torch source, flavor), picked by the
+cell's value; a value with no fragment is a :class:`~imagesmith.errors.RenderError` naming the ones there are.
 
 :func:`render_cell_files` returns ``{relative path: text}`` and touches nothing. The planner fingerprints a
 cell over this output; :mod:`imagesmith.render` writes and checks it on disk.
@@ -19,6 +23,7 @@ from typing import Any, Final
 import jinja2
 
 from imagesmith import compat
+from imagesmith.compat import OsFamily
 from imagesmith.errors import RenderError
 from imagesmith.matrix import MIRROR_PROFILES
 from imagesmith.model import NCCL_TESTS_BIN, Cell
@@ -27,6 +32,16 @@ TEMPLATES_PACKAGE: Final[tuple[str, str]] = ("imagesmith", "templates")
 HEADER: Final[str] = "GENERATED — do not edit; run `imagesmith render`"
 #: Folders of a build context that the build step fills; only their rendered README belongs to the rendering.
 FILLED_AT_BUILD: Final[tuple[str, ...]] = ("sources", "wheels", "certs")
+#: The fragment folders of templates/ and what picks one: the Dockerfile skeleton (Dockerfile.j2) imports
+#: ``<folder>/<value>.j2``, *value* being the cell's field (for ``os``, the OS family of its base). A new
+#: value is one new fragment there; :func:`fragment_values` says which value each folder takes.
+FRAGMENT_FOLDERS: Final[dict[str, str]] = {
+    "os": "OS family",
+    "toolkit": "nccl_toolkit",
+    "python": "python_source",
+    "torch": "torch_source",
+    "flavor": "flavor",
+}
 
 
 def _environment() -> jinja2.Environment:
@@ -61,6 +76,48 @@ def _render(template: str, **context: object) -> str:
             hint="a template of this imagesmith installation is broken: reinstall imagesmith "
             "or fix the template",
         ) from None
+
+
+def fragments(folder: str) -> tuple[str, ...]:
+    """The values that have a fragment in ``templates/<folder>/`` (its ``*.j2`` names, sorted)."""
+    prefix = f"{folder}/"
+    return tuple(
+        sorted(
+            name.removeprefix(prefix).removesuffix(".j2")
+            for name in _env().list_templates(extensions=["j2"])
+            if name.startswith(prefix) and "/" not in name.removeprefix(prefix)
+        )
+    )
+
+
+def fragment_values(cell: Cell, family: OsFamily) -> dict[str, str]:
+    """The value that picks each fragment folder's fragment for *cell* (keys: :data:`FRAGMENT_FOLDERS`)."""
+    return {
+        "os": family.name,
+        "toolkit": cell.nccl_toolkit,
+        "python": cell.python_source,
+        "torch": cell.torch_source,
+        "flavor": cell.flavor,
+    }
+
+
+def _fragment_templates(cell: Cell, family: OsFamily) -> dict[str, str]:
+    """``{folder: "<folder>/<value>.j2"}`` for *cell*; a value with no fragment is one error naming those that
+    exist (never jinja's TemplateNotFound halfway through a render)."""
+    chosen: dict[str, str] = {}
+    for folder, value in fragment_values(cell, family).items():
+        known = fragments(folder)
+        if value not in known:
+            field, path = FRAGMENT_FOLDERS[folder], f"imagesmith/templates/{folder}/{value}.j2"
+            listed = ", ".join(known) or "none"
+            raise RenderError(
+                f"cell {cell.id}: {field} {value!r} has no Dockerfile fragment ({path}); "
+                f"the {folder} fragments are: {listed}",
+                hint=f"use one of {listed}, or add {path} defining the macros its sibling fragments define "
+                "(docs/architecture.md, Recipes)",
+            )
+        chosen[folder] = f"{folder}/{value}.j2"
+    return chosen
 
 
 def site_packages(cell: Cell) -> str:
@@ -105,6 +162,8 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
     context = {
         "cell": cell,
         "os_family": family,
+        "fragments": _fragment_templates(cell, family),
+        "mirror_script": f"{family.name}-mirror.sh",
         "build_mirror": build_mirror,
         "runtime_mirror": runtime_mirror,
         "build_apt_mirror": build_mirror.apt_root,
@@ -122,7 +181,7 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
     files = {
         "Dockerfile": _render("Dockerfile.j2", **context),
         "entrypoint.sh": _render("entrypoint.sh.j2", **context),
-        "apt-mirror.sh": _render("apt-mirror.sh", **context),
+        f"{family.name}-mirror.sh": _render("mirror.sh.j2", **context),
         "requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.pins),
         "builder-requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.builder_pins),
     }

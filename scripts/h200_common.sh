@@ -8,18 +8,24 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 PLAIN_ARGS=(-b 8 -e 1G -f 2 -g "$N" -c 1 -n 20 -w 5)
 HOST_NCCL_TESTS=/tmp/nccl-tests/build
 
+# the offline bundle made by `python scripts/gpu_host_bundle.py [--engine]` on a machine with network
+(cd .carry && sha256sum -c --quiet SHA256SUMS) || {
+    echo "the carried bundle (.carry/) is missing or damaged: run python scripts/gpu_host_bundle.py" >&2
+    exit 1
+}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .carry/whl/*.whl
-export PYTHONPATH="/tmp/site:$PWD"
+export PYTHONPATH="/tmp/site"
 NCCL_PKG="$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])')"
 
-# build_host_nccl_tests JOBS LOG: nccl-tests from .carry/nccl-tests.tar.gz (git archive of the pinned commit,
-# prefix nccl-tests/) for sm_90, against the host torch's NCCL, CUDA runtime static, into $HOST_NCCL_TESTS
+# build_host_nccl_tests JOBS LOG: nccl-tests from .carry/nccl-tests.tar (the pinned archive, `git archive` of the
+# commit with prefix nccl-tests-<commit>/) for sm_90, against the host torch's NCCL, CUDA runtime static, into
+# $HOST_NCCL_TESTS
 build_host_nccl_tests() {
     local jobs=$1 log=$2
     mkdir -p /tmp/nccl-home/lib
     ln -sfn "$NCCL_PKG/include" /tmp/nccl-home/include
     ln -sf "$NCCL_PKG/lib/libnccl.so.2" /tmp/nccl-home/lib/libnccl.so
-    rm -rf /tmp/nccl-tests && tar -xzf .carry/nccl-tests.tar.gz -C /tmp
+    rm -rf /tmp/nccl-tests /tmp/nccl-tests-* && tar -xf .carry/nccl-tests.tar -C /tmp && mv /tmp/nccl-tests-* /tmp/nccl-tests
     make -C /tmp/nccl-tests/src -j"$jobs" CUDA_HOME=/usr/local/cuda NCCL_HOME=/tmp/nccl-home \
         CUDARTLIB=cudart_static NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$HOST_NCCL_TESTS" \
         >"$log" 2>&1

@@ -3,8 +3,8 @@
 #
 #   bash scripts/h200_validate_host.sh OUTDIR [EXPECT_COUNT]
 #
-# Needs, carried in .carry/: nccl-tests.tar.gz (git archive of the pinned commit, prefix nccl-tests/) and whl/
-# (docker, pytest-testinfra, tenacity wheels for the host's Python). The host's own python3 (torch + NCCL) is used.
+# Needs .carry/ = the offline bundle of `python scripts/gpu_host_bundle.py` (imagesmith and its dependencies as
+# wheels for the host's Python, the pinned nccl-tests archive, SHA256SUMS). The host's own python3 (torch + NCCL).
 # Steps: build nccl-tests for sm_90 against torch's NCCL; capture nvidia-smi / topo outputs; run
 # `imagesmith validate local://` (timed; --expect-nvlink from 2 GPUs on); negative controls (--expect-count 8
 # where there are fewer; on one GPU also --expect-nvlink); with 2+ GPUs plain all_reduce_perf three times with the

@@ -10,7 +10,7 @@
 #      the GPUs through /dev/nvidia* + the read-only driver tree (no NVIDIA container toolkit there)
 #   5. negative control: the same image with --shm-size 64m, shm checks only
 #   6. plain all_reduce_perf (the suite's arguments, three rounds) in a container of the same image with the same
-#      flags, and on the host itself (nccl-tests built there in the background from .carry/nccl-tests.tar.gz,
+#      flags, and on the host itself (nccl-tests built there in the background from .carry/nccl-tests.tar,
 #      sm_90, against the host torch's NCCL); comparison.txt: suite busbw / plain busbw, suite wall time
 #
 #   bash scripts/h200_validate_image.sh OUTDIR [EXPECT_COUNT]

@@ -12,7 +12,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -83,7 +83,18 @@ def validate_command(
         300, "--nccl-timeout", min=5, help="Seconds before a round counts as hung."
     ),
     baseline: str | None = typer.Option(
-        None, "--baseline", help="report.json of a good run: busbw floor = 0.9×."
+        None,
+        "--baseline",
+        help="report.json of a good run on the same kind of host: its figures are the expected ones.",
+    ),
+    perf_fail_ratio: float = typer.Option(
+        0.80, "--perf-fail-ratio", min=0.01, max=1.5, help="Fail a figure below this × its expected value."
+    ),
+    perf_warn_ratio: float = typer.Option(
+        0.90, "--perf-warn-ratio", min=0.01, max=1.5, help="Warn below this × the expected value."
+    ),
+    perf_seconds: float = typer.Option(
+        0.4, "--perf-seconds", min=0.05, max=30, help="Seconds per bandwidth measure (matmul: 3×)."
     ),
     select: str | None = typer.Option(
         None, "-k", "--select", help="pytest -k expression: run only matching checks."
@@ -94,6 +105,7 @@ def validate_command(
     label: str | None = typer.Option(None, "--label", hidden=True),
     baseline_busbw: float | None = typer.Option(None, "--baseline-busbw", hidden=True),
     baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
+    baseline_figure: Annotated[list[str] | None, typer.Option("--baseline-figure", hidden=True)] = None,
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # imported here: pytest and the suite cost ~200 ms that other commands must not pay
@@ -124,8 +136,15 @@ def validate_command(
             int(env_shm),
             shm_min_source or "IMAGESMITH_SHM_MIN_BYTES (the image's need)",
         )
+    if perf_fail_ratio > perf_warn_ratio:
+        raise ConfigError(
+            f"--perf-fail-ratio {perf_fail_ratio:g} is above --perf-warn-ratio {perf_warn_ratio:g}",
+            hint="the fail band must be at or below the warn band: e.g. 0.8 and 0.9",
+        )
+    baseline_figures = _figures(baseline_figure or [])
     if baseline is not None:
-        baseline_busbw, baseline_source = load_baseline(Path(baseline))
+        found_busbw, baseline_source, baseline_figures = load_baseline(Path(baseline))
+        baseline_busbw = found_busbw if found_busbw is not None else baseline_busbw
     report_dir = report or _default_report_dir()
     _writable_report_dir(Path(report_dir))
     options = SuiteOptions(
@@ -144,6 +163,10 @@ def validate_command(
         nccl_timeout_s=nccl_timeout,
         baseline_busbw_gbps=baseline_busbw,
         baseline_source=baseline_source,
+        baseline_figures=baseline_figures,
+        perf_fail_ratio=perf_fail_ratio,
+        perf_warn_ratio=perf_warn_ratio,
+        perf_seconds=perf_seconds,
         ssh_config=str(Path(ssh_config).resolve()) if ssh_config else None,
         ssh_identity_file=str(Path(ssh_identity).resolve()) if ssh_identity else None,
     )
@@ -169,6 +192,26 @@ def validate_command(
             f"validation of {options.target_label} {data['verdict']}: {data['verdict_reason']}",
             hint=f"read {where}: every failure there says what to do",
         )
+
+
+def _figures(pairs: list[str]) -> dict[str, float]:
+    """``--baseline-figure NAME=VALUE``: how ``validate IMAGE`` hands a baseline to the suite in the image."""
+    from imagesmith.validate.expected import FIGURES
+
+    out: dict[str, float] = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if name not in FIGURES or not number > 0:
+            raise ConfigError(
+                f"--baseline-figure {pair!r}: expected NAME=VALUE with NAME one of {', '.join(FIGURES)}",
+                hint="e.g. --baseline-figure hbm_copy_gbps=4258",
+            )
+        out[name] = number
+    return out
 
 
 def register(app: typer.Typer) -> None:

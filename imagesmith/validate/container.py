@@ -23,7 +23,7 @@ from imagesmith.validate.parsers import parse_size
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from imagesmith.engine import BindMount, Engine, RunResult
+    from imagesmith.engine import BindMount, ContainerEngine, RunResult
     from imagesmith.validate.devices import GpuMode
 
 REPORT_MOUNT = "/imagesmith-report"
@@ -131,19 +131,26 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         str(options.nccl_timeout_s),
     ]
     if options.baseline_busbw_gbps:
-        argv += [
-            "--baseline-busbw",
-            str(options.baseline_busbw_gbps),
-            "--baseline-source",
-            options.baseline_source,
-        ]
+        argv += ["--baseline-busbw", str(options.baseline_busbw_gbps)]
+    for name, value in sorted(options.baseline_figures.items()):
+        argv += ["--baseline-figure", f"{name}={value:g}"]
+    if options.baseline_busbw_gbps or options.baseline_figures:
+        argv += ["--baseline-source", options.baseline_source]
+    argv += [
+        "--perf-fail-ratio",
+        f"{options.perf_fail_ratio:g}",
+        "--perf-warn-ratio",
+        f"{options.perf_warn_ratio:g}",
+        "--perf-seconds",
+        f"{options.perf_seconds:g}",
+    ]
     if select:
         argv += ["-k", select]
     return argv
 
 
 def run_with_plan(
-    engine: Engine,
+    engine: ContainerEngine,
     image: str,
     command: Sequence[str],
     plan: ImageRunPlan,
@@ -198,7 +205,7 @@ def run_in_image(
 ) -> dict[str, Any]:
     from imagesmith.engine import BindMount, Engine
 
-    engine = Engine()
+    engine: ContainerEngine = Engine()
     config = engine.inspect(image)
     if config is None:
         raise ConfigError(

@@ -56,6 +56,12 @@ class SuiteOptions:
     nccl_timeout_s: int = 300
     baseline_busbw_gbps: float | None = None
     baseline_source: str = ""
+    #: per-GPU figures of a healthy host of this kind (``--baseline`` report, ``--baseline-from`` index):
+    #: hbm_copy_gbps, matmul_tflops, h2d_gbps, d2h_gbps → value; they win over imagesmith/data/perf.toml
+    baseline_figures: dict[str, float] = field(default_factory=dict)
+    perf_fail_ratio: float = 0.80
+    perf_warn_ratio: float = 0.90
+    perf_seconds: float = 0.4
     command_timeout_s: int = 300
     ssh_config: str | None = None
     ssh_identity_file: str | None = None

@@ -130,6 +130,20 @@ def topology_floor(topo: TopoMatrix) -> Floor:
     return Floor(gbps=PCIE_FLOORS[worst_link], basis=f"topology: weakest path {worst_link} (PCIe)")
 
 
+def weakest_link(topo: TopoMatrix) -> str | None:
+    """The weakest GPU-to-GPU path: ``NV18`` when every pair is NVLink (the fewest links), else the worst PCIe
+    path (``SYS`` worse than ``NODE``, ``PHB``, ``PXB``, ``PIX``); None with one GPU."""
+    pairs = topo.gpu_pairs()
+    if not pairs:
+        return None
+    nv = [TopoMatrix.nvlink_count(link) for _, _, link in pairs]
+    if all(n is not None for n in nv):
+        return f"NV{min(n for n in nv if n is not None)}"
+    order = ("SYS", "SOC", "NODE", "PHB", "PXB", "PIX")
+    found = {link for _, _, link in pairs}
+    return next((link for link in order if link in found), sorted(found)[0])
+
+
 def spread(values: list[float]) -> float:
     """(max − min) / max, 0 for fewer than two values."""
     if len(values) < 2 or max(values) <= 0:

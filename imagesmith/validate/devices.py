@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from imagesmith.engine import BindMount, Engine, GpuRequest
+from imagesmith.engine import BindMount, ContainerEngine, GpuRequest
 from imagesmith.errors import EngineError
 
 GpuMode = Literal["auto", "toolkit", "devices"]
@@ -77,7 +77,7 @@ def nvidia_device_setup(
     return devices, mounts, env
 
 
-def gpu_access(engine: Engine, gpus: str | None, mode: GpuMode = "auto") -> GpuAccess:
+def gpu_access(engine: ContainerEngine, gpus: str | None, mode: GpuMode = "auto") -> GpuAccess:
     """What to pass to the engine for *gpus* (None: no GPU) in *mode* (auto: the toolkit when the engine
     has the ``nvidia`` runtime, else devices).
     """

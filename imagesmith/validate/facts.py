@@ -17,6 +17,8 @@ EXTRA_FIELDS = (
     ("mig.mode.current",),
     ("ecc.mode.current", "ecc.errors.uncorrected.volatile.total"),
     ("power.limit", "power.default_limit", "power.max_limit"),
+    ("retired_pages.pending",),
+    ("remapped_rows.pending", "remapped_rows.failure"),
 )
 
 
@@ -122,6 +124,9 @@ def gather_gpus(ctx: Context) -> GpuFacts:
                 power_limit_w=_num(get(i, "power.limit")),
                 power_default_w=_num(get(i, "power.default_limit")),
                 power_max_w=_num(get(i, "power.max_limit")),
+                retired_pages_pending=_na(get(i, "retired_pages.pending")),
+                remapped_rows_pending=_na(get(i, "remapped_rows.pending")),
+                remapped_rows_failure=_na(get(i, "remapped_rows.failure")),
             )
         )
     lst = ctx.run("nvidia-smi -L", timeout=60)

@@ -12,6 +12,7 @@ from typing import Any
 from imagesmith.errors import ParseError
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import spread
+from imagesmith.validate.expected import Bands, Expected, judge
 from imagesmith.validate.parsers import parse_nccl_log
 
 HANG_FIX = (
@@ -46,6 +47,9 @@ def run_allreduce_rounds(
     floor_gbps: float,
     floor_basis: str,
     torch_nccl_code: int | None,
+    expected: Expected | None = None,
+    bands: Bands | None = None,
+    link: str | None = None,
 ) -> None:
     """Run ``options.nccl_rounds`` rounds; record figures in *check*; fail (pytest) with what and fix."""
     o = ctx.options
@@ -102,9 +106,17 @@ def run_allreduce_rounds(
             problems.append(
                 f"round {i}: busbw {res.max_size_busbw:g} GB/s at {res.rows[-1].size} B is below the floor "
                 f"{floor_gbps:g} GB/s ({floor_basis})"
+                + (f" = {res.max_size_busbw / expected.value:.2f} × expected" if expected else "")
             )
     peaks = [r["max_size_busbw"] for r in rounds]
     check.figures["max_size_busbw_mean"] = sum(peaks) / len(peaks)
+    check.figures["link"] = link
+    verdict = judge(
+        "allreduce_busbw_gbps", f"{n} GPUs over {link or '?'}", min(peaks), expected, bands or Bands()
+    )
+    check.figures["judgement"] = verdict.to_json()
+    if verdict.verdict == "warn":
+        check.warnings.append(verdict.sentence() + " (weakest round)")
     check.figures["spread"] = spread(peaks)
     if spread(peaks) > 0.10:
         check.warnings.append(

@@ -146,6 +146,14 @@ def _status_icon(status: str) -> str:
     return {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}.get(status, status.upper() or "ERROR")
 
 
+#: the checks whose figures are judged against data/perf.toml (their "judgements" figure)
+PERF_CHECKS = (
+    "test_gpu_memory_bandwidth",
+    "test_host_device_bandwidth",
+    "test_matmul_throughput",
+)
+
+
 def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: TopoMatrix | None) -> str:
     L: list[str] = []
     L.append(f"# Validation: {report['verdict'].upper()}")
@@ -201,7 +209,30 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
                 + " | ".join(cells)
                 + f" | {topo.cpu_affinity.get(a, '')} | {topo.numa_affinity.get(a, '')} |"
             )
+    perf_rows = [
+        j
+        for name in PERF_CHECKS
+        for c in [_by_name(checks, name)]
+        if c is not None
+        for j in c.figures.get("judgements", [])
+    ]
     nccl = _by_name(checks, "test_nccl_allreduce")
+    if nccl and isinstance(nccl.figures.get("judgement"), dict):
+        perf_rows.append(nccl.figures["judgement"])
+    if perf_rows:
+        L.append("")
+        L.append("## Performance against a healthy host")
+        L.append("")
+        L.append("| where | figure | measured | expected | ratio | verdict | expected from |")
+        L.append("|---|---|---|---|---|---|---|")
+        for j in perf_rows:
+            exp = "none" if j.get("expected") is None else f"{j['expected']:.4g}"
+            ratio = "" if j.get("ratio") is None else f"{j['ratio']:.2f}"
+            src = f"{j.get('kind') or 'no baseline'}: {j.get('source', '')}".replace("|", "/")
+            L.append(
+                f"| {j.get('where')} | {j.get('figure')} | {j.get('measured', 0):.4g} | {exp} | {ratio} | "
+                f"{j.get('verdict')} | {src} |"
+            )
     rounds = nccl.figures.get("rounds", []) if nccl else []
     if rounds:
         f = nccl.figures if nccl else {}

@@ -25,7 +25,8 @@ from imagesmith.config import UserConfig
 from imagesmith.engine import Engine
 from imagesmith.errors import PushError
 from imagesmith.matrix import load_matrix
-from imagesmith.plan import Cell, RegistryTarget, build_plan
+from imagesmith.plan import Cell, build_plan
+from imagesmith.refs import Registry
 from imagesmith.registry import client_for
 from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
@@ -48,11 +49,8 @@ def test_build_args_apply_the_mirror_map_and_nothing_else() -> None:
     assert build_args(cell, UserConfig())["BASE_IMAGE"] == cell.base_image
 
 
-def _target(name: str, host: str, repo: str, *, insecure: bool) -> RegistryTarget:
-    image = f"{host}/{repo}"
-    return RegistryTarget(
-        name=name, host=host, image=image, ref=f"{image}:x", insecure=insecure, kind="generic"
-    )
+def _target(name: str, host: str, repo: str, *, insecure: bool) -> Registry:
+    return Registry(name=name, host=host, repository=repo, insecure=insecure, kind="generic")
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +69,7 @@ def auth_env(regs: LocalRegistries, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(k, v)
 
 
-def _fake_cell(targets: tuple[RegistryTarget, ...]) -> Cell:
+def _fake_cell(targets: tuple[Registry, ...]) -> Cell:
     fp = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
     return dataclasses.replace(_smoke_cell(), registries=targets, fingerprint=fp)
 
@@ -89,7 +87,7 @@ def _small_image(engine: Engine, tmp_path: Path, cell: Cell, size: int = 300_000
     return ref
 
 
-def _tags(target: RegistryTarget, cell: Cell) -> list[str]:
+def _tags(target: Registry, cell: Cell) -> list[str]:
     return sorted(client_for(target).list_tags(target.repo))
 
 

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import os
@@ -13,15 +12,7 @@ from pathlib import Path
 import pytest
 
 from imagesmith.errors import ManifestUnknownError, RegistryError
-from imagesmith.registry import (
-    MANIFEST_V2,
-    Credentials,
-    ManifestData,
-    RegistryClient,
-    copy_manifest,
-    lookup_credentials,
-    parse_challenge,
-)
+from imagesmith.registry import MANIFEST_V2, ManifestData, RegistryClient, copy_manifest
 from tests.localinfra import LocalRegistries, local_registries, temp_registry
 
 
@@ -68,52 +59,8 @@ def repo() -> str:
     return f"imagesmith-test/reg-{uuid.uuid4().hex[:10]}"
 
 
-# -- pure parts --------------------------------------------------------------------------------------------
-def test_parse_challenge_bearer_as_docker_hub_sends_it() -> None:
-    scheme, params = parse_challenge(
-        'Bearer realm="https://auth.docker.io/token",service="registry.docker.io",scope="repository:a/b:pull"'
-    )
-    assert scheme == "bearer"
-    assert params == {
-        "realm": "https://auth.docker.io/token",
-        "service": "registry.docker.io",
-        "scope": "repository:a/b:pull",
-    }
-
-
-def test_credentials_from_env_win_and_never_show_the_secret(tmp_path: Path) -> None:
-    env = {
-        "IMAGESMITH_REGISTRY_GHCR_IO_USERNAME": "bot",
-        "IMAGESMITH_REGISTRY_GHCR_IO_PASSWORD": "s3cr3t",
-        "DOCKER_CONFIG": str(tmp_path),
-    }
-    creds = lookup_credentials("ghcr.io", env)
-    assert creds is not None
-    assert (creds.username, creds.password) == ("bot", "s3cr3t")
-    assert "s3cr3t" not in repr(creds)
-
-
-def test_credentials_from_docker_config_auths(tmp_path: Path) -> None:
-    auth = base64.b64encode(b"alice:pw:with:colons").decode()
-    (tmp_path / "config.json").write_text(
-        json.dumps({"auths": {"https://index.docker.io/v1/": {"auth": auth}}})
-    )
-    creds = lookup_credentials("docker.io", {"DOCKER_CONFIG": str(tmp_path)})
-    assert creds is not None
-    assert (creds.username, creds.password) == ("alice", "pw:with:colons")
-
-
-def test_half_set_credentials_are_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(RegistryError, match="only one of IMAGESMITH_REGISTRY_GHCR_IO_USERNAME"):
-        lookup_credentials(
-            "ghcr.io", {"IMAGESMITH_REGISTRY_GHCR_IO_USERNAME": "x", "DOCKER_CONFIG": str(tmp_path)}
-        )
-
-
-def test_broken_docker_config_names_the_file(tmp_path: Path) -> None:
-    (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(RegistryError, match=r"config\.json is not valid JSON"):
-        lookup_credentials("ghcr.io", {"DOCKER_CONFIG": str(tmp_path)})
+# the pure parts (challenge parsing, credential lookup, the Bearer flow against a fake) are in
+# tests/unit/test_credentials.py and tests/unit/test_registry_auth.py
 
 
 # -- real registries ---------------------------------------------------------------------------------------
@@ -236,82 +183,3 @@ def test_registry_stopped_mid_copy_fails_clearly_and_tags_nothing(
         reg.start()
         assert reg.client().list_tags(repo) == []  # no tag points at a partial image
         assert reg.client().manifest_digest(repo, "final") is None
-
-
-class _BearerRegistry:
-    """A minimal HTTP server speaking the Docker Hub/ACR token dance (challenge → realm → Bearer token)."""
-
-    def __init__(self, user: str, password: str) -> None:
-        import http.server
-        import threading
-
-        expected = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
-        self.token_requests: list[dict[str, str]] = []
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                return None
-
-            def _send(
-                self, code: int, body: dict[str, object], headers: dict[str, str] | None = None
-            ) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self) -> None:
-                from urllib.parse import parse_qs, urlparse
-
-                url = urlparse(self.path)
-                if url.path == "/token":
-                    query = {k: v[0] for k, v in parse_qs(url.query).items()}
-                    outer.token_requests.append(query)
-                    if self.headers.get("Authorization") != expected:
-                        self._send(401, {"details": "bad credentials"})
-                        return
-                    self._send(200, {"token": "tok-" + query.get("scope", "")})
-                    return
-                want = "Bearer tok-repository:org/app:pull"
-                if self.headers.get("Authorization") != want:
-                    challenge = (
-                        f'Bearer realm="http://{outer.addr}/token",service="test-registry",'
-                        'scope="repository:org/app:pull"'
-                    )
-                    self._send(
-                        401,
-                        {"errors": [{"code": "UNAUTHORIZED", "message": "token needed"}]},
-                        {"WWW-Authenticate": challenge},
-                    )
-                    return
-                self._send(200, {"name": "org/app", "tags": ["1.0", "2.0"]})
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def test_bearer_token_flow_as_docker_hub_and_acr_do_it(tmp_path: Path) -> None:
-    reg = _BearerRegistry("robot", "token-secret")
-    try:
-        client = RegistryClient(
-            reg.addr, insecure=True, credentials=Credentials("robot", "token-secret"), attempts=1
-        )
-        assert client.list_tags("org/app") == ["1.0", "2.0"]
-        assert reg.token_requests == [{"service": "test-registry", "scope": "repository:org/app:pull"}]
-        bad = RegistryClient(reg.addr, insecure=True, credentials=Credentials("robot", "nope"), attempts=1)
-        with pytest.raises(RegistryError, match="token endpoint refused the credentials") as info:
-            bad.list_tags("org/app")
-        assert "nope" not in str(info.value)
-    finally:
-        reg.close()

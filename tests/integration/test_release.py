@@ -24,8 +24,8 @@ import pytest
 from imagesmith import compat
 from imagesmith.errors import ReleaseError
 from imagesmith.index import load_index
-from imagesmith.model import RegistryTarget
 from imagesmith.pick import fetch_index
+from imagesmith.refs import Registry
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient
 from imagesmith.release import (
     ReleaseCell,
@@ -123,7 +123,7 @@ def write_report(folder: Path, target: str, verdict: str, *, failed: str | None 
     return path
 
 
-def cell(cid: str, targets: tuple[RegistryTarget, ...]) -> ReleaseCell:
+def cell(cid: str, targets: tuple[Registry, ...]) -> ReleaseCell:
     return ReleaseCell(
         matrix="t",
         id=cid,
@@ -153,8 +153,8 @@ def repo() -> str:
 
 def clients_for(
     regs: LocalRegistries, extra: dict[str, TempRegistry] | None = None
-) -> Callable[[RegistryTarget], Any]:
-    def make(t: RegistryTarget) -> RegistryClient:
+) -> Callable[[Registry], Any]:
+    def make(t: Registry) -> RegistryClient:
         if t.host == regs.plain:
             return regs.plain_client(attempts=2, backoff=0.05)
         if t.host == regs.auth:
@@ -167,12 +167,10 @@ def clients_for(
     return make
 
 
-def targets(regs: LocalRegistries, repo: str) -> tuple[RegistryTarget, ...]:
+def targets(regs: LocalRegistries, repo: str) -> tuple[Registry, ...]:
     return (
-        RegistryTarget(
-            name="plain", kind="generic", host=regs.plain, image=f"{regs.plain}/{repo}", insecure=True
-        ),
-        RegistryTarget(name="tls", kind="generic", host=regs.auth, image=f"{regs.auth}/{repo}"),
+        Registry(name="plain", kind="generic", host=regs.plain, repository=repo, insecure=True),
+        Registry(name="tls", kind="generic", host=regs.auth, repository=repo),
     )
 
 
@@ -333,9 +331,7 @@ def test_interrupted_promotion_converges(
     write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
     tgts = (
         targets(regs, repo)[0],
-        RegistryTarget(
-            name="second", kind="generic", host=second.addr, image=f"{second.addr}/{repo}", insecure=True
-        ),
+        Registry(name="second", kind="generic", host=second.addr, repository=repo, insecure=True),
     )
     reports = collect_reports([tmp_path / "r"])
     index_file = tmp_path / "index.json"

@@ -12,8 +12,9 @@ import pytest
 
 from imagesmith.build import BuildOptions, build_cell, suite_digest
 from imagesmith.matrix import load_matrix
-from imagesmith.model import Cell, RegistryTarget
+from imagesmith.model import Cell
 from imagesmith.plan import build_plan
+from imagesmith.refs import Registry
 from imagesmith.registry import ManifestData
 from imagesmith.tags import candidate_tag, fingerprint_tag
 from tests.repo import PROJECT
@@ -67,8 +68,8 @@ def _staging_means_building(monkeypatch: pytest.MonkeyPatch) -> None:
 def cell() -> Cell:
     (plain,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells[:1]
     targets = (
-        RegistryTarget(name="one", host="r1.example", image="r1.example/team/torch", kind="generic"),
-        RegistryTarget(name="two", host="r2.example", image="r2.example/team/torch", kind="acr"),
+        Registry(name="one", host="r1.example", repository="team/torch", kind="generic"),
+        Registry(name="two", host="r2.example", repository="team/torch", kind="acr"),
     )
     return replace(plain, registries=targets)
 

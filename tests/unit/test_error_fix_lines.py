@@ -20,6 +20,7 @@ MODULES = [
     "imagesmith/scaffold.py",
     "imagesmith/sources.py",
     "imagesmith/distribution.py",
+    "imagesmith/credentials.py",
     "imagesmith/config.py",
     "imagesmith/lock.py",
     "imagesmith/render.py",

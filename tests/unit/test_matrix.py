@@ -9,13 +9,8 @@ from pathlib import Path
 import pytest
 
 from imagesmith.errors import MatrixError
-from imagesmith.matrix import (
-    expand_braces,
-    load_matrix,
-    matches,
-    parse_shm,
-    select,
-)
+from imagesmith.matrix import load_matrix, parse_shm, select
+from imagesmith.refs import expand_braces, matches
 from tests.repo import PROJECT, REPO
 
 MALFORMED_DIR = REPO / "tests" / "data" / "matrices"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from imagesmith.errors import ConfigError
-from imagesmith.refs import ImageRef, split_reference
+from imagesmith.refs import ImageRef, Registry, split_reference
 
 
 @pytest.mark.parametrize(
@@ -36,21 +36,13 @@ def test_every_parser_goes_through_refs() -> None:
     """engine tagging, the index's pinned references, pick's oci:// sources and a target's repository path."""
     from imagesmith.engine import split_tag
     from imagesmith.index import RegistryCopy
-    from imagesmith.model import RegistryTarget
     from imagesmith.pick import parse_oci_source
 
     assert split_tag("127.0.0.1:5000/a/b") == ("127.0.0.1:5000/a/b", "latest")
-    copy = RegistryCopy(name="r", reference="127.0.0.1:5000/t/torch:c", digest="sha256:" + "2" * 64)
+    copy = RegistryCopy.parse(name="r", reference="127.0.0.1:5000/t/torch:c", digest="sha256:" + "2" * 64)
     assert copy.pinned == "127.0.0.1:5000/t/torch@sha256:" + "2" * 64
     assert parse_oci_source("oci+http://127.0.0.1:5000/t/idx:v1") == ("127.0.0.1:5000", "t/idx", "v1", True)
     assert parse_oci_source("oci://ghcr.io/acme/torch")[2] == "release-index"
-    target = RegistryTarget(
-        name="hub",
-        host="docker.io",
-        image="docker.io/torch",
-        ref="docker.io/torch:x",
-        insecure=False,
-        kind="dockerhub",
-    )
+    target = Registry(name="hub", host="docker.io", repository="torch", kind="dockerhub")
     # Docker Hub's official-image namespace, as the registry API wants
     assert target.repo == "library/torch"

@@ -43,7 +43,14 @@ def test_gpu_inventory(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> Non
 
 def test_ecc_errors(check: CheckRecord, gpus: list[Gpu]) -> None:
     check.figures["ecc"] = {
-        g.index: {"mode": g.ecc_mode, "uncorrected_volatile": g.ecc_uncorrected} for g in gpus
+        g.index: {
+            "mode": g.ecc_mode,
+            "uncorrected_volatile": g.ecc_uncorrected,
+            "retired_pages_pending": g.retired_pages_pending,
+            "remapped_rows_pending": g.remapped_rows_pending,
+            "remapped_rows_failure": g.remapped_rows_failure,
+        }
+        for g in gpus
     }
     bad = [g for g in gpus if g.ecc_uncorrected]
     off = [g for g in gpus if g.ecc_mode == "Disabled"]
@@ -54,6 +61,27 @@ def test_ecc_errors(check: CheckRecord, gpus: list[Gpu]) -> None:
             "uncorrected ECC errors since the driver loaded: "
             + ", ".join(f"GPU {g.index}: {g.ecc_uncorrected}" for g in bad),
             "the memory of these GPUs is failing: ask the provider for another machine (do not train on it)",
+        )
+    failed = [g for g in gpus if (g.remapped_rows_failure or "").lower() == "yes"]
+    if failed:
+        fail(
+            "row remapping failed on GPU "
+            + ", ".join(f"{g.index} ({g.name})" for g in failed)
+            + ": its memory has more bad rows than it can spare",
+            "this GPU must be replaced: ask the provider for another machine",
+        )
+    pending = []
+    for g in gpus:
+        if (g.remapped_rows_pending or "").lower() == "yes":
+            pending.append(f"{g.index} (rows to remap)")
+        elif (g.retired_pages_pending or "").lower() == "yes":
+            pending.append(f"{g.index} (pages to retire)")
+    if pending:
+        fail(
+            "memory repairs are pending on GPU "
+            + ", ".join(pending)
+            + ": the bad memory stays in use until the GPU is reset",
+            "ask the provider to reset these GPUs (nvidia-smi -r, or a reboot) before you train",
         )
 
 

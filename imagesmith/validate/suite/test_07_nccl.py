@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from imagesmith.validate.context import CheckRecord, Context, fail
-from imagesmith.validate.criteria import Gpu, topology_floor
+from imagesmith.validate.criteria import Gpu, topology_floor, weakest_link
+from imagesmith.validate.expected import Bands, Expected, allreduce_expected
 from imagesmith.validate.nccl import ld_prefix, run_allreduce_rounds
 from imagesmith.validate.parsers import P2PMatrix, TopoMatrix
 
@@ -100,14 +101,23 @@ def test_nccl_allreduce(
     topology: tuple[TopoMatrix, P2PMatrix | None],
 ) -> None:
     o = ctx.options
-    if o.baseline_busbw_gbps:
-        floor_gbps, basis = (
-            0.9 * o.baseline_busbw_gbps,
-            f"0.9 × baseline {o.baseline_busbw_gbps:g} GB/s ({o.baseline_source})",
-        )
+    link = weakest_link(topology[0])
+    expected = (
+        Expected(value=o.baseline_busbw_gbps, kind="baseline", source=o.baseline_source or "--baseline")
+        if o.baseline_busbw_gbps
+        else allreduce_expected(multi_gpus[0], len(multi_gpus), link)
+    )
+    if expected is not None:
+        floor_gbps = o.perf_fail_ratio * expected.value
+        basis = f"{o.perf_fail_ratio:g} × expected {expected.value:g} GB/s ({expected.source})"
     else:
         f = topology_floor(topology[0])
-        floor_gbps, basis = f.gbps, f.basis
+        floor_gbps = f.gbps
+        basis = (
+            f"{f.basis}; no baseline for {len(multi_gpus)}× {multi_gpus[0].name} over {link} in "
+            "imagesmith/data/perf.toml (pass --baseline or --baseline-from for a precise gate)"
+        )
+        check.figures["no_baseline"] = basis
     run_allreduce_rounds(
         ctx,
         check,
@@ -117,4 +127,7 @@ def test_nccl_allreduce(
         floor_gbps=floor_gbps,
         floor_basis=basis,
         torch_nccl_code=versions.get("nccl_code"),
+        expected=expected,
+        bands=Bands(fail_ratio=o.perf_fail_ratio, warn_ratio=o.perf_warn_ratio),
+        link=link,
     )

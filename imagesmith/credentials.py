@@ -1,0 +1,470 @@
+"""Registry credentials: one chain per registry, chosen by the registry's ``kind``.
+
+The chain asks its providers in order and takes the first answer:
+
+1. **environment** — ``IMAGESMITH_REGISTRY_<HOST>_USERNAME`` / ``_PASSWORD`` (``<HOST>``: the host
+   upper-cased, every other character turned into ``_``). Explicit: never replaced by a refresh.
+2. **docker config** — ``$DOCKER_CONFIG/config.json`` (else ``~/.docker/config.json``): ``auths`` entries
+   (what ``docker login`` writes), then the ``credHelpers`` entry of the host or the ``credsStore``
+   (``docker-credential-<name> get``).
+3. **token command** (kinds ``ecr`` and ``acr`` only, or a ``generic`` registry whose host is an ECR / Azure
+   host): a short-lived password from the cloud's CLI, cached in the process until shortly before it expires:
+
+   - ``ecr``: ``aws ecr get-login-password --region REGION`` (region from
+     ``ACCOUNT.dkr.ecr[-fips].REGION.amazonaws.com[.cn]``; ``public.ecr.aws``:
+     ``aws ecr-public get-login-password --region us-east-1``), username ``AWS``, valid 12 h;
+   - ``acr`` (Azure, ``NAME.azurecr.io``): ``az acr login --name NAME --expose-token --output tsv --query
+     accessToken``, username ``00000000-0000-0000-0000-000000000000``, valid about 3 h (the token's own
+     ``exp`` when it carries one).
+
+A result carries where it came from (``origin``, shown in errors) and, for token commands, when it expires.
+:meth:`CredentialChain.refresh` gives a *different* secret after the registry refused one: the provider
+that gave it is asked again (a credential helper, a token command, bypassing its cache), then the providers
+after it — so a stale ``docker login`` of an ECR or ACR host is replaced by the token command when its program
+is installed. Environment credentials are never replaced: the refusal is reported as it is.
+
+A token command that is missing or fails is one :class:`~imagesmith.errors.RegistryError` naming the registry,
+the command and the fix. Secrets never reach argv, reprs, logs or messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from imagesmith.errors import RegistryError
+
+DOCKER_HUB_API = "registry-1.docker.io"
+DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
+#: refresh a token this long before it expires (a build's push and copies take minutes)
+EXPIRY_MARGIN_S = 300.0
+ECR_USERNAME = "AWS"
+ECR_VALID_S = 12 * 3600.0
+ACR_USERNAME = "00000000-0000-0000-0000-000000000000"
+ACR_VALID_S = 3 * 3600.0
+_ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr(-fips)?\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
+_ECR_PUBLIC_HOST = "public.ecr.aws"
+_ACR_HOST = re.compile(r"^([a-z0-9]+)\.azurecr\.io$")
+_TOKEN_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Username + secret. The repr never shows the secret.
+
+    ``origin`` says where they came from (named in errors); ``provider`` is the chain's provider that gave
+    them (empty for credentials handed over directly: those are never refreshed); ``expires_at`` is a
+    ``time.time()`` instant for short-lived tokens, else ``None``.
+    """
+
+    username: str
+    password: str = field(repr=False)
+    origin: str = "environment"
+    provider: str = field(default="", compare=False)
+    expires_at: float | None = field(default=None, compare=False)
+
+    def basic(self) -> str:
+        raw = f"{self.username}:{self.password}".encode()
+        return "Basic " + base64.b64encode(raw).decode()
+
+    def expired(self, now: float | None = None, margin: float = EXPIRY_MARGIN_S) -> bool:
+        if self.expires_at is None:
+            return False
+        return (time.time() if now is None else now) >= self.expires_at - margin
+
+
+def env_key(host: str) -> str:
+    """``127.0.0.1:5443`` → ``127_0_0_1_5443``: the host part of the credential variables' names."""
+    return re.sub(r"[^A-Z0-9]", "_", host.upper())
+
+
+def credential_env_names(host: str) -> tuple[str, str]:
+    key = env_key(host)
+    return f"IMAGESMITH_REGISTRY_{key}_USERNAME", f"IMAGESMITH_REGISTRY_{key}_PASSWORD"
+
+
+def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    base = Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else Path.home() / ".docker"
+    return base / "config.json"
+
+
+def _config_keys(host: str) -> list[str]:
+    if host in ("docker.io", "index.docker.io", DOCKER_HUB_API):
+        return [DOCKER_HUB_CONFIG_KEY, "docker.io", "index.docker.io", DOCKER_HUB_API]
+    return [host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"]
+
+
+# -- providers -----------------------------------------------------------------------------------------------
+class CredentialProvider(Protocol):
+    """One source of credentials for a host. ``fresh`` bypasses a cache (after the registry refused)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def get(self, host: str, *, fresh: bool = False) -> Credentials | None: ...
+
+    def available(self) -> bool:
+        """False when asking would only fail for want of a program (a refresh then skips this provider)."""
+        ...
+
+
+@dataclass(frozen=True)
+class EnvironmentProvider:
+    """``IMAGESMITH_REGISTRY_<HOST>_USERNAME`` / ``_PASSWORD``; both or neither."""
+
+    env: Mapping[str, str] | None = None
+    name: str = "environment"
+
+    def available(self) -> bool:
+        return True
+
+    def get(self, host: str, *, fresh: bool = False) -> Credentials | None:
+        env = os.environ if self.env is None else self.env
+        user_var, pass_var = credential_env_names(host)
+        if not (env.get(user_var) or env.get(pass_var)):
+            return None
+        if not (env.get(user_var) and env.get(pass_var)):
+            raise RegistryError(
+                f"registry {host}: only one of {user_var} / {pass_var} is set", hint="set both or neither"
+            )
+        return Credentials(env[user_var], env[pass_var], origin=f"${user_var}", provider=self.name)
+
+
+@dataclass(frozen=True)
+class DockerConfigProvider:
+    """The docker config: ``auths`` entries, then the host's ``credHelpers`` entry or the ``credsStore``."""
+
+    env: Mapping[str, str] | None = None
+    name: str = "docker config"
+
+    def available(self) -> bool:
+        return True
+
+    def get(self, host: str, *, fresh: bool = False) -> Credentials | None:
+        path = docker_config_path(self.env)
+        if not path.is_file():
+            return None
+        try:
+            cfg = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise RegistryError(
+                f"docker config {path} is not valid JSON ({exc})", hint="fix or remove it"
+            ) from exc
+        keys = _config_keys(host)
+        helpers = cfg.get("credHelpers", {})
+        helper = next((helpers.get(k) for k in keys if helpers.get(k)), None)
+        for key in keys:
+            entry = cfg.get("auths", {}).get(key)
+            if not isinstance(entry, dict):
+                continue
+            if entry.get("auth"):
+                try:
+                    user, _, secret = base64.b64decode(entry["auth"]).decode().partition(":")
+                except (ValueError, UnicodeDecodeError) as exc:
+                    raise RegistryError(
+                        f"docker config {path}: auths[{key!r}].auth is not base64 of user:password",
+                        hint=f"run `docker login {host}` again",
+                    ) from exc
+                return Credentials(user, secret, origin=f"{path} auths[{key}]", provider=self.name)
+            if entry.get("username") and entry.get("password"):
+                return Credentials(
+                    entry["username"], entry["password"], origin=f"{path} auths[{key}]", provider=self.name
+                )
+        helper = helper or cfg.get("credsStore")
+        if helper:
+            return _from_helper(str(helper), host, path, self.name)
+        return None
+
+
+def _from_helper(helper: str, host: str, config: Path, provider: str) -> Credentials | None:
+    program = f"docker-credential-{helper}"
+    server = DOCKER_HUB_CONFIG_KEY if host in ("docker.io", DOCKER_HUB_API) else host
+    try:
+        proc = subprocess.run(
+            [program, "get"], input=server, capture_output=True, text=True, timeout=30, check=False
+        )
+    except FileNotFoundError as exc:
+        raise RegistryError(
+            f"docker config {config} names credential helper {helper!r}, but {program} is not installed",
+            hint=f"install {program} or set IMAGESMITH_REGISTRY_{env_key(host)}_USERNAME/_PASSWORD",
+        ) from exc
+    except subprocess.TimeoutExpired as exc:
+        raise RegistryError(
+            f"credential helper {program} did not answer for {host} within 30 s",
+            hint=f"check that {program} works (`echo {server} | {program} get`)",
+        ) from exc
+    if proc.returncode != 0:
+        return None  # helpers exit non-zero for "no credentials for this server"
+    try:
+        data = json.loads(proc.stdout)
+        return Credentials(data["Username"], data["Secret"], origin=program, provider=provider)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RegistryError(
+            f"credential helper {program} answered something that is not its JSON",
+            hint=f"check that {program} works (`echo {server} | {program} get`)",
+        ) from exc
+
+
+# token commands: one run per (program, argv) and process until shortly before the token expires
+_TOKENS: dict[tuple[str, ...], Credentials] = {}
+_TOKENS_LOCK = threading.Lock()
+
+
+def clear_token_cache() -> None:
+    """Forget every cached token (tests; a long-lived process that changed cloud accounts)."""
+    with _TOKENS_LOCK:
+        _TOKENS.clear()
+
+
+@dataclass(frozen=True)
+class TokenCommandProvider:
+    """A cloud CLI that prints a short-lived registry password on stdout (ECR, ACR).
+
+    *argv* is run as it is (no shell), in the process environment; the secret is read from stdout only.
+    *problem* (set when the command cannot be formed for this host) is raised instead of running anything.
+    """
+
+    registry: str  # "registry NAME (HOST)", for messages
+    host: str
+    argv: tuple[str, ...]
+    username: str
+    valid_s: float
+    install_hint: str
+    login_hint: str
+    problem: str = ""
+    name: str = "token command"
+
+    @property
+    def command(self) -> str:
+        return " ".join(self.argv)
+
+    def _fallback(self) -> str:
+        user_var, pass_var = credential_env_names(self.host)
+        return f"or set {user_var} and {pass_var}, or `docker login {self.host}`"
+
+    def available(self) -> bool:
+        return not self.problem and shutil.which(self.argv[0]) is not None
+
+    def get(self, host: str, *, fresh: bool = False) -> Credentials | None:
+        if self.problem:
+            raise RegistryError(f"{self.registry}: {self.problem}", hint=self._fallback())
+        exe = shutil.which(self.argv[0])
+        if exe is None:
+            raise RegistryError(
+                f"{self.registry}: no credentials are configured and `{self.command}` cannot run: "
+                f"{self.argv[0]} is not installed (not on PATH)",
+                hint=f"{self.install_hint}, {self._fallback()}",
+            )
+        key = (exe, *self.argv[1:])
+        with _TOKENS_LOCK:
+            cached = _TOKENS.get(key)
+            if cached is not None and not fresh and not cached.expired():
+                return cached
+            creds = self._run(exe)
+            _TOKENS[key] = creds
+            return creds
+
+    def _run(self, exe: str) -> Credentials:
+        try:
+            proc = subprocess.run(
+                [exe, *self.argv[1:]],
+                capture_output=True,
+                text=True,
+                timeout=_TOKEN_TIMEOUT_S,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise RegistryError(
+                f"{self.registry}: `{self.command}` did not answer within {_TOKEN_TIMEOUT_S} s",
+                hint=f"{self.login_hint}, {self._fallback()}",
+            ) from exc
+        except OSError as exc:
+            raise RegistryError(
+                f"{self.registry}: `{self.command}` could not be started ({exc.strerror or exc})",
+                hint=f"{self.install_hint}, {self._fallback()}",
+            ) from exc
+        secret = proc.stdout.strip()
+        if proc.returncode != 0 or not secret or len(secret.split()) != 1:
+            said = _last_lines(proc.stderr) or ("no password on stdout" if proc.returncode == 0 else "")
+            raise RegistryError(
+                f"{self.registry}: `{self.command}` failed (exit {proc.returncode})"
+                + (f": {said}" if said else ""),
+                hint=f"{self.login_hint}, {self._fallback()}",
+            )
+        now = time.time()
+        expires = _jwt_expiry(secret) or now + self.valid_s
+        return Credentials(
+            self.username, secret, origin=f"`{self.command}`", provider=self.name, expires_at=expires
+        )
+
+
+def _last_lines(text: str, keep: int = 3) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return " | ".join(lines[-keep:])[:500]
+
+
+def _jwt_expiry(token: str) -> float | None:
+    """The ``exp`` claim of a JWT (ACR's tokens are), else None; the signature is not checked (only dates)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        exp = payload.get("exp") if isinstance(payload, dict) else None
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+
+
+def ecr_region(host: str) -> str | None:
+    """``123456789012.dkr.ecr.eu-west-1.amazonaws.com`` → ``eu-west-1``; None for other hosts."""
+    m = _ECR_HOST.match(host.lower())
+    return m.group(3) if m else None
+
+
+def acr_name(host: str) -> str | None:
+    """``myreg.azurecr.io`` → ``myreg``; None for other hosts."""
+    m = _ACR_HOST.match(host.lower())
+    return m.group(1) if m else None
+
+
+def ecr_provider(host: str, registry: str) -> TokenCommandProvider:
+    install = "install the AWS CLI v2 (`aws`)"
+    login = "check `aws sts get-caller-identity` (run `aws configure` or `aws sso login`, or set AWS_PROFILE)"
+    if host.lower() == _ECR_PUBLIC_HOST:
+        argv: tuple[str, ...] = ("aws", "ecr-public", "get-login-password", "--region", "us-east-1")
+        return TokenCommandProvider(registry, host, argv, ECR_USERNAME, ECR_VALID_S, install, login)
+    region = ecr_region(host)
+    argv = ("aws", "ecr", "get-login-password", "--region", region or "?")
+    problem = (
+        ""
+        if region
+        else f"kind ecr, but host {host} is not ACCOUNT.dkr.ecr.REGION.amazonaws.com[.cn]: the region for "
+        "`aws ecr get-login-password` cannot be read from it"
+    )
+    return TokenCommandProvider(registry, host, argv, ECR_USERNAME, ECR_VALID_S, install, login, problem)
+
+
+def acr_provider(host: str, registry: str) -> TokenCommandProvider | None:
+    name = acr_name(host)
+    if name is None:
+        return None  # an ACR of another cloud (Aliyun), or a custom domain: no token command
+    argv: tuple[str, ...] = ("az", "acr", "login", "--name", name, "--expose-token")
+    argv += ("--output", "tsv", "--query", "accessToken")
+    install = "install the Azure CLI (`az`)"
+    login = f"run `az login` (an identity with AcrPull/AcrPush on {name})"
+    return TokenCommandProvider(registry, host, argv, ACR_USERNAME, ACR_VALID_S, install, login)
+
+
+def token_kind(host: str, kind: str) -> str:
+    """The kind whose token command applies: *kind*, or for ``generic`` the kind its host reveals."""
+    if kind not in ("", "generic"):
+        return kind
+    low = host.lower()
+    if ecr_region(low) or low == _ECR_PUBLIC_HOST:
+        return "ecr"
+    if acr_name(low):
+        return "acr"
+    return kind or "generic"
+
+
+# -- the chain -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CredentialChain:
+    """One registry's providers, in order: ``resolve`` takes the first answer, ``refresh`` replaces it."""
+
+    host: str
+    kind: str
+    providers: tuple[CredentialProvider, ...]
+
+    def resolve(self) -> Credentials | None:
+        for provider in self.providers:
+            creds = provider.get(self.host)
+            if creds is not None:
+                return creds
+        return None
+
+    def refresh(self, refused: Credentials) -> Credentials | None:
+        """Credentials with another secret than *refused* (refused by the registry, or expired); None when
+        there are none. Environment credentials and credentials given directly are never replaced."""
+        names = [p.name for p in self.providers]
+        if refused.provider not in names or refused.provider == EnvironmentProvider.name:
+            return None
+        start = names.index(refused.provider)
+        for i, provider in enumerate(self.providers[start:]):
+            if i > 0 and not provider.available():
+                continue  # a later token command that cannot run: keep the first refusal's message
+            creds = provider.get(self.host, fresh=True)
+            if creds is not None and (creds.username, creds.password) != (refused.username, refused.password):
+                return creds
+        return None
+
+    @property
+    def token_command(self) -> str | None:
+        """The token command of this chain (for hints), if any."""
+        for provider in self.providers:
+            if isinstance(provider, TokenCommandProvider) and not provider.problem:
+                return provider.command
+        return None
+
+
+def credential_chain(
+    host: str, kind: str = "generic", *, name: str | None = None, env: Mapping[str, str] | None = None
+) -> CredentialChain:
+    """The chain for a registry: environment, docker config, then the kind's token command (ecr, acr)."""
+    registry = f"registry {name} ({host})" if name and name != host else f"registry {host}"
+    providers: list[CredentialProvider] = [EnvironmentProvider(env), DockerConfigProvider(env)]
+    effective = token_kind(host, kind)
+    token: TokenCommandProvider | None = None
+    if effective == "ecr":
+        token = ecr_provider(host, registry)
+    elif effective == "acr":
+        token = acr_provider(host, registry)
+    if token is not None:
+        providers.append(token)
+    return CredentialChain(host, kind, tuple(providers))
+
+
+def lookup_credentials(host: str, env: Mapping[str, str] | None = None) -> Credentials | None:
+    """Credentials for *host* from the environment, else the docker config; ``None`` when there are none.
+
+    No token command: use :func:`credential_chain` with the registry's kind for that.
+    """
+    return CredentialChain(host, "generic", (EnvironmentProvider(env), DockerConfigProvider(env))).resolve()
+
+
+def auth_hint(host: str, kind: str, token_command: str | None = None) -> str:
+    """The fix line of an ``unauthorized`` answer: where credentials come from, and what expires."""
+    user_var, pass_var = credential_env_names(host)
+    base = f"set {user_var} and {pass_var}, or `docker login {host}`"
+    effective = token_kind(host, kind)
+    if effective == "ecr":
+        run = token_command or "aws ecr get-login-password --region REGION"
+        return (
+            base + f" — ECR passwords expire after 12 h; with nothing else set imagesmith runs `{run}` "
+            "(AWS CLI and an identity allowed to push/pull)"
+        )
+    if "aliyuncs.com" in host:
+        return (
+            base
+            + " — Aliyun ACR temporary passwords expire: set a fixed registry password in the ACR console"
+        )
+    if effective == "acr":
+        run = token_command or "az acr login --name NAME --expose-token"
+        return (
+            base + f" — ACR tokens expire after 3 h; with nothing else set imagesmith runs `{run}` "
+            "(Azure CLI after `az login`), or use a token/robot account"
+        )
+    return base

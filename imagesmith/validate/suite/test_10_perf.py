@@ -1,0 +1,188 @@
+"""Performance of each GPU against what a healthy board delivers (imagesmith/data/perf.toml, or a baseline):
+device-memory copy bandwidth, host↔device bandwidth for the PCIe link, sustained dense matmul, and the clock
+events nvidia-smi shows while that load runs. One GPU of eight that is slow is named with its figures.
+
+Each figure is judged by :func:`imagesmith.validate.expected.judge`: a baseline fails below 0.80 × and warns
+below 0.90 × (``--perf-fail-ratio``/``--perf-warn-ratio``); a datasheet estimate fails below half.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from imagesmith.validate.context import CheckRecord, Context, fail
+from imagesmith.validate.criteria import Gpu
+from imagesmith.validate.expected import (
+    Bands,
+    Expected,
+    Judgement,
+    clock_events,
+    gpu_expected,
+    judge,
+    link_expected,
+    match_device,
+    pcie_link,
+)
+from imagesmith.validate.facts import GpuFacts
+
+SLOW_FIX = (
+    "this host delivers less than a healthy one: check for other processes on the GPU (nvidia-smi), "
+    "power or clock limits and cooling, then show the report to the provider and ask for another machine"
+)
+
+
+@pytest.fixture(scope="module")
+def perf(ctx: Context, gpu_facts: GpuFacts) -> list[tuple[dict[str, Any], Gpu | None]]:
+    if not gpu_facts.visible:
+        pytest.skip(gpu_facts.reason)
+    o = ctx.options
+    data = ctx.probe_one("perf", f"{o.perf_seconds:g}", timeout=int(60 + 30 * o.perf_seconds * 8))
+    ctx.facts["perf"] = data
+    if data.get("error"):  # torch missing or CUDA not initialising: the CUDA checks fail with the reason
+        pytest.skip(f"the performance probe could not run: {data['error']}")
+    devices = data.get("devices") or []
+    if not devices:
+        pytest.skip("torch sees no CUDA device (the CUDA checks say why)")
+    broken = [d for d in devices if d.get("error")]
+    if broken:
+        fail(
+            "the performance probe failed on "
+            + "; ".join(f"cuda:{d['index']}: {d['error']}" for d in broken),
+            "a GPU that cannot run a copy or a matmul is broken: ask the provider for another machine",
+        )
+    return [(d, match_device(d, gpu_facts.gpus, i)) for i, d in enumerate(devices)]
+
+
+def _where(device: dict[str, Any], gpu: Gpu | None) -> str:
+    if gpu is None:
+        return f"cuda:{device['index']} ({device.get('name', '?')})"
+    return f"GPU {gpu.index} ({gpu.name})"
+
+
+def _expected(ctx: Context, figure: str, fallback: Expected | None) -> Expected | None:
+    value = ctx.options.baseline_figures.get(figure)
+    if value:
+        return Expected(value=value, kind="baseline", source=ctx.options.baseline_source or "--baseline")
+    return fallback
+
+
+def _verdict(
+    check: CheckRecord, judgements: list[Judgement], fix: str, extra: dict[str, str] | None = None
+) -> None:
+    check.figures["judgements"] = [j.to_json() for j in judgements]
+    missing = [j for j in judgements if j.verdict == "no-baseline"]
+    if missing:
+        check.figures["no_baseline"] = "; ".join(j.sentence() for j in missing)
+    for j in judgements:
+        if j.verdict == "warn":
+            check.warnings.append(j.sentence())
+    bad = [j for j in judgements if j.verdict == "fail"]
+    if bad:
+        notes = extra or {}
+        fail("; ".join(j.sentence() + notes.get(j.where, "") for j in bad), fix)
+
+
+def _bands(ctx: Context) -> Bands:
+    return Bands(fail_ratio=ctx.options.perf_fail_ratio, warn_ratio=ctx.options.perf_warn_ratio)
+
+
+def test_gpu_memory_bandwidth(
+    ctx: Context, check: CheckRecord, perf: list[tuple[dict[str, Any], Gpu | None]]
+) -> None:
+    out = [
+        judge(
+            "hbm_copy_gbps",
+            _where(d, g),
+            float(d["hbm_copy_gbps"]),
+            _expected(ctx, "hbm_copy_gbps", gpu_expected(g, "hbm_copy_gbps")),
+            _bands(ctx),
+        )
+        for d, g in perf
+    ]
+    _verdict(check, out, SLOW_FIX)
+
+
+def test_matmul_throughput(
+    ctx: Context, check: CheckRecord, perf: list[tuple[dict[str, Any], Gpu | None]]
+) -> None:
+    out = [
+        judge(
+            "matmul_tflops",
+            _where(d, g),
+            float(d["matmul_tflops"]),
+            _expected(ctx, "matmul_tflops", gpu_expected(g, "matmul_tflops")),
+            _bands(ctx),
+        )
+        for d, g in perf
+    ]
+    check.figures["dtype"] = sorted({str(d.get("matmul_dtype")) for d, _ in perf})
+    _verdict(check, out, SLOW_FIX)
+
+
+def test_host_device_bandwidth(
+    ctx: Context, check: CheckRecord, perf: list[tuple[dict[str, Any], Gpu | None]]
+) -> None:
+    out: list[Judgement] = []
+    links: dict[str, dict[str, int | None]] = {}
+    notes: dict[str, str] = {}
+    for d, g in perf:
+        where = _where(d, g)
+        link = pcie_link(d.get("pcie_samples") or [])
+        links[where] = link
+        expect = link_expected(link["gen_max"], link["width_max"])
+        if (link["gen"], link["width"]) != (link["gen_max"], link["width_max"]) and link["gen"]:
+            notes[where] = (
+                f" — the link runs at Gen{link['gen']} x{link['width']} under load, the slot allows "
+                f"Gen{link['gen_max']} x{link['width_max']}"
+            )
+        for figure in ("h2d_gbps", "d2h_gbps"):
+            out.append(judge(figure, where, float(d[figure]), _expected(ctx, figure, expect), _bands(ctx)))
+    check.figures["pcie_link"] = links
+    if any(not v["gen_max"] for v in links.values()):
+        errors = sorted({str(d.get("smi_error")) for d, _ in perf if d.get("smi_error")})
+        check.figures["pcie_link_unknown"] = "; ".join(errors) or "nvidia-smi printed no PCIe link figures"
+    _verdict(
+        check,
+        out,
+        "the GPU's PCIe link is slower than its slot allows (a riser, a Gen3 slot or a link trained at fewer "
+        "lanes): show the report to the provider; loading data and checkpoints will be slow",
+        notes,
+    )
+
+
+def test_clocks_under_load(check: CheckRecord, perf: list[tuple[dict[str, Any], Gpu | None]]) -> None:
+    rows: dict[str, Any] = {}
+    failing: list[str] = []
+    for d, g in perf:
+        where = _where(d, g)
+        samples = d.get("load_samples") or []
+        if not samples:
+            rows[where] = {"samples": 0, "why": d.get("smi_error") or "no nvidia-smi samples"}
+            continue
+        bad, odd = clock_events(samples)
+        clocks = [
+            int(s["clocks.sm"].split()[0]) for s in samples if s.get("clocks.sm", "").split()[0].isdigit()
+        ]
+        temps = [int(s["temperature.gpu"]) for s in samples if s.get("temperature.gpu", "").isdigit()]
+        rows[where] = {
+            "samples": len(samples),
+            "sm_clock_mhz_min": min(clocks) if clocks else None,
+            "sm_clock_mhz_max": max(clocks) if clocks else None,
+            "sm_clock_max_mhz": samples[-1].get("clocks.max.sm"),
+            "temperature_c_max": max(temps) if temps else None,
+            "power_draw": [s.get("power.draw") for s in samples][-3:],
+            "events": bad + odd,
+        }
+        if bad:
+            failing.append(f"{where}: {', '.join(bad)}")
+        for text in odd:
+            check.warnings.append(f"{where}: {text} under load")
+    check.figures["under_load"] = rows
+    if failing:
+        fail(
+            "GPUs slow themselves down under load: " + "; ".join(failing),
+            "a board that throttles in hardware is overheating or power-starved: ask the provider to check "
+            "cooling and power, or for another machine",
+        )

@@ -1,0 +1,416 @@
+"""build's push path — build, push once through the engine, copy through the registry API, verify, tag — with
+typed in-memory fakes behind the two seams (``ContainerEngine``, ``RegistryApi``): no dockerd, no registry.
+
+The fakes implement the whole protocols (mypy checks that with the module-level assignments below), so a
+build-path decision is tested against what the real engine and registries are asked, not against mocks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.build import FINGERPRINT_LABEL, BuildOptions, build_cell, suite_digest
+from imagesmith.credentials import Credentials
+from imagesmith.engine import (
+    BindMount,
+    BuildEvent,
+    BuildResult,
+    ContainerEngine,
+    Engine,
+    GpuRequest,
+    PushResult,
+    RunResult,
+    split_tag,
+)
+from imagesmith.errors import PushError
+from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
+from imagesmith.refs import Registry
+from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryApi
+from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
+from tests.repo import PROJECT
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class _Blob:
+    data: bytes
+
+    def iter_content(self, chunk_size: int) -> Iterator[bytes]:
+        for i in range(0, len(self.data), chunk_size):
+            yield self.data[i : i + chunk_size]
+
+    def __enter__(self) -> _Blob:
+        return self
+
+    def __exit__(self, *args: Any) -> None:
+        return None
+
+
+@dataclass
+class MemoryRegistry:
+    """One registry in memory: blobs and manifests by digest, tags; records the API calls that write."""
+
+    name: str
+    host: str
+    credentials: Credentials | None = None
+    fresh: Credentials | None = None
+    blobs: dict[str, bytes] = field(default_factory=dict)
+    manifests: dict[str, ManifestData] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    writes: list[str] = field(default_factory=list)
+    refreshes: int = 0
+
+    def ping(self) -> None:
+        return None
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        digest = reference if reference.startswith("sha256:") else self.tags.get(reference)
+        return digest if digest in self.manifests else None
+
+    def get_manifest(self, repo: str, reference: str) -> ManifestData:
+        digest = self.manifest_digest(repo, reference)
+        assert digest is not None, f"{self.name}: no manifest {reference}"
+        return self.manifests[digest]
+
+    def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:
+        for digest, _ in manifest.blobs():
+            assert digest in self.blobs, f"{self.name}: manifest put before its blob {digest}"
+        self.manifests[manifest.digest] = manifest
+        if not reference.startswith("sha256:"):
+            self.tags[reference] = manifest.digest
+        self.writes.append(f"manifest {reference}")
+        return manifest.digest
+
+    def delete_manifest(self, repo: str, digest: str) -> None:
+        self.manifests.pop(digest, None)
+
+    def list_tags(self, repo: str) -> list[str]:
+        return sorted(self.tags)
+
+    def blob_size(self, repo: str, digest: str) -> int | None:
+        return len(self.blobs[digest]) if digest in self.blobs else None
+
+    def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
+        return digest in self.blobs
+
+    def get_blob(self, repo: str, digest: str) -> _Blob:
+        return _Blob(self.blobs[digest])
+
+    def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None:
+        data = b"".join(chunks())
+        assert _sha(data) == digest
+        self.blobs[digest] = data
+        self.writes.append(f"blob {digest[:15]}")
+
+    def resolve_credentials(self) -> Credentials | None:
+        return self.credentials
+
+    def refresh_credentials(self, refused: Credentials) -> Credentials | None:
+        self.refreshes += 1
+        return self.fresh
+
+
+@dataclass
+class _Image:
+    id: str
+    labels: dict[str, str]
+    layer: bytes
+
+
+@dataclass
+class MemoryEngine:
+    """A container engine in memory: a build makes one image (its labels from the Dockerfile's LABEL lines),
+    a push uploads it into the :class:`MemoryRegistry` of the reference's host."""
+
+    registries: Mapping[str, MemoryRegistry]
+    backend: str = "memory"
+    images: dict[str, _Image] = field(default_factory=dict)
+    pushes: list[tuple[str, str | None]] = field(default_factory=list)  # (reference, password sent)
+    #: passwords a registry refuses (what an expired token looks like to the engine)
+    refused: frozenset[str] = frozenset()
+
+    def build(
+        self,
+        *,
+        context: Path,
+        tags: Sequence[str],
+        dockerfile: str = "Dockerfile",
+        build_args: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        target: str | None = None,
+        no_cache: bool = False,
+        on_event: Callable[[BuildEvent], None] | None = None,
+        what: str = "image",
+    ) -> BuildResult:
+        text = (context / dockerfile).read_text()
+        found = dict(re.findall(r'([\w.-]+)="([^"]*)"', text))
+        image = _Image(
+            id=_sha(text.encode()), labels={**found, **dict(labels or {})}, layer=f"layer of {what}".encode()
+        )
+        for tag in (image.id, *tags):
+            self.images[tag] = image
+        return BuildResult(image_id=image.id, backend=self.backend, steps=3, cached_steps=1, duration_s=0.0)
+
+    def push(
+        self,
+        reference: str,
+        *,
+        credentials: Credentials | None = None,
+        refresh: Callable[[Credentials], Credentials | None] | None = None,
+        registry_name: str | None = None,
+        attempts: int = 3,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> PushResult:
+        self.pushes.append((reference, credentials.password if credentials else None))
+        if credentials is not None and credentials.password in self.refused:
+            fresh = refresh(credentials) if refresh else None
+            if fresh is None:
+                raise PushError(f"push of {reference}: unauthorized", hint="check the credentials")
+            return self.push(reference, credentials=fresh, registry_name=registry_name)
+        image = self.images[reference]
+        repo, tag = split_tag(reference)
+        host, _, path = repo.partition("/")
+        registry = self.registries[host]
+        config = json.dumps({"config": {"Labels": image.labels}}).encode()
+        for blob in (config, image.layer):
+            registry.upload_blob(path, _sha(blob), lambda blob=blob: iter([blob]))  # type: ignore[misc]
+        body = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": OCI_MANIFEST,
+                "config": {"digest": _sha(config), "size": len(config)},
+                "layers": [{"digest": _sha(image.layer), "size": len(image.layer)}],
+            }
+        ).encode()
+        digest = registry.put_manifest(
+            path, tag, ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body))
+        )
+        return PushResult(
+            reference=reference,
+            digest=digest,
+            bytes_pushed=len(image.layer),
+            layers_pushed=1,
+            layers_existing=0,
+            duration_s=0.0,
+            pushed_ids=(_sha(image.layer)[7:19],),
+        )
+
+    def pull(
+        self,
+        reference: str,
+        *,
+        credentials: Credentials | None = None,
+        progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> str:
+        return self.images[reference].id
+
+    def inspect(self, reference: str) -> dict[str, Any] | None:
+        image = self.images.get(reference)
+        if image is None:
+            return None
+        return {
+            "Id": image.id,
+            "Size": len(image.layer),
+            "Config": {"Labels": dict(image.labels)},
+            "RootFS": {"Layers": [_sha(image.layer)]},
+        }
+
+    def labels(self, reference: str) -> dict[str, str]:
+        return dict(self.images[reference].labels)
+
+    def tag(self, source: str, reference: str) -> None:
+        self.images[reference] = self.images[source]
+
+    def remove(self, reference: str, *, force: bool = False) -> bool:
+        return self.images.pop(reference, None) is not None
+
+    def import_rootfs(self, tarball: Path, reference: str, changes: Sequence[str] = ()) -> str:
+        self.images[reference] = _Image(id=_sha(tarball.read_bytes()), labels={}, layer=tarball.read_bytes())
+        return self.images[reference].id
+
+    def container_state(self, name: str) -> str | None:
+        return None
+
+    def has_nvidia_runtime(self) -> bool:
+        return False
+
+    def run_container(
+        self,
+        image: str,
+        command: Sequence[str] | str | None = None,
+        *,
+        gpu_request: GpuRequest | None = None,
+        devices: Sequence[str] = (),
+        shm_size: str | None = None,
+        ulimits: Mapping[str, int | tuple[int, int]] | None = None,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[BindMount] = (),
+        ipc_mode: str | None = None,
+        network: str | None = None,
+        entrypoint: Sequence[str] | str | None = None,
+        user: str | None = None,
+        timeout_s: float = 600,
+    ) -> RunResult:
+        return RunResult(exit_code=0, output="", duration_s=0.0)
+
+
+# the fakes implement the seams (checked by mypy, as Engine and RegistryClient are in imagesmith/)
+_ENGINE_SEAM: type[ContainerEngine] = MemoryEngine
+_REGISTRY_SEAM: type[RegistryApi] = MemoryRegistry
+
+
+@pytest.fixture(autouse=True)
+def _stage_only_the_dockerfile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Staging fills sources/ and wheels/ from caches unit tests lack; the fake engine reads Dockerfile."""
+
+    def staged(cell: Cell, matrix: Any, config: Any, staging_root: Path, *args: Any, **kwargs: Any) -> Path:
+        dest = staging_root / cell.id
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy(PROJECT.path(cell.context) / "Dockerfile", dest / "Dockerfile")
+        return dest
+
+    monkeypatch.setattr("imagesmith.build.stage_context", staged)
+
+
+@pytest.fixture
+def cell() -> Cell:
+    from imagesmith.plan import build_plan
+
+    (plain,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells[:1]
+    targets = (
+        Registry(name="one", host="r1.example", repository="team/torch", kind="ecr"),
+        Registry(name="two", host="r2.example", repository="team/torch", kind="generic"),
+    )
+    return replace(plain, registries=targets)
+
+
+def _build(cell: Cell, engine: MemoryEngine, registries: dict[str, MemoryRegistry], tmp_path: Path) -> Any:
+    by_name = {r.name: r for r in registries.values()}
+    options = BuildOptions(push=True, project=PROJECT, client_for=lambda t: by_name[t.name])
+    return build_cell(cell, load_matrix("smoke", project=PROJECT), engine, options, tmp_path)
+
+
+def test_the_engine_pushes_once_and_the_api_copies_to_the_rest(cell: Cell, tmp_path: Path) -> None:
+    creds = Credentials("AWS", "token-1", origin="`aws ecr get-login-password`", provider="token command")
+    registries = {
+        "r1.example": MemoryRegistry("one", "r1.example", credentials=creds),
+        "r2.example": MemoryRegistry("two", "r2.example"),
+    }
+    engine = MemoryEngine(registries)
+    outcome = _build(cell, engine, registries, tmp_path)
+    suite = suite_digest()
+    assert outcome.status == "pushed"
+    # one engine push, to the first registry, under the staging tag, with that registry's own credentials
+    staging = f"r1.example/team/torch:{staging_tag(cell.fingerprint, suite)}"
+    assert engine.pushes == [(staging, "token-1")]
+    one, two = registries["r1.example"], registries["r2.example"]
+    assert engine.images[staging].labels[FINGERPRINT_LABEL] == cell.fingerprint
+    # the second registry got every blob through the API, then the manifest by digest, then the tags
+    assert outcome.bytes_copied_api == sum(len(b) for b in one.blobs.values())
+    assert two.blobs == one.blobs
+    assert two.writes[-3:] == [
+        f"manifest {outcome.digest}",
+        f"manifest {fingerprint_tag(cell.fingerprint, suite)}",
+        f"manifest {candidate_tag(cell)}",
+    ]
+    for registry in registries.values():
+        assert registry.tags[candidate_tag(cell)] == outcome.digest
+        assert registry.tags[fingerprint_tag(cell.fingerprint, suite)] == outcome.digest
+    assert staging_tag(cell.fingerprint, suite) not in two.tags  # the copy tags nothing by itself
+    assert outcome.bytes_pushed_engine == len(engine.images[staging].layer)
+
+
+def test_a_refused_push_token_is_refreshed_once_through_the_registry_seam(cell: Cell, tmp_path: Path) -> None:
+    stale = Credentials("AWS", "expired", provider="token command")
+    fresh = Credentials("AWS", "renewed", provider="token command")
+    registries = {
+        "r1.example": MemoryRegistry("one", "r1.example", credentials=stale, fresh=fresh),
+        "r2.example": MemoryRegistry("two", "r2.example"),
+    }
+    engine = MemoryEngine(registries, refused=frozenset({"expired"}))
+    outcome = _build(cell, engine, registries, tmp_path)
+    assert outcome.status == "pushed"
+    assert [password for _, password in engine.pushes] == ["expired", "renewed"]
+    assert registries["r1.example"].refreshes == 1
+
+
+# -- Engine.push itself: a fake docker API client (no dockerd) -----------------------------------------------
+class _FakeDockerApi:
+    """docker-py's low-level ``api.push``: a stream that refuses some passwords as dockerd relays it."""
+
+    def __init__(self, accept: str) -> None:
+        self.accept = accept
+        self.auths: list[str | None] = []
+
+    def push(
+        self, repo: str, *, tag: str, stream: bool, decode: bool, auth_config: Any
+    ) -> Iterator[dict[str, Any]]:
+        password = auth_config["password"] if auth_config else None
+        self.auths.append(password)
+        if password != self.accept:
+            yield {"errorDetail": {"message": "unauthorized: authentication required"}}
+            return
+        yield {"status": "Pushed", "id": "abc"}
+        yield {"status": f"{tag}: digest: sha256:{'d' * 64} size: 1"}
+
+
+class _FakeDockerClient:
+    def __init__(self, accept: str) -> None:
+        self.api = _FakeDockerApi(accept)
+
+
+def _engine(accept: str) -> tuple[Engine, _FakeDockerApi]:
+    engine = Engine.__new__(Engine)  # no dockerd: only the client the push path uses
+    client = _FakeDockerClient(accept)
+    engine.client = client  # type: ignore[assignment]
+    return engine, client.api
+
+
+def test_engine_push_refreshes_a_refused_token_once() -> None:
+    engine, api = _engine(accept="new")
+    calls: list[str] = []
+
+    def refresh(refused: Credentials) -> Credentials | None:
+        calls.append(refused.password)
+        return Credentials("AWS", "new")
+
+    result = engine.push("r.example/a/b:t", credentials=Credentials("AWS", "old"), refresh=refresh)
+    assert result.digest == "sha256:" + "d" * 64
+    assert api.auths == ["old", "new"]
+    assert calls == ["old"]
+
+
+def test_engine_push_never_loops_on_refusals() -> None:
+    engine, api = _engine(accept="never")
+    refreshed = iter(Credentials("AWS", f"new-{i}") for i in range(10))
+    with pytest.raises(PushError) as info:
+        engine.push(
+            "r.example/a/b:t",
+            credentials=Credentials("AWS", "old"),
+            refresh=lambda _: next(refreshed),
+            registry_name="one (r.example)",
+            attempts=3,
+        )
+    assert api.auths == ["old", "new-0"]
+    assert "registry one (r.example)" in str(info.value)
+    assert "new-0" not in str(info.value)
+
+
+def test_engine_push_without_refresh_reports_the_refusal() -> None:
+    engine, api = _engine(accept="never")
+    with pytest.raises(PushError, match="unauthorized"):
+        engine.push("r.example/a/b:t", credentials=Credentials("AWS", "old"))
+    assert api.auths == ["old"]
