@@ -2,8 +2,9 @@
 
 Pure: ``parse_index`` / ``dump_index`` turn JSON text into frozen dataclasses and back; ``load_index`` /
 ``save_index`` read and write one file. Nothing here imports a heavy module: ``imagesmith pick`` loads this on
-every run. The schema is documented in docs/release.md; every problem is reported as one ``ConfigError``
-naming the source, the field path (``images[2].min_driver.full``) and the fix.
+every run. The schema is documented in docs/release.md, its shape is :data:`imagesmith.schema.RELEASE_INDEX`
+(docs/schemas/release-index.schema.json); every problem is reported as one ``ConfigError`` naming the
+source, the field path (``images[2].min_driver.full``) and the fix.
 """
 
 from __future__ import annotations
@@ -11,26 +12,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from imagesmith import schema
 from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, RegistryError
 from imagesmith.refs import Registry, split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
-SCHEMA = "imagesmith.release-index/v1"
-
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DRIVER = re.compile(r"^\d{3}(\.\d{1,3}){1,2}$")
-_VERSION = re.compile(r"^\d+(\.\d+){1,3}$")
-_ARCH = re.compile(r"^\d{1,2}\.\d[af]?(\+PTX)?$")
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$")
-_SHM = re.compile(r"^\d+[kmgKMG]?$")
-_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+SCHEMA: Final[str] = schema.RELEASE_INDEX_SCHEMA
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,172 +126,123 @@ class ReleaseIndex:
         return replace(self, generated=generated, images=tuple(new[t] for t in sorted(new)))
 
 
-class _Reader:
-    """Typed access to a JSON tree that reports the first problem as a ConfigError naming source and path."""
+class _Reader(schema.Checker):
+    """Words the problems :data:`imagesmith.schema.RELEASE_INDEX` finds (and the reader's own) as one
+    ConfigError naming the index, the field path and the fix.
+    """
 
     def __init__(self, source: str) -> None:
-        self.source = source
+        super().__init__(source, ConfigError, docs="docs/release.md")
 
-    def fail(self, path: str, problem: str, fix: str) -> ConfigError:
-        where = f"{self.source}: {path}" if path else self.source
-        return ConfigError(f"release index {where}: {problem}", hint=fix)
+    def fail(
+        self, key: str, message: str, *, nearest: str | None = None, hint: str | None = None
+    ) -> ConfigError:
+        where = f"{self.source}: {key}" if key else self.source
+        return ConfigError(f"release index {where}: {message}", hint=hint or "see docs/release.md")
 
-    def obj(self, value: Any, path: str) -> Mapping[str, Any]:
-        if not isinstance(value, dict):
-            raise self.fail(path, f"expected an object, got {type(value).__name__}", "see docs/release.md")
-        return value
-
-    def keys(self, value: Mapping[str, Any], path: str, required: set[str], optional: set[str]) -> None:
-        missing = sorted(required - value.keys())
+    def keys(
+        self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]
+    ) -> None:
+        missing = sorted(set(required) - table.keys())
         if missing:
-            first = f"{path}.{missing[0]}" if path else missing[0]
-            raise self.fail(first, "missing", f"add {', '.join(missing)} (schema: docs/release.md)")
-        unknown = sorted(value.keys() - required - optional)
+            first = f"{prefix}.{missing[0]}" if prefix else missing[0]
+            raise self.fail(first, "missing", hint=f"add {', '.join(missing)} (schema: docs/release.md)")
+        unknown = sorted(table.keys() - set(allowed))
         if unknown:
-            first = f"{path}.{unknown[0]}" if path else unknown[0]
+            first = f"{prefix}.{unknown[0]}" if prefix else unknown[0]
             raise self.fail(
                 first,
                 "unknown field",
-                f"remove it or fix its spelling; known: {', '.join(sorted(required | optional))}",
+                hint=f"remove it or fix its spelling; known: {', '.join(sorted(allowed))}",
             )
 
-    def string(self, value: Any, path: str, pattern: re.Pattern[str] | None = None, what: str = "") -> str:
-        if not isinstance(value, str) or not value:
-            raise self.fail(path, f"expected a non-empty string, got {value!r}", "see docs/release.md")
-        if pattern is not None and not pattern.match(value):
-            raise self.fail(path, f"{value!r} is not {what or 'valid'}", f"write {what} (docs/release.md)")
-        return value
+    def wrong_type(self, spec: schema.Field, value: Any, key: str) -> ConfigError:
+        if spec.message:
+            return self.fail(key, spec.message.format(value=value), hint=spec.hint)
+        if spec.kind == "string":
+            what = "a non-empty string" if spec.min else "a string"
+            return self.fail(key, f"expected {what}, got {value!r}")
+        if spec.kind == "integer":
+            return self.fail(
+                key, f"expected a positive integer, got {value!r}", hint="write a count such as 8"
+            )
+        if spec.kind == "boolean":
+            return self.fail(key, f"expected true or false, got {value!r}", hint="write true or false")
+        what = "a list" if spec.kind == "array" else "an object"
+        return self.fail(key, f"expected {what}, got {type(value).__name__}")
 
-    def integer(self, value: Any, path: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(path, f"expected a positive integer, got {value!r}", "write a count such as 8")
-        return value
-
-    def boolean(self, value: Any, path: str) -> bool:
-        if not isinstance(value, bool):
-            raise self.fail(path, f"expected true or false, got {value!r}", "write true or false")
-        return value
-
-    def array(self, value: Any, path: str, *, nonempty: bool = True) -> list[Any]:
-        if not isinstance(value, list):
-            raise self.fail(path, f"expected a list, got {type(value).__name__}", "see docs/release.md")
-        if nonempty and not value:
-            raise self.fail(path, "is empty", "a released image needs at least one entry here")
-        return value
+    def too_small(self, spec: schema.Field, value: Any, key: str) -> ConfigError:
+        if spec.kind == "array":
+            return self.fail(key, "is empty", hint="a released image needs at least one entry here")
+        return self.wrong_type(spec, value, key)
 
 
-def _image(r: _Reader, raw: Any, path: str) -> ReleasedImage:
-    obj = r.obj(raw, path)
-    r.keys(
-        obj,
-        path,
-        {
-            "tag",
-            "matrix",
-            "cell",
-            "digest",
-            "registries",
-            "torch",
-            "torchvision",
-            "cuda",
-            "python",
-            "min_driver",
-            "arch",
-            "shm",
-            "validated_on",
-            "fingerprint",
-            "released",
-        },
-        {"platform"},
-    )
-    digest = r.string(obj["digest"], f"{path}.digest", _DIGEST, "a digest sha256:<64 hex>")
+def _image(r: _Reader, obj: Mapping[str, Any], path: str) -> ReleasedImage:
+    """One ``images[]`` entry that fits the schema; checks what one field says about another."""
+    digest = obj["digest"]
     regs: list[RegistryCopy] = []
-    for i, raw_reg in enumerate(r.array(obj["registries"], f"{path}.registries")):
+    for i, reg in enumerate(obj["registries"]):
         rp = f"{path}.registries[{i}]"
-        reg = r.obj(raw_reg, rp)
-        r.keys(reg, rp, {"name", "reference", "digest"}, {"kind"})
-        name = r.string(reg["name"], f"{rp}.name")
-        reference = r.string(reg["reference"], f"{rp}.reference")
+        reference = reg["reference"]
         if "/" not in reference or split_reference(reference)[1] is None:
             raise r.fail(
                 f"{rp}.reference",
                 f"{reference!r} is not host/repository:tag",
-                "write e.g. registry.example.com/team/pytorch:2.5.1-cu124-py3.11",
+                hint="write e.g. registry.example.com/team/pytorch:2.5.1-cu124-py3.11",
             )
         copy = RegistryCopy.parse(
-            name=name,
+            name=reg["name"],
             reference=reference,
-            digest=r.string(reg["digest"], f"{rp}.digest", _DIGEST, "a digest sha256:<64 hex>"),
-            kind=r.string(reg.get("kind", "generic"), f"{rp}.kind"),
+            digest=reg["digest"],
+            kind=reg.get("kind", "generic"),
         )
         if copy.digest != digest:
             raise r.fail(
                 f"{rp}.digest",
                 f"{copy.digest} differs from the image digest {digest}",
-                "a released tag must point at the validated digest everywhere: rerun imagesmith release",
+                hint="a released tag must point at the validated digest everywhere: rerun imagesmith release",
             )
         regs.append(copy)
     names = [c.name for c in regs]
     if len(set(names)) != len(names):
-        raise r.fail(f"{path}.registries", f"registry names repeat: {names}", "list each registry once")
-    md = r.obj(obj["min_driver"], f"{path}.min_driver")
-    r.keys(md, f"{path}.min_driver", {"full", "minor"}, set())
-    shm = r.obj(obj["shm"], f"{path}.shm")
-    r.keys(shm, f"{path}.shm", set(), {"size", "ipc_host"})
-    size = shm.get("size")
-    validated: list[ValidatedOn] = []
-    for i, raw_v in enumerate(r.array(obj["validated_on"], f"{path}.validated_on")):
-        vp = f"{path}.validated_on[{i}]"
-        v = r.obj(raw_v, vp)
-        r.keys(v, vp, {"gpu", "count", "driver", "date", "report_digest"}, {"host"})
-        validated.append(
-            ValidatedOn(
-                gpu=r.string(v["gpu"], f"{vp}.gpu"),
-                count=r.integer(v["count"], f"{vp}.count"),
-                driver=r.string(v["driver"], f"{vp}.driver", _DRIVER, "a driver version like 580.65.06"),
-                date=r.string(v["date"], f"{vp}.date", _DATE, "an ISO date like 2026-11-29"),
-                report_digest=r.string(v["report_digest"], f"{vp}.report_digest", _DIGEST, "sha256:<64 hex>"),
-                host=str(v.get("host", "")),
-            )
-        )
-    arch = tuple(
-        r.string(a, f"{path}.arch[{i}]", _ARCH, "a TORCH_CUDA_ARCH_LIST entry like 9.0 or 12.0+PTX")
-        for i, a in enumerate(r.array(obj["arch"], f"{path}.arch"))
-    )
+        raise r.fail(f"{path}.registries", f"registry names repeat: {names}", hint="list each registry once")
+    shm = obj["shm"]
     return ReleasedImage(
-        tag=r.string(
-            obj["tag"], f"{path}.tag", _TAG, "a Docker tag ([A-Za-z0-9_.-], at most 128 characters)"
-        ),
-        matrix=r.string(obj["matrix"], f"{path}.matrix"),
-        cell=r.string(obj["cell"], f"{path}.cell"),
+        tag=obj["tag"],
+        matrix=obj["matrix"],
+        cell=obj["cell"],
         digest=digest,
         registries=tuple(regs),
-        torch=r.string(obj["torch"], f"{path}.torch", _VERSION, "a version like 2.5.1"),
-        torchvision=r.string(obj["torchvision"], f"{path}.torchvision", _VERSION, "a version like 0.20.1"),
-        cuda=r.string(obj["cuda"], f"{path}.cuda", _VERSION, "a CUDA version like 12.4"),
-        python=r.string(obj["python"], f"{path}.python", _VERSION, "a Python version like 3.11"),
+        torch=obj["torch"],
+        torchvision=obj["torchvision"],
+        cuda=obj["cuda"],
+        python=obj["python"],
         min_driver=MinDriver(
-            full=parse_driver(
-                r.string(md["full"], f"{path}.min_driver.full", _DRIVER, "a driver version like 550.54.14")
-            ),
-            minor_version=parse_driver(
-                r.string(md["minor"], f"{path}.min_driver.minor", _DRIVER, "a driver version like 525.60.13")
-            ),
+            full=parse_driver(obj["min_driver"]["full"]),
+            minor_version=parse_driver(obj["min_driver"]["minor"]),
         ),
-        arch=arch,
-        shm=Shm(
-            size=None if size is None else r.string(size, f"{path}.shm.size", _SHM, "a size like 16g"),
-            ipc_host=r.boolean(shm.get("ipc_host", False), f"{path}.shm.ipc_host"),
+        arch=tuple(obj["arch"]),
+        shm=Shm(size=shm.get("size"), ipc_host=shm.get("ipc_host", False)),
+        validated_on=tuple(
+            ValidatedOn(
+                gpu=v["gpu"],
+                count=v["count"],
+                driver=v["driver"],
+                date=v["date"],
+                report_digest=v["report_digest"],
+                host=v.get("host", ""),
+            )
+            for v in obj["validated_on"]
         ),
-        validated_on=tuple(validated),
-        fingerprint=r.string(obj["fingerprint"], f"{path}.fingerprint"),
-        released=r.string(obj["released"], f"{path}.released", _DATE, "an ISO date like 2026-11-29"),
-        platform=r.string(obj.get("platform", "linux/amd64"), f"{path}.platform"),
+        fingerprint=obj["fingerprint"],
+        released=obj["released"],
+        platform=obj.get("platform", "linux/amd64"),
     )
 
 
 def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
-    """Parse and validate index JSON. *source* (file, URL or registry reference) is named in every error."""
+    """Parse and validate index JSON. *source* (file, URL or registry reference) is named in every error.
+    The shape is :data:`imagesmith.schema.RELEASE_INDEX` (docs/schemas/release-index.schema.json)."""
     r = _Reader(source)
     try:
         raw = json.loads(text)
@@ -307,25 +251,13 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
             f"release index {source}: not valid JSON ({exc})",
             hint="regenerate it with imagesmith release, or point --index at the published index",
         ) from None
-    top = r.obj(raw, "")
-    r.keys(top, "", {"schema", "generated", "images"}, set())
-    if top["schema"] != SCHEMA:
-        raise r.fail(
-            "schema",
-            f"{top['schema']!r} is not {SCHEMA!r}",
-            "this imagesmith reads only that schema; upgrade imagesmith or regenerate the index",
-        )
-    images = tuple(
-        _image(r, raw_img, f"images[{i}]")
-        for i, raw_img in enumerate(r.array(top["images"], "images", nonempty=False))
-    )
+    schema.RELEASE_INDEX.check(raw, checker=r)
+    images = tuple(_image(r, raw_img, f"images[{i}]") for i, raw_img in enumerate(raw["images"]))
     tags = [image.tag for image in images]
     dupes = sorted({t for t in tags if tags.count(t) > 1})
     if dupes:
-        raise r.fail("images", f"tag {dupes[0]!r} is listed more than once", "keep one entry per tag")
-    return ReleaseIndex(
-        generated=r.string(top["generated"], "generated", _DATE, "an ISO timestamp"), images=images
-    )
+        raise r.fail("images", f"tag {dupes[0]!r} is listed more than once", hint="keep one entry per tag")
+    return ReleaseIndex(generated=raw["generated"], images=images)
 
 
 def _image_json(image: ReleasedImage) -> dict[str, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import difflib
 import re
 import sys
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +34,9 @@ else:  # pragma: no cover - python 3.10
 
 REGISTRIES_FILE: Final[str] = "registries.toml"
 
-FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel")
-TORCH_SOURCES: Final[tuple[str, ...]] = ("wheels", "base")
-NCCL_TOOLKITS: Final[tuple[str, ...]] = ("auto", "base")
+FLAVORS: Final[tuple[str, ...]] = schema.FLAVORS
+TORCH_SOURCES: Final[tuple[str, ...]] = schema.TORCH_SOURCES
+NCCL_TOOLKITS: Final[tuple[str, ...]] = schema.NCCL_TOOLKITS
 REGISTRY_KINDS: Final[tuple[str, ...]] = schema.REGISTRY_KINDS
 
 
@@ -216,9 +215,6 @@ def select(ids: Iterable[str], patterns: Sequence[str]) -> list[str]:
 # loading
 
 
-#: control characters and Unicode line/paragraph separators: nothing that can start a new line
-_LINE_BREAKING: Final[frozenset[str]] = frozenset({"Cc", "Zl", "Zp"})
-_LABEL_KEY = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
 #: label prefixes imagesmith writes itself (templates/Dockerfile.j2); a matrix may set only the ones below
 _RESERVED_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.", "org.opencontainers.image.")
 _USER_IMAGESMITH_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.ulimits",)
@@ -226,10 +222,6 @@ _USER_IMAGESMITH_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.ulimits",)
 SHM_MAX_BYTES: Final[int] = 2048 * 1024**3
 _SHM_RE = re.compile(r"^(\d+)([kmgKMG]?)$")
 _SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
-_HEX40 = re.compile(r"^[0-9a-f]{40}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_MINOR = re.compile(r"^3\.\d+$")
-_OS_TAG = re.compile(r"^[a-z][a-z0-9.]*$")
 
 
 def parse_shm(text: str) -> int:
@@ -308,49 +300,23 @@ class _Loader(schema.Checker):
     # -- sections
     # ----------------------------------------------------------------------------------------------
 
+    def value_hint(self, spec: schema.Field, key: str) -> str | None:
+        return None  # a value the schema refuses points at docs/matrix.md (see Checker.fail)
+
     def matrix(self, data: Mapping[str, Any]) -> Matrix:
-        top = (
-            "schema",
-            "name",
-            "description",
-            "gpus",
-            "flavors",
-            "shm_min",
-            "registries",
-            "labels",
-            "torch",
-            "python",
-            "base",
-            "nccl_tests",
-            "mirror",
-            "exclude",
-            "include",
-        )
-        self.keys(
-            data, "", top, ("schema", "gpus", "flavors", "shm_min", "torch", "python", "base", "nccl_tests")
-        )
-        schema = self.typed(data["schema"], "schema", int)
-        if schema != 1:
-            raise self.fail("schema", f"unsupported schema {schema}", nearest="1")
-        name = self.typed(data.get("name", self.path.stem), "name", str)
+        """Shape first (:data:`imagesmith.schema.MATRIX`, also its JSON Schema), then what needs the data
+        tables and one key against another.
+        """
+        schema.MATRIX.check(data, checker=self)
+        name = data.get("name", self.path.stem)
         if name != self.path.stem:
             raise self.fail("name", f"{name!r} differs from the file name", nearest=self.path.stem)
-        description = self.typed(data.get("description", ""), "description", str)
+        description = data.get("description", "")
 
         gpus = self.gpus(data["gpus"])
-        flavors = self.str_list(data["flavors"], "flavors")
-        for i, flavor in enumerate(flavors):
-            self.choice(flavor, f"flavors[{i}]", FLAVORS)
-        shm_text = self.typed(data["shm_min"], "shm_min", str)
-        try:
-            shm_bytes = parse_shm(shm_text)
-        except ValueError:
-            raise self.fail(
-                "shm_min",
-                f"{shm_text!r} is not a size",
-                nearest="8g",
-                hint="write a number with an optional k, m or g suffix, e.g. '8g'",
-            ) from None
+        flavors = tuple(data["flavors"])
+        shm_text = data["shm_min"]
+        shm_bytes = parse_shm(shm_text)
         if shm_bytes < 64 * 1024**2:
             raise self.fail(
                 "shm_min", f"{shm_text!r} is below Docker's 64m default, so it guards nothing", nearest="64m"
@@ -374,7 +340,7 @@ class _Loader(schema.Checker):
                 "torch.source = 'base' needs the base's own CUDA toolkit for the builder stage",
                 nearest="base",
             )
-        mirror = self.mirror(data.get("mirror", {}))
+        mirror = MirrorSpec(**data.get("mirror", {}))
         registries = self.matrix_registries(data.get("registries", []))
         labels = self.labels(data.get("labels", {}))
         exclude = self.rules(data.get("exclude", []), "exclude", torch, python, flavors, need_reason=True)
@@ -398,8 +364,7 @@ class _Loader(schema.Checker):
             labels=labels,
         )
 
-    def gpus(self, value: Any) -> tuple[compat.Gpu, ...]:
-        names = self.str_list(value, "gpus")
+    def gpus(self, names: Sequence[str]) -> tuple[compat.Gpu, ...]:
         known = [g.key for g in compat.gpus()]
         out: list[compat.Gpu] = []
         for i, name in enumerate(names):
@@ -414,10 +379,8 @@ class _Loader(schema.Checker):
             out.append(found)
         return tuple(out)
 
-    def torch_spec(self, value: Any) -> TorchSpec:
-        table = self.typed(value, "torch", dict)
-        self.keys(table, "torch", ("versions", "variants", "source"), ("versions", "variants"))
-        versions = self.str_list(table["versions"], "torch.versions")
+    def torch_spec(self, table: Mapping[str, Any]) -> TorchSpec:
+        versions = tuple(table["versions"])
         known = [r.version for r in compat.torch_releases()]
         variants_seen: set[str] = set()
         for i, v in enumerate(versions):
@@ -428,7 +391,7 @@ class _Loader(schema.Checker):
                     f"torch.versions[{i}]", f"unknown torch version {v!r}", nearest=_nearest_version(v, known)
                 ) from None
             variants_seen.update(release.variants)
-        variants = self.str_list(table["variants"], "torch.variants")
+        variants = tuple(table["variants"])
         for i, variant in enumerate(variants):
             if variant not in variants_seen:
                 raise self.fail(
@@ -436,17 +399,13 @@ class _Loader(schema.Checker):
                     f"variant {variant!r} is published for none of torch {', '.join(versions)}",
                     nearest=_nearest_word(variant, sorted(variants_seen)),
                 )
-        source = self.choice(table.get("source", "wheels"), "torch.source", TORCH_SOURCES)
+        source = table.get("source", "wheels")
         return TorchSpec(
             versions=versions, variants=variants, source="base" if source == "base" else "wheels"
         )
 
-    def base(self, value: Any, torch: TorchSpec) -> BaseSpec:
-        table = self.typed(value, "base", dict)
-        self.keys(table, "base", ("os", "image", "python", "devel_images", "venv"), ("os", "image", "python"))
-        os_tag = self.typed(table["os"], "base.os", str)
-        if not _OS_TAG.match(os_tag):
-            raise self.fail("base.os", f"{os_tag!r} is not a tag component", nearest="ubuntu22.04")
+    def base(self, table: Mapping[str, Any], torch: TorchSpec) -> BaseSpec:
+        os_tag = table["os"]
         if compat.os_family(os_tag) is None:
             families = compat.os_families()
             raise self.fail(
@@ -457,14 +416,8 @@ class _Loader(schema.Checker):
                 + "; ".join(f"{f.name} ({', '.join(p + '*' for p in f.os_prefixes)})" for f in families)
                 + " — a new family is a row in imagesmith/data/os_families.toml and a templates/os/ fragment",
             )
-        image = self.typed(table["image"], "base.image", str)
-        if not image or any(c.isspace() for c in image):
-            raise self.fail("base.image", f"{image!r} is not an image name", nearest="ubuntu:22.04")
-        python = self.minor(table["python"], "base.python")
-        devel_raw = self.typed(table.get("devel_images", {}), "base.devel_images", dict)
         devel: list[tuple[str, str]] = []
-        for cuda, img in devel_raw.items():
-            key = f"base.devel_images.{cuda}"
+        for cuda, img in table.get("devel_images", {}).items():
             try:
                 compat.min_driver(cuda)
             except ConfigError:
@@ -472,55 +425,46 @@ class _Loader(schema.Checker):
                     {r.xy for r in compat.cuda_releases()}, key=lambda v: tuple(map(int, v.split(".")))
                 )
                 raise self.fail(
-                    key, f"unknown CUDA version {cuda!r}", nearest=_nearest_version(cuda, known)
+                    f"base.devel_images.{cuda}",
+                    f"unknown CUDA version {cuda!r}",
+                    nearest=_nearest_version(cuda, known),
                 ) from None
-            self.typed(img, key, str)
             devel.append((cuda, img))
         venv = table.get("venv")
-        if venv is not None:
-            self.typed(venv, "base.venv", str)
-            if not venv.startswith("/"):
-                raise self.fail("base.venv", f"{venv!r} is not an absolute path", nearest="/opt/venv")
         if torch.source == "base" and venv is None:
             raise self.fail(
                 "base.venv",
                 "missing: torch.source = 'base' needs the base image's Python environment",
                 nearest="/opt/venv",
             )
-        return BaseSpec(os=os_tag, image=image, python=python, devel_images=tuple(sorted(devel)), venv=venv)
+        return BaseSpec(
+            os=os_tag,
+            image=table["image"],
+            python=table["python"],
+            devel_images=tuple(sorted(devel)),
+            venv=venv,
+        )
 
-    def minor(self, value: Any, key: str) -> str:
-        text = self.typed(value, key, str)
-        if not _MINOR.match(text):
-            guess = ".".join(text.split(".")[:2]) if re.match(r"^3\.\d+\.\d+$", text) else "3.11"
-            raise self.fail(key, f"{text!r} is not a Python minor version (X.Y)", nearest=guess)
-        return str(text)
-
-    def python(self, value: Any, base: BaseSpec) -> PythonSpec:
-        table = self.typed(value, "python", dict)
-        self.keys(table, "python", ("versions", "uv", "managed", "install_mirror"), ("versions",))
-        versions = self.str_list(table["versions"], "python.versions")
-        for i, v in enumerate(versions):
-            self.minor(v, f"python.versions[{i}]")
+    def python(self, table: Mapping[str, Any], base: BaseSpec) -> PythonSpec:
+        versions = tuple(table["versions"])
         uv = table.get("uv")
         if uv is not None:
-            self.typed(uv, "python.uv", str)
             try:
                 Version(uv)
             except InvalidVersion:
                 raise self.fail("python.uv", f"{uv!r} is not a version", nearest="0.9.5") from None
-        managed_raw = self.typed(table.get("managed", {}), "python.managed", dict)
         managed: list[tuple[str, str]] = []
-        for minor, full in managed_raw.items():
-            key = f"python.managed.{minor}"
-            self.minor(minor, key)
-            self.typed(full, key, str)
+        for minor, full in table.get("managed", {}).items():
             if not full.startswith(minor + "."):
-                raise self.fail(key, f"{full!r} is not a {minor}.x release", nearest=f"{minor}.0")
+                raise self.fail(
+                    f"python.managed.{minor}", f"{full!r} is not a {minor}.x release", nearest=f"{minor}.0"
+                )
             managed.append((minor, full))
-        install_mirror = self.typed(table.get("install_mirror", ""), "python.install_mirror", str)
         spec = PythonSpec(
-            versions=versions, uv=uv, managed=tuple(sorted(managed)), install_mirror=install_mirror
+            versions=versions,
+            uv=uv,
+            managed=tuple(sorted(managed)),
+            install_mirror=table.get("install_mirror", ""),
         )
         for i, v in enumerate(versions):
             if v == base.python:
@@ -537,81 +481,32 @@ class _Loader(schema.Checker):
                 raise self.fail("python.uv", f"Python {v} is uv-managed, so pin uv", nearest="0.9.5")
         return spec
 
-    def nccl(self, value: Any) -> NcclTestsPin:
-        table = self.typed(value, "nccl_tests", dict)
-        self.keys(
-            table,
-            "nccl_tests",
-            ("version", "commit", "sha256", "url", "toolkit"),
-            ("version", "commit", "sha256"),
-        )
-        version = self.typed(table["version"], "nccl_tests.version", str)
-        commit = self.typed(table["commit"], "nccl_tests.commit", str)
-        if not _HEX40.match(commit):
-            raise self.fail(
-                "nccl_tests.commit", f"{commit!r} is not a 40-hex commit id", hint="use the full sha1"
-            )
-        sha = self.typed(table["sha256"], "nccl_tests.sha256", str)
-        if not _HEX64.match(sha):
-            raise self.fail(
-                "nccl_tests.sha256",
-                f"{sha!r} is not a sha256",
-                hint="git archive --format=tar --prefix=nccl-tests-<commit>/ <commit> | sha256sum",
-            )
-        default_url = f"https://github.com/NVIDIA/nccl-tests/archive/{commit}.tar.gz"
-        url = self.typed(table.get("url", default_url), "nccl_tests.url", str)
-        toolkit = self.choice(table.get("toolkit", "auto"), "nccl_tests.toolkit", NCCL_TOOLKITS)
+    def nccl(self, table: Mapping[str, Any]) -> NcclTestsPin:
+        commit = table["commit"]
         return NcclTestsPin(
-            version=version,
+            version=table["version"],
             commit=commit,
-            sha256=sha,
-            url=url,
-            toolkit="base" if toolkit == "base" else "auto",
+            sha256=table["sha256"],
+            url=table.get("url", f"https://github.com/NVIDIA/nccl-tests/archive/{commit}.tar.gz"),
+            toolkit="base" if table.get("toolkit") == "base" else "auto",
         )
 
-    def mirror(self, value: Any) -> MirrorSpec:
-        table = self.typed(value, "mirror", dict)
-        self.keys(table, "mirror", ("build", "runtime"), ())
-        build = self.choice(table.get("build", "none"), "mirror.build", list(MIRROR_PROFILES))
-        runtime = self.choice(table.get("runtime", "none"), "mirror.runtime", list(MIRROR_PROFILES))
-        return MirrorSpec(build=build, runtime=runtime)
-
-    def labels(self, value: Any) -> tuple[tuple[str, str], ...]:
+    def labels(self, table: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
         """Image labels the matrix adds. They are rendered into the Dockerfile's LABEL instruction, so a key
-        is a label name and a value one line of plain text: nothing in them can end the string or the line.
+        is a label name and a value one line of plain text (the schema's patterns); a matrix may not set the
+        labels imagesmith writes itself.
         """
-        table = self.typed(value, "labels", dict)
-        out = []
-        for key, val in table.items():
-            where = f"labels.{key!r}" if not _LABEL_KEY.match(key) else f"labels.{key}"
-            if not _LABEL_KEY.match(key):
-                raise self.fail(
-                    where,
-                    f"{key!r} is not a label name",
-                    hint="lowercase letters, digits, '.', '-' and '_', starting and ending with a letter or "
-                    "digit (reverse-DNS, e.g. com.example.team)",
-                )
+        for key in table:
             if key.startswith(_RESERVED_LABELS) and key not in _USER_IMAGESMITH_LABELS:
                 raise self.fail(
-                    where,
+                    f"labels.{key}",
                     f"{key!r} is a label imagesmith sets itself",
                     hint=f"use your own prefix (e.g. com.example.{key.rsplit('.', 1)[-1]}); of "
                     f"io.imagesmith.* a matrix may set only {', '.join(_USER_IMAGESMITH_LABELS)}",
                 )
-            text = self.typed(val, where, str)
-            bad = sorted({c for c in text if c in '"\\$`' or unicodedata.category(c) in _LINE_BREAKING})
-            if bad:
-                shown = ", ".join(repr(c) for c in bad)
-                raise self.fail(
-                    where,
-                    f"value {text[:60]!r} contains {shown}",
-                    hint="a label value is one line of text without quotes, backslashes, $ or `",
-                )
-            out.append((key, text))
-        return tuple(sorted(out))
+        return tuple(sorted(table.items()))
 
-    def matrix_registries(self, value: Any) -> tuple[Registry, ...]:
-        names = self.str_list(value, "registries", nonempty=False)
+    def matrix_registries(self, names: Sequence[str]) -> tuple[Registry, ...]:
         if not names:
             return ()
         if not self.registries_path.is_file():
@@ -648,7 +543,7 @@ class _Loader(schema.Checker):
 
     def rules(
         self,
-        value: Any,
+        entries: Sequence[Mapping[str, str]],
         key: str,
         torch: TorchSpec,
         python: PythonSpec,
@@ -656,19 +551,10 @@ class _Loader(schema.Checker):
         *,
         need_reason: bool,
     ) -> tuple[Rule, ...]:
-        self.typed(value, key, list)
         out = []
         fields = ("torch", "variant", "python", "flavor", "reason")
-        for i, entry in enumerate(value):
+        for i, entry in enumerate(entries):
             prefix = f"{key}[{i}]"
-            self.typed(entry, prefix, dict)
-            required: tuple[str, ...] = (
-                ("reason",) if need_reason else ("torch", "variant", "python", "flavor")
-            )
-            self.keys(entry, prefix, fields, required)
-            for name in fields:
-                if name in entry:
-                    self.typed(entry[name], f"{prefix}.{name}", str)
             rule = Rule(**{k: entry[k] for k in fields if k in entry})
             if need_reason:
                 if rule == Rule(reason=rule.reason):
@@ -694,7 +580,9 @@ class _Loader(schema.Checker):
         return tuple(out)
 
     def include_rule(self, rule: Rule, prefix: str) -> None:
-        """An include names one exact combination; check the values exist (not globs)."""
+        """An include names one exact combination; check the torch release has the variant (the schema
+        checked the python minor and the flavor).
+        """
         known = [r.version for r in compat.torch_releases()]
         try:
             release = compat.torch_release(rule.torch)
@@ -710,5 +598,3 @@ class _Loader(schema.Checker):
                 f"torch {rule.torch} has no variant {rule.variant!r}",
                 nearest=_nearest_word(rule.variant, sorted(release.variants)),
             )
-        self.minor(rule.python, f"{prefix}.python")
-        self.choice(rule.flavor, f"{prefix}.flavor", FLAVORS)

@@ -1,55 +1,85 @@
-"""One schema layer for imagesmith's input files: a declarative description that both checks a parsed file
-(one error naming the file, the dotted key, the problem, the nearest valid value and the fix) and writes the
-JSON Schema editors use (``imagesmith schema``, committed under ``docs/schemas/``).
+"""One schema layer for imagesmith's files: a declarative description that both checks a parsed file (one
+error naming the file, the dotted key, the problem, the nearest valid value and the fix) and writes the JSON
+Schema editors and other tools use (``imagesmith schema``, committed under ``docs/schemas/``).
 
-Shape checks live here — unknown keys, types, required keys, enums, patterns; what needs the project or the
-data tables (a path inside the project, a GPU imagesmith knows) stays with the loader, after this pass.
-:class:`Schema` describes ``imagesmith.toml`` (:mod:`imagesmith.project`), the user config
-(:mod:`imagesmith.config`) and ``registries.toml``; the matrix loader builds on the same :class:`Checker`
-primitives, so every input file reports problems in one form.
+Shape checks live here — unknown keys, types, required keys, enums, patterns, empty or repeated lists; what
+needs the project or the data tables (a path inside the project, a GPU or torch release imagesmith knows,
+one field against another) stays with the reader, after this pass. :class:`Schema` describes
+``imagesmith.toml`` (:mod:`imagesmith.project`), the user config (:mod:`imagesmith.config`),
+``registries.toml`` and the matrix files (:mod:`imagesmith.matrix`), the release index
+(:mod:`imagesmith.index`) and the validation report (:mod:`imagesmith.validate.record`). Each reader words its
+problems through a :class:`Checker`; the index and the report keep their own wording by subclassing it.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+import sys
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final, Literal
 
 from imagesmith.errors import ConfigError
 
-Kind = Literal["string", "integer", "boolean", "array", "table", "map"]
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - python 3.10
+    import tomli as tomllib
+
+Kind = Literal["string", "integer", "number", "boolean", "array", "table", "map"]
 _JSON_TYPES: dict[str, str] = {
     "string": "string",
     "integer": "integer",
+    "number": "number",
     "boolean": "boolean",
     "array": "array",
     "table": "object",
     "map": "object",
 }
+#: a problem's text: a ``str.format`` template with ``{value}``, or a function of the value
+Problem = str | Callable[[Any], str]
 
 
 @dataclass(frozen=True, kw_only=True)
 class Field:
-    """One key. ``items`` describes array items and map values; ``fields`` a table's keys."""
+    """One key. ``items`` describes array items and map values, ``keys`` a map's keys; ``fields`` a table's
+    keys (``open``: other keys are allowed too).
+    """
 
     kind: Kind
     description: str = ""
     #: the problem reported when the value does not fit (type, enum or pattern), after ``file: key:``;
     #: ``{value}`` is filled in. Default: what was expected and what was found.
     message: str = ""
+    #: the problem reported when the value has the right type but not an allowed value (enum, pattern);
+    #: ``message`` when empty
+    invalid: Problem = ""
+    #: the fix line of such a problem (default: the reader's, see :meth:`Checker.value_hint`)
+    hint: str = ""
+    #: the nearest valid value of such a problem (default: the nearest enum value, none for a pattern)
+    nearest: str | Callable[[Any], str | None] | None = None
     required: bool = False
+    nullable: bool = False
     example: str = ""
     enum: tuple[Any, ...] = ()
     pattern: str | None = None
+    #: arrays: at least this many items; strings: at least this many characters; integers: at least this
+    min: int | None = None
+    #: arrays: no item twice
+    unique: bool = False
     items: Field | None = None
+    keys: Field | None = None
+    #: a map key that does not fit is named quoted (it may hold anything, spaces and quotes included)
+    quote: bool = False
     fields: Mapping[str, Field] = field(default_factory=dict)
+    open: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class Schema:
-    """The schema of one input file."""
+    """The schema of one file; its JSON Schema is ``docs/schemas/<file_name>.schema.json``."""
 
     title: str
     file_name: str
@@ -57,9 +87,18 @@ class Schema:
     docs: str = "docs/project.md"
 
     # -- checking
-    def check(self, data: Any, *, source: str, error: type[ConfigError] = ConfigError) -> None:
-        """Raise *error* for the first key of *data* that does not fit; return quietly when all do."""
-        _check(self.root, data, "", Checker(source, error, docs=self.docs))
+    def check(
+        self,
+        data: Any,
+        *,
+        source: str = "",
+        error: type[ConfigError] = ConfigError,
+        checker: Checker | None = None,
+    ) -> None:
+        """Raise an error for the first key of *data* that does not fit; return quietly when all do.
+        *checker* words the problem (default: a :class:`Checker` of *source*, raising *error*).
+        """
+        _check(self.root, data, "", checker or Checker(source, error, docs=self.docs))
 
     # -- JSON Schema
     def json_schema(self) -> dict[str, Any]:
@@ -80,6 +119,7 @@ def _nearest(value: str, choices: list[str]) -> str | None:
 TYPE_NAMES: dict[type, str] = {
     str: "a string",
     int: "an integer",
+    float: "a number",
     bool: "true/false",
     list: "a list",
     dict: "a table",
@@ -87,9 +127,10 @@ TYPE_NAMES: dict[type, str] = {
 
 
 class Checker:
-    """The checking primitives every input file goes through (the matrix loader builds on them, and so does
-    :class:`Schema`): each problem is one *error* "``source: dotted.key: problem; nearest valid value: …``"
-    with a fix line.
+    """The checking primitives every file goes through: each problem is one *error*
+    "``source: dotted.key: problem; nearest valid value: …``" with a fix line. :class:`Schema` calls
+    :meth:`keys`, :meth:`wrong_type`, :meth:`too_small`, :meth:`repeated` and :meth:`invalid`; a reader
+    with its own wording overrides them.
     """
 
     def __init__(self, source: str, error: type[ConfigError] = ConfigError, *, docs: str = "docs") -> None:
@@ -124,8 +165,7 @@ class Checker:
                 raise self.fail(dotted, "missing required key", hint=f"add `{key} = …` (see {self.docs})")
 
     def typed(self, value: Any, key: str, kind: type) -> Any:
-        ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-        if not ok:
+        if not _is(value, kind):
             raise self.fail(key, f"expected {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
         return value
 
@@ -147,10 +187,38 @@ class Checker:
             raise self.fail(key, f"unknown value {value!r}", nearest=_nearest(value, list(choices)))
         return str(value)
 
+    # -- the problems Schema.check finds; a reader with its own wording overrides these
+    def wrong_type(self, spec: Field, value: Any, key: str) -> ConfigError:
+        """*value* at *key* is not of *spec*'s kind."""
+        where = key or "(top level)"
+        if spec.message:
+            return self.fail(where, _text(spec.message, value), hint=spec.hint or _example(spec, key))
+        kind = _PY_TYPES[spec.kind]
+        return self.fail(where, f"expected {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+
+    def too_small(self, spec: Field, value: Any, key: str) -> ConfigError:
+        """An empty list or string, or an integer below ``spec.min``."""
+        if spec.kind == "integer":
+            return self.fail(key, f"{value!r} is below {spec.min}", hint=spec.hint or None)
+        return self.fail(key, "must not be empty", hint=spec.hint or None)
+
+    def repeated(self, spec: Field, value: Any, key: str) -> ConfigError:
+        """*value* is listed twice in the list at *key*."""
+        return self.fail(key, f"{value!r} is listed twice")
+
+    def invalid(self, spec: Field, value: Any, key: str, problem: str, nearest: str | None) -> ConfigError:
+        """*value* has the right type but is not one *spec* allows (enum, pattern)."""
+        return self.fail(key, problem, nearest=nearest, hint=spec.hint or self.value_hint(spec, key))
+
+    def value_hint(self, spec: Field, key: str) -> str | None:
+        """The fix line of an :meth:`invalid` value when its field names none: ``key = <example>``."""
+        return _example(spec, key)
+
 
 _PY_TYPES: dict[str, type] = {
     "string": str,
     "integer": int,
+    "number": float,
     "boolean": bool,
     "array": list,
     "table": dict,
@@ -158,63 +226,110 @@ _PY_TYPES: dict[str, type] = {
 }
 
 
+def _is(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
 def _example(spec: Field, key: str) -> str:
     name = key.rsplit(".", 1)[-1] or "key"
     return f"{name} = {spec.example}" if spec.example else f"{name} = <{spec.kind}>"
 
 
-def _problem(spec: Field, value: Any, default: str) -> str:
-    return (spec.message.format(value=value) if spec.message else default)[:300]
+def _text(problem: Problem, value: Any) -> str:
+    return (problem(value) if callable(problem) else problem.format(value=value))[:300]
+
+
+def _invalid(spec: Field, value: Any, key: str, default: str, nearest: str | None, checker: Checker) -> None:
+    if spec.nearest is not None:
+        nearest = spec.nearest(value) if callable(spec.nearest) else spec.nearest
+    problem = _text(spec.invalid or spec.message or default, value)
+    raise checker.invalid(spec, value, key, problem, nearest)
 
 
 def _check(spec: Field, value: Any, key: str, checker: Checker) -> None:
-    kind = _PY_TYPES[spec.kind]
-    if spec.message and not (isinstance(value, kind) and not (kind is int and isinstance(value, bool))):
-        raise checker.fail(key or "(top level)", _problem(spec, value, ""), hint=_example(spec, key))
-    checker.typed(value, key or "(top level)", kind)
+    if value is None and spec.nullable:
+        return
+    if not _is(value, _PY_TYPES[spec.kind]):
+        raise checker.wrong_type(spec, value, key)
+    if spec.min is not None and (value if spec.kind == "integer" else len(value)) < spec.min:
+        raise checker.too_small(spec, value, key)
     if spec.enum and value not in spec.enum:
-        raise checker.fail(
-            key,
-            _problem(spec, value, f"unknown value {value!r}"),
-            nearest=_nearest(str(value), [str(e) for e in spec.enum]),
-            hint=_example(spec, key),
-        )
+        near = _nearest(str(value), [str(e) for e in spec.enum])
+        _invalid(spec, value, key, f"unknown value {value!r}", near, checker)
     if spec.pattern and isinstance(value, str) and not re.fullmatch(spec.pattern, value):
-        raise checker.fail(
-            key, _problem(spec, value, f"{value!r} does not match {spec.pattern}"), hint=_example(spec, key)
-        )
+        _invalid(spec, value, key, f"{value!r} does not match {spec.pattern}", None, checker)
     if spec.kind == "array" and spec.items is not None:
         for i, item in enumerate(value):
             _check(spec.items, item, f"{key}[{i}]", checker)
-    elif spec.kind == "map" and spec.items is not None:
+    if spec.kind == "array" and spec.unique:
+        dup = next((x for x in value if value.count(x) > 1), None)
+        if dup is not None:
+            raise checker.repeated(spec, dup, key)
+    elif spec.kind == "map":
         for k, item in value.items():
-            _check(spec.items, item, f"{key}.{k}" if key else str(k), checker)
+            dotted = f"{key}.{k}" if key else str(k)
+            if spec.keys is not None:
+                _check(spec.keys, k, f"{key}.{k!r}" if spec.keys.quote and key else dotted, checker)
+            if spec.items is not None:
+                _check(spec.items, item, dotted, checker)
     elif spec.kind == "table":
-        checker.keys(value, key, list(spec.fields), [k for k, v in spec.fields.items() if v.required])
+        if not spec.open:
+            checker.keys(value, key, list(spec.fields), [k for k, v in spec.fields.items() if v.required])
+        else:
+            missing = [k for k, v in spec.fields.items() if v.required and k not in value]
+            if missing:
+                checker.keys({}, key, list(spec.fields), missing)
         for k, sub in spec.fields.items():
             if k in value:
                 _check(sub, value[k], f"{key}.{k}" if key else k, checker)
 
 
 def _json(spec: Field) -> dict[str, Any]:
-    out: dict[str, Any] = {"type": _JSON_TYPES[spec.kind]}
+    kind = _JSON_TYPES[spec.kind]
+    out: dict[str, Any] = {"type": [kind, "null"] if spec.nullable else kind}
     if spec.description:
         out["description"] = spec.description
     if spec.enum:
-        out["enum"] = list(spec.enum)
+        out["enum"] = list(spec.enum) + ([None] if spec.nullable else [])
     if spec.pattern:
         out["pattern"] = f"^(?:{spec.pattern})$"  # JSON Schema patterns search; the check matches the whole
+    if spec.min is not None:
+        out[{"array": "minItems", "string": "minLength"}.get(spec.kind, "minimum")] = spec.min
+    if spec.unique:
+        out["uniqueItems"] = True
     if spec.kind == "array" and spec.items is not None:
         out["items"] = _json(spec.items)
-    if spec.kind == "map" and spec.items is not None:
-        out["additionalProperties"] = _json(spec.items)
+    if spec.kind == "map":
+        if spec.keys is not None:
+            out["propertyNames"] = _json(spec.keys)
+        if spec.items is not None:
+            out["additionalProperties"] = _json(spec.items)
     if spec.kind == "table":
         out["properties"] = {k: _json(v) for k, v in spec.fields.items()}
-        out["additionalProperties"] = False
+        if not spec.open:
+            out["additionalProperties"] = False
         required = [k for k, v in spec.fields.items() if v.required]
         if required:
             out["required"] = required
+    example = _example_value(spec)
+    if example is not None:
+        out["examples"] = [example]
     return out
+
+
+def _example_value(spec: Field) -> Any:
+    """``example`` (TOML) as a value; none for a placeholder ("…")."""
+    if not spec.example or "…" in spec.example:
+        return None
+    try:
+        value = tomllib.loads(f"x = {spec.example}")["x"]
+    except tomllib.TOMLDecodeError:
+        return None
+    return value
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -378,4 +493,531 @@ REGISTRIES: Schema = Schema(
     ),
 )
 
-SCHEMAS: tuple[Schema, ...] = (PROJECT, CONFIG, REGISTRIES)
+
+# -- matrices/*.toml (imagesmith.matrix: what needs the data tables — GPUs, torch releases, CUDA versions, OS
+# families — and one key against another stays in its loader)
+
+#: image flavors a matrix may build
+FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel")
+#: where a cell's torch comes from: pip wheels, or the base image (NGC-style bases)
+TORCH_SOURCES: Final[tuple[str, ...]] = ("wheels", "base")
+#: the CUDA toolkit nccl-tests is built with
+NCCL_TOOLKITS: Final[tuple[str, ...]] = ("auto", "base")
+#: package-mirror profiles (imagesmith.matrix.MIRROR_PROFILES holds their settings)
+MIRROR_PROFILE_NAMES: Final[tuple[str, ...]] = ("none", "tuna", "aliyun", "ustc")
+#: characters a label value may not hold: quotes, backslashes, $ and `, and whatever can break a line
+#: (Unicode categories Cc, Zl and Zp)
+_LABEL_BREAKERS: Final[frozenset[str]] = frozenset({"Cc", "Zl", "Zp"})
+
+
+def _minor_guess(value: Any) -> str:
+    text = str(value)
+    return ".".join(text.split(".")[:2]) if re.match(r"^3\.\d+\.\d+$", text) else "3.11"
+
+
+def _label_value_problem(text: Any) -> str:
+    bad = sorted({c for c in str(text) if c in '"\\$`' or unicodedata.category(c) in _LABEL_BREAKERS})
+    return f"value {str(text)[:60]!r} contains {', '.join(repr(c) for c in bad)}"
+
+
+_MINOR = Field(
+    kind="string",
+    pattern=r"3\.\d+",
+    invalid="{value!r} is not a Python minor version (X.Y)",
+    nearest=_minor_guess,
+    description="a Python minor version",
+    example='"3.11"',
+)
+
+
+def _names(
+    description: str,
+    example: str,
+    *,
+    items: Field | None = None,
+    nonempty: bool = True,
+    required: bool = False,
+) -> Field:
+    return Field(
+        kind="array",
+        required=required,
+        items=items or Field(kind="string"),
+        min=1 if nonempty else None,
+        unique=True,
+        description=description,
+        example=example,
+    )
+
+
+def _rule(*, exclude: bool) -> Field:
+    glob = "a glob ({a,b} allowed)" if exclude else "one exact value"
+    return Field(
+        kind="array",
+        description=(
+            "cells to leave out: globs over torch, variant, python and flavor, and why"
+            if exclude
+            else "cells to add: one exact torch, variant, python and flavor each"
+        ),
+        items=Field(
+            kind="table",
+            fields={
+                "torch": Field(kind="string", required=not exclude, description=f"torch version: {glob}"),
+                "variant": Field(kind="string", required=not exclude, description=f"CUDA variant: {glob}"),
+                "python": (
+                    Field(kind="string", description=f"Python minor: {glob}")
+                    if exclude
+                    else replace(_MINOR, required=True)
+                ),
+                "flavor": Field(
+                    kind="string",
+                    required=not exclude,
+                    enum=() if exclude else FLAVORS,
+                    description=f"flavor: {glob}",
+                ),
+                "reason": Field(kind="string", required=exclude, description="why (shown by plan)"),
+            },
+        ),
+    )
+
+
+MATRIX: Schema = Schema(
+    title="imagesmith matrix (matrices/<name>.toml)",
+    file_name="matrix",
+    docs="docs/matrix.md",
+    root=Field(
+        kind="table",
+        fields={
+            "schema": Field(
+                kind="integer",
+                required=True,
+                enum=(1,),
+                invalid="unsupported schema {value}",
+                description="matrix format version",
+                example="1",
+            ),
+            "name": Field(kind="string", description="the file's name without .toml", example='"smoke"'),
+            "description": Field(kind="string", description="one line for `imagesmith plan`"),
+            "gpus": _names(
+                "target GPUs (names or aliases from `imagesmith compat --list-gpus`)",
+                '["h200", "h100"]',
+                required=True,
+            ),
+            "flavors": _names(
+                "image flavors to build",
+                '["runtime"]',
+                items=Field(kind="string", enum=FLAVORS),
+                required=True,
+            ),
+            "shm_min": Field(
+                kind="string",
+                required=True,
+                pattern=r"\s*\d+[kmgKMG]?\s*",
+                invalid="{value!r} is not a size",
+                nearest="8g",
+                hint="write a number with an optional k, m or g suffix, e.g. '8g'",
+                description="the /dev/shm the images need (64m to 2048g), e.g. 16g",
+                example='"16g"',
+            ),
+            "registries": _names("registries.toml entries to push to", '["local"]', nonempty=False),
+            "labels": Field(
+                kind="map",
+                description="image labels to add: name = one line of text",
+                example='{ "com.example.team" = "ml-platform" }',
+                keys=Field(
+                    kind="string",
+                    pattern=r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?",
+                    invalid="{value!r} is not a label name",
+                    hint="lowercase letters, digits, '.', '-' and '_', starting and ending with a letter or "
+                    "digit (reverse-DNS, e.g. com.example.team)",
+                    quote=True,
+                ),
+                items=Field(
+                    kind="string",
+                    pattern=r'[^"\\$`\x00-\x1f\x7f-\x9f\u2028\u2029]*',
+                    invalid=_label_value_problem,
+                    hint="a label value is one line of text without quotes, backslashes, $ or `",
+                ),
+            ),
+            "torch": Field(
+                kind="table",
+                required=True,
+                fields={
+                    "versions": _names(
+                        "torch releases (`imagesmith compat --list-torch`)", '["2.11.0"]', required=True
+                    ),
+                    "variants": _names("CUDA wheel variants (cu126, cu130, …)", '["cu130"]', required=True),
+                    "source": Field(
+                        kind="string",
+                        enum=TORCH_SOURCES,
+                        description="pip wheels (default) or the base image's own torch",
+                        example='"wheels"',
+                    ),
+                },
+            ),
+            "python": Field(
+                kind="table",
+                required=True,
+                fields={
+                    "versions": _names("Python minors", '["3.11"]', items=_MINOR, required=True),
+                    "uv": Field(
+                        kind="string", description="uv version for managed Pythons", example='"0.9.5"'
+                    ),
+                    "managed": Field(
+                        kind="map",
+                        keys=_MINOR,
+                        items=Field(kind="string", example='"3.12.11"'),
+                        description="uv-managed builds for minors other than the distro's: minor = full",
+                        example='{ "3.12" = "3.12.11" }',
+                    ),
+                    "install_mirror": Field(kind="string", description="uv python-install mirror URL"),
+                },
+            ),
+            "base": Field(
+                kind="table",
+                required=True,
+                fields={
+                    "os": Field(
+                        kind="string",
+                        required=True,
+                        pattern=r"[a-z][a-z0-9.]*",
+                        invalid="{value!r} is not a tag component",
+                        nearest="ubuntu22.04",
+                        description="OS tag component",
+                        example='"ubuntu22.04"',
+                    ),
+                    "image": Field(
+                        kind="string",
+                        required=True,
+                        pattern=r"\S+",
+                        invalid="{value!r} is not an image name",
+                        nearest="ubuntu:22.04",
+                        description="base image of the runtime flavor",
+                        example='"ubuntu:22.04"',
+                    ),
+                    "python": replace(_MINOR, required=True, description="the distro's Python minor"),
+                    "devel_images": Field(
+                        kind="map",
+                        items=Field(kind="string"),
+                        description="devel base per CUDA X.Y",
+                        example='{ "12.8" = "nvidia/cuda:12.8.1-devel-ubuntu22.04" }',
+                    ),
+                    "venv": Field(
+                        kind="string",
+                        pattern=r"/[\s\S]*",
+                        invalid="{value!r} is not an absolute path",
+                        nearest="/opt/venv",
+                        description="the base image's Python environment (torch.source = 'base')",
+                        example='"/opt/venv"',
+                    ),
+                },
+            ),
+            "nccl_tests": Field(
+                kind="table",
+                required=True,
+                fields={
+                    "version": Field(kind="string", required=True, example='"2.17.6"'),
+                    "commit": Field(
+                        kind="string",
+                        required=True,
+                        pattern="[0-9a-f]{40}",
+                        invalid="{value!r} is not a 40-hex commit id",
+                        hint="use the full sha1",
+                        description="the full sha1 of the nccl-tests commit",
+                    ),
+                    "sha256": Field(
+                        kind="string",
+                        required=True,
+                        pattern="[0-9a-f]{64}",
+                        invalid="{value!r} is not a sha256",
+                        hint="git archive --format=tar --prefix=nccl-tests-<commit>/ <commit> | sha256sum",
+                        description="sha256 of `git archive --format=tar` of that commit",
+                    ),
+                    "url": Field(kind="string", description="archive URL (default: GitHub's)"),
+                    "toolkit": Field(
+                        kind="string",
+                        enum=NCCL_TOOLKITS,
+                        description="CUDA toolkit to build with: auto, or the base image's",
+                        example='"auto"',
+                    ),
+                },
+            ),
+            "mirror": Field(
+                kind="table",
+                fields={
+                    "build": Field(
+                        kind="string",
+                        enum=MIRROR_PROFILE_NAMES,
+                        description="package mirrors during the build",
+                        example='"none"',
+                    ),
+                    "runtime": Field(
+                        kind="string",
+                        enum=MIRROR_PROFILE_NAMES,
+                        description="package mirrors configured in the image",
+                        example='"none"',
+                    ),
+                },
+            ),
+            "exclude": _rule(exclude=True),
+            "include": _rule(exclude=False),
+        },
+    ),
+)
+
+
+# -- the release index (imagesmith.index: reference form, digests that must agree, repeated tags and registry
+# names stay in its reader). Its reader words problems its own way (imagesmith.index._Reader).
+
+#: the ``schema`` value of a release index this imagesmith reads and writes
+RELEASE_INDEX_SCHEMA: Final[str] = "imagesmith.release-index/v1"
+_DIGEST = r"sha256:[0-9a-f]{64}"
+_DRIVER = r"\d{3}(\.\d{1,3}){1,2}"
+_DATE = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
+
+
+def _text_field(description: str = "", pattern: str | None = None, what: str = "", **more: Any) -> Field:
+    """A non-empty string; with *pattern*, a problem reads "'x' is not <what>", fixed by "write <what>"."""
+    if pattern is None:
+        return Field(kind="string", min=1, description=description, **more)
+    return Field(
+        kind="string",
+        min=1,
+        pattern=pattern,
+        invalid=f"{{value!r}} is not {what}",
+        hint=f"write {what} (docs/release.md)",
+        description=description or what,
+        **more,
+    )
+
+
+RELEASE_INDEX: Schema = Schema(
+    title="imagesmith release index (index.json, written by imagesmith release)",
+    file_name=RELEASE_INDEX_SCHEMA.removeprefix("imagesmith.").split("/")[0],  # named after its schema id
+    docs="docs/release.md",
+    root=Field(
+        kind="table",
+        fields={
+            "schema": Field(
+                kind="string",
+                required=True,
+                enum=(RELEASE_INDEX_SCHEMA,),
+                message=f"{{value!r}} is not {RELEASE_INDEX_SCHEMA!r}",
+                hint="this imagesmith reads only that schema; upgrade imagesmith or regenerate the index",
+            ),
+            "generated": _text_field("when the index was written", _DATE, "an ISO timestamp", required=True),
+            "images": Field(
+                kind="array",
+                required=True,
+                description="one entry per released tag",
+                items=Field(
+                    kind="table",
+                    fields={
+                        "tag": _text_field(
+                            "the released tag",
+                            r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}",
+                            "a Docker tag ([A-Za-z0-9_.-], at most 128 characters)",
+                            required=True,
+                        ),
+                        "matrix": _text_field("the matrix it was built from", required=True),
+                        "cell": _text_field("the matrix cell", required=True),
+                        "digest": _text_field(
+                            "the validated manifest digest",
+                            _DIGEST,
+                            "a digest sha256:<64 hex>",
+                            required=True,
+                        ),
+                        "registries": Field(
+                            kind="array",
+                            required=True,
+                            min=1,
+                            description="where the tag was pushed; every copy has the image's digest",
+                            items=Field(
+                                kind="table",
+                                fields={
+                                    "name": _text_field("registries.toml name", required=True),
+                                    "kind": _text_field("registry kind (default: generic)"),
+                                    "reference": _text_field("host[:port]/repository:tag", required=True),
+                                    "digest": _text_field(
+                                        pattern=_DIGEST, what="a digest sha256:<64 hex>", required=True
+                                    ),
+                                },
+                            ),
+                        ),
+                        "torch": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a version like 2.5.1", required=True
+                        ),
+                        "torchvision": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a version like 0.20.1", required=True
+                        ),
+                        "cuda": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a CUDA version like 12.4", required=True
+                        ),
+                        "python": _text_field(
+                            pattern=r"\d+(\.\d+){1,3}", what="a Python version like 3.11", required=True
+                        ),
+                        "min_driver": Field(
+                            kind="table",
+                            required=True,
+                            description="the oldest driver that runs it (full; minor-version compatibility)",
+                            fields={
+                                "full": _text_field(
+                                    pattern=_DRIVER, what="a driver version like 550.54.14", required=True
+                                ),
+                                "minor": _text_field(
+                                    pattern=_DRIVER, what="a driver version like 525.60.13", required=True
+                                ),
+                            },
+                        ),
+                        "arch": Field(
+                            kind="array",
+                            required=True,
+                            min=1,
+                            description="TORCH_CUDA_ARCH_LIST of the wheels",
+                            items=_text_field(
+                                pattern=r"\d{1,2}\.\d[af]?(\+PTX)?",
+                                what="a TORCH_CUDA_ARCH_LIST entry like 9.0 or 12.0+PTX",
+                            ),
+                        ),
+                        "shm": Field(
+                            kind="table",
+                            required=True,
+                            description="what it needs of /dev/shm",
+                            fields={
+                                "size": _text_field(
+                                    "for --shm-size", r"\d+[kmgKMG]?", "a size like 16g", nullable=True
+                                ),
+                                "ipc_host": Field(kind="boolean", description="needs --ipc=host"),
+                            },
+                        ),
+                        "validated_on": Field(
+                            kind="array",
+                            required=True,
+                            min=1,
+                            description="passing validation runs of this digest",
+                            items=Field(
+                                kind="table",
+                                fields={
+                                    "gpu": _text_field("GPU model", required=True),
+                                    "count": Field(kind="integer", required=True, min=1, description="GPUs"),
+                                    "driver": _text_field(
+                                        pattern=_DRIVER, what="a driver version like 580.65.06", required=True
+                                    ),
+                                    "date": _text_field(
+                                        pattern=_DATE, what="an ISO date like 2026-11-29", required=True
+                                    ),
+                                    "report_digest": _text_field(
+                                        pattern=_DIGEST, what="sha256:<64 hex>", required=True
+                                    ),
+                                    "host": Field(kind="string", description="the host's name"),
+                                },
+                            ),
+                        ),
+                        "fingerprint": _text_field("the cell's build fingerprint", required=True),
+                        "released": _text_field(
+                            "when it was released", _DATE, "an ISO date like 2026-11-29", required=True
+                        ),
+                        "platform": _text_field("OCI platform (default: linux/amd64)"),
+                    },
+                ),
+            ),
+        },
+    ),
+)
+
+
+# -- the validation report: report.json of imagesmith validate, read by imagesmith release
+# (imagesmith.validate.record). Its tables are open: an image may carry a newer imagesmith-validate that
+# records more.
+
+#: the report schema imagesmith validate writes, and those a reader takes
+REPORT_SCHEMA: Final[int] = 2
+REPORT_SCHEMAS: Final[tuple[int, ...]] = (1, 2)
+#: a report's verdicts
+VERDICTS: Final[tuple[str, ...]] = ("passed", "failed", "not validated")
+_OPTIONAL_TEXT = Field(kind="string", nullable=True)
+
+#: one GPU of a schema-2 report's ``gpus`` (nvidia-smi's view)
+REPORT_GPU: Field = Field(
+    kind="table",
+    open=True,
+    description="one GPU the suite saw",
+    fields={
+        "index": Field(kind="integer", description="nvidia-smi index"),
+        "name": Field(kind="string", description="model, e.g. NVIDIA H200"),
+        "driver": Field(kind="string", description="driver version"),
+        "memory_mib": Field(kind="integer", nullable=True),
+        "compute_cap": replace(_OPTIONAL_TEXT, description="compute capability, e.g. 9.0"),
+        "bus_id": _OPTIONAL_TEXT,
+        "uuid": _OPTIONAL_TEXT,
+    },
+)
+
+VALIDATION_REPORT: Schema = Schema(
+    title="imagesmith validation report (report.json, written by imagesmith validate)",
+    file_name="validation-report",
+    docs="docs/validation.md",
+    root=Field(
+        kind="table",
+        open=True,
+        message="no 'verdict' key",
+        hint="pass the report.json imagesmith validate wrote",
+        fields={
+            "schema": Field(
+                kind="integer",
+                enum=REPORT_SCHEMAS,
+                message=f"report schema {{value!r}} is not one this imagesmith reads ({REPORT_SCHEMAS})",
+                hint="release with the imagesmith version that validated, or upgrade imagesmith",
+                description="report format (absent: 1); 2 records the GPU inventory as `gpus`",
+            ),
+            "verdict": Field(kind="string", required=True, enum=VERDICTS),
+            "verdict_reason": Field(kind="string", description="why, in one line"),
+            "target": Field(kind="string", description="what was validated: an image reference or host"),
+            "started": Field(kind="string", description="UTC start time"),
+            "duration_s": Field(kind="number"),
+            "image": Field(
+                kind="table",
+                open=True,
+                fields={"digest": Field(kind="string", pattern=_DIGEST, description="the image's digest")},
+            ),
+            "options": Field(kind="table", open=True, description="the suite's options"),
+            "gpus": Field(kind="array", items=REPORT_GPU, description="every GPU the suite saw (schema 2)"),
+            "checks": Field(
+                kind="array",
+                description="one entry per check",
+                items=Field(
+                    kind="table",
+                    open=True,
+                    fields={
+                        "name": Field(kind="string"),
+                        "module": Field(kind="string"),
+                        "status": Field(
+                            kind="string", description="passed, failed, skipped (empty: errored)"
+                        ),
+                        "message": Field(kind="string"),
+                        "fix": Field(kind="string"),
+                        "duration_s": Field(kind="number"),
+                        "figures": Field(kind="table", open=True, description="measured values"),
+                        "warnings": Field(kind="array", items=Field(kind="string")),
+                    },
+                ),
+            ),
+            "warnings": Field(kind="array", items=Field(kind="string")),
+            "topology_matrix": Field(
+                kind="map", nullable=True, items=Field(kind="string"), description="nvidia-smi topo -m links"
+            ),
+            "plot": Field(kind="string"),
+            "logs": Field(kind="array", items=Field(kind="string")),
+        },
+    ),
+)
+
+
+#: every file the schema layer describes, in the order `imagesmith schema` writes them
+SCHEMAS: tuple[Schema, ...] = (
+    PROJECT,
+    CONFIG,
+    REGISTRIES,
+    MATRIX,
+    RELEASE_INDEX,
+    VALIDATION_REPORT,
+)

@@ -20,7 +20,7 @@ def schema_command(
     ),
     check: Annotated[bool, typer.Option("--check", help="Write nothing; fail when a file differs.")] = False,
 ) -> None:
-    """Write (or check) the JSON Schema of imagesmith.toml and the user config."""
+    """Write (or check) the JSON Schema of each file imagesmith reads (project, matrices, index, report)."""
     from imagesmith.schema import SCHEMAS
 
     differing: list[str] = []

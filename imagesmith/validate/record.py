@@ -12,29 +12,51 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from imagesmith import schema
 from imagesmith.errors import ConfigError
 from imagesmith.nvsmi import SmiGpu
 
-SCHEMA: Final[int] = 2
-SUPPORTED: Final[tuple[int, ...]] = (1, 2)
+SCHEMA: Final[int] = schema.REPORT_SCHEMA
+SUPPORTED: Final[tuple[int, ...]] = schema.REPORT_SCHEMAS
 _DIGEST_IN_REF = re.compile(r"@(sha256:[0-9a-f]{64})$")
 _SCHEMA1_INVENTORY_CHECK: Final[str] = "test_gpu_inventory"
 
 
 #: the fields of a GPU a report records (schema 2 ``gpus[]``), read back into :class:`SmiGpu`
-GPU_FIELDS: Final[tuple[str, ...]] = (
-    "index",
-    "name",
-    "driver",
-    "memory_mib",
-    "compute_cap",
-    "bus_id",
-    "uuid",
-)
+GPU_FIELDS: Final[tuple[str, ...]] = tuple(schema.REPORT_GPU.fields)
+
+
+class _Reader(schema.Checker):
+    """Words the problems :data:`imagesmith.schema.VALIDATION_REPORT` finds: "``source: key: problem``"."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(source, ConfigError, docs="docs/validation.md")
+
+    def keys(
+        self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]
+    ) -> None:
+        for key in required:
+            if key not in table:
+                where = f"{prefix}: " if prefix else ""
+                raise self.fail(
+                    "", f"{where}no {key!r} key", hint="pass the report.json imagesmith validate wrote"
+                )
+
+    def wrong_type(self, spec: schema.Field, value: Any, key: str) -> ConfigError:
+        if spec.message:  # the message names the field itself ("no 'verdict' key", "report schema 3 is …")
+            return self.fail("", spec.message.format(value=value), hint=spec.hint)
+        return super().wrong_type(spec, value, key)
+
+    def invalid(
+        self, spec: schema.Field, value: Any, key: str, problem: str, nearest: str | None
+    ) -> ConfigError:
+        if spec.message:
+            return self.fail("", problem, hint=spec.hint)
+        return self.fail(key, problem, nearest=nearest, hint=spec.hint or None)
 
 
 def _gpu_from_json(position: int, data: dict[str, Any]) -> SmiGpu:
@@ -87,40 +109,30 @@ class ValidationReport:
 
     @classmethod
     def parse(cls, body: bytes, *, source: str) -> ValidationReport:
-        """A report.json's bytes; *source* (file or registry artifact) is named in every error."""
+        """A report.json's bytes; *source* (file or registry artifact) is named in every error. The shape is
+        :data:`imagesmith.schema.VALIDATION_REPORT` (docs/schemas/validation-report.schema.json)."""
         try:
             data = json.loads(body)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(
                 f"{source}: not JSON ({exc})", hint="pass the report.json imagesmith validate wrote"
             ) from None
-        if not isinstance(data, dict) or "verdict" not in data:
-            raise ConfigError(
-                f"{source}: no 'verdict' key", hint="pass the report.json imagesmith validate wrote"
-            )
-        schema = data.get("schema", 1)
-        if schema not in SUPPORTED or isinstance(schema, bool):
-            raise ConfigError(
-                f"{source}: report schema {schema!r} is not one this imagesmith reads ({SUPPORTED})",
-                hint="release with the imagesmith version that validated, or upgrade imagesmith",
-            )
+        schema.VALIDATION_REPORT.check(data, checker=_Reader(source))
+        schema_version = data.get("schema", 1)
         target = str(data.get("target") or "")
-        image = data.get("image")
-        digest = (
-            image.get("digest") if isinstance(image, dict) and isinstance(image.get("digest"), str) else None
-        )
+        digest = (data.get("image") or {}).get("digest")
         if digest is None:
             m = _DIGEST_IN_REF.search(target)
             digest = m.group(1) if m else None
-        checks = tuple(c for c in data.get("checks") or [] if isinstance(c, dict))
-        if schema >= 2:
+        checks = tuple(data.get("checks", []))
+        if schema_version >= 2:
             raw = data.get("gpus") or []
         else:
             inventory = next((c for c in checks if c.get("name") == _SCHEMA1_INVENTORY_CHECK), None)
             raw = (inventory or {}).get("figures", {}).get("gpus") or []
         gpus = tuple(_gpu_from_json(i, g) for i, g in enumerate(raw) if isinstance(g, dict))
         return cls(
-            schema=int(schema),
+            schema=schema_version,
             verdict=str(data["verdict"]),
             verdict_reason=str(data.get("verdict_reason") or ""),
             target=target,
