@@ -21,8 +21,10 @@ Rules applied (NVIDIA "CUDA Compatibility" documentation, PyTorch release matrix
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import functools
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -57,6 +59,8 @@ class DataError(ConfigError):
 
 __all__ = [
     "ArchCoverage",
+    "ArchFamily",
+    "BranchLifecycle",
     "CudaRelease",
     "DriverVersion",
     "Gpu",
@@ -64,23 +68,31 @@ __all__ = [
     "TorchRelease",
     "TorchVariant",
     "Verdict",
+    "WheelRuntime",
     "arch_coverage",
+    "arch_families",
+    "branch_lifecycle",
     "cuda_release",
     "cuda_releases",
     "driver_branch_cuda",
+    "driver_warnings",
     "gpu",
     "gpu_candidates",
     "gpu_family",
+    "gpu_last_branch",
+    "gpu_warnings",
     "gpus",
     "max_cuda_for_driver",
     "min_driver",
     "nearest",
     "normalize_cuda",
     "parse_driver",
+    "today",
     "torch_release",
     "torch_releases",
     "torch_variant",
     "verdict",
+    "wheel_runtime",
 ]
 
 _PACKAGE = "imagesmith"
@@ -417,6 +429,187 @@ def driver_branch_cuda(branch: int) -> tuple[str, str, bool] | None:
 
 
 # ------------------------------------------------------------------------------------------------------------
+# driver branch lifecycle (NVIDIA's data-center driver lifecycle) and the CUDA runtime a wheel ships
+
+TODAY_ENV = "IMAGESMITH_TODAY"
+
+
+def today() -> datetime.date:
+    """The date end-of-life checks are made against: ``$IMAGESMITH_TODAY`` (``YYYY-MM-DD``) when set, else the
+    real date. Tests and reproducible runs set it (or pass ``today=`` to the functions that take it).
+    """
+    raw = os.environ.get(TODAY_ENV, "").strip()
+    if not raw:
+        return datetime.date.today()
+    try:
+        return datetime.date.fromisoformat(raw)
+    except ValueError:
+        raise ConfigError(
+            f"{TODAY_ENV}={raw!r} is not a date", hint=f"write it as YYYY-MM-DD, or unset {TODAY_ENV}"
+        ) from None
+
+
+def _today() -> datetime.date:
+    return today()  # looked up at call time: the functions below take a parameter named ``today``
+
+
+_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BranchLifecycle:
+    """A driver branch in NVIDIA's data-center driver lifecycle: support ends in month ``end_of_life``."""
+
+    branch: int
+    designation: Literal["long-term", "production"]
+    end_of_life: tuple[int, int]  # (year, month)
+    source: str
+
+    @property
+    def end_text(self) -> str:
+        """``June 2026``."""
+        return f"{_MONTHS[self.end_of_life[1] - 1]} {self.end_of_life[0]}"
+
+    def ended(self, on: datetime.date) -> bool:
+        """True once the end-of-life month is over."""
+        return (on.year, on.month) > self.end_of_life
+
+    def describe(self) -> str:
+        kind = "long-term support branch" if self.designation == "long-term" else "production branch"
+        return f"R{self.branch} ({kind}, supported to {self.end_text})"
+
+
+@functools.cache
+def _lifecycles() -> Mapping[int, BranchLifecycle]:
+    name = "cuda.toml"
+    out: dict[int, BranchLifecycle] = {}
+    for row in _rows(name, "lifecycle"):
+        branch = int(_field(name, "lifecycle", row, "branch", int))
+        designation = _field(name, "lifecycle", row, "designation", str)
+        if designation not in ("long-term", "production"):
+            raise DataError(
+                f"imagesmith/data/{name}: [[lifecycle]] {branch}: designation {designation!r} is not "
+                "long-term or production"
+            )
+        eol = _field(name, "lifecycle", row, "end_of_life", str)
+        match = re.fullmatch(r"(\d{4})-(\d{2})", eol)
+        if match is None or not 1 <= int(match.group(2)) <= 12:
+            raise DataError(
+                f"imagesmith/data/{name}: [[lifecycle]] {branch}: end_of_life {eol!r} is not YYYY-MM"
+            )
+        if branch in out:
+            raise DataError(f"imagesmith/data/{name}: [[lifecycle]] {branch} is listed twice")
+        out[branch] = BranchLifecycle(
+            branch=branch,
+            designation=designation,
+            end_of_life=(int(match.group(1)), int(match.group(2))),
+            source=row["source"],
+        )
+    return MappingProxyType(dict(sorted(out.items())))
+
+
+def branch_lifecycle(branch: int) -> BranchLifecycle | None:
+    """NVIDIA's lifecycle row of a driver branch (535 → long-term, June 2026), or None when not listed."""
+    return _lifecycles().get(branch)
+
+
+def _supported_branches(on: datetime.date) -> list[BranchLifecycle]:
+    return [row for row in _lifecycles().values() if not row.ended(on)]
+
+
+def driver_warnings(driver: DriverVersion | str, *, today: datetime.date | None = None) -> tuple[str, ...]:
+    """Warnings about the driver's branch itself: past end of life in NVIDIA's data-center driver lifecycle
+    (a listed branch whose end-of-life month is over, or an unlisted branch older than the newest listed one:
+    NVIDIA calls every such branch end of life). Empty for a supported branch or one newer than the table.
+    """
+    drv = _as_driver(driver)
+    on = today if today is not None else _today()
+    rows = _lifecycles()
+    supported = ", ".join(row.describe() for row in _supported_branches(on))
+    move = f"; branches NVIDIA still supports on {on.isoformat()}: {supported}" if supported else ""
+    row = rows.get(drv.branch)
+    if row is not None:
+        if not row.ended(on):
+            return ()
+        kind = "long-term support branch" if row.designation == "long-term" else "production branch"
+        return (
+            f"driver {drv} is on branch R{row.branch}, a {kind} that reached end of life in {row.end_text} "
+            f"(NVIDIA Data Center Driver lifecycle): no more bug or security fixes{move}",
+        )
+    if rows and drv.branch < max(rows):
+        return (
+            f"driver {drv} is on branch R{drv.branch}, which NVIDIA's Data Center Driver lifecycle does not "
+            f"list: NVIDIA calls every earlier branch it does not list end of life{move}",
+        )
+    return ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class WheelRuntime:
+    """The CUDA runtime torch wheels of ``variant`` ship (``cu128`` → 12.8.1, cudart 12.8.90), for the torch
+    releases in ``torch``.
+    """
+
+    variant: str
+    torch: SpecifierSet
+    runtime: str
+    cudart: str
+    source: str
+
+
+@functools.cache
+def _wheel_runtimes() -> tuple[WheelRuntime, ...]:
+    name = "cuda.toml"
+    out = []
+    for row in _rows(name, "wheel_runtime"):
+        variant = _field(name, "wheel_runtime", row, "variant", str)
+        runtime = _field(name, "wheel_runtime", row, "runtime", str)
+        if not _CUDA_TAG_RE.match(variant) or not _CUDA_XY_RE.match(runtime) or runtime.count(".") != 2:
+            raise DataError(
+                f"imagesmith/data/{name}: [[wheel_runtime]] {variant}: variant must be cuXY and runtime X.Y.Z"
+            )
+        try:
+            spec = SpecifierSet(_field(name, "wheel_runtime", row, "torch", str))
+        except InvalidSpecifier as exc:
+            raise DataError(f"imagesmith/data/{name}: [[wheel_runtime]] {variant}: {exc}") from None
+        out.append(
+            WheelRuntime(
+                variant=variant,
+                torch=spec,
+                runtime=runtime,
+                cudart=_field(name, "wheel_runtime", row, "cudart", str),
+                source=row["source"],
+            )
+        )
+    return tuple(out)
+
+
+def wheel_runtime(torch: str, variant: str) -> WheelRuntime | None:
+    """The CUDA runtime torch *torch* + *variant* wheels ship, when the data records it."""
+    version = Version(torch.split("+", 1)[0])
+    return next((w for w in _wheel_runtimes() if w.variant == variant and w.torch.contains(version)), None)
+
+
+def _update_name(version: str) -> str:
+    """``12.8.1`` → ``CUDA 12.8 Update 1``; ``12.8.0`` → ``CUDA 12.8 GA``."""
+    major, minor, patch = version.split(".")
+    return f"CUDA {major}.{minor} " + ("GA" if patch == "0" else f"Update {patch}")
+
+
+# ------------------------------------------------------------------------------------------------------------
 # PyTorch
 
 
@@ -451,6 +644,8 @@ class TorchRelease:
     pypi_default: str
     source: str
     verified: bool
+    #: False when ``torchaudio`` is one wheel for every CUDA variant (2.11.1, py3-none): pin it without +cuXYZ
+    torchaudio_local: bool = True
 
     def variant(self, cuda: str) -> TorchVariant:
         """The variant for ``cu121`` / ``12.1``; :class:`ConfigError` when this release was never published
@@ -514,6 +709,11 @@ def torch_releases() -> tuple[TorchRelease, ...]:
                 f"imagesmith/data/{name}: release {version}: pypi_default {default} is not a variant"
             )
         torchaudio = row.get("torchaudio")
+        torchaudio_local = row.get("torchaudio_local", True)
+        if not isinstance(torchaudio_local, bool):
+            raise DataError(
+                f"imagesmith/data/{name}: release {version}: `torchaudio_local` must be true or false"
+            )
         out.append(
             TorchRelease(
                 version=version,
@@ -524,6 +724,7 @@ def torch_releases() -> tuple[TorchRelease, ...]:
                 pypi_default=default,
                 source=row["source"],
                 verified=bool(row.get("verified", True)),
+                torchaudio_local=torchaudio_local,
             )
         )
     return tuple(sorted(out, key=lambda r: Version(r.version)))
@@ -749,6 +950,79 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
 _lookup_gpu = gpu  # verdict() has a parameter named ``gpu``
 
 
+@dataclass(frozen=True, kw_only=True)
+class ArchFamily:
+    """GPUs of compute capability ``cc_min`` … ``cc_max`` (Volta: 7.0 … 7.2) whose driver support ends with
+    branch ``last_branch`` (R580), so they top out at that branch's CUDA.
+    """
+
+    name: str
+    cc_min: tuple[int, int]
+    cc_max: tuple[int, int]
+    last_branch: int
+    source: str
+
+    def covers(self, cc: str) -> bool:
+        return self.cc_min <= _parse_cc(cc) <= self.cc_max
+
+    @property
+    def max_cuda(self) -> str:
+        """The newest CUDA X.Y its last branch runs (R580 → 13.0)."""
+        row = _branches().get(self.last_branch)
+        if row is None:
+            raise DataError(
+                f"imagesmith/data/gpus.toml: [[arch]] {self.name}: last_branch {self.last_branch} has no "
+                "[[branch]] row in imagesmith/data/cuda.toml"
+            )
+        return row.cuda_version
+
+
+@functools.cache
+def arch_families() -> tuple[ArchFamily, ...]:
+    """The GPU architectures whose driver support ends with a branch (``gpus.toml`` ``[[arch]]``)."""
+    name = "gpus.toml"
+    out = []
+    for row in _rows(name, "arch"):
+        arch = _field(name, "arch", row, "name", str)
+        bounds = []
+        for key in ("cc_min", "cc_max"):
+            cc = _field(name, "arch", row, key, str)
+            if not re.match(r"^\d{1,2}\.\d$", cc):
+                raise DataError(f"imagesmith/data/{name}: [[arch]] {arch}: {key} {cc!r} is not M.m")
+            bounds.append(_parse_cc(cc))
+        if bounds[0] > bounds[1]:
+            raise DataError(f"imagesmith/data/{name}: [[arch]] {arch}: cc_min is above cc_max")
+        family = ArchFamily(
+            name=arch,
+            cc_min=bounds[0],
+            cc_max=bounds[1],
+            last_branch=int(_field(name, "arch", row, "last_branch", int)),
+            source=row["source"],
+        )
+        family.max_cuda  # noqa: B018 - a last branch without a [[branch]] row is broken data: say so at load
+        out.append(family)
+    return tuple(out)
+
+
+def gpu_last_branch(g: Gpu | str) -> ArchFamily | None:
+    """The architecture row capping *g*'s driver branch (V100 → Volta, R580), or None."""
+    model = g if isinstance(g, Gpu) else _lookup_gpu(g)
+    return next((a for a in arch_families() if a.covers(model.cc)), None)
+
+
+def gpu_warnings(g: Gpu | str) -> tuple[str, ...]:
+    """Warnings about the GPU model itself: its last driver branch caps the CUDA it can ever run."""
+    model = g if isinstance(g, Gpu) else _lookup_gpu(g)
+    arch = gpu_last_branch(model)
+    if arch is None:
+        return ()
+    return (
+        f"{model.name} ({arch.name}, {model.sm}): R{arch.last_branch} is NVIDIA's last driver branch for "
+        f"{arch.name} GPUs, so this GPU tops out at CUDA {arch.max_cuda}: no newer driver or CUDA will run "
+        "on it",
+    )
+
+
 # ------------------------------------------------------------------------------------------------------------
 # arch coverage
 
@@ -860,6 +1134,8 @@ class Verdict:
     variant: str = ""
     blockers: tuple[str, ...] = ()
     needs_driver: DriverVersion | None = None
+    #: about the host, not this wheel: an end-of-life driver branch, a GPU whose last branch caps its CUDA
+    warnings: tuple[str, ...] = ()
 
 
 class _VerdictIds(TypedDict):
@@ -870,12 +1146,18 @@ class _VerdictIds(TypedDict):
     variant: str
 
 
-def _first_covering(cc: str) -> str | None:
-    for rel in torch_releases():
+def _first_covering(cc: str, *, newest: bool = False) -> str | None:
+    releases = reversed(torch_releases()) if newest else iter(torch_releases())
+    for rel in releases:
         for var in rel.variants.values():
             if arch_coverage(var.arch_list, cc).kind in ("native", "binary-compatible"):
                 return f"{rel.version}+{var.name}"
     return None
+
+
+def _dropped(arch_list: Sequence[str], cc: str) -> bool:
+    """True when every SASS target of the wheel is newer than *cc*: the wheel dropped this GPU."""
+    return all(_parse_arch(e)[:2] > _parse_cc(cc) for e in arch_list)
 
 
 def _forward_compat_note(g: Gpu, xy: str, full: DriverVersion) -> str:
@@ -913,7 +1195,14 @@ def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[st
     return out
 
 
-def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) -> Verdict:
+def verdict(
+    driver: DriverVersion | str,
+    gpu: Gpu | str,
+    torch: str,
+    cuda: str,
+    *,
+    today: datetime.date | None = None,
+) -> Verdict:
     """Can torch *torch* built for *cuda* (``12.1`` or ``cu121``) run on *gpu* with *driver*?
 
     ``full``: the driver is at least the toolkit driver of the variant's CUDA and the wheel has a kernel for
@@ -921,9 +1210,13 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
     limits listed in ``reasons``; a wheel whose only kernel for the GPU is PTX then cannot run. ``none``: it
     does not run; ``reasons`` says why and what to change. Unknown torch versions, GPUs, junk drivers or CUDA
     strings raise ConfigError.
+
+    ``warnings`` are about the host, whatever the wheel: a driver branch past end of life on *today* (default
+    :func:`today`), a GPU whose last driver branch caps its CUDA. They never change ``mode``.
     """
     drv = _as_driver(driver)
     g = gpu if isinstance(gpu, Gpu) else _lookup_gpu(gpu)
+    warnings = driver_warnings(drv, today=today) + gpu_warnings(g)
     rel = torch_release(torch)
     vname, xy = normalize_cuda(cuda)
     base = _VerdictIds(driver=str(drv), gpu=g.key, torch=rel.version, cuda=xy, variant=vname)
@@ -953,6 +1246,7 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
             arch=None,
             min_driver=md,
             blockers=(never,),
+            warnings=warnings,
             **base,
         )
 
@@ -989,6 +1283,15 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
             hints.append(f"torch {rel.version} variants this driver runs on {g.name}: {', '.join(runnable)}")
         hints.append(_forward_compat_note(g, var.cuda, md.full))
 
+    runtime = wheel_runtime(rel.version, vname)
+    if runtime is not None and runtime.runtime != md.toolkit:
+        reasons.insert(
+            1,
+            f"{md.full} is NVIDIA's {_update_name(md.toolkit)} driver row; torch {rel.version}+{vname} "
+            f"wheels ship the {_update_name(runtime.runtime)} runtime (cudart {runtime.cudart}), which "
+            f"checks the driver against CUDA {xy} only, so the {_update_name(md.toolkit)} driver runs it",
+        )
+
     needs: list[DriverVersion] = [] if mode != "none" else [md.minor_version]
     if g.min_driver is not None and drv < g.min_driver:
         needs.append(g.min_driver)
@@ -996,16 +1299,33 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
             f"{g.name} ({g.sm}) needs driver ≥ {g.min_driver}: older drivers do not support this GPU at all"
         )
 
-    cov = arch_coverage(var.arch_list, g.cc)
     arch_blocked = False
+    last = gpu_last_branch(g)
+    if last is not None and drv.branch > last.last_branch:
+        arch_blocked = True  # no driver fixes it
+        blockers.append(
+            f"driver {drv} (R{drv.branch}) does not support {last.name} GPUs such as {g.name}: "
+            f"R{last.last_branch} is their last driver branch"
+        )
+    if last is not None and _vkey(var.cuda) > _vkey(last.max_cuda):
+        arch_blocked = True
+        blockers.append(
+            f"{g.name} ({last.name}) cannot run CUDA {var.cuda}: R{last.last_branch}, NVIDIA's last driver "
+            f"branch for {last.name} GPUs, supports CUDA ≤ {last.max_cuda}"
+        )
+
+    cov = arch_coverage(var.arch_list, g.cc)
     if cov.kind == "none":
         arch_blocked = True
-        first = _first_covering(g.cc)
-        hint = f"; the first torch release with kernels for {g.sm} is {first}" if first else ""
+        dropped = _dropped(var.arch_list, g.cc)
+        other = _first_covering(g.cc, newest=dropped)
+        which = "newest" if dropped else "first"
+        hint = f"; the {which} torch release with kernels for {g.sm} is {other}" if other else ""
         blockers.append(
             f"{g.name} with CUDA capability {g.sm} is not compatible with the current PyTorch installation: "
-            f"torch {rel.version}+{vname} was built for TORCH_CUDA_ARCH_LIST={var.torch_cuda_arch_list} "
-            f"({' '.join(torch_arch_names(var.arch_list))}){hint}"
+            f"{vname} wheels of torch {rel.version} carry no {g.sm} kernels (built for "
+            f"TORCH_CUDA_ARCH_LIST={var.torch_cuda_arch_list}: {' '.join(torch_arch_names(var.arch_list))})"
+            f"{hint}"
         )
     elif cov.kind == "ptx" and drv < md.full:
         needs.append(md.full)
@@ -1033,6 +1353,7 @@ def verdict(driver: DriverVersion | str, gpu: Gpu | str, torch: str, cuda: str) 
         min_driver=md,
         blockers=tuple(blockers),
         needs_driver=max(needs) if blockers and needs and not arch_blocked and drv < max(needs) else None,
+        warnings=warnings,
         **base,
     )
 

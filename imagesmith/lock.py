@@ -199,8 +199,8 @@ def lock_inputs(key: LockKey) -> list[str]:
     release = compat.torch_release(key.torch)
     local = "" if key.variant == release.pypi_default else f"+{key.variant}"
     lines = [f"torch=={release.version}{local}", f"torchvision=={release.torchvision}{local}"]
-    if release.torchaudio:
-        lines.append(f"torchaudio=={release.torchaudio}{local}")
+    if release.torchaudio:  # 2.11.1 (torch 2.12+) is one py3-none wheel for every variant: no +cuXYZ
+        lines.append(f"torchaudio=={release.torchaudio}{local if release.torchaudio_local else ''}")
     lines.append("numpy<2" if needs_numpy1(key.torch) else "numpy")
     lines.extend(IMAGESMITH_RUNTIME_DEPS)
     return lines

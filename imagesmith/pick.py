@@ -20,6 +20,7 @@ Nothing here imports a heavy module at import time: the path with a cached index
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import os
 import re
@@ -281,6 +282,8 @@ class Pick:
     warnings: tuple[str, ...]
     rejected: tuple[Rejected, ...]
     runner_up: tuple[ReleasedImage, ...] = field(default=())
+    #: the part of ``warnings`` about the host itself (end-of-life driver branch, a GPU's last branch)
+    host_warnings: tuple[str, ...] = ()
 
     @property
     def reference(self) -> str:
@@ -317,6 +320,7 @@ class Pick:
             "pull": shlex.join(self.pull_argv()),
             "run": shlex.join(self.run_argv()),
             "warnings": list(self.warnings),
+            "host_warnings": list(self.host_warnings),
             "rejected": [{"tag": r.tag, "reason": r.reason} for r in self.rejected],
         }
 
@@ -349,8 +353,18 @@ def choose(
     platform: Platform,
     region: str | None = None,
     machine: str = "x86_64",
+    today: datetime.date | None = None,
 ) -> Pick:
-    """The best released image for *host* within *constraints* (see the module docstring for the rule)."""
+    """The best released image for *host* within *constraints* (see the module docstring for the rule).
+
+    Host warnings (an end-of-life driver branch on *today*, default :func:`imagesmith.compat.today`; a GPU
+    whose last driver branch caps its CUDA) come after the image's own warnings, and in the error when nothing
+    fits.
+    """
+    from imagesmith import compat
+
+    on = today if today is not None else compat.today()
+    host_warns = host_warnings(host, today=on)
     if not index.images:
         raise NoImageFitsError("the release index lists no image", hint="run imagesmith release first")
     arch = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
@@ -365,7 +379,7 @@ def choose(
         if reason is not None:
             rejected.append(Rejected(tag=image.tag, reason=reason))
             continue
-        verdict = assess(image, host)
+        verdict = assess(image, host, today=on)
         if verdict.level is None:
             rejected.append(Rejected(tag=image.tag, reason="; ".join(verdict.reasons)))
             if verdict.needs_driver:
@@ -374,6 +388,7 @@ def choose(
         fits.append((image, verdict))
     if not fits:
         message, fix = _nothing_fits(host, constraints, rejected, driver_needs)
+        message += "".join(f"\nwarning: {w}" for w in host_warns)
         raise NoImageFitsError(message, hint=fix)
     fits.sort(key=lambda pair: _rank(pair[0], pair[1].level or "minor"))
     best, verdict = fits[0]
@@ -409,9 +424,10 @@ def choose(
         registry=copy,
         registry_why=why,
         host=host,
-        warnings=tuple(warnings + reg_warnings),
+        warnings=tuple(warnings + list(host_warns) + reg_warnings),
         rejected=tuple(rejected),
         runner_up=tuple(img for img, _ in fits[1:]),
+        host_warnings=host_warns,
     )
 
 
@@ -463,7 +479,23 @@ def _compat_gpu(g: SmiGpu) -> Any:
         )
 
 
-def assess(image: ReleasedImage, host: Host) -> Assessment:
+def host_warnings(host: Host, *, today: datetime.date | None = None) -> tuple[str, ...]:
+    """compat's warnings about the host itself: its driver branch past end of life on *today*, and each
+    distinct GPU model whose last driver branch caps its CUDA. GPUs compat cannot model are skipped here
+    (assess says so).
+    """
+    from imagesmith import compat
+
+    out = list(compat.driver_warnings(host.driver, today=today))
+    for hg in host.gpus:
+        try:
+            out += compat.gpu_warnings(_compat_gpu(hg))
+        except ConfigError:
+            continue
+    return tuple(dict.fromkeys(out))
+
+
+def assess(image: ReleasedImage, host: Host, *, today: datetime.date | None = None) -> Assessment:
     """compat.verdict for every distinct GPU of the host; the image's level is the worst of them."""
     from imagesmith import compat
 
@@ -478,7 +510,7 @@ def assess(image: ReleasedImage, host: Host) -> Assessment:
         seen.add(hg.name)
         try:
             gpu = _compat_gpu(hg)
-            v = compat.verdict(host.driver, gpu, image.torch, image.cuda)
+            v = compat.verdict(host.driver, gpu, image.torch, image.cuda, today=today)
         except ConfigError as exc:
             return Assessment(level=None, reasons=(f"cannot judge: {exc.message}",))
         if v.mode == "full":

@@ -16,7 +16,7 @@ from imagesmith.errors import ConfigError
 
 EPILOG = (
     "Exit status: 0 = compatible (mode full or minor-version; for --nvidia-smi: every GPU model in the "
-    "file), "
+    "file; warnings such as an end-of-life driver branch do not change it), "
     "1 = not compatible (mode none), 2 = bad input (unknown torch/GPU/CUDA, junk driver, conflicting flags), "
     "7 = the --nvidia-smi file is not nvidia-smi output. "
     "Examples: imagesmith compat --driver 535.104.05 --gpu a100 --torch 2.1.2 --cuda 12.1 ; "
@@ -50,6 +50,7 @@ def _verdict_json(v: compat.Verdict, g: compat.Gpu) -> dict[str, Any]:
         "variant": v.variant,
         "blockers": list(v.blockers),
         "needs_driver": None if v.needs_driver is None else str(v.needs_driver),
+        "warnings": list(v.warnings),
     }
 
 
@@ -188,13 +189,18 @@ def compat_command(
     why.
 
     Rules: NVIDIA's CUDA toolkit driver table and minor-version compatibility; PyTorch's per-wheel arch lists.
+    Warns (text: "warning:" lines, JSON: "warnings") when the driver branch is past end of life in NVIDIA's
+    data-center driver lifecycle ($IMAGESMITH_TODAY=YYYY-MM-DD sets the date) or when the GPU's last driver
+    branch caps its CUDA (Maxwell/Pascal/Volta: R580, CUDA 13.0).
     With several GPU models (--nvidia-smi, or --gpu repeated), JSON keeps the single-verdict keys for the
     weakest model and adds "verdicts" (one object per model).
     """
     torch, cuda, cuda_origin = _torch_and_cuda(torch, cuda)
     drv, targets, source = _targets(driver, gpu or [], nvidia_smi)
-    results = [(compat.verdict(drv, g, torch, cuda), g, indices) for g, indices in targets]
+    today = compat.today()
+    results = [(compat.verdict(drv, g, torch, cuda, today=today), g, indices) for g, indices in targets]
     all_ok = all(v.compatible for v, _, _ in results)
+    warnings = list(dict.fromkeys(w for v, _, _ in results for w in v.warnings))
 
     if as_json:
         objs = []
@@ -217,6 +223,7 @@ def compat_command(
                 "gpu_name": [o["gpu_name"] for o in objs],
                 "reasons": [f"{o['gpu']}: {r}" for o in objs for r in o["reasons"]],
                 "source": source,
+                "warnings": warnings,
                 "verdicts": objs,
             }
             out.pop("gpu_indices", None)
@@ -229,6 +236,8 @@ def compat_command(
             console.print(f"{escape(source)}: driver {drv}, {len(results)} GPU model(s)")
         for v, g, indices in results:
             _print_human(console, v, g, indices)
+        for warning in warnings:  # about the host, once: they never change the exit status
+            console.print(f"[bold yellow]warning:[/] {escape(warning)}")
     raise typer.Exit(0 if all_ok else 1)
 
 

@@ -7,6 +7,7 @@ Unhappy paths first.
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,11 @@ def test_unknown_torch_names_the_nearest_known_version() -> None:
     assert "imagesmith/data/torch.toml" in str(err.value)
 
 
-def test_torch_2_15_is_not_tabulated_and_says_what_is() -> None:
+def test_torch_2_16_is_not_tabulated_and_says_what_is() -> None:
+    # was 2.15.0 until issue 13 tabulated torch 2.15.0 (PyPI, 2026-10-28)
     with pytest.raises(ConfigError) as err:
-        compat.torch_release("2.15.0")
-    assert "2.14.1" in str(err.value)
+        compat.torch_release("2.16.0")
+    assert "2.15.0" in str(err.value)
 
 
 @pytest.mark.parametrize("name", ["h1000", "NVIDIA Z100", "quadro"])
@@ -447,7 +449,7 @@ def test_every_cuda_update_from_11_0_to_13_2_is_listed() -> None:
         "11.6.2", "11.7.0", "11.7.1", "11.8.0", "12.0.0", "12.0.1", "12.1.0", "12.1.1", "12.2.0", "12.2.1",
         "12.2.2", "12.3.0", "12.3.1", "12.3.2", "12.4.0", "12.4.1", "12.5.0", "12.5.1", "12.6.0", "12.6.1",
         "12.6.2", "12.6.3", "12.8.0", "12.8.1", "12.9.0", "12.9.1", "13.0.0", "13.0.1", "13.0.2", "13.1.0",
-        "13.1.1", "13.2.0", "13.2.1", "13.2.2", "13.3.0", "13.3.1",
+        "13.1.1", "13.2.0", "13.2.1", "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.5.0",
     }  # fmt: skip
     assert versions == expected
     # minimum drivers never go down as the toolkit goes up
@@ -460,7 +462,7 @@ def test_every_torch_patch_release_from_2_0_to_2_14_is_listed() -> None:
     assert versions == [
         "2.0.0", "2.0.1", "2.1.0", "2.1.1", "2.1.2", "2.2.0", "2.2.1", "2.2.2", "2.3.0", "2.3.1", "2.4.0",
         "2.4.1", "2.5.0", "2.5.1", "2.6.0", "2.7.0", "2.7.1", "2.8.0", "2.9.0", "2.9.1", "2.10.0", "2.11.0",
-        "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1",
+        "2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0",
     ]  # fmt: skip
 
 
@@ -476,14 +478,18 @@ def test_torch_pairings_and_variants_follow_the_release_matrix() -> None:
     assert compat.torch_release("2.0.0").torchvision == "0.15.1"
     assert compat.torch_release("2.11.0").torchaudio == "2.11.0"
     assert compat.torch_release("2.11.0").pypi_default == "cu130"
-    assert compat.torch_release("2.12.0").torchaudio is None  # torchaudio ended with 2.11
+    # issue 13: torchaudio did not end with 2.11: the py3-none torchaudio 2.11.1 pairs with 2.12+
+    assert compat.torch_release("2.12.0").torchaudio == "2.11.1"
     assert compat.torch_release("2.7.0").variants["cu128"].arch_list[-1] == "12.0+PTX"
 
 
 def test_torchvision_follows_the_0_n_plus_15_rule() -> None:
+    # the rule holds through 2.14; torch 2.15.0 shipped with the py3-none torchvision 0.29.2 (torch>=2.14.0)
     for r in compat.torch_releases():
         minor = int(r.version.split(".")[1])
-        if minor >= 1:
+        if r.version == "2.15.0":
+            assert r.torchvision == "0.29.2"
+        elif minor >= 1:
             assert r.torchvision.startswith(f"0.{minor + 15}."), r.version
 
 
@@ -577,3 +583,316 @@ def test_arch_coverage_follows_the_cuda_rules(
     else:
         assert cov.kind == "none"
         assert f"sm_{cc[0]}{cc[1]} is not compatible with the current PyTorch installation" in cov.detail
+
+
+# ------------------------------------------------------------------------------------ issue 13: facts
+
+NOV_30 = datetime.date(2026, 11, 30)
+
+
+def _rows_of(value: object, where: str) -> list[tuple[str, dict]]:  # type: ignore[type-arg]
+    """Every row (a table in an array of tables, at any depth) of a parsed data file, with where it is."""
+    out: list[tuple[str, dict]] = []  # type: ignore[type-arg]
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            out += _rows_of(sub, f"{where}.{key}")
+    elif isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        for i, item in enumerate(value):
+            out.append((f"{where}[{i}]", item))
+            for key, sub in item.items():
+                out += _rows_of(sub, f"{where}[{i}].{key}")
+    return out
+
+
+def test_every_row_of_every_data_table_is_traceable_to_a_source() -> None:
+    """NVIDIA's and PyTorch's tables stay hand-kept: every row of every array of tables in every data file
+    (cuda, torch, gpus -- lifecycle, wheel_runtime and arch included -- bases, os_families, platforms) and
+    every top-level table (sources.toml) names a non-empty `source`."""
+    names = sorted(p.name for p in DATA.glob("*.toml"))
+    assert {"cuda.toml", "torch.toml", "gpus.toml"} <= set(names)
+    tables = set()
+    for name in names:
+        data = _toml(name)
+        rows = _rows_of(data, name)
+        rows += [(f"{name}.{k}", v) for k, v in data.items() if isinstance(v, dict)]
+        for where, row in rows:
+            assert isinstance(row.get("source"), str), where
+            assert row["source"].strip(), where
+            tables.add(where.split("[")[0])
+    assert {"cuda.toml.lifecycle", "cuda.toml.wheel_runtime", "gpus.toml.arch"} <= tables
+
+
+def test_loading_rejects_a_lifecycle_row_without_a_valid_month(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = compat._load("cuda.toml")
+    broken = {**real, "lifecycle": [{"branch": 535, "designation": "long-term", "end_of_life": "June 2026",
+                                     "source": "x"}]}  # fmt: skip
+    monkeypatch.setattr(compat, "_load", lambda name: broken if name == "cuda.toml" else real)
+    compat._lifecycles.cache_clear()
+    try:
+        with pytest.raises(compat.DataError, match=r"cuda\.toml: \[\[lifecycle\]\] 535: end_of_life"):
+            compat.branch_lifecycle(535)
+    finally:
+        monkeypatch.undo()
+        compat._lifecycles.cache_clear()
+
+
+# wrong fact 1: torchaudio did not end at 2.11
+
+
+@pytest.mark.parametrize("torch", ["2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1", "2.15.0"])
+def test_torch_2_12_to_2_15_pair_with_the_py3_none_torchaudio_2_11_1(torch: str) -> None:
+    r = compat.torch_release(torch)
+    assert (r.torchaudio, r.torchaudio_local) == ("2.11.1", False)
+    assert compat.torch_release("2.11.0").torchaudio_local is True  # same-numbered, per-variant wheels
+
+
+def test_torchaudio_2_11_1_is_pinned_without_a_variant_suffix() -> None:
+    from imagesmith.lock import LockKey, lock_inputs
+
+    lines = lock_inputs(LockKey(torch="2.12.0", variant="cu126", python="3.12"))
+    assert "torch==2.12.0+cu126" in lines
+    assert "torchaudio==2.11.1" in lines  # one py3-none wheel for every variant
+    assert "torchaudio==2.11.0" in lock_inputs(LockKey(torch="2.11.0", variant="cu130", python="3.12"))
+
+
+# wrong fact 2: torch 2.12-2.14 cu130 carry no PTX
+
+
+@pytest.mark.parametrize("torch", ["2.12.0", "2.12.1", "2.13.0", "2.14.0", "2.14.1"])
+def test_cu130_wheels_of_2_12_to_2_14_carry_sm75_to_sm120_sass_and_no_ptx(torch: str) -> None:
+    var = compat.torch_variant(torch, "cu130")
+    assert var.arch_list == ("7.5", "8.0", "8.6", "9.0", "10.0", "12.0")
+    assert not any(a.endswith("+PTX") for a in var.arch_list)
+    assert compat.torch_variant("2.11.0", "cu130").arch_list == var.arch_list  # as 2.11 already was
+
+
+def test_a_cc_13_gpu_has_no_kernel_in_a_2_14_cu130_wheel() -> None:
+    future = compat.Gpu(
+        key="future", name="NVIDIA Future", cc="13.0", memory_gib=1.0, tdp_w=None, smi_names=(), source="test"
+    )
+    v = compat.verdict("595.71.05", future, "2.14.0", "cu130", today=NOV_30)
+    assert v.mode == "none"
+    assert v.arch is not None
+    assert v.arch.kind == "none"
+
+
+# wrong fact 3: B200 minimum driver
+
+
+def test_b200_needs_570_133_20_per_the_gpu_operator_docs() -> None:
+    b200 = compat.gpu("b200")
+    assert str(b200.min_driver) == "570.133.20"
+    assert "GPU Operator" in b200.source
+    v = compat.verdict("570.124.06", "b200", "2.9.0", "cu128", today=NOV_30)
+    assert v.mode == "none"
+    assert str(v.needs_driver) == "570.133.20"
+    assert any("needs driver ≥ 570.133.20" in b for b in v.blockers)
+    assert compat.verdict("570.133.20", "b200", "2.9.0", "cu128", today=NOV_30).mode == "full"
+    assert str(compat.gpu("rtx5090").min_driver) == "570.26"  # other Blackwell boards keep the cuDNN floor
+
+
+# missing: CUDA 13.4 / 13.5 and branches R615 / R620
+
+
+def test_cuda_13_4_and_13_5_are_known_on_r615_and_r620() -> None:
+    assert compat.cuda_release("13.4").version == "13.4.1"  # 13.4 GA is versioned 13.4.1
+    assert compat.cuda_release("13.4.2").xy == "13.4"
+    assert str(compat.min_driver("13.4").full) == "615.00"
+    assert str(compat.min_driver("cu135").full) == "620.00"
+    assert str(compat.min_driver("13.5").minor_version) == "580.65.06"  # the 13.x floor
+    for version in ("13.4.1", "13.4.2", "13.5.0"):
+        assert compat.cuda_release(version).verified is False  # branch read, not the exact driver
+    assert compat.max_cuda_for_driver("615.20.01") == "13.4"
+    assert compat.max_cuda_for_driver("620.30.02") == "13.5"
+    assert compat.driver_branch_cuda(615)[0] == "13.4"  # type: ignore[index]
+    assert compat.driver_branch_cuda(620)[0] == "13.5"  # type: ignore[index]
+
+
+# missing: branch lifecycle
+
+
+@pytest.mark.parametrize(
+    ("branch", "designation", "end"),
+    [
+        (535, "long-term", "June 2026"),
+        (570, "production", "February 2026"),
+        (580, "long-term", "June 2028"),
+        (595, "production", "March 2027"),
+        (610, "production", "August 2026"),
+        (620, "long-term", "September 2029"),
+    ],
+)
+def test_branch_lifecycle_rows(branch: int, designation: str, end: str) -> None:
+    row = compat.branch_lifecycle(branch)
+    assert row is not None
+    assert (row.designation, row.end_text) == (designation, end)
+    assert "lifecycle" in row.source.lower()
+
+
+@pytest.mark.parametrize(
+    ("driver", "eol"),
+    [
+        ("535.104.05", True),  # R535 ended June 2026
+        ("570.172.08", True),  # R570 ended February 2026
+        ("610.43.02", True),  # R610 ended August 2026
+        ("550.54.15", True),  # not listed, older than the newest listed branch
+        ("580.159.04", False),  # long-term to June 2028
+        ("595.71.05", False),  # to March 2027
+        ("620.30.02", False),  # long-term to September 2029
+        ("625.10.01", False),  # newer than the table: nothing known
+    ],
+)
+def test_driver_warnings_on_2026_11_30(driver: str, eol: bool) -> None:
+    warnings = compat.driver_warnings(driver, today=NOV_30)
+    assert bool(warnings) is eol
+    if eol:
+        assert "end of life" in warnings[0]
+        assert "R580 (long-term support branch, supported to June 2028)" in warnings[0]
+
+
+def test_end_of_life_is_relative_to_today() -> None:
+    assert compat.driver_warnings("535.104.05", today=datetime.date(2026, 6, 30)) == ()  # its last month
+    assert compat.driver_warnings("535.104.05", today=datetime.date(2026, 7, 1))
+    assert compat.driver_warnings("580.65.06", today=datetime.date(2028, 7, 1))
+
+
+def test_today_comes_from_the_environment_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-05-01")
+    assert compat.today() == datetime.date(2026, 5, 1)
+    assert compat.verdict("535.104.05", "a100", "2.1.2", "cu121").warnings == ()
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-11-30")
+    assert compat.verdict("535.104.05", "a100", "2.1.2", "cu121").warnings
+    monkeypatch.setenv("IMAGESMITH_TODAY", "yesterday")
+    with pytest.raises(ConfigError, match="IMAGESMITH_TODAY"):
+        compat.today()
+
+
+def test_an_eol_branch_warns_but_does_not_change_the_verdict() -> None:
+    v = compat.verdict("535.104.05", "a100", "2.1.2", "cu121", today=NOV_30)
+    assert (v.compatible, v.mode, v.blockers) == (True, "full", ())
+    assert len(v.warnings) == 1
+    assert v.warnings[0].startswith("driver 535.104.05 is on branch R535, a long-term support branch that ")
+    assert not any("end of life" in r for r in v.reasons)
+
+
+# missing: R580 is the last branch for Maxwell / Pascal / Volta
+
+
+@pytest.mark.parametrize(("name", "cc"), [("Maxwell", "5.2"), ("Pascal", "6.1"), ("Volta", "7.0")])
+def test_r580_is_the_last_branch_of_maxwell_pascal_volta(name: str, cc: str) -> None:
+    family = next(a for a in compat.arch_families() if a.covers(cc))
+    assert (family.name, family.last_branch, family.max_cuda) == (name, 580, "13.0")
+    assert not any(a.covers("7.5") for a in compat.arch_families())  # Turing goes on
+
+
+def test_v100_tops_out_at_cuda_13_0_and_cu130_has_no_sm70() -> None:
+    assert compat.gpu_last_branch("v100") is not None
+    v = compat.verdict("580.159.04", "v100", "2.11.0", "cu130", today=NOV_30)
+    assert v.mode == "none"
+    assert any("cu130 wheels of torch 2.11.0 carry no sm_70 kernels" in b for b in v.blockers)
+    assert any("the newest torch release with kernels for sm_70 is" in b for b in v.blockers)
+    assert v.needs_driver is None  # no driver brings sm_70 back
+    assert v.warnings == (
+        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs, so this "
+        "GPU tops out at CUDA 13.0: no newer driver or CUDA will run on it",
+    )
+    # cu126 still has sm_70: it runs, and still warns about the cap
+    ok = compat.verdict("580.159.04", "v100", "2.14.0", "cu126", today=NOV_30)
+    assert ok.mode == "full"
+    assert ok.warnings == v.warnings
+
+
+def test_v100_cannot_run_cuda_13_2_or_a_newer_branch() -> None:
+    v = compat.verdict("580.159.04", "v100", "2.14.0", "cu132", today=NOV_30)
+    cap = "cannot run CUDA 13.2: R580, NVIDIA's last driver branch for Volta GPUs, supports CUDA ≤ 13.0"
+    assert any(cap in b for b in v.blockers)
+    newer = compat.verdict("595.71.05", "v100", "2.14.0", "cu126", today=NOV_30)
+    assert newer.mode == "none"
+    assert any("does not support Volta GPUs" in b for b in newer.blockers)
+    assert newer.needs_driver is None
+
+
+# missing: torch 2.15.0 + torchvision 0.29.2
+
+
+def test_torch_2_15_0_facts() -> None:
+    r = compat.torch_release("2.15.0")
+    assert (r.torchvision, r.torchaudio, r.pypi_default) == ("0.29.2", "2.11.1", "cu132")
+    assert not r.python.contains("3.10")
+    assert r.python.contains("3.11")
+    assert r.python.contains("3.15")
+    var = r.variants["cu132"]
+    assert (var.cuda, var.cudnn, var.nccl) == ("13.2", "9.26.0.51", "2.30.7")
+    runtime = compat.wheel_runtime("2.15.0", "cu132")
+    assert runtime is not None
+    assert runtime.runtime == "13.2.2"
+    assert r.verified is False  # variants other than PyPI's default not read
+
+
+def test_torch_2_15_0_needs_595_45_04_for_full_compatibility() -> None:
+    assert str(compat.min_driver("cu132").full) == "595.45.04"
+    full = compat.verdict("595.45.04", "h100-sxm", "2.15.0", "cu132", today=NOV_30)
+    assert full.mode == "full"
+    mvc = compat.verdict("580.159.04", "h100-sxm", "2.15.0", "cu132", today=NOV_30)
+    assert mvc.mode == "minor-version"
+    assert any("≥ 595.45.04 for full" in r for r in mvc.reasons)
+
+
+# missing: GPUs
+
+
+@pytest.mark.parametrize(
+    ("key", "cc", "family", "smi_name"),
+    [
+        ("gh200", "9.0", "gh200", "NVIDIA GH200 480GB"),
+        ("gb200", "10.0", "gb200", "NVIDIA GB200"),
+        ("b300", "10.3", "b300", "NVIDIA B300 SXM6 AC"),
+        ("gb300", "10.3", "b300", "NVIDIA GB300"),
+        ("gb10", "12.1", "gb10", "NVIDIA GB10"),
+        ("a16", "8.6", "a16", "NVIDIA A16"),
+        ("a2", "8.6", "a2", "NVIDIA A2"),
+        ("rtx-pro-4500-server", "12.0", "rtx-pro-4500", "NVIDIA RTX PRO 4500 Blackwell Server Edition"),
+    ],
+)
+def test_new_gpus(key: str, cc: str, family: str, smi_name: str) -> None:
+    g = compat.gpu(key)
+    assert (g.cc, g.family) == (cc, family)
+    assert compat.gpu(smi_name).key == key  # as nvidia-smi prints it
+    assert g.memory_mib > 0
+    assert g.tdp_w
+    assert g.form_factor
+    assert g.source
+    assert compat.gpu_last_branch(g) is None
+
+
+def test_new_gpus_run_the_wheels_their_arch_allows() -> None:
+    # sm_103 runs sm_100 SASS, sm_121 runs sm_120 SASS (same major); GH200 is Hopper
+    for key, kernel in (("b300", "sm_100"), ("gb300", "sm_100"), ("gb10", "sm_120"), ("gh200", "sm_90")):
+        v = compat.verdict("580.159.04", key, "2.14.0", "cu130", today=NOV_30)
+        assert v.mode == "full", key
+        assert v.arch is not None
+        assert v.arch.kernel == kernel
+    assert compat.verdict("580.159.04", "a16", "2.1.2", "cu121", today=NOV_30).mode == "full"
+
+
+# the verdict names the runtime a wheel ships when it quotes the GA driver row
+
+
+def test_cu128_verdict_says_the_wheel_ships_the_12_8_update_1_runtime() -> None:
+    v = compat.verdict("570.124.06", "h100-sxm", "2.9.0", "cu128", today=NOV_30)
+    assert v.reasons[0].endswith("cu128 needs ≥ 570.26 for full compatibility: met")
+    assert v.reasons[1] == (
+        "570.26 is NVIDIA's CUDA 12.8 GA driver row; torch 2.9.0+cu128 wheels ship the CUDA 12.8 Update "
+        "1 runtime (cudart 12.8.90), which checks the driver against CUDA 12.8 only, so the CUDA 12.8 GA "
+        "driver runs it"
+    )
+
+
+def test_cu130_verdict_says_the_wheel_ships_the_13_0_update_2_runtime() -> None:
+    v = compat.verdict("580.65.06", "h200", "2.11.0", "cu130", today=NOV_30)
+    assert any(
+        "580.65.06 is NVIDIA's CUDA 13.0 GA driver row; torch 2.11.0+cu130 wheels ship the CUDA 13.0 "
+        "Update 2 runtime (cudart 13.0.96)" in r
+        for r in v.reasons
+    )
+    assert compat.wheel_runtime("2.8.0", "cu128") is None  # not read for 2.8: no claim

@@ -330,3 +330,63 @@ def test_every_gpu_flag_is_judged(run_cli: Callable[..., Any]) -> None:
     assert data["compatible"] is False
     same = json.loads(run_cli(*args, "--gpu", "a100", "--gpu", "A100-SXM4-80GB").stdout)
     assert same["gpu"] == "a100-80gb-sxm4"  # one model named twice: one verdict
+
+
+# ------------------------------------------------------------------------------------ issue 13: warnings
+
+
+def test_eol_branch_warns_in_text_and_json_and_keeps_exit_0(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-11-30")
+    args = ["compat", "--driver", "535.104.05", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.1"]
+    text = run_cli(*args)
+    assert text.exit_code == 0
+    eol = "warning: driver 535.104.05 is on branch R535, a long-term support branch that reached end of life"
+    assert f"{eol} in June 2026" in text.stdout
+    data = json.loads(run_cli(*args, "--json").stdout)
+    assert data["mode"] == "full"
+    assert len(data["warnings"]) == 1
+    assert "R620 (long-term support branch, supported to September 2029)" in data["warnings"][0]
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-06-15")
+    assert json.loads(run_cli(*args, "--json").stdout)["warnings"] == []
+
+
+def test_v100_cu130_says_no_sm70_and_the_cuda_cap(run_cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-11-30")
+    args = ["compat", "--driver", "580.159.04", "--gpu", "v100", "--torch", "2.11.0", "--cuda", "cu130"]
+    result = run_cli(*args)
+    assert result.exit_code == 1
+    assert "cu130 wheels of torch 2.11.0 carry no sm_70 kernels" in result.stdout
+    assert "warning: Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta" in (
+        result.stdout
+    )
+    data = json.loads(run_cli(*args, "--json").stdout)
+    assert data["warnings"] == [
+        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs, so this "
+        "GPU tops out at CUDA 13.0: no newer driver or CUDA will run on it"
+    ]
+    cu126 = run_cli(
+        "compat", "--driver", "580.159.04", "--gpu", "v100", "--torch", "2.14.0", "--cuda", "cu126"
+    )
+    assert cu126.exit_code == 0  # a warning never changes the exit status
+
+
+def test_several_models_share_one_warning_list(run_cli: Run, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-11-30")
+    result = run_cli(
+        "compat", "--driver", "570.172.08", "--gpu", "h100-sxm", "--gpu", "a100", "--torch", "2.9.0", "--json"
+    )
+    data = json.loads(result.stdout)
+    assert len(data["verdicts"]) == 2
+    assert len(data["warnings"]) == 1
+    assert data["warnings"][0].startswith("driver 570.172.08 is on branch R570")
+
+
+def test_b200_on_570_124_06_needs_570_133_20(run_cli: Run) -> None:
+    result = run_cli(
+        "compat", "--driver", "570.124.06", "--gpu", "b200", "--torch", "2.9.0", "--cuda", "cu128", "--json"
+    )
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["needs_driver"] == "570.133.20"

@@ -503,3 +503,83 @@ def test_no_nvidia_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(ConfigError, match="nvidia-smi not found"):
         read_host()
+
+
+# -- issue 13: host warnings (end-of-life driver branch, a GPU's last branch) ------------------------------
+
+NOV_30 = __import__("datetime").date(2026, 11, 30)
+
+
+def test_eol_branch_is_a_host_warning_after_the_image_warnings() -> None:
+    pick = choose(
+        make_index(),
+        host("535.104.05", "a100-80gb-sxm4"),
+        Constraints(torch="2.5"),
+        platform=GENERIC,
+        today=NOV_30,
+    )
+    assert pick.image.tag == "2.5.1-cu124-py3.11"  # the verdict and ranking are unchanged
+    assert "minor-version compatibility only" in pick.warnings[0]
+    assert len(pick.host_warnings) == 1
+    assert pick.host_warnings[0].startswith(
+        "driver 535.104.05 is on branch R535, a long-term support branch that reached end of life in June"
+    )
+    assert pick.host_warnings[0] in pick.warnings
+    assert pick.to_json()["host_warnings"] == list(pick.host_warnings)
+    assert f"warning: {pick.host_warnings[0]}" in pick_text(pick)
+
+
+def test_a_supported_branch_has_no_host_warning() -> None:
+    pick = choose(make_index(), smi("smi_r610_h100x2.txt"), Constraints(), platform=GENERIC, today=NOV_30)
+    assert any("R610" in w for w in pick.host_warnings)  # R610 ended August 2026
+    ok = choose(make_index(), host("580.159.04", "h200"), Constraints(), platform=GENERIC, today=NOV_30)
+    assert ok.host_warnings == ()
+    before = choose(
+        make_index(),
+        smi("smi_r610_h100x2.txt"),
+        Constraints(),
+        platform=GENERIC,
+        today=NOV_30.replace(month=8),
+    )
+    assert before.host_warnings == ()  # today is injectable: still in its last month
+
+
+def test_v100_host_gets_an_sm70_image_and_the_cuda_13_0_cap_warning() -> None:
+    pick = choose(make_index(), host("580.159.04", "v100"), Constraints(), platform=GENERIC, today=NOV_30)
+    assert pick.image.tag == "2.7.1-cu126-py3.11"
+    assert pick.host_warnings == (
+        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs, so this "
+        "GPU tops out at CUDA 13.0: no newer driver or CUDA will run on it",
+    )
+    reasons = {r.tag: r.reason for r in pick.rejected}
+    assert "cu130 wheels of torch 2.11.0 carry no sm_70 kernels" in reasons["2.11.0-cu130-py3.11"]
+
+
+def test_nothing_fits_still_says_the_host_warnings() -> None:
+    only_cu130 = make_index([r for r in RELEASED if r[1].startswith("13.")])
+    with pytest.raises(NoImageFitsError) as err:
+        choose(only_cu130, host("580.159.04", "v100"), Constraints(), platform=GENERIC, today=NOV_30)
+    assert "carry no sm_70 kernels" in err.value.message
+    assert (
+        "warning: Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch"
+        in err.value.message
+    )
+
+
+def test_cli_pick_warns_about_an_eol_branch(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagesmith.index import save_index
+
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-11-30")
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    res = run_cli("pick", "--index", str(path), "--driver", "570.124.06", "--gpu", "h100-sxm")
+    assert res.exit_code == 0, res.stderr
+    assert (
+        "warning: driver 570.124.06 is on branch R570, a production branch that reached end of life in "
+        in (res.stdout)
+    )
+    res = run_cli("pick", "--index", str(path), "--driver", "570.124.06", "--gpu", "h100-sxm", "--json")
+    assert res.exit_code == 0
+    assert json.loads(res.stdout)["host_warnings"][0].startswith("driver 570.124.06 is on branch R570")
