@@ -225,7 +225,7 @@ def parse_perf(data: Mapping[str, Any], *, known_gpus: Iterable[str]) -> PerfDat
             date=_text(row, "date", where) if measured else "",
             hbm_peak_gbps=_num(row, "hbm_peak_gbps", where),
             matmul_peak_tflops=_num(row, "matmul_peak_tflops", where),
-            datasheet=_text(row, "datasheet", where),
+            datasheet=_text(row, "source", where),
         )
         if (perf.hbm_copy_gbps or perf.matmul_tflops) and not perf.measured:
             raise PerfDataError(f"{DATA_FILE}: {where} has measured figures but no `measured` source")

@@ -173,10 +173,10 @@ def test_broken_data_names_the_row() -> None:
     }
     parse_perf(good, known_gpus=["h200"])
     with pytest.raises(PerfDataError, match=r"gpu\[0\].gpu 'nope'"):
-        parse_perf({**good, "gpu": [{"gpu": "nope", "datasheet": "d"}]}, known_gpus=["h200"])
+        parse_perf({**good, "gpu": [{"gpu": "nope", "source": "d"}]}, known_gpus=["h200"])
     with pytest.raises(PerfDataError, match="no `measured` source"):
         parse_perf(
-            {**good, "gpu": [{"gpu": "h200", "datasheet": "d", "hbm_copy_gbps": 1}]}, known_gpus=["h200"]
+            {**good, "gpu": [{"gpu": "h200", "source": "d", "hbm_copy_gbps": 1}]}, known_gpus=["h200"]
         )
     with pytest.raises(PerfDataError, match="source"):
         parse_perf({**good, "pcie": [{"gen": 3, "gbps_per_lane": 1}]}, known_gpus=[])
