@@ -15,6 +15,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Final
 
 from imagesmith import schema
@@ -87,6 +88,11 @@ class ValidatedOn:
     date: str
     report_digest: str
     host: str = ""
+    #: the weakest GPU-to-GPU link (``NV18``, ``SYS``; empty with one GPU) and what the host measured
+    #: (hbm_copy_gbps, matmul_tflops, h2d_gbps, d2h_gbps: medians over its GPUs; allreduce_busbw_gbps):
+    #: the fleet baseline of ``imagesmith validate --baseline-from INDEX``
+    link: str = ""
+    figures: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,6 +237,8 @@ def _image(r: _Reader, obj: Mapping[str, Any], path: str) -> ReleasedImage:
                 date=v["date"],
                 report_digest=v["report_digest"],
                 host=v.get("host", ""),
+                link=v.get("link", ""),
+                figures=MappingProxyType({str(k): float(x) for k, x in (v.get("figures") or {}).items()}),
             )
             for v in obj["validated_on"]
         ),
@@ -288,6 +296,8 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
                 "date": v.date,
                 "report_digest": v.report_digest,
                 **({"host": v.host} if v.host else {}),
+                **({"link": v.link} if v.link else {}),
+                **({"figures": dict(v.figures)} if v.figures else {}),
             }
             for v in image.validated_on
         ],

@@ -30,7 +30,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -136,6 +136,8 @@ class Report:
     driver: str
     date: str
     failed: tuple[str, ...] = ()
+    link: str = ""
+    figures: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def sha(self) -> str:
@@ -152,7 +154,13 @@ class Report:
 
     def validated_on(self) -> ValidatedOn:
         return ValidatedOn(
-            gpu=self.gpu, count=self.gpu_count, driver=self.driver, date=self.date, report_digest=self.sha
+            gpu=self.gpu,
+            count=self.gpu_count,
+            driver=self.driver,
+            date=self.date,
+            report_digest=self.sha,
+            link=self.link,
+            figures=self.figures,
         )
 
 
@@ -180,6 +188,8 @@ def parse_report(body: bytes, *, source: str) -> Report:
         driver=report.driver,
         date=report.started or _now(),
         failed=report.failed(),
+        link=report.link,
+        figures=report.figures,
     )
 
 

@@ -28,6 +28,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
+#: the figures validation measures against a healthy host (imagesmith.validate.expected)
+PERF_FIGURES: tuple[str, ...] = (
+    "hbm_copy_gbps",
+    "matmul_tflops",
+    "h2d_gbps",
+    "d2h_gbps",
+    "allreduce_busbw_gbps",
+)
+
 Kind = Literal["string", "integer", "number", "boolean", "array", "table", "map"]
 _JSON_TYPES: dict[str, str] = {
     "string": "string",
@@ -909,6 +918,21 @@ RELEASE_INDEX: Schema = Schema(
                                         pattern=_DIGEST, what="sha256:<64 hex>", required=True
                                     ),
                                     "host": Field(kind="string", description="the host's name"),
+                                    "link": Field(
+                                        kind="string",
+                                        description="the weakest GPU-to-GPU link (NV18, SYS, …)",
+                                        example='"NV18"',
+                                    ),
+                                    "figures": Field(
+                                        kind="map",
+                                        description="what the host measured (the fleet baseline)",
+                                        example='{ "hbm_copy_gbps" = 4238.4 }',
+                                        keys=Field(
+                                            kind="string",
+                                            enum=PERF_FIGURES,
+                                        ),
+                                        items=Field(kind="number", description="GB/s or TFLOP/s"),
+                                    ),
                                 },
                             ),
                         ),

@@ -9,6 +9,7 @@ visible: a run that could not prove the GPUs is never a pass); 2 for bad flags o
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import time
 from pathlib import Path
@@ -87,6 +88,12 @@ def validate_command(
         "--baseline",
         help="report.json of a good run on the same kind of host: its figures are the expected ones.",
     ),
+    baseline_from: str | None = typer.Option(
+        None,
+        "--baseline-from",
+        help="Release index (file, URL, oci://): expect the median of its validated hosts with the same GPU "
+        "model, count and link.",
+    ),
     perf_fail_ratio: float = typer.Option(
         0.80, "--perf-fail-ratio", min=0.01, max=1.5, help="Fail a figure below this × its expected value."
     ),
@@ -106,6 +113,7 @@ def validate_command(
     baseline_busbw: float | None = typer.Option(None, "--baseline-busbw", hidden=True),
     baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
     baseline_figure: Annotated[list[str] | None, typer.Option("--baseline-figure", hidden=True)] = None,
+    baseline_fleet: str | None = typer.Option(None, "--baseline-fleet", hidden=True),
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # imported here: pytest and the suite cost ~200 ms that other commands must not pay
@@ -145,6 +153,7 @@ def validate_command(
     if baseline is not None:
         found_busbw, baseline_source, baseline_figures = load_baseline(Path(baseline))
         baseline_busbw = found_busbw if found_busbw is not None else baseline_busbw
+    fleet, fleet_source = _fleet(baseline_from, baseline_fleet, baseline_source)
     report_dir = report or _default_report_dir()
     _writable_report_dir(Path(report_dir))
     options = SuiteOptions(
@@ -164,6 +173,8 @@ def validate_command(
         baseline_busbw_gbps=baseline_busbw,
         baseline_source=baseline_source,
         baseline_figures=baseline_figures,
+        fleet=fleet,
+        fleet_source=fleet_source,
         perf_fail_ratio=perf_fail_ratio,
         perf_warn_ratio=perf_warn_ratio,
         perf_seconds=perf_seconds,
@@ -192,6 +203,36 @@ def validate_command(
             f"validation of {options.target_label} {data['verdict']}: {data['verdict_reason']}",
             hint=f"read {where}: every failure there says what to do",
         )
+
+
+def _fleet(index: str | None, passed: str | None, source: str) -> tuple[list[dict[str, Any]], str]:
+    """``--baseline-from INDEX`` → the fleet groups; ``--baseline-fleet JSON`` is how ``validate IMAGE`` hands
+    them to the suite inside the image."""
+    if passed:
+        try:
+            groups = json.loads(passed)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"--baseline-fleet: not JSON ({exc})", hint="use --baseline-from INDEX"
+            ) from None
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise ConfigError(
+                "--baseline-fleet: expected a JSON list of groups", hint="use --baseline-from INDEX"
+            )
+        return groups, source
+    if not index:
+        return [], ""
+    from imagesmith.pick import fetch_index
+    from imagesmith.validate.expected import fleet_groups
+
+    groups = fleet_groups(fetch_index(index))
+    if not groups:
+        raise ConfigError(
+            f"--baseline-from {index}: no validated host in it recorded performance figures",
+            hint="release images with reports of this imagesmith version (it records the figures), or use "
+            "--baseline REPORT.json",
+        )
+    return groups, index
 
 
 def _figures(pairs: list[str]) -> dict[str, float]:

@@ -134,8 +134,10 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         argv += ["--baseline-busbw", str(options.baseline_busbw_gbps)]
     for name, value in sorted(options.baseline_figures.items()):
         argv += ["--baseline-figure", f"{name}={value:g}"]
-    if options.baseline_busbw_gbps or options.baseline_figures:
-        argv += ["--baseline-source", options.baseline_source]
+    if options.fleet:
+        argv += ["--baseline-fleet", json.dumps(options.fleet, separators=(",", ":"))]
+    if options.baseline_busbw_gbps or options.baseline_figures or options.fleet:
+        argv += ["--baseline-source", options.fleet_source if options.fleet else options.baseline_source]
     argv += [
         "--perf-fail-ratio",
         f"{options.perf_fail_ratio:g}",

@@ -59,6 +59,9 @@ class SuiteOptions:
     #: per-GPU figures of a healthy host of this kind (``--baseline`` report, ``--baseline-from`` index):
     #: hbm_copy_gbps, matmul_tflops, h2d_gbps, d2h_gbps → value; they win over imagesmith/data/perf.toml
     baseline_figures: dict[str, float] = field(default_factory=dict)
+    #: ``--baseline-from INDEX``: validated hosts grouped by GPU model, count and link (expected.fleet_groups)
+    fleet: list[dict[str, Any]] = field(default_factory=list)
+    fleet_source: str = ""
     perf_fail_ratio: float = 0.80
     perf_warn_ratio: float = 0.90
     perf_seconds: float = 0.4

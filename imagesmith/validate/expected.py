@@ -15,7 +15,8 @@ from functools import cache
 from importlib import resources
 from typing import Any, Literal
 
-from imagesmith import compat
+from imagesmith import compat, schema
+from imagesmith.index import ReleaseIndex
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -26,7 +27,7 @@ from imagesmith.nvsmi import SmiGpu
 DATA_FILE = "imagesmith/data/perf.toml"
 #: an estimate (datasheet peak × the probe's efficiency) fails only below this fraction
 ESTIMATE_FAIL_RATIO = 0.5
-FIGURES = ("hbm_copy_gbps", "matmul_tflops", "h2d_gbps", "d2h_gbps", "allreduce_busbw_gbps")
+FIGURES = schema.PERF_FIGURES
 UNITS = {
     "hbm_copy_gbps": "GB/s",
     "matmul_tflops": "TFLOP/s",
@@ -403,3 +404,52 @@ def match_device(device: Mapping[str, Any], gpus: list[SmiGpu], position: int) -
             if g.bus_id and ":" in ident and g.bus_id.lower().endswith(ident.lower()[-7:]):
                 return g
     return gpus[position] if position < len(gpus) else None
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the fleet: what validated hosts of a release index measured
+
+
+def fleet_groups(index: ReleaseIndex) -> list[dict[str, Any]]:
+    """The index's validated hosts grouped by GPU model, count and link, each figure the median over the
+    hosts of a group (a report counted once, however many images it validated)."""
+    seen: set[str] = set()
+    groups: dict[tuple[str, int, str], dict[str, list[float]]] = {}
+    hosts: dict[tuple[str, int, str], int] = {}
+    for image in index.images:
+        for v in image.validated_on:
+            if v.report_digest in seen or not v.figures:
+                continue
+            seen.add(v.report_digest)
+            key = (v.gpu, v.count, v.link)
+            hosts[key] = hosts.get(key, 0) + 1
+            for figure, value in v.figures.items():
+                groups.setdefault(key, {}).setdefault(figure, []).append(float(value))
+    return [
+        {
+            "gpu": gpu,
+            "count": count,
+            "link": link,
+            "hosts": hosts[(gpu, count, link)],
+            "figures": {f: statistics.median(vals) for f, vals in sorted(figures.items())},
+        }
+        for (gpu, count, link), figures in sorted(groups.items())
+    ]
+
+
+def fleet_expected(
+    groups: Iterable[Mapping[str, Any]], *, gpu: str, count: int, link: str, figure: str, source: str
+) -> Expected | None:
+    """The fleet median of *figure* for hosts of the same GPU model, count and link, if the index has one."""
+    for g in groups:
+        if (g.get("gpu"), g.get("count"), g.get("link") or "") == (gpu, count, link or ""):
+            value = (g.get("figures") or {}).get(figure)
+            if value:
+                return Expected(
+                    value=float(value),
+                    kind="baseline",
+                    source=f"fleet median of {g.get('hosts')} validated {count}× {gpu} host(s)"
+                    + (f" over {link}" if link else "")
+                    + f" in {source}",
+                )
+    return None

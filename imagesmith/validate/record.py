@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -59,6 +60,54 @@ class _Reader(schema.Checker):
         return self.fail(key, problem, nearest=nearest, hint=spec.hint or None)
 
 
+#: the checks whose per-GPU figures are judged against a healthy host, and the figures each records
+PERF_CHECKS: dict[str, tuple[str, ...]] = {
+    "test_gpu_memory_bandwidth": ("hbm_copy_gbps",),
+    "test_matmul_throughput": ("matmul_tflops",),
+    "test_host_device_bandwidth": ("h2d_gbps", "d2h_gbps"),
+}
+
+
+def _positive(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+    return float(value) if ok else None
+
+
+def report_figures(checks: Sequence[Any]) -> dict[str, float]:
+    """What a report measured, one number per figure: the median over the GPUs of each per-GPU figure
+    (hbm_copy_gbps, matmul_tflops, h2d_gbps, d2h_gbps) and the mean all_reduce busbw at the largest size
+    (allreduce_busbw_gbps). Checks that did not record a figure add nothing."""
+    per: dict[str, list[float]] = {}
+    for c in checks:
+        if not isinstance(c, dict) or not isinstance(c.get("figures"), dict):
+            continue
+        f = c["figures"]
+        if c.get("name") == "test_nccl_allreduce":
+            busbw = _positive(f.get("max_size_busbw_mean"))
+            if busbw is not None:
+                per.setdefault("allreduce_busbw_gbps", []).append(busbw)
+        wanted = PERF_CHECKS.get(str(c.get("name")), ())
+        judgements = f.get("judgements") if isinstance(f.get("judgements"), list) else []
+        for j in judgements:
+            if isinstance(j, dict) and j.get("figure") in wanted:
+                value = _positive(j.get("measured"))
+                if value is not None:
+                    per.setdefault(str(j["figure"]), []).append(value)
+    return {k: round(statistics.median(v), 3) for k, v in per.items()}
+
+
+def report_link(checks: Sequence[Any]) -> str:
+    """The weakest GPU-to-GPU link the NCCL check saw (``NV18``, ``SYS``…); empty with one GPU."""
+    for c in checks:
+        if (
+            isinstance(c, dict)
+            and c.get("name") == "test_nccl_allreduce"
+            and isinstance(c.get("figures"), dict)
+        ):
+            return str(c["figures"].get("link") or "")
+    return ""
+
+
 def _gpu_from_json(position: int, data: dict[str, Any]) -> SmiGpu:
     def opt_int(v: Any) -> int | None:
         return v if isinstance(v, int) and not isinstance(v, bool) else None
@@ -95,6 +144,15 @@ class ValidationReport:
     def driver(self) -> str:
         drivers = sorted({g.driver for g in self.gpus if g.driver})
         return drivers[0] if drivers else ""
+
+    @property
+    def figures(self) -> dict[str, float]:
+        """:func:`report_figures` of this report."""
+        return report_figures(self.checks)
+
+    @property
+    def link(self) -> str:
+        return report_link(self.checks)
 
     def failed(self) -> tuple[str, ...]:
         """``name: first line of its message`` of every failed check."""

@@ -14,8 +14,8 @@ from typing import Any
 
 from imagesmith.validate.context import SuiteOptions
 from imagesmith.validate.parsers import TopoMatrix, format_bytes
+from imagesmith.validate.record import PERF_CHECKS, gpus_json
 from imagesmith.validate.record import SCHEMA as REPORT_SCHEMA
-from imagesmith.validate.record import gpus_json
 
 PASSED, FAILED, NOT_VALIDATED = "passed", "failed", "not validated"
 NO_GPU = "no GPU visible"
@@ -144,14 +144,6 @@ def write_plot(rounds: list[dict[str, Any]], path: Path) -> str:
 
 def _status_icon(status: str) -> str:
     return {"passed": "PASS", "failed": "FAIL", "skipped": "SKIP"}.get(status, status.upper() or "ERROR")
-
-
-#: the checks whose figures are judged against data/perf.toml (their "judgements" figure)
-PERF_CHECKS = (
-    "test_gpu_memory_bandwidth",
-    "test_host_device_bandwidth",
-    "test_matmul_throughput",
-)
 
 
 def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: TopoMatrix | None) -> str:

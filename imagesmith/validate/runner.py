@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -15,6 +14,7 @@ from typing import Any
 
 from imagesmith.errors import ConfigError, ValidationFailed
 from imagesmith.validate.context import OPTIONS_ENV, SuiteOptions, target_host
+from imagesmith.validate.record import report_figures
 
 
 def suite_dir() -> Path:
@@ -178,13 +178,6 @@ def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, 
     return data
 
 
-PERF_CHECKS = {
-    "test_gpu_memory_bandwidth": ("hbm_copy_gbps",),
-    "test_matmul_throughput": ("matmul_tflops",),
-    "test_host_device_bandwidth": ("h2d_gbps", "d2h_gbps"),
-}
-
-
 def load_baseline(path: Path) -> tuple[float | None, str, dict[str, float]]:
     """An earlier report.json of a good run on the same kind of host: its mean largest-size all_reduce busbw
     (None with one GPU) and the median of each per-GPU performance figure (hbm_copy_gbps, matmul_tflops,
@@ -197,23 +190,9 @@ def load_baseline(path: Path) -> tuple[float | None, str, dict[str, float]]:
             hint="give the report.json of an earlier `imagesmith validate --report DIR` run",
         ) from None
     checks = data.get("checks") if isinstance(data, dict) else None
-    busbw: float | None = None
-    figures: dict[str, list[float]] = {}
-    for c in checks if isinstance(checks, list) else []:
-        if not isinstance(c, dict) or not isinstance(c.get("figures"), dict):
-            continue
-        f = c["figures"]
-        if c.get("name") == "test_nccl_allreduce":
-            value = f.get("max_size_busbw_mean")
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                busbw = float(value)
-        wanted = PERF_CHECKS.get(str(c.get("name")), ())
-        for j in f.get("judgements", []) if isinstance(f.get("judgements"), list) else []:
-            if not isinstance(j, dict) or j.get("figure") not in wanted:
-                continue
-            measured = j.get("measured")
-            if isinstance(measured, (int, float)) and not isinstance(measured, bool) and measured > 0:
-                figures.setdefault(str(j["figure"]), []).append(float(measured))
+    found = report_figures(checks if isinstance(checks, list) else [])
+    busbw = found.pop("allreduce_busbw_gbps", None)
+    figures = found
     if busbw is None and not figures:
         raise ConfigError(
             f"--baseline {path}: it has no nccl all_reduce figures (test_nccl_allreduce.max_size_busbw_mean) "
@@ -221,4 +200,4 @@ def load_baseline(path: Path) -> tuple[float | None, str, dict[str, float]]:
             hint="pass the report.json of a passing run on the same kind of host",
         )
     source = f"{path} ({data.get('started', '?')})"
-    return busbw, source, {k: statistics.median(v) for k, v in figures.items()}
+    return busbw, source, figures

@@ -17,6 +17,8 @@ from imagesmith.validate.expected import (
     PerfDataError,
     allreduce_expected,
     clock_events,
+    fleet_expected,
+    fleet_groups,
     gpu_expected,
     judge,
     link_expected,
@@ -175,9 +177,7 @@ def test_broken_data_names_the_row() -> None:
     with pytest.raises(PerfDataError, match=r"gpu\[0\].gpu 'nope'"):
         parse_perf({**good, "gpu": [{"gpu": "nope", "source": "d"}]}, known_gpus=["h200"])
     with pytest.raises(PerfDataError, match="no `measured` source"):
-        parse_perf(
-            {**good, "gpu": [{"gpu": "h200", "source": "d", "hbm_copy_gbps": 1}]}, known_gpus=["h200"]
-        )
+        parse_perf({**good, "gpu": [{"gpu": "h200", "source": "d", "hbm_copy_gbps": 1}]}, known_gpus=["h200"])
     with pytest.raises(PerfDataError, match="source"):
         parse_perf({**good, "pcie": [{"gen": 3, "gbps_per_lane": 1}]}, known_gpus=[])
 
@@ -207,3 +207,68 @@ def test_baseline_report_gives_per_gpu_figures(tmp_path: Path) -> None:
     assert busbw is None
     assert figures == {"hbm_copy_gbps": 4100}
     assert str(report) in source
+
+
+def test_a_report_records_the_figures_the_index_keeps() -> None:
+    from imagesmith.validate.record import ValidationReport
+
+    path = REPO / "docs/evidence/h200x2-perf/host/report.json"
+    report = ValidationReport.parse(path.read_bytes(), source=str(path))
+    assert report.link == "NV18"
+    assert report.figures["allreduce_busbw_gbps"] == pytest.approx(324.87, abs=0.01)
+    assert report.figures["hbm_copy_gbps"] == pytest.approx(4235.5, abs=1)  # median of the two GPUs
+    assert set(report.figures) == {
+        "hbm_copy_gbps",
+        "matmul_tflops",
+        "h2d_gbps",
+        "d2h_gbps",
+        "allreduce_busbw_gbps",
+    }
+
+
+def test_fleet_median_by_model_count_and_link() -> None:
+    from imagesmith.index import dump_index, parse_index
+    from tests.unit.test_index import image, index_doc
+
+    def host(digest: str, hbm: float, count: int = 2, link: str = "NV18") -> dict[str, Any]:
+        return {
+            "gpu": "NVIDIA H200",
+            "count": count,
+            "driver": "580.65.06",
+            "date": "2026-11-30",
+            "report_digest": "sha256:" + digest * 64,
+            "link": link,
+            "figures": {"hbm_copy_gbps": hbm, "allreduce_busbw_gbps": 320.0},
+        }
+
+    doc = index_doc(
+        image(validated_on=[host("1", 4200), host("2", 4260), host("3", 4000)]),
+        image(tag="other", validated_on=[host("2", 4260), host("4", 2000, count=8, link="NV18")]),
+    )
+    index = parse_index(json.dumps(doc), source="t")
+    # a round trip keeps the figures
+    assert parse_index(dump_index(index), source="t2") == index
+    groups = fleet_groups(index)
+    pair = next(g for g in groups if g["count"] == 2)
+    assert pair["hosts"] == 3  # report 2 counted once
+    assert pair["figures"]["hbm_copy_gbps"] == 4200
+    e = fleet_expected(groups, gpu="NVIDIA H200", count=2, link="NV18", figure="hbm_copy_gbps", source="idx")
+    assert e is not None
+    assert e.value == 4200
+    assert "fleet median of 3" in e.source
+    assert (
+        fleet_expected(groups, gpu="NVIDIA H200", count=4, link="NV18", figure="hbm_copy_gbps", source="")
+        is None
+    )
+    assert judge("hbm_copy_gbps", "GPU 0", 2000, e, Bands()).verdict == "fail"
+
+
+def test_index_refuses_an_unknown_figure() -> None:
+    from imagesmith.errors import ConfigError
+    from imagesmith.index import parse_index
+    from tests.unit.test_index import image, index_doc
+
+    bad = image()
+    bad["validated_on"][0]["figures"] = {"hbm_gbps": 1.0}
+    with pytest.raises(ConfigError, match="hbm_gbps"):
+        parse_index(json.dumps(index_doc(bad)), source="t")

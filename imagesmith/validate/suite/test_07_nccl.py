@@ -14,7 +14,7 @@ import pytest
 
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu, topology_floor, weakest_link
-from imagesmith.validate.expected import Bands, Expected, allreduce_expected
+from imagesmith.validate.expected import Bands, Expected, allreduce_expected, fleet_expected
 from imagesmith.validate.nccl import ld_prefix, run_allreduce_rounds
 from imagesmith.validate.parsers import P2PMatrix, TopoMatrix
 
@@ -102,10 +102,19 @@ def test_nccl_allreduce(
 ) -> None:
     o = ctx.options
     link = weakest_link(topology[0])
+    model = " + ".join(sorted({g.name for g in multi_gpus if g.name}))
     expected = (
         Expected(value=o.baseline_busbw_gbps, kind="baseline", source=o.baseline_source or "--baseline")
         if o.baseline_busbw_gbps
-        else allreduce_expected(multi_gpus[0], len(multi_gpus), link)
+        else fleet_expected(
+            o.fleet,
+            gpu=model,
+            count=len(multi_gpus),
+            link=link or "",
+            figure="allreduce_busbw_gbps",
+            source=o.fleet_source,
+        )
+        or allreduce_expected(multi_gpus[0], len(multi_gpus), link)
     )
     if expected is not None:
         floor_gbps = o.perf_fail_ratio * expected.value

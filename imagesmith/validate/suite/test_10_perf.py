@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from imagesmith.validate.context import CheckRecord, Context, fail
-from imagesmith.validate.criteria import Gpu
+from imagesmith.validate.criteria import Gpu, weakest_link
 from imagesmith.validate.expected import (
     Bands,
     Expected,
     Judgement,
     clock_events,
+    fleet_expected,
     gpu_expected,
     judge,
     link_expected,
@@ -26,6 +27,7 @@ from imagesmith.validate.expected import (
     pcie_link,
 )
 from imagesmith.validate.facts import GpuFacts
+from imagesmith.validate.parsers import P2PMatrix, TopoMatrix
 
 SLOW_FIX = (
     "this host delivers less than a healthy one: check for other processes on the GPU (nvidia-smi), "
@@ -61,11 +63,24 @@ def _where(device: dict[str, Any], gpu: Gpu | None) -> str:
     return f"GPU {gpu.index} ({gpu.name})"
 
 
-def _expected(ctx: Context, figure: str, fallback: Expected | None) -> Expected | None:
-    value = ctx.options.baseline_figures.get(figure)
+@pytest.fixture(scope="module")
+def host_kind(gpu_facts: GpuFacts, topology: tuple[TopoMatrix, P2PMatrix | None]) -> tuple[str, int, str]:
+    """GPU model (as a release index's validated_on names it), count and weakest link: the fleet's key."""
+    model = " + ".join(sorted({g.name for g in gpu_facts.gpus if g.name}))
+    return model, len(gpu_facts.gpus), weakest_link(topology[0]) or ""
+
+
+def _expected(
+    ctx: Context, figure: str, fallback: Expected | None, host_kind: tuple[str, int, str]
+) -> Expected | None:
+    """--baseline report, else the fleet of --baseline-from, else imagesmith/data/perf.toml."""
+    o = ctx.options
+    value = o.baseline_figures.get(figure)
     if value:
-        return Expected(value=value, kind="baseline", source=ctx.options.baseline_source or "--baseline")
-    return fallback
+        return Expected(value=value, kind="baseline", source=o.baseline_source or "--baseline")
+    gpu, count, link = host_kind
+    fleet = fleet_expected(o.fleet, gpu=gpu, count=count, link=link, figure=figure, source=o.fleet_source)
+    return fleet or fallback
 
 
 def _verdict(
@@ -89,14 +104,17 @@ def _bands(ctx: Context) -> Bands:
 
 
 def test_gpu_memory_bandwidth(
-    ctx: Context, check: CheckRecord, perf: list[tuple[dict[str, Any], Gpu | None]]
+    ctx: Context,
+    check: CheckRecord,
+    perf: list[tuple[dict[str, Any], Gpu | None]],
+    host_kind: tuple[str, int, str],
 ) -> None:
     out = [
         judge(
             "hbm_copy_gbps",
             _where(d, g),
             float(d["hbm_copy_gbps"]),
-            _expected(ctx, "hbm_copy_gbps", gpu_expected(g, "hbm_copy_gbps")),
+            _expected(ctx, "hbm_copy_gbps", gpu_expected(g, "hbm_copy_gbps"), host_kind),
             _bands(ctx),
         )
         for d, g in perf
@@ -105,14 +123,17 @@ def test_gpu_memory_bandwidth(
 
 
 def test_matmul_throughput(
-    ctx: Context, check: CheckRecord, perf: list[tuple[dict[str, Any], Gpu | None]]
+    ctx: Context,
+    check: CheckRecord,
+    perf: list[tuple[dict[str, Any], Gpu | None]],
+    host_kind: tuple[str, int, str],
 ) -> None:
     out = [
         judge(
             "matmul_tflops",
             _where(d, g),
             float(d["matmul_tflops"]),
-            _expected(ctx, "matmul_tflops", gpu_expected(g, "matmul_tflops")),
+            _expected(ctx, "matmul_tflops", gpu_expected(g, "matmul_tflops"), host_kind),
             _bands(ctx),
         )
         for d, g in perf
@@ -122,7 +143,10 @@ def test_matmul_throughput(
 
 
 def test_host_device_bandwidth(
-    ctx: Context, check: CheckRecord, perf: list[tuple[dict[str, Any], Gpu | None]]
+    ctx: Context,
+    check: CheckRecord,
+    perf: list[tuple[dict[str, Any], Gpu | None]],
+    host_kind: tuple[str, int, str],
 ) -> None:
     out: list[Judgement] = []
     links: dict[str, dict[str, int | None]] = {}
@@ -138,7 +162,9 @@ def test_host_device_bandwidth(
                 f"Gen{link['gen_max']} x{link['width_max']}"
             )
         for figure in ("h2d_gbps", "d2h_gbps"):
-            out.append(judge(figure, where, float(d[figure]), _expected(ctx, figure, expect), _bands(ctx)))
+            out.append(
+                judge(figure, where, float(d[figure]), _expected(ctx, figure, expect, host_kind), _bands(ctx))
+            )
     check.figures["pcie_link"] = links
     if any(not v["gen_max"] for v in links.values()):
         errors = sorted({str(d.get("smi_error")) for d, _ in perf if d.get("smi_error")})
