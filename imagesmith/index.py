@@ -92,7 +92,7 @@ class ValidatedOn:
     #: (hbm_copy_gbps, matmul_tflops, h2d_gbps, d2h_gbps: medians over its GPUs; allreduce_busbw_gbps):
     #: the fleet baseline of ``imagesmith validate --baseline-from INDEX``
     link: str = ""
-    figures: Mapping[str, float] = field(default_factory=dict)
+    figures: Mapping[str, float] = field(default_factory=dict, hash=False)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -137,7 +137,7 @@ class Report:
     date: str
     failed: tuple[str, ...] = ()
     link: str = ""
-    figures: Mapping[str, float] = field(default_factory=dict)
+    figures: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     @property
     def sha(self) -> str:

@@ -138,14 +138,15 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         argv += ["--baseline-fleet", json.dumps(options.fleet, separators=(",", ":"))]
     if options.baseline_busbw_gbps or options.baseline_figures or options.fleet:
         argv += ["--baseline-source", options.fleet_source if options.fleet else options.baseline_source]
-    argv += [
-        "--perf-fail-ratio",
-        f"{options.perf_fail_ratio:g}",
-        "--perf-warn-ratio",
-        f"{options.perf_warn_ratio:g}",
-        "--perf-seconds",
-        f"{options.perf_seconds:g}",
-    ]
+    # only what differs from the defaults: an image built by an older imagesmith knows none of these flags
+    defaults = SuiteOptions()
+    for flag, value, default in (
+        ("--perf-fail-ratio", options.perf_fail_ratio, defaults.perf_fail_ratio),
+        ("--perf-warn-ratio", options.perf_warn_ratio, defaults.perf_warn_ratio),
+        ("--perf-seconds", options.perf_seconds, defaults.perf_seconds),
+    ):
+        if value != default:
+            argv += [flag, f"{value:g}"]
     if select:
         argv += ["-k", select]
     return argv

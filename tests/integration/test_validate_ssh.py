@@ -45,6 +45,10 @@ GPU_CHECKS = {
     "test_nccl_allreduce",
     "test_ddp_smoke",
     "test_checkpoint_round_trip",
+    "test_gpu_memory_bandwidth",
+    "test_matmul_throughput",
+    "test_host_device_bandwidth",
+    "test_clocks_under_load",
 }
 
 
@@ -155,7 +159,7 @@ def test_suite_runs_over_ssh(sshd: Sshd, run_cli: Any, tmp_path: Path) -> None:
     assert report["target"] == sshd.target
     assert report["options"]["ssh_identity_file"] == str(sshd.identity)
     checks = {c["name"]: c for c in report["checks"]}
-    assert len(checks) == 18, sorted(checks)
+    assert len(checks) == 22, sorted(checks)
     for name in GPU_CHECKS:
         assert checks[name]["status"] == "skipped", (name, checks[name])
         assert checks[name]["message"].startswith("no GPU visible"), checks[name]["message"]

@@ -175,6 +175,26 @@ def test_inner_command_carries_the_expectations() -> None:
         assert flag in argv
 
 
+def test_inner_command_carries_baselines_and_only_changed_perf_bands() -> None:
+    """An image built by an older imagesmith knows no perf flags: they are passed only when set."""
+    plain = inner_argv(SuiteOptions(), select=None)
+    assert not any(a.startswith("--perf-") or a.startswith("--baseline") for a in plain)
+    opts = SuiteOptions(
+        perf_fail_ratio=0.7,
+        baseline_figures={"hbm_copy_gbps": 4258.0},
+        fleet=[
+            {"gpu": "NVIDIA H200", "count": 2, "link": "NV18", "hosts": 3, "figures": {"matmul_tflops": 668}}
+        ],
+        fleet_source="oci://r/idx",
+    )
+    argv = inner_argv(opts, select=None)
+    assert argv[argv.index("--perf-fail-ratio") + 1] == "0.7"
+    assert "--perf-warn-ratio" not in argv
+    assert argv[argv.index("--baseline-figure") + 1] == "hbm_copy_gbps=4258"
+    assert '"link":"NV18"' in argv[argv.index("--baseline-fleet") + 1]
+    assert argv[argv.index("--baseline-source") + 1] == "oci://r/idx"
+
+
 def test_baseline_file(tmp_path: Path) -> None:
     good = tmp_path / "report.json"
     good.write_text(
