@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import docker
 import docker.errors
@@ -29,6 +29,9 @@ from docker.types import DeviceRequest, Mount, Ulimit
 from imagesmith.credentials import Credentials
 from imagesmith.errors import BuildError, EngineError, PushError
 from imagesmith.refs import split_reference
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 Backend = Literal["auto", "buildkit", "sdk"]
 
@@ -104,6 +107,22 @@ class BindMount:
     source: str
     target: str
     read_only: bool = True
+
+
+class RunOptions(TypedDict, total=False):
+    """How :meth:`ContainerEngine.run_container` starts a container (all optional)."""
+
+    gpu_request: GpuRequest | None  # GPUs through the engine's GPU runtime (``--gpus``)
+    devices: Sequence[str]  # ``host:container:rwm``
+    shm_size: str | None
+    ulimits: Mapping[str, int | tuple[int, int]] | None
+    env: Mapping[str, str] | None
+    mounts: Sequence[BindMount]
+    ipc_mode: str | None
+    network: str | None
+    entrypoint: Sequence[str] | str | None
+    user: str | None
+    timeout_s: float  # default 600
 
 
 @dataclass
@@ -186,6 +205,18 @@ class BuildRequest:
     target: str | None = None
     no_cache: bool = False
     what: str = "image"
+
+
+class BuildFlags(TypedDict, total=False):
+    """How :meth:`ContainerEngine.build` builds (all optional; the defaults of :class:`BuildRequest`)."""
+
+    dockerfile: str
+    build_args: Mapping[str, str] | None
+    labels: Mapping[str, str] | None
+    target: str | None
+    no_cache: bool
+    on_event: Callable[[BuildEvent], None] | None
+    what: str  # named in errors: "cell <id>"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,19 +376,7 @@ class ContainerEngine(Protocol):
         """How builds run: ``buildkit`` or ``sdk``."""
         ...
 
-    def build(
-        self,
-        *,
-        context: Path,
-        tags: Sequence[str],
-        dockerfile: str = "Dockerfile",
-        build_args: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None,
-        target: str | None = None,
-        no_cache: bool = False,
-        on_event: Callable[[BuildEvent], None] | None = None,
-        what: str = "image",
-    ) -> BuildResult: ...
+    def build(self, *, context: Path, tags: Sequence[str], **options: Unpack[BuildFlags]) -> BuildResult: ...
 
     def push(
         self,
@@ -387,21 +406,7 @@ class ContainerEngine(Protocol):
     def has_nvidia_runtime(self) -> bool: ...
 
     def run_container(
-        self,
-        image: str,
-        command: Sequence[str] | str | None = None,
-        *,
-        gpu_request: GpuRequest | None = None,
-        devices: Sequence[str] = (),
-        shm_size: str | None = None,
-        ulimits: Mapping[str, int | tuple[int, int]] | None = None,
-        env: Mapping[str, str] | None = None,
-        mounts: Sequence[BindMount] = (),
-        ipc_mode: str | None = None,
-        network: str | None = None,
-        entrypoint: Sequence[str] | str | None = None,
-        user: str | None = None,
-        timeout_s: float = 600,
+        self, image: str, command: Sequence[str] | str | None = None, **options: Unpack[RunOptions]
     ) -> RunResult: ...
 
 
@@ -432,34 +437,22 @@ class Engine:
         self.backend = self.builder.name
 
     # -- build ----------------------------------------------------------------------------------------------
-    def build(
-        self,
-        *,
-        context: Path,
-        tags: Sequence[str],
-        dockerfile: str = "Dockerfile",
-        build_args: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None,
-        target: str | None = None,
-        no_cache: bool = False,
-        on_event: Callable[[BuildEvent], None] | None = None,
-        what: str = "image",
-    ) -> BuildResult:
+    def build(self, *, context: Path, tags: Sequence[str], **options: Unpack[BuildFlags]) -> BuildResult:
         """Build *context* and tag it with every name in *tags*. Raises BuildError with the log's tail."""
         if not tags:
             raise BuildError("build needs at least one tag", hint="give the image a name:tag")
         request = BuildRequest(
             context=context,
             tags=tuple(tags),
-            dockerfile=dockerfile,
-            build_args=dict(build_args or {}),
-            labels=dict(labels or {}),
-            target=target,
-            no_cache=no_cache,
-            what=what,
+            dockerfile=options.get("dockerfile", "Dockerfile"),
+            build_args=dict(options.get("build_args") or {}),
+            labels=dict(options.get("labels") or {}),
+            target=options.get("target"),
+            no_cache=options.get("no_cache", False),
+            what=options.get("what", "image"),
         )
         start = time.monotonic()
-        built = self.builder.build(request, on_event)
+        built = self.builder.build(request, options.get("on_event"))
         return BuildResult(
             image_id=built.image_id,
             backend=self.backend,
@@ -656,21 +649,7 @@ class Engine:
         return "nvidia" in runtimes
 
     def run_container(
-        self,
-        image: str,
-        command: Sequence[str] | str | None = None,
-        *,
-        gpu_request: GpuRequest | None = None,
-        devices: Sequence[str] = (),
-        shm_size: str | None = None,
-        ulimits: Mapping[str, int | tuple[int, int]] | None = None,
-        env: Mapping[str, str] | None = None,
-        mounts: Sequence[BindMount] = (),
-        ipc_mode: str | None = None,
-        network: str | None = None,
-        entrypoint: Sequence[str] | str | None = None,
-        user: str | None = None,
-        timeout_s: float = 600,
+        self, image: str, command: Sequence[str] | str | None = None, **options: Unpack[RunOptions]
     ) -> RunResult:
         """Run *command* in a fresh container of *image* and return its exit code and output.
 
@@ -679,7 +658,17 @@ class Engine:
         GPUs are exposed without the toolkit is validation's business (:mod:`imagesmith.validate.devices`).
         The container is always removed, also on timeout (then killed and an EngineError raised).
         """
-        environment = dict(env or {})
+        gpu_request = options.get("gpu_request")
+        devices = options.get("devices", ())
+        shm_size = options.get("shm_size")
+        ulimits = options.get("ulimits")
+        mounts = options.get("mounts", ())
+        ipc_mode = options.get("ipc_mode")
+        network = options.get("network")
+        entrypoint = options.get("entrypoint")
+        user = options.get("user")
+        timeout_s = options.get("timeout_s", 600)
+        environment = dict(options.get("env") or {})
         kwargs: dict[str, Any] = {}
         binds = [Mount(target=m.target, source=m.source, type="bind", read_only=m.read_only) for m in mounts]
         if gpu_request is not None:

@@ -14,20 +14,19 @@ import shutil
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from imagesmith.build import FINGERPRINT_LABEL, BuildOptions, build_cell, suite_digest
 from imagesmith.credentials import Credentials
 from imagesmith.engine import (
-    BindMount,
-    BuildEvent,
+    BuildFlags,
     BuildResult,
     ContainerEngine,
     Engine,
-    GpuRequest,
     PushResult,
+    RunOptions,
     RunResult,
     split_tag,
 )
@@ -38,6 +37,9 @@ from imagesmith.refs import Registry
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryApi
 from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.repo import PROJECT
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def _sha(data: bytes) -> str:
@@ -142,23 +144,12 @@ class MemoryEngine:
     #: passwords a registry refuses (what an expired token looks like to the engine)
     refused: frozenset[str] = frozenset()
 
-    def build(
-        self,
-        *,
-        context: Path,
-        tags: Sequence[str],
-        dockerfile: str = "Dockerfile",
-        build_args: Mapping[str, str] | None = None,
-        labels: Mapping[str, str] | None = None,
-        target: str | None = None,
-        no_cache: bool = False,
-        on_event: Callable[[BuildEvent], None] | None = None,
-        what: str = "image",
-    ) -> BuildResult:
-        text = (context / dockerfile).read_text()
+    def build(self, *, context: Path, tags: Sequence[str], **options: Unpack[BuildFlags]) -> BuildResult:
+        text = (context / options.get("dockerfile", "Dockerfile")).read_text()
         found = dict(re.findall(r'([\w.-]+)="([^"]*)"', text))
+        labels = {**found, **dict(options.get("labels") or {})}
         image = _Image(
-            id=_sha(text.encode()), labels={**found, **dict(labels or {})}, layer=f"layer of {what}".encode()
+            id=_sha(text.encode()), labels=labels, layer=f"layer of {options.get('what')}".encode()
         )
         for tag in (image.id, *tags):
             self.images[tag] = image
@@ -248,21 +239,7 @@ class MemoryEngine:
         return False
 
     def run_container(
-        self,
-        image: str,
-        command: Sequence[str] | str | None = None,
-        *,
-        gpu_request: GpuRequest | None = None,
-        devices: Sequence[str] = (),
-        shm_size: str | None = None,
-        ulimits: Mapping[str, int | tuple[int, int]] | None = None,
-        env: Mapping[str, str] | None = None,
-        mounts: Sequence[BindMount] = (),
-        ipc_mode: str | None = None,
-        network: str | None = None,
-        entrypoint: Sequence[str] | str | None = None,
-        user: str | None = None,
-        timeout_s: float = 600,
+        self, image: str, command: Sequence[str] | str | None = None, **options: Unpack[RunOptions]
     ) -> RunResult:
         return RunResult(exit_code=0, output="", duration_s=0.0)
 

@@ -103,23 +103,31 @@ def _bands(ctx: Context) -> Bands:
     return Bands(fail_ratio=ctx.options.perf_fail_ratio, warn_ratio=ctx.options.perf_warn_ratio)
 
 
+def _judge_each_gpu(
+    ctx: Context,
+    figure: str,
+    perf: list[tuple[dict[str, Any], Gpu | None]],
+    host_kind: tuple[str, int, str],
+) -> list[Judgement]:
+    return [
+        judge(
+            figure,
+            _where(d, g),
+            float(d[figure]),
+            _expected(ctx, figure, gpu_expected(g, figure), host_kind),
+            _bands(ctx),
+        )
+        for d, g in perf
+    ]
+
+
 def test_gpu_memory_bandwidth(
     ctx: Context,
     check: CheckRecord,
     perf: list[tuple[dict[str, Any], Gpu | None]],
     host_kind: tuple[str, int, str],
 ) -> None:
-    out = [
-        judge(
-            "hbm_copy_gbps",
-            _where(d, g),
-            float(d["hbm_copy_gbps"]),
-            _expected(ctx, "hbm_copy_gbps", gpu_expected(g, "hbm_copy_gbps"), host_kind),
-            _bands(ctx),
-        )
-        for d, g in perf
-    ]
-    _verdict(check, out, SLOW_FIX)
+    _verdict(check, _judge_each_gpu(ctx, "hbm_copy_gbps", perf, host_kind), SLOW_FIX)
 
 
 def test_matmul_throughput(
@@ -128,18 +136,8 @@ def test_matmul_throughput(
     perf: list[tuple[dict[str, Any], Gpu | None]],
     host_kind: tuple[str, int, str],
 ) -> None:
-    out = [
-        judge(
-            "matmul_tflops",
-            _where(d, g),
-            float(d["matmul_tflops"]),
-            _expected(ctx, "matmul_tflops", gpu_expected(g, "matmul_tflops"), host_kind),
-            _bands(ctx),
-        )
-        for d, g in perf
-    ]
     check.figures["dtype"] = sorted({str(d.get("matmul_dtype")) for d, _ in perf})
-    _verdict(check, out, SLOW_FIX)
+    _verdict(check, _judge_each_gpu(ctx, "matmul_tflops", perf, host_kind), SLOW_FIX)
 
 
 def test_host_device_bandwidth(
