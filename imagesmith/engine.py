@@ -207,6 +207,17 @@ class BuildRequest:
     what: str = "image"
 
 
+class PushFlags(TypedDict, total=False):
+    """How :meth:`ContainerEngine.push` pushes (all optional)."""
+
+    credentials: Credentials | None
+    #: a short-lived token refused: other credentials, or None (tried once, never in a loop)
+    refresh: Callable[[Credentials], Credentials | None] | None
+    registry_name: str | None  # named in errors (default: the host)
+    attempts: int  # transient faults: tries in all (default 3)
+    on_progress: Callable[[int], None] | None  # bytes pushed so far
+
+
 class BuildFlags(TypedDict, total=False):
     """How :meth:`ContainerEngine.build` builds (all optional; the defaults of :class:`BuildRequest`)."""
 
@@ -378,16 +389,7 @@ class ContainerEngine(Protocol):
 
     def build(self, *, context: Path, tags: Sequence[str], **options: Unpack[BuildFlags]) -> BuildResult: ...
 
-    def push(
-        self,
-        reference: str,
-        *,
-        credentials: Credentials | None = None,
-        refresh: Callable[[Credentials], Credentials | None] | None = None,
-        registry_name: str | None = None,
-        attempts: int = 3,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> PushResult: ...
+    def push(self, reference: str, **options: Unpack[PushFlags]) -> PushResult: ...
 
     def pull(
         self,
@@ -463,23 +465,18 @@ class Engine:
         )
 
     # -- push / pull ----------------------------------------------------------------------------------------
-    def push(
-        self,
-        reference: str,
-        *,
-        credentials: Credentials | None = None,
-        refresh: Callable[[Credentials], Credentials | None] | None = None,
-        registry_name: str | None = None,
-        attempts: int = 3,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> PushResult:
+    def push(self, reference: str, **options: Unpack[PushFlags]) -> PushResult:
         """Push *reference* (``host/repo:tag``); stream errors become PushError; transient ones retried.
 
         When the registry refuses *credentials* and *refresh* gives other ones (a short-lived token run
         again: :meth:`imagesmith.registry.RegistryClient.refresh_credentials`), the push is tried once more.
         """
+        credentials = options.get("credentials")
+        refresh = options.get("refresh")
+        attempts = options.get("attempts", 3)
+        on_progress = options.get("on_progress")
         repo, tag = split_tag(reference)
-        where = registry_name or repo.split("/", 1)[0]
+        where = options.get("registry_name") or repo.split("/", 1)[0]
         last = ""
         refreshed = False
         attempt = 0

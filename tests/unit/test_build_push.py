@@ -25,6 +25,7 @@ from imagesmith.engine import (
     BuildResult,
     ContainerEngine,
     Engine,
+    PushFlags,
     PushResult,
     RunOptions,
     RunResult,
@@ -155,22 +156,14 @@ class MemoryEngine:
             self.images[tag] = image
         return BuildResult(image_id=image.id, backend=self.backend, steps=3, cached_steps=1, duration_s=0.0)
 
-    def push(
-        self,
-        reference: str,
-        *,
-        credentials: Credentials | None = None,
-        refresh: Callable[[Credentials], Credentials | None] | None = None,
-        registry_name: str | None = None,
-        attempts: int = 3,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> PushResult:
+    def push(self, reference: str, **options: Unpack[PushFlags]) -> PushResult:
+        credentials, refresh = options.get("credentials"), options.get("refresh")
         self.pushes.append((reference, credentials.password if credentials else None))
         if credentials is not None and credentials.password in self.refused:
             fresh = refresh(credentials) if refresh else None
             if fresh is None:
                 raise PushError(f"push of {reference}: unauthorized", hint="check the credentials")
-            return self.push(reference, credentials=fresh, registry_name=registry_name)
+            return self.push(reference, credentials=fresh, registry_name=options.get("registry_name"))
         image = self.images[reference]
         repo, tag = split_tag(reference)
         host, _, path = repo.partition("/")
