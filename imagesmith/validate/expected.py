@@ -318,18 +318,25 @@ def link_expected(gen: int | None, width: int | None, data: PerfData | None = No
 def allreduce_expected(
     gpu: SmiGpu | None, count: int, link: str | None, data: PerfData | None = None
 ) -> Expected | None:
+    """The all_reduce busbw of a healthy host of this model and GPU count. A row measured over another link
+    still applies — a host whose NVLink bond is narrower than the model's (NV12 where H200 SXM has NV18) is a
+    degraded host, not another kind — and the source says so."""
     data = data or perf_data()
     model = model_of(gpu) if gpu is not None else None
-    if model is None or link is None:
+    if model is None:
         return None
-    for row in data.allreduce:
-        if row.gpu == model.key and row.count == count and row.link == link:
-            return Expected(
-                value=row.busbw_gbps,
-                kind="baseline",
-                source=f"{row.count}×{row.gpu} {row.link}: {row.source} ({row.date})",
-            )
-    return None
+    rows = [r for r in data.allreduce if r.gpu == model.key and r.count == count]
+    row = next((r for r in rows if r.link == link), rows[0] if rows else None)
+    if row is None:
+        return None
+    note = (
+        "" if row.link == link else f"; measured over {row.link}, this host's weakest link is {link or '?'}"
+    )
+    return Expected(
+        value=row.busbw_gbps,
+        kind="baseline",
+        source=f"{row.count}×{row.gpu} {row.link}: {row.source} ({row.date}){note}",
+    )
 
 
 def median_expected(values: Iterable[float], source: str) -> Expected | None:
@@ -440,16 +447,24 @@ def fleet_groups(index: ReleaseIndex) -> list[dict[str, Any]]:
 def fleet_expected(
     groups: Iterable[Mapping[str, Any]], *, gpu: str, count: int, link: str, figure: str, source: str
 ) -> Expected | None:
-    """The fleet median of *figure* for hosts of the same GPU model, count and link, if the index has one."""
-    for g in groups:
-        if (g.get("gpu"), g.get("count"), g.get("link") or "") == (gpu, count, link or ""):
-            value = (g.get("figures") or {}).get(figure)
-            if value:
-                return Expected(
-                    value=float(value),
-                    kind="baseline",
-                    source=f"fleet median of {g.get('hosts')} validated {count}× {gpu} host(s)"
-                    + (f" over {link}" if link else "")
-                    + f" in {source}",
-                )
+    """The fleet median of *figure* for hosts of the same GPU model, count and link (same model and count
+    over another link when the index has none over this one, and the source says so)."""
+    same = [
+        g
+        for g in groups
+        if (g.get("gpu"), g.get("count")) == (gpu, count) and (g.get("figures") or {}).get(figure)
+    ]
+    exact = [g for g in same if (g.get("link") or "") == (link or "")]
+    for g in exact or same:
+        value = float(g["figures"][figure])
+        note = (
+            "" if g in exact else f" (over {g.get('link') or '?'}; this host's weakest link is {link or '?'})"
+        )
+        return Expected(
+            value=value,
+            kind="baseline",
+            source=f"fleet median of {g.get('hosts')} validated {count}× {gpu} host(s)"
+            + (f" over {g.get('link')}" if g.get("link") and g in exact else "")
+            + f" in {source}{note}",
+        )
     return None

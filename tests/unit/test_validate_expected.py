@@ -167,6 +167,12 @@ def test_allreduce_row_by_model_count_and_link() -> None:
     assert e is not None
     assert e.value == 325
     assert allreduce_expected(H200[0], 8, link) is None
+    # a narrower NVLink bond on the same model is a degraded host: judged against the NV18 baseline, and said
+    narrow = allreduce_expected(H200[0], 2, "NV12")
+    assert narrow is not None
+    assert narrow.value == 325
+    assert "this host's weakest link is NV12" in narrow.source
+    assert judge("allreduce_busbw_gbps", "2 GPUs", 217.0, narrow, Bands()).verdict == "fail"
 
 
 def test_broken_data_names_the_row() -> None:
