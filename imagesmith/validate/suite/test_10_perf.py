@@ -49,10 +49,14 @@ def perf(ctx: Context, gpu_facts: GpuFacts) -> list[tuple[dict[str, Any], Gpu | 
         pytest.skip("torch sees no CUDA device (the CUDA checks say why)")
     broken = [d for d in devices if d.get("error")]
     if broken:
+        full = any("out of memory" in str(d["error"]).lower() for d in broken)
         fail(
             "the performance probe failed on "
             + "; ".join(f"cuda:{d['index']}: {d['error']}" for d in broken),
-            "a GPU that cannot run a copy or a matmul is broken: ask the provider for another machine",
+            "another process holds this GPU's memory (nvidia-smi lists it): stop it, or ask for a machine "
+            "whose GPUs are free"
+            if full
+            else "a GPU that cannot run a copy or a matmul is broken: ask the provider for another machine",
         )
     return [(d, match_device(d, gpu_facts.gpus, i)) for i, d in enumerate(devices)]
 
