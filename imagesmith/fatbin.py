@@ -44,19 +44,14 @@ class FatbinReport:
 
     def arch_list(self, share: float = 0.5) -> list[str]:
         """``TORCH_CUDA_ARCH_LIST`` entries: every architecture with SASS in at least *share* of the fatbins
-        (torch's own kernels; a few libraries build single kernels for more, see :meth:`extras`), and ``+PTX``
-        on the newest when PTX for it is in as many."""
+        (torch's own kernels; a few libraries build single kernels for more, see :meth:`extras`), ``+PTX`` on
+        each with PTX in as many."""
         if not self.fatbins:
             return []
         floor = self.fatbins * share
-        archs = sorted(a for a, n in self.sass.items() if n >= floor)
-        out = [_dotted(a) for a in archs]
-        ptx = sorted(a for a, n in self.ptx.items() if n >= floor)
-        if ptx and out and ptx[-1] == archs[-1]:
-            out[-1] += "+PTX"
-        elif ptx:
-            out.append(_dotted(ptx[-1]) + "+PTX")
-        return out
+        ptx = {a for a, n in self.ptx.items() if n >= floor}
+        archs = sorted({a for a, n in self.sass.items() if n >= floor} | ptx)
+        return [_dotted(a) + ("+PTX" if a in ptx else "") for a in archs]
 
     def extras(self, share: float = 0.5) -> list[str]:
         """Architectures below *share*: ``sm_89 (1 of 476 fatbins)``, for the diff's notes."""
@@ -151,7 +146,7 @@ class FatbinScanner:
                 self._in_run = True
                 self._start = self._pos
                 return True
-        if len(self._buf) - j < _HEADER.size:
+        if len(self._buf) - j < _HEADER.size + _ENTRY.size:
             return False
         magic, _, _, size = _HEADER.unpack_from(self._buf, j)
         if magic != MAGIC:

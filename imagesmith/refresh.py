@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from email.parser import HeaderParser
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from packaging.requirements import InvalidRequirement, Requirement
@@ -244,7 +244,10 @@ def parse_central_directory(tail: bytes, size: int, fetch: Callable[[int, int], 
     """The members of a zip of *size* bytes from its last bytes (*tail*); *fetch* reads the rest if needed."""
     at = tail.rfind(b"PK\x05\x06")
     if at < 0:
-        raise UpstreamError("not a zip file: no end-of-central-directory record in its last 64 KiB")
+        raise UpstreamError(
+            "not a zip file: no end-of-central-directory record in its last 64 KiB",
+            hint="the index listed a file that is not a wheel; check --index-url",
+        )
     count, cd_size, cd_offset = struct.unpack_from("<HII", tail, at + 10)
     z64 = tail.rfind(b"PK\x06\x06", 0, at)
     if z64 >= 0:  # zip64: the counts and offsets of the zip64 EOCD win
@@ -258,7 +261,10 @@ def parse_central_directory(tail: bytes, size: int, fetch: Callable[[int, int], 
     p = 0
     for _ in range(count):
         if cd[p : p + 4] != b"PK\x01\x02":
-            raise UpstreamError(f"broken zip central directory at entry {len(out)}")
+            raise UpstreamError(
+                f"broken zip central directory at entry {len(out)}",
+                hint="the file changed while read; run again",
+            )
         method, csize, usize, nlen, elen, clen = (
             struct.unpack_from("<H", cd, p + 10)[0],
             *struct.unpack_from("<IIHHH", cd, p + 20),
@@ -441,7 +447,7 @@ class LiveSource:
             rows = [
                 {
                     "filename": f.filename,
-                    "url": f.url,
+                    "url": urlsplit(f.url).path,  # the host is the index's business, not the recording's
                     "size": f.size,
                     "upload-time": f.upload_time,
                     "requires-python": f.requires_python,
@@ -723,7 +729,10 @@ def _companion_row(
         return Row(
             rel, None, name, data, pin, "differs", wheel.url, note=f"{name} {version} does not admit {rel}"
         )
-    note = "" if exact else f"requirement admits torch {rel} without pinning it"
+    if spec is None:
+        note = "its METADATA has no torch requirement"
+    else:
+        note = "" if exact else f"requirement admits torch {rel} without pinning it"
     return Row(rel, None, name, data, pin, "match", wheel.url, note=note)
 
 
@@ -937,7 +946,10 @@ def edit_field(text: str, version: str, variant: str | None, key: str, value: st
             target = (start, end)
             break
     if target is None:
-        raise ConfigError(f"torch.toml has no row for torch {version} {variant or ''}".strip())
+        raise ConfigError(
+            f"torch.toml has no row for torch {version} {variant or ''}".strip(),
+            hint="add the row by hand (its variant block), then run refresh-compat --write again",
+        )
     start, end = target
     rendered = (
         "[" + ", ".join(_q(a.strip()) for a in value.split(",")) + "]" if key == "arch_list" else _q(value)
