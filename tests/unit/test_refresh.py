@@ -417,3 +417,10 @@ def test_an_incomplete_recording_says_how_to_record(run_cli: Callable[..., objec
     res = run_cli("refresh-compat", "--offline", str(tmp_path), "--releases", "2.15")
     assert res.exit_code == 2  # type: ignore[attr-defined]
     assert "--record DIR" in res.stderr  # type: ignore[attr-defined]
+
+
+def test_the_weekly_workflow_writes_drafts_and_takes_11_as_a_difference() -> None:
+    text = (REPO / ".github" / "workflows" / "refresh-compat.yml").read_text()
+    assert "imagesmith refresh-compat --write" in text
+    assert f"-ne {refresh.EXIT_DIFFERENCES} ]" in text
+    assert "gh pr create" in text
