@@ -769,7 +769,7 @@ def compare(data: compat.TorchRelease | None, d: Draft | None, version: str) -> 
         return Row(version, variant, name, _fmt(have), _fmt(got), "match" if same else "differs", url, note)
 
     rows = [
-        row(None, "python", str(data.python), d.python),
+        row(None, "python", _spec(data.python), d.python),
         row(None, "pypi_default", data.pypi_default, d.variant),
     ]
     variant = data.variants.get(d.variant or "")
@@ -806,6 +806,11 @@ def compare(data: compat.TorchRelease | None, d: Draft | None, version: str) -> 
                 Row(version, other, "variant", other, None, "not-checked", note="not on PyPI, not checked")
             )
     return rows
+
+
+def _spec(spec: SpecifierSet) -> str:
+    """``>=3.10,<3.15`` (lower bound first, as the data writes it)."""
+    return ",".join(sorted((str(s) for s in spec), key=lambda s: (not s.startswith(">"), s)))
 
 
 def _fmt(value: Any) -> str | None:
