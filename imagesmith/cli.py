@@ -18,6 +18,7 @@ from imagesmith.commands import build as build_commands
 from imagesmith.commands import compat as compat_commands
 from imagesmith.commands import init as init_commands
 from imagesmith.commands import plan as plan_commands
+from imagesmith.commands import refresh as refresh_commands
 from imagesmith.commands import release as release_commands
 from imagesmith.commands import schema as schema_commands
 from imagesmith.commands import set_project_option
@@ -64,6 +65,7 @@ for _module in (
     validate_commands,
     release_commands,
     schema_commands,
+    refresh_commands,
 ):
     _module.register(app)
 

@@ -99,3 +99,9 @@ class NoImageFitsError(ImagesmithError):
     """``imagesmith pick`` found no released image that runs on this host."""
 
     exit_code = 10
+
+
+class UpstreamError(ImagesmithError):
+    """A package index or file host could not be read, or answered something unexpected (refresh-compat)."""
+
+    exit_code = 12

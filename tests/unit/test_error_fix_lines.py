@@ -32,6 +32,8 @@ MODULES = [
     "imagesmith/commands/build.py",
     "imagesmith/commands/release.py",
     "imagesmith/commands/schema.py",
+    "imagesmith/commands/refresh.py",
+    "imagesmith/refresh.py",
     "imagesmith/schema.py",
     "imagesmith/compat.py",
     "imagesmith/matrix.py",

@@ -1,0 +1,139 @@
+"""``imagesmith refresh-compat``: draft torch rows from PyPI, diff them against imagesmith/data/torch.toml."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagesmith import compat, refresh
+
+EPILOG = (
+    "Exit status: 0 = every checked field matches the data; "
+    f"{refresh.EXIT_DIFFERENCES} = a field differs or PyPI has a release the data lacks (the weekly workflow "
+    "opens a pull request then); 2 = bad flags or an incomplete --offline recording; "
+    "12 = the package index or its file host could not be read. "
+    "Examples: imagesmith refresh-compat --releases 2.10-2.15 ; "
+    "imagesmith refresh-compat --no-arch --json ; imagesmith refresh-compat --write"
+)
+
+DATA_FILE = Path(compat.__file__).parent / "data" / "torch.toml"
+
+
+def _echo_rows(result: refresh.Result) -> None:
+    current = None
+    for row in result.rows:
+        if row.release != current:
+            current = row.release
+            d = result.drafts.get(row.release)
+            where = f" (PyPI file {d.wheel.filename})" if d else ""
+            typer.echo(f"torch {row.release}{where}")
+        name = f"{row.variant} {row.field}" if row.variant else row.field
+        mark = {"match": "=", "differs": "≠", "new": "+"}.get(row.status, "·")
+        line = f"  {mark} {name:<20} data: {row.data or '-'}"
+        if row.status != "not-checked" or row.pypi:
+            line += f" | PyPI: {row.pypi or '-'}"
+        line += f"  [{row.status}]"
+        if row.note:
+            line += f"  ({row.note})"
+        typer.echo(line)
+        if row.status in ("differs", "new") and row.source:
+            typer.echo(f"      source: {row.source}")
+
+
+def refresh_compat_command(
+    releases: Annotated[
+        str | None,
+        typer.Option(
+            "--releases",
+            help="Minor versions to check: 2.10-2.15, 2.12 or 2.10- "
+            "(default: the data's newest minor and later).",
+        ),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the diff as JSON.")] = False,
+    write: Annotated[
+        bool,
+        typer.Option(
+            "--write",
+            help="Write new releases and differing fields into torch.toml as verified = false, the PyPI file "
+            "in their source (rows are never removed).",
+        ),
+    ] = False,
+    no_arch: Annotated[
+        bool,
+        typer.Option(
+            "--no-arch", help="Skip the arch lists (each one streams a few hundred MB of one wheel)."
+        ),
+    ] = False,
+    index_url: Annotated[
+        str | None,
+        typer.Option(
+            "--index-url",
+            envvar="IMAGESMITH_INDEX_URL",
+            help="A PEP 691 Simple API (default: $PIP_INDEX_URL, pip's configured index-url, else PyPI).",
+        ),
+    ] = None,
+    offline: Annotated[
+        Path | None,
+        typer.Option("--offline", help="Replay a folder written by --record instead of reading the index."),
+    ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option("--record", help="Keep what was read (trimmed) in this folder, for --offline."),
+    ] = None,
+    data_file: Annotated[
+        Path, typer.Option("--data-file", help="The torch.toml --write edits.", show_default=False)
+    ] = DATA_FILE,
+) -> None:
+    """Draft torch/torchvision/torchaudio rows from PyPI (Requires-Dist pins, cp tags, the CUDA arch list in
+    the wheel's fatbins) and print where they differ from imagesmith's data."""
+    source: refresh.LiveSource | refresh.RecordedSource
+    http = None
+    if offline is not None:
+        source = refresh.RecordedSource(offline)
+    else:
+        http = refresh.Http(verify=refresh.ca_bundle())
+        source = refresh.LiveSource(index_url or refresh.default_index_url(), http, record)
+
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    result = refresh.run(source, releases, arch=not no_arch, progress=progress)
+    if isinstance(source, refresh.LiveSource):
+        source.save_listings()
+    changes = refresh.write(result, data_file) if write else []
+    if as_json:
+        payload = {
+            "differs": result.differs,
+            "rows": [r.to_json() for r in result.rows],
+            "new_releases": result.new,
+            "written": changes,
+            "fatbin_reads": source.fatbin_reads,
+            "bytes_read": http.bytes if http else 0,
+        }
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        _echo_rows(result)
+        for read in source.fatbin_reads:
+            typer.echo(
+                f"arch read: {read['file']}: {read['bytes_read'] / 1e6:.1f} MB of the wheel's "
+                f"{read['wheel_bytes'] / 1e6:.1f} MB ({refresh.CUDA_LIBRARY}: "
+                f"{read['member_compressed'] / 1e6:.1f} MB compressed), {read['seconds']} s"
+            )
+        if http is not None:
+            typer.echo(f"read {http.bytes / 1e6:.1f} MB in {http.requests} requests")
+        for line in changes:
+            typer.echo(f"wrote: {line}")
+        counts = {s: sum(r.status == s for r in result.rows) for s in ("match", "differs", "new")}
+        typer.echo(
+            f"{counts['match']} match, {counts['differs']} differ, {counts['new']} new"
+            + ("" if result.differs else ": the data agrees with PyPI")
+        )
+    raise typer.Exit(result.exit_code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("refresh-compat", epilog=EPILOG)(refresh_compat_command)
