@@ -365,15 +365,15 @@ class _Loader(schema.Checker):
         )
 
     def gpus(self, names: Sequence[str]) -> tuple[compat.Gpu, ...]:
-        known = [g.key for g in compat.gpus()]
         out: list[compat.Gpu] = []
         for i, name in enumerate(names):
             try:
                 found = compat.gpu(name)
             except ConfigError:
-                raise self.fail(
-                    f"gpus[{i}]", f"unknown GPU {name!r}", nearest=_nearest_word(name, known)
-                ) from None
+                near = compat.nearest_gpu(name)
+                raise self.fail(f"gpus[{i}]", f"unknown GPU {name!r}", nearest=near) from None
+            if found.vgpu:  # a vGPU profile name: the matrix targets the physical model
+                found = compat.gpu(found.key)
             if any(g.key == found.key for g in out):
                 raise self.fail(f"gpus[{i}]", f"{name!r} is {found.key!r}, which is listed already")
             out.append(found)
