@@ -144,10 +144,10 @@ def render_command(
         m = load_matrix(name, project=project)
         if m.path.parent.resolve() != project.matrices_dir:
             raise RenderError(
-                f"{m.path}: only matrices in {project.rel(project.matrices_dir)}/ of project {project.root} "
-                f"render into {project.dockerfiles_rel}/",
-                hint=f"copy the matrix into {project.rel(project.matrices_dir)}/ "
-                "(its generated files are committed)",
+                f"{m.path}: render (and render --check) takes only matrices in "
+                f"{project.rel(project.matrices_dir)}/ of project {project.root}: their files are rendered "
+                f"into, and compared with, {project.dockerfiles_rel}/<matrix>/",
+                hint=_render_elsewhere_hint(m.path, project),
             )
         rendered.update(render_plan(build_plan(m, project=project), project))
         dirs.append(matrix_dir(m, project))
@@ -173,6 +173,22 @@ def render_command(
             typer.echo(f"{label} {project.rel(p)}")
     typer.echo(
         f"{len(rendered)} files for {count} matrices; {len(drift.missing) + len(drift.differing)} written"
+    )
+
+
+def _render_elsewhere_hint(path: Path, project: Project) -> str:
+    from imagesmith.project import PROJECT_FILE, find_project_file
+
+    owner = find_project_file(path.resolve().parent)
+    if owner is not None and owner.parent.resolve() != project.root:
+        return (
+            f"the matrix belongs to the project at {owner.parent}: run `imagesmith -C {owner.parent} render "
+            f"--matrix {path.stem}`"
+        )
+    return (
+        f"copy the matrix into {project.rel(project.matrices_dir)}/ (its generated files are committed), "
+        f"or make its folder's parent a project ({PROJECT_FILE}, `imagesmith init`); "
+        f"`imagesmith plan --matrix {path}` shows its cells without rendering"
     )
 
 
