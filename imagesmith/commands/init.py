@@ -10,7 +10,20 @@ from typing import Annotated
 
 import typer
 
+from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError
+
+EPILOG = epilog(
+    [
+        "imagesmith init myproject",
+        "imagesmith init myproject --gpu a100 --gpu h100 --registry ghcr.io/me --driver 535.104.05",
+    ],
+    [
+        "0 = project written",
+        "2 = bad flag (unknown GPU, base or driver; the folder is a file), "
+        "or the example matrix would plan no cell (nothing written)",
+    ],
+)
 
 
 def init_command(
@@ -127,4 +140,4 @@ def init_command(
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("init")(init_command)
+    app.command("init", epilog=EPILOG)(init_command)

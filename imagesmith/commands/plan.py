@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from imagesmith.commands import current_project
+from imagesmith.commands import current_project, epilog
 from imagesmith.errors import ConfigError, RenderError
 
 if TYPE_CHECKING:
@@ -71,6 +71,36 @@ def _out() -> Console:
     return Console(highlight=False, soft_wrap=True, width=200)
 
 
+PLAN_EPILOG = epilog(
+    [
+        "imagesmith plan --matrix a100 --explain",
+        "imagesmith plan --github --only '*cu130*'",
+        "imagesmith plan --matrix path/to/m.toml --json --explain",
+    ],
+    [
+        "0 = planned",
+        "2 = bad matrix, project or flags (--github with --json or --explain)",
+        "3 = --only matched no cell",
+    ],
+)
+RENDER_EPILOG = epilog(
+    [
+        "imagesmith render",
+        "imagesmith render --check --matrix smoke",
+        "imagesmith render --check --matrix matrices/smoke.toml",
+    ],
+    [
+        "0 = written, or (--check) current",
+        "2 = bad matrix or project",
+        "4 = (--check) files differ, a template failed, or the matrix is outside the project's matrices/",
+    ],
+)
+LOCK_EPILOG = epilog(
+    ["imagesmith lock --matrix a100", "imagesmith lock --matrix a100 --force"],
+    ["0 = every lock written or kept", "2 = bad matrix or project, or a lock could not be resolved (uv)"],
+)
+
+
 def plan_command(
     matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
     only: Annotated[
@@ -87,6 +117,11 @@ def plan_command(
     """Plan a matrix: the cells to build, with pins, drivers and fingerprints."""
     if as_json and github:
         raise ConfigError("--json and --github are exclusive", hint="pick one output format")
+    if explain and github:
+        raise ConfigError(
+            "--explain does not apply to --github: a strategy matrix has no place for dropped combinations",
+            hint="run `imagesmith plan --explain` (or --json --explain) for the reasons, --github for CI",
+        )
     from rich.table import Table
 
     _, m, plan = load_plan(matrix, only)
@@ -236,6 +271,6 @@ def lock_command(
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("plan")(plan_command)
-    app.command("render")(render_command)
-    app.command("lock")(lock_command)
+    app.command("plan", epilog=PLAN_EPILOG)(plan_command)
+    app.command("render", epilog=RENDER_EPILOG)(render_command)
+    app.command("lock", epilog=LOCK_EPILOG)(lock_command)

@@ -11,7 +11,13 @@ from typing import Annotated
 
 import typer
 
+from imagesmith.commands import epilog
 from imagesmith.errors import RenderError
+
+EPILOG = epilog(
+    ["imagesmith schema", "imagesmith schema --check", "imagesmith schema --out docs/schemas"],
+    ["0 = written, or (--check) current", "2 = bad flag", "4 = (--check) a schema file differs"],
+)
 
 
 def schema_command(
@@ -47,4 +53,4 @@ def schema_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("schema")(schema_command)
+    app.command("schema", epilog=EPILOG)(schema_command)
