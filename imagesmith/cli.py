@@ -105,6 +105,16 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     except typer.Abort:
         err.print("error: aborted\n  fix: run the command again to finish it", markup=False)
         return 130
+    except OSError as exc:
+        # a path given on the command line that the OS refuses (too long, a folder for a file, no permission)
+        # where no command checked it first: still one error and one fix, exit 2 (bad input)
+        where = f"{str(exc.filename)[:200]}: " if exc.filename else ""
+        command = _command_of(application, args, prog)
+        err.print(
+            f"error: {where}{exc.strerror or exc}\n  fix: check that path (see `{command} --help`)",
+            markup=False,
+        )
+        return 2
     except typer.TyperException as exc:  # usage errors: missing/unknown option, bad value
         command = _command_of(application, args, prog)
         ctx = getattr(exc, "ctx", None)

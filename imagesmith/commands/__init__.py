@@ -39,7 +39,12 @@ def project_option() -> Path | None:
 
 def current_project(matrix: str | None = None) -> Project:
     """The project this command works in (see the module docstring)."""
+    from imagesmith.errors import ConfigError
     from imagesmith.project import discover
 
+    if matrix is not None and not matrix.strip():
+        raise ConfigError(
+            "--matrix is empty", hint="give a matrix NAME or the path of a matrix file, or leave --matrix out"
+        )
     near = Path(matrix) if matrix and ("/" in matrix or matrix.endswith(".toml")) else None
     return discover(project_option(), near=near)

@@ -91,6 +91,11 @@ def init_command(
         raise ConfigError(
             f"{root} exists and is not a folder", hint="give a new or existing folder for the project"
         )
+    if name is not None and (not name.strip() or not name.isprintable()):
+        raise ConfigError(
+            f"--name {name[:80]!r}: empty, or holds control characters",
+            hint="give a plain name (letters, digits, . _ -), or leave --name out to use the folder's name",
+        )
     proj_name = project_name(name or root.name)
     choice = choose(resolve_gpus(gpu_args), base, driver)
     matrix_name = default_matrix_name(gpu_args)

@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from imagesmith.commands import epilog
-from imagesmith.errors import RenderError
+from imagesmith.errors import ConfigError, RenderError
 
 EPILOG = epilog(
     ["imagesmith schema", "imagesmith schema --check", "imagesmith schema --out docs/schemas"],
@@ -39,8 +39,14 @@ def schema_command(
         if check:
             differing.append(str(path))
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"--out {out}: cannot write {path.name} there ({exc.strerror or exc})",
+                hint="give a folder you can write to (default docs/schemas)",
+            ) from None
         typer.echo(f"wrote   {path}")
     if differing:
         raise RenderError(

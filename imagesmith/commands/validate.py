@@ -141,6 +141,7 @@ def validate_command(
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # imported here: pytest and the suite cost ~200 ms that other commands must not pay
+    from imagesmith.matrix import SHM_MAX_BYTES
     from imagesmith.validate.context import SuiteOptions
     from imagesmith.validate.parsers import parse_size
     from imagesmith.validate.report import PASSED
@@ -162,6 +163,11 @@ def validate_command(
     for flag, value in (("--nccl-max-bytes", nccl_max_bytes),):
         parse_size(value, what=flag)
     shm_min_bytes: int | None = parse_size(shm_min, what="--shm-min") if shm_min else None
+    if shm_min_bytes is not None and shm_min_bytes > SHM_MAX_BYTES:
+        raise ConfigError(
+            f"--shm-min {shm_min}: more than {SHM_MAX_BYTES // 1024**3}g, which no GPU host gives /dev/shm",
+            hint="ask for what DataLoader workers and NCCL need (8g–64g on 8-GPU training hosts)",
+        )
     env_shm = os.environ.get("IMAGESMITH_SHM_MIN_BYTES", "")
     if shm_min_bytes is None and t.kind != "image" and env_shm.isdigit():
         shm_min_bytes, shm_min_source = (
