@@ -28,7 +28,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from types import MappingProxyType
 from typing import Any, Literal, TypedDict
@@ -80,11 +80,13 @@ __all__ = [
     "gpu_candidates",
     "gpu_family",
     "gpu_last_branch",
+    "gpu_or_adhoc",
     "gpu_warnings",
     "gpus",
     "max_cuda_for_driver",
     "min_driver",
     "nearest",
+    "nearest_gpu",
     "normalize_cuda",
     "parse_driver",
     "today",
@@ -92,6 +94,7 @@ __all__ = [
     "torch_releases",
     "torch_variant",
     "verdict",
+    "vgpu",
     "wheel_runtime",
 ]
 
@@ -791,6 +794,11 @@ class Gpu:
     family: str = ""
     min_driver: DriverVersion | None = None
     verified: bool = True
+    #: the vGPU profile name nvidia-smi printed in a vGPU guest ("GRID A100-40C"); this Gpu is then the
+    #: physical model the profile slices ("" on bare metal)
+    vgpu: str = ""
+    #: True for a model not in gpus.toml, built from the compute capability nvidia-smi reported
+    adhoc: bool = False
 
     @property
     def sm(self) -> str:
@@ -879,8 +887,9 @@ def gpu_family(family: str) -> tuple[Gpu, ...]:
     """All models of a family (``a100`` → the A100 40/80 GB PCIe/SXM4 SKUs)."""
     members = tuple(g for g in gpus() if g.family == family.strip().casefold())
     if not members:
+        guess = nearest(family, [f for f in _families() if f == nearest_gpu(family)]) if family else None
         raise ConfigError(
-            f"unknown GPU family {family!r} {_did_you_mean(family, _families())}".rstrip(),
+            f"unknown GPU family {family!r}" + (f" did you mean {guess}?" if guess else ""),
             hint=f"families: {', '.join(sorted(_families()))}",
         )
     return members
@@ -940,10 +949,133 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
             f"GPU name {key_or_smi_name!r} is ambiguous: it fits {', '.join(g.key for g in found)}",
             hint="give the key, or the full name (nvidia-smi --query-gpu=name,memory.total --format=csv)",
         )
-    choices = [g.key for g in gpus()] + [s for g in gpus() for s in g.smi_names] + list(_families())
+    sliced = vgpu(key_or_smi_name)
+    if sliced is not None:
+        return sliced
+    guess = nearest_gpu(key_or_smi_name)
+    profile = _VGPU.match(" ".join(key_or_smi_name.split()))
+    board = f" (a vGPU profile of {profile.group('board')}, not a known board)" if profile else ""
     raise ConfigError(
-        f"unknown GPU {key_or_smi_name!r} {_did_you_mean(key_or_smi_name, choices)}".rstrip(),
+        f"unknown GPU {key_or_smi_name!r}{board}" + (f" did you mean {guess}?" if guess else ""),
         hint=f"known keys: {', '.join(g.key for g in gpus())} (add new models to imagesmith/data/gpus.toml)",
+    )
+
+
+def gpu_or_adhoc(name: str, *, memory_mib: int | None = None, compute_cap: str | None = None) -> Gpu:
+    """:func:`gpu`, or, for a name not in gpus.toml whose compute capability nvidia-smi reported
+    (``--query-gpu=…,compute_cap``), an ad hoc model of that capability (``adhoc`` is True; treated as a
+    consumer GPU: no forward compatibility is promised for it).
+    """
+    try:
+        return gpu(name, memory_mib=memory_mib)
+    except ConfigError:
+        if compute_cap is None or not re.fullmatch(r"\d{1,2}\.\d", compute_cap.strip()):
+            raise
+    return Gpu(
+        key=" ".join(name.split()).casefold(),
+        name=" ".join(name.split()),
+        cc=compute_cap.strip(),
+        memory_gib=round((memory_mib or 0) / 1024, 1),
+        tdp_w=None,
+        smi_names=(name,),
+        source="nvidia-smi compute_cap (model not in imagesmith/data/gpus.toml)",
+        memory_mib=memory_mib or 0,
+        segment="consumer",
+        adhoc=True,
+    )
+
+
+# vGPU profiles as a guest's nvidia-smi names them: "GRID A100-40C", "GRID T4-16Q", "GRID A100D-80C",
+# "GRID A100-4-20C" (MIG-backed: 4 compute slices, 20 GB), "NVIDIA H100XM-80C", "NVIDIA L40S-48Q",
+# "GRID M60-2B4":
+# physical board, an optional board-variant suffix (D, X, XM, DX, L, S: memory/form variants of one chip),
+# frame buffer in GB and the profile series (A apps, B desktops, C compute, Q workstation)
+_VGPU = re.compile(
+    r"^(?:(?:NVIDIA|GRID|Tesla)\s+)+(?P<board>[A-Z]+\d+[A-Z]*?)(?:-(?P<slices>\d)(?=-))?-(?P<fb>\d{1,3})"
+    r"(?P<series>[ABCQ])\d?$",
+    re.IGNORECASE,
+)
+_BOARD_SUFFIXES = ("XM", "DX", "D", "X", "L")
+
+
+def vgpu(name: str) -> Gpu | None:
+    """The physical model behind a vGPU profile name (``GRID A100-40C`` → the A100 family's default SKU,
+    with ``vgpu`` set to the profile), or None when *name* is not a vGPU profile of a known model.
+
+    Only the compute capability matters to imagesmith's verdicts: a profile resolves when the family it names
+    has one compute capability.
+    """
+    m = _VGPU.match(" ".join(name.split()))
+    if m is None:
+        return None
+    board = m.group("board").upper()
+    tries = [board] + [board[: -len(s)] for s in _BOARD_SUFFIXES if board.endswith(s) and len(board) > len(s)]
+    for attempt in tries:
+        found = next((f for w in ("", "NVIDIA ", "Tesla ") if (f := gpu_candidates(w + attempt))), ())
+        if not found:
+            continue
+        families = {g.family for g in found}
+        if len(families) != 1 or len({g.cc for g in found}) != 1:
+            continue
+        family = next(iter(families))
+        by_key = {g.key: g for g in gpus()}
+        physical = by_key.get(_families().get(family, ""), found[0])
+        if len({g.cc for g in gpus() if g.family == family}) != 1:
+            physical = found[0]
+        return replace(physical, vgpu=" ".join(name.split()))
+    return None
+
+
+_MODEL_TOKEN = re.compile(r"^(?P<letters>[a-z]*)(?P<digits>\d+)(?P<suffix>[a-z0-9]*)$")
+_SERIES_WORDS = {"rtx", "gtx", "quadro", "titan", "pro"}
+
+
+def _model(text: str) -> tuple[str, str] | None:
+    """(letters, digits) of the model a GPU name or key is about: "NVIDIA GeForce RTX 2080 Ti" →
+    ("rtx", "2080"), "Tesla V100-SXM2-32GB" → ("v", "100"), "rtx-a6000" → ("rtxa", "6000")."""
+    words = [w for w in re.split(r"[^0-9a-z]+", _BRAND_WORDS.sub(" ", text.casefold())) if w and w != "grid"]
+    for i, word in enumerate(words):
+        m = _MODEL_TOKEN.match(word)
+        if m is None:
+            continue
+        series = "".join(w for w in words[:i] if w in _SERIES_WORDS)
+        return series + m.group("letters"), m.group("digits")
+    return None
+
+
+def _digits_typo(a: str, b: str) -> bool:
+    """*a* and *b* are equal or one typo apart that does not make another model number: one digit doubled or
+    dropped (h1000 / h100), or two neighbours swapped (4009 / 4090). A different digit (3070 / 3090) is
+    another model, not a typo."""
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) == 1:
+        short, long = sorted((a, b), key=len)
+        return any(long[:i] + long[i + 1 :] == short for i in range(len(long)))
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        i = diff[0] if len(diff) == 2 and diff[1] == diff[0] + 1 else -1
+        return i >= 0 and a[i] == b[i + 1] and a[i + 1] == b[i]
+    return False
+
+
+def nearest_gpu(text: str) -> str | None:
+    """A "did you mean" answer for an unknown GPU: a known key, name or family of the same model series and
+    number (or one typo of it), the closest spelled; None rather than another model ("RTX 2080 Ti" never
+    suggests "RTX 5090 D", "NVIDIA Foo" suggests nothing)."""
+    wanted = _model(text)
+    if wanted is None:
+        return None
+    choices = [g.key for g in gpus()] + [s for g in gpus() for s in g.smi_names] + list(_families())
+    fitting = []
+    for choice in dict.fromkeys(choices):
+        got = _model(choice)
+        if got is not None and got[0] == wanted[0] and _digits_typo(got[1], wanted[1]):
+            fitting.append(choice)
+    return nearest(text, fitting) or (
+        max(fitting, key=lambda c: difflib.SequenceMatcher(None, text.casefold(), c.casefold()).ratio())
+        if fitting
+        else None
     )
 
 
@@ -1013,14 +1145,27 @@ def gpu_last_branch(g: Gpu | str) -> ArchFamily | None:
 def gpu_warnings(g: Gpu | str) -> tuple[str, ...]:
     """Warnings about the GPU model itself: its last driver branch caps the CUDA it can ever run."""
     model = g if isinstance(g, Gpu) else _lookup_gpu(g)
+    out: list[str] = []
+    if model.vgpu:
+        out.append(
+            f"{model.vgpu} is a vGPU profile: a slice of a physical {model.name} ({model.sm}) shared through "
+            "NVIDIA vGPU; judged as that GPU. The guest driver must be the one paired with the host's vGPU "
+            "manager, and a slice has less memory and compute than the whole board"
+        )
+    if model.adhoc:
+        out.append(
+            f"{model.name} is not in imagesmith's GPU table (imagesmith/data/gpus.toml): judged only by the "
+            f"compute capability nvidia-smi reported ({model.cc}, {model.sm}); add the model there for "
+            "checked data"
+        )
     arch = gpu_last_branch(model)
-    if arch is None:
-        return ()
-    return (
-        f"{model.name} ({arch.name}, {model.sm}): R{arch.last_branch} is NVIDIA's last driver branch for "
-        f"{arch.name} GPUs, so this GPU tops out at CUDA {arch.max_cuda}: no newer driver or CUDA will run "
-        "on it",
-    )
+    if arch is not None:
+        out.append(
+            f"{model.name} ({arch.name}, {model.sm}): R{arch.last_branch} is NVIDIA's last driver branch for "
+            f"{arch.name} GPUs, so this GPU tops out at CUDA {arch.max_cuda}: no newer driver or CUDA will "
+            "run on it"
+        )
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1146,9 +1291,13 @@ class _VerdictIds(TypedDict):
     variant: str
 
 
-def _first_covering(cc: str, *, newest: bool = False) -> str | None:
+def _first_covering(cc: str, *, newest: bool = False, since: str | None = None) -> str | None:
+    """The first (or *newest*) torch release+variant with SASS for *cc*; with *since*: the first from that
+    release on."""
     releases = reversed(torch_releases()) if newest else iter(torch_releases())
     for rel in releases:
+        if since is not None and _vkey(rel.version) < _vkey(since):
+            continue
         for var in rel.variants.values():
             if arch_coverage(var.arch_list, cc).kind in ("native", "binary-compatible"):
                 return f"{rel.version}+{var.name}"
@@ -1181,11 +1330,20 @@ def _forward_compat_note(g: Gpu, xy: str, full: DriverVersion) -> str:
 
 
 def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[str]:
+    """The variants of *rel* that run on *g* with *drv*: a kernel for the GPU, a CUDA the GPU's last driver
+    branch reaches, a driver new enough (full, or minor-version when the kernel is SASS)."""
+    last = gpu_last_branch(g)
+    if last is not None and drv.branch > last.last_branch:
+        return []
+    if g.min_driver is not None and drv < g.min_driver:
+        return []
     out = []
     for var in rel.variants.values():
         try:
             need = min_driver(var.cuda)
         except ConfigError:
+            continue
+        if last is not None and _vkey(var.cuda) > _vkey(last.max_cuda):
             continue
         cov = arch_coverage(var.arch_list, g.cc).kind
         if cov == "none":
@@ -1320,7 +1478,12 @@ def verdict(
         dropped = _dropped(var.arch_list, g.cc)
         other = _first_covering(g.cc, newest=dropped)
         which = "newest" if dropped else "first"
-        hint = f"; the {which} torch release with kernels for {g.sm} is {other}" if other else ""
+        if not dropped and other is not None and _vkey(other.partition("+")[0]) < _vkey(rel.version):
+            # the first ever is older than what was asked for: name the first from this release on instead
+            later = _first_covering(g.cc, since=rel.version)
+            other, which = (later, f"first torch release from {rel.version} on") if later else (other, which)
+        which = which if " " in which else f"{which} torch release"
+        hint = f"; the {which} with kernels for {g.sm} is {other}" if other else ""
         blockers.append(
             f"{g.name} with CUDA capability {g.sm} is not compatible with the current PyTorch installation: "
             f"{vname} wheels of torch {rel.version} carry no {g.sm} kernels (built for "
@@ -1335,6 +1498,13 @@ def verdict(
         )
     else:
         reasons.append(f"{g.name}: {cov.detail}")
+    if arch_blocked and mode != "none":  # the driver hint (mode none) lists them already
+        runnable = _runnable_variants(rel, drv, g)
+        hints.append(
+            f"torch {rel.version} variants this driver runs on {g.name}: {', '.join(runnable)}"
+            if runnable
+            else f"no variant of torch {rel.version} runs on {g.name} with driver {drv}"
+        )
 
     notes = []
     if not var.verified or not rel.verified:

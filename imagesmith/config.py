@@ -107,11 +107,18 @@ def parse_mirror_items(items: Sequence[str], origin: str) -> dict[str, str]:
 
 
 def _checked_ca(path: Path, origin: str) -> Path:
-    if not path.is_file():
+    from imagesmith.project import is_file
+
+    if not is_file(path):
         raise ConfigError(
             f"{origin}: CA certificate file {path} does not exist", hint="give the path of a PEM CA bundle"
         )
-    head = path.read_text(errors="replace")[:100_000]
+    try:
+        head = path.read_text(errors="replace")[:100_000]
+    except OSError as exc:
+        raise ConfigError(
+            f"{origin}: cannot read {path} ({exc.strerror or exc})", hint="give a readable PEM CA bundle"
+        ) from None
     if "-----BEGIN CERTIFICATE-----" not in head:
         raise ConfigError(f"{origin}: {path} holds no PEM certificate", hint="give a PEM CA bundle")
     return path.resolve()

@@ -252,7 +252,18 @@ def load_matrix(
     data = _read_toml(path)
     beside = path.parent / REGISTRIES_FILE
     reg_path = registries_file or (beside if beside.is_file() else project.registries_file)
-    return _Loader(path, reg_path).matrix(data)
+    loader = _Loader(path, reg_path)
+    loader.registries_order = (
+        f"registries are looked up in --registries FILE when given, else {REGISTRIES_FILE} beside the matrix "
+        f"({beside}), else the project's registries file ({project.registries_file}); "
+        + (
+            f"this matrix used {reg_path} (--registries)"
+            if registries_file
+            else f"this matrix used {reg_path}"
+            + (" (beside the matrix)" if reg_path == beside else " (the project's)")
+        )
+    )
+    return loader.matrix(data)
 
 
 def load_registries(path: Path) -> dict[str, Registry]:
@@ -296,6 +307,8 @@ class _Loader(schema.Checker):
         super().__init__(str(path), MatrixError, docs="docs/matrix.md")
         self.path = path
         self.registries_path = registries_path
+        #: how load_matrix chose registries_path (said in the errors about registries)
+        self.registries_order = ""
 
     # -- sections
     # ----------------------------------------------------------------------------------------------
@@ -365,15 +378,15 @@ class _Loader(schema.Checker):
         )
 
     def gpus(self, names: Sequence[str]) -> tuple[compat.Gpu, ...]:
-        known = [g.key for g in compat.gpus()]
         out: list[compat.Gpu] = []
         for i, name in enumerate(names):
             try:
                 found = compat.gpu(name)
             except ConfigError:
-                raise self.fail(
-                    f"gpus[{i}]", f"unknown GPU {name!r}", nearest=_nearest_word(name, known)
-                ) from None
+                near = compat.nearest_gpu(name)
+                raise self.fail(f"gpus[{i}]", f"unknown GPU {name!r}", nearest=near) from None
+            if found.vgpu:  # a vGPU profile name: the matrix targets the physical model
+                found = compat.gpu(found.key)
             if any(g.key == found.key for g in out):
                 raise self.fail(f"gpus[{i}]", f"{name!r} is {found.key!r}, which is listed already")
             out.append(found)
@@ -509,8 +522,14 @@ class _Loader(schema.Checker):
     def matrix_registries(self, names: Sequence[str]) -> tuple[Registry, ...]:
         if not names:
             return ()
+        order = self.registries_order or f"registries are read from {self.registries_path}"
         if not self.registries_path.is_file():
-            raise self.fail("registries", f"{self.registries_path} does not exist")
+            raise self.fail(
+                "registries",
+                f"{self.registries_path} does not exist",
+                hint=f"{order}: create that file, put a {REGISTRIES_FILE} beside the matrix, or pass "
+                "--registries FILE where the command has it (see docs/matrix.md)",
+            )
         known = _Loader(self.registries_path, self.registries_path).registries(
             _read_toml(self.registries_path)
         )
@@ -520,7 +539,8 @@ class _Loader(schema.Checker):
                 raise self.fail(
                     f"registries[{i}]",
                     f"no registry {name!r} in {self.registries_path}",
-                    nearest=_nearest_word(name, sorted(known)),
+                    nearest=compat.nearest(name, sorted(known)),
+                    hint=f"{order}: add [registries.{name}] there, or fix the name (see docs/matrix.md)",
                 )
             out.append(known[name])
         return tuple(out)

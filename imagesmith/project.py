@@ -145,8 +145,14 @@ class Project:
         text = str(name_or_path)
         is_path = "/" in text or text.endswith(".toml")
         path = Path(text) if is_path else self.matrices_dir / f"{text}.toml"
-        if path.is_file():
-            return path
+        try:
+            if path.is_file():
+                return path
+        except OSError as exc:  # a name longer than the file system allows, a NUL
+            raise MatrixError(
+                f"{text[:200]!r}: not a usable matrix name or path ({exc.strerror or exc})",
+                hint="give a matrix NAME of the project or the path of a matrix file",
+            ) from None
         known = self.matrix_names()
         if known:
             near = _nearest(path.stem, known)
@@ -161,6 +167,15 @@ class Project:
 
 # ------------------------------------------------------------------------------------------------------------
 # loading
+
+
+def is_file(path: Path) -> bool:
+    """``path.is_file()``, False too where the path cannot even be asked about (a name longer than the file
+    system allows, a NUL byte): user-given paths must end in imagesmith's errors, not OSError."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _relative(file: Path, key: str, value: object, root: Path) -> Path:
@@ -237,7 +252,7 @@ def load_project(file: Path) -> Project:
     _check_dockerfiles_folder(file, root, resolved)
     mirrors = data.get("sources", {}).get("mirrors", [])
     checked = tuple(check_mirror_template(m, f"{file}: sources.mirrors") for m in mirrors)
-    if default_matrix is not None and not (resolved["matrices"] / f"{default_matrix}.toml").is_file():
+    if default_matrix is not None and not is_file(resolved["matrices"] / f"{default_matrix}.toml"):
         raise ProjectError(
             f"{file}: default_matrix = {default_matrix!r} but "
             f"{resolved['matrices'] / (default_matrix + '.toml')} does not exist",

@@ -10,6 +10,7 @@ project's ``locks/``, so the plan never floats a version. Choosing is pure (:fun
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -142,12 +143,25 @@ def _toml_list(items: tuple[str, ...] | list[str]) -> str:
     return "[" + ", ".join(f'"{i}"' for i in items) + "]"
 
 
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = re.compile(rf"(?!.{{254}}){_LABEL}(\.{_LABEL})*")
+
+
 def _split_registry(registry: str) -> tuple[str, str | None, bool]:
     """``[http://|https://]HOST[/NAMESPACE]`` → (host, namespace, insecure): ``http://`` is plain HTTP."""
     scheme, sep, rest = registry.strip().partition("://")
     text = rest if sep else scheme
     host, _, namespace = text.strip("/").partition("/")
-    if (sep and scheme not in ("http", "https")) or not host or any(c.isspace() for c in text):
+    hostname = host.rpartition(":")[0] if ":" in host else host
+    if (
+        (sep and scheme not in ("http", "https"))
+        or not host
+        or any(c.isspace() for c in text)
+        # a DNS name: at most 253 characters, labels of at most 63 (RFC 1035); no control characters
+        or not _DNS_NAME.fullmatch(hostname)
+        or (":" in host and not host.rpartition(":")[2].isdigit())
+        or not namespace.isprintable()
+    ):
         raise ConfigError(
             f"--registry {registry!r} is not [http://]HOST[/NAMESPACE]",
             hint="e.g. --registry ghcr.io/my-team, or --registry http://127.0.0.1:5000 for a plain-HTTP one",

@@ -18,6 +18,16 @@ if TYPE_CHECKING:
 _PROJECT_OPTION: list[Path | None] = [None]
 
 
+#: every command's help ends with its examples and exit statuses; 1 is never a handled error: it means
+#: imagesmith crashed (a bug, please report it with the traceback)
+CRASH = "1 = imagesmith crashed (a bug: report it with the traceback)"
+
+
+def epilog(examples: list[str], codes: list[str]) -> str:
+    """A command's help epilog: ``Examples: …`` then ``Exit status: …`` (2 = bad input is always there)."""
+    return "Examples: " + " ; ".join(examples) + ". Exit status: " + ", ".join([*codes, CRASH]) + "."
+
+
 def set_project_option(value: str | None) -> None:
     _PROJECT_OPTION[0] = Path(value) if value else None
 
@@ -29,7 +39,12 @@ def project_option() -> Path | None:
 
 def current_project(matrix: str | None = None) -> Project:
     """The project this command works in (see the module docstring)."""
+    from imagesmith.errors import ConfigError
     from imagesmith.project import discover
 
+    if matrix is not None and not matrix.strip():
+        raise ConfigError(
+            "--matrix is empty", hint="give a matrix NAME or the path of a matrix file, or leave --matrix out"
+        )
     near = Path(matrix) if matrix and ("/" in matrix or matrix.endswith(".toml")) else None
     return discover(project_option(), near=near)

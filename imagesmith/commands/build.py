@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from imagesmith.commands import current_project
+from imagesmith.commands import current_project, epilog
 from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
 
@@ -23,6 +23,34 @@ def _human(n: int) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.2f} {unit}"
         value /= 1000
     return f"{n} B"  # pragma: no cover
+
+
+BUILD_EPILOG = epilog(
+    [
+        "imagesmith build --matrix smoke",
+        "imagesmith build --matrix a100 --only '*cu130*' --push -j 2 --summary build.json",
+    ],
+    [
+        "0 = every cell built or skipped",
+        "2 = bad matrix, project or flags",
+        "3 = --only matched no cell",
+        "5 = a build failed, no Docker engine, or a pinned source is not cached",
+        "6 = a push failed",
+        "9 = a registry refused (auth, denied, unreachable)",
+    ],
+)
+FETCH_EPILOG = epilog(
+    [
+        "imagesmith fetch-sources",
+        "imagesmith fetch-sources --from-git ../nccl-tests",
+        "imagesmith fetch-sources --from archives/",
+    ],
+    [
+        "0 = every pinned archive cached, checksums good",
+        "2 = bad matrix, project or flags",
+        "5 = an archive could not be fetched or its sha256 differs",
+    ],
+)
 
 
 def build_command(
@@ -224,5 +252,5 @@ def fetch_sources_command(
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("build")(build_command)
-    app.command("fetch-sources")(fetch_sources_command)
+    app.command("build", epilog=BUILD_EPILOG)(build_command)
+    app.command("fetch-sources", epilog=FETCH_EPILOG)(fetch_sources_command)

@@ -44,6 +44,8 @@ def _verdict_json(v: compat.Verdict, g: compat.Gpu) -> dict[str, Any]:
         "driver": v.driver,
         "gpu": v.gpu,
         "gpu_name": g.name,
+        "vgpu": g.vgpu or None,
+        "in_gpu_table": not g.adhoc,
         "cc": g.cc,
         "torch": v.torch,
         "cuda": v.cuda,
@@ -106,9 +108,19 @@ def _targets(
     models: dict[str, tuple[compat.Gpu, list[int]]] = {}
     for smi_gpu in report.gpus:
         try:
-            model = compat.gpu(smi_gpu.name, memory_mib=smi_gpu.memory_mib)
+            # a model not in gpus.toml is judged by the compute_cap the file gives (as pick does)
+            model = compat.gpu_or_adhoc(
+                smi_gpu.name, memory_mib=smi_gpu.memory_mib, compute_cap=smi_gpu.compute_cap
+            )
         except ConfigError as exc:
-            raise ConfigError(f"{source}: GPU {smi_gpu.index}: {exc.message}", hint=exc.hint) from None
+            hint = exc.hint
+            if smi_gpu.compute_cap is None and "unknown GPU" in exc.message:
+                hint = (
+                    "save `nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version "
+                    "--format=csv`: with compute_cap imagesmith judges a GPU it does not know; or add the "
+                    "model to imagesmith/data/gpus.toml"
+                )
+            raise ConfigError(f"{source}: GPU {smi_gpu.index}: {exc.message}", hint=hint) from None
         models.setdefault(model.key, (model, []))[1].append(smi_gpu.index)
     return drv, list(models.values()), source
 
@@ -141,7 +153,8 @@ def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[str, str, str]:
 
 def _print_human(console: Console, v: compat.Verdict, g: compat.Gpu, indices: list[int]) -> None:
     where = f" (GPU {', '.join(map(str, indices))})" if indices else ""
-    head = f"torch {v.torch}+{v.variant} on {escape(g.name)}{where}, driver {v.driver}: "
+    shown = f"{g.vgpu} (vGPU slice of {g.name})" if g.vgpu else g.name
+    head = f"torch {v.torch}+{v.variant} on {escape(shown)}{where}, driver {v.driver}: "
     if v.mode == "full":
         console.print(f"[bold green]✔ compatible[/] — {head}full compatibility")
     elif v.mode == "minor-version":

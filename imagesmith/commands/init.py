@@ -10,7 +10,20 @@ from typing import Annotated
 
 import typer
 
+from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError
+
+EPILOG = epilog(
+    [
+        "imagesmith init myproject",
+        "imagesmith init myproject --gpu a100 --gpu h100 --registry ghcr.io/me --driver 535.104.05",
+    ],
+    [
+        "0 = project written",
+        "2 = bad flag (unknown GPU, base or driver; the folder is a file), "
+        "or the example matrix would plan no cell (nothing written)",
+    ],
+)
 
 
 def init_command(
@@ -78,6 +91,11 @@ def init_command(
         raise ConfigError(
             f"{root} exists and is not a folder", hint="give a new or existing folder for the project"
         )
+    if name is not None and (not name.strip() or not name.isprintable()):
+        raise ConfigError(
+            f"--name {name[:80]!r}: empty, or holds control characters",
+            hint="give a plain name (letters, digits, . _ -), or leave --name out to use the folder's name",
+        )
     proj_name = project_name(name or root.name)
     choice = choose(resolve_gpus(gpu_args), base, driver)
     matrix_name = default_matrix_name(gpu_args)
@@ -127,4 +145,4 @@ def init_command(
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("init")(init_command)
+    app.command("init", epilog=EPILOG)(init_command)

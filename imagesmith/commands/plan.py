@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from imagesmith.commands import current_project
+from imagesmith.commands import current_project, epilog
 from imagesmith.errors import ConfigError, RenderError
 
 if TYPE_CHECKING:
@@ -71,6 +71,36 @@ def _out() -> Console:
     return Console(highlight=False, soft_wrap=True, width=200)
 
 
+PLAN_EPILOG = epilog(
+    [
+        "imagesmith plan --matrix a100 --explain",
+        "imagesmith plan --github --only '*cu130*'",
+        "imagesmith plan --matrix path/to/m.toml --json --explain",
+    ],
+    [
+        "0 = planned",
+        "2 = bad matrix, project or flags (--github with --json or --explain)",
+        "3 = --only matched no cell",
+    ],
+)
+RENDER_EPILOG = epilog(
+    [
+        "imagesmith render",
+        "imagesmith render --check --matrix smoke",
+        "imagesmith render --check --matrix matrices/smoke.toml",
+    ],
+    [
+        "0 = written, or (--check) current",
+        "2 = bad matrix or project",
+        "4 = (--check) files differ, a template failed, or the matrix is outside the project's matrices/",
+    ],
+)
+LOCK_EPILOG = epilog(
+    ["imagesmith lock --matrix a100", "imagesmith lock --matrix a100 --force"],
+    ["0 = every lock written or kept", "2 = bad matrix or project, or a lock could not be resolved (uv)"],
+)
+
+
 def plan_command(
     matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
     only: Annotated[
@@ -87,6 +117,11 @@ def plan_command(
     """Plan a matrix: the cells to build, with pins, drivers and fingerprints."""
     if as_json and github:
         raise ConfigError("--json and --github are exclusive", hint="pick one output format")
+    if explain and github:
+        raise ConfigError(
+            "--explain does not apply to --github: a strategy matrix has no place for dropped combinations",
+            hint="run `imagesmith plan --explain` (or --json --explain) for the reasons, --github for CI",
+        )
     from rich.table import Table
 
     _, m, plan = load_plan(matrix, only)
@@ -144,10 +179,10 @@ def render_command(
         m = load_matrix(name, project=project)
         if m.path.parent.resolve() != project.matrices_dir:
             raise RenderError(
-                f"{m.path}: only matrices in {project.rel(project.matrices_dir)}/ of project {project.root} "
-                f"render into {project.dockerfiles_rel}/",
-                hint=f"copy the matrix into {project.rel(project.matrices_dir)}/ "
-                "(its generated files are committed)",
+                f"{m.path}: render (and render --check) takes only matrices in "
+                f"{project.rel(project.matrices_dir)}/ of project {project.root}: their files are rendered "
+                f"into, and compared with, {project.dockerfiles_rel}/<matrix>/",
+                hint=_render_elsewhere_hint(m.path, project),
             )
         rendered.update(render_plan(build_plan(m, project=project), project))
         dirs.append(matrix_dir(m, project))
@@ -173,6 +208,22 @@ def render_command(
             typer.echo(f"{label} {project.rel(p)}")
     typer.echo(
         f"{len(rendered)} files for {count} matrices; {len(drift.missing) + len(drift.differing)} written"
+    )
+
+
+def _render_elsewhere_hint(path: Path, project: Project) -> str:
+    from imagesmith.project import PROJECT_FILE, find_project_file
+
+    owner = find_project_file(path.resolve().parent)
+    if owner is not None and owner.parent.resolve() != project.root:
+        return (
+            f"the matrix belongs to the project at {owner.parent}: run `imagesmith -C {owner.parent} render "
+            f"--matrix {path.stem}`"
+        )
+    return (
+        f"copy the matrix into {project.rel(project.matrices_dir)}/ (its generated files are committed), "
+        f"or make its folder's parent a project ({PROJECT_FILE}, `imagesmith init`); "
+        f"`imagesmith plan --matrix {path}` shows its cells without rendering"
     )
 
 
@@ -220,6 +271,6 @@ def lock_command(
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("plan")(plan_command)
-    app.command("render")(render_command)
-    app.command("lock")(lock_command)
+    app.command("plan", epilog=PLAN_EPILOG)(plan_command)
+    app.command("render", epilog=RENDER_EPILOG)(render_command)
+    app.command("lock", epilog=LOCK_EPILOG)(lock_command)

@@ -12,18 +12,51 @@ from typing import Annotated
 
 import typer
 
-from imagesmith.commands import current_project
+from imagesmith.commands import current_project, epilog
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
+
+RELEASE_EPILOG = epilog(
+    [
+        "imagesmith release --matrix a100 --reports reports/ --dry-run",
+        "imagesmith release --matrix a100 --reports reports/h100 --reports reports/a100 --json",
+    ],
+    [
+        "0 = every cell promoted or up to date (or would be, --dry-run)",
+        "2 = bad matrix, project or flags (--reports is required)",
+        "3 = --only matched no cell",
+        "6 = a copy to a registry failed",
+        "8 = a cell was refused (no passing validation of its exact digest)",
+        "9 = a registry refused (auth, denied, unreachable)",
+    ],
+)
+CANDIDATES_EPILOG = epilog(
+    ["imagesmith candidates --matrix a100", "imagesmith candidates --matrix a100 --only '*cu130*' --pinned"],
+    [
+        "0 = listed",
+        "2 = bad matrix, project or flags",
+        "3 = --only matched no cell",
+        "8 = (--pinned) a cell has no pushed candidate",
+        "9 = a registry refused (auth, denied, unreachable)",
+    ],
+)
+INDEX_EPILOG = epilog(
+    ["imagesmith index release/index.json", "imagesmith index oci://ghcr.io/me/torch:release-index --json"],
+    [
+        "0 = the index is valid",
+        "2 = no index given, or it is not a valid release index",
+        "9 = its registry refused (auth, denied, unreachable)",
+    ],
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
     app.command("pick")(pick)
-    app.command("release")(release)
-    app.command("candidates")(candidates)
-    app.command("index")(index_show)
+    app.command("release", epilog=RELEASE_EPILOG)(release)
+    app.command("candidates", epilog=CANDIDATES_EPILOG)(candidates)
+    app.command("index", epilog=INDEX_EPILOG)(index_show)
 
 
 def pick(
@@ -92,13 +125,15 @@ def pick(
 
 
 def release(
-    matrix: Annotated[str | None, typer.Option("--matrix", help=MATRIX_HELP)] = None,
     reports: Annotated[
-        list[Path] | None,
+        list[Path],
         typer.Option(
-            "--reports", help="folder(s) with validation reports (report.json, searched recursively)"
+            "--reports",
+            help="folder(s) with validation reports (report.json, searched recursively); required, "
+            "repeatable: only digests they show passing are promoted",
         ),
-    ] = None,
+    ],
+    matrix: Annotated[str | None, typer.Option("--matrix", help=MATRIX_HELP)] = None,
     only: Annotated[list[str] | None, typer.Option("--only", help="cell id glob(s) to release")] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="print what would be promoted or refused")
@@ -120,7 +155,7 @@ def release(
     project = current_project(matrix)
     outcome = releasing.release_matrix(
         project.resolve_matrix_name(matrix),
-        report_dirs=reports or [],
+        report_dirs=reports,
         only=only or [],
         dry_run=dry_run,
         index_file=index_file or project.root / "release" / "index.json",

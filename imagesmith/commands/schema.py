@@ -11,7 +11,13 @@ from typing import Annotated
 
 import typer
 
-from imagesmith.errors import RenderError
+from imagesmith.commands import epilog
+from imagesmith.errors import ConfigError, RenderError
+
+EPILOG = epilog(
+    ["imagesmith schema", "imagesmith schema --check", "imagesmith schema --out docs/schemas"],
+    ["0 = written, or (--check) current", "2 = bad flag", "4 = (--check) a schema file differs"],
+)
 
 
 def schema_command(
@@ -33,8 +39,14 @@ def schema_command(
         if check:
             differing.append(str(path))
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(
+                f"--out {out}: cannot write {path.name} there ({exc.strerror or exc})",
+                hint="give a folder you can write to (default docs/schemas)",
+            ) from None
         typer.echo(f"wrote   {path}")
     if differing:
         raise RenderError(
@@ -47,4 +59,4 @@ def schema_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("schema")(schema_command)
+    app.command("schema", epilog=EPILOG)(schema_command)

@@ -17,7 +17,23 @@ from typing import Annotated, Any
 
 import typer
 
+from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ValidationFailed
+
+EPILOG = epilog(
+    [
+        "imagesmith validate --expect-gpu 'H100 80GB' --expect-count 8 --report reports/h100",
+        "imagesmith validate ssh://me@gpu-host --nccl-tests /opt/nccl-tests/build",
+        "imagesmith validate ghcr.io/me/torch@sha256:<digest> --shm-size 16g",
+        "imagesmith-validate (inside an image: TARGET defaults to local://)",
+    ],
+    [
+        "0 = passed",
+        "2 = bad flags or TARGET",
+        "5 = (IMAGE) no Docker engine, or the image could not start",
+        "7 = failed or not validated (no GPU visible: never a pass)",
+    ],
+)
 
 
 def _writable_report_dir(path: Path) -> None:
@@ -51,6 +67,7 @@ def _default_report_dir() -> str:
 def validate_command(
     target: str = typer.Argument(
         "local://",
+        metavar="TARGET",
         help="local://, docker://CONTAINER, ssh://user@host[:port], or an IMAGE (started with the GPUs).",
     ),
     expect_gpu: str | None = typer.Option(
@@ -78,7 +95,14 @@ def validate_command(
     nccl_tests: str | None = typer.Option(
         None, "--nccl-tests", help="nccl-tests build folder or all_reduce_perf path."
     ),
-    nccl_rounds: int = typer.Option(3, "--nccl-rounds", min=1),
+    nccl_rounds: int = typer.Option(
+        3,
+        "--nccl-rounds",
+        min=1,
+        max=100,
+        help="Times all_reduce_perf runs: every round must reach the bus-bandwidth floor, the slowest is "
+        "judged against the expected figure, and a hung round fails.",
+    ),
     nccl_max_bytes: str = typer.Option("1G", "--nccl-max-bytes", help="all_reduce_perf -e."),
     nccl_timeout: int = typer.Option(
         300, "--nccl-timeout", min=5, help="Seconds before a round counts as hung."
@@ -117,6 +141,7 @@ def validate_command(
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # imported here: pytest and the suite cost ~200 ms that other commands must not pay
+    from imagesmith.matrix import SHM_MAX_BYTES
     from imagesmith.validate.context import SuiteOptions
     from imagesmith.validate.parsers import parse_size
     from imagesmith.validate.report import PASSED
@@ -138,6 +163,11 @@ def validate_command(
     for flag, value in (("--nccl-max-bytes", nccl_max_bytes),):
         parse_size(value, what=flag)
     shm_min_bytes: int | None = parse_size(shm_min, what="--shm-min") if shm_min else None
+    if shm_min_bytes is not None and shm_min_bytes > SHM_MAX_BYTES:
+        raise ConfigError(
+            f"--shm-min {shm_min}: more than {SHM_MAX_BYTES // 1024**3}g, which no GPU host gives /dev/shm",
+            hint="ask for what DataLoader workers and NCCL need (8g–64g on 8-GPU training hosts)",
+        )
     env_shm = os.environ.get("IMAGESMITH_SHM_MIN_BYTES", "")
     if shm_min_bytes is None and t.kind != "image" and env_shm.isdigit():
         shm_min_bytes, shm_min_source = (
@@ -257,4 +287,4 @@ def _figures(pairs: list[str]) -> dict[str, float]:
 
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("validate")(validate_command)
+    app.command("validate", epilog=EPILOG)(validate_command)

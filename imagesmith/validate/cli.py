@@ -7,6 +7,6 @@ import sys
 
 
 def run() -> None:
-    from imagesmith.cli import main
+    from imagesmith.cli import validate_main
 
-    sys.exit(main(["validate", *sys.argv[1:]]))
+    sys.exit(validate_main(sys.argv[1:]))

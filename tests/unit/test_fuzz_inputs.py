@@ -1,0 +1,333 @@
+"""Property-based tests (issue 12): whatever text reaches imagesmith's input parsers — nvidia-smi output,
+matrix files, registries files, imagesmith.toml, the user config (file and environment), the release index, a
+validation report — the answer is a result or one of imagesmith's errors with a message and a non-empty fix,
+never another exception.
+
+Inputs are real samples mutated as text (bytes inserted, deleted, replaced) and as structure (a value swapped
+for any other TOML/JSON value, a key dropped or added), plus free text. CI runs a few examples per target
+(``IMAGESMITH_FUZZ_EXAMPLES``, default 25); a long run: ``IMAGESMITH_FUZZ_EXAMPLES=2000 pytest
+tests/unit/test_fuzz_inputs.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
+
+from imagesmith import nvsmi
+from imagesmith.config import load_config
+from imagesmith.errors import ImagesmithError
+from imagesmith.index import SCHEMA, parse_index
+from imagesmith.matrix import load_matrix, load_registries
+from imagesmith.project import load_project
+from imagesmith.validate.record import ValidationReport
+from tests.repo import PROJECT, REPO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+EXAMPLES = int(os.environ.get("IMAGESMITH_FUZZ_EXAMPLES", "25"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,  # nothing written into the checkout
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much],
+)
+
+NVSMI_SAMPLES = [
+    p.read_text(encoding="utf-8", errors="replace")
+    for d in (REPO / "tests" / "data" / "nvsmi", REPO / "tests" / "data" / "pick")
+    for p in sorted(d.iterdir())
+    if p.suffix in (".txt", ".csv")
+]
+SMOKE = (REPO / "matrices" / "smoke.toml").read_text(encoding="utf-8")
+REGISTRIES = (REPO / "matrices" / "registries.toml").read_text(encoding="utf-8")
+PROJECT_TOML = (REPO / "imagesmith.toml").read_text(encoding="utf-8")
+CONFIG_TOML = (
+    '[registry_mirrors]\n"docker.io" = "mirror.example/dockerhub"\n\n'
+    '[sources]\nmirrors = ["https://mirror.example/{url}"]\n'
+)
+REPORT = (REPO / "docs" / "evidence" / "h200x2-host" / "report.json").read_text(encoding="utf-8")
+D1 = "sha256:" + "a" * 64
+INDEX = {
+    "schema": SCHEMA,
+    "generated": "2026-11-28T03:00:00Z",
+    "images": [
+        {
+            "tag": "2.5.1-cu124-py3.11",
+            "matrix": "h100",
+            "cell": "torch2.5.1-cu124-py3.11-ubuntu22.04-runtime",
+            "digest": D1,
+            "registries": [
+                {"name": "ghcr", "kind": "ghcr", "reference": "ghcr.io/acme/pytorch:2.5.1", "digest": D1}
+            ],
+            "torch": "2.5.1",
+            "torchvision": "0.20.1",
+            "cuda": "12.4",
+            "python": "3.11",
+            "min_driver": {"full": "550.54.14", "minor": "525.60.13"},
+            "arch": ["5.0", "8.0", "9.0"],
+            "shm": {"size": "16g", "ipc_host": False},
+            "validated_on": [
+                {
+                    "gpu": "NVIDIA H100 80GB HBM3",
+                    "count": 8,
+                    "driver": "550.90.07",
+                    "date": "2026-11-28",
+                    "report_digest": "sha256:" + "b" * 64,
+                }
+            ],
+            "fingerprint": "f" * 16,
+            "released": "2026-11-28T03:00:00Z",
+        }
+    ],
+}
+
+# ------------------------------------------------------------------------------------------ strategies
+
+_TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+_HOSTILE = st.sampled_from(
+    [
+        "",
+        " ",
+        "\x00",
+        "\x1b[31m",
+        "\r\n",
+        "..",
+        "/",
+        "-1",
+        "0",
+        "1e309",
+        "nan",
+        "9" * 40,
+        "é" * 300,
+        "a" * 5000,
+    ]
+)
+
+
+def _mutated(samples: list[str]) -> st.SearchStrategy[str]:
+    """A sample with up to 6 edits (replace a span by hostile or random text), or free text."""
+
+    def edit(sample: str) -> st.SearchStrategy[str]:
+        span = st.tuples(st.integers(0, len(sample)), st.integers(0, 12), st.one_of(_TEXT, _HOSTILE))
+
+        def apply(edits: list[tuple[int, int, str]]) -> str:
+            text = sample
+            for at, cut, new in edits:
+                at = min(at, len(text))
+                text = text[:at] + new + text[at + cut :]
+            return text
+
+        return st.lists(span, max_size=6).map(apply)
+
+    return st.one_of(st.sampled_from(samples).flatmap(edit), _TEXT, _HOSTILE)
+
+
+_SCALARS = st.one_of(
+    _TEXT,
+    _HOSTILE,
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.booleans(),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_TEXT, inner, max_size=3)),
+    max_leaves=6,
+)
+
+
+def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix]
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            out += _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            out += _paths(v, (*prefix, i))
+    return out
+
+
+@st.composite
+def _restructured(draw: st.DrawFn, seed: dict[str, Any]) -> dict[str, Any]:
+    """*seed* with up to 3 changes: a node replaced by any value, a key dropped, an unknown key added."""
+    doc = copy.deepcopy(seed)
+    for _ in range(draw(st.integers(1, 3))):
+        path = draw(st.sampled_from(_paths(doc)))
+        if not path:
+            continue
+        parent = doc
+        for step in path[:-1]:
+            parent = parent[step]
+        action = draw(st.sampled_from(["replace", "drop", "add"]))
+        if action == "replace":
+            parent[path[-1]] = draw(_VALUES)
+        elif action == "drop":
+            del parent[path[-1]]
+        elif isinstance(parent, dict):
+            parent[draw(_TEXT)] = draw(_VALUES)
+        else:
+            parent.append(draw(_VALUES))
+    return doc
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+
+
+def _toml(doc: dict[str, Any]) -> str:
+    return "".join(f"{json.dumps(str(k))} = {_toml_value(v)}\n" for k, v in doc.items())
+
+
+def _toml_inputs(sample: str) -> st.SearchStrategy[str]:
+    return st.one_of(_mutated([sample]), _restructured(tomllib.loads(sample)).map(_toml))
+
+
+def _json_inputs(seed: dict[str, Any]) -> st.SearchStrategy[str]:
+    return st.one_of(_mutated([json.dumps(seed, indent=1)]), _restructured(seed).map(json.dumps))
+
+
+# ------------------------------------------------------------------------------------------ the property
+
+
+def _event(name: str) -> None:
+    if currently_in_test_context():
+        event(name)
+
+
+def _result_or_fix(call: Callable[[], Any]) -> None:
+    """*call* returns, or raises an ImagesmithError with a message and a fix; anything else fails the test."""
+    try:
+        call()
+    except ImagesmithError as exc:
+        _event(type(exc).__name__)  # --hypothesis-show-statistics: how far the inputs got
+        name = type(exc).__name__
+        problem = None if exc.message.strip() else f"{name} without a message"
+        problem = problem or (None if exc.hint else f"{name} without a fix: {exc.message}")
+    else:
+        _event("accepted")
+        problem = None
+    assert problem is None, problem
+
+
+def _in_file(name: str, text: str, call: Callable[[Path], Any]) -> None:
+    with tempfile.TemporaryDirectory(prefix="imagesmith-fuzz-") as tmp:
+        path = Path(tmp) / name
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        _result_or_fix(lambda: call(path))
+
+
+# ------------------------------------------------------------------------------------------ targets
+
+
+@FUZZ
+@given(text=_mutated(NVSMI_SAMPLES))
+def test_fuzz_nvidia_smi_parsers(text: str) -> None:
+    _result_or_fix(lambda: nvsmi.parse(text, "fuzz"))
+    _result_or_fix(lambda: nvsmi.parse_table(text, "fuzz"))
+    _result_or_fix(lambda: nvsmi.parse_list(text, "fuzz"))
+    _result_or_fix(lambda: nvsmi.parse_query_csv(text, "fuzz"))
+    _result_or_fix(lambda: nvsmi.parse_query_csv(text, "fuzz", fields=["index", "name", "memory.total"]))
+
+
+@FUZZ
+@given(text=_toml_inputs(SMOKE))
+def test_fuzz_matrix_loader(text: str) -> None:
+    registries = REPO / "matrices" / "registries.toml"
+    _in_file("smoke.toml", text, lambda p: load_matrix(p, project=PROJECT, registries_file=registries))
+
+
+@FUZZ
+@given(text=_toml_inputs(REGISTRIES))
+def test_fuzz_registries_loader(text: str) -> None:
+    _in_file("registries.toml", text, load_registries)
+
+
+@FUZZ
+@given(text=_toml_inputs(PROJECT_TOML))
+def test_fuzz_project_loader(text: str) -> None:
+    _in_file("imagesmith.toml", text, load_project)
+
+
+@FUZZ
+@given(
+    text=_toml_inputs(CONFIG_TOML),
+    mirrors=st.one_of(_TEXT, _HOSTILE),
+    sources=st.one_of(_TEXT, _HOSTILE),
+    ca=st.one_of(st.just(""), _TEXT, _HOSTILE),
+)
+def test_fuzz_user_config(text: str, mirrors: str, sources: str, ca: str) -> None:
+    def load(path: Path) -> Any:
+        env = {
+            "IMAGESMITH_CONFIG": str(path),
+            "IMAGESMITH_REGISTRY_MIRRORS": mirrors,
+            "IMAGESMITH_SOURCE_MIRRORS": sources,
+            "IMAGESMITH_EXTRA_CA": ca.replace("\x00", ""),  # an environment cannot hold NUL
+        }
+        return load_config(env)
+
+    _in_file("config.toml", text, load)
+
+
+@FUZZ
+@given(text=_json_inputs(INDEX))
+def test_fuzz_release_index(text: str) -> None:
+    _result_or_fix(lambda: parse_index(text, source="fuzz"))
+    _result_or_fix(lambda: parse_index(text.encode("utf-8", "surrogatepass"), source="fuzz"))
+
+
+@FUZZ
+@given(text=_json_inputs(json.loads(REPORT)))
+def test_fuzz_validation_report(text: str) -> None:
+    _result_or_fix(lambda: ValidationReport.parse(text.encode("utf-8", "surrogatepass"), source="fuzz"))
+
+
+def test_the_seeds_are_accepted() -> None:  # so that mutations start from inputs that get all the way through
+    parse_index(json.dumps(INDEX), source="seed")
+    ValidationReport.parse(REPORT.encode(), source="seed")
+    nvsmi.parse(
+        (REPO / "tests/data/nvsmi/real_580.159.04_h200_default.txt").read_text(encoding="utf-8"), "seed"
+    )
+
+
+@FUZZ
+@given(body=st.binary(max_size=200))
+def test_fuzz_binary_bytes(body: bytes) -> None:
+    _result_or_fix(lambda: ValidationReport.parse(body, source="fuzz"))
+    _result_or_fix(lambda: parse_index(body, source="fuzz"))
+
+
+# what long runs found (kept as plain tests): paths longer than the file system allows raised OSError
+
+
+def test_a_default_matrix_name_too_long_for_the_file_system(tmp_path: Path) -> None:
+    (tmp_path / "imagesmith.toml").write_text(
+        f'schema = 1\ndefault_matrix = "{"é" * 300}"\n', encoding="utf-8"
+    )
+    _result_or_fix(lambda: load_project(tmp_path / "imagesmith.toml"))
+
+
+def test_an_extra_ca_path_too_long_for_the_file_system(tmp_path: Path) -> None:
+    env = {"IMAGESMITH_CONFIG": str(tmp_path / "none.toml"), "IMAGESMITH_EXTRA_CA": "é" * 300}
+    _result_or_fix(lambda: load_config(env))
