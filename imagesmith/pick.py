@@ -34,7 +34,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from imagesmith.errors import ConfigError, NoImageFitsError, ParseError, RegistryError
+from imagesmith.errors import (
+    ConfigError,
+    NoImageFitsError,
+    NothingToDoError,
+    ParseError,
+    RegistryError,
+)
 from imagesmith.index import (
     RegistryCopy,
     ReleasedImage,
@@ -101,6 +107,51 @@ class Constraints:
             torch=torch.strip() if torch else None,
             cuda=cuda.strip() if cuda else None,
             python=python.strip() if python else None,
+        )
+
+    def given(self) -> list[tuple[str, str, str]]:
+        """(flag, value, the image field it filters) of every constraint given."""
+        return [
+            (flag, value, key)
+            for flag, value, key in (
+                ("--torch", self.torch, "torch"),
+                ("--cuda", self.cuda, "cuda"),
+                ("--python", self.python, "python"),
+            )
+            if value is not None
+        ]
+
+    def check_against(self, images: Sequence[ReleasedImage]) -> None:
+        """NothingToDoError when the flags match no image of the index at all, naming the flag that matches
+        nothing (or the combination) and listing what the index has; a host problem is :func:`choose`'s."""
+        given = self.given()
+        if not given or not images or any(self.rejects(img) is None for img in images):
+            return
+        names = {"torch": "torch", "cuda": "CUDA", "python": "Python"}
+        for flag, value, key in given:
+            have = sorted({getattr(img, key) for img in images}, key=_vkey)
+            if any(version_matches(v, value) for v in have):
+                continue
+            hint = f"use one of these, e.g. {flag} {have[-1]}, or drop {flag}"
+            if key == "cuda" and value.count(".") == 2:
+                hint = (
+                    f"the index records the wheel's CUDA as X.Y: --cuda {'.'.join(value.split('.')[:2])}"
+                    f" (or one of the versions above), or drop --cuda"
+                )
+            raise NothingToDoError(
+                f"{flag} {value} matches no image of the release index: its {names[key]} versions are "
+                + ", ".join(have),
+                hint=hint,
+            )
+        flags = " ".join(f"{flag} {value}" for flag, value, _ in given)
+        combos = sorted(
+            {(img.torch, img.cuda, img.python) for img in images},
+            key=lambda t: (_vkey(t[0]), _vkey(t[1]), _vkey(t[2])),
+        )
+        raise NothingToDoError(
+            f"{flags}: each matches some image, but no image matches them together; the index has "
+            + ", ".join(f"torch {t} with CUDA {c}, Python {p}" for t, c, p in combos),
+            hint="drop one of " + ", ".join(flag for flag, _, _ in given) + " or pick a combination above",
         )
 
     def rejects(self, image: ReleasedImage) -> str | None:
@@ -367,6 +418,7 @@ def choose(
     host_warns = host_warnings(host, today=on)
     if not index.images:
         raise NoImageFitsError("the release index lists no image", hint="run imagesmith release first")
+    constraints.check_against(index.images)
     arch = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
     want_platform = arch.get(machine, f"linux/{machine}")
     fits: list[tuple[ReleasedImage, Assessment]] = []
@@ -442,13 +494,14 @@ def _nothing_fits(
     if needs:
         lowest = min(needs, key=_vkey)
         fixes.append(f"a driver >= {lowest} would run at least one of them")
-    if any((constraints.torch, constraints.cuda, constraints.python)):
-        fixes.append("or relax --torch/--cuda/--python")
+    given = [flag for flag, _, _ in constraints.given()]
+    if given:
+        fixes.append(f"drop or change {'/'.join(given)}: the images they exclude may run here")
     if not fixes:
         fixes.append(
             "no image of this index targets these GPUs: build a matrix for them, or try another --index"
         )
-    return "\n".join(lines), "; ".join(fixes)
+    return "\n".join(lines), "; or ".join(fixes)
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import pytest
 
 from imagesmith import compat
 from imagesmith.commands.output import pick_text
-from imagesmith.errors import ConfigError, NoImageFitsError, ParseError
+from imagesmith.errors import ConfigError, NoImageFitsError, NothingToDoError, ParseError
 from imagesmith.index import SCHEMA, ReleaseIndex, parse_index
 from imagesmith.pick import (
     Constraints,
@@ -217,8 +217,62 @@ def test_constraints_on_a_new_driver(constraints: Constraints, expected: str) ->
 
 
 def test_constraint_that_nothing_meets() -> None:
-    with pytest.raises(NoImageFitsError, match=r"torch 2\.11\.0 does not match --torch 2\.3"):
+    # issue 12, item 8: a filter that matches no image of the index is said as such (it was "no released
+    # image runs on this host", exit 10, naming each image "torch 2.11.0 does not match --torch 2.3")
+    with pytest.raises(NothingToDoError, match=r"--torch 2\.3 matches no image of the release index"):
         choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(torch="2.3"), platform=GENERIC)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "listed", "fix"),
+    [
+        ("--torch", "9.9", "torch versions are 2.0.1, 2.1.2, 2.4.1, 2.5.1, 2.7.1, 2.11.0", "--torch 2.11.0"),
+        ("--python", "3.99", "Python versions are 3.10, 3.11, 3.12", "--python 3.12"),
+        ("--cuda", "12.1.1", "CUDA versions are 11.7, 11.8, 12.1, 12.4, 12.6, 12.8, 13.0", "--cuda 12.1"),
+        ("--cuda", "99.9", "CUDA versions are 11.7, 11.8, 12.1", "--cuda 13.0"),
+    ],
+)
+def test_cli_filter_that_matches_no_image_names_it_and_lists_the_index(
+    run_cli: Callable[..., Any], tmp_path: Path, flag: str, value: str, listed: str, fix: str
+) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", flag, value)
+    assert res.exit_code == NothingToDoError.exit_code == 3, res.stderr
+    first, fix_line = res.stderr.strip().splitlines()
+    assert (
+        first
+        == f"error: {flag} {value} matches no image of the release index: its " + first.split("its ", 1)[1]
+    )
+    assert listed in first
+    assert fix_line.startswith("  fix: ")
+    assert fix in fix_line
+    assert "runs on this host" not in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_filters_that_match_only_apart_say_so() -> None:
+    with pytest.raises(NothingToDoError) as err:
+        choose(
+            make_index(),
+            host("580.95.05", "h100-sxm"),
+            Constraints(torch="2.1", cuda="12.4"),
+            platform=GENERIC,
+        )
+    assert err.value.message.startswith("--torch 2.1 --cuda 12.4: each matches some image, but no image")
+    assert "torch 2.1.2 with CUDA 12.1, Python 3.10" in err.value.message
+    assert err.value.hint == "drop one of --torch, --cuda or pick a combination above"
+
+
+def test_no_fit_fix_line_has_no_dangling_or() -> None:
+    # a filter that matches images none of which runs here: the fix is a whole sentence (was "or relax ...")
+    with pytest.raises(NoImageFitsError) as err:
+        choose(make_index(), host("570.133.07", "rtx5090"), Constraints(torch="2.4"), platform=GENERIC)
+    assert err.value.hint is not None
+    assert not err.value.hint.startswith("or ")
+    assert "drop or change --torch" in err.value.hint
 
 
 def test_constraint_flags_are_checked_and_cuda_tags_accepted() -> None:
