@@ -599,21 +599,28 @@ def host_from_flags(driver: str, gpus: Sequence[str]) -> Host:
     return Host(driver=str(drv), gpus=tuple(found), source="--driver/--gpu")
 
 
-def host_from_text(text: str, *, source: str) -> Host:
-    """Any nvidia-smi output imagesmith.nvsmi reads (default table incl. the R610 header; --query-gpu csv)."""
-    from imagesmith import nvsmi
+def host_from_text(text: str, *, source: str, driver: str | None = None) -> Host:
+    """Any nvidia-smi output imagesmith.nvsmi reads (default table incl. the R610 header; --query-gpu csv;
+    ``-L``, which shows no driver: then *driver*, the ``--driver`` flag, gives it)."""
+    from imagesmith import compat, nvsmi
 
     report = nvsmi.parse(text, source)
-    if report.driver is None:
+    flag = compat.parse_driver(driver) if driver is not None else None
+    if report.driver is None and flag is None:
         raise ParseError(
             f"{source}: this nvidia-smi output does not show the driver version ({report.format} format)",
-            hint="save the plain `nvidia-smi` output or `nvidia-smi --query-gpu=index,name,memory.total,"
-            "compute_cap,driver_version --format=csv`, or pass --driver",
+            hint="add --driver (e.g. --driver 580.95.05), or save the plain `nvidia-smi` output or "
+            "`nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv`",
+        )
+    if report.driver is not None and flag is not None and flag != report.driver:
+        raise ConfigError(
+            f"--driver {driver} contradicts {source}, which shows driver {report.driver}",
+            hint="drop --driver: the driver is read from the nvidia-smi output",
         )
     if not report.gpus:
         raise ParseError(f"{source}: nvidia-smi lists no GPU", hint="check the driver and the GPU (dmesg)")
     return Host(
-        driver=str(report.driver),
+        driver=str(report.driver if report.driver is not None else flag),
         gpus=report.gpus,
         source=source,
         cuda_umd=report.cuda_version,
@@ -624,29 +631,45 @@ def host_from_text(text: str, *, source: str) -> Host:
 # host input (thin I/O)
 
 
+def read_smi_text(path: str | Path) -> tuple[str, str]:
+    """(text, source) of ``--nvidia-smi PATH``; ``-`` reads standard input."""
+    if str(path) == "-":
+        return sys.stdin.read(), "<stdin>"
+    file = Path(path)
+    try:
+        return file.read_text(encoding="utf-8", errors="replace"), str(file)
+    except OSError as exc:
+        raise ConfigError(
+            f"--nvidia-smi {path}: cannot read it ({exc.strerror or exc.__class__.__name__})",
+            hint="give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin",
+        ) from None
+
+
 def read_host(
     *,
-    nvidia_smi_file: Path | None = None,
+    nvidia_smi_file: str | Path | None = None,
     driver: str | None = None,
     gpus: Sequence[str] = (),
     run: bool = True,
 ) -> Host:
-    """The host from ``--driver/--gpu``, a saved nvidia-smi output, or by running nvidia-smi."""
+    """The host from ``--driver/--gpu``, a saved nvidia-smi output (``-`` = stdin; with ``--driver`` for
+    ``nvidia-smi -L``), or by running nvidia-smi."""
+    if nvidia_smi_file is not None:
+        if gpus:
+            raise ConfigError(
+                "--gpu and --nvidia-smi both name the GPU",
+                hint="drop --gpu: the GPUs are read from the nvidia-smi output",
+            )
+        text, source = read_smi_text(nvidia_smi_file)
+        return host_from_text(text, source=source, driver=driver)
     if driver is not None or gpus:
         if driver is None or not gpus:
             raise ConfigError(
                 "--driver and --gpu go together",
-                hint="e.g. --driver 535.104.05 --gpu 'NVIDIA A100-SXM4-80GB' (or --nvidia-smi FILE)",
+                hint="e.g. --driver 535.104.05 --gpu 'NVIDIA A100-SXM4-80GB' (or --nvidia-smi FILE, "
+                "with --driver when FILE is `nvidia-smi -L` output)",
             )
         return host_from_flags(driver, gpus)
-    if nvidia_smi_file is not None:
-        try:
-            text = nvidia_smi_file.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ConfigError(
-                f"--nvidia-smi {nvidia_smi_file}: cannot read ({exc.strerror})", hint="check the path"
-            ) from None
-        return host_from_text(text, source=str(nvidia_smi_file))
     if not run:
         raise ConfigError("no host given", hint="pass --nvidia-smi FILE or --driver/--gpu")
     query = ["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,driver_version", "--format=csv"]

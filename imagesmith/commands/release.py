@@ -37,10 +37,19 @@ def pick(
         ),
     ] = None,
     nvidia_smi: Annotated[
-        Path | None, typer.Option("--nvidia-smi", help="read the host from a saved nvidia-smi output")
+        str | None,
+        typer.Option(
+            "--nvidia-smi",
+            metavar="FILE",
+            help="read the host from a saved output of `nvidia-smi`, `nvidia-smi --query-gpu=... "
+            "--format=csv` or `nvidia-smi -L` (add --driver: -L shows none); '-' = stdin",
+        ),
     ] = None,
     driver: Annotated[
-        str | None, typer.Option("--driver", help="offline: the host's driver, e.g. 535.104.05")
+        str | None,
+        typer.Option(
+            "--driver", help="offline: the host's driver, e.g. 535.104.05 (with --gpu, or with an -L file)"
+        ),
     ] = None,
     gpu: Annotated[
         list[str] | None, typer.Option("--gpu", help="offline: a GPU name or key (repeat for several GPUs)")

@@ -637,3 +637,60 @@ def test_cli_pick_warns_about_an_eol_branch(
     res = run_cli("pick", "--index", str(path), "--driver", "570.124.06", "--gpu", "h100-sxm", "--json")
     assert res.exit_code == 0
     assert json.loads(res.stdout)["host_warnings"][0].startswith("driver 570.124.06 is on branch R570")
+
+
+# -- issue 12, item 9: nvidia-smi -L with --driver, stdin, unreadable files ----------------------------------
+
+NVSMI = REPO / "tests" / "data" / "nvsmi"
+
+
+def test_cli_pick_nvidia_smi_L_with_driver(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    smi_l = str(NVSMI / "real_580.159.04_h200_L.txt")
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", smi_l)
+    assert res.exit_code == ParseError.exit_code
+    assert "fix: add --driver" in res.stderr  # the fix it names ...
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", smi_l, "--driver", "580.159.04")
+    assert res.exit_code == 0, res.stderr  # ... works (it was "--driver and --gpu go together")
+    assert "host: driver 580.159.04, 1 GPU(s): NVIDIA H200" in res.stdout
+    res = run_cli(
+        "pick", "--index", str(path), "--nvidia-smi", smi_l, "--driver", "535.104.05", "--gpu", "a100"
+    )
+    assert res.exit_code == 2
+    assert "--gpu and --nvidia-smi both name the GPU" in res.stderr
+    table = str(NVSMI / "real_580.159.04_h200_default.txt")
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", table, "--driver", "535.104.05")
+    assert res.exit_code == 2
+    assert "--driver 535.104.05 contradicts" in res.stderr
+    assert "fix: drop --driver" in res.stderr
+
+
+def test_cli_pick_nvidia_smi_from_stdin(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    text = (NVSMI / "real_580.159.04_h200_default.txt").read_text()
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", "-")
+    assert res.exit_code == 0, res.stderr
+    assert "[<stdin>]" in res.stdout
+    assert "picked: 2.11.0-cu130-py3.11" in res.stdout
+
+
+@pytest.mark.parametrize("what", ["missing", "directory"])
+def test_cli_pick_unreadable_nvidia_smi_file(run_cli: Callable[..., Any], tmp_path: Path, what: str) -> None:
+    target = tmp_path / ("nope.txt" if what == "missing" else "")
+    res = run_cli("pick", "--index", str(tmp_path / "i.json"), "--nvidia-smi", str(target))
+    assert res.exit_code == ConfigError.exit_code
+    first, fix = res.stderr.strip().splitlines()
+    assert first.startswith(f"error: --nvidia-smi {target}: cannot read it (")
+    assert fix.startswith("  fix: give the file the output was saved to")
+    assert "Usage:" not in res.stderr
