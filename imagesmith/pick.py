@@ -28,7 +28,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from imagesmith.errors import (
     ConfigError,
+    ManifestUnknownError,
     NoImageFitsError,
     NothingToDoError,
     ParseError,
@@ -703,10 +704,19 @@ def _cache_path(source: str) -> Path:
     return cache_dir() / "index" / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".json")
 
 
-def fetch_index(source: str, *, refresh: bool = False, ttl_s: int = DEFAULT_TTL_S) -> ReleaseIndex:
+def fetch_index(
+    source: str,
+    *,
+    refresh: bool = False,
+    ttl_s: int = DEFAULT_TTL_S,
+    warn: Callable[[str], None] | None = None,
+) -> ReleaseIndex:
     """Load the release index from a file, an ``http(s)://`` URL or ``oci://host/repo[:tag]`` (the
     artifact ``imagesmith release`` publishes). Remote sources are cached for *ttl_s* seconds under
-    ~/.cache/imagesmith; a stale cache is used only when the source is unreachable.
+    ~/.cache/imagesmith. When the source cannot be reached, an older cached copy is used **with a warning**
+    (*warn*, default: a ``warning:`` line on stderr) — never with *refresh* (the user asked for the source's
+    current index), and never when the source answers that the index is not there (HTTP 404/410,
+    MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one.
     """
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         from imagesmith.index import load_index
@@ -715,12 +725,41 @@ def fetch_index(source: str, *, refresh: bool = False, ttl_s: int = DEFAULT_TTL_
     cached = _cache_path(source)
     if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
         return parse_index(cached.read_bytes(), source=f"{source} (cached {cached})")
+    gone: ConfigError | RegistryError | None = None
     try:
-        body = _download_http(source) if source.startswith(("http://", "https://")) else _download_oci(source)
-    except (RegistryError, ConfigError):
-        if cached.is_file():
-            return parse_index(cached.read_bytes(), source=f"{source} (stale cache {cached})")
-        raise
+        if source.startswith(("http://", "https://")):
+            status, body = _download_http(source)
+            if status in (404, 410):
+                gone = ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+            elif status != 200:
+                raise ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+        else:
+            body = _download_oci(source)
+    except ManifestUnknownError as exc:
+        gone = exc
+    except (RegistryError, ConfigError) as exc:
+        if not cached.is_file():
+            raise
+        when = _cache_age(cached)
+        if refresh:
+            raise type(exc)(
+                exc.message + f" (--refresh: the cached copy from {when} is not used)",
+                hint=(exc.hint + "; or " if exc.hint else "")
+                + "drop --refresh to use the cached copy until the source is back",
+            ) from None
+        (warn or _stderr_warning)(
+            f"--index {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
+            "it may miss images released since (pass --refresh to fail instead)"
+        )
+        return parse_index(cached.read_bytes(), source=f"{source} (stale cache {cached})")
+    if gone is not None:
+        if not cached.is_file():
+            raise gone
+        raise type(gone)(
+            gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
+            "is not there)",
+            hint=f"check --index {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
+        )
     index = parse_index(body, source=source)
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
@@ -729,7 +768,19 @@ def fetch_index(source: str, *, refresh: bool = False, ttl_s: int = DEFAULT_TTL_
     return index
 
 
-def _download_http(url: str) -> bytes:
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _cache_age(path: Path) -> str:
+    mtime = path.stat().st_mtime
+    stamp = datetime.datetime.fromtimestamp(mtime, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    hours = max(0.0, time.time() - mtime) / 3600
+    age = f"{hours:.0f} h" if hours < 48 else f"{hours / 24:.0f} days"
+    return f"{stamp}, {age} old"
+
+
+def _download_http(url: str) -> tuple[int, bytes]:
     import requests
 
     try:
@@ -739,9 +790,7 @@ def _download_http(url: str) -> bytes:
             f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",
         ) from None
-    if resp.status_code != 200:
-        raise ConfigError(f"--index {url}: HTTP {resp.status_code}", hint="check the URL")
-    return resp.content
+    return resp.status_code, resp.content
 
 
 def parse_oci_source(source: str) -> tuple[str, str, str, bool]:

@@ -18,6 +18,10 @@ from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
 
 
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
     app.command("pick")(pick)
@@ -73,7 +77,14 @@ def pick(
         bool, typer.Option("--pull", help="docker pull the picked image (with progress)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the pick as JSON")] = False,
-    refresh: Annotated[bool, typer.Option("--refresh", help="ignore the cached index")] = False,
+    refresh: Annotated[
+        bool,
+        typer.Option(
+            "--refresh",
+            help="ignore the cached index and fail when the source cannot be reached (without it, an "
+            "unreachable source falls back to the cached copy, with a warning on stderr)",
+        ),
+    ] = False,
 ) -> None:
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
@@ -85,7 +96,7 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = picking.fetch_index(source, refresh=refresh)
+    idx = picking.fetch_index(source, refresh=refresh, warn=_warn)
     plat = picking.platform_for(picking.load_platforms(), platform, region)
     chosen = picking.choose(
         idx,
@@ -193,7 +204,7 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = picking.fetch_index(src, refresh=refresh)
+    idx = picking.fetch_index(src, refresh=refresh, warn=_warn)
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return

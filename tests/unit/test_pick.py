@@ -694,3 +694,118 @@ def test_cli_pick_unreadable_nvidia_smi_file(run_cli: Callable[..., Any], tmp_pa
     assert first.startswith(f"error: --nvidia-smi {target}: cannot read it (")
     assert fix.startswith("  fix: give the file the output was saved to")
     assert "Usage:" not in res.stderr
+
+
+# -- issue 12, item 10: a stale cached index is said, never used with --refresh or when the index is gone ----
+
+
+@pytest.fixture
+def index_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An http index source whose answer the test switches: 200 with the index, another status, or down."""
+    import http.server
+    import threading
+
+    from imagesmith.index import dump_index
+
+    body = dump_index(make_index()).encode()
+    state = {"status": 200}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(state["status"])
+            payload = body if state["status"] == 200 else b"{}"
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
+    first = fetch_index(url)  # fills the cache ...
+    from imagesmith import pick as picking
+
+    os.utime(picking._cache_path(url), (0, 0))  # ... which is stale now
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    yield url, state, stop, first
+    stop()
+
+
+def test_unreachable_source_falls_back_to_the_cache_with_a_warning(index_server: Any) -> None:
+    url, _, stop, first = index_server
+    stop()
+    said: list[str] = []
+    index = fetch_index(url, warn=said.append)
+    assert index == first
+    assert len(said) == 1
+    assert said[0].startswith(f"--index {url} cannot be reached (--index {url}: cannot download")
+    assert "using the cached copy from " in said[0]
+    assert "pass --refresh to fail instead" in said[0]
+
+
+def test_cli_refresh_fails_when_the_source_is_down(index_server: Any, run_cli: Callable[..., Any]) -> None:
+    url, _, stop, _ = index_server
+    stop()
+    args = ("pick", "--index", url, "--driver", "580.95.05", "--gpu", "h100")
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr.startswith(f"warning: --index {url} cannot be reached")  # said, on stderr
+    assert "picked: " in res.stdout
+    res = run_cli(*args, "--refresh")
+    assert res.exit_code == ConfigError.exit_code
+    assert "(--refresh: the cached copy from " in res.stderr
+    assert "drop --refresh to use the cached copy" in res.stderr
+    assert "picked" not in res.stdout
+
+
+@pytest.mark.parametrize("status", [404, 410])
+def test_a_withdrawn_http_index_is_not_replaced_by_the_cache(index_server: Any, status: int) -> None:
+    url, state, _, first = index_server
+    state["status"] = status
+    with pytest.raises(
+        ConfigError, match=f"HTTP {status} \\(a cached copy from .* exists, but the source says"
+    ):
+        fetch_index(url, warn=lambda m: pytest.fail(m))
+    state["status"] = 503  # a failing server is "cannot be reached": the cache, said
+    said: list[str] = []
+    assert fetch_index(url, warn=said.append) == first
+    assert "HTTP 503" in said[0]
+
+
+def test_oci_manifest_unknown_is_not_replaced_by_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagesmith import pick as picking
+    from imagesmith.errors import ManifestUnknownError, RegistryError
+    from imagesmith.index import dump_index
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    source = "oci://registry.example/acme/torch:release-index"
+    cached = picking._cache_path(source)
+    cached.parent.mkdir(parents=True)
+    cached.write_text(dump_index(make_index()))
+    os.utime(cached, (0, 0))  # stale
+
+    def unknown(src: str) -> bytes:
+        raise ManifestUnknownError("registry registry.example: manifest unknown", hint="check the tag")
+
+    monkeypatch.setattr(picking, "_download_oci", unknown)
+    with pytest.raises(ManifestUnknownError, match="source says the index is not there"):
+        fetch_index(source, warn=lambda m: pytest.fail(m))
+
+    def down(src: str) -> bytes:
+        raise RegistryError("registry registry.example: unreachable or failing", hint="check the network")
+
+    monkeypatch.setattr(picking, "_download_oci", down)
+    said: list[str] = []
+    assert fetch_index(source, warn=said.append).images == parse_index(cached.read_bytes(), source="x").images
+    assert "1970-01-01 00:00 UTC" in said[0]
+    with pytest.raises(RegistryError, match="--refresh: the cached copy"):
+        fetch_index(source, refresh=True, warn=said.append)
