@@ -812,8 +812,21 @@ def _download_oci(source: str) -> bytes:
     from imagesmith.registry import RegistryClient
 
     host, repo, tag, insecure = parse_oci_source(source)
-    client = RegistryClient(host, insecure=insecure)
-    return read_index_artifact(client, repo, tag)
+    # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
+    client = RegistryClient(host, insecure=insecure, attempts=2, backoff=0.2, timeout=20.0)
+    try:
+        return read_index_artifact(client, repo, tag)
+    except ManifestUnknownError:
+        raise
+    except RegistryError as exc:
+        if exc.hint:
+            raise
+        raise RegistryError(
+            f"--index {source}: {exc.message}",
+            hint=f"check that {host} is up and reachable from this host (network, proxy, firewall"
+            + ("" if insecure else "; a plain-HTTP registry needs oci+http://")
+            + "), or pass the index as a file or http(s) URL",
+        ) from None
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -17,8 +17,10 @@ from imagesmith.errors import ConfigError
 EPILOG = (
     "Exit status: 0 = compatible (mode full or minor-version; for --nvidia-smi: every GPU model in the "
     "file; warnings such as an end-of-life driver branch do not change it), "
-    "1 = not compatible (mode none), 2 = bad input (unknown torch/GPU/CUDA, junk driver, conflicting flags), "
-    "7 = the --nvidia-smi file is not nvidia-smi output. "
+    "1 = not compatible (mode none; also a torch release never published for a known CUDA), "
+    "2 = bad input (unknown torch/GPU/CUDA such as --cuda 99.9 or 12.4.9, junk driver, conflicting or "
+    "missing flags, an --nvidia-smi FILE that cannot be read), "
+    "7 = the --nvidia-smi file is not nvidia-smi output (or shows nvidia-smi failing). "
     "Examples: imagesmith compat --driver 535.104.05 --gpu a100 --torch 2.1.2 --cuda 12.1 ; "
     "nvidia-smi > smi.txt && imagesmith compat --nvidia-smi smi.txt --torch 2.11.0 --cuda cu130 --json"
 )
@@ -64,8 +66,11 @@ def _read(path: str) -> tuple[str, str]:
         raise ConfigError(
             f"--nvidia-smi {path}: no such file", hint="save the output first: nvidia-smi > smi.txt"
         ) from None
-    except (IsADirectoryError, PermissionError) as exc:
-        raise ConfigError(f"--nvidia-smi {path}: cannot read it ({exc.strerror})") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"--nvidia-smi {path}: cannot read it ({exc.strerror or exc.__class__.__name__})",
+            hint="give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin",
+        ) from None
 
 
 def _targets(
@@ -113,6 +118,17 @@ def _targets(
     return drv, list(models.values()), source
 
 
+def _known_cuda(flag: str, given: str, cuda: str) -> None:
+    """A CUDA imagesmith has no toolkit row for (99.9, cu999) or an update that never was (12.4.9) is bad
+    input (exit 2), not a "not compatible" verdict."""
+    try:
+        compat.cuda_release(cuda)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{flag} {given}: {exc.message}", hint=exc.hint or "give a CUDA X.Y, e.g. 12.1"
+        ) from None
+
+
 def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[str, str, str]:
     """(torch version, CUDA variant, a line saying where the variant came from when --cuda was not given)."""
     version, _, local = torch.strip().partition("+")
@@ -121,6 +137,9 @@ def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[str, str, str]:
             f"--torch {torch}: {local!r} is not a CUDA variant",
             hint="imagesmith covers CUDA wheels: write 2.1.2+cu121 or 2.1.2 with --cuda 12.1",
         )
+    for flag, value in (("--cuda", cuda), ("--torch", local or None)):
+        if value is not None:
+            _known_cuda(flag, torch if flag == "--torch" else value, value)
     if cuda is not None:
         if local and compat.normalize_cuda(local) != compat.normalize_cuda(cuda):
             raise ConfigError(

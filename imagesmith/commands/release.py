@@ -22,9 +22,22 @@ def _warn(message: str) -> None:
     typer.echo(f"warning: {message}", err=True)
 
 
+PICK_EPILOG = (
+    "Exit status: 0 = picked (warnings such as an end-of-life driver or a stale cached index do not change "
+    "it), 2 = bad input (flags, unknown GPU/platform/region, an --nvidia-smi FILE that cannot be read, an "
+    "index file or http(s) URL that cannot be read or is not a release index), 3 = --torch/--cuda/--python "
+    "match no image of the index, 5 = --pull: no Docker engine, 7 = the nvidia-smi output is unusable (not "
+    "nvidia-smi output, nvidia-smi failed, -L output without --driver), 9 = a registry failed: the oci:// "
+    "index cannot be read, or --pull failed from every registry holding the image or got another digest, "
+    "10 = no image of the index runs on this host (the error names the driver that would). "
+    "Examples: imagesmith pick --index docs/examples/release-index.json --driver 535.104.05 --gpu a100 ; "
+    "nvidia-smi | imagesmith pick --nvidia-smi - --platform autodl --pull"
+)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("pick")(pick)
+    app.command("pick", epilog=PICK_EPILOG)(pick)
     app.command("release")(release)
     app.command("candidates")(candidates)
     app.command("index")(index_show)

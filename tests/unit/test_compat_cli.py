@@ -390,3 +390,37 @@ def test_b200_on_570_124_06_needs_570_133_20(run_cli: Run) -> None:
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["needs_driver"] == "570.133.20"
+
+
+# -- issue 12, item 12: exit codes as documented -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cuda", "message"),
+    [
+        ("99.9", "--cuda 99.9: CUDA 99.9 is not a CUDA toolkit release imagesmith knows"),
+        ("cu999", "--cuda cu999: CUDA 99.9 is not a CUDA toolkit release imagesmith knows"),
+        ("12.4.9", "--cuda 12.4.9: CUDA 12.4.9 is not a CUDA toolkit release imagesmith knows"),
+    ],
+)
+def test_unknown_cuda_is_bad_input_not_a_verdict(run_cli: Run, cuda: str, message: str) -> None:
+    # was exit 1 ("never published for cu999") for 99.9 and exit 0 for 12.4.9, read as 12.4
+    result = run_cli("compat", "--driver", "550.54.14", "--gpu", "a100", "--torch", "2.5.1", "--cuda", cuda)
+    assert result.exit_code == 2, result.stdout
+    first, fix = result.stderr.strip().splitlines()
+    assert first.startswith(f"error: {message}")
+    assert fix.startswith("  fix: known: ")
+    _no_traceback(result)
+    ok = run_cli("compat", "--driver", "550.54.14", "--gpu", "a100", "--torch", "2.5.1", "--cuda", "12.4.1")
+    assert ok.exit_code == 0, ok.stderr  # an update that exists is the 12.4 wheel's CUDA
+
+
+def test_unreadable_nvidia_smi_file_exit_code_is_the_documented_one(run_cli: Run) -> None:
+    result = run_cli("compat", "--nvidia-smi", str(NVSMI), "--torch", "2.11.0", "--cuda", "13.0")
+    assert result.exit_code == 2
+    assert "  fix: give the file the output was saved to" in result.stderr
+    help_text = " ".join(run_cli("compat", "--help").stdout.split())
+    assert "an --nvidia-smi FILE that cannot be read)" in help_text
+    doc = " ".join((REPO / "docs" / "compat.md").read_text().split())
+    assert "2 bad input (also an `--nvidia-smi` file that cannot be read" in doc
+    assert "7 the file is not nvidia-smi output" in doc

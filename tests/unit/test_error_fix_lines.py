@@ -32,6 +32,7 @@ MODULES = [
     "imagesmith/commands/build.py",
     "imagesmith/commands/release.py",
     "imagesmith/commands/schema.py",
+    "imagesmith/commands/compat.py",
     "imagesmith/schema.py",
     "imagesmith/compat.py",
     "imagesmith/matrix.py",

@@ -809,3 +809,38 @@ def test_oci_manifest_unknown_is_not_replaced_by_the_cache(
     assert "1970-01-01 00:00 UTC" in said[0]
     with pytest.raises(RegistryError, match="--refresh: the cached copy"):
         fetch_index(source, refresh=True, warn=said.append)
+
+
+# -- issue 12, item 12: exit codes as documented -------------------------------------------------------------
+
+
+def test_cli_unreachable_oci_index_is_9_with_a_fix_and_fast(
+    run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    import time
+
+    os.environ.setdefault("XDG_CACHE_HOME", str(tmp_path))
+    started = time.monotonic()
+    res = run_cli("pick", "--index", "oci://127.0.0.1:9/x/y", "--driver", "580.95.05", "--gpu", "h100")
+    assert time.monotonic() - started < 3  # was 4 attempts, ~4 s
+    assert res.exit_code == 9
+    first, fix = res.stderr.strip().splitlines()
+    assert first.startswith("error: --index oci://127.0.0.1:9/x/y: registry 127.0.0.1:9")
+    assert fix.startswith("  fix: check that 127.0.0.1:9 is up and reachable")
+
+
+def test_pick_help_and_docs_list_the_exit_codes(run_cli: Callable[..., Any]) -> None:
+    from imagesmith import errors
+
+    text = " ".join(run_cli("pick", "--help").stdout.split())
+    doc = " ".join((REPO / "docs" / "release.md").read_text().split())
+    for err in (
+        errors.ConfigError,
+        errors.NothingToDoError,
+        errors.EngineError,
+        errors.ParseError,
+        errors.RegistryError,
+        errors.NoImageFitsError,
+    ):
+        assert f"{err.exit_code} = " in text, err
+        assert f"; {err.exit_code} " in doc or f"): {err.exit_code} " in doc, err
