@@ -67,6 +67,8 @@ ULIMITS: Final[tuple[str, ...]] = ("--ulimit", "memlock=-1", "--ulimit", "stack=
 DEFAULT_TTL_S: Final[int] = 3600
 
 Level = Literal["full", "minor"]
+#: how a level reads in text and JSON: compat's mode names ("minor-version", never "minor compatibility")
+MODE: Final[dict[str, str]] = {"full": "full", "minor": "minor-version"}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -238,6 +240,14 @@ def platform_for(platforms: dict[str, Platform], name: str | None, region: str |
             )
         return platforms[key]
     generic = platforms["generic"]
+    if region is not None and not _CLOUD_REGION.fullmatch(region.strip().lower()):
+        raise ConfigError(
+            f"--region {region!r} is not a cloud region imagesmith knows",
+            hint="give the region as the host's cloud names it: cn for mainland China, or "
+            + ", ".join(KNOWN_REGION_FORMS)
+            + "; or name the platform instead: --platform "
+            + "|".join(sorted(platforms)),
+        )
     if region is not None and _is_china(region):
         china = platforms["aliyun"]
         return Platform(
@@ -250,6 +260,22 @@ def platform_for(platforms: dict[str, Platform], name: str | None, region: str |
             verified=china.verified,
         )
     return generic
+
+
+#: the region names of the clouds platforms.toml covers, by shape: Aliyun (cn-hangzhou, ap-southeast-1),
+#: Tencent (ap-shanghai, na-siliconvalley, eu-frankfurt), Huawei (cn-north-4, la-south-2), AWS (us-east-1,
+#: cn-northwest-1), GCP (us-central1, europe-west4, asia-east1); and "cn" alone
+_CLOUD_REGION = re.compile(
+    r"cn|(?:cn|us|eu|ap|sa|me|af|ca|il|mx|na|la)-[a-z]+(?:-[a-z]+)?(?:-\d+)?"
+    r"|(?:africa|asia|australia|europe|me|northamerica|southamerica|us)-[a-z]+\d+"
+)
+KNOWN_REGION_FORMS: Final[tuple[str, ...]] = (
+    "cn-hangzhou (Aliyun)",
+    "ap-shanghai (Tencent)",
+    "cn-north-4 (Huawei)",
+    "us-east-1 (AWS)",
+    "europe-west4 (GCP)",
+)
 
 
 def _is_china(region: str) -> bool:
@@ -338,6 +364,11 @@ class Pick:
     host_warnings: tuple[str, ...] = ()
 
     @property
+    def mode(self) -> str:
+        """The level as compat names it: ``full`` or ``minor-version``."""
+        return MODE[self.level]
+
+    @property
     def reference(self) -> str:
         """``host/repo:tag@sha256:…``: readable, and pins exactly the validated digest."""
         return f"{self.registry.reference}@{self.registry.digest}"
@@ -355,7 +386,7 @@ class Pick:
             "reference": self.reference,
             "registry": {"name": self.registry.name, "kind": self.registry.kind, "why": self.registry_why},
             "digest": img.digest,
-            "compatibility": self.level,
+            "compatibility": self.mode,
             "torch": img.torch,
             "torchvision": img.torchvision,
             "cuda": img.cuda,
@@ -468,7 +499,10 @@ def choose(
         )
     for img, v in fits[1:]:
         rejected.append(
-            Rejected(tag=img.tag, reason=f"ranked lower ({v.level} compatibility, torch {img.torch})")
+            Rejected(
+                tag=img.tag,
+                reason=f"ranked lower ({MODE[v.level or 'minor']} compatibility, torch {img.torch})",
+            )
         )
     copy, why, reg_warnings = choose_registry(best.registries, platform, region)
     return Pick(

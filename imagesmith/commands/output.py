@@ -20,7 +20,7 @@ def pick_text(pick: Pick, *, verbose: bool = True) -> str:
     lines = [
         f"host: driver {pick.host.driver}, {len(pick.host.gpus)} GPU(s): {gpus}  [{pick.host.source}]",
         f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "
-        f"Python {img.python}  ({pick.level} compatibility)",
+        f"Python {img.python}  ({pick.mode} compatibility)",
         f"  digest {img.digest}; validated on "
         + "; ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]})" for v in img.validated_on),
         f"  registry: {pick.registry_why}",

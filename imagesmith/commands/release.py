@@ -79,12 +79,17 @@ def pick(
         typer.Option(
             "--platform",
             help="where the host runs: autodl, aliyun, tencent, huawei, runpod, vast, lambda, "
-            "aws, gcp (chooses the registry)",
+            "aws, gcp, generic (imagesmith/data/platforms.toml; chooses the registry)",
         ),
     ] = None,
     region: Annotated[
         str | None,
-        typer.Option("--region", help="cloud region, e.g. cn-hangzhou or us-east-1 (chooses the registry)"),
+        typer.Option(
+            "--region",
+            help="the host's cloud region, e.g. cn-hangzhou, ap-shanghai, cn-north-4, us-east-1, "
+            "europe-west4, or cn (chooses the registry; cn* and mainland ap-* cities: the mainland-China order); an "
+            "unknown one is refused",
+        ),
     ] = None,
     pull: Annotated[
         bool, typer.Option("--pull", help="docker pull the picked image (with progress)")

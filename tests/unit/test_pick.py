@@ -844,3 +844,49 @@ def test_pick_help_and_docs_list_the_exit_codes(run_cli: Callable[..., Any]) -> 
     ):
         assert f"{err.exit_code} = " in text, err
         assert f"; {err.exit_code} " in doc or f"): {err.exit_code} " in doc, err
+
+
+# -- issue 12, item 15 (pick part): help lists every platform, unknown regions refused, one term ------------
+
+
+def test_pick_help_lists_every_platform(run_cli: Callable[..., Any]) -> None:
+    text = " ".join(run_cli("pick", "--help").stdout.replace("│", " ").split())
+    for name in load_platforms():
+        assert f" {name}," in text or f" {name} (" in text, name  # generic was missing
+
+
+@pytest.mark.parametrize("region", ["xx", "mars-1", "global!", "hangzhou"])
+def test_unknown_region_is_refused_naming_the_known_ones(run_cli: Callable[..., Any], region: str) -> None:
+    with pytest.raises(
+        ConfigError, match=f"--region '{region}' is not a cloud region imagesmith knows"
+    ) as err:
+        platform_for(load_platforms(), None, region)
+    assert err.value.hint is not None
+    assert "cn-hangzhou (Aliyun)" in err.value.hint
+    assert "us-east-1 (AWS)" in err.value.hint
+    assert "--platform aliyun|autodl|aws|gcp|generic|huawei|lambda|runpod|tencent|vast" in err.value.hint
+    res = run_cli("pick", "--index", "x.json", "--driver", "580.95.05", "--gpu", "h100", "--region", region)
+    assert res.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "region", ["cn", "cn-hangzhou", "cn-north-4", "cn-northwest-1", "ap-shanghai", "na-siliconvalley",
+               "us-east-1", "eu-west-1", "europe-west4", "us-central1", "asia-east1", "la-south-2"],
+)  # fmt: skip
+def test_cloud_regions_are_accepted(region: str) -> None:
+    assert platform_for(load_platforms(), None, region).region in ("cn", "global")
+
+
+def test_one_term_for_minor_version_compatibility(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    args = ("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "a100", "--torch", "2.5")
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert "(minor-version compatibility)" in res.stdout
+    assert "minor compatibility" not in res.stdout
+    assert json.loads(run_cli(*args, "--json").stdout)["compatibility"] == "minor-version"
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100")
+    assert "ranked lower (full compatibility" in res.stdout
