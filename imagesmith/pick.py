@@ -567,14 +567,33 @@ def _compat_gpu(g: SmiGpu) -> Any:
         )
 
 
+def mig_warnings(gpus: Sequence[SmiGpu]) -> tuple[str, ...]:
+    """One warning when nvidia-smi shows MIG on (``MIG M.: Enabled``, or MIG devices under a GPU in ``-L``):
+    the verdicts hold per slice, but validation's test_mig fails on such a host (the same reasons)."""
+    enabled = [g for g in gpus if (g.mig_mode or "").lower() == "enabled" or g.mig_devices]
+    if not enabled:
+        return ()
+    slices = [f"{p}" for g in enabled for p in g.mig_devices]
+    where = ", ".join(f"{g.index} ({g.name})" for g in enabled)
+    return (
+        f"MIG is enabled on GPU {where}"
+        + (f", {len(slices)} MIG slice(s): {', '.join(slices[:6])}" if slices else "")
+        + ": a process sees one slice, with a fraction of the GPU's memory and compute, and slices have no "
+        "NVLink/P2P, so multi-GPU (NCCL) training and jobs sized for the whole GPU fail or crawl — "
+        "`imagesmith validate` fails test_mig on this host; fix: ask for whole GPUs, or have the host admin "
+        "disable MIG (nvidia-smi -i N -mig 0, then a GPU reset)",
+    )
+
+
 def host_warnings(host: Host, *, today: datetime.date | None = None) -> tuple[str, ...]:
-    """compat's warnings about the host itself: its driver branch past end of life on *today*, and each
-    distinct GPU model whose last driver branch caps its CUDA. GPUs compat cannot model are skipped here
-    (assess says so).
+    """Warnings about the host itself: MIG enabled (:func:`mig_warnings`), and compat's: its driver branch
+    past end of life on *today*, and each distinct GPU model whose last driver branch caps its CUDA. GPUs
+    compat cannot model are skipped here (assess says so).
     """
     from imagesmith import compat
 
-    out = list(compat.driver_warnings(host.driver, today=today))
+    out = list(mig_warnings(host.gpus))
+    out += compat.driver_warnings(host.driver, today=today)
     for hg in host.gpus:
         try:
             out += compat.gpu_warnings(_compat_gpu(hg))

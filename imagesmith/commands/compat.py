@@ -75,7 +75,7 @@ def _read(path: str) -> tuple[str, str]:
 
 def _targets(
     driver: str | None, gpus: list[str], smi_file: str | None
-) -> tuple[compat.DriverVersion, list[tuple[compat.Gpu, list[int]]], str | None]:
+) -> tuple[compat.DriverVersion, list[tuple[compat.Gpu, list[int]]], str | None, tuple[str, ...]]:
     """(driver, [(gpu model, nvidia-smi indices)], source) from the flags; one entry per GPU model."""
     if smi_file is None:
         missing = [flag for flag, value in (("--driver", driver), ("--gpu", gpus)) if not value]
@@ -89,7 +89,7 @@ def _targets(
         for name in gpus:  # every --gpu is judged (a host with two models gets two verdicts)
             model = compat.gpu(name)
             chosen.setdefault(model.key, model)
-        return drv, [(model, []) for model in chosen.values()], None
+        return drv, [(model, []) for model in chosen.values()], None, ()
     if gpus:
         raise ConfigError(
             "--gpu and --nvidia-smi both name the GPU",
@@ -115,7 +115,9 @@ def _targets(
         except ConfigError as exc:
             raise ConfigError(f"{source}: GPU {smi_gpu.index}: {exc.message}", hint=exc.hint) from None
         models.setdefault(model.key, (model, []))[1].append(smi_gpu.index)
-    return drv, list(models.values()), source
+    from imagesmith.pick import mig_warnings
+
+    return drv, list(models.values()), source, mig_warnings(report.gpus)
 
 
 def _known_cuda(flag: str, given: str, cuda: str) -> None:
@@ -215,17 +217,18 @@ def compat_command(
     weakest model and adds "verdicts" (one object per model).
     """
     torch, cuda, cuda_origin = _torch_and_cuda(torch, cuda)
-    drv, targets, source = _targets(driver, gpu or [], nvidia_smi)
+    drv, targets, source, host_warnings = _targets(driver, gpu or [], nvidia_smi)
     today = compat.today()
     results = [(compat.verdict(drv, g, torch, cuda, today=today), g, indices) for g, indices in targets]
     all_ok = all(v.compatible for v, _, _ in results)
-    warnings = list(dict.fromkeys(w for v, _, _ in results for w in v.warnings))
+    warnings = list(dict.fromkeys([*host_warnings, *(w for v, _, _ in results for w in v.warnings)]))
 
     if as_json:
         objs = []
         for v, g, indices in results:
             obj = _verdict_json(v, g)
             obj["cuda_from"] = "pypi-default" if cuda_origin else "flag"
+            obj["warnings"] = [*host_warnings, *obj["warnings"]]  # MIG: about the host, whatever the wheel
             if source is not None:
                 obj["gpu_indices"] = indices
             objs.append(obj)

@@ -87,8 +87,8 @@ def pick(
         typer.Option(
             "--region",
             help="the host's cloud region, e.g. cn-hangzhou, ap-shanghai, cn-north-4, us-east-1, "
-            "europe-west4, or cn (chooses the registry; cn* and mainland ap-* cities: the mainland-China order); an "
-            "unknown one is refused",
+            "europe-west4, or cn (chooses the registry; cn* and mainland ap-* cities: the mainland-China "
+            "order); an unknown one is refused",
         ),
     ] = None,
     pull: Annotated[

@@ -424,3 +424,38 @@ def test_unreadable_nvidia_smi_file_exit_code_is_the_documented_one(run_cli: Run
     doc = " ".join((REPO / "docs" / "compat.md").read_text().split())
     assert "2 bad input (also an `--nvidia-smi` file that cannot be read" in doc
     assert "7 the file is not nvidia-smi output" in doc
+
+
+# -- issue 12, item 16: MIG is said, in text and JSON ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("smi", "extra", "where"),
+    [
+        ("r570_a100_mig_enabled.txt", [], "MIG is enabled on GPU 0 (NVIDIA A100-SXM4-80GB): "),
+        (
+            "list_a100_mig.txt",
+            ["--driver", "570.124.06"],
+            "MIG is enabled on GPU 0 (NVIDIA A100-SXM4-80GB), 2 MIG slice(s): 3g.40gb, 3g.40gb: ",
+        ),
+    ],
+)
+def test_mig_enabled_host_is_warned_in_text_and_json(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch, smi: str, extra: list[str], where: str
+) -> None:
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-01-01")
+    args = ["compat", "--nvidia-smi", str(NVSMI / smi), *extra, "--torch", "2.5.1", "--cuda", "12.4"]
+    text = run_cli(*args)
+    assert text.exit_code == 0, text.stderr  # still compatible: a warning, not a verdict
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith("warning: MIG"))
+    assert line.startswith("warning: " + where)
+    assert "no NVLink/P2P" in line
+    assert "fraction of the GPU's memory" in line
+    assert "test_mig" in line
+    assert "disable MIG (nvidia-smi -i N -mig 0, then a GPU reset)" in line
+    out = json.loads(run_cli(*args, "--json").stdout)
+    assert out["warnings"][0].startswith(where)
+    plain = run_cli(
+        "compat", "--nvidia-smi", str(NVSMI / "real_580.159.04_h200_default.txt"), "--torch", "2.11.0"
+    )
+    assert "MIG" not in plain.stdout

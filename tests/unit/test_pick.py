@@ -890,3 +890,26 @@ def test_one_term_for_minor_version_compatibility(run_cli: Callable[..., Any], t
     assert json.loads(run_cli(*args, "--json").stdout)["compatibility"] == "minor-version"
     res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100")
     assert "ranked lower (full compatibility" in res.stdout
+
+
+# -- issue 12, item 16: MIG is said, in text and JSON ------------------------------------------------------
+
+
+def test_pick_on_a_mig_host_warns(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    args = ("pick", "--index", str(path), "--nvidia-smi", str(NVSMI / "r570_a100_mig_enabled.txt"))
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert "warning: MIG is enabled on GPU 0 (NVIDIA A100-SXM4-80GB): " in res.stdout
+    assert "no NVLink/P2P" in res.stdout
+    out = json.loads(run_cli(*args, "--json").stdout)
+    assert out["host_warnings"][0].startswith("MIG is enabled on GPU 0")
+    assert out["host_warnings"][0] in out["warnings"]
+    h = read_host(nvidia_smi_file=NVSMI / "list_a100_mig.txt", driver="570.124.06")
+    pick = choose(make_index(), h, Constraints(), platform=GENERIC)
+    assert "2 MIG slice(s): 3g.40gb, 3g.40gb" in pick.host_warnings[0]
+    whole = choose(make_index(), smi("smi_r610_h100x2.txt"), Constraints(), platform=GENERIC, today=NOV_30)
+    assert not any("MIG" in w for w in whole.warnings)
