@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from imagesmith.errors import (
     ConfigError,
+    EngineError,
     ManifestUnknownError,
     NoImageFitsError,
     NothingToDoError,
@@ -53,6 +54,8 @@ from imagesmith.refs import split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 if TYPE_CHECKING:
+    from imagesmith.credentials import CredentialChain
+    from imagesmith.engine import ContainerEngine
     from imagesmith.nvsmi import SmiGpu
 
 if sys.version_info >= (3, 11):
@@ -230,6 +233,49 @@ def load_platforms(path: Path | None = None) -> dict[str, Platform]:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class Detected:
+    platform: str
+    signal: str  # what was seen, for the user: "/root/autodl-tmp exists", "RUNPOD_POD_ID is set"
+
+
+def detect_platform(
+    *,
+    root: Path = Path("/"),
+    env: dict[str, str] | None = None,
+    path: Path | None = None,
+) -> Detected | None:
+    """The platform this machine runs on, from the documented signals of platforms.toml's ``[[detect]]``
+    rows (a path, an environment variable, the DMI vendor/product); None when nothing matches. *root*
+    prefixes every path read (tests)."""
+    package, name = PLATFORMS_RESOURCE
+    try:
+        text = (
+            path.read_text(encoding="utf-8")
+            if path is not None
+            else resources.files(package).joinpath(name).read_text(encoding="utf-8")
+        )
+        rows = tomllib.loads(text).get("detect", [])
+    except (OSError, tomllib.TOMLDecodeError):
+        return None  # load_platforms reports a broken file
+    environ = os.environ if env is None else env
+    for row in rows:
+        kind, value = row.get("kind"), str(row.get("value", ""))
+        if kind == "env" and environ.get(value):
+            return Detected(platform=row["platform"], signal=f"${value} is set")
+        if kind == "path" and (root / value.lstrip("/")).exists():
+            return Detected(platform=row["platform"], signal=f"{value} exists")
+        if kind == "dmi":
+            file = root / "sys/class/dmi/id" / str(row.get("file", "sys_vendor"))
+            try:
+                seen = file.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                continue
+            if seen.startswith(value):
+                return Detected(platform=row["platform"], signal=f"/sys/class/dmi/id/{file.name} is {seen!r}")
+    return None
+
+
 def platform_for(platforms: dict[str, Platform], name: str | None, region: str | None) -> Platform:
     if name is not None:
         key = name.strip().lower()
@@ -296,10 +342,11 @@ def registry_region(host: str) -> str | None:
     return m.group(1) if m else None
 
 
-def choose_registry(
+def rank_registries(
     copies: Sequence[RegistryCopy], platform: Platform, region: str | None
-) -> tuple[RegistryCopy, str, list[str]]:
-    """Best registry copy for *platform*/*region*: (copy, why, warnings)."""
+) -> list[RegistryCopy]:
+    """*copies* best first for *platform*/*region* (preferred kinds in order, same region first among
+    equals, avoided kinds last, then the index's order)."""
 
     def score(c: RegistryCopy) -> tuple[int, int, int]:
         same_region = 0 if region and registry_region(c.host) == region.lower() else 1
@@ -311,7 +358,14 @@ def choose_registry(
             rank = 100
         return (rank, same_region, copies.index(c))
 
-    best = min(copies, key=score)
+    return sorted(copies, key=score)
+
+
+def choose_registry(
+    copies: Sequence[RegistryCopy], platform: Platform, region: str | None
+) -> tuple[RegistryCopy, str, list[str]]:
+    """Best registry copy for *platform*/*region*: (copy, why, warnings)."""
+    best = rank_registries(copies, platform, region)[0]
     warnings: list[str] = []
     if best.kind in platform.avoid:
         warnings.append(
@@ -362,6 +416,8 @@ class Pick:
     runner_up: tuple[ReleasedImage, ...] = field(default=())
     #: the part of ``warnings`` about the host itself (end-of-life driver branch, a GPU's last branch)
     host_warnings: tuple[str, ...] = ()
+    #: the image's other registries (same digest), best first: what --pull tries when ``registry`` fails
+    alternatives: tuple[RegistryCopy, ...] = ()
 
     @property
     def mode(self) -> str:
@@ -385,6 +441,10 @@ class Pick:
             "tag": img.tag,
             "reference": self.reference,
             "registry": {"name": self.registry.name, "kind": self.registry.kind, "why": self.registry_why},
+            "other_registries": [
+                {"name": c.name, "kind": c.kind, "reference": f"{c.reference}@{c.digest}"}
+                for c in self.alternatives
+            ],
             "digest": img.digest,
             "compatibility": self.mode,
             "torch": img.torch,
@@ -505,6 +565,16 @@ def choose(
             )
         )
     copy, why, reg_warnings = choose_registry(best.registries, platform, region)
+    if platform.name == "generic" and region is None:
+        in_china = [c.name for c in best.registries if c.kind in ("acr", "tcr", "swr")]
+        if in_china and copy.kind not in ("acr", "tcr", "swr"):
+            reg_warnings.append(
+                f"no --platform or --region given and none detected: {copy.name} ({copy.host}) comes first; "
+                f"on a mainland-China host (AutoDL, Aliyun, Tencent, Huawei) Docker Hub and GHCR are "
+                f"unreachable: pass --platform autodl (or aliyun, tencent, huawei) or --region cn to get "
+                f"{', '.join(in_china)}"
+            )
+    others = [c for c in rank_registries(best.registries, platform, region) if c != copy]
     return Pick(
         image=best,
         level=verdict.level,
@@ -515,6 +585,7 @@ def choose(
         rejected=tuple(rejected),
         runner_up=tuple(img for img, _ in fits[1:]),
         host_warnings=host_warns,
+        alternatives=tuple(c for c in others if c.digest == copy.digest),
     )
 
 
@@ -886,23 +957,81 @@ def _download_oci(source: str) -> bytes:
 # --pull (through imagesmith.engine, the only module that talks to a Docker engine)
 
 
-def pull_image(pick: Pick, *, echo: Any) -> str:
-    """Pull the picked tag and check that the engine now holds exactly the released digest."""
-    from imagesmith.engine import Engine
+def pull_image(
+    pick: Pick,
+    *,
+    echo: Callable[[str], None],
+    engine: ContainerEngine | None = None,
+    chain_for: Callable[[RegistryCopy], CredentialChain] | None = None,
+) -> str:
+    """Pull the picked image and check that the engine now holds exactly the released digest.
 
-    reference = pick.registry.reference
-    engine = Engine()
-    echo(f"pulling {reference} ({pick.image.digest[:19]}…)")
+    Each registry of the image (same digest) is tried in turn, the picked one first, with its credential
+    chain (environment, docker config, the kind's token command: ECR, ACR); a registry that cannot be pulled
+    from, or serves another digest under the tag, is named and the next one tried. RegistryError when none
+    works (each one's reason in the message).
+    """
+    from imagesmith.credentials import credential_chain
+    from imagesmith.errors import ImagesmithError
+
+    if engine is None:
+        from imagesmith.engine import Engine
+
+        engine = Engine()
+    chains = chain_for or (lambda c: credential_chain(c.host, c.kind, name=c.name))
+    copies = [pick.registry, *pick.alternatives]
+    failures: list[tuple[RegistryCopy, ImagesmithError]] = []
+    for n, copy in enumerate(copies):
+        try:
+            return _pull_one(copy, engine, chains(copy), echo)
+        except (RegistryError, EngineError, ConfigError) as exc:
+            failures.append((copy, exc))
+            rest = copies[n + 1 :]
+            echo(
+                f"pull from {copy.name} ({copy.host}) failed: {exc.message}"
+                + (
+                    f"; trying {rest[0].name} ({rest[0].host}), same digest"
+                    if rest
+                    else " — no other registry holds this image"
+                )
+            )
+    if len(failures) == 1:
+        only = failures[0][1]
+        raise RegistryError(only.message, hint=only.hint or "check the registry and the network") from None
+    raise RegistryError(
+        f"--pull: no registry holding {pick.image.tag} ({pick.image.digest[:19]}…) could be pulled from: "
+        + "; ".join(f"{c.name} ({c.host}): {e.message}" for c, e in failures),
+        hint="; ".join(dict.fromkeys(f"{c.name}: {e.hint}" for c, e in failures if e.hint))
+        or "check the network and the registries' credentials",
+    )
+
+
+def _pull_one(copy: RegistryCopy, engine: ContainerEngine, chain: CredentialChain, echo: Any) -> str:
+    reference = copy.reference
+    creds = chain.resolve()
+    echo(f"pulling {reference} ({copy.digest[:19]}…)" + (f" as {creds.username}" if creds else ""))
     started = time.monotonic()
-    image_id = engine.pull(reference)
+    try:
+        image_id = engine.pull(reference, credentials=creds)
+    except EngineError as exc:
+        fresh = chain.refresh(creds) if creds is not None and _refused(exc.message) else None
+        if fresh is None:
+            raise
+        image_id = engine.pull(reference, credentials=fresh)  # an expired token (ECR 12 h, ACR 3 h)
     info = engine.inspect(reference) or {}
     repo = reference.rsplit(":", 1)[0]
     digests = [d for d in info.get("RepoDigests", []) if isinstance(d, str)]
-    if f"{repo}@{pick.registry.digest}" not in digests:
+    if f"{repo}@{copy.digest}" not in digests:
         raise RegistryError(
-            f"registry {pick.registry.name}: {reference} now points at "
-            f"{', '.join(digests) or 'an unknown digest'}, not the released {pick.registry.digest}",
-            hint="the tag was moved after the release; pull by digest: docker pull " + pick.reference,
+            f"registry {copy.name}: {reference} now points at "
+            f"{', '.join(digests) or 'an unknown digest'}, not the released {copy.digest}",
+            hint="the tag was moved after the release; pull by digest: docker pull "
+            f"{reference}@{copy.digest}",
         )
     echo(f"pulled {reference} as {image_id[:19]} in {time.monotonic() - started:.0f}s")
     return str(image_id)
+
+
+def _refused(message: str) -> bool:
+    low = message.lower()
+    return any(w in low for w in ("unauthorized", "denied", "authentication required", "401", "403"))

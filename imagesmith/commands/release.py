@@ -115,6 +115,15 @@ def pick(
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
     idx = picking.fetch_index(source, refresh=refresh, warn=_warn)
+    live = nvidia_smi is None and driver is None
+    if platform is None and region is None and (live or pull):
+        # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
+        found = picking.detect_platform()
+        if found is not None:
+            platform = found.platform
+            typer.echo(
+                f"note: platform {found.platform} detected ({found.signal}); --platform overrides", err=True
+            )
     plat = picking.platform_for(picking.load_platforms(), platform, region)
     chosen = picking.choose(
         idx,
@@ -122,7 +131,7 @@ def pick(
         picking.Constraints.parse(torch=torch, cuda=cuda, python=python),
         platform=plat,
         region=region,
-        machine=_platform.machine() if nvidia_smi is None and driver is None else "x86_64",
+        machine=_platform.machine() if live else "x86_64",
     )
     typer.echo(pick_json(chosen) if as_json else pick_text(chosen))
     if pull:

@@ -913,3 +913,181 @@ def test_pick_on_a_mig_host_warns(run_cli: Callable[..., Any], tmp_path: Path) -
     assert "2 MIG slice(s): 3g.40gb, 3g.40gb" in pick.host_warnings[0]
     whole = choose(make_index(), smi("smi_r610_h100x2.txt"), Constraints(), platform=GENERIC, today=NOV_30)
     assert not any("MIG" in w for w in whole.warnings)
+
+
+# -- issue 12, item 11: --pull tries every registry of the image, with its credentials; platform detection --
+
+
+class FakeEngine:
+    """What pull_image asks of a ContainerEngine: pull (fails for hosts in ``down``) and inspect."""
+
+    def __init__(self, digest: str, down: set[str] = frozenset(), moved: set[str] = frozenset()) -> None:
+        self.digest, self.down, self.moved = digest, set(down), set(moved)
+        self.pulls: list[tuple[str, Any]] = []
+
+    def pull(self, reference: str, *, credentials: Any = None, progress: Any = None) -> str:
+        from imagesmith.errors import EngineError
+
+        self.pulls.append((reference, credentials))
+        host = reference.split("/", 1)[0]
+        if host in self.down:
+            raise EngineError(f"pull of {reference} failed: dial tcp {host}:443: i/o timeout")
+        return "sha256:" + "e" * 64
+
+    def inspect(self, reference: str) -> dict[str, Any]:
+        repo = reference.rsplit(":", 1)[0]
+        host = reference.split("/", 1)[0]
+        digest = "sha256:" + "0" * 64 if host in self.moved else self.digest
+        return {"RepoDigests": [f"{repo}@{digest}"]}
+
+
+def _pick_generic() -> Any:
+    return choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+
+
+def test_pull_falls_back_to_the_images_other_registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagesmith.pick import pull_image
+
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    pick = _pick_generic()
+    assert [c.name for c in pick.alternatives] == ["ghcr", "acr-hangzhou"]
+    engine = FakeEngine(pick.image.digest, down={"docker.io", "ghcr.io"})
+    said: list[str] = []
+    image_id = pull_image(pick, echo=said.append, engine=engine)
+    assert image_id.startswith("sha256:e")
+    assert [r.split("/")[0] for r, _ in engine.pulls] == [
+        "docker.io",
+        "ghcr.io",
+        "registry.cn-hangzhou.aliyuncs.com",
+    ]
+    assert any(
+        line.startswith("pull from dockerhub (docker.io) failed: ")
+        and "trying ghcr (ghcr.io), same digest" in line
+        for line in said
+    )
+    assert said[-1].startswith(
+        "pulled registry.cn-hangzhou.aliyuncs.com/imagesmith/torch:2.11.0-cu130-py3.11"
+    )
+
+
+def test_pull_that_fails_everywhere_names_every_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagesmith.errors import RegistryError
+    from imagesmith.pick import pull_image
+
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    pick = _pick_generic()
+    engine = FakeEngine(
+        pick.image.digest, down={"docker.io", "ghcr.io"}, moved={"registry.cn-hangzhou.aliyuncs.com"}
+    )
+    with pytest.raises(RegistryError) as err:
+        pull_image(pick, echo=lambda _: None, engine=engine)
+    msg = err.value.message
+    assert msg.startswith("--pull: no registry holding 2.11.0-cu130-py3.11")
+    for part in (
+        "dockerhub (docker.io): ",
+        "ghcr (ghcr.io): ",
+        "acr-hangzhou (registry.cn-hangzhou.aliyuncs.com): ",
+    ):
+        assert part in msg
+    assert f"not the released {pick.image.digest}" in msg
+    assert err.value.hint is not None
+    assert "pull by digest" in err.value.hint
+
+
+def test_pull_passes_each_registrys_credential_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Environment credentials for one registry, an ECR token command for another (was: no credentials)."""
+    from imagesmith.credentials import clear_token_cache, credential_env_names
+    from imagesmith.pick import pull_image
+
+    ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com/imagesmith/torch"
+    regs = [("dockerhub", "dockerhub", "docker.io/imagesmith/torch"), ("ecr-use1", "ecr", ecr)]
+    pick = choose(make_index(registries=regs), host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+    user, password = credential_env_names("docker.io")
+    monkeypatch.setenv(user, "hubuser")
+    monkeypatch.setenv(password, "hubsecret")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    aws = tmp_path / "aws"
+    aws.write_text('#!/bin/sh\necho "$@" > ' + str(tmp_path / "aws.args") + "\necho ecr-token-123\n")
+    aws.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    clear_token_cache()
+    engine = FakeEngine(pick.image.digest, down={"docker.io"})
+    pull_image(pick, echo=lambda _: None, engine=engine)
+    (_, hub_creds), (ecr_ref, ecr_creds) = engine.pulls
+    assert (hub_creds.username, hub_creds.password) == ("hubuser", "hubsecret")
+    assert ecr_ref.startswith("123456789012.dkr.ecr.us-east-1.amazonaws.com/")
+    assert (ecr_creds.username, ecr_creds.password) == ("AWS", "ecr-token-123")
+    assert "ecr get-login-password --region us-east-1" in (tmp_path / "aws.args").read_text()
+    clear_token_cache()
+
+
+def test_cli_pull_exit_9_names_the_registries(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import imagesmith.engine
+    from imagesmith import pick as picking
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    digest = choose(make_index(), host("580.95.05", "h100"), Constraints(), platform=GENERIC).image.digest
+    engine = FakeEngine(digest, down={"docker.io", "ghcr.io", "registry.cn-hangzhou.aliyuncs.com"})
+    monkeypatch.setattr(imagesmith.engine, "Engine", lambda: engine)
+    monkeypatch.setattr(picking, "detect_platform", lambda: None)
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", "--pull")
+    assert res.exit_code == 9
+    assert "trying ghcr (ghcr.io), same digest" in res.stderr
+    assert "error: --pull: no registry holding 2.11.0-cu130-py3.11" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_detect_platform_from_documented_signals(tmp_path: Path) -> None:
+    from imagesmith.pick import detect_platform
+
+    assert detect_platform(root=tmp_path, env={}) is None
+    assert detect_platform(root=tmp_path, env={"RUNPOD_POD_ID": "abc"}).platform == "runpod"  # type: ignore[union-attr]
+    dmi = tmp_path / "sys" / "class" / "dmi" / "id"
+    dmi.mkdir(parents=True)
+    (dmi / "sys_vendor").write_text("Amazon EC2\n")
+    assert detect_platform(root=tmp_path, env={}).platform == "aws"  # type: ignore[union-attr]
+    (tmp_path / "root" / "autodl-tmp").mkdir(parents=True)
+    found = detect_platform(root=tmp_path, env={})
+    assert found is not None
+    assert (found.platform, found.signal) == ("autodl", "/root/autodl-tmp exists")
+    for name in ("autodl", "runpod", "vast", "aws", "gcp", "aliyun", "tencent", "huawei"):
+        assert name in load_platforms()
+
+
+def test_cli_pull_on_a_detected_autodl_host_starts_with_acr(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    import imagesmith.engine
+    from imagesmith import pick as picking
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    (tmp_path / "root" / "autodl-tmp").mkdir(parents=True)
+    monkeypatch.setattr(
+        picking, "detect_platform", functools.partial(picking.detect_platform, root=tmp_path, env={})
+    )
+    digest = choose(make_index(), host("580.95.05", "h100"), Constraints(), platform=GENERIC).image.digest
+    engine = FakeEngine(digest, down={"docker.io", "ghcr.io"})
+    monkeypatch.setattr(imagesmith.engine, "Engine", lambda: engine)
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", "--pull")
+    assert res.exit_code == 0, res.stderr
+    assert "note: platform autodl detected (/root/autodl-tmp exists); --platform overrides" in res.stderr
+    assert engine.pulls[0][0].startswith("registry.cn-hangzhou.aliyuncs.com/")
+    # not detected: Docker Hub first, and the output says which flag a China host needs
+    monkeypatch.setattr(picking, "detect_platform", lambda: None)
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100")
+    assert (
+        "pass --platform autodl (or aliyun, tencent, huawei) or --region cn to get acr-hangzhou" in res.stdout
+    )
+    assert (
+        "also in (same digest; --pull tries them in this order): ghcr (ghcr.io), acr-hangzhou" in res.stdout
+    )
