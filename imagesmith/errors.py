@@ -34,7 +34,8 @@ class MatrixError(ConfigError):
 
 
 class NothingToDoError(ImagesmithError):
-    """A selector (``--only``) matched no cell."""
+    """A selector matched nothing: ``--only`` no cell, or pick's ``--torch``/``--cuda``/``--python`` no image
+    of the release index."""
 
     exit_code = 3
 

@@ -28,13 +28,21 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from imagesmith.errors import ConfigError, NoImageFitsError, ParseError, RegistryError
+from imagesmith.errors import (
+    ConfigError,
+    EngineError,
+    ManifestUnknownError,
+    NoImageFitsError,
+    NothingToDoError,
+    ParseError,
+    RegistryError,
+)
 from imagesmith.index import (
     RegistryCopy,
     ReleasedImage,
@@ -46,6 +54,8 @@ from imagesmith.refs import split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 if TYPE_CHECKING:
+    from imagesmith.credentials import CredentialChain
+    from imagesmith.engine import ContainerEngine
     from imagesmith.nvsmi import SmiGpu
 
 if sys.version_info >= (3, 11):
@@ -60,6 +70,8 @@ ULIMITS: Final[tuple[str, ...]] = ("--ulimit", "memlock=-1", "--ulimit", "stack=
 DEFAULT_TTL_S: Final[int] = 3600
 
 Level = Literal["full", "minor"]
+#: how a level reads in text and JSON: compat's mode names ("minor-version", never "minor compatibility")
+MODE: Final[dict[str, str]] = {"full": "full", "minor": "minor-version"}
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -101,6 +113,51 @@ class Constraints:
             torch=torch.strip() if torch else None,
             cuda=cuda.strip() if cuda else None,
             python=python.strip() if python else None,
+        )
+
+    def given(self) -> list[tuple[str, str, str]]:
+        """(flag, value, the image field it filters) of every constraint given."""
+        return [
+            (flag, value, key)
+            for flag, value, key in (
+                ("--torch", self.torch, "torch"),
+                ("--cuda", self.cuda, "cuda"),
+                ("--python", self.python, "python"),
+            )
+            if value is not None
+        ]
+
+    def check_against(self, images: Sequence[ReleasedImage]) -> None:
+        """NothingToDoError when the flags match no image of the index at all, naming the flag that matches
+        nothing (or the combination) and listing what the index has; a host problem is :func:`choose`'s."""
+        given = self.given()
+        if not given or not images or any(self.rejects(img) is None for img in images):
+            return
+        names = {"torch": "torch", "cuda": "CUDA", "python": "Python"}
+        for flag, value, key in given:
+            have = sorted({getattr(img, key) for img in images}, key=_vkey)
+            if any(version_matches(v, value) for v in have):
+                continue
+            hint = f"use one of these, e.g. {flag} {have[-1]}, or drop {flag}"
+            if key == "cuda" and value.count(".") == 2:
+                hint = (
+                    f"the index records the wheel's CUDA as X.Y: --cuda {'.'.join(value.split('.')[:2])}"
+                    f" (or one of the versions above), or drop --cuda"
+                )
+            raise NothingToDoError(
+                f"{flag} {value} matches no image of the release index: its {names[key]} versions are "
+                + ", ".join(have),
+                hint=hint,
+            )
+        flags = " ".join(f"{flag} {value}" for flag, value, _ in given)
+        combos = sorted(
+            {(img.torch, img.cuda, img.python) for img in images},
+            key=lambda t: (_vkey(t[0]), _vkey(t[1]), _vkey(t[2])),
+        )
+        raise NothingToDoError(
+            f"{flags}: each matches some image, but no image matches them together; the index has "
+            + ", ".join(f"torch {t} with CUDA {c}, Python {p}" for t, c, p in combos),
+            hint="drop one of " + ", ".join(flag for flag, _, _ in given) + " or pick a combination above",
         )
 
     def rejects(self, image: ReleasedImage) -> str | None:
@@ -176,6 +233,49 @@ def load_platforms(path: Path | None = None) -> dict[str, Platform]:
     return out
 
 
+@dataclass(frozen=True, kw_only=True)
+class Detected:
+    platform: str
+    signal: str  # what was seen, for the user: "/root/autodl-tmp exists", "RUNPOD_POD_ID is set"
+
+
+def detect_platform(
+    *,
+    root: Path = Path("/"),
+    env: dict[str, str] | None = None,
+    path: Path | None = None,
+) -> Detected | None:
+    """The platform this machine runs on, from the documented signals of platforms.toml's ``[[detect]]``
+    rows (a path, an environment variable, the DMI vendor/product); None when nothing matches. *root*
+    prefixes every path read (tests)."""
+    package, name = PLATFORMS_RESOURCE
+    try:
+        text = (
+            path.read_text(encoding="utf-8")
+            if path is not None
+            else resources.files(package).joinpath(name).read_text(encoding="utf-8")
+        )
+        rows = tomllib.loads(text).get("detect", [])
+    except (OSError, tomllib.TOMLDecodeError):
+        return None  # load_platforms reports a broken file
+    environ = os.environ if env is None else env
+    for row in rows:
+        kind, value = row.get("kind"), str(row.get("value", ""))
+        if kind == "env" and environ.get(value):
+            return Detected(platform=row["platform"], signal=f"${value} is set")
+        if kind == "path" and (root / value.lstrip("/")).exists():
+            return Detected(platform=row["platform"], signal=f"{value} exists")
+        if kind == "dmi":
+            file = root / "sys/class/dmi/id" / str(row.get("file", "sys_vendor"))
+            try:
+                seen = file.read_text(encoding="utf-8", errors="replace").strip()
+            except OSError:
+                continue
+            if seen.startswith(value):
+                return Detected(platform=row["platform"], signal=f"/sys/class/dmi/id/{file.name} is {seen!r}")
+    return None
+
+
 def platform_for(platforms: dict[str, Platform], name: str | None, region: str | None) -> Platform:
     if name is not None:
         key = name.strip().lower()
@@ -186,6 +286,14 @@ def platform_for(platforms: dict[str, Platform], name: str | None, region: str |
             )
         return platforms[key]
     generic = platforms["generic"]
+    if region is not None and not _CLOUD_REGION.fullmatch(region.strip().lower()):
+        raise ConfigError(
+            f"--region {region!r} is not a cloud region imagesmith knows",
+            hint="give the region as the host's cloud names it: cn for mainland China, or "
+            + ", ".join(KNOWN_REGION_FORMS)
+            + "; or name the platform instead: --platform "
+            + "|".join(sorted(platforms)),
+        )
     if region is not None and _is_china(region):
         china = platforms["aliyun"]
         return Platform(
@@ -198,6 +306,22 @@ def platform_for(platforms: dict[str, Platform], name: str | None, region: str |
             verified=china.verified,
         )
     return generic
+
+
+#: the region names of the clouds platforms.toml covers, by shape: Aliyun (cn-hangzhou, ap-southeast-1),
+#: Tencent (ap-shanghai, na-siliconvalley, eu-frankfurt), Huawei (cn-north-4, la-south-2), AWS (us-east-1,
+#: cn-northwest-1), GCP (us-central1, europe-west4, asia-east1); and "cn" alone
+_CLOUD_REGION = re.compile(
+    r"cn|(?:cn|us|eu|ap|sa|me|af|ca|il|mx|na|la)-[a-z]+(?:-[a-z]+)?(?:-\d+)?"
+    r"|(?:africa|asia|australia|europe|me|northamerica|southamerica|us)-[a-z]+\d+"
+)
+KNOWN_REGION_FORMS: Final[tuple[str, ...]] = (
+    "cn-hangzhou (Aliyun)",
+    "ap-shanghai (Tencent)",
+    "cn-north-4 (Huawei)",
+    "us-east-1 (AWS)",
+    "europe-west4 (GCP)",
+)
 
 
 def _is_china(region: str) -> bool:
@@ -218,10 +342,11 @@ def registry_region(host: str) -> str | None:
     return m.group(1) if m else None
 
 
-def choose_registry(
+def rank_registries(
     copies: Sequence[RegistryCopy], platform: Platform, region: str | None
-) -> tuple[RegistryCopy, str, list[str]]:
-    """Best registry copy for *platform*/*region*: (copy, why, warnings)."""
+) -> list[RegistryCopy]:
+    """*copies* best first for *platform*/*region* (preferred kinds in order, same region first among
+    equals, avoided kinds last, then the index's order)."""
 
     def score(c: RegistryCopy) -> tuple[int, int, int]:
         same_region = 0 if region and registry_region(c.host) == region.lower() else 1
@@ -233,7 +358,14 @@ def choose_registry(
             rank = 100
         return (rank, same_region, copies.index(c))
 
-    best = min(copies, key=score)
+    return sorted(copies, key=score)
+
+
+def choose_registry(
+    copies: Sequence[RegistryCopy], platform: Platform, region: str | None
+) -> tuple[RegistryCopy, str, list[str]]:
+    """Best registry copy for *platform*/*region*: (copy, why, warnings)."""
+    best = rank_registries(copies, platform, region)[0]
     warnings: list[str] = []
     if best.kind in platform.avoid:
         warnings.append(
@@ -284,6 +416,13 @@ class Pick:
     runner_up: tuple[ReleasedImage, ...] = field(default=())
     #: the part of ``warnings`` about the host itself (end-of-life driver branch, a GPU's last branch)
     host_warnings: tuple[str, ...] = ()
+    #: the image's other registries (same digest), best first: what --pull tries when ``registry`` fails
+    alternatives: tuple[RegistryCopy, ...] = ()
+
+    @property
+    def mode(self) -> str:
+        """The level as compat names it: ``full`` or ``minor-version``."""
+        return MODE[self.level]
 
     @property
     def reference(self) -> str:
@@ -302,8 +441,12 @@ class Pick:
             "tag": img.tag,
             "reference": self.reference,
             "registry": {"name": self.registry.name, "kind": self.registry.kind, "why": self.registry_why},
+            "other_registries": [
+                {"name": c.name, "kind": c.kind, "reference": f"{c.reference}@{c.digest}"}
+                for c in self.alternatives
+            ],
             "digest": img.digest,
-            "compatibility": self.level,
+            "compatibility": self.mode,
             "torch": img.torch,
             "torchvision": img.torchvision,
             "cuda": img.cuda,
@@ -367,6 +510,7 @@ def choose(
     host_warns = host_warnings(host, today=on)
     if not index.images:
         raise NoImageFitsError("the release index lists no image", hint="run imagesmith release first")
+    constraints.check_against(index.images)
     arch = {"x86_64": "linux/amd64", "amd64": "linux/amd64", "aarch64": "linux/arm64", "arm64": "linux/arm64"}
     want_platform = arch.get(machine, f"linux/{machine}")
     fits: list[tuple[ReleasedImage, Assessment]] = []
@@ -415,9 +559,22 @@ def choose(
         )
     for img, v in fits[1:]:
         rejected.append(
-            Rejected(tag=img.tag, reason=f"ranked lower ({v.level} compatibility, torch {img.torch})")
+            Rejected(
+                tag=img.tag,
+                reason=f"ranked lower ({MODE[v.level or 'minor']} compatibility, torch {img.torch})",
+            )
         )
     copy, why, reg_warnings = choose_registry(best.registries, platform, region)
+    if platform.name == "generic" and region is None:
+        in_china = [c.name for c in best.registries if c.kind in ("acr", "tcr", "swr")]
+        if in_china and copy.kind not in ("acr", "tcr", "swr"):
+            reg_warnings.append(
+                f"no --platform or --region given and none detected: {copy.name} ({copy.host}) comes first; "
+                f"on a mainland-China host (AutoDL, Aliyun, Tencent, Huawei) Docker Hub and GHCR are "
+                f"unreachable: pass --platform autodl (or aliyun, tencent, huawei) or --region cn to get "
+                f"{', '.join(in_china)}"
+            )
+    others = [c for c in rank_registries(best.registries, platform, region) if c != copy]
     return Pick(
         image=best,
         level=verdict.level,
@@ -428,6 +585,7 @@ def choose(
         rejected=tuple(rejected),
         runner_up=tuple(img for img, _ in fits[1:]),
         host_warnings=host_warns,
+        alternatives=tuple(c for c in others if c.digest == copy.digest),
     )
 
 
@@ -442,13 +600,14 @@ def _nothing_fits(
     if needs:
         lowest = min(needs, key=_vkey)
         fixes.append(f"a driver >= {lowest} would run at least one of them")
-    if any((constraints.torch, constraints.cuda, constraints.python)):
-        fixes.append("or relax --torch/--cuda/--python")
+    given = [flag for flag, _, _ in constraints.given()]
+    if given:
+        fixes.append(f"drop or change {'/'.join(given)}: the images they exclude may run here")
     if not fixes:
         fixes.append(
             "no image of this index targets these GPUs: build a matrix for them, or try another --index"
         )
-    return "\n".join(lines), "; ".join(fixes)
+    return "\n".join(lines), "; or ".join(fixes)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -479,14 +638,33 @@ def _compat_gpu(g: SmiGpu) -> Any:
         )
 
 
+def mig_warnings(gpus: Sequence[SmiGpu]) -> tuple[str, ...]:
+    """One warning when nvidia-smi shows MIG on (``MIG M.: Enabled``, or MIG devices under a GPU in ``-L``):
+    the verdicts hold per slice, but validation's test_mig fails on such a host (the same reasons)."""
+    enabled = [g for g in gpus if (g.mig_mode or "").lower() == "enabled" or g.mig_devices]
+    if not enabled:
+        return ()
+    slices = [f"{p}" for g in enabled for p in g.mig_devices]
+    where = ", ".join(f"{g.index} ({g.name})" for g in enabled)
+    return (
+        f"MIG is enabled on GPU {where}"
+        + (f", {len(slices)} MIG slice(s): {', '.join(slices[:6])}" if slices else "")
+        + ": a process sees one slice, with a fraction of the GPU's memory and compute, and slices have no "
+        "NVLink/P2P, so multi-GPU (NCCL) training and jobs sized for the whole GPU fail or crawl — "
+        "`imagesmith validate` fails test_mig on this host; fix: ask for whole GPUs, or have the host admin "
+        "disable MIG (nvidia-smi -i N -mig 0, then a GPU reset)",
+    )
+
+
 def host_warnings(host: Host, *, today: datetime.date | None = None) -> tuple[str, ...]:
-    """compat's warnings about the host itself: its driver branch past end of life on *today*, and each
-    distinct GPU model whose last driver branch caps its CUDA. GPUs compat cannot model are skipped here
-    (assess says so).
+    """Warnings about the host itself: MIG enabled (:func:`mig_warnings`), and compat's: its driver branch
+    past end of life on *today*, and each distinct GPU model whose last driver branch caps its CUDA. GPUs
+    compat cannot model are skipped here (assess says so).
     """
     from imagesmith import compat
 
-    out = list(compat.driver_warnings(host.driver, today=today))
+    out = list(mig_warnings(host.gpus))
+    out += compat.driver_warnings(host.driver, today=today)
     for hg in host.gpus:
         try:
             out += compat.gpu_warnings(_compat_gpu(hg))
@@ -546,21 +724,28 @@ def host_from_flags(driver: str, gpus: Sequence[str]) -> Host:
     return Host(driver=str(drv), gpus=tuple(found), source="--driver/--gpu")
 
 
-def host_from_text(text: str, *, source: str) -> Host:
-    """Any nvidia-smi output imagesmith.nvsmi reads (default table incl. the R610 header; --query-gpu csv)."""
-    from imagesmith import nvsmi
+def host_from_text(text: str, *, source: str, driver: str | None = None) -> Host:
+    """Any nvidia-smi output imagesmith.nvsmi reads (default table incl. the R610 header; --query-gpu csv;
+    ``-L``, which shows no driver: then *driver*, the ``--driver`` flag, gives it)."""
+    from imagesmith import compat, nvsmi
 
     report = nvsmi.parse(text, source)
-    if report.driver is None:
+    flag = compat.parse_driver(driver) if driver is not None else None
+    if report.driver is None and flag is None:
         raise ParseError(
             f"{source}: this nvidia-smi output does not show the driver version ({report.format} format)",
-            hint="save the plain `nvidia-smi` output or `nvidia-smi --query-gpu=index,name,memory.total,"
-            "compute_cap,driver_version --format=csv`, or pass --driver",
+            hint="add --driver (e.g. --driver 580.95.05), or save the plain `nvidia-smi` output or "
+            "`nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv`",
+        )
+    if report.driver is not None and flag is not None and flag != report.driver:
+        raise ConfigError(
+            f"--driver {driver} contradicts {source}, which shows driver {report.driver}",
+            hint="drop --driver: the driver is read from the nvidia-smi output",
         )
     if not report.gpus:
         raise ParseError(f"{source}: nvidia-smi lists no GPU", hint="check the driver and the GPU (dmesg)")
     return Host(
-        driver=str(report.driver),
+        driver=str(report.driver if report.driver is not None else flag),
         gpus=report.gpus,
         source=source,
         cuda_umd=report.cuda_version,
@@ -571,29 +756,45 @@ def host_from_text(text: str, *, source: str) -> Host:
 # host input (thin I/O)
 
 
+def read_smi_text(path: str | Path) -> tuple[str, str]:
+    """(text, source) of ``--nvidia-smi PATH``; ``-`` reads standard input."""
+    if str(path) == "-":
+        return sys.stdin.read(), "<stdin>"
+    file = Path(path)
+    try:
+        return file.read_text(encoding="utf-8", errors="replace"), str(file)
+    except OSError as exc:
+        raise ConfigError(
+            f"--nvidia-smi {path}: cannot read it ({exc.strerror or exc.__class__.__name__})",
+            hint="give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin",
+        ) from None
+
+
 def read_host(
     *,
-    nvidia_smi_file: Path | None = None,
+    nvidia_smi_file: str | Path | None = None,
     driver: str | None = None,
     gpus: Sequence[str] = (),
     run: bool = True,
 ) -> Host:
-    """The host from ``--driver/--gpu``, a saved nvidia-smi output, or by running nvidia-smi."""
+    """The host from ``--driver/--gpu``, a saved nvidia-smi output (``-`` = stdin; with ``--driver`` for
+    ``nvidia-smi -L``), or by running nvidia-smi."""
+    if nvidia_smi_file is not None:
+        if gpus:
+            raise ConfigError(
+                "--gpu and --nvidia-smi both name the GPU",
+                hint="drop --gpu: the GPUs are read from the nvidia-smi output",
+            )
+        text, source = read_smi_text(nvidia_smi_file)
+        return host_from_text(text, source=source, driver=driver)
     if driver is not None or gpus:
         if driver is None or not gpus:
             raise ConfigError(
                 "--driver and --gpu go together",
-                hint="e.g. --driver 535.104.05 --gpu 'NVIDIA A100-SXM4-80GB' (or --nvidia-smi FILE)",
+                hint="e.g. --driver 535.104.05 --gpu 'NVIDIA A100-SXM4-80GB' (or --nvidia-smi FILE, "
+                "with --driver when FILE is `nvidia-smi -L` output)",
             )
         return host_from_flags(driver, gpus)
-    if nvidia_smi_file is not None:
-        try:
-            text = nvidia_smi_file.read_text(encoding="utf-8", errors="replace")
-        except OSError as exc:
-            raise ConfigError(
-                f"--nvidia-smi {nvidia_smi_file}: cannot read ({exc.strerror})", hint="check the path"
-            ) from None
-        return host_from_text(text, source=str(nvidia_smi_file))
     if not run:
         raise ConfigError("no host given", hint="pass --nvidia-smi FILE or --driver/--gpu")
     query = ["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,driver_version", "--format=csv"]
@@ -627,10 +828,19 @@ def _cache_path(source: str) -> Path:
     return cache_dir() / "index" / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".json")
 
 
-def fetch_index(source: str, *, refresh: bool = False, ttl_s: int = DEFAULT_TTL_S) -> ReleaseIndex:
+def fetch_index(
+    source: str,
+    *,
+    refresh: bool = False,
+    ttl_s: int = DEFAULT_TTL_S,
+    warn: Callable[[str], None] | None = None,
+) -> ReleaseIndex:
     """Load the release index from a file, an ``http(s)://`` URL or ``oci://host/repo[:tag]`` (the
     artifact ``imagesmith release`` publishes). Remote sources are cached for *ttl_s* seconds under
-    ~/.cache/imagesmith; a stale cache is used only when the source is unreachable.
+    ~/.cache/imagesmith. When the source cannot be reached, an older cached copy is used **with a warning**
+    (*warn*, default: a ``warning:`` line on stderr) — never with *refresh* (the user asked for the source's
+    current index), and never when the source answers that the index is not there (HTTP 404/410,
+    MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one.
     """
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         from imagesmith.index import load_index
@@ -639,12 +849,41 @@ def fetch_index(source: str, *, refresh: bool = False, ttl_s: int = DEFAULT_TTL_
     cached = _cache_path(source)
     if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
         return parse_index(cached.read_bytes(), source=f"{source} (cached {cached})")
+    gone: ConfigError | RegistryError | None = None
     try:
-        body = _download_http(source) if source.startswith(("http://", "https://")) else _download_oci(source)
-    except (RegistryError, ConfigError):
-        if cached.is_file():
-            return parse_index(cached.read_bytes(), source=f"{source} (stale cache {cached})")
-        raise
+        if source.startswith(("http://", "https://")):
+            status, body = _download_http(source)
+            if status in (404, 410):
+                gone = ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+            elif status != 200:
+                raise ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+        else:
+            body = _download_oci(source)
+    except ManifestUnknownError as exc:
+        gone = exc
+    except (RegistryError, ConfigError) as exc:
+        if not cached.is_file():
+            raise
+        when = _cache_age(cached)
+        if refresh:
+            raise type(exc)(
+                exc.message + f" (--refresh: the cached copy from {when} is not used)",
+                hint=(exc.hint + "; or " if exc.hint else "")
+                + "drop --refresh to use the cached copy until the source is back",
+            ) from None
+        (warn or _stderr_warning)(
+            f"--index {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
+            "it may miss images released since (pass --refresh to fail instead)"
+        )
+        return parse_index(cached.read_bytes(), source=f"{source} (stale cache {cached})")
+    if gone is not None:
+        if not cached.is_file():
+            raise gone
+        raise type(gone)(
+            gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
+            "is not there)",
+            hint=f"check --index {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
+        )
     index = parse_index(body, source=source)
     cached.parent.mkdir(parents=True, exist_ok=True)
     tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
@@ -653,7 +892,19 @@ def fetch_index(source: str, *, refresh: bool = False, ttl_s: int = DEFAULT_TTL_
     return index
 
 
-def _download_http(url: str) -> bytes:
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _cache_age(path: Path) -> str:
+    mtime = path.stat().st_mtime
+    stamp = datetime.datetime.fromtimestamp(mtime, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    hours = max(0.0, time.time() - mtime) / 3600
+    age = f"{hours:.0f} h" if hours < 48 else f"{hours / 24:.0f} days"
+    return f"{stamp}, {age} old"
+
+
+def _download_http(url: str) -> tuple[int, bytes]:
     import requests
 
     try:
@@ -663,9 +914,7 @@ def _download_http(url: str) -> bytes:
             f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",
         ) from None
-    if resp.status_code != 200:
-        raise ConfigError(f"--index {url}: HTTP {resp.status_code}", hint="check the URL")
-    return resp.content
+    return resp.status_code, resp.content
 
 
 def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
@@ -687,31 +936,102 @@ def _download_oci(source: str) -> bytes:
     from imagesmith.registry import RegistryClient
 
     host, repo, tag, insecure = parse_oci_source(source)
-    client = RegistryClient(host, insecure=insecure)
-    return read_index_artifact(client, repo, tag)
+    # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
+    client = RegistryClient(host, insecure=insecure, attempts=2, backoff=0.2, timeout=20.0)
+    try:
+        return read_index_artifact(client, repo, tag)
+    except ManifestUnknownError:
+        raise
+    except RegistryError as exc:
+        if exc.hint:
+            raise
+        raise RegistryError(
+            f"--index {source}: {exc.message}",
+            hint=f"check that {host} is up and reachable from this host (network, proxy, firewall"
+            + ("" if insecure else "; a plain-HTTP registry needs oci+http://")
+            + "), or pass the index as a file or http(s) URL",
+        ) from None
 
 
 # ------------------------------------------------------------------------------------------------------------
 # --pull (through imagesmith.engine, the only module that talks to a Docker engine)
 
 
-def pull_image(pick: Pick, *, echo: Any) -> str:
-    """Pull the picked tag and check that the engine now holds exactly the released digest."""
-    from imagesmith.engine import Engine
+def pull_image(
+    pick: Pick,
+    *,
+    echo: Callable[[str], None],
+    engine: ContainerEngine | None = None,
+    chain_for: Callable[[RegistryCopy], CredentialChain] | None = None,
+) -> str:
+    """Pull the picked image and check that the engine now holds exactly the released digest.
 
-    reference = pick.registry.reference
-    engine = Engine()
-    echo(f"pulling {reference} ({pick.image.digest[:19]}…)")
+    Each registry of the image (same digest) is tried in turn, the picked one first, with its credential
+    chain (environment, docker config, the kind's token command: ECR, ACR); a registry that cannot be pulled
+    from, or serves another digest under the tag, is named and the next one tried. RegistryError when none
+    works (each one's reason in the message).
+    """
+    from imagesmith.credentials import credential_chain
+    from imagesmith.errors import ImagesmithError
+
+    if engine is None:
+        from imagesmith.engine import Engine
+
+        engine = Engine()
+    chains = chain_for or (lambda c: credential_chain(c.host, c.kind, name=c.name))
+    copies = [pick.registry, *pick.alternatives]
+    failures: list[tuple[RegistryCopy, ImagesmithError]] = []
+    for n, copy in enumerate(copies):
+        try:
+            return _pull_one(copy, engine, chains(copy), echo)
+        except (RegistryError, EngineError, ConfigError) as exc:
+            failures.append((copy, exc))
+            rest = copies[n + 1 :]
+            echo(
+                f"pull from {copy.name} ({copy.host}) failed: {exc.message}"
+                + (
+                    f"; trying {rest[0].name} ({rest[0].host}), same digest"
+                    if rest
+                    else " — no other registry holds this image"
+                )
+            )
+    if len(failures) == 1:
+        only = failures[0][1]
+        raise RegistryError(only.message, hint=only.hint or "check the registry and the network") from None
+    raise RegistryError(
+        f"--pull: no registry holding {pick.image.tag} ({pick.image.digest[:19]}…) could be pulled from: "
+        + "; ".join(f"{c.name} ({c.host}): {e.message}" for c, e in failures),
+        hint="; ".join(dict.fromkeys(f"{c.name}: {e.hint}" for c, e in failures if e.hint))
+        or "check the network and the registries' credentials",
+    )
+
+
+def _pull_one(copy: RegistryCopy, engine: ContainerEngine, chain: CredentialChain, echo: Any) -> str:
+    reference = copy.reference
+    creds = chain.resolve()
+    echo(f"pulling {reference} ({copy.digest[:19]}…)" + (f" as {creds.username}" if creds else ""))
     started = time.monotonic()
-    image_id = engine.pull(reference)
+    try:
+        image_id = engine.pull(reference, credentials=creds)
+    except EngineError as exc:
+        fresh = chain.refresh(creds) if creds is not None and _refused(exc.message) else None
+        if fresh is None:
+            raise
+        image_id = engine.pull(reference, credentials=fresh)  # an expired token (ECR 12 h, ACR 3 h)
     info = engine.inspect(reference) or {}
     repo = reference.rsplit(":", 1)[0]
     digests = [d for d in info.get("RepoDigests", []) if isinstance(d, str)]
-    if f"{repo}@{pick.registry.digest}" not in digests:
+    if f"{repo}@{copy.digest}" not in digests:
         raise RegistryError(
-            f"registry {pick.registry.name}: {reference} now points at "
-            f"{', '.join(digests) or 'an unknown digest'}, not the released {pick.registry.digest}",
-            hint="the tag was moved after the release; pull by digest: docker pull " + pick.reference,
+            f"registry {copy.name}: {reference} now points at "
+            f"{', '.join(digests) or 'an unknown digest'}, not the released {copy.digest}",
+            hint="the tag was moved after the release; pull by digest: docker pull "
+            f"{reference}@{copy.digest}",
         )
     echo(f"pulled {reference} as {image_id[:19]} in {time.monotonic() - started:.0f}s")
     return str(image_id)
+
+
+def _refused(message: str) -> bool:
+    low = message.lower()
+    return any(w in low for w in ("unauthorized", "denied", "authentication required", "401", "403"))

@@ -17,8 +17,10 @@ from imagesmith.errors import ConfigError
 EPILOG = (
     "Exit status: 0 = compatible (mode full or minor-version; for --nvidia-smi: every GPU model in the "
     "file; warnings such as an end-of-life driver branch do not change it), "
-    "1 = not compatible (mode none), 2 = bad input (unknown torch/GPU/CUDA, junk driver, conflicting flags), "
-    "7 = the --nvidia-smi file is not nvidia-smi output. "
+    "1 = not compatible (mode none; also a torch release never published for a known CUDA), "
+    "2 = bad input (unknown torch/GPU/CUDA such as --cuda 99.9 or 12.4.9, junk driver, conflicting or "
+    "missing flags, an --nvidia-smi FILE that cannot be read), "
+    "7 = the --nvidia-smi file is not nvidia-smi output (or shows nvidia-smi failing). "
     "Examples: imagesmith compat --driver 535.104.05 --gpu a100 --torch 2.1.2 --cuda 12.1 ; "
     "nvidia-smi > smi.txt && imagesmith compat --nvidia-smi smi.txt --torch 2.11.0 --cuda cu130 --json"
 )
@@ -66,13 +68,16 @@ def _read(path: str) -> tuple[str, str]:
         raise ConfigError(
             f"--nvidia-smi {path}: no such file", hint="save the output first: nvidia-smi > smi.txt"
         ) from None
-    except (IsADirectoryError, PermissionError) as exc:
-        raise ConfigError(f"--nvidia-smi {path}: cannot read it ({exc.strerror})") from None
+    except OSError as exc:
+        raise ConfigError(
+            f"--nvidia-smi {path}: cannot read it ({exc.strerror or exc.__class__.__name__})",
+            hint="give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin",
+        ) from None
 
 
 def _targets(
     driver: str | None, gpus: list[str], smi_file: str | None
-) -> tuple[compat.DriverVersion, list[tuple[compat.Gpu, list[int]]], str | None]:
+) -> tuple[compat.DriverVersion, list[tuple[compat.Gpu, list[int]]], str | None, tuple[str, ...]]:
     """(driver, [(gpu model, nvidia-smi indices)], source) from the flags; one entry per GPU model."""
     if smi_file is None:
         missing = [flag for flag, value in (("--driver", driver), ("--gpu", gpus)) if not value]
@@ -86,7 +91,7 @@ def _targets(
         for name in gpus:  # every --gpu is judged (a host with two models gets two verdicts)
             model = compat.gpu(name)
             chosen.setdefault(model.key, model)
-        return drv, [(model, []) for model in chosen.values()], None
+        return drv, [(model, []) for model in chosen.values()], None, ()
     if gpus:
         raise ConfigError(
             "--gpu and --nvidia-smi both name the GPU",
@@ -122,7 +127,20 @@ def _targets(
                 )
             raise ConfigError(f"{source}: GPU {smi_gpu.index}: {exc.message}", hint=hint) from None
         models.setdefault(model.key, (model, []))[1].append(smi_gpu.index)
-    return drv, list(models.values()), source
+    from imagesmith.pick import mig_warnings
+
+    return drv, list(models.values()), source, mig_warnings(report.gpus)
+
+
+def _known_cuda(flag: str, given: str, cuda: str) -> None:
+    """A CUDA imagesmith has no toolkit row for (99.9, cu999) or an update that never was (12.4.9) is bad
+    input (exit 2), not a "not compatible" verdict."""
+    try:
+        compat.cuda_release(cuda)
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{flag} {given}: {exc.message}", hint=exc.hint or "give a CUDA X.Y, e.g. 12.1"
+        ) from None
 
 
 def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[str, str, str]:
@@ -133,6 +151,9 @@ def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[str, str, str]:
             f"--torch {torch}: {local!r} is not a CUDA variant",
             hint="imagesmith covers CUDA wheels: write 2.1.2+cu121 or 2.1.2 with --cuda 12.1",
         )
+    for flag, value in (("--cuda", cuda), ("--torch", local or None)):
+        if value is not None:
+            _known_cuda(flag, torch if flag == "--torch" else value, value)
     if cuda is not None:
         if local and compat.normalize_cuda(local) != compat.normalize_cuda(cuda):
             raise ConfigError(
@@ -209,17 +230,18 @@ def compat_command(
     weakest model and adds "verdicts" (one object per model).
     """
     torch, cuda, cuda_origin = _torch_and_cuda(torch, cuda)
-    drv, targets, source = _targets(driver, gpu or [], nvidia_smi)
+    drv, targets, source, host_warnings = _targets(driver, gpu or [], nvidia_smi)
     today = compat.today()
     results = [(compat.verdict(drv, g, torch, cuda, today=today), g, indices) for g, indices in targets]
     all_ok = all(v.compatible for v, _, _ in results)
-    warnings = list(dict.fromkeys(w for v, _, _ in results for w in v.warnings))
+    warnings = list(dict.fromkeys([*host_warnings, *(w for v, _, _ in results for w in v.warnings)]))
 
     if as_json:
         objs = []
         for v, g, indices in results:
             obj = _verdict_json(v, g)
             obj["cuda_from"] = "pypi-default" if cuda_origin else "flag"
+            obj["warnings"] = [*host_warnings, *obj["warnings"]]  # MIG: about the host, whatever the wheel
             if source is not None:
                 obj["gpu_indices"] = indices
             objs.append(obj)

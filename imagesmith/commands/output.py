@@ -20,11 +20,16 @@ def pick_text(pick: Pick, *, verbose: bool = True) -> str:
     lines = [
         f"host: driver {pick.host.driver}, {len(pick.host.gpus)} GPU(s): {gpus}  [{pick.host.source}]",
         f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "
-        f"Python {img.python}  ({pick.level} compatibility)",
+        f"Python {img.python}  ({pick.mode} compatibility)",
         f"  digest {img.digest}; validated on "
         + "; ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]})" for v in img.validated_on),
         f"  registry: {pick.registry_why}",
     ]
+    if pick.alternatives:
+        lines.append(
+            "  also in (same digest; --pull tries them in this order): "
+            + ", ".join(f"{c.name} ({c.host})" for c in pick.alternatives)
+        )
     lines += [f"warning: {w}" for w in pick.warnings]
     if verbose and pick.rejected:
         lines.append("not picked:")

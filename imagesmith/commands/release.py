@@ -51,9 +51,33 @@ INDEX_EPILOG = epilog(
 )
 
 
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
+PICK_EPILOG = epilog(
+    [
+        "imagesmith pick --index docs/examples/release-index.json --driver 535.104.05 --gpu a100",
+        "nvidia-smi | imagesmith pick --nvidia-smi - --platform autodl --pull",
+    ],
+    [
+        "0 = picked (warnings such as an end-of-life driver or a stale cached index do not change it)",
+        "2 = bad input (flags, unknown GPU/platform/region, an --nvidia-smi FILE that cannot be read, an "
+        "index file or http(s) URL that cannot be read or is not a release index)",
+        "3 = --torch/--cuda/--python match no image of the index",
+        "5 = --pull: no Docker engine",
+        "7 = the nvidia-smi output is unusable (not nvidia-smi output, nvidia-smi failed, -L output without "
+        "--driver)",
+        "9 = a registry failed: the oci:// index cannot be read, or --pull failed from every registry "
+        "holding the image or got another digest",
+        "10 = no image of the index runs on this host (the error names the driver that would)",
+    ],
+)
+
+
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
-    app.command("pick")(pick)
+    app.command("pick", epilog=PICK_EPILOG)(pick)
     app.command("release", epilog=RELEASE_EPILOG)(release)
     app.command("candidates", epilog=CANDIDATES_EPILOG)(candidates)
     app.command("index", epilog=INDEX_EPILOG)(index_show)
@@ -70,10 +94,19 @@ def pick(
         ),
     ] = None,
     nvidia_smi: Annotated[
-        Path | None, typer.Option("--nvidia-smi", help="read the host from a saved nvidia-smi output")
+        str | None,
+        typer.Option(
+            "--nvidia-smi",
+            metavar="FILE",
+            help="read the host from a saved output of `nvidia-smi`, `nvidia-smi --query-gpu=... "
+            "--format=csv` or `nvidia-smi -L` (add --driver: -L shows none); '-' = stdin",
+        ),
     ] = None,
     driver: Annotated[
-        str | None, typer.Option("--driver", help="offline: the host's driver, e.g. 535.104.05")
+        str | None,
+        typer.Option(
+            "--driver", help="offline: the host's driver, e.g. 535.104.05 (with --gpu, or with an -L file)"
+        ),
     ] = None,
     gpu: Annotated[
         list[str] | None, typer.Option("--gpu", help="offline: a GPU name or key (repeat for several GPUs)")
@@ -86,18 +119,30 @@ def pick(
         typer.Option(
             "--platform",
             help="where the host runs: autodl, aliyun, tencent, huawei, runpod, vast, lambda, "
-            "aws, gcp (chooses the registry)",
+            "aws, gcp, generic (imagesmith/data/platforms.toml; chooses the registry)",
         ),
     ] = None,
     region: Annotated[
         str | None,
-        typer.Option("--region", help="cloud region, e.g. cn-hangzhou or us-east-1 (chooses the registry)"),
+        typer.Option(
+            "--region",
+            help="the host's cloud region, e.g. cn-hangzhou, ap-shanghai, cn-north-4, us-east-1, "
+            "europe-west4, or cn (chooses the registry; cn* and mainland ap-* cities: the mainland-China "
+            "order); an unknown one is refused",
+        ),
     ] = None,
     pull: Annotated[
         bool, typer.Option("--pull", help="docker pull the picked image (with progress)")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the pick as JSON")] = False,
-    refresh: Annotated[bool, typer.Option("--refresh", help="ignore the cached index")] = False,
+    refresh: Annotated[
+        bool,
+        typer.Option(
+            "--refresh",
+            help="ignore the cached index and fail when the source cannot be reached (without it, an "
+            "unreachable source falls back to the cached copy, with a warning on stderr)",
+        ),
+    ] = False,
 ) -> None:
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
@@ -109,7 +154,16 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = picking.fetch_index(source, refresh=refresh)
+    idx = picking.fetch_index(source, refresh=refresh, warn=_warn)
+    live = nvidia_smi is None and driver is None
+    if platform is None and region is None and (live or pull):
+        # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
+        found = picking.detect_platform()
+        if found is not None:
+            platform = found.platform
+            typer.echo(
+                f"note: platform {found.platform} detected ({found.signal}); --platform overrides", err=True
+            )
     plat = picking.platform_for(picking.load_platforms(), platform, region)
     chosen = picking.choose(
         idx,
@@ -117,7 +171,7 @@ def pick(
         picking.Constraints.parse(torch=torch, cuda=cuda, python=python),
         platform=plat,
         region=region,
-        machine=_platform.machine() if nvidia_smi is None and driver is None else "x86_64",
+        machine=_platform.machine() if live else "x86_64",
     )
     typer.echo(pick_json(chosen) if as_json else pick_text(chosen))
     if pull:
@@ -219,7 +273,7 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = picking.fetch_index(src, refresh=refresh)
+    idx = picking.fetch_index(src, refresh=refresh, warn=_warn)
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return

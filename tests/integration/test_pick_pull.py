@@ -50,3 +50,51 @@ def test_pick_pull_checks_the_digest(tmp_path: Path, run_cli: Callable[..., Any]
         assert other != digest
     finally:
         engine.remove(ref, force=True)
+
+
+def test_pick_pull_falls_back_to_a_reachable_registry(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    """issue 12, item 11: the index's first-choice registry is down; --pull names it and pulls the same digest
+    from the next registry that holds the image."""
+    import json
+
+    regs = local_registries()
+    repo = f"imagesmith-test/pick-{uuid.uuid4().hex[:10]}"
+    digest = push_image(regs.plain_client(), repo, "a-candidate", f"fall back {repo}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index = tmp_path / "index.json"
+    release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"]),
+        index_file=index,
+        client_for=clients_for(regs),
+    ).raise_for_refusals()
+    doc = json.loads(index.read_text())
+    dead = {"name": "dead-hub", "kind": "dockerhub", "reference": f"127.0.0.1:9/{repo}:a", "digest": digest}
+    doc["images"][0]["registries"].insert(0, dead)  # Docker Hub kind: the generic platform's first choice
+    index.write_text(json.dumps(doc))
+    ref = f"{regs.plain}/{repo}:a"
+    engine = Engine()
+    try:
+        res = run_cli(
+            "pick",
+            "--index",
+            str(index),
+            "--driver",
+            "580.95.05",
+            "--gpu",
+            "h200",
+            "--platform",
+            "generic",
+            "--pull",
+        )
+        assert res.exit_code == 0, res.stderr
+        assert f"pulling 127.0.0.1:9/{repo}:a" in res.stderr
+        assert "pull from dead-hub (127.0.0.1:9) failed: " in res.stderr
+        assert f"trying plain ({regs.plain}), same digest" in res.stderr
+        assert f"pulled {ref}" in res.stderr
+        info = engine.inspect(ref)
+        assert info is not None
+        assert f"{regs.plain}/{repo}@{digest}" in info["RepoDigests"]
+    finally:
+        engine.remove(ref, force=True)

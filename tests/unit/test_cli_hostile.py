@@ -128,6 +128,10 @@ ROWS: list[tuple[str, list[str]]] = [
     ("index-bad-scheme", ["index", "gopher://x/y"]),
     # schema
     ("schema-out-is-file", ["schema", "--out", BINF]),
+    ("refresh-bad-releases", ["refresh-compat", "--releases", "x.y-", "--offline", "{tmp}"]),
+    ("refresh-offline-missing", ["refresh-compat", "--offline", "{tmp}/none", "--no-arch"]),
+    ("refresh-offline-is-file", ["refresh-compat", "--offline", BINF, "--no-arch"]),
+    ("refresh-data-file-binary", ["refresh-compat", "--offline", "{tmp}", "--data-file", BINF, "--no-arch"]),
     ("schema-check-missing", ["schema", "--check", "--out", "{tmp}/none"]),
     # paths longer than the file system allows
     ("init-long-folder", ["init", "{tmp}/" + LONG]),

@@ -390,3 +390,72 @@ def test_b200_on_570_124_06_needs_570_133_20(run_cli: Run) -> None:
     assert result.exit_code == 1
     data = json.loads(result.stdout)
     assert data["needs_driver"] == "570.133.20"
+
+
+# -- issue 12, item 12: exit codes as documented -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cuda", "message"),
+    [
+        ("99.9", "--cuda 99.9: CUDA 99.9 is not a CUDA toolkit release imagesmith knows"),
+        ("cu999", "--cuda cu999: CUDA 99.9 is not a CUDA toolkit release imagesmith knows"),
+        ("12.4.9", "--cuda 12.4.9: CUDA 12.4.9 is not a CUDA toolkit release imagesmith knows"),
+    ],
+)
+def test_unknown_cuda_is_bad_input_not_a_verdict(run_cli: Run, cuda: str, message: str) -> None:
+    # was exit 1 ("never published for cu999") for 99.9 and exit 0 for 12.4.9, read as 12.4
+    result = run_cli("compat", "--driver", "550.54.14", "--gpu", "a100", "--torch", "2.5.1", "--cuda", cuda)
+    assert result.exit_code == 2, result.stdout
+    first, fix = result.stderr.strip().splitlines()
+    assert first.startswith(f"error: {message}")
+    assert fix.startswith("  fix: known: ")
+    _no_traceback(result)
+    ok = run_cli("compat", "--driver", "550.54.14", "--gpu", "a100", "--torch", "2.5.1", "--cuda", "12.4.1")
+    assert ok.exit_code == 0, ok.stderr  # an update that exists is the 12.4 wheel's CUDA
+
+
+def test_unreadable_nvidia_smi_file_exit_code_is_the_documented_one(run_cli: Run) -> None:
+    result = run_cli("compat", "--nvidia-smi", str(NVSMI), "--torch", "2.11.0", "--cuda", "13.0")
+    assert result.exit_code == 2
+    assert "  fix: give the file the output was saved to" in result.stderr
+    help_text = " ".join(run_cli("compat", "--help").stdout.split())
+    assert "an --nvidia-smi FILE that cannot be read)" in help_text
+    doc = " ".join((REPO / "docs" / "compat.md").read_text().split())
+    assert "2 bad input (also an `--nvidia-smi` file that cannot be read" in doc
+    assert "7 the file is not nvidia-smi output" in doc
+
+
+# -- issue 12, item 16: MIG is said, in text and JSON ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("smi", "extra", "where"),
+    [
+        ("r570_a100_mig_enabled.txt", [], "MIG is enabled on GPU 0 (NVIDIA A100-SXM4-80GB): "),
+        (
+            "list_a100_mig.txt",
+            ["--driver", "570.124.06"],
+            "MIG is enabled on GPU 0 (NVIDIA A100-SXM4-80GB), 2 MIG slice(s): 3g.40gb, 3g.40gb: ",
+        ),
+    ],
+)
+def test_mig_enabled_host_is_warned_in_text_and_json(
+    run_cli: Run, monkeypatch: pytest.MonkeyPatch, smi: str, extra: list[str], where: str
+) -> None:
+    monkeypatch.setenv("IMAGESMITH_TODAY", "2026-01-01")
+    args = ["compat", "--nvidia-smi", str(NVSMI / smi), *extra, "--torch", "2.5.1", "--cuda", "12.4"]
+    text = run_cli(*args)
+    assert text.exit_code == 0, text.stderr  # still compatible: a warning, not a verdict
+    line = next(ln for ln in text.stdout.splitlines() if ln.startswith("warning: MIG"))
+    assert line.startswith("warning: " + where)
+    assert "no NVLink/P2P" in line
+    assert "fraction of the GPU's memory" in line
+    assert "test_mig" in line
+    assert "disable MIG (nvidia-smi -i N -mig 0, then a GPU reset)" in line
+    out = json.loads(run_cli(*args, "--json").stdout)
+    assert out["warnings"][0].startswith(where)
+    plain = run_cli(
+        "compat", "--nvidia-smi", str(NVSMI / "real_580.159.04_h200_default.txt"), "--torch", "2.11.0"
+    )
+    assert "MIG" not in plain.stdout

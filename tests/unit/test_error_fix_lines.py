@@ -34,6 +34,7 @@ MODULES = [
     "imagesmith/commands/schema.py",
     "imagesmith/commands/refresh.py",
     "imagesmith/refresh.py",
+    "imagesmith/commands/compat.py",
     "imagesmith/schema.py",
     "imagesmith/compat.py",
     "imagesmith/matrix.py",

@@ -19,7 +19,7 @@ import pytest
 
 from imagesmith import compat
 from imagesmith.commands.output import pick_text
-from imagesmith.errors import ConfigError, NoImageFitsError, ParseError
+from imagesmith.errors import ConfigError, NoImageFitsError, NothingToDoError, ParseError
 from imagesmith.index import SCHEMA, ReleaseIndex, parse_index
 from imagesmith.pick import (
     Constraints,
@@ -217,8 +217,62 @@ def test_constraints_on_a_new_driver(constraints: Constraints, expected: str) ->
 
 
 def test_constraint_that_nothing_meets() -> None:
-    with pytest.raises(NoImageFitsError, match=r"torch 2\.11\.0 does not match --torch 2\.3"):
+    # issue 12, item 8: a filter that matches no image of the index is said as such (it was "no released
+    # image runs on this host", exit 10, naming each image "torch 2.11.0 does not match --torch 2.3")
+    with pytest.raises(NothingToDoError, match=r"--torch 2\.3 matches no image of the release index"):
         choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(torch="2.3"), platform=GENERIC)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "listed", "fix"),
+    [
+        ("--torch", "9.9", "torch versions are 2.0.1, 2.1.2, 2.4.1, 2.5.1, 2.7.1, 2.11.0", "--torch 2.11.0"),
+        ("--python", "3.99", "Python versions are 3.10, 3.11, 3.12", "--python 3.12"),
+        ("--cuda", "12.1.1", "CUDA versions are 11.7, 11.8, 12.1, 12.4, 12.6, 12.8, 13.0", "--cuda 12.1"),
+        ("--cuda", "99.9", "CUDA versions are 11.7, 11.8, 12.1", "--cuda 13.0"),
+    ],
+)
+def test_cli_filter_that_matches_no_image_names_it_and_lists_the_index(
+    run_cli: Callable[..., Any], tmp_path: Path, flag: str, value: str, listed: str, fix: str
+) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", flag, value)
+    assert res.exit_code == NothingToDoError.exit_code == 3, res.stderr
+    first, fix_line = res.stderr.strip().splitlines()
+    assert (
+        first
+        == f"error: {flag} {value} matches no image of the release index: its " + first.split("its ", 1)[1]
+    )
+    assert listed in first
+    assert fix_line.startswith("  fix: ")
+    assert fix in fix_line
+    assert "runs on this host" not in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_filters_that_match_only_apart_say_so() -> None:
+    with pytest.raises(NothingToDoError) as err:
+        choose(
+            make_index(),
+            host("580.95.05", "h100-sxm"),
+            Constraints(torch="2.1", cuda="12.4"),
+            platform=GENERIC,
+        )
+    assert err.value.message.startswith("--torch 2.1 --cuda 12.4: each matches some image, but no image")
+    assert "torch 2.1.2 with CUDA 12.1, Python 3.10" in err.value.message
+    assert err.value.hint == "drop one of --torch, --cuda or pick a combination above"
+
+
+def test_no_fit_fix_line_has_no_dangling_or() -> None:
+    # a filter that matches images none of which runs here: the fix is a whole sentence (was "or relax ...")
+    with pytest.raises(NoImageFitsError) as err:
+        choose(make_index(), host("570.133.07", "rtx5090"), Constraints(torch="2.4"), platform=GENERIC)
+    assert err.value.hint is not None
+    assert not err.value.hint.startswith("or ")
+    assert "drop or change --torch" in err.value.hint
 
 
 def test_constraint_flags_are_checked_and_cuda_tags_accepted() -> None:
@@ -583,3 +637,457 @@ def test_cli_pick_warns_about_an_eol_branch(
     res = run_cli("pick", "--index", str(path), "--driver", "570.124.06", "--gpu", "h100-sxm", "--json")
     assert res.exit_code == 0
     assert json.loads(res.stdout)["host_warnings"][0].startswith("driver 570.124.06 is on branch R570")
+
+
+# -- issue 12, item 9: nvidia-smi -L with --driver, stdin, unreadable files ----------------------------------
+
+NVSMI = REPO / "tests" / "data" / "nvsmi"
+
+
+def test_cli_pick_nvidia_smi_L_with_driver(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    smi_l = str(NVSMI / "real_580.159.04_h200_L.txt")
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", smi_l)
+    assert res.exit_code == ParseError.exit_code
+    assert "fix: add --driver" in res.stderr  # the fix it names ...
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", smi_l, "--driver", "580.159.04")
+    assert res.exit_code == 0, res.stderr  # ... works (it was "--driver and --gpu go together")
+    assert "host: driver 580.159.04, 1 GPU(s): NVIDIA H200" in res.stdout
+    res = run_cli(
+        "pick", "--index", str(path), "--nvidia-smi", smi_l, "--driver", "535.104.05", "--gpu", "a100"
+    )
+    assert res.exit_code == 2
+    assert "--gpu and --nvidia-smi both name the GPU" in res.stderr
+    table = str(NVSMI / "real_580.159.04_h200_default.txt")
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", table, "--driver", "535.104.05")
+    assert res.exit_code == 2
+    assert "--driver 535.104.05 contradicts" in res.stderr
+    assert "fix: drop --driver" in res.stderr
+
+
+def test_cli_pick_nvidia_smi_from_stdin(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    text = (NVSMI / "real_580.159.04_h200_default.txt").read_text()
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    res = run_cli("pick", "--index", str(path), "--nvidia-smi", "-")
+    assert res.exit_code == 0, res.stderr
+    assert "[<stdin>]" in res.stdout
+    assert "picked: 2.11.0-cu130-py3.11" in res.stdout
+
+
+@pytest.mark.parametrize("what", ["missing", "directory"])
+def test_cli_pick_unreadable_nvidia_smi_file(run_cli: Callable[..., Any], tmp_path: Path, what: str) -> None:
+    target = tmp_path / ("nope.txt" if what == "missing" else "")
+    res = run_cli("pick", "--index", str(tmp_path / "i.json"), "--nvidia-smi", str(target))
+    assert res.exit_code == ConfigError.exit_code
+    first, fix = res.stderr.strip().splitlines()
+    assert first.startswith(f"error: --nvidia-smi {target}: cannot read it (")
+    assert fix.startswith("  fix: give the file the output was saved to")
+    assert "Usage:" not in res.stderr
+
+
+# -- issue 12, item 10: a stale cached index is said, never used with --refresh or when the index is gone ----
+
+
+@pytest.fixture
+def index_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """An http index source whose answer the test switches: 200 with the index, another status, or down."""
+    import http.server
+    import threading
+
+    from imagesmith.index import dump_index
+
+    body = dump_index(make_index()).encode()
+    state = {"status": 200}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(state["status"])
+            payload = body if state["status"] == 200 else b"{}"
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
+    first = fetch_index(url)  # fills the cache ...
+    from imagesmith import pick as picking
+
+    os.utime(picking._cache_path(url), (0, 0))  # ... which is stale now
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    yield url, state, stop, first
+    stop()
+
+
+def test_unreachable_source_falls_back_to_the_cache_with_a_warning(index_server: Any) -> None:
+    url, _, stop, first = index_server
+    stop()
+    said: list[str] = []
+    index = fetch_index(url, warn=said.append)
+    assert index == first
+    assert len(said) == 1
+    assert said[0].startswith(f"--index {url} cannot be reached (--index {url}: cannot download")
+    assert "using the cached copy from " in said[0]
+    assert "pass --refresh to fail instead" in said[0]
+
+
+def test_cli_refresh_fails_when_the_source_is_down(index_server: Any, run_cli: Callable[..., Any]) -> None:
+    url, _, stop, _ = index_server
+    stop()
+    args = ("pick", "--index", url, "--driver", "580.95.05", "--gpu", "h100")
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert res.stderr.startswith(f"warning: --index {url} cannot be reached")  # said, on stderr
+    assert "picked: " in res.stdout
+    res = run_cli(*args, "--refresh")
+    assert res.exit_code == ConfigError.exit_code
+    assert "(--refresh: the cached copy from " in res.stderr
+    assert "drop --refresh to use the cached copy" in res.stderr
+    assert "picked" not in res.stdout
+
+
+@pytest.mark.parametrize("status", [404, 410])
+def test_a_withdrawn_http_index_is_not_replaced_by_the_cache(index_server: Any, status: int) -> None:
+    url, state, _, first = index_server
+    state["status"] = status
+    with pytest.raises(
+        ConfigError, match=f"HTTP {status} \\(a cached copy from .* exists, but the source says"
+    ):
+        fetch_index(url, warn=lambda m: pytest.fail(m))
+    state["status"] = 503  # a failing server is "cannot be reached": the cache, said
+    said: list[str] = []
+    assert fetch_index(url, warn=said.append) == first
+    assert "HTTP 503" in said[0]
+
+
+def test_oci_manifest_unknown_is_not_replaced_by_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagesmith import pick as picking
+    from imagesmith.errors import ManifestUnknownError, RegistryError
+    from imagesmith.index import dump_index
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    source = "oci://registry.example/acme/torch:release-index"
+    cached = picking._cache_path(source)
+    cached.parent.mkdir(parents=True)
+    cached.write_text(dump_index(make_index()))
+    os.utime(cached, (0, 0))  # stale
+
+    def unknown(src: str) -> bytes:
+        raise ManifestUnknownError("registry registry.example: manifest unknown", hint="check the tag")
+
+    monkeypatch.setattr(picking, "_download_oci", unknown)
+    with pytest.raises(ManifestUnknownError, match="source says the index is not there"):
+        fetch_index(source, warn=lambda m: pytest.fail(m))
+
+    def down(src: str) -> bytes:
+        raise RegistryError("registry registry.example: unreachable or failing", hint="check the network")
+
+    monkeypatch.setattr(picking, "_download_oci", down)
+    said: list[str] = []
+    assert fetch_index(source, warn=said.append).images == parse_index(cached.read_bytes(), source="x").images
+    assert "1970-01-01 00:00 UTC" in said[0]
+    with pytest.raises(RegistryError, match="--refresh: the cached copy"):
+        fetch_index(source, refresh=True, warn=said.append)
+
+
+# -- issue 12, item 12: exit codes as documented -------------------------------------------------------------
+
+
+def test_cli_unreachable_oci_index_is_9_with_a_fix_and_fast(
+    run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    import time
+
+    os.environ.setdefault("XDG_CACHE_HOME", str(tmp_path))
+    started = time.monotonic()
+    res = run_cli("pick", "--index", "oci://127.0.0.1:9/x/y", "--driver", "580.95.05", "--gpu", "h100")
+    assert time.monotonic() - started < 3  # was 4 attempts, ~4 s
+    assert res.exit_code == 9
+    first, fix = res.stderr.strip().splitlines()
+    assert first.startswith("error: --index oci://127.0.0.1:9/x/y: registry 127.0.0.1:9")
+    assert fix.startswith("  fix: check that 127.0.0.1:9 is up and reachable")
+
+
+def test_pick_help_and_docs_list_the_exit_codes(run_cli: Callable[..., Any]) -> None:
+    from imagesmith import errors
+
+    text = " ".join(run_cli("pick", "--help").stdout.split())
+    doc = " ".join((REPO / "docs" / "release.md").read_text().split())
+    for err in (
+        errors.ConfigError,
+        errors.NothingToDoError,
+        errors.EngineError,
+        errors.ParseError,
+        errors.RegistryError,
+        errors.NoImageFitsError,
+    ):
+        assert f"{err.exit_code} = " in text, err
+        assert f"; {err.exit_code} " in doc or f"): {err.exit_code} " in doc, err
+
+
+# -- issue 12, item 15 (pick part): help lists every platform, unknown regions refused, one term ------------
+
+
+def test_pick_help_lists_every_platform(run_cli: Callable[..., Any]) -> None:
+    text = " ".join(run_cli("pick", "--help").stdout.replace("│", " ").split())
+    for name in load_platforms():
+        assert f" {name}," in text or f" {name} (" in text, name  # generic was missing
+
+
+@pytest.mark.parametrize("region", ["xx", "mars-1", "global!", "hangzhou"])
+def test_unknown_region_is_refused_naming_the_known_ones(run_cli: Callable[..., Any], region: str) -> None:
+    with pytest.raises(
+        ConfigError, match=f"--region '{region}' is not a cloud region imagesmith knows"
+    ) as err:
+        platform_for(load_platforms(), None, region)
+    assert err.value.hint is not None
+    assert "cn-hangzhou (Aliyun)" in err.value.hint
+    assert "us-east-1 (AWS)" in err.value.hint
+    assert "--platform aliyun|autodl|aws|gcp|generic|huawei|lambda|runpod|tencent|vast" in err.value.hint
+    res = run_cli("pick", "--index", "x.json", "--driver", "580.95.05", "--gpu", "h100", "--region", region)
+    assert res.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "region", ["cn", "cn-hangzhou", "cn-north-4", "cn-northwest-1", "ap-shanghai", "na-siliconvalley",
+               "us-east-1", "eu-west-1", "europe-west4", "us-central1", "asia-east1", "la-south-2"],
+)  # fmt: skip
+def test_cloud_regions_are_accepted(region: str) -> None:
+    assert platform_for(load_platforms(), None, region).region in ("cn", "global")
+
+
+def test_one_term_for_minor_version_compatibility(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    args = ("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "a100", "--torch", "2.5")
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert "(minor-version compatibility)" in res.stdout
+    assert "minor compatibility" not in res.stdout
+    assert json.loads(run_cli(*args, "--json").stdout)["compatibility"] == "minor-version"
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100")
+    assert "ranked lower (full compatibility" in res.stdout
+
+
+# -- issue 12, item 16: MIG is said, in text and JSON ------------------------------------------------------
+
+
+def test_pick_on_a_mig_host_warns(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    args = ("pick", "--index", str(path), "--nvidia-smi", str(NVSMI / "r570_a100_mig_enabled.txt"))
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert "warning: MIG is enabled on GPU 0 (NVIDIA A100-SXM4-80GB): " in res.stdout
+    assert "no NVLink/P2P" in res.stdout
+    out = json.loads(run_cli(*args, "--json").stdout)
+    assert out["host_warnings"][0].startswith("MIG is enabled on GPU 0")
+    assert out["host_warnings"][0] in out["warnings"]
+    h = read_host(nvidia_smi_file=NVSMI / "list_a100_mig.txt", driver="570.124.06")
+    pick = choose(make_index(), h, Constraints(), platform=GENERIC)
+    assert "2 MIG slice(s): 3g.40gb, 3g.40gb" in pick.host_warnings[0]
+    whole = choose(make_index(), smi("smi_r610_h100x2.txt"), Constraints(), platform=GENERIC, today=NOV_30)
+    assert not any("MIG" in w for w in whole.warnings)
+
+
+# -- issue 12, item 11: --pull tries every registry of the image, with its credentials; platform detection --
+
+
+class FakeEngine:
+    """What pull_image asks of a ContainerEngine: pull (fails for hosts in ``down``) and inspect."""
+
+    def __init__(self, digest: str, down: set[str] = frozenset(), moved: set[str] = frozenset()) -> None:
+        self.digest, self.down, self.moved = digest, set(down), set(moved)
+        self.pulls: list[tuple[str, Any]] = []
+
+    def pull(self, reference: str, *, credentials: Any = None, progress: Any = None) -> str:
+        from imagesmith.errors import EngineError
+
+        self.pulls.append((reference, credentials))
+        host = reference.split("/", 1)[0]
+        if host in self.down:
+            raise EngineError(f"pull of {reference} failed: dial tcp {host}:443: i/o timeout")
+        return "sha256:" + "e" * 64
+
+    def inspect(self, reference: str) -> dict[str, Any]:
+        repo = reference.rsplit(":", 1)[0]
+        host = reference.split("/", 1)[0]
+        digest = "sha256:" + "0" * 64 if host in self.moved else self.digest
+        return {"RepoDigests": [f"{repo}@{digest}"]}
+
+
+def _pick_generic() -> Any:
+    return choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+
+
+def test_pull_falls_back_to_the_images_other_registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagesmith.pick import pull_image
+
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    pick = _pick_generic()
+    assert [c.name for c in pick.alternatives] == ["ghcr", "acr-hangzhou"]
+    engine = FakeEngine(pick.image.digest, down={"docker.io", "ghcr.io"})
+    said: list[str] = []
+    image_id = pull_image(pick, echo=said.append, engine=engine)
+    assert image_id.startswith("sha256:e")
+    assert [r.split("/")[0] for r, _ in engine.pulls] == [
+        "docker.io",
+        "ghcr.io",
+        "registry.cn-hangzhou.aliyuncs.com",
+    ]
+    assert any(
+        line.startswith("pull from dockerhub (docker.io) failed: ")
+        and "trying ghcr (ghcr.io), same digest" in line
+        for line in said
+    )
+    assert said[-1].startswith(
+        "pulled registry.cn-hangzhou.aliyuncs.com/imagesmith/torch:2.11.0-cu130-py3.11"
+    )
+
+
+def test_pull_that_fails_everywhere_names_every_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagesmith.errors import RegistryError
+    from imagesmith.pick import pull_image
+
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    pick = _pick_generic()
+    engine = FakeEngine(
+        pick.image.digest, down={"docker.io", "ghcr.io"}, moved={"registry.cn-hangzhou.aliyuncs.com"}
+    )
+    with pytest.raises(RegistryError) as err:
+        pull_image(pick, echo=lambda _: None, engine=engine)
+    msg = err.value.message
+    assert msg.startswith("--pull: no registry holding 2.11.0-cu130-py3.11")
+    for part in (
+        "dockerhub (docker.io): ",
+        "ghcr (ghcr.io): ",
+        "acr-hangzhou (registry.cn-hangzhou.aliyuncs.com): ",
+    ):
+        assert part in msg
+    assert f"not the released {pick.image.digest}" in msg
+    assert err.value.hint is not None
+    assert "pull by digest" in err.value.hint
+
+
+def test_pull_passes_each_registrys_credential_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Environment credentials for one registry, an ECR token command for another (was: no credentials)."""
+    from imagesmith.credentials import clear_token_cache, credential_env_names
+    from imagesmith.pick import pull_image
+
+    ecr = "123456789012.dkr.ecr.us-east-1.amazonaws.com/imagesmith/torch"
+    regs = [("dockerhub", "dockerhub", "docker.io/imagesmith/torch"), ("ecr-use1", "ecr", ecr)]
+    pick = choose(make_index(registries=regs), host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+    user, password = credential_env_names("docker.io")
+    monkeypatch.setenv(user, "hubuser")
+    monkeypatch.setenv(password, "hubsecret")
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    aws = tmp_path / "aws"
+    aws.write_text('#!/bin/sh\necho "$@" > ' + str(tmp_path / "aws.args") + "\necho ecr-token-123\n")
+    aws.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    clear_token_cache()
+    engine = FakeEngine(pick.image.digest, down={"docker.io"})
+    pull_image(pick, echo=lambda _: None, engine=engine)
+    (_, hub_creds), (ecr_ref, ecr_creds) = engine.pulls
+    assert (hub_creds.username, hub_creds.password) == ("hubuser", "hubsecret")
+    assert ecr_ref.startswith("123456789012.dkr.ecr.us-east-1.amazonaws.com/")
+    assert (ecr_creds.username, ecr_creds.password) == ("AWS", "ecr-token-123")
+    assert "ecr get-login-password --region us-east-1" in (tmp_path / "aws.args").read_text()
+    clear_token_cache()
+
+
+def test_cli_pull_exit_9_names_the_registries(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import imagesmith.engine
+    from imagesmith import pick as picking
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    digest = choose(make_index(), host("580.95.05", "h100"), Constraints(), platform=GENERIC).image.digest
+    engine = FakeEngine(digest, down={"docker.io", "ghcr.io", "registry.cn-hangzhou.aliyuncs.com"})
+    monkeypatch.setattr(imagesmith.engine, "Engine", lambda: engine)
+    monkeypatch.setattr(picking, "detect_platform", lambda: None)
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", "--pull")
+    assert res.exit_code == 9
+    assert "trying ghcr (ghcr.io), same digest" in res.stderr
+    assert "error: --pull: no registry holding 2.11.0-cu130-py3.11" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_detect_platform_from_documented_signals(tmp_path: Path) -> None:
+    from imagesmith.pick import detect_platform
+
+    assert detect_platform(root=tmp_path, env={}) is None
+    assert detect_platform(root=tmp_path, env={"RUNPOD_POD_ID": "abc"}).platform == "runpod"  # type: ignore[union-attr]
+    dmi = tmp_path / "sys" / "class" / "dmi" / "id"
+    dmi.mkdir(parents=True)
+    (dmi / "sys_vendor").write_text("Amazon EC2\n")
+    assert detect_platform(root=tmp_path, env={}).platform == "aws"  # type: ignore[union-attr]
+    (tmp_path / "root" / "autodl-tmp").mkdir(parents=True)
+    found = detect_platform(root=tmp_path, env={})
+    assert found is not None
+    assert (found.platform, found.signal) == ("autodl", "/root/autodl-tmp exists")
+    for name in ("autodl", "runpod", "vast", "aws", "gcp", "aliyun", "tencent", "huawei"):
+        assert name in load_platforms()
+
+
+def test_cli_pull_on_a_detected_autodl_host_starts_with_acr(
+    run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
+    import imagesmith.engine
+    from imagesmith import pick as picking
+    from imagesmith.index import save_index
+
+    path = tmp_path / "index.json"
+    save_index(make_index(), path)
+    (tmp_path / "root" / "autodl-tmp").mkdir(parents=True)
+    monkeypatch.setattr(
+        picking, "detect_platform", functools.partial(picking.detect_platform, root=tmp_path, env={})
+    )
+    digest = choose(make_index(), host("580.95.05", "h100"), Constraints(), platform=GENERIC).image.digest
+    engine = FakeEngine(digest, down={"docker.io", "ghcr.io"})
+    monkeypatch.setattr(imagesmith.engine, "Engine", lambda: engine)
+    monkeypatch.setenv("DOCKER_CONFIG", "/nonexistent")
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", "--pull")
+    assert res.exit_code == 0, res.stderr
+    assert "note: platform autodl detected (/root/autodl-tmp exists); --platform overrides" in res.stderr
+    assert engine.pulls[0][0].startswith("registry.cn-hangzhou.aliyuncs.com/")
+    # not detected: Docker Hub first, and the output says which flag a China host needs
+    monkeypatch.setattr(picking, "detect_platform", lambda: None)
+    res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100")
+    assert (
+        "pass --platform autodl (or aliyun, tencent, huawei) or --region cn to get acr-hangzhou" in res.stdout
+    )
+    assert (
+        "also in (same digest; --pull tries them in this order): ghcr (ghcr.io), acr-hangzhou" in res.stdout
+    )
