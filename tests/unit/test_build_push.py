@@ -35,7 +35,7 @@ from imagesmith.errors import PushError
 from imagesmith.matrix import load_matrix
 from imagesmith.model import Cell
 from imagesmith.refs import Registry
-from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryApi
+from imagesmith.registry import OCI_MANIFEST, BlobStat, ManifestData, RegistryApi
 from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.repo import PROJECT
 
@@ -109,8 +109,23 @@ class MemoryRegistry:
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
         return digest in self.blobs
 
-    def get_blob(self, repo: str, digest: str) -> _Blob:
-        return _Blob(self.blobs[digest])
+    def stat_blob(self, repo: str, digest: str) -> BlobStat | None:
+        return BlobStat(len(self.blobs[digest]), digest) if digest in self.blobs else None
+
+    def delete_blob(self, repo: str, digest: str) -> bool:
+        self.blobs.pop(digest, None)
+        return True
+
+    def delete_tag(self, repo: str, tag: str) -> bool:
+        self.tags.pop(tag, None)
+        self.writes.append(f"untag {tag}")
+        return True
+
+    def probe_write(self, repo: str) -> None:
+        return None
+
+    def get_blob(self, repo: str, digest: str, offset: int = 0) -> _Blob:
+        return _Blob(self.blobs[digest][offset:])
 
     def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None:
         data = b"".join(chunks())
