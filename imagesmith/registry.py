@@ -252,12 +252,32 @@ def _error_codes(resp: requests.Response) -> tuple[list[str], str]:
         return [], resp.text[:300].strip()
     codes = [str(e.get("code", "")) for e in errors if isinstance(e, dict)]
     messages = "; ".join(
-        f"{e.get('code', '')}: {e.get('message', '')}"
-        + (f" ({e['detail']})" if isinstance(e.get("detail"), str) and e["detail"] else "")
+        f"{e.get('code', '')}: {e.get('message', '')}" + _detail(e.get("detail"))
         for e in errors
         if isinstance(e, dict)
     )
     return codes, messages or resp.text[:300].strip()
+
+
+def _detail(detail: Any) -> str:
+    """An error's ``detail`` for a message: text as is; docker-registry's storage-driver errors
+    (``{"DriverName": …, "Enclosed": {"Op": "write", "Err": 28}}``) as the errno's name."""
+    if isinstance(detail, str) and detail:
+        return f" ({detail})"
+    if isinstance(detail, dict):
+        enclosed = detail.get("Enclosed")
+        if isinstance(enclosed, dict) and isinstance(enclosed.get("Err"), int):
+            errno_name = {
+                28: "no space left on device",
+                122: "disk quota exceeded",
+                30: "read-only file system",
+            }
+            err = int(enclosed["Err"])
+            what = errno_name.get(err, f"errno {err}")
+            return f" ({enclosed.get('Op', 'storage')} {enclosed.get('Path', '')}: {what})"
+        if detail:
+            return f" ({json.dumps(detail, sort_keys=True)[:200]})"
+    return ""
 
 
 @dataclass(frozen=True, kw_only=True)
