@@ -15,11 +15,13 @@ For each cell of a plan:
    map applied.
 4. **Push** (``--push``): the engine pushes (compresses and uploads) once, to the first registry, under a
    staging tag ``staging-<fingerprint[:20]>``; every other registry is fed from that copy through the
-   registry API (blob copy/mount + manifest by digest, which tags nothing). Only when every registry serves
-   the same manifest digest are the final tags put: ``fp-<fingerprint[:20]>`` and ``<cell id>-candidate``
-   (the release step promotes a validated candidate to ``<cell id>``). A failure anywhere leaves no final
-   tag on a partial image; the staging tag only ever points at a complete manifest (the registry accepts a
-   manifest only once its blobs are there).
+   registry API (verified blob copy/mount + manifest by digest, which tags nothing), then tagged with the
+   staging tag too. Only when every registry serves the same manifest digest are the final tags put:
+   ``fp-<fingerprint[:20]>`` and ``<cell id>-candidate`` (the release step promotes a validated candidate to
+   ``<cell id>``), each tag in every registry before the next (:func:`put_final_tags`): a failure there rolls
+   back what this run moved where the registry allows it, else says which registries hold which tag ("rerun
+   converges"). No final tag ever names a manifest with a missing or unverified blob; the staging tag only
+   ever points at a complete manifest (the registry accepts a manifest only once its blobs are there).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -36,11 +38,19 @@ from typing import TYPE_CHECKING, Any
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
 from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult
-from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError
+from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError, join_hints
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell
 from imagesmith.refs import Registry
-from imagesmith.registry import ManifestData, RegistryApi, client_for, copy_manifest
+from imagesmith.registry import (
+    ManifestData,
+    RegistryApi,
+    Verify,
+    client_for,
+    copy_manifest,
+    verify_blobs,
+    verify_level,
+)
 from imagesmith.sources import cached_archive, nccl_tests_archive
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
 
@@ -105,6 +115,8 @@ class BuildOptions:
     #: the registry client of a target (a seam: tests pass fakes, as release's ``client_for`` does); the
     #: engine's push to the first registry takes its credentials from that client too
     client_for: Callable[[Registry], RegistryApi] = client_for
+    #: how far copies trust blobs (imagesmith.registry.Verify): ``head`` by default, ``full`` in the nightly
+    verify: Verify = field(default_factory=lambda: verify_level())
 
     def project_of(self, matrix: Matrix) -> Project:
         if self.project is not None:
@@ -192,6 +204,98 @@ def _where(target: Registry, exc: ImagesmithError) -> str:
     return text if target.name in text else f"registry {target.name} ({target.host}): {text}"
 
 
+def _wrapped(target: Registry, exc: ImagesmithError, hint: str = "") -> PushError:
+    """*exc* as a PushError naming *target*, its own fix line kept first."""
+    return PushError(_where(target, exc), hint=join_hints(exc.hint, hint or RETRY_HINT))
+
+
+def put_final_tags(
+    targets: Sequence[Registry],
+    clients: dict[str, RegistryApi],
+    manifest: ManifestData,
+    tags: Sequence[str],
+) -> None:
+    """Put *tags* on *manifest* in every registry, all-or-nothing as far as users can see.
+
+    Each tag goes to every registry before the next tag is put, and everything is read back. When a step
+    fails, what this run moved is rolled back (a tag that pointed elsewhere is put back on its old manifest; a
+    new tag is deleted where the registry allows deleting a tag alone); what cannot be rolled back is named
+    in the error — "tagged in r1, not in r2 — rerun converges" — and ``imagesmith candidates`` shows it.
+    """
+    before: dict[tuple[str, str], str | None] = {}
+    for t in targets:
+        for tag in tags:
+            try:
+                before[t.name, tag] = clients[t.name].manifest_digest(t.repo, tag)
+            except ImagesmithError as exc:
+                raise _wrapped(t, exc) from exc
+    moved: list[tuple[Registry, str]] = []
+    try:
+        for tag in tags:
+            for t in targets:
+                try:
+                    clients[t.name].put_manifest(t.repo, tag, manifest)
+                except ImagesmithError as exc:
+                    raise _wrapped(t, exc) from exc
+                if before[t.name, tag] != manifest.digest:
+                    moved.append((t, tag))
+        for t in targets:
+            for tag in tags:
+                got = clients[t.name].manifest_digest(t.repo, tag)
+                if got != manifest.digest:
+                    raise PushError(
+                        f"registry {t.name} ({t.host}): {t.image}:{tag} is {got}, expected {manifest.digest}",
+                        hint="another build moved the tag meanwhile; " + RETRY_HINT,
+                    )
+    except ImagesmithError as exc:
+        left = _roll_back(moved, before, clients, manifest)
+        if not left:
+            how = (
+                "the tags this run had put were rolled back: no final tag moved" if moved else "no tag moved"
+            )
+            raise PushError(f"{exc.message} ({how})", hint=join_hints(exc.hint, RETRY_HINT)) from exc
+        held = {t.name: [tag for u, tag in left if u.name == t.name] for t in targets}
+        tagged = [f"{name} ({', '.join(ts)})" for name, ts in held.items() if ts]
+        untagged = [name for name, ts in held.items() if len(ts) < len(tags)]
+        state = (
+            f"tagged in {', '.join(tagged)}, not in {', '.join(untagged)} — rerun converges"
+            if untagged
+            else f"tagged in {', '.join(tagged)} — rerun converges"
+        )
+        raise PushError(
+            f"{exc.message}\n  final tags partly moved ({state}; the registries cannot delete a tag "
+            "alone, so it was not rolled back)",
+            hint=join_hints(
+                exc.hint,
+                "run the same build again: it puts the missing tags (`imagesmith candidates` shows the mixed "
+                "state meanwhile; `imagesmith release` refuses a cell whose candidates differ)",
+            ),
+        ) from exc
+
+
+def _roll_back(
+    moved: Sequence[tuple[Registry, str]],
+    before: Mapping[tuple[str, str], str | None],
+    clients: dict[str, RegistryApi],
+    manifest: ManifestData,
+) -> list[tuple[Registry, str]]:
+    """Undo *moved* tags; the ones that stay moved."""
+    left = []
+    for t, tag in reversed(moved):
+        c = clients[t.name]
+        old = before[t.name, tag]
+        try:
+            if old is not None:
+                c.put_manifest(t.repo, tag, c.get_manifest(t.repo, old))
+                continue
+            if c.delete_tag(t.repo, tag):
+                continue
+        except ImagesmithError:
+            pass
+        left.append((t, tag))
+    return list(reversed(left))
+
+
 def registry_state(
     cell: Cell, clients: dict[str, RegistryApi], suite: str
 ) -> dict[str, tuple[str | None, str | None]]:
@@ -214,8 +318,11 @@ def push_cell(
     outcome: CellOutcome,
     report: Reporter,
     suite: str = "",
+    verify: Verify = "head",
 ) -> None:
-    """Engine push to the first registry (staging tag), API copy to the rest, verify, then put final tags."""
+    """Engine push to the first registry (staging tag), verified API copy to the rest (staging tag there
+    too), check that every registry serves the digest, then put the final tags everywhere
+    (:func:`put_final_tags`)."""
     first, rest = cell.registries[0], cell.registries[1:]
     staging_ref = f"{first.image}:{staging_tag(cell.fingerprint, suite)}"
     report(cell.id, f"push → {first.name}", None)
@@ -223,14 +330,23 @@ def push_cell(
     src = clients[first.name]
     # the engine pushes with the first registry's own credential chain (chosen by its kind; a refused
     # short-lived token is refreshed once, as the API client does)
+    src_repo = first.repo
     pushed = engine.push(
         staging_ref,
         credentials=src.resolve_credentials(),
         refresh=src.refresh_credentials,
         registry_name=f"{first.name} ({first.host})",
+        probe=lambda: src.probe_write(src_repo),
     )
-    src_repo = first.repo
-    served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint, suite))
+    try:
+        served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint, suite))
+        manifest = src.get_manifest(src_repo, pushed.digest)
+        size_compressed = manifest.compressed_size()
+        if verify == "full":  # the engine trusts blobs the registry says it has: read them all back
+            report(cell.id, f"verify {first.name}", None)
+            verify_blobs(src, src_repo, manifest, side="source")
+    except ImagesmithError as exc:
+        raise _wrapped(first, exc) from exc
     if served != pushed.digest:
         raise PushError(
             f"registry {first.name} ({first.host}) serves {served} for {staging_ref}, "
@@ -238,17 +354,24 @@ def push_cell(
             hint="another push raced this one, or the registry rewrites manifests; no final tag was moved: "
             "run the build again",
         )
-    manifest = src.get_manifest(src_repo, pushed.digest)
     outcome.digest = manifest.digest
-    outcome.size_compressed = manifest.compressed_size()
+    outcome.size_compressed = size_compressed
     # compressed bytes of the uploaded layers (the push stream's progress counts uncompressed bytes)
     outcome.bytes_pushed_engine = _uploaded_bytes(engine, staging_ref, manifest, pushed)
     for t in rest:
         report(cell.id, f"copy → {t.name}", None)
         try:
-            digest, sent = copy_manifest(src, src_repo, manifest.digest, clients[t.name], t.repo)
+            digest, sent = copy_manifest(
+                src,
+                src_repo,
+                manifest.digest,
+                clients[t.name],
+                t.repo,
+                put_as=staging_tag(cell.fingerprint, suite),
+                verify=verify,
+            )
         except ImagesmithError as exc:
-            raise PushError(_where(t, exc), hint=exc.hint or RETRY_HINT) from exc
+            raise _wrapped(t, exc) from exc
         outcome.bytes_copied_api += sent
         if digest != manifest.digest:
             raise PushError(
@@ -256,31 +379,23 @@ def push_cell(
                 hint="the registry rewrote the manifest: push to it directly, or drop it from the cell; "
                 + RETRY_HINT,
             )
-    # verify: every registry serves the manifest by digest before any final tag moves
+    # verify: every registry serves the manifest by digest and under the staging tag before any final tag
     for t in cell.registries:
-        got = clients[t.name].manifest_digest(t.repo, manifest.digest)
-        if got != manifest.digest:
+        try:
+            got = clients[t.name].manifest_digest(t.repo, manifest.digest)
+            staged = clients[t.name].manifest_digest(t.repo, staging_tag(cell.fingerprint, suite))
+        except ImagesmithError as exc:
+            raise _wrapped(t, exc) from exc
+        if got != manifest.digest or staged != manifest.digest:
             raise PushError(
                 f"registry {t.name} ({t.host}) does not serve {manifest.digest} after the push",
                 hint=RETRY_HINT,
             )
     report(cell.id, "tag", None)
+    put_final_tags(
+        cell.registries, clients, manifest, (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell))
+    )
     for t in cell.registries:
-        c = clients[t.name]
-        for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
-            try:
-                c.put_manifest(t.repo, tag, manifest)
-            except ImagesmithError as exc:
-                raise PushError(_where(t, exc), hint=exc.hint or RETRY_HINT) from exc
-    for t in cell.registries:
-        c = clients[t.name]
-        for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
-            got = c.manifest_digest(t.repo, tag)
-            if got != manifest.digest:
-                raise PushError(
-                    f"registry {t.name} ({t.host}): {t.image}:{tag} is {got}, expected {manifest.digest}",
-                    hint="another build moved the tag meanwhile; " + RETRY_HINT,
-                )
         outcome.registries[t.name] = {
             "ref": f"{t.image}:{candidate_tag(cell)}",
             "fingerprint_ref": f"{t.image}:{fingerprint_tag(cell.fingerprint, suite)}",
@@ -301,10 +416,13 @@ def _uploaded_bytes(engine: ContainerEngine, ref: str, manifest: ManifestData, p
 
 
 def retag_cell(cell: Cell, clients: dict[str, RegistryApi], digest: str, outcome: CellOutcome) -> None:
+    first = cell.registries[0]
+    try:
+        manifest = clients[first.name].get_manifest(first.repo, digest)
+    except ImagesmithError as exc:
+        raise _wrapped(first, exc) from exc
+    put_final_tags(cell.registries, clients, manifest, (candidate_tag(cell),))
     for t in cell.registries:
-        c = clients[t.name]
-        manifest = c.get_manifest(t.repo, digest)
-        c.put_manifest(t.repo, candidate_tag(cell), manifest)
         outcome.registries[t.name] = {"ref": f"{t.image}:{candidate_tag(cell)}", "digest": digest}
 
 
@@ -410,7 +528,7 @@ def _build_cell(
     outcome.size_uncompressed = int((engine.inspect(result.image_id) or {}).get("Size", 0))
     outcome.status = "built"
     if options.push:
-        push_cell(cell, engine, clients, outcome, report, suite)
+        push_cell(cell, engine, clients, outcome, report, suite, options.verify)
         outcome.status = "pushed"
 
 

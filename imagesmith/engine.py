@@ -25,9 +25,17 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 import docker
 import docker.errors
 from docker.types import DeviceRequest, Mount, Ulimit
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from imagesmith.credentials import Credentials
-from imagesmith.errors import BuildError, EngineError, PushError
+from imagesmith.errors import BuildError, EngineError, ImagesmithError, PushError
 from imagesmith.refs import split_reference
 
 if TYPE_CHECKING:
@@ -214,8 +222,14 @@ class PushFlags(TypedDict, total=False):
     #: a short-lived token refused: other credentials, or None (tried once, never in a loop)
     refresh: Callable[[Credentials], Credentials | None] | None
     registry_name: str | None  # named in errors (default: the host)
-    attempts: int  # transient faults: tries in all (default 3)
+    attempts: int  # transient faults: tries in all (default 4)
+    deadline: float  # no new try after this many seconds (default 900)
+    backoff: float  # first wait between tries, doubling with jitter (default 2)
     on_progress: Callable[[int], None] | None  # bytes pushed so far
+    #: asked when the engine starts retrying a layer ("Retrying in N seconds") or a try failed with a 5xx:
+    #: raises RegistryError when the registry cannot take writes for a reason waiting does not fix (storage
+    #: full, quota, denied) — the push stops at once instead of retrying (:meth:`RegistryClient.probe_write`)
+    probe: Callable[[], None] | None
 
 
 class BuildFlags(TypedDict, total=False):
@@ -473,32 +487,56 @@ class Engine:
         """
         credentials = options.get("credentials")
         refresh = options.get("refresh")
-        attempts = options.get("attempts", 3)
+        attempts = options.get("attempts", 4)
+        deadline = options.get("deadline", 900.0)
         on_progress = options.get("on_progress")
+        probe = options.get("probe")
         repo, tag = split_tag(reference)
         where = options.get("registry_name") or repo.split("/", 1)[0]
-        last = ""
-        refreshed = False
-        attempt = 0
-        while True:
-            attempt += 1
+        state: dict[str, Any] = {"credentials": credentials, "refreshed": False}
+
+        def once() -> PushResult:
             start = time.monotonic()
+            creds: Credentials | None = state["credentials"]
             try:
-                return self._push_once(reference, repo, tag, _auth_config(credentials), on_progress, start)
+                return self._push_once(reference, repo, tag, _auth_config(creds), on_progress, start, probe)
             except PushError as exc:
                 last = exc.message
-                if _denied(last) and not refreshed and credentials is not None and refresh is not None:
-                    refreshed = True  # once: never a loop of refusals
-                    fresh = refresh(credentials)
+                if _denied(last) and not state["refreshed"] and creds is not None and refresh is not None:
+                    state["refreshed"] = True  # once: never a loop of refusals
+                    fresh = refresh(creds)
                     if fresh is not None:
-                        credentials = fresh
-                        continue
-                if attempt >= attempts or not _TRANSIENT_PUSH.search(last) or _denied(last):
+                        state["credentials"] = fresh
+                        raise _PushRetry(last, immediate=True) from None
+                fault = _non_transient(last)
+                if fault is None and probe is not None and re.search(r"\b5\d\d\b", last):
+                    fault = _probe_fault(probe)  # a bare "HTTP 500": ask the registry why
+                if fault is not None:
+                    raise PushError(
+                        f"push of {reference} to registry {where} failed: {last} ({fault[0]})",
+                        hint=fault[1],
+                    ) from None
+                if not _TRANSIENT_PUSH.search(last):
                     raise PushError(
                         f"push of {reference} to registry {where} failed: {last}",
                         hint=_push_hint(last, where),
                     ) from None
-                time.sleep(min(2**attempt, 10))
+                raise _PushRetry(last) from None
+
+        retrying = Retrying(
+            stop=stop_after_attempt(attempts) | stop_after_delay(deadline),
+            wait=_push_wait(options.get("backoff", 2.0)),
+            retry=retry_if_exception_type(_PushRetry),
+            reraise=True,
+        )
+        try:
+            return retrying(once)
+        except _PushRetry as exc:
+            tries = retrying.statistics.get("attempt_number", attempts)
+            raise PushError(
+                f"push of {reference} to registry {where} failed: {exc.last} (gave up after {tries} tries)",
+                hint=_push_hint(exc.last, where),
+            ) from None
 
     def _push_once(
         self,
@@ -508,7 +546,9 @@ class Engine:
         auth: dict[str, str] | None,
         on_progress: Callable[[int], None] | None,
         start: float,
+        probe: Callable[[], None] | None = None,
     ) -> PushResult:
+        probed = False
         layer_bytes: dict[str, int] = {}
         existing: set[str] = set()
         pushed: set[str] = set()
@@ -531,6 +571,14 @@ class Engine:
                     pushed.add(lid)
                 elif status == "Layer already exists" or status.startswith("Mounted from"):
                     existing.add(lid)
+                elif status.startswith("Retrying in") and probe is not None and not probed:
+                    probed = True  # the engine retries a failed layer on its own (5 s, 10 s, … per layer)
+                    fault = _probe_fault(probe)
+                    if fault is not None:
+                        close = getattr(stream, "close", None)
+                        if callable(close):
+                            close()  # dropping the request cancels the engine's push
+                        raise PushError(f"the registry refused a layer upload ({fault[0]})")
                 aux = chunk.get("aux")
                 if isinstance(aux, dict) and aux.get("Digest"):
                     digest = str(aux["Digest"])
@@ -740,6 +788,45 @@ def split_tag(reference: str) -> tuple[str, str]:
             f"{reference}: a digest reference cannot be tagged or pushed", hint="give a name:tag reference"
         )
     return repo, tag or "latest"
+
+
+class _PushRetry(Exception):
+    def __init__(self, last: str, *, immediate: bool = False) -> None:
+        super().__init__(last)
+        self.last = last
+        self.immediate = immediate
+
+
+def _push_wait(backoff: float) -> Callable[[RetryCallState], float]:
+    jittered = wait_exponential_jitter(multiplier=backoff, max=30.0, jitter=backoff)
+
+    def wait(state: RetryCallState) -> float:
+        failed = state.outcome.exception() if state.outcome is not None else None
+        return 0.0 if isinstance(failed, _PushRetry) and failed.immediate else float(jittered(state))
+
+    return wait
+
+
+def _non_transient(message: str) -> tuple[str, str] | None:
+    """(label, fix) when the push stream's error says waiting will not help (storage full, quota, denied,
+    manifest or name invalid), else None."""
+    from imagesmith.registry import registry_fault
+
+    fault = registry_fault(message)
+    if fault is not None and not fault.transient:
+        return fault.label, fault.hint
+    if _denied(message):
+        return "denied", "check the registry credentials (environment or docker config) and push rights"
+    return None
+
+
+def _probe_fault(probe: Callable[[], None]) -> tuple[str, str] | None:
+    """Ask the registry (a small write through its API) why the engine's upload failed."""
+    try:
+        probe()
+    except ImagesmithError as exc:
+        return exc.message, exc.hint or "check the registry, then rerun"
+    return None
 
 
 def _denied(message: str) -> bool:

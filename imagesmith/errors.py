@@ -23,6 +23,15 @@ class ImagesmithError(Exception):
         return self.message
 
 
+def join_hints(*hints: str | None) -> str | None:
+    """Fix lines joined with ``; ``, without repeats or empties (a wrapped error keeps its own fix first)."""
+    out: list[str] = []
+    for h in hints:
+        if h and h.strip() and h.strip() not in out:
+            out.append(h.strip())
+    return "; ".join(out) or None
+
+
 class ConfigError(ImagesmithError):
     """A matrix file, registries file, flag or data file is wrong."""
 
@@ -76,6 +85,12 @@ class RegistryError(ImagesmithError):
 
 class ManifestUnknownError(RegistryError):
     """The registry does not hold that manifest. Never retried."""
+
+
+class CorruptBlobError(RegistryError):
+    """A registry serves a blob whose content does not hash to its digest (or has the wrong size), and it
+    could not be repaired through the API. Names the registry, the repository and the digest; never
+    retried."""
 
 
 class ValidationFailed(ImagesmithError):

@@ -13,8 +13,16 @@ cross-repository mount, streamed copy between registries), with
   and the request retried — never in a loop; never argv, never printed (``Credentials`` hides its repr);
 - TLS with the registry's own CA: ``/etc/docker/certs.d/<host>/ca.crt`` (dockerd's convention) or an explicit
   file; never ``verify=False``; ``insecure`` registries are spoken to in plain HTTP;
-- retries with exponential backoff on transient faults (5xx, 429, timeouts, connection resets), never on
-  ``UNAUTHORIZED``, ``DENIED`` or ``MANIFEST_UNKNOWN``.
+- retries (:class:`RetryPolicy`) per request, with exponential backoff and jitter, a per-request timeout and a
+  per-operation deadline, on transient faults (5xx, 429, timeouts, connection resets), never on
+  ``UNAUTHORIZED``, ``DENIED``, ``MANIFEST_UNKNOWN`` or what a registry says will not change by itself
+  (storage full, quota, invalid name or manifest: :func:`registry_fault` turns those bodies into a fix line);
+- blob uploads in chunks (``PATCH`` with ``Content-Range``): a dropped chunk is resumed at the offset the
+  registry reports, else the blob restarts from its first byte; an upload given up is cancelled (``DELETE`` of
+  the upload session) so it does not stay on the registry's disk;
+- copies that never trust a blob by its name alone (:func:`copy_blob`, :data:`VERIFY_LEVELS`): a blob the
+  destination already holds is checked (HEAD digest and size, or a full re-read), a mismatch is repaired or
+  reported as :class:`~imagesmith.errors.CorruptBlobError`; errors say which side failed (source/destination).
 """
 
 from __future__ import annotations
@@ -22,21 +30,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, get_args
 from urllib.parse import urljoin
 
 import requests
-from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from imagesmith.credentials import DOCKER_HUB_API, CredentialChain, auth_hint, credential_chain
 from imagesmith.credentials import Credentials as Credentials  # re-exported: callers may import it from here
 from imagesmith.credentials import lookup_credentials as lookup_credentials
-from imagesmith.errors import ManifestUnknownError, RegistryError
+from imagesmith.errors import CorruptBlobError, ManifestUnknownError, RegistryError
 
 T = TypeVar("T")
 
@@ -47,6 +63,76 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 ACCEPT_MANIFESTS = ", ".join((MANIFEST_V2, MANIFEST_LIST_V2, OCI_MANIFEST, OCI_INDEX))
 INDEX_TYPES = frozenset({MANIFEST_LIST_V2, OCI_INDEX})
 _CHUNK = 8 << 20
+#: bytes per upload PATCH: what a refused request costs to send again, and held in memory per upload (ECR
+#: wants at least 5 MiB; each PATCH costs the registry a round trip: 16 MiB chunks were 20 % slower here)
+UPLOAD_CHUNK = 64 << 20
+
+#: How far a copy trusts a blob (lowest to highest; ``off``, the pre-issue-18 behaviour, is for benchmarks):
+#: ``head`` (default) — a blob the destination already holds must answer HEAD with its digest and the size the
+#: manifest gives; ``read`` — such a blob is read back in full and hashed (a registry that is not trusted);
+#: ``full`` — ``read``, plus every blob the copy uploaded is read back and hashed (the nightly's verify mode).
+Verify = Literal["off", "head", "read", "full"]
+VERIFY_LEVELS: tuple[str, ...] = get_args(Verify)
+VERIFY_ENV = "IMAGESMITH_VERIFY"
+
+
+def verify_level(value: str | None = None, *, allow_off: bool = False) -> Verify:
+    """*value*, else ``$IMAGESMITH_VERIFY``, else ``head``; RegistryError for an unknown level (``off`` only
+    with *allow_off*: benchmarks)."""
+    level = (value or os.environ.get(VERIFY_ENV) or "head").strip().lower()
+    if level not in VERIFY_LEVELS or (level == "off" and not allow_off):
+        raise RegistryError(
+            f"verify level {level!r} is not one of head, read, full",
+            hint=f"--verify head|read|full (or {VERIFY_ENV}); full is the nightly's",
+        )
+    return level  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """How hard one registry request is tried: ``attempts`` tries at most, waits from ``backoff`` doubling up
+    to ``max_wait`` (plus up to ``backoff`` of jitter), never past ``deadline`` seconds for the operation (one
+    request with its retries, one upload chunk, one blob commit), each request bounded by
+    ``connect_timeout`` / ``read_timeout``. The defaults ride out an outage of about a minute;
+    ``$IMAGESMITH_REGISTRY_ATTEMPTS`` and ``$IMAGESMITH_REGISTRY_DEADLINE`` change them."""
+
+    attempts: int = 10
+    backoff: float = 0.5
+    max_wait: float = 10.0
+    deadline: float = 180.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    #: times one blob upload may restart from its first byte: the registry lost the session, or cannot resume
+    #: it (docker-registry 2.8 cannot after a PATCH whose answer was lost: its signed session state is stale)
+    restarts: int = 10
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
+        env = os.environ if env is None else env
+        policy = cls()
+        try:
+            if env.get("IMAGESMITH_REGISTRY_ATTEMPTS"):
+                policy = replace(policy, attempts=max(1, int(env["IMAGESMITH_REGISTRY_ATTEMPTS"])))
+            if env.get("IMAGESMITH_REGISTRY_DEADLINE"):
+                policy = replace(policy, deadline=max(1.0, float(env["IMAGESMITH_REGISTRY_DEADLINE"])))
+        except ValueError as exc:
+            raise RegistryError(
+                f"IMAGESMITH_REGISTRY_ATTEMPTS / _DEADLINE: {exc}", hint="give whole attempts and seconds"
+            ) from None
+        return policy
+
+    def retrying(self, retry: Any = None) -> Retrying:
+        return Retrying(
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
+            wait=wait_exponential_jitter(multiplier=self.backoff, max=self.max_wait, jitter=self.backoff),
+            retry=retry or retry_if_exception_type(_Transient),
+            reraise=True,
+        )
+
+    def timeout(self, started: float) -> tuple[float, float]:
+        """(connect, read) timeouts for a request of an operation that started at *started*."""
+        left = max(1.0, self.deadline - (time.monotonic() - started))
+        return (min(self.connect_timeout, left), min(self.read_timeout, left))
 
 
 class _Transient(Exception):
@@ -55,6 +141,89 @@ class _Transient(Exception):
     def __init__(self, what: str) -> None:
         super().__init__(what)
         self.what = what
+
+
+@dataclass
+class _Upload:
+    """One upload session: where the registry said to send the next request."""
+
+    location: str | None = None
+
+
+class _Restart(Exception):
+    """The registry lost an upload session (or refused to resume it): upload the blob again from byte 0."""
+
+
+@dataclass(frozen=True)
+class RegistryFault:
+    """A registry error body translated: what it means, the fix, and whether waiting can help."""
+
+    label: str
+    hint: str
+    transient: bool = False
+
+
+_FAULTS: tuple[tuple[re.Pattern[str], RegistryFault], ...] = (
+    (
+        re.compile(r"no space left on device|ENOSPC|disk full|insufficient storage|not enough space", re.I),
+        RegistryFault(
+            "storage full",
+            "free space on the registry's storage (delete old tags and run its garbage collection, or grow "
+            "the disk), then rerun; the upload was abandoned and cancelled",
+        ),
+    ),
+    (
+        re.compile(r"quota|storage limit|exceeds? (the )?(limit|allowance)|TOOMANYREQUESTS.*storage", re.I),
+        RegistryFault(
+            "quota exceeded",
+            "raise the project/repository quota in the registry (or delete old tags), then rerun",
+        ),
+    ),
+    (
+        re.compile(r"BLOB_UNKNOWN|blob unknown", re.I),
+        RegistryFault(
+            "blob unknown",
+            "the registry lacks a blob the manifest names (an interrupted copy, or garbage collection "
+            "removed it): rerun, which copies the blob again",
+        ),
+    ),
+    (
+        re.compile(r"NAME_INVALID|invalid repository name", re.I),
+        RegistryFault(
+            "repository name invalid",
+            "repository names are lowercase [a-z0-9] parts joined by '/', '.', '_' or '-': fix namespace/"
+            "repository in the registries file",
+        ),
+    ),
+    (
+        re.compile(r"NAME_UNKNOWN|repository name not known", re.I),
+        RegistryFault(
+            "repository unknown",
+            "create the repository first (ECR: aws ecr create-repository; Harbor/ACR/SWR: the project or "
+            "namespace), or fix namespace/repository in the registries file",
+        ),
+    ),
+    (
+        re.compile(r"MANIFEST_INVALID|manifest invalid|MANIFEST_BLOB_UNKNOWN", re.I),
+        RegistryFault(
+            "manifest invalid",
+            "the registry refused the manifest (a blob it names is missing, or the registry does not accept "
+            "its media type): rerun to copy missing blobs, or drop this registry from the cell",
+        ),
+    ),
+    (
+        re.compile(r"\bDENIED\b|requested access to the resource is denied", re.I),
+        RegistryFault("denied", "check the account's push/pull rights on this repository"),
+    ),
+)
+
+
+def registry_fault(text: str) -> RegistryFault | None:
+    """The known registry error in *text* (an error body, a push stream's message), or None."""
+    for pattern, fault in _FAULTS:
+        if pattern.search(text):
+            return fault
+    return None
 
 
 def docker_ca_file(host: str) -> Path | None:
@@ -79,14 +248,38 @@ def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
 
 def _error_codes(resp: requests.Response) -> tuple[list[str], str]:
     try:
-        errors = resp.json().get("errors") or []
+        data = resp.json()
+        errors = (data.get("errors") if isinstance(data, dict) else None) or []
     except ValueError:
         return [], resp.text[:300].strip()
     codes = [str(e.get("code", "")) for e in errors if isinstance(e, dict)]
     messages = "; ".join(
-        f"{e.get('code', '')}: {e.get('message', '')}" for e in errors if isinstance(e, dict)
+        f"{e.get('code', '')}: {e.get('message', '')}" + _detail(e.get("detail"))
+        for e in errors
+        if isinstance(e, dict)
     )
     return codes, messages or resp.text[:300].strip()
+
+
+def _detail(detail: Any) -> str:
+    """An error's ``detail`` for a message: text as is; docker-registry's storage-driver errors
+    (``{"DriverName": …, "Enclosed": {"Op": "write", "Err": 28}}``) as the errno's name."""
+    if isinstance(detail, str) and detail:
+        return f" ({detail})"
+    if isinstance(detail, dict):
+        enclosed = detail.get("Enclosed")
+        if isinstance(enclosed, dict) and isinstance(enclosed.get("Err"), int):
+            errno_name = {
+                28: "no space left on device",
+                122: "disk quota exceeded",
+                30: "read-only file system",
+            }
+            err = int(enclosed["Err"])
+            what = errno_name.get(err, f"errno {err}")
+            return f" ({enclosed.get('Op', 'storage')} {enclosed.get('Path', '')}: {what})"
+        if detail:
+            return f" ({json.dumps(detail, sort_keys=True)[:200]})"
+    return ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,21 +287,52 @@ class ManifestData:
     body: bytes
     media_type: str
     digest: str
+    #: where it was read (``registry NAME (HOST) REPO@REF``), named in errors about its content
+    origin: str = field(default="", compare=False)
+
+    def _invalid(self, what: str) -> RegistryError:
+        where = self.origin or f"manifest {self.digest}"
+        return RegistryError(
+            f"{where}: not a valid image manifest: {what}",
+            hint="the registry serves a manifest that breaks the image spec (every descriptor needs a digest "
+            "and a size): push the image again, or drop this registry from the cell",
+        )
 
     def json(self) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.body)
+        try:
+            data = json.loads(self.body)
+        except ValueError as exc:
+            raise self._invalid(f"not JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise self._invalid("not a JSON object")
         return data
 
     def blobs(self) -> list[tuple[str, int]]:
         """(digest, size) of the config and every layer of an image manifest."""
         data = self.json()
-        out = [(data["config"]["digest"], int(data["config"]["size"]))]
-        out += [(layer["digest"], int(layer["size"])) for layer in data.get("layers", [])]
+        out: list[tuple[str, int]] = []
+        for where, desc in [("config", data.get("config"))] + [
+            (f"layers[{i}]", layer) for i, layer in enumerate(data.get("layers") or [])
+        ]:
+            if not isinstance(desc, dict) or not isinstance(desc.get("digest"), str):
+                raise self._invalid(f"{where}.digest is missing")
+            size = desc.get("size")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise self._invalid(f"{where}.size is missing or not a byte count ({size!r})")
+            out.append((desc["digest"], size))
         return out
 
     def compressed_size(self) -> int:
         """Bytes a pull downloads: the config plus every (compressed) layer."""
         return sum(size for _, size in self.blobs())
+
+
+@dataclass(frozen=True)
+class BlobStat:
+    """What HEAD says of a blob: its size and the digest the registry names it by (None when not sent)."""
+
+    size: int
+    digest: str | None = None
 
 
 class BlobStream(Protocol):
@@ -138,9 +362,13 @@ class RegistryApi(Protocol):
     def delete_manifest(self, repo: str, digest: str) -> None: ...
     def list_tags(self, repo: str) -> list[str]: ...
     def blob_size(self, repo: str, digest: str) -> int | None: ...
+    def stat_blob(self, repo: str, digest: str) -> BlobStat | None: ...
+    def delete_blob(self, repo: str, digest: str) -> bool: ...
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool: ...
-    def get_blob(self, repo: str, digest: str) -> BlobStream: ...
+    def get_blob(self, repo: str, digest: str, offset: int = 0) -> BlobStream: ...
     def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None: ...
+    def delete_tag(self, repo: str, tag: str) -> bool: ...
+    def probe_write(self, repo: str) -> None: ...
 
     def resolve_credentials(self) -> Credentials | None:
         """The credentials for an engine push to this registry (its chain), or None."""
@@ -165,9 +393,12 @@ class RegistryClient:
         credentials: Credentials | None = None,
         chain: CredentialChain | None = None,
         ca_file: Path | None = None,
-        attempts: int = 4,
-        backoff: float = 0.5,
-        timeout: float = 60.0,
+        attempts: int | None = None,
+        backoff: float | None = None,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        policy: RetryPolicy | None = None,
+        chunk_size: int = UPLOAD_CHUNK,
         env: Mapping[str, str] | None = None,
     ) -> None:
         self.host = host
@@ -184,9 +415,20 @@ class RegistryClient:
         ca = ca_file or docker_ca_file(host)
         # requests lets $REQUESTS_CA_BUNDLE override Session.verify, so verify is passed on every request
         self.verify: str | bool = str(ca) if ca else True
-        self.attempts = attempts
-        self.backoff = backoff
-        self.timeout = timeout
+        policy = policy or RetryPolicy.from_env(env)
+        overrides: dict[str, Any] = {}
+        if attempts is not None:
+            overrides["attempts"] = attempts
+        if backoff is not None:
+            overrides["backoff"] = backoff
+            overrides["max_wait"] = max(backoff, min(policy.max_wait, backoff * 16))
+        if timeout is not None:
+            overrides["read_timeout"] = timeout
+            overrides["connect_timeout"] = min(policy.connect_timeout, timeout)
+        if deadline is not None:
+            overrides["deadline"] = deadline
+        self.policy = replace(policy, **overrides)
+        self.chunk_size = max(1, chunk_size)
         self.session = requests.Session()
         self._auth: dict[str, str] = {}  # scope → Authorization header value
         self._basic_ok = False
@@ -246,19 +488,22 @@ class RegistryClient:
     def _fail(self, what: str, message: str, hint: str | None = None) -> RegistryError:
         return RegistryError(f"registry {self.name} ({self.host}): {what}: {message}", hint=hint)
 
-    def _retrying(self, fn: Callable[[], T]) -> T:
-        retrying = Retrying(
-            stop=stop_after_attempt(self.attempts),
-            wait=wait_exponential(multiplier=self.backoff, max=8),
-            retry=retry_if_exception_type(_Transient),
-            reraise=True,
+    def _gave_up(self, exc: _Transient, attempts: int) -> RegistryError:
+        return self._fail(
+            "unreachable or failing",
+            f"{exc.what} (gave up after {attempts} attempt(s) within {self.policy.deadline:.0f} s)",
+            hint=f"check that registry {self.name} ({self.host}) is up and reachable, then rerun (what is "
+            "already copied is not sent again); IMAGESMITH_REGISTRY_DEADLINE gives a longer outage more time",
         )
+
+    def _retrying(self, fn: Callable[[float], T]) -> T:
+        """*fn(started)* with the policy's retries on _Transient; RegistryError once they are spent."""
+        started = time.monotonic()
+        retrying = self.policy.retrying()
         try:
-            return retrying(fn)
+            return retrying(fn, started)
         except _Transient as exc:
-            raise self._fail(
-                "unreachable or failing", f"{exc.what} (gave up after {self.attempts} attempts)"
-            ) from exc
+            raise self._gave_up(exc, retrying.statistics.get("attempt_number", self.policy.attempts)) from exc
 
     def _token(self, params: dict[str, str], scope: str) -> str | int:
         """A Bearer header value from the realm, or the status (401/403) it refused the credentials with."""
@@ -274,7 +519,11 @@ class RegistryClient:
         headers = {"Authorization": creds.basic()} if creds else {}
         try:
             resp = self.session.get(
-                realm, params=query, headers=headers, timeout=self.timeout, verify=self.verify
+                realm,
+                params=query,
+                headers=headers,
+                timeout=(self.policy.connect_timeout, self.policy.read_timeout),
+                verify=self.verify,
             )
         except requests.RequestException as exc:
             raise _Transient(f"token endpoint {realm}: {type(exc).__name__}") from exc
@@ -302,9 +551,12 @@ class RegistryClient:
         params: Mapping[str, str] | None = None,
         stream: bool = False,
         allow_redirects: bool = True,
+        started: float | None = None,
     ) -> requests.Response:
-        """One request with auth (challenge answered once). Raises _Transient on retryable faults."""
+        """One request with auth (challenge answered once). Raises _Transient on retryable faults; a 5xx whose
+        body says the fault will not pass by itself (storage full, quota) is returned for :meth:`_check`."""
         full = url if url.startswith("http") else self.base + url
+        timeout = self.policy.timeout(time.monotonic() if started is None else started)
 
         def attempt(auth: str | None) -> requests.Response:
             h = dict(headers or {})
@@ -318,7 +570,7 @@ class RegistryClient:
                     data=data,
                     params=params,
                     stream=stream,
-                    timeout=self.timeout,
+                    timeout=timeout,
                     verify=self.verify,
                     allow_redirects=allow_redirects,
                 )
@@ -333,11 +585,15 @@ class RegistryClient:
                 requests.Timeout,
                 requests.exceptions.ChunkedEncodingError,
             ) as exc:
-                raise _Transient(f"{method} {full}: {type(exc).__name__}") from exc
+                raise _Transient(f"{method} {_short(full)}: {type(exc).__name__}") from exc
             if resp.status_code >= 500 or resp.status_code == 429:
-                _, msg = _error_codes(resp)
+                _codes, msg = _error_codes(resp)
+                fault = registry_fault(msg)
+                if fault is not None and not fault.transient and resp.status_code != 429:
+                    resp._content = (msg or "").encode()  # read already: _check reports it
+                    return resp
                 resp.close()
-                raise _Transient(f"{method} {full}: HTTP {resp.status_code} {msg}".strip())
+                raise _Transient(f"{method} {_short(full)}: HTTP {resp.status_code} {msg}".strip())
             return resp
 
         resp = attempt(self._auth.get(scope) or self._auth.get("*"))
@@ -388,25 +644,29 @@ class RegistryClient:
         return attempt(token)
 
     def _call(self, method: str, url: str, **kw: Any) -> requests.Response:
-        return self._retrying(lambda: self._send(method, url, **kw))
+        return self._retrying(lambda started: self._send(method, url, started=started, **kw))
 
     def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:
         if resp.status_code in ok:
             return resp
         codes, message = _error_codes(resp)
         resp.close()
+        message = message or f"HTTP {resp.status_code} (no error body)"
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
             hint = self._hint()
             if self._credentials:
                 message = f"credentials from {self._credentials.origin} were refused ({message})"
             raise self._fail(what, f"unauthorized: {message}", hint=hint)
-        if resp.status_code == 403 or "DENIED" in codes:
-            raise self._fail(
-                what, f"denied: {message}", hint="check the account's push/pull rights on this repository"
-            )
-        if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and "manifest" in what):
+        if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and "manifest" in what and not codes):
             raise ManifestUnknownError(
                 f"registry {self.name} ({self.host}): {what}: manifest unknown ({message})"
+            )
+        fault = registry_fault(" ".join(codes) + " " + message)
+        if fault is not None:
+            raise self._fail(what, f"{fault.label}: {message}", hint=fault.hint)
+        if resp.status_code == 403:
+            raise self._fail(
+                what, f"denied: {message}", hint="check the account's push/pull rights on this repository"
             )
         if resp.status_code == 405:
             raise self._fail(
@@ -452,10 +712,12 @@ class RegistryClient:
         self._check(resp, f"GET manifest {repo}:{reference}", (200,))
         body = resp.content
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
+        origin = f"registry {self.name} ({self.host}) {repo}@{reference}"
         media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
         if not media_type or media_type == "application/json":
-            media_type = json.loads(body).get("mediaType", MANIFEST_V2)
-        return ManifestData(body=body, media_type=media_type, digest=digest)
+            doc = ManifestData(body=body, media_type="", digest=digest, origin=origin).json()
+            media_type = str(doc.get("mediaType") or MANIFEST_V2)
+        return ManifestData(body=body, media_type=media_type, digest=digest, origin=origin)
 
     def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:
         resp = self._call(
@@ -479,6 +741,20 @@ class RegistryClient:
         )
         self._check(resp, f"DELETE manifest {repo}@{digest}", (202, 200))
 
+    def delete_tag(self, repo: str, tag: str) -> bool:
+        """DELETE a tag alone (OCI distribution 1.1); False when the registry does not support it (Debian's
+        docker-registry 2.8 answers 405/UNSUPPORTED or deletes by digest only)."""
+        if tag.startswith("sha256:"):
+            raise ValueError("delete_tag takes a tag, not a digest")
+        resp = self._call(
+            "DELETE", f"/v2/{repo}/manifests/{tag}", scope=self._scope(repo, "pull,push,delete")
+        )
+        if resp.status_code in (200, 202, 404):
+            resp.close()
+            return resp.status_code != 404 or self.manifest_digest(repo, tag) is None
+        resp.close()
+        return False
+
     def list_tags(self, repo: str) -> list[str]:
         tags: list[str] = []
         url = f"/v2/{repo}/tags/list"
@@ -493,16 +769,38 @@ class RegistryClient:
             url = urljoin(self.base + "/", m.group(1)) if m else ""
         return tags
 
-    def blob_size(self, repo: str, digest: str) -> int | None:
-        """HEAD the blob: its size, or None when absent."""
+    def stat_blob(self, repo: str, digest: str) -> BlobStat | None:
+        """HEAD the blob: its size and the digest the registry names (``Docker-Content-Digest``), or None."""
         resp = self._call("HEAD", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo))
         if resp.status_code == 404:
             return None
         self._check(resp, f"HEAD blob {repo}@{digest[:19]}", (200,))
-        return int(resp.headers.get("Content-Length", "0"))
+        return BlobStat(
+            size=int(resp.headers.get("Content-Length", "0")),
+            digest=resp.headers.get("Docker-Content-Digest") or None,
+        )
+
+    def blob_size(self, repo: str, digest: str) -> int | None:
+        """HEAD the blob: its size, or None when absent."""
+        stat = self.stat_blob(repo, digest)
+        return None if stat is None else stat.size
+
+    def delete_blob(self, repo: str, digest: str) -> bool:
+        """DELETE the blob from *repo*; False when the registry does not allow deletes (405, UNSUPPORTED)."""
+        resp = self._call("DELETE", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo, "pull,push,delete"))
+        if resp.status_code in (200, 202, 404):
+            resp.close()
+            return True
+        codes, _ = _error_codes(resp)
+        if resp.status_code in (400, 403, 405) or "UNSUPPORTED" in codes:
+            resp.close()
+            return False
+        self._check(resp, f"DELETE blob {repo}@{digest[:19]}", (202,))
+        return True
 
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
-        """Cross-repository mount on this registry; False when the registry started an upload instead."""
+        """Cross-repository mount on this registry; False when the registry started an upload instead (that
+        upload session is cancelled at once, so nothing is left behind)."""
         resp = self._call(
             "POST",
             f"/v2/{repo}/blobs/uploads/",
@@ -510,62 +808,527 @@ class RegistryClient:
             params={"mount": digest, "from": from_repo},
         )
         self._check(resp, f"mount blob {digest[:19]} from {from_repo} into {repo}", (201, 202))
+        if resp.status_code == 202 and resp.headers.get("Location"):
+            self._cancel_upload(
+                urljoin(self.base + "/", resp.headers["Location"]), self._scope(repo, "pull,push")
+            )
         return resp.status_code == 201
 
-    def get_blob(self, repo: str, digest: str) -> requests.Response:
-        """Streamed GET of a blob (follows redirects to storage). The caller closes the response."""
-        resp = self._call("GET", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo), stream=True)
-        return self._check(resp, f"GET blob {repo}@{digest[:19]}", (200,))
+    def get_blob(self, repo: str, digest: str, offset: int = 0) -> requests.Response:
+        """Streamed GET of a blob (follows redirects to storage), from byte *offset* (``Range``; a registry
+        that ignores it answers 200 with the whole blob). The caller closes the response."""
+        headers = {"Range": f"bytes={offset}-"} if offset else None
+        resp = self._call(
+            "GET", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo), stream=True, headers=headers
+        )
+        return self._check(resp, f"GET blob {repo}@{digest[:19]}", (200, 206))
 
+    # -- blob upload: chunked, resumable, cancelled when given up --------------------------------------------
     def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None:
-        """Upload a blob: POST an upload, PATCH the stream (chunked transfer), PUT ?digest=.
+        """Upload a blob: POST an upload session, PATCH it chunk by chunk (``Content-Range``), PUT ?digest=.
 
-        *chunks* is called once per attempt so that a retried upload restarts from the first byte.
+        Each request is retried on its own. A chunk whose PATCH failed is resumed at the offset the registry
+        reports for the session; when the registry lost or refuses the session, *chunks* is called again and
+        the blob restarts from its first byte (at most ``policy.restarts`` times). An upload that fails for
+        good is cancelled (``DELETE`` of the session) so its bytes do not stay on the registry's disk.
         """
         scope = self._scope(repo, "pull,push")
+        restarts = 0
+        while True:
+            up = self._start_upload(repo, digest, scope)
+            try:
+                self._upload_chunks(repo, digest, scope, up, chunks)
+                return
+            except _Restart as exc:
+                self._cancel_upload(up, scope)
+                restarts += 1
+                if restarts > self.policy.restarts:
+                    raise self._fail(
+                        f"upload {digest[:19]} to {repo}",
+                        f"the registry dropped the upload session {restarts} times ({exc})",
+                        hint=f"check registry {self.name}'s storage and logs, then rerun",
+                    ) from None
+            except _Transient as exc:
+                self._cancel_upload(up, scope)
+                raise self._gave_up(exc, self.policy.attempts) from exc
+            except BaseException:
+                self._cancel_upload(up, scope)
+                raise
 
-        def once() -> None:
-            resp = self._send("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
-            self._check(resp, f"start upload of {digest[:19]} to {repo}", (202,))
-            location = urljoin(self.base + "/", resp.headers["Location"])
+    def _start_upload(self, repo: str, digest: str, scope: str) -> _Upload:
+        resp = self._call("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
+        self._check(resp, f"start upload of {digest[:19]} to {repo}", (202,))
+        return _Upload(urljoin(self.base + "/", resp.headers["Location"]))
+
+    def _upload_status(self, up: _Upload, scope: str, started: float) -> int | None:
+        """Bytes the registry holds for the session (its location updated), or None when it lost it."""
+        assert up.location is not None
+        resp = self._send("GET", up.location, scope=scope, started=started)
+        if resp.status_code in (404, 400, 416):
+            resp.close()
+            return None
+        self._check(resp, "upload status", (204, 200))
+        rng = re.match(r"(?:bytes=)?0-(\d+)", resp.headers.get("Range", ""))
+        up.location = urljoin(self.base + "/", resp.headers.get("Location", up.location))
+        # docker-registry answers "0-0" for an empty session too: read it as empty (a registry holding one
+        # byte then refuses the resent chunk with 416, and the blob restarts)
+        return int(rng.group(1)) + 1 if rng and rng.group(1) != "0" else 0
+
+    def _upload_chunks(
+        self, repo: str, digest: str, scope: str, up: _Upload, chunks: Callable[[], Iterator[bytes]]
+    ) -> None:
+        """PATCH the blob chunk by chunk. Each chunk's body is streamed from *chunks* as it arrives (the
+        source keeps sending while the destination writes) and its pieces are kept until the registry took
+        it, so a failed PATCH is resumed from them. ``Content-Range`` needs the chunk's end: with a known
+        size (:class:`SizedChunks`) it is computed, else each chunk is gathered before it is sent."""
+        size: int | None = getattr(chunks, "size", None)
+        source = iter(chunks())
+        carry = b""
+        ended = False
+        failed: list[BaseException] = []  # the source's error, raised once the registry's session is current
+
+        def pull(limit: int) -> bytes:
+            nonlocal carry, ended
+            while not carry and not ended:
+                try:
+                    carry = next(source)
+                except StopIteration:
+                    ended = True
+            take, carry = carry[:limit], carry[limit:]
+            return take
+
+        offset = 0
+        while True:
+            if size is None:
+                pending: list[bytes] = []
+                held = 0
+                while held < self.chunk_size and (piece := pull(self.chunk_size - held)):
+                    pending.append(piece)
+                    held += len(piece)
+                if not pending:
+                    break
+                self._patch(repo, digest, scope, up, offset, held, pending, None)
+                offset += held
+                continue
+            length = min(self.chunk_size, size - offset)
+            if length <= 0:
+                break
+            pending = []
+
+            def more(length: int = length, pending: list[bytes] = pending) -> Iterator[bytes]:
+                got = sum(len(p) for p in pending)
+                while got < length and not failed:
+                    try:
+                        piece = pull(length - got)
+                    except BaseException as exc:  # the source failed: end this PATCH cleanly, raise later
+                        failed.append(exc)
+                        return
+                    if not piece:
+                        return
+                    pending.append(piece)
+                    got += len(piece)
+                    yield piece
+
+            self._patch(repo, digest, scope, up, offset, length, pending, more)
+            if failed:
+                raise failed[0]
+            offset += sum(len(p) for p in pending)
+            if sum(len(p) for p in pending) < length:
+                break  # the source ended early: read_blob's size check (below) says so
+        if size is not None:
+            extra = pull(1)  # runs the source to its end: its digest and size checks
+            if extra:
+                raise RegistryError(f"blob {digest}: the source sends more than the {size} bytes expected")
+        self._finish_upload(repo, digest, scope, up, offset)
+
+    def _patch(
+        self,
+        repo: str,
+        digest: str,
+        scope: str,
+        up: _Upload,
+        offset: int,
+        length: int,
+        pending: list[bytes],
+        more: Callable[[], Iterator[bytes]] | None,
+    ) -> None:
+        """PATCH bytes [offset, offset+length) — *pending* plus, when streaming, what *more* pulls — with
+        retries; after a failure the registry is asked what it holds and the rest is sent from *pending*."""
+        pos = 0  # bytes of the chunk the registry holds
+        for attempt in self.policy.retrying():
+            with attempt:
+                started = time.monotonic()
+                if attempt.retry_state.attempt_number > 1:
+                    held = self._upload_status(up, scope, started)
+                    if held is None:
+                        raise _Restart("upload session unknown after a failed chunk")
+                    if not offset <= held <= offset + sum(len(p) for p in pending):
+                        raise _Restart(f"the registry holds {held} bytes, the chunk starts at {offset}")
+                    pos = held - offset
+                    if pos == length:
+                        break
+
+                def body(pos: int = pos) -> Iterator[bytes]:
+                    yield from _pieces_from(list(pending), pos)
+                    if more is not None:
+                        yield from more()
+
+                assert up.location is not None
+                resp = self._send(
+                    "PATCH",
+                    up.location,
+                    scope=scope,
+                    data=body(),
+                    started=started,
+                    headers={
+                        "Content-Type": "application/octet-stream",
+                        "Content-Range": f"{offset + pos}-{offset + length - 1}",
+                    },
+                )
+                if resp.status_code in (404, 416):
+                    _codes, message = _error_codes(resp)
+                    resp.close()
+                    raise _Restart(f"PATCH answered HTTP {resp.status_code} {message}")
+                self._check(resp, f"upload {digest[:19]} to {repo}", (202, 204))
+                up.location = urljoin(self.base + "/", resp.headers.get("Location", up.location))
+
+    def _finish_upload(self, repo: str, digest: str, scope: str, up: _Upload, size: int) -> None:
+        """PUT ?digest=; a PUT whose answer was lost is done when the blob is there with its size."""
+        what = f"finish upload of {digest[:19]} to {repo}"
+        for attempt in self.policy.retrying():
+            with attempt:
+                started = time.monotonic()
+                if attempt.retry_state.attempt_number > 1:
+                    stat = self._head_once(repo, digest, started)
+                    if stat is not None and stat.size == size:
+                        up.location = None
+                        return
+                assert up.location is not None
+                sep = "&" if "?" in up.location else "?"
+                resp = self._send("PUT", f"{up.location}{sep}digest={digest}", scope=scope, started=started)
+                if resp.status_code in (201, 204):
+                    resp.close()
+                    up.location = None
+                    return
+                codes, message = _error_codes(resp)
+                if (
+                    "BLOB_UPLOAD_UNKNOWN" in codes
+                    or "BLOB_UPLOAD_INVALID" in codes
+                    or resp.status_code == 404
+                ):
+                    resp.close()
+                    stat = self._head_once(repo, digest, started)
+                    if stat is not None and stat.size == size:
+                        up.location = None
+                        return
+                    raise _Restart(f"PUT answered {message}")
+                self._check(resp, what, (201,))
+
+    def _head_once(self, repo: str, digest: str, started: float) -> BlobStat | None:
+        resp = self._send("HEAD", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo), started=started)
+        if resp.status_code != 200:
+            resp.close()
+            return None
+        return BlobStat(size=int(resp.headers.get("Content-Length", "0")), digest=None)
+
+    def _cancel_upload(self, up: _Upload | str | None, scope: str) -> None:
+        """DELETE an upload session (best effort, one quick try): its bytes leave the registry's disk."""
+        location = up.location if isinstance(up, _Upload) else up
+        if isinstance(up, _Upload):
+            up.location = None
+        if not location:
+            return
+        try:
+            resp = self._send(
+                "DELETE", location, scope=scope, started=time.monotonic() - self.policy.deadline
+            )
+            resp.close()
+        except (_Transient, RegistryError):
+            pass
+
+    def probe_write(self, repo: str) -> None:
+        """Write 1 MiB into an upload session of *repo* and cancel it (nothing is stored). RegistryError with
+        the translated fault when the registry cannot take a write now (storage full, quota, denied,
+        read-only); transient faults pass silently (the caller's retries deal with them)."""
+        scope = self._scope(repo, "pull,push")
+        up = _Upload()
+        try:
+            resp = self._send("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)  # one try: a probe
+            self._check(resp, f"write probe into {repo}", (202,))
+            up.location = urljoin(self.base + "/", resp.headers["Location"])
             resp = self._send(
                 "PATCH",
-                location,
+                up.location,
                 scope=scope,
-                data=chunks(),
-                headers={"Content-Type": "application/octet-stream"},
+                data=bytes(1 << 20),
+                headers={"Content-Type": "application/octet-stream", "Content-Range": f"0-{(1 << 20) - 1}"},
             )
-            self._check(resp, f"upload {digest[:19]} to {repo}", (202, 204))
-            location = urljoin(self.base + "/", resp.headers.get("Location", location))
-            sep = "&" if "?" in location else "?"
-            resp = self._send("PUT", f"{location}{sep}digest={digest}", scope=scope)
-            self._check(resp, f"finish upload of {digest[:19]} to {repo}", (201,))
+            if resp.status_code in (202, 204):
+                up.location = urljoin(self.base + "/", resp.headers.get("Location", up.location))
+            self._check(resp, f"write probe into {repo}", (202, 204))
+        except _Transient:
+            pass
+        finally:
+            self._cancel_upload(up, scope)
 
-        self._retrying(once)
+
+@dataclass(frozen=True)
+class SizedChunks:
+    """*chunks* of a blob whose size is known (the manifest says it): uploads stream each PATCH as the bytes
+    arrive instead of gathering a chunk first."""
+
+    chunks: Callable[[], Iterator[bytes]]
+    size: int
+
+    def __call__(self) -> Iterator[bytes]:
+        return self.chunks()
 
 
-def copy_blob(src: RegistryApi, src_repo: str, dst: RegistryApi, dst_repo: str, digest: str) -> int:
-    """Make *dst* hold blob *digest*; returns the bytes transferred (0 when present or mounted)."""
-    if dst.blob_size(dst_repo, digest) is not None:
+def _pieces_from(pieces: list[bytes], pos: int) -> Iterator[bytes]:
+    """The bytes of *pieces* from offset *pos* on (a generator: requests streams it, chunked)."""
+    for piece in pieces:
+        if pos >= len(piece):
+            pos -= len(piece)
+            continue
+        yield piece[pos:] if pos else piece
+        pos = 0
+
+
+def _short(url: str) -> str:
+    """A URL for messages: without the query (upload state is long and says nothing to a user)."""
+    return url.split("?", 1)[0]
+
+
+# -- copies -------------------------------------------------------------------------------------------------
+def _sided(side: str, exc: RegistryError) -> RegistryError:
+    """*exc* with the side of the copy that failed in front (``source registry r1 …``), its fix kept."""
+    if exc.message.startswith(("source ", "destination ")):
+        return exc
+    cls = type(exc)
+    return cls(f"{side} {exc.message}", hint=exc.hint)
+
+
+def read_blob(
+    client: RegistryApi,
+    repo: str,
+    digest: str,
+    *,
+    side: str = "source",
+    size: int | None = None,
+    policy: RetryPolicy | None = None,
+) -> Iterator[bytes]:
+    """The bytes of blob *digest*, sha256-checked: a stream cut in the middle is resumed (``Range``) at the
+    byte it stopped; a content that does not hash to *digest* (or has another size than *size*) is a
+    :class:`CorruptBlobError` naming *side*, the registry, the repository and the digest."""
+    policy = policy or getattr(client, "policy", None) or RetryPolicy()
+    h = hashlib.sha256()
+    got = 0
+    cuts = 0
+    started = time.monotonic()
+    while True:
+        try:
+            with client.get_blob(repo, digest, got) if got else client.get_blob(repo, digest) as resp:
+                skip = got if got and getattr(resp, "status_code", 206) == 200 else 0
+                for chunk in resp.iter_content(_CHUNK):
+                    if skip:
+                        drop = min(skip, len(chunk))
+                        chunk, skip = chunk[drop:], skip - drop
+                        if not chunk:
+                            continue
+                    h.update(chunk)
+                    got += len(chunk)
+                    yield chunk
+            break
+        except RegistryError as exc:
+            raise _sided(side, exc) from None
+        except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+            cuts += 1
+            if cuts >= policy.attempts or time.monotonic() - started > policy.deadline:
+                raise RegistryError(
+                    f"{side} registry {client.name} ({client.host}): GET blob {repo}@{digest[:19]}: the "
+                    f"download broke {cuts} time(s), last at byte {got} ({type(exc).__name__})",
+                    hint=f"check that registry {client.name} is up and reachable, then rerun (blobs already "
+                    "copied are not sent again)",
+                ) from None
+            time.sleep(min(policy.max_wait, policy.backoff * 2 ** (cuts - 1)))
+    actual = "sha256:" + h.hexdigest()
+    if actual != digest or (size is not None and got != size):
+        raise CorruptBlobError(
+            f"{side} registry {client.name} ({client.host}): blob {digest} in {repo} is corrupt: its "
+            f"content hashes to {actual} ({got} bytes" + (f", the manifest says {size})" if size else ")"),
+            hint="the registry's copy of the blob is damaged: delete it there (and run the registry's "
+            "garbage collection, which removes the stored file), then rerun to copy it again",
+        )
+
+
+_END = object()
+
+
+def _prefetched(source: Iterator[bytes], depth: int = 4) -> Iterator[bytes]:
+    """*source* read ahead by a thread (up to *depth* pieces): the source registry sends the next pieces while
+    the destination takes this one. The source's errors are raised here, in the consumer; a consumer that
+    stops early stops the thread, which closes *source*."""
+    pieces: queue.Queue[object] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item: object) -> bool:
+        while not stop.is_set():
+            try:
+                pieces.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def pump() -> None:
+        try:
+            for piece in source:
+                if not put(piece):
+                    return
+            put(_END)
+        except BaseException as exc:  # handed to the consumer, raised there
+            put(exc)
+        finally:
+            close = getattr(source, "close", None)
+            if callable(close):
+                close()
+
+    threading.Thread(target=pump, name="imagesmith-blob-read", daemon=True).start()
+    try:
+        while True:
+            item = pieces.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            assert isinstance(item, bytes)
+            yield item
+    finally:
+        stop.set()
+
+
+def blob_digest(client: RegistryApi, repo: str, digest: str, *, side: str, size: int | None = None) -> None:
+    """Read *digest* back from *client* in full and check it (CorruptBlobError when it does not hash)."""
+    for _ in read_blob(client, repo, digest, side=side, size=size):
+        pass
+
+
+def _dst_problem(dst: RegistryApi, repo: str, digest: str, size: int | None, verify: Verify) -> str | None:
+    """Why the blob *dst* already holds cannot be trusted, or None (it checks out at *verify*'s level)."""
+    stat = dst.stat_blob(repo, digest)
+    if stat is None:
+        return "missing"
+    if verify == "off":
+        return None
+    if stat.digest and stat.digest != digest:
+        return f"HEAD names it {stat.digest}"
+    if size is not None and stat.size != size:
+        return f"HEAD gives {stat.size} bytes, the manifest says {size}"
+    if verify in ("read", "full"):
+        try:
+            blob_digest(dst, repo, digest, side="destination", size=size)
+        except CorruptBlobError as exc:
+            return exc.message.split(" is corrupt: ", 1)[-1]
+    return None
+
+
+def copy_blob(
+    src: RegistryApi,
+    src_repo: str,
+    dst: RegistryApi,
+    dst_repo: str,
+    digest: str,
+    *,
+    size: int | None = None,
+    verify: Verify = "head",
+) -> int:
+    """Make *dst* hold a verified blob *digest*; returns the bytes transferred (0 when present or mounted).
+
+    A blob *dst* already holds is trusted only when it checks out at the *verify* level (see
+    :data:`Verify`); one that does not is deleted and uploaded again, then read back; when the registry keeps
+    the damaged file (Debian's docker-registry does until garbage collection) the copy fails with a
+    :class:`CorruptBlobError` naming the destination, the repository and the digest — nothing is tagged.
+    Errors name the side that failed (``source registry …`` / ``destination registry …``).
+    """
+    try:
+        problem = _dst_problem(dst, dst_repo, digest, size, verify)
+    except RegistryError as exc:
+        raise _sided("destination", exc) from None
+    if problem is None:
         return 0
-    if src.host == dst.host and src_repo != dst_repo and dst.mount_blob(dst_repo, digest, src_repo):
-        return 0
+    repairing = problem != "missing"
+    if repairing:
+        try:
+            deleted = dst.delete_blob(dst_repo, digest)
+        except RegistryError as exc:
+            raise _sided("destination", exc) from None
+        if not deleted:
+            raise _corrupt_at_destination(dst, dst_repo, digest, problem, repaired=False)
+    elif src.host == dst.host and src_repo != dst_repo:
+        try:
+            if dst.mount_blob(dst_repo, digest, src_repo):
+                return 0
+        except RegistryError as exc:
+            raise _sided("destination", exc) from None
     sent = 0
 
     def stream() -> Iterator[bytes]:
         nonlocal sent
         sent = 0
-        h = hashlib.sha256()
-        with src.get_blob(src_repo, digest) as resp:
-            for chunk in resp.iter_content(_CHUNK):
-                h.update(chunk)
-                sent += len(chunk)
-                yield chunk
-        if "sha256:" + h.hexdigest() != digest:
-            raise RegistryError(f"registry {src.name}: blob {digest} streamed with a different sha256")
+        # read ahead one upload chunk: the source sends chunk k+1 while the destination takes chunk k
+        depth = max(2, getattr(dst, "chunk_size", UPLOAD_CHUNK) // _CHUNK + 1)
+        for chunk in _prefetched(read_blob(src, src_repo, digest, side="source", size=size), depth):
+            sent += len(chunk)
+            yield chunk
 
-    dst.upload_blob(dst_repo, digest, stream)
+    try:
+        dst.upload_blob(dst_repo, digest, stream if size is None else SizedChunks(stream, size))
+    except RegistryError as exc:
+        raise _sided("destination", exc) from None
+    if repairing or verify == "full":
+        try:
+            again = _dst_problem(dst, dst_repo, digest, size, "read")
+        except RegistryError as exc:
+            raise _sided("destination", exc) from None
+        if again is not None:
+            raise _corrupt_at_destination(dst, dst_repo, digest, again, repaired=repairing)
     return sent
+
+
+def _corrupt_at_destination(
+    dst: RegistryApi, repo: str, digest: str, problem: str, *, repaired: bool
+) -> CorruptBlobError:
+    tried = (
+        "deleting it and uploading it again did not help (the registry keeps the damaged file)"
+        if repaired
+        else "the registry does not allow deleting it"
+    )
+    return CorruptBlobError(
+        f"destination registry {dst.name} ({dst.host}): blob {digest} in {repo} is corrupt ({problem}); "
+        f"{tried}; nothing was tagged",
+        hint=f"remove the blob from registry {dst.name}'s storage (Debian's docker-registry: delete it "
+        "through the API, then run `docker-registry garbage-collect` on its config), then rerun",
+    )
+
+
+def verify_blobs(client: RegistryApi, repo: str, manifest: ManifestData, *, side: str) -> None:
+    """Read every blob of *manifest* back from *client* and check digest and size (the nightly's verify)."""
+    for child in _children(manifest):
+        verify_blobs(client, repo, client.get_manifest(repo, child), side=side)
+    if manifest.media_type not in INDEX_TYPES:
+        for digest, size in manifest.blobs():
+            blob_digest(client, repo, digest, side=side, size=size)
+
+
+def _children(manifest: ManifestData) -> list[str]:
+    if manifest.media_type not in INDEX_TYPES:
+        return []
+    out = []
+    for i, child in enumerate(manifest.json().get("manifests") or []):
+        if not isinstance(child, dict) or not isinstance(child.get("digest"), str):
+            raise manifest._invalid(f"manifests[{i}].digest is missing")
+        out.append(child["digest"])
+    return out
 
 
 def copy_manifest(
@@ -576,22 +1339,35 @@ def copy_manifest(
     dst_repo: str,
     *,
     put_as: str | None = None,
+    verify: Verify = "head",
 ) -> tuple[str, int]:
-    """Copy an image (or index, recursively) by reference; every blob before the manifest.
+    """Copy an image (or index, recursively) by reference; every blob (verified, see :func:`copy_blob`)
+    before the manifest.
 
     Returns (digest, bytes transferred). The manifest is put under *put_as* (default: its digest, so
     nothing is tagged by the copy itself).
     """
-    manifest = src.get_manifest(src_repo, reference)
+    try:
+        manifest = src.get_manifest(src_repo, reference)
+    except RegistryError as exc:
+        raise _sided("source", exc) from None
     sent = 0
-    if manifest.media_type in INDEX_TYPES:
-        for child in manifest.json().get("manifests", []):
-            _, n = copy_manifest(src, src_repo, child["digest"], dst, dst_repo)
+    children = _children(manifest)
+    if children:
+        for child in children:
+            _, n = copy_manifest(src, src_repo, child, dst, dst_repo, verify=verify)
             sent += n
     else:
-        for digest, _ in manifest.blobs():
-            sent += copy_blob(src, src_repo, dst, dst_repo, digest)
-    dst.put_manifest(dst_repo, put_as or manifest.digest, manifest)
+        try:
+            blobs = manifest.blobs()
+        except RegistryError as exc:
+            raise _sided("source", exc) from None
+        for digest, size in blobs:
+            sent += copy_blob(src, src_repo, dst, dst_repo, digest, size=size, verify=verify)
+    try:
+        dst.put_manifest(dst_repo, put_as or manifest.digest, manifest)
+    except RegistryError as exc:
+        raise _sided("destination", exc) from None
     return manifest.digest, sent
 
 

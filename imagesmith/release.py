@@ -52,7 +52,15 @@ from imagesmith.index import (
     save_index,
 )
 from imagesmith.refs import Registry
-from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryApi, client_for, copy_manifest
+from imagesmith.registry import (
+    OCI_MANIFEST,
+    ManifestData,
+    RegistryApi,
+    Verify,
+    client_for,
+    copy_manifest,
+    verify_blobs,
+)
 from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
 from imagesmith.validate.record import ValidationReport
 
@@ -378,6 +386,7 @@ def release_cell(
     *,
     dry_run: bool,
     client_for: Callable[[Registry], RegistryApi] | None = None,
+    verify: Verify = "head",
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
     res = CellResult(cell=cell.id, tag=cell.tag)
@@ -462,7 +471,7 @@ def release_cell(
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
             tagged = c.manifest_digest(t.repo, cell.tag)
         except ImagesmithError as exc:
-            return [], None, f"{t.name}: {exc.message}"
+            return [], None, f"{t.name}: {_with_fix(exc)}"
         todo = []
         if not has_manifest:
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
@@ -478,8 +487,10 @@ def release_cell(
             return todo, None, None
         try:
             if not has_manifest:
-                copy_manifest(src, source.repo, digest, c, t.repo)
+                copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
             manifest = src.get_manifest(source.repo, digest)
+            if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
+                verify_blobs(c, t.repo, manifest, side="destination")
             if not has_report:
                 attach_report(c, t.repo, manifest, report)
             if tagged != digest:
@@ -491,7 +502,7 @@ def release_cell(
                     hint="another release moved the tag meanwhile: rerun the release to converge",
                 )
         except ImagesmithError as exc:
-            return todo, None, f"promotion to {t.name} failed: {exc.message} (rerun to converge)"
+            return todo, None, f"promotion to {t.name} failed: {_with_fix(exc)} (rerun to converge)"
         return todo, digest, None
 
     if client_for is None or len(cell.targets) == 1:
@@ -512,6 +523,11 @@ def release_cell(
         else:
             res.status = "promoted" if res.steps else "up-to-date"
     return res, passing
+
+
+def _with_fix(exc: ImagesmithError) -> str:
+    """The message and, when it has one, the fix line of *exc* (a reason keeps what the user should do)."""
+    return f"{exc.message} (fix: {exc.hint})" if exc.hint else exc.message
 
 
 def index_entry(
@@ -577,6 +593,7 @@ def release_cells(
     dry_run: bool = False,
     client_for: Callable[[Registry], RegistryApi] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
+    verify: Verify = "head",
 ) -> Outcome:
     clients: dict[str, RegistryApi] = {}
     for cell in cells:
@@ -588,7 +605,9 @@ def release_cells(
     base = _base_index(index_file, cells, clients)
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
-        result, passing = release_cell(cell, reports, clients, dry_run=dry_run, client_for=client_for)
+        result, passing = release_cell(
+            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify
+        )
         outcome.cells.append(result)
         if result.digest and result.registries:
             old = base.by_tag(cell.tag)
@@ -646,6 +665,7 @@ def release_matrix(
     client_for: Callable[[Registry], RegistryApi] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
     project: Project | None = None,
+    verify: Verify = "head",
 ) -> Outcome:
     """Load the matrix of *project*, plan it, and release its cells (see the module docstring)."""
     from imagesmith.matrix import load_matrix
@@ -665,7 +685,27 @@ def release_matrix(
         dry_run=dry_run,
         client_for=client_for,
         echo=echo,
+        verify=verify,
     )
+
+
+def candidate_state(found: Mapping[str, str | None], errors: Sequence[str] = ()) -> str:
+    """One line on a cell's candidate across its registries: ``consistent``, ``none``, ``mixed: …`` (some
+    registries hold it, others do not: an interrupted tag phase) or ``differs: …`` (different digests)."""
+    held = {name: d for name, d in found.items() if d}
+    missing = [name for name, d in found.items() if not d]
+    if not held:
+        return "none" + (" (registries could not be asked)" if errors else "")
+    if len(set(held.values())) > 1:
+        return (
+            "differs: " + ", ".join(f"{n}={d[:19]}…" for n, d in sorted(held.items())) + " — rerun the build"
+        )
+    if missing:
+        return (
+            f"mixed: tagged in {', '.join(sorted(held))}, not in {', '.join(missing)} — rerun "
+            "`imagesmith build --push` to converge"
+        )
+    return "consistent"
 
 
 def candidates(
@@ -693,6 +733,7 @@ def candidates(
                 "candidate": cell.candidate,
                 "digests": found,
                 "pinned": [f"{t.image}@{found[t.name]}" for t in cell.targets if found.get(t.name)],
+                "state": candidate_state(found, errors),
                 "errors": errors,
             }
         )

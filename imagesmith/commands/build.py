@@ -88,12 +88,22 @@ def build_command(
     backend: Annotated[
         str, typer.Option("--backend", help="auto | buildkit (docker CLI) | sdk (Engine API).")
     ] = "auto",
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            help="How far copies trust blobs: head (default), read (re-read blobs a registry already "
+            "holds), full (read, plus read back every copied blob; the nightly). "
+            "Default: $IMAGESMITH_VERIFY.",
+        ),
+    ] = None,
 ) -> None:
     """Build (with --push: push) a matrix's images; cells whose fingerprint is already pushed are skipped."""
     from imagesmith.build import BuildOptions, preflight, run_build, write_summary
     from imagesmith.commands.plan import load_plan
     from imagesmith.config import load_config
     from imagesmith.engine import BuildEvent, Engine
+    from imagesmith.registry import verify_level
 
     if backend not in ("auto", "buildkit", "sdk"):
         raise ConfigError(
@@ -102,7 +112,13 @@ def build_command(
     config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
     project, m, plan = load_plan(matrix, only)
     options = BuildOptions(
-        push=push, force=force, jobs=jobs, config=config, wheels_dir=wheels, project=project
+        push=push,
+        force=force,
+        jobs=jobs,
+        config=config,
+        wheels_dir=wheels,
+        project=project,
+        verify=verify_level(verify or None),
     )
     preflight(m, plan, options)
     engine = Engine(backend=backend)  # type: ignore[arg-type]

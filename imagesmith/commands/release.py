@@ -202,9 +202,18 @@ def release(
         Path | None, typer.Option("--registries", help="registries file (default: the project's)")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
+    verify: Annotated[
+        str | None,
+        typer.Option(
+            "--verify",
+            help="how far copies trust blobs: head (default), read, full (also read back blobs already "
+            "promoted; the nightly); default $IMAGESMITH_VERIFY",
+        ),
+    ] = None,
 ) -> None:
     """Promote candidates whose exact digest passed validation to every registry of their cell."""
     from imagesmith import release as releasing
+    from imagesmith.registry import verify_level
 
     project = current_project(matrix)
     outcome = releasing.release_matrix(
@@ -216,6 +225,7 @@ def release(
         registries_file=registries,
         echo=lambda line: typer.echo(line, err=True),
         project=project,
+        verify=verify_level(verify or None),
     )
     typer.echo(release_json(outcome) if as_json else release_text(outcome))
     outcome.raise_for_refusals()

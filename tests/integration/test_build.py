@@ -115,7 +115,10 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
         assert (
             clients[t.name].manifest_digest(repo, fingerprint_tag(cell.fingerprint, suite)) == outcome.digest
         )
-    assert _tags(targets[1], cell) == sorted([candidate_tag(cell), fingerprint_tag(cell.fingerprint, suite)])
+    # issue 18: the copy puts the staging tag in every registry before the final tags (before: nothing)
+    assert _tags(targets[1], cell) == sorted(
+        [candidate_tag(cell), fingerprint_tag(cell.fingerprint, suite), staging_tag(cell.fingerprint, suite)]
+    )
 
     # the next build of the same fingerprint: nothing built, nothing pushed
     engine.remove(ref)

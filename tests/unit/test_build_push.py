@@ -35,7 +35,7 @@ from imagesmith.errors import PushError
 from imagesmith.matrix import load_matrix
 from imagesmith.model import Cell
 from imagesmith.refs import Registry
-from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryApi
+from imagesmith.registry import OCI_MANIFEST, BlobStat, ManifestData, RegistryApi
 from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.repo import PROJECT
 
@@ -109,8 +109,23 @@ class MemoryRegistry:
     def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
         return digest in self.blobs
 
-    def get_blob(self, repo: str, digest: str) -> _Blob:
-        return _Blob(self.blobs[digest])
+    def stat_blob(self, repo: str, digest: str) -> BlobStat | None:
+        return BlobStat(len(self.blobs[digest]), digest) if digest in self.blobs else None
+
+    def delete_blob(self, repo: str, digest: str) -> bool:
+        self.blobs.pop(digest, None)
+        return True
+
+    def delete_tag(self, repo: str, tag: str) -> bool:
+        self.tags.pop(tag, None)
+        self.writes.append(f"untag {tag}")
+        return True
+
+    def probe_write(self, repo: str) -> None:
+        return None
+
+    def get_blob(self, repo: str, digest: str, offset: int = 0) -> _Blob:
+        return _Blob(self.blobs[digest][offset:])
 
     def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None:
         data = b"".join(chunks())
@@ -288,18 +303,19 @@ def test_the_engine_pushes_once_and_the_api_copies_to_the_rest(cell: Cell, tmp_p
     assert engine.pushes == [(staging, "token-1")]
     one, two = registries["r1.example"], registries["r2.example"]
     assert engine.images[staging].labels[FINGERPRINT_LABEL] == cell.fingerprint
-    # the second registry got every blob through the API, then the manifest by digest, then the tags
+    # the second registry got every blob through the API, then the manifest under the staging tag (issue 18:
+    # staging tags everywhere first; it was put by digest before), then the final tags
     assert outcome.bytes_copied_api == sum(len(b) for b in one.blobs.values())
     assert two.blobs == one.blobs
     assert two.writes[-3:] == [
-        f"manifest {outcome.digest}",
+        f"manifest {staging_tag(cell.fingerprint, suite)}",
         f"manifest {fingerprint_tag(cell.fingerprint, suite)}",
         f"manifest {candidate_tag(cell)}",
     ]
     for registry in registries.values():
         assert registry.tags[candidate_tag(cell)] == outcome.digest
         assert registry.tags[fingerprint_tag(cell.fingerprint, suite)] == outcome.digest
-    assert staging_tag(cell.fingerprint, suite) not in two.tags  # the copy tags nothing by itself
+    assert two.tags[staging_tag(cell.fingerprint, suite)] == outcome.digest  # the staging tag only
     assert outcome.bytes_pushed_engine == len(engine.images[staging].layer)
 
 
@@ -384,3 +400,126 @@ def test_engine_push_without_refresh_reports_the_refusal() -> None:
     with pytest.raises(PushError, match="unauthorized"):
         engine.push("r.example/a/b:t", credentials=Credentials("AWS", "old"))
     assert api.auths == ["old"]
+
+
+# -- issue 18 ------------------------------------------------------------------------------------------------
+def test_a_registry_fix_line_survives_wrapping_as_push_error(
+    cell: Cell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagesmith.errors import RegistryError
+
+    registries = {
+        "r1.example": MemoryRegistry("one", "r1.example"),
+        "r2.example": MemoryRegistry("two", "r2.example"),
+    }
+    two = registries["r2.example"]
+
+    def refuse(repo: str, reference: str, manifest: ManifestData) -> str:
+        raise RegistryError("registry two (r2.example): PUT manifest: quota exceeded", hint="raise the quota")
+
+    monkeypatch.setattr(two, "put_manifest", refuse)
+    with pytest.raises(PushError) as info:
+        _build(cell, MemoryEngine(registries), registries, tmp_path)
+    text = str(info.value)
+    assert "fix: raise the quota" in text  # the registry's own fix, first
+    assert "run the same build again" in text
+
+
+def test_a_tag_phase_failure_rolls_back_where_the_registry_can_delete_a_tag(
+    cell: Cell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagesmith.errors import RegistryError
+
+    registries = {
+        "r1.example": MemoryRegistry("one", "r1.example"),
+        "r2.example": MemoryRegistry("two", "r2.example"),
+    }
+    one, two = registries["r1.example"], registries["r2.example"]
+    original = two.put_manifest
+
+    def refuse_candidate(repo: str, reference: str, manifest: ManifestData) -> str:
+        if reference == candidate_tag(cell):
+            raise RegistryError("registry two (r2.example): PUT manifest: denied", hint="check rights")
+        return original(repo, reference, manifest)
+
+    monkeypatch.setattr(two, "put_manifest", refuse_candidate)
+    with pytest.raises(PushError) as info:
+        _build(cell, MemoryEngine(registries), registries, tmp_path)
+    assert "rolled back: no final tag moved" in str(info.value)
+    suite = suite_digest()
+    for registry in (one, two):  # the memory registries delete tags: nothing final is left anywhere
+        assert candidate_tag(cell) not in registry.tags
+        assert fingerprint_tag(cell.fingerprint, suite) not in registry.tags
+    assert f"untag {candidate_tag(cell)}" in one.writes
+
+
+def test_a_corrupt_destination_blob_is_repaired_where_the_registry_allows_it() -> None:
+    from imagesmith.registry import copy_blob
+
+    src, dst = MemoryRegistry("one", "r1.example"), MemoryRegistry("two", "r2.example")
+    data = b"layer" * 1000
+    digest = _sha(data)
+    src.blobs[digest] = data
+    dst.blobs[digest] = b"LAYER" * 1000  # same size, other bytes: HEAD cannot tell
+    assert copy_blob(src, "a", dst, "a", digest, size=len(data), verify="head") == 0  # head trusts it
+    assert copy_blob(src, "a", dst, "a", digest, size=len(data), verify="read") == len(
+        data
+    )  # read repairs it
+    assert dst.blobs[digest] == data
+
+
+def test_candidate_state_names_a_mixed_tag_phase() -> None:
+    from imagesmith.release import candidate_state
+
+    d = "sha256:" + "a" * 64
+    assert candidate_state({"r1": d, "r2": d}) == "consistent"
+    assert candidate_state({"r1": None, "r2": None}) == "none"
+    assert candidate_state({"r1": d, "r2": None}).startswith("mixed: tagged in r1, not in r2")
+    assert candidate_state({"r1": d, "r2": "sha256:" + "b" * 64}).startswith("differs:")
+
+
+def test_registry_error_bodies_become_fix_lines() -> None:
+    from imagesmith.registry import registry_fault
+
+    full = registry_fault("UNKNOWN: unknown error (write /x/data: no space left on device)")
+    assert full is not None
+    assert full.label == "storage full"
+    quota = registry_fault("DENIED: project quota exceeded")
+    assert quota is not None
+    assert quota.label == "quota exceeded"
+    for text, label in (
+        ("BLOB_UNKNOWN: blob unknown to registry", "blob unknown"),
+        ("NAME_INVALID: invalid repository name", "repository name invalid"),
+        ("DENIED: requested access to the resource is denied", "denied"),
+        ("MANIFEST_INVALID: manifest invalid", "manifest invalid"),
+    ):
+        fault = registry_fault(text)
+        assert fault is not None
+        assert fault.label == label
+    assert registry_fault("received unexpected HTTP status: 502 Bad Gateway") is None
+
+
+def test_a_manifest_without_config_size_is_an_error_not_a_key_error() -> None:
+    from imagesmith.errors import RegistryError
+
+    body = json.dumps({"schemaVersion": 2, "config": {"digest": "sha256:" + "c" * 64}, "layers": []}).encode()
+    manifest = ManifestData(
+        body=body, media_type=OCI_MANIFEST, digest=_sha(body), origin="registry r (h) a@t"
+    )
+    with pytest.raises(RegistryError, match=r"registry r \(h\) a@t: not a valid image manifest: config.size"):
+        manifest.blobs()
+
+
+def test_engine_push_never_retries_a_full_disk() -> None:
+    engine, api = _engine(accept="always")
+    calls: list[int] = []
+
+    def push(*args: Any, **kw: Any) -> Iterator[dict[str, Any]]:
+        calls.append(1)
+        yield {"errorDetail": {"message": "write /var/lib/registry: no space left on device"}}
+
+    api.push = push  # type: ignore[method-assign]
+    with pytest.raises(PushError) as info:
+        engine.push("r.example/a/b:t", attempts=5, backoff=0.01)
+    assert calls == [1]
+    assert "fix: free space on the registry's storage" in str(info.value)

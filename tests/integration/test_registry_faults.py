@@ -1,0 +1,327 @@
+"""Issue 18: registry operations on a flaky network and damaged storage, against real registries (Debian's
+docker-registry) behind the test fault proxy (tests/faultproxy.py: 127.0.0.1 only, seeded, bounded).
+
+Each test names the failure of the issue it pins; every one of them failed before issue 18's changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from imagesmith.errors import CorruptBlobError, RegistryError
+from imagesmith.registry import (
+    MANIFEST_V2,
+    ManifestData,
+    RegistryClient,
+    copy_manifest,
+    verify_blobs,
+)
+from tests.faultproxy import Action, Request, fault_proxy
+from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def push_layers(client: RegistryClient, repo: str, tag: str, layers: list[bytes]) -> ManifestData:
+    """A small multi-layer image (config + *layers*) pushed through the API."""
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"t": tag}}}).encode()
+    for blob in [*layers, config]:
+        client.upload_blob(repo, _sha(blob), lambda blob=blob: iter([blob]))
+    body = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_V2,
+            "config": {
+                "mediaType": "application/vnd.docker.container.image.v1+json",
+                "size": len(config),
+                "digest": _sha(config),
+            },
+            "layers": [
+                {
+                    "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                    "size": len(layer),
+                    "digest": _sha(layer),
+                }
+                for layer in layers
+            ],
+        }
+    ).encode()
+    manifest = ManifestData(body=body, media_type=MANIFEST_V2, digest=_sha(body))
+    client.put_manifest(repo, tag, manifest)
+    return manifest
+
+
+def blob_file(reg: TempRegistry, digest: str) -> Path:
+    hexd = digest.split(":", 1)[1]
+    return reg.root / "data/docker/registry/v2/blobs/sha256" / hexd[:2] / hexd / "data"
+
+
+def uploads_left(reg: TempRegistry) -> list[Path]:
+    """Upload sessions still holding bytes (a cancelled one leaves empty folders behind)."""
+    return [p for p in (reg.root / "data").rglob("_uploads/*/data") if p.stat().st_size]
+
+
+@pytest.fixture(scope="module")
+def regs() -> LocalRegistries:
+    return local_registries()
+
+
+@pytest.fixture
+def repo() -> str:
+    return f"imagesmith-test/faults-{uuid.uuid4().hex[:10]}"
+
+
+def fast(addr: str, **kw: object) -> RegistryClient:
+    """A client with short waits (the faults are many, the test must stay quick)."""
+    opts: dict[str, object] = {"attempts": 10, "backoff": 0.02, "deadline": 30.0, "chunk_size": 64 << 10}
+    opts.update(kw)
+    return RegistryClient(addr, insecure=True, credentials=None, **opts)  # type: ignore[arg-type]
+
+
+# -- 1. a blob corrupted in the destination is never published -----------------------------------------------
+@pytest.mark.registry
+def test_a_destination_blob_flipped_in_place_is_caught_and_nothing_is_tagged(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    src = regs.plain_client()
+    image = push_layers(src, repo, "src", [os.urandom(300_000), os.urandom(200_000)])
+    layer = image.blobs()[1][0]
+    with temp_registry(tmp_path) as reg:
+        dst = fast(reg.addr)
+        copy_manifest(src, repo, "src", dst, repo)
+        dst.delete_manifest(repo, image.digest)  # the manifest goes, the (soon damaged) blob stays
+        path = blob_file(reg, layer)
+        data = bytearray(path.read_bytes())
+        data[4096:5120] = bytes(b ^ 0xFF for b in data[4096:5120])  # flip 1 KiB, same size
+        path.write_bytes(bytes(data))
+        with pytest.raises(CorruptBlobError) as info:  # a registry that is not trusted: re-read
+            copy_manifest(src, repo, "src", dst, repo, put_as="final", verify="read")
+        text = str(info.value)
+        for part in (reg.addr, repo, layer, "destination registry", "fix:"):
+            assert part in text
+        assert dst.manifest_digest(repo, "final") is None  # never tagged
+        assert dst.list_tags(repo) == []
+
+
+@pytest.mark.registry
+def test_a_destination_blob_of_the_wrong_size_is_caught_at_the_default_level(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    src = regs.plain_client()
+    image = push_layers(src, repo, "src", [os.urandom(300_000)])
+    layer = image.blobs()[1][0]
+    with temp_registry(tmp_path) as reg:
+        dst = fast(reg.addr)
+        copy_manifest(src, repo, "src", dst, repo)
+        dst.delete_manifest(repo, image.digest)
+        path = blob_file(reg, layer)
+        path.write_bytes(path.read_bytes()[:-1000])  # truncated on disk
+        with pytest.raises(CorruptBlobError) as info:  # default verify=head: HEAD's size ≠ the manifest's
+            copy_manifest(src, repo, "src", dst, repo, put_as="final")
+        assert "the registry keeps the damaged file" in str(info.value)
+        assert dst.manifest_digest(repo, "final") is None
+
+
+@pytest.mark.registry
+def test_full_verify_reads_back_the_first_registry(repo: str, tmp_path: Path) -> None:
+    with temp_registry(tmp_path) as reg:
+        client = fast(reg.addr)
+        image = push_layers(client, repo, "t", [os.urandom(100_000)])
+        path = blob_file(reg, image.blobs()[1][0])
+        data = bytearray(path.read_bytes())
+        data[0] ^= 0xFF
+        path.write_bytes(bytes(data))
+        with pytest.raises(CorruptBlobError, match="is corrupt"):
+            verify_blobs(client, repo, image, side="source")
+
+
+# -- 2. retries that match a flaky network -------------------------------------------------------------------
+@pytest.mark.registry
+def test_copy_through_errors_and_drops_converges_and_verifies(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    src = regs.plain_client()
+    image = push_layers(src, repo, "src", [os.urandom(400_000) for _ in range(4)])
+    with (
+        temp_registry(tmp_path) as reg,
+        fault_proxy(reg.addr, error_rate=0.25, drop_rate=0.05, seed=18) as px,
+    ):
+        dst = fast(px.addr, chunk_size=256 << 10)
+        digest, _ = copy_manifest(src, repo, "src", dst, repo, put_as="final", verify="full")
+        assert digest == image.digest
+        assert reg.client().manifest_digest(repo, "final") == image.digest
+        verify_blobs(reg.client(), repo, image, side="destination")
+        faults = [a for _, _, a in px.log if a != "forward"]
+        assert len(faults) >= 5  # the proxy really was flaky
+
+
+@pytest.mark.registry
+def test_an_outage_longer_than_the_old_retry_budget_is_ridden_out(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    src = regs.plain_client()
+    image = push_layers(src, repo, "src", [os.urandom(300_000)])
+    with temp_registry(tmp_path) as reg, fault_proxy(reg.addr) as px:
+        started: list[float] = []
+
+        def outage_on_first_patch(req: Request) -> Action | None:
+            if req.method == "PATCH" and not started:
+                started.append(time.monotonic())
+                px.outage(6.0)  # the old budget: 4 tries in 3.5 s
+                return Action("drop_before")
+            return None
+
+        px.rules.append(outage_on_first_patch)
+        dst = RegistryClient(px.addr, insecure=True, credentials=None)  # default policy
+        t = time.monotonic()
+        digest, _ = copy_manifest(src, repo, "src", dst, repo, put_as="final")
+        assert digest == image.digest
+        assert time.monotonic() - t >= 6.0
+
+
+@pytest.mark.registry
+def test_a_chunk_refused_before_it_reached_the_registry_resumes_without_restarting_the_blob(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    src = regs.plain_client()
+    image = push_layers(src, repo, "src", [os.urandom(1_000_000)])
+    with temp_registry(tmp_path) as reg, fault_proxy(reg.addr) as px:
+        px.rules.append(lambda r: Action("error_before") if r.method == "PATCH" and r.n in (3, 4) else None)
+        dst = fast(px.addr)
+        copy_manifest(src, repo, "src", dst, repo, put_as="final")
+        assert px.count("POST", "upload") == len(image.blobs())  # one session per blob: resumed, no restart
+        assert px.count("GET", "upload") >= 1  # the session's offset was asked
+        verify_blobs(reg.client(), repo, image, side="destination")
+
+
+@pytest.mark.registry
+def test_a_chunk_lost_after_the_registry_took_it_restarts_that_blob_only(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    src = regs.plain_client()
+    image = push_layers(src, repo, "src", [os.urandom(1_000_000)])
+    with temp_registry(tmp_path) as reg, fault_proxy(reg.addr) as px:
+        px.rules.append(lambda r: Action("drop_after") if r.method == "PATCH" and r.n == 3 else None)
+        dst = fast(px.addr)
+        copy_manifest(src, repo, "src", dst, repo, put_as="final")
+        verify_blobs(reg.client(), repo, image, side="destination")
+        assert px.count("POST", "upload") == len(image.blobs()) + 1  # that blob alone started again
+
+
+@pytest.mark.registry
+def test_a_stalled_registry_is_given_up_on_within_the_deadline(repo: str, tmp_path: Path) -> None:
+    with temp_registry(tmp_path) as reg, fault_proxy(reg.addr, max_seconds=60) as px:
+        px.rules.append(lambda r: Action("stall", seconds=20) if r.kind == "manifest" else None)
+        client = fast(px.addr, timeout=1.0, deadline=4.0)
+        t = time.monotonic()
+        with pytest.raises(RegistryError, match="unreachable or failing"):
+            client.manifest_digest(repo, "t")
+        assert time.monotonic() - t < 10  # before: 4 × 60 s
+
+
+# -- 4. a cut in the source's download is the source's fault -------------------------------------------------
+@pytest.mark.registry
+def test_a_source_download_cut_once_is_resumed(regs: LocalRegistries, repo: str, tmp_path: Path) -> None:
+    src_real = regs.plain_client()
+    image = push_layers(src_real, repo, "src", [os.urandom(2_000_000)])
+    with fault_proxy(regs.plain) as px, temp_registry(tmp_path) as reg:
+        px.rules.append(
+            lambda r: Action("cut") if r.method == "GET" and r.kind == "blob" and r.n == 0 else None
+        )
+        digest, _ = copy_manifest(fast(px.addr), repo, "src", fast(reg.addr), repo, put_as="final")
+        assert digest == image.digest
+        assert px.count("GET", "blob") >= 2  # resumed with a Range request
+        verify_blobs(reg.client(), repo, image, side="destination")
+
+
+@pytest.mark.registry
+def test_a_source_that_keeps_cutting_is_named_as_the_source_and_the_upload_is_cancelled(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    push_layers(regs.plain_client(), repo, "src", [os.urandom(2_000_000)])
+    with fault_proxy(regs.plain) as px, temp_registry(tmp_path) as reg:
+        px.rules.append(lambda r: Action("cut") if r.method == "GET" and r.kind == "blob" else None)
+        src = fast(px.addr, attempts=3)
+        with pytest.raises(RegistryError) as info:
+            copy_manifest(src, repo, "src", fast(reg.addr), repo, put_as="final")
+        text = str(info.value)
+        assert text.startswith(f"source registry {px.addr}")
+        assert reg.addr not in text.splitlines()[0]
+        assert uploads_left(reg) == []  # the destination's upload session was deleted
+        assert reg.client().list_tags(repo) == []
+
+
+# -- 5. a full disk is said so, not retried, and uploads are cleaned up --------------------------------------
+@contextmanager
+def tiny_disk(path: Path, size: str = "6m") -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+@pytest.mark.registry
+def test_a_full_registry_disk_is_named_with_its_fix_and_not_retried(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    src = regs.plain_client()
+    push_layers(src, repo, "src", [os.urandom(8_000_000)])
+    with tiny_disk(tmp_path / "disk") as disk, temp_registry(disk / "reg") as reg:
+        dst = RegistryClient(reg.addr, insecure=True, credentials=None)  # default (long) retry policy
+        t = time.monotonic()
+        with pytest.raises(RegistryError) as info:
+            copy_manifest(src, repo, "src", dst, repo, put_as="final")
+        assert time.monotonic() - t < 15  # not retried as if it were transient
+        text = str(info.value)
+        for part in ("storage full", "no space left on device", "fix: free space on the registry's storage"):
+            assert part in text
+        assert "is up and reachable" not in text
+
+
+# -- 6. a non-conforming manifest is an error, not a traceback -----------------------------------------------
+@pytest.mark.registry
+def test_a_manifest_without_config_size_is_a_clear_error(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    push_layers(regs.plain_client(), repo, "src", [b"layer"])
+
+    def strip_size(body: bytes) -> bytes:
+        doc = json.loads(body)
+        doc["config"].pop("size", None)
+        return json.dumps(doc).encode()
+
+    with fault_proxy(regs.plain) as px, temp_registry(tmp_path) as reg:
+        px.rules.append(lambda r: Action("rewrite", rewrite=strip_size) if r.kind == "manifest" else None)
+        with pytest.raises(RegistryError) as info:
+            copy_manifest(fast(px.addr), repo, "src", fast(reg.addr), repo)
+        text = str(info.value)
+        for part in ("config.size is missing", px.addr, "fix:"):
+            assert part in text
+
+
+# -- 7. fix lines survive; a refused HEAD says what it got ---------------------------------------------------
+@pytest.mark.registry
+def test_a_refused_head_says_what_the_registry_answered(regs: LocalRegistries, repo: str) -> None:
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(lambda r: Action("status", status=401, body=b"") if r.method == "HEAD" else None)
+        client = RegistryClient(px.addr, insecure=True, credentials=regs.credentials, attempts=1)
+        with pytest.raises(RegistryError) as info:
+            client.manifest_digest(repo, "t")
+        text = str(info.value)
+        assert "were refused ()" not in text
+        assert "HTTP 401" in text
+        assert "fix:" in text
