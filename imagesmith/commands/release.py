@@ -65,6 +65,14 @@ def pick(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the pick as JSON")] = False,
     refresh: Annotated[bool, typer.Option("--refresh", help="ignore the cached index")] = False,
+    flavor: Annotated[
+        str | None,
+        typer.Option(
+            "--flavor",
+            help="only images of this flavor (runtime, devel, interactive); interactive also prints the run "
+            "line with the ports and the variables to set",
+        ),
+    ] = None,
 ) -> None:
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
@@ -77,6 +85,10 @@ def pick(
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
     idx = picking.fetch_index(source, refresh=refresh)
+    if flavor is not None:
+        from dataclasses import replace
+
+        idx = replace(idx, images=tuple(i for i in idx.images if picking.image_flavor(i) == flavor))
     plat = picking.platform_for(picking.load_platforms(), platform, region)
     chosen = picking.choose(
         idx,
@@ -86,7 +98,11 @@ def pick(
         region=region,
         machine=_platform.machine() if nvidia_smi is None and driver is None else "x86_64",
     )
-    typer.echo(pick_json(chosen) if as_json else pick_text(chosen))
+    access = picking.interactive_access(platform) if flavor == "interactive" else None
+    if as_json:
+        typer.echo(pick_json(chosen))
+    else:
+        typer.echo(pick_text(chosen) + ("\n\n" + "\n".join(access.lines(chosen)) if access else ""))
     if pull:
         picking.pull_image(chosen, echo=lambda line: typer.echo(line, err=True))
 
