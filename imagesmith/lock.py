@@ -4,7 +4,10 @@ A lock file ``imagesmith/data/locks/<torch>-<variant>-py<X.Y>.txt`` is a pip req
 package the image installs (torch, torchvision, torchaudio, their nvidia-*/triton/numpy closure, and
 imagesmith's own runtime dependencies so the baked-in validation suite runs with nothing else installed), one
 ``name==version`` a line. A ``# --- builder ---`` section pins what the nccl-tests builder stage installs (the
-NCCL wheel for its headers and, for CUDA 13, pip's nvcc matching torch's CUDA runtime).
+NCCL wheel for its headers and, for CUDA 13, pip's nvcc matching torch's CUDA runtime). A
+``# --- interactive ---`` section pins what the interactive flavor adds on top of the runtime pins
+(JupyterLab, TensorBoard and whatever they need that the runtime pins do not already hold), resolved with
+every runtime pin as a constraint: numpy, packaging, jinja2 … are the runtime image's versions.
 
 Header lines (``# key: value``) record the command, date and sources. ``# unverified: …`` marks a lock written
 by hand from published metadata because the variant's index cannot be reached where it was made.
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 BUILDER_MARKER: Final[str] = "# --- builder ---"
+INTERACTIVE_MARKER: Final[str] = "# --- interactive ---"
+#: What the interactive flavor installs on top of the runtime pins (their closure is resolved per lock).
+INTERACTIVE_PACKAGES: Final[tuple[str, ...]] = ("jupyterlab", "tensorboard")
 PYTHON_PLATFORM: Final[str] = "x86_64-manylinux_2_28"
 
 #: torch wheels before 2.4 were compiled against NumPy 1.x ("A module that was compiled using NumPy 1.x
@@ -86,6 +92,8 @@ class Lock:
     pins: tuple[tuple[str, str], ...]
     builder_pins: tuple[tuple[str, str], ...]
     header: tuple[tuple[str, str], ...]
+    #: the interactive flavor's pins on top of ``pins`` (empty: the lock has no interactive section yet)
+    interactive_pins: tuple[tuple[str, str], ...] = ()
 
     @property
     def verified(self) -> bool:
@@ -109,6 +117,10 @@ class Lock:
 
     def builder_requirements(self) -> str:
         return "".join(f"{n}=={v}\n" for n, v in self.builder_pins)
+
+    def interactive_version(self, name: str) -> str | None:
+        want = canonicalize_name(name)
+        return next((v for n, v in self.interactive_pins + self.pins if n == want), None)
 
 
 def reference_locks() -> Traversable:
@@ -145,6 +157,7 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
     """
     pins: list[tuple[str, str]] = []
     builder: list[tuple[str, str]] = []
+    interactive: list[tuple[str, str]] = []
     header: list[tuple[str, str]] = []
     target = pins
     in_header = True
@@ -152,6 +165,9 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
         line = raw.strip()
         if line == BUILDER_MARKER:
             target = builder
+            continue
+        if line == INTERACTIVE_MARKER:
+            target = interactive
             continue
         if not line or line.startswith("#"):
             m = _HEADER.match(line)
@@ -168,7 +184,21 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
         target.append((canonicalize_name(m.group(1)), m.group(3)))
     if not pins:
         raise LockError(f"{path}: no pins", hint="regenerate it with `imagesmith lock`")
-    return Lock(key=key, path=path, pins=tuple(pins), builder_pins=tuple(builder), header=tuple(header))
+    overlap = {n for n, _ in interactive} & {n for n, _ in pins}
+    if overlap:
+        raise LockError(
+            f"{path}: the interactive section pins {', '.join(sorted(overlap))} again "
+            "(the runtime pins hold it)",
+            hint=f"regenerate it: imagesmith lock --force (lock {key})",
+        )
+    return Lock(
+        key=key,
+        path=path,
+        pins=tuple(pins),
+        builder_pins=tuple(builder),
+        header=tuple(header),
+        interactive_pins=tuple(interactive),
+    )
 
 
 def read_lock(key: LockKey, lock_dir: Path) -> Lock | None:
@@ -250,10 +280,17 @@ def _uv() -> str:
     return found
 
 
-def _compile(inputs: Sequence[str], key: LockKey, extra_index: str | None) -> tuple[str, list[str]]:
+def _compile(
+    inputs: Sequence[str],
+    key: LockKey,
+    extra_index: str | None,
+    constraints: Sequence[str] = (),
+) -> tuple[str, list[str]]:
     with tempfile.TemporaryDirectory(prefix="imagesmith-lock-") as tmp:
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(inputs) + "\n", encoding="utf-8")
+        if constraints:
+            (Path(tmp) / "constraints.txt").write_text("\n".join(constraints) + "\n", encoding="utf-8")
         cmd = [
             _uv(),
             "pip",
@@ -275,6 +312,10 @@ def _compile(inputs: Sequence[str], key: LockKey, extra_index: str | None) -> tu
             # written here.
             cmd += ["--extra-index-url", extra_index]
             shown += ["--extra-index-url", extra_index]
+        if constraints:
+            # a constraint only bounds a package the inputs pull in: torch's own pins are never fetched
+            cmd += ["--constraint", "constraints.txt"]
+            shown += ["--constraint", "constraints.txt"]
         cmd.append(req.name)
         shown.append("requirements.in")
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
@@ -323,5 +364,58 @@ def compile_lock(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None)
     text = "\n".join(header) + body.rstrip("\n") + "\n\n" + BUILDER_MARKER + "\n" + b_body.rstrip("\n") + "\n"
     parse_lock(text, path, key)  # never write what we cannot read back
     path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def interactive_section(body: str, lock: Lock) -> str:
+    """The lines of uv's output (*body*, resolved with *lock*'s runtime pins as constraints) that the
+    interactive flavor adds: every package the runtime pins do not hold. A runtime package at another version
+    is an error (the constraints forbid it; this is the check that they held)."""
+    runtime = dict(lock.pins)
+    kept: list[str] = []
+    for raw in body.splitlines():
+        m = _PIN.match(raw.strip())
+        if m is None:
+            continue
+        name, version = canonicalize_name(m.group(1)), m.group(3)
+        if name in runtime:
+            if runtime[name] != version:
+                raise LockError(
+                    f"{lock.path}: the interactive packages resolved {name}=={version}, "
+                    f"the runtime pins {name}=={runtime[name]}",
+                    hint="the runtime pins are constraints of that resolution: report this as a bug",
+                )
+            continue
+        kept.append(raw.rstrip())
+    return "\n".join(kept) + "\n"
+
+
+def add_interactive(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None) -> Path:
+    """Resolve the interactive flavor's packages (:data:`INTERACTIVE_PACKAGES`) against *key*'s existing lock
+    (every runtime pin a constraint) and write them as its interactive section, replacing an older one. The
+    runtime and builder pins are left exactly as they are: the runtime and devel images do not change."""
+    path = lock_path(key, lock_dir)
+    lock = read_lock(key, lock_dir)
+    if lock is None:
+        raise LockError(f"no lock {path} to add the interactive pins to", hint="run `imagesmith lock` first")
+    inputs = list(INTERACTIVE_PACKAGES)
+    body, shown = _compile(inputs, key, None, constraints=[f"{n}=={v}" for n, v in lock.pins])
+    section = interactive_section(body, lock)
+    old = path.read_text(encoding="utf-8")
+    old = old.split("\n" + INTERACTIVE_MARKER + "\n", 1)[0].rstrip("\n") + "\n"
+    lines = [ln for ln in old.splitlines() if not ln.startswith("# interactive-")]
+    date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
+    note = [
+        f"# interactive-command: {' '.join(shown)} (constraints.txt: this lock's runtime pins)",
+        f"# interactive-date: {date}",
+        f"# interactive-inputs: {'; '.join(inputs)}",
+    ]
+    at = next((i for i, ln in enumerate(lines) if ln.startswith("# Generated by")), None)
+    if at is None:
+        at = next(i for i, ln in enumerate(lines) if not ln.startswith("#"))
+    lines[at:at] = note
+    text = "\n".join(lines) + "\n\n" + INTERACTIVE_MARKER + "\n" + section
+    parse_lock(text, path, key)  # never write what we cannot read back
     path.write_text(text, encoding="utf-8")
     return path

@@ -56,6 +56,8 @@ class Cell:
     pypi_default: bool
     pins: tuple[tuple[str, str], ...]
     builder_pins: tuple[tuple[str, str], ...]
+    #: the interactive flavor's pins on top of ``pins`` (the lock's interactive section); empty for the others
+    interactive_pins: tuple[tuple[str, str], ...] = ()
     lock_file: str
     lock_verified: bool
     lock_note: str | None
@@ -88,6 +90,7 @@ class Cell:
         data = asdict(self)
         data["pins"] = dict(self.pins)
         data["builder_pins"] = dict(self.builder_pins)
+        data["interactive_pins"] = dict(self.interactive_pins)
         data["arch_coverage"] = dict(self.arch_coverage)
         data["labels"] = dict(self.labels)
         data["min_driver"] = {

@@ -7,9 +7,11 @@ combinations, each dropped with a reason (``imagesmith plan --explain``):
 supported range; - a target GPU's architecture is not covered by the variant's compiled arch list (arch
 coverage ``none``); - the devel flavor of a CUDA 11/12 variant has no ``nvidia/cuda:<X.Y.Z>-devel-<os>``
 image in ``[base].devel_images`` (CUDA 13 devel cells are the runtime image plus the pip nvcc wheels), or the
-torch comes from the base image; - an ``[[exclude]]`` rule matches; - there is no lock file for (torch,
-variant, python): the plan never floats a version, so such a cell is dropped with the command that creates
-the lock (``imagesmith lock``, run where the variant's index is reachable).
+torch comes from the base image; - the interactive flavor of a base-torch matrix, or one whose lock has no
+interactive section (JupyterLab, TensorBoard pins: ``imagesmith lock`` adds it); - an ``[[exclude]]`` rule
+matches; - there is no lock file for (torch, variant, python): the plan never floats a version, so such a
+cell is dropped with the command that creates the lock (``imagesmith lock``, run where the variant's index is
+reachable).
 
 Each cell carries its exact pins, min drivers, ``NVIDIA_REQUIRE_CUDA``, nccl-tests gencode and a content
 fingerprint (sha256 over the rendered files, pins, source checksums and base image names).
@@ -206,6 +208,9 @@ def build_plan(
                     f'"{variant.cuda}" to base.devel_images'
                 )
                 continue
+        if flavor == "interactive" and matrix.torch.source == "base":
+            drop("interactive flavor: torch comes from the base image (the flavor builds on a runtime cell)")
+            continue
         toolkit: NcclToolkit
         if matrix.nccl_tests.toolkit == "base":
             toolkit, builder_image = "base", matrix.base.image
@@ -235,6 +240,12 @@ def build_plan(
             drop(
                 f"no lock {locks_shown}/{lock_name}; the plan never floats a version: run "
                 f"`imagesmith lock --matrix {matrix.name}` {where}"
+            )
+            continue
+        if flavor == "interactive" and not lock.interactive_pins:
+            drop(
+                f"lock {locks_shown}/{lock_name} has no interactive section (JupyterLab, TensorBoard pins): "
+                f"run `imagesmith lock --matrix {matrix.name}` (it adds them, keeping the runtime pins)"
             )
             continue
         need = compat.min_driver(variant.cuda)
@@ -272,6 +283,7 @@ def build_plan(
                 pypi_default=pypi_default,
                 pins=lock.pins,
                 builder_pins=lock.builder_pins,
+                interactive_pins=lock.interactive_pins if flavor == "interactive" else (),
                 lock_file=f"{locks_shown}/{lock.path.name}",
                 lock_verified=lock.verified,
                 lock_note=lock.unverified_reason,
@@ -332,6 +344,8 @@ def fingerprint(cell: Cell, files: dict[str, str]) -> str:
         "devel_image": cell.devel_image,
         "files": sorted((name, hashlib.sha256(text.encode()).hexdigest()) for name, text in files.items()),
     }
+    if cell.interactive_pins:  # only then: the other flavors' fingerprints stay what they were
+        payload["interactive_pins"] = list(cell.interactive_pins)
     h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()
 

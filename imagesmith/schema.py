@@ -507,7 +507,7 @@ REGISTRIES: Schema = Schema(
 # families — and one key against another stays in its loader)
 
 #: image flavors a matrix may build
-FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel")
+FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel", "interactive")
 #: where a cell's torch comes from: pip wheels, or the base image (NGC-style bases)
 TORCH_SOURCES: Final[tuple[str, ...]] = ("wheels", "base")
 #: the CUDA toolkit nccl-tests is built with

@@ -4,6 +4,8 @@ Per cell: ``Dockerfile``, ``requirements.txt`` (every runtime pin), ``builder-re
 nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``<OS family>-mirror.sh`` (the OS
 family's mirror script, ``apt-mirror.sh``), ``mirror/*`` when the run-time mirror profile is not ``none``, and
 a README in each of ``sources/``, ``wheels/``, ``certs/`` — the folders the build step fills from its caches.
+An interactive cell adds :data:`INTERACTIVE_FILES` (its pins, the start command, the sshd settings, the login
+shells' environment).
 
 The Dockerfile is a skeleton (``templates/Dockerfile.j2``) plus one fragment per fragment folder
 (:data:`FRAGMENT_FOLDERS`: OS family, nccl-tests toolkit, Python source, torch source, flavor), picked by the
@@ -41,6 +43,26 @@ FRAGMENT_FOLDERS: Final[dict[str, str]] = {
     "python": "python_source",
     "torch": "torch_source",
     "flavor": "flavor",
+}
+
+
+#: The flavor whose image a flavor is built on, layer for layer: its entrypoint.sh names that flavor's cell,
+#: so the file — and the layer that COPYs it — is byte for byte the runtime cell's.
+BUILT_ON: Final[dict[str, str]] = {"interactive": "runtime"}
+#: The interactive flavor's extra build-context files: ``{file: template}`` (its pins come from the lock).
+INTERACTIVE_FILES: Final[dict[str, str]] = {
+    "imagesmith-start.sh": "imagesmith-start.sh.j2",
+    "sshd-imagesmith.conf": "sshd-imagesmith.conf.j2",
+    "profile-imagesmith.sh": "profile-imagesmith.sh.j2",
+}
+#: What imagesmith-start does when no variable says otherwise, and the ports the image EXPOSEs: the RunPod
+#: convention (the ``generic`` row of imagesmith/data/platforms.toml; the other rows say what differs per
+#: platform, and ``imagesmith pick --flavor interactive`` prints it).
+INTERACTIVE_DEFAULTS: Final[dict[str, str]] = {
+    "workspace": "/workspace",
+    "ssh_port": "22",
+    "jupyter_port": "8888",
+    "tensorboard_port": "6006",
 }
 
 
@@ -147,6 +169,16 @@ def _single_line_text(cell: Cell) -> None:
                 )
 
 
+def _entrypoint_cell(cell: Cell) -> str:
+    """The cell id entrypoint.sh names: the cell's own, or, for a flavor built on another (:data:`BUILT_ON`),
+    that flavor's cell of the same torch, variant, Python and OS (ids are ``…-py<X.Y>-<flavor>-<os>``)."""
+    on = BUILT_ON.get(cell.flavor)
+    if on is None:
+        return cell.id
+    mark = f"-py{cell.python}-{cell.flavor}-"
+    return cell.id.replace(mark, f"-py{cell.python}-{on}-", 1) if mark in cell.id else cell.id
+
+
 def render_cell_files(cell: Cell) -> dict[str, str]:
     """All files of *cell*'s build context, keyed by path relative to the context folder."""
     _single_line_text(cell)
@@ -172,6 +204,8 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "nccl_tests_bin": NCCL_TESTS_BIN,
         "cuda_major": cell.cuda.split(".")[0],
         "cuda_home": f"{site_packages(cell)}/nvidia/cu{cell.cuda.split('.')[0]}",
+        "entrypoint_cell": _entrypoint_cell(cell),
+        "interactive": INTERACTIVE_DEFAULTS,
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
     # requirements.txt, so the torch layer is one layer (built once, pushed once).
@@ -185,6 +219,13 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.pins),
         "builder-requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.builder_pins),
     }
+    if cell.flavor == "interactive":
+        files["interactive-requirements.txt"] = (
+            f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "
+            "(on top of requirements.txt)\n" + "".join(f"{n}=={v}\n" for n, v in cell.interactive_pins)
+        )
+        for name, template in INTERACTIVE_FILES.items():
+            files[name] = _render(template, **context)
     for folder in FILLED_AT_BUILD:
         files[f"{folder}/README.md"] = _render("context-README.md.j2", folder=folder, **context)
     if runtime_mirror.name != "none":

@@ -233,7 +233,7 @@ def lock_command(
 ) -> None:
     """Resolve exact transitive pins per (torch, variant, python) with uv into the project's locks/."""
     from imagesmith import compat
-    from imagesmith.lock import LockError, LockKey, compile_lock, lock_path
+    from imagesmith.lock import LockError, LockKey, add_interactive, compile_lock, lock_path, read_lock
     from imagesmith.matrix import load_matrix
 
     project = current_project(matrix)
@@ -248,14 +248,23 @@ def lock_command(
             release = compat.torch_release(t)
             if v in release.variants and release.python.contains(f"{p}.0"):
                 keys.append(LockKey(torch=t, variant=v, python=p))
+    # the interactive flavor's packages are a section of the same lock, resolved against its runtime pins
+    interactive = "interactive" in m.flavors or any(r.flavor == "interactive" for r in m.include)
     failures: list[str] = []
     for key in keys:
         path = lock_path(key, project.locks_dir)
-        if path.exists() and not force:
-            typer.echo(f"kept    {project.rel(path)}")
-            continue
         try:
+            if path.exists() and not force:
+                existing = read_lock(key, project.locks_dir)
+                if interactive and existing is not None and not existing.interactive_pins:
+                    add_interactive(key, lock_dir=project.locks_dir)
+                    typer.echo(f"added   {project.rel(path)} (interactive pins; runtime pins kept)")
+                else:
+                    typer.echo(f"kept    {project.rel(path)}")
+                continue
             compile_lock(key, lock_dir=project.locks_dir)
+            if interactive:
+                add_interactive(key, lock_dir=project.locks_dir)
         except LockError as exc:
             failures.append(exc.message.splitlines()[0].rstrip(":"))
             typer.echo(f"FAILED  {key}", err=True)

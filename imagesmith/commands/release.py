@@ -143,6 +143,14 @@ def pick(
             "unreachable source falls back to the cached copy, with a warning on stderr)",
         ),
     ] = False,
+    flavor: Annotated[
+        str | None,
+        typer.Option(
+            "--flavor",
+            help="only images of this flavor (runtime, devel, interactive; default: runtime where the index "
+            "has runtime images); interactive also prints the run line with its ports and variables",
+        ),
+    ] = None,
 ) -> None:
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
@@ -164,6 +172,13 @@ def pick(
             typer.echo(
                 f"note: platform {found.platform} detected ({found.signal}); --platform overrides", err=True
             )
+    from dataclasses import replace
+
+    if flavor is not None:
+        idx = replace(idx, images=tuple(i for i in idx.images if picking.image_flavor(i) == flavor))
+    else:  # the plain image unless asked: devel and interactive carry more than a renter needs to start
+        plain = tuple(i for i in idx.images if picking.image_flavor(i) in ("runtime", ""))
+        idx = replace(idx, images=plain or idx.images)
     plat = picking.platform_for(picking.load_platforms(), platform, region)
     chosen = picking.choose(
         idx,
@@ -173,7 +188,11 @@ def pick(
         region=region,
         machine=_platform.machine() if live else "x86_64",
     )
-    typer.echo(pick_json(chosen) if as_json else pick_text(chosen))
+    access = picking.interactive_access(platform) if flavor == "interactive" else None
+    if as_json:
+        typer.echo(pick_json(chosen))
+    else:
+        typer.echo(pick_text(chosen) + ("\n\n" + "\n".join(access.lines(chosen)) if access else ""))
     if pull:
         picking.pull_image(chosen, echo=lambda line: typer.echo(line, err=True))
 

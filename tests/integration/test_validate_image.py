@@ -42,6 +42,13 @@ NO_GPU_CHECKS = {
 }
 
 
+INTERACTIVE_CHECKS = (
+    "test_interactive_sshd_allows_keys_only",
+    "test_interactive_image_has_no_ssh_host_key",
+    "test_interactive_packages_at_their_pinned_versions",
+)
+
+
 @pytest.fixture(scope="module")
 def engine() -> Engine:
     return Engine()
@@ -95,6 +102,49 @@ def test_validate_image_without_gpu_is_not_validated(smoke_image: str, run_cli: 
     assert md.startswith("# Validation: NOT VALIDATED")
     for name in ("junit.xml", "versions.txt", "pip-freeze.txt", "nvidia-smi.txt"):
         assert (tmp_path / name).is_file(), name
+    for name in INTERACTIVE_CHECKS:  # the runtime flavor: skipped, saying why
+        assert checks[name]["status"] == "skipped", name
+        assert checks[name]["message"].startswith("not the interactive flavor"), checks[name]["message"]
+
+
+@pytest.fixture(scope="module")
+def interactive_image(engine: Engine) -> str:
+    (cell,) = build_plan(load_matrix("smoke-interactive")).cells
+    candidates = [local_ref(cell), *(f"{t.image}:{candidate_tag(cell)}" for t in cell.registries)]
+    for ref in candidates:
+        if engine.inspect(ref) is not None:
+            return ref
+    plain = f"{cell.registries[0].image}:{candidate_tag(cell)}"
+    try:
+        engine.pull(plain)
+    except Exception as exc:  # the engine's own error says why; this test must not be skipped
+        pytest.fail(
+            f"no smoke interactive image here ({', '.join(candidates)}) and pulling {plain} failed ({exc}): "
+            "tests/integration/e2e/test_smoke_interactive.py builds and pushes it first"
+        )
+    return plain
+
+
+def test_validate_interactive_image_checks_its_flavor(
+    interactive_image: str, run_cli: Any, tmp_path: Path
+) -> None:
+    r = run_cli("validate", interactive_image, "--report", str(tmp_path))
+    assert r.exit_code == 7, r.stdout + r.stderr  # no GPU here: never "passed"
+    checks = {c["name"]: c for c in json.loads((tmp_path / "report.json").read_text())["checks"]}
+    for name in (*INTERACTIVE_CHECKS, "test_pip_check", "test_shm_size", "test_dataloader_shm"):
+        assert checks[name]["status"] == "passed", (name, checks[name]["message"])
+    sshd = checks["test_interactive_sshd_allows_keys_only"]["figures"]
+    assert sshd["passwordauthentication"] == "no"
+    assert sshd["permitrootlogin"] == "without-password"
+    assert checks["test_interactive_image_has_no_ssh_host_key"]["figures"]["host_keys"] == []
+    pins = checks["test_interactive_packages_at_their_pinned_versions"]["figures"]
+    assert pins["jupyterlab"] == cell_pin("jupyterlab")
+    assert pins["tensorboard"] == cell_pin("tensorboard")
+
+
+def cell_pin(name: str) -> str:
+    (cell,) = build_plan(load_matrix("smoke-interactive")).cells
+    return dict(cell.interactive_pins)[name]
 
 
 @pytest.fixture

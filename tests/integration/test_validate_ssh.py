@@ -159,7 +159,8 @@ def test_suite_runs_over_ssh(sshd: Sshd, run_cli: Any, tmp_path: Path) -> None:
     assert report["target"] == sshd.target
     assert report["options"]["ssh_identity_file"] == str(sshd.identity)
     checks = {c["name"]: c for c in report["checks"]}
-    assert len(checks) == 22, sorted(checks)
+    # 22 + the interactive flavor's 3 (skipped here: this host is no interactive image)
+    assert len(checks) == 25, sorted(checks)
     for name in GPU_CHECKS:
         assert checks[name]["status"] == "skipped", (name, checks[name])
         assert checks[name]["message"].startswith("no GPU visible"), checks[name]["message"]

@@ -37,7 +37,7 @@ INTERFACES: dict[str, set[str]] = {
     "toolkit": {"about", "builder", "cuda_env", "devel_note", "devel_layers", "devel_cuda_home"},
     "python": {"args", "system_packages", "venv"},
     "torch": {"context_note", "image", "install"},
-    "flavor": {"about", "image", "layers", "cuda_home"},
+    "flavor": {"about", "image", "layers", "cuda_home", "top_layers", "command"},
 }
 
 
@@ -115,7 +115,7 @@ def _smoke() -> Any:
         ("nccl_toolkit", "distro", "toolkit", "base, devel-image, pip"),
         ("python_source", "conda", "python", "base, distro, uv"),
         ("torch_source", "conda", "torch", "base, wheels"),
-        ("flavor", "slim", "flavor", "devel, runtime"),
+        ("flavor", "slim", "flavor", "devel, interactive, runtime"),
     ],
 )
 def test_a_value_without_a_fragment_is_one_clear_error(

@@ -172,7 +172,9 @@ def test_uv_managed_python_and_runtime_mirror() -> None:
     text = render_cell_files(cell)["Dockerfile"]
     assert 'uv python install "3.11.14"' in text
     assert "ARG UV_PYTHON_INSTALL_MIRROR=" in text
-    (mirrored,) = [c for c in build_plan(load_matrix("rtx4090")).cells if c.torch == "2.7.1"]
+    (mirrored,) = [
+        c for c in build_plan(load_matrix("rtx4090")).cells if c.torch == "2.7.1" and c.flavor == "runtime"
+    ]
     files = render_cell_files(mirrored)
     assert "index-url = https://pypi.tuna.tsinghua.edu.cn/simple" in files["mirror/pip.conf"]
     assert "COPY mirror/pip.conf /etc/pip.conf" in files["Dockerfile"]
