@@ -416,7 +416,11 @@ def test_cli_release_smoke_matrix(
         str(tmp_path / "index.json"),
     ]
 
-    res = run_cli("release", *args)  # no reports at all
+    res = run_cli("release", *args)  # --reports is required: a usage error, nothing done
+    assert res.exit_code == 2
+    assert "--reports" in res.stderr
+    (tmp_path / "no-reports").mkdir()
+    res = run_cli("release", *args, "--reports", str(tmp_path / "no-reports"))  # no report for the digest
     assert res.exit_code == ReleaseError.exit_code
     assert f"{cid}: refused: no validation report for the candidate digest {digest}" in res.stderr
     assert "Traceback" not in res.stderr
