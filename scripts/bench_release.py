@@ -20,8 +20,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from imagesmith.compat import min_driver  # noqa: E402
+from imagesmith.refs import Registry  # noqa: E402
 from imagesmith.registry import OCI_MANIFEST, ManifestData, copy_manifest  # noqa: E402
-from imagesmith.release import ReleaseCell, Target, collect_reports, release_cells  # noqa: E402
+from imagesmith.release import ReleaseCell, collect_reports, release_cells  # noqa: E402
 from tests.localinfra import local_registries  # noqa: E402
 
 
@@ -128,28 +130,21 @@ def main() -> None:
                     tag=cid,
                     candidate=f"{cid}-candidate",
                     targets=(
-                        Target(
-                            name="plain",
-                            kind="generic",
-                            host=regs.plain,
-                            image=f"{regs.plain}/{repo}",
-                            insecure=True,
-                        ),
-                        Target(name="tls", kind="generic", host=regs.auth, image=f"{regs.auth}/{repo}"),
+                        Registry.from_image("plain", f"{regs.plain}/{repo}", insecure=True),
+                        Registry.from_image("tls", f"{regs.auth}/{repo}"),
                     ),
                     torch="2.11.0",
                     torchvision="0.26.0",
                     cuda="13.0",
                     python="3.11",
-                    min_driver_full="580.65.06",
-                    min_driver_minor="580.65.06",
+                    min_driver=min_driver("13.0"),
                     arch=("9.0",),
                     shm_size="1g",
                     fingerprint=cid,
                 )
             )
 
-        def make(tg: Target):  # type: ignore[no-untyped-def]
+        def make(tg: Registry):  # type: ignore[no-untyped-def]
             return regs.plain_client() if tg.host == regs.plain else regs.auth_client()
 
         rep = collect_reports([reports])
