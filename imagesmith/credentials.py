@@ -2,8 +2,9 @@
 
 The chain asks its providers in order and takes the first answer:
 
-1. **environment** — ``IMAGESMITH_REGISTRY_<HOST>_USERNAME`` / ``_PASSWORD`` (``<HOST>``: the host
-   upper-cased, every other character turned into ``_``). Explicit: never replaced by a refresh.
+1. **environment** — ``IMAGESMITH_REGISTRY_<HOST>_USERNAME`` / ``_PASSWORD`` (``<HOST>``: :func:`env_key`, the
+   host upper-cased, ``.`` and ``:`` → ``_``, ``-`` → ``__``: one name per host). Explicit: never replaced
+   by a refresh.
 2. **docker config** — ``$DOCKER_CONFIG/config.json`` (else ``~/.docker/config.json``): ``auths`` entries
    (what ``docker login`` writes), then the ``credHelpers`` entry of the host or the ``credsStore``
    (``docker-credential-<name> get``).
@@ -30,19 +31,28 @@ the command and the fix. Secrets never reach argv, reprs, logs or messages.
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import urlsplit
 
 from imagesmith.errors import RegistryError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
 
 DOCKER_HUB_API = "registry-1.docker.io"
 DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
@@ -83,14 +93,56 @@ class Credentials:
         return (time.time() if now is None else now) >= self.expires_at - margin
 
 
+#: a registry host as a credential variable can name it: a DNS name or IPv4 address, optional ``:port``
+_HOST = re.compile(
+    r"^[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?)*(:[0-9]{1,5})?$"
+)
+_IPV4 = re.compile(r"^[0-9]{1,3}(\.[0-9]{1,3}){3}$")
+
+
 def env_key(host: str) -> str:
-    """``127.0.0.1:5443`` → ``127_0_0_1_5443``: the host part of the credential variables' names."""
+    """The host part of the credential variables' names: upper-cased, ``.`` and ``:`` → ``_``, ``-`` → ``__``.
+
+    ``ghcr.io`` → ``GHCR_IO``, ``127.0.0.1:5443`` → ``127_0_0_1_5443``,
+    ``registry.cn-hangzhou.aliyuncs.com`` → ``REGISTRY_CN__HANGZHOU_ALIYUNCS_COM``, its look-alike
+    ``registry.cn-hangzhou-aliyuncs.com`` → ``REGISTRY_CN__HANGZHOU__ALIYUNCS_COM``.
+
+    Injective over the hosts it accepts (one host, one name; case does not matter, as in DNS): a name's
+    labels never start or end with ``-``, so a run of ``_`` is one ``.``/``:`` (odd: 1) or ``-``s (even: 2 per
+    ``-``); and ``:port`` reads apart from a ``.`` because a host's last label is never all digits (IPv4 has
+    four labels, so ``127_0_0_1_5443`` is 127.0.0.1 port 5443). A host outside this (an IPv6 literal, a
+    numeric last label, ``_``) is a RegistryError: its credentials come from the docker config.
+    """
+    name = host.split(":", 1)[0]
+    last = name.rsplit(".", 1)[-1]
+    if not _HOST.match(host) or (last.isdigit() and not _IPV4.match(name)):
+        raise RegistryError(
+            f"registry host {host!r} cannot be named in a credential variable",
+            hint="give it a DNS name or IPv4 address (optional :port), or put its credentials in the docker "
+            "config (`docker login HOST`)",
+        )
+    return re.sub(r"[.:]", "_", host.upper().replace("-", "__"))
+
+
+def legacy_env_key(host: str) -> str:
+    """The name before issue 17 (every non-alphanumeric character → ``_``): ambiguous for hosts with ``-``
+    (``a-b.c`` and ``a.b-c`` shared one), so it is no longer read for them (:class:`EnvironmentProvider`)."""
     return re.sub(r"[^A-Z0-9]", "_", host.upper())
 
 
 def credential_env_names(host: str) -> tuple[str, str]:
     key = env_key(host)
     return f"IMAGESMITH_REGISTRY_{key}_USERNAME", f"IMAGESMITH_REGISTRY_{key}_PASSWORD"
+
+
+def env_hint(host: str) -> str:
+    """``set IMAGESMITH_REGISTRY_…_USERNAME and …_PASSWORD`` for *host*, or the docker config when the host
+    cannot be named in a variable."""
+    try:
+        user_var, pass_var = credential_env_names(host)
+    except RegistryError:
+        return "put them in the docker config"
+    return f"set {user_var} and {pass_var}"
 
 
 def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -131,8 +183,23 @@ class EnvironmentProvider:
 
     def get(self, host: str, *, fresh: bool = False) -> Credentials | None:
         env = os.environ if self.env is None else self.env
-        user_var, pass_var = credential_env_names(host)
+        try:
+            user_var, pass_var = credential_env_names(host)
+        except RegistryError:
+            return None  # a host no variable can name: the docker config's
         if not (env.get(user_var) or env.get(pass_var)):
+            legacy = legacy_env_key(host)
+            old_user, old_pass = (
+                f"IMAGESMITH_REGISTRY_{legacy}_USERNAME",
+                f"IMAGESMITH_REGISTRY_{legacy}_PASSWORD",
+            )
+            if old_user != user_var and (env.get(old_user) or env.get(old_pass)):
+                raise RegistryError(
+                    f"registry {host}: {old_user} / _PASSWORD are set, but names in that old form are no "
+                    f"longer read for hosts with '-': they also match look-alike hosts (a '.' and a '-' "
+                    "gave the same name), so they could hand these credentials to another host",
+                    hint=f"rename them to {user_var} and {pass_var} ('-' is now '__'), for the host you mean",
+                )
             return None
         if not (env.get(user_var) and env.get(pass_var)):
             raise RegistryError(
@@ -197,7 +264,7 @@ def _from_helper(helper: str, host: str, config: Path, provider: str) -> Credent
     except FileNotFoundError as exc:
         raise RegistryError(
             f"docker config {config} names credential helper {helper!r}, but {program} is not installed",
-            hint=f"install {program} or set IMAGESMITH_REGISTRY_{env_key(host)}_USERNAME/_PASSWORD",
+            hint=f"install {program} or {env_hint(host)}",
         ) from exc
     except subprocess.TimeoutExpired as exc:
         raise RegistryError(
@@ -250,8 +317,7 @@ class TokenCommandProvider:
         return " ".join(self.argv)
 
     def _fallback(self) -> str:
-        user_var, pass_var = credential_env_names(self.host)
-        return f"or set {user_var} and {pass_var}, or `docker login {self.host}`"
+        return f"or {env_hint(self.host)}, or `docker login {self.host}`"
 
     def available(self) -> bool:
         return not self.problem and shutil.which(self.argv[0]) is not None
@@ -447,8 +513,7 @@ def lookup_credentials(host: str, env: Mapping[str, str] | None = None) -> Crede
 
 def auth_hint(host: str, kind: str, token_command: str | None = None) -> str:
     """The fix line of an ``unauthorized`` answer: where credentials come from, and what expires."""
-    user_var, pass_var = credential_env_names(host)
-    base = f"set {user_var} and {pass_var}, or `docker login {host}`"
+    base = f"{env_hint(host)}, or `docker login {host}`"
     effective = token_kind(host, kind)
     if effective == "ecr":
         run = token_command or "aws ecr get-login-password --region REGION"
@@ -468,3 +533,108 @@ def auth_hint(host: str, kind: str, token_command: str | None = None) -> str:
             "(Azure CLI after `az login`), or use a token/robot account"
         )
     return base
+
+
+# -- where credentials may go --------------------------------------------------------------------------------
+REALMS_RESOURCE = "data/registry_realms.toml"
+
+
+def is_loopback(host: str) -> bool:
+    """True for ``localhost``, 127.0.0.0/8 and ``::1`` (a host name, no port; never resolved)."""
+    name = host.strip("[]").lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    try:
+        port = parts.port or {"https": 443, "http": 80}.get(scheme)
+    except ValueError:
+        port = -1
+    return scheme, (parts.hostname or "").lower(), port
+
+
+def sends_credentials(base: str, url: str) -> bool:
+    """Whether a request to *url* may carry the credentials (Basic or a token) of the registry spoken to at
+    *base* (``https://host[:port]``): the same scheme, host and port, and not plain HTTP to a host other than
+    loopback. Anything else — a redirect or ``Location`` to blob storage or a CDN, a ``Link`` to another host,
+    a registry declared ``insecure`` on a non-loopback host — goes without."""
+    scheme, host, port = _origin(url)
+    if (scheme, host, port) != _origin(base) or not host:
+        return False
+    return scheme == "https" or (scheme == "http" and is_loopback(host))
+
+
+@dataclass(frozen=True)
+class RealmRule:
+    """One row of ``imagesmith/data/registry_realms.toml``: a token realm host a registry kind may use."""
+
+    kinds: tuple[str, ...]
+    registry: re.Pattern[str]
+    realm: str
+    source: str
+
+    def allows(self, registry_host: str, kind: str, realm_host: str) -> bool:
+        if kind not in self.kinds:
+            return False
+        m = self.registry.fullmatch(registry_host.split(":", 1)[0].lower())
+        if m is None:
+            return False
+        groups = {k: v for k, v in m.groupdict().items() if v is not None}
+        try:
+            return realm_host == self.realm.format(**groups).lower()
+        except (KeyError, IndexError):
+            return False
+
+
+_REALMS: list[tuple[RealmRule, ...]] = []
+
+
+def realm_rules() -> tuple[RealmRule, ...]:
+    """The packaged allow-list of token realms on other hosts (read once)."""
+    if not _REALMS:
+        text = resources.files("imagesmith").joinpath(REALMS_RESOURCE).read_text(encoding="utf-8")
+        rows = tomllib.loads(text).get("realm", [])
+        rules = tuple(
+            RealmRule(
+                kinds=tuple(row["kinds"]),
+                registry=re.compile(row["registry"]),
+                realm=str(row["realm"]),
+                source=str(row["source"]),
+            )
+            for row in rows
+        )
+        _REALMS.append(rules)
+    return _REALMS[0]
+
+
+def realm_problem(base: str, registry_host: str, kind: str, realm: str) -> str | None:
+    """Why the credentials of the registry at *base* (host *registry_host*, kind *kind*) must not go to the
+    token realm *realm*; None when they may: an https realm (http only on loopback) on the registry's own
+    host, or on a host that ``imagesmith/data/registry_realms.toml`` allows for the kind."""
+    scheme, host, _port = _origin(realm)
+    parts = urlsplit(realm)
+    if scheme not in ("http", "https") or not host:
+        return f"token realm {realm!r} is not an http(s) URL"
+    if parts.username or parts.password:
+        return f"token realm {_no_query(realm)} carries user information"
+    if scheme == "http" and not is_loopback(host):
+        return f"token realm {_no_query(realm)} is plain HTTP to a host other than loopback"
+    if host == _origin(base)[1]:
+        return None
+    if any(rule.allows(registry_host, kind, host) for rule in realm_rules()):
+        return None
+    return (
+        f"token realm {_no_query(realm)} is on {host}, neither the registry's own host nor a realm that kind "
+        f"{kind} allows for {registry_host} (imagesmith/data/registry_realms.toml)"
+    )
+
+
+def _no_query(url: str) -> str:
+    return url.split("?", 1)[0]

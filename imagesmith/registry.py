@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, get_args
-from urllib.parse import urljoin
+from urllib.parse import urljoin, urlsplit
 
 import requests
 from tenacity import (
@@ -49,7 +49,14 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from imagesmith.credentials import DOCKER_HUB_API, CredentialChain, auth_hint, credential_chain
+from imagesmith.credentials import (
+    DOCKER_HUB_API,
+    CredentialChain,
+    auth_hint,
+    credential_chain,
+    realm_problem,
+    sends_credentials,
+)
 from imagesmith.credentials import Credentials as Credentials  # re-exported: callers may import it from here
 from imagesmith.credentials import lookup_credentials as lookup_credentials
 from imagesmith.errors import CorruptBlobError, ManifestUnknownError, RegistryError
@@ -63,6 +70,8 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 ACCEPT_MANIFESTS = ", ".join((MANIFEST_V2, MANIFEST_LIST_V2, OCI_MANIFEST, OCI_INDEX))
 INDEX_TYPES = frozenset({MANIFEST_LIST_V2, OCI_INDEX})
 _CHUNK = 8 << 20
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_REDIRECTS = 10
 #: bytes per upload PATCH: what a refused request costs to send again, and held in memory per upload (ECR
 #: wants at least 5 MiB; each PATCH costs the registry a round trip: 16 MiB chunks were 20 % slower here)
 UPLOAD_CHUNK = 64 << 20
@@ -432,6 +441,8 @@ class RegistryClient:
         self.session = requests.Session()
         self._auth: dict[str, str] = {}  # scope → Authorization header value
         self._basic_ok = False
+        #: why credentials were kept from a token realm (named when the registry then refuses)
+        self._withheld: str | None = None
 
     # -- credentials ----------------------------------------------------------------------------------------
     @property
@@ -449,8 +460,16 @@ class RegistryClient:
             return self._credentials
 
     def resolve_credentials(self) -> Credentials | None:
-        """What the engine's push to this registry should send (the same chain and cache as the API)."""
+        """What the engine's push to this registry should send (the same chain and cache as the API); None for
+        a registry spoken to in plain HTTP on a host other than loopback (credentials never go there)."""
+        if not self.sends_credentials:
+            return None
         return self.credentials
+
+    @property
+    def sends_credentials(self) -> bool:
+        """False for an ``insecure`` registry off loopback: no credentials over plain HTTP."""
+        return sends_credentials(self.base, self.base + "/v2/")
 
     def refresh_credentials(self, refused: Credentials) -> Credentials | None:
         """Other credentials after *refused* was refused (a token or helper run again), or None."""
@@ -515,7 +534,14 @@ class RegistryClient:
             for k, v in (("service", params.get("service")), ("scope", scope or params.get("scope")))
             if v
         }
-        creds = self._optional_credentials()
+        problem = realm_problem(self.base, self.host, self.kind, realm)
+        if problem is None and not self.sends_credentials:
+            problem = (
+                "the registry is spoken to in plain HTTP on a host other than loopback (insecure = true)"
+            )
+        creds = None if problem else self._optional_credentials()
+        if problem and self._withheld is None:
+            self._withheld = problem  # an anonymous token may do (a public repository); named if not
         headers = {"Authorization": creds.basic()} if creds else {}
         try:
             resp = self.session.get(
@@ -524,6 +550,7 @@ class RegistryClient:
                 headers=headers,
                 timeout=(self.policy.connect_timeout, self.policy.read_timeout),
                 verify=self.verify,
+                allow_redirects=False,  # a redirect must not carry the credentials on to another host
             )
         except requests.RequestException as exc:
             raise _Transient(f"token endpoint {realm}: {type(exc).__name__}") from exc
@@ -554,25 +581,27 @@ class RegistryClient:
         started: float | None = None,
     ) -> requests.Response:
         """One request with auth (challenge answered once). Raises _Transient on retryable faults; a 5xx whose
-        body says the fault will not pass by itself (storage full, quota) is returned for :meth:`_check`."""
+        body says the fault will not pass by itself (storage full, quota) is returned for :meth:`_check`.
+
+        Credentials (Basic, or a cached token) go only with requests to the registry's own origin over https
+        (plain HTTP only on loopback, :func:`~imagesmith.credentials.sends_credentials`): redirects are
+        followed here, hop by hop, and a hop to another host (blob storage, a CDN), an absolute ``Location``
+        or ``Link`` elsewhere, goes without them; a 401 from another host is not answered."""
         full = url if url.startswith("http") else self.base + url
         timeout = self.policy.timeout(time.monotonic() if started is None else started)
 
-        def attempt(auth: str | None) -> requests.Response:
-            h = dict(headers or {})
-            if auth:
-                h["Authorization"] = auth
+        def one(verb: str, target: str, h: dict[str, str], body: Any) -> requests.Response:
             try:
-                resp = self.session.request(
-                    method,
-                    full,
+                return self.session.request(
+                    verb,
+                    target,
                     headers=h,
-                    data=data,
-                    params=params,
+                    data=body,
+                    params=params if target == full else None,
                     stream=stream,
                     timeout=timeout,
                     verify=self.verify,
-                    allow_redirects=allow_redirects,
+                    allow_redirects=False,
                 )
             except requests.exceptions.SSLError as exc:
                 raise self._fail(
@@ -585,7 +614,28 @@ class RegistryClient:
                 requests.Timeout,
                 requests.exceptions.ChunkedEncodingError,
             ) as exc:
-                raise _Transient(f"{method} {_short(full)}: {type(exc).__name__}") from exc
+                raise _Transient(f"{verb} {_short(target)}: {type(exc).__name__}") from exc
+
+        def attempt(auth: str | None) -> requests.Response:
+            verb, target, body = method, full, data
+            resp = None
+            for _hop in range(_MAX_REDIRECTS + 1):
+                h = dict(headers or {})
+                if auth and sends_credentials(self.base, target):
+                    h["Authorization"] = auth
+                resp = one(verb, target, h, body)
+                location = resp.headers.get("Location")
+                if not (allow_redirects and resp.status_code in _REDIRECTS and location):
+                    break
+                if body is not None and not isinstance(body, bytes | str) and resp.status_code in (307, 308):
+                    break  # a streamed body cannot be sent again: the caller sees the redirect
+                resp.close()
+                target = urljoin(resp.url or target, location)
+                if resp.status_code == 303 or (
+                    resp.status_code in (301, 302) and verb not in ("GET", "HEAD")
+                ):
+                    verb, body = ("HEAD" if verb == "HEAD" else "GET"), None
+            assert resp is not None
             if resp.status_code >= 500 or resp.status_code == 429:
                 _codes, msg = _error_codes(resp)
                 fault = registry_fault(msg)
@@ -596,9 +646,21 @@ class RegistryClient:
                 raise _Transient(f"{method} {_short(full)}: HTTP {resp.status_code} {msg}".strip())
             return resp
 
-        resp = attempt(self._auth.get(scope) or self._auth.get("*"))
+        own = sends_credentials(self.base, full)
+        resp = attempt((self._auth.get(scope) or self._auth.get("*")) if own else None)
         if resp.status_code != 401 or "WWW-Authenticate" not in resp.headers:
             return resp
+        if not own or not sends_credentials(self.base, resp.url or full):
+            if _same_host(self.base, full) and not self.sends_credentials:
+                resp.close()
+                raise self._fail(
+                    "unauthorized",
+                    "the registry wants credentials, but it is spoken to in plain HTTP (insecure = true) on "
+                    f"{self.api_host}, not a loopback host: imagesmith sends no credentials over plain HTTP",
+                    hint="serve the registry over https (its CA in /etc/docker/certs.d/HOST/ca.crt) and drop "
+                    "`insecure = true`, or reach it on 127.0.0.1 (an SSH tunnel)",
+                )
+            return resp  # another host's challenge is not answered with this registry's credentials
         scheme, params_ = parse_challenge(resp.headers["WWW-Authenticate"])
         if scheme not in ("basic", "bearer"):
             return resp
@@ -612,12 +674,27 @@ class RegistryClient:
         if isinstance(answered, int):
             if self._deferred is not None:
                 raise self._deferred
+            if self._withheld is not None:
+                raise self._fail(
+                    "unauthorized",
+                    "the token endpoint refused an anonymous request; credentials were not sent: "
+                    + self._withheld,
+                    hint=self._withheld_hint(),
+                )
             raise self._fail(
                 "unauthorized",
                 f"token endpoint refused the credentials (HTTP {answered})",
                 hint=self._hint(),
             )
         return answered
+
+    def _withheld_hint(self) -> str:
+        return (
+            f"check registry {self.name}'s host and kind in the registries file (kind {self.kind}); a "
+            "registry whose real token service lives on another host needs a row in "
+            "imagesmith/data/registry_realms.toml (with its source) — credentials never go to a realm "
+            "imagesmith does not know for that registry, nor over plain HTTP off loopback"
+        )
 
     def _answer(
         self,
@@ -654,7 +731,10 @@ class RegistryClient:
         message = message or f"HTTP {resp.status_code} (no error body)"
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
             hint = self._hint()
-            if self._credentials:
+            if self._withheld is not None:
+                message = f"{message}; credentials were not sent: {self._withheld}"
+                hint = self._withheld_hint()
+            elif self._credentials:
                 message = f"credentials from {self._credentials.origin} were refused ({message})"
             raise self._fail(what, f"unauthorized: {message}", hint=hint)
         if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and "manifest" in what and not codes):
@@ -1092,6 +1172,10 @@ def _pieces_from(pieces: list[bytes], pos: int) -> Iterator[bytes]:
             continue
         yield piece[pos:] if pos else piece
         pos = 0
+
+
+def _same_host(a: str, b: str) -> bool:
+    return (urlsplit(a).hostname or "").lower() == (urlsplit(b).hostname or "").lower()
 
 
 def _short(url: str) -> str:

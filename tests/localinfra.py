@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from imagesmith.credentials import credential_env_names
 from imagesmith.registry import Credentials, RegistryClient
 
 STATE = Path(os.environ.get("IMAGESMITH_STATE", "/var/lib/imagesmith-ci"))
@@ -54,11 +55,8 @@ class LocalRegistries:
         return RegistryClient(self.auth, credentials=creds, ca_file=self.ca, **kw)  # type: ignore[arg-type]
 
     def auth_env(self) -> dict[str, str]:
-        key = self.auth.upper().replace(".", "_").replace(":", "_")
-        return {
-            f"IMAGESMITH_REGISTRY_{key}_USERNAME": self.credentials.username,
-            f"IMAGESMITH_REGISTRY_{key}_PASSWORD": self.credentials.password,
-        }
+        user_var, pass_var = credential_env_names(self.auth)
+        return {user_var: self.credentials.username, pass_var: self.credentials.password}
 
 
 def local_registries() -> LocalRegistries:

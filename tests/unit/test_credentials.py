@@ -198,7 +198,7 @@ def test_a_missing_program_is_one_clear_error(tmp_path: Path, monkeypatch: pytes
     assert "aws is not installed" in err.message
     assert err.hint is not None
     assert "install the AWS CLI" in err.hint
-    assert "IMAGESMITH_REGISTRY_123456789012_DKR_ECR_EU_WEST_1_AMAZONAWS_COM_USERNAME" in err.hint
+    assert "IMAGESMITH_REGISTRY_123456789012_DKR_ECR_EU__WEST__1_AMAZONAWS_COM_USERNAME" in err.hint
     with pytest.raises(RegistryError, match=r"`az acr login --name myreg .*` cannot run") as acr:
         credential_chain(ACR, "acr", env=env).resolve()
     assert acr.value.hint is not None
@@ -254,7 +254,7 @@ def test_environment_wins_over_the_token_command_and_is_never_refreshed(
     bin_dir: Path, no_config: dict[str, str]
 ) -> None:
     aws = FakeCli(bin_dir, "aws")
-    key = "IMAGESMITH_REGISTRY_123456789012_DKR_ECR_EU_WEST_1_AMAZONAWS_COM"
+    key = "IMAGESMITH_REGISTRY_123456789012_DKR_ECR_EU__WEST__1_AMAZONAWS_COM"
     env = {**no_config, f"{key}_USERNAME": "AWS", f"{key}_PASSWORD": "from-env"}
     chain = credential_chain(ECR, "ecr", env=env)
     creds = chain.resolve()
