@@ -324,11 +324,17 @@ class _Loader(schema.Checker):
         name = data.get("name", self.path.stem)
         if name != self.path.stem:
             raise self.fail("name", f"{name!r} differs from the file name", nearest=self.path.stem)
+        if not re.fullmatch(schema.MATRIX_NAME, name):  # the file's name: it is rendered into the Dockerfile
+            raise self.fail(
+                "name",
+                f"{name!r} (the file's name) is not a matrix name",
+                hint="rename the file: letters, digits, '.', '_' and '-', starting with a letter or digit",
+            )
         description = data.get("description", "")
 
         gpus = self.gpus(data["gpus"])
         flavors = tuple(data["flavors"])
-        shm_text = data["shm_min"]
+        shm_text = data["shm_min"].strip()
         shm_bytes = parse_shm(shm_text)
         if shm_bytes < 64 * 1024**2:
             raise self.fail(

@@ -255,7 +255,9 @@ def _text(problem: Problem, value: Any) -> str:
 def _invalid(spec: Field, value: Any, key: str, default: str, nearest: str | None, checker: Checker) -> None:
     if spec.nearest is not None:
         nearest = spec.nearest(value) if callable(spec.nearest) else spec.nearest
-    problem = _text(spec.invalid or spec.message or default, value)
+    template = spec.invalid or spec.message
+    # *default* holds the value already: formatting it again would read a '{' in the value as a field
+    problem = _text(template, value) if template else default[:300]
     raise checker.invalid(spec, value, key, problem, nearest)
 
 
@@ -519,6 +521,27 @@ MIRROR_PROFILE_NAMES: Final[tuple[str, ...]] = ("none", "tuna", "aliyun", "ustc"
 _LABEL_BREAKERS: Final[frozenset[str]] = frozenset({"Cc", "Zl", "Zp"})
 
 
+# -- values that reach a Dockerfile or a shell (issue 17): strict shapes, so none can hold whitespace, a
+# quote, a backslash or a shell metacharacter ($ ` ; & | < > ( ) { } * ? ! # ~ at a word's start) — the
+# loader refuses them with the field and the fix; imagesmith.templating checks rendered values again
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+#: an image reference as docker reads it: [host[:port]/]path[:tag][@sha256:digest]
+IMAGE_REF: Final[str] = (
+    rf"(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
+)
+#: an absolute POSIX path of safe characters: /opt/venv, /opt/torch/.venv
+ABS_PATH: Final[str] = r"(?:/[A-Za-z0-9._+-]+)+/?"
+#: a version: digits first (a leading v allowed), then letters, digits and . _ + - : 2.17.6, v2.19.6, 0.9.5
+VERSION: Final[str] = r"v?[0-9]+(?:[._+-]?[A-Za-z0-9]+)*"
+#: an http(s) URL without a query, quotes, whitespace or shell metacharacters
+URL: Final[str] = rf"https?://{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9._~%/+=,@:-]*)?"
+#: a matrix name (the file's name without .toml)
+MATRIX_NAME: Final[str] = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_SAFE_HINT = "no spaces, quotes, backslashes or shell characters ($ ` ; & | < > ( ) …)"
+
+
 def _minor_guess(value: Any) -> str:
     text = str(value)
     return ".".join(text.split(".")[:2]) if re.match(r"^3\.\d+\.\d+$", text) else "3.11"
@@ -604,7 +627,15 @@ MATRIX: Schema = Schema(
                 description="matrix format version",
                 example="1",
             ),
-            "name": Field(kind="string", description="the file's name without .toml", example='"smoke"'),
+            "name": Field(
+                kind="string",
+                pattern=MATRIX_NAME,
+                invalid="{value!r} is not a matrix name",
+                hint="letters, digits, '.', '_' and '-', starting with a letter or digit (the file's name "
+                "without .toml)",
+                description="the file's name without .toml",
+                example='"smoke"',
+            ),
             "description": Field(kind="string", description="one line for `imagesmith plan`"),
             "gpus": _names(
                 "target GPUs (names or aliases from `imagesmith compat --list-gpus`)",
@@ -620,7 +651,7 @@ MATRIX: Schema = Schema(
             "shm_min": Field(
                 kind="string",
                 required=True,
-                pattern=r"\s*\d+[kmgKMG]?\s*",
+                pattern=r" *\d+[kmgKMG]? *",
                 invalid="{value!r} is not a size",
                 nearest="8g",
                 hint="write a number with an optional k, m or g suffix, e.g. '8g'",
@@ -669,16 +700,35 @@ MATRIX: Schema = Schema(
                 fields={
                     "versions": _names("Python minors", '["3.11"]', items=_MINOR, required=True),
                     "uv": Field(
-                        kind="string", description="uv version for managed Pythons", example='"0.9.5"'
+                        kind="string",
+                        pattern=VERSION,
+                        invalid="{value!r} is not a version",
+                        nearest="0.9.5",
+                        hint=f"a uv release such as 0.9.5 ({_SAFE_HINT})",
+                        description="uv version for managed Pythons",
+                        example='"0.9.5"',
                     ),
                     "managed": Field(
                         kind="map",
                         keys=_MINOR,
-                        items=Field(kind="string", example='"3.12.11"'),
+                        items=Field(
+                            kind="string",
+                            pattern=VERSION,
+                            invalid="{value!r} is not a Python release",
+                            hint=f"a full release such as 3.12.11 ({_SAFE_HINT})",
+                            example='"3.12.11"',
+                        ),
                         description="uv-managed builds for minors other than the distro's: minor = full",
                         example='{ "3.12" = "3.12.11" }',
                     ),
-                    "install_mirror": Field(kind="string", description="uv python-install mirror URL"),
+                    "install_mirror": Field(
+                        kind="string",
+                        pattern=f"(?:{URL})?",
+                        invalid="{value!r} is not an http(s) URL of safe characters",
+                        hint=f"an https:// URL without a query ({_SAFE_HINT}), or leave it out",
+                        description="uv python-install mirror URL",
+                        example='"https://mirror.example/python-build-standalone/releases/download"',
+                    ),
                 },
             ),
             "base": Field(
@@ -697,24 +747,32 @@ MATRIX: Schema = Schema(
                     "image": Field(
                         kind="string",
                         required=True,
-                        pattern=r"\S+",
-                        invalid="{value!r} is not an image name",
+                        pattern=IMAGE_REF,
+                        invalid="{value!r} is not an image reference",
                         nearest="ubuntu:22.04",
+                        hint="[host[:port]/]path[:tag][@sha256:…], lowercase path, e.g. ubuntu:22.04",
                         description="base image of the runtime flavor",
                         example='"ubuntu:22.04"',
                     ),
                     "python": replace(_MINOR, required=True, description="the distro's Python minor"),
                     "devel_images": Field(
                         kind="map",
-                        items=Field(kind="string"),
+                        items=Field(
+                            kind="string",
+                            pattern=IMAGE_REF,
+                            invalid="{value!r} is not an image reference",
+                            hint="[host[:port]/]path[:tag][@sha256:…], e.g. "
+                            "nvidia/cuda:12.8.1-devel-ubuntu22.04",
+                        ),
                         description="devel base per CUDA X.Y",
                         example='{ "12.8" = "nvidia/cuda:12.8.1-devel-ubuntu22.04" }',
                     ),
                     "venv": Field(
                         kind="string",
-                        pattern=r"/[\s\S]*",
-                        invalid="{value!r} is not an absolute path",
+                        pattern=ABS_PATH,
+                        invalid="{value!r} is not an absolute path of safe characters",
                         nearest="/opt/venv",
+                        hint="an absolute path of letters, digits and . _ + - between slashes (/opt/venv)",
                         description="the base image's Python environment (torch.source = 'base')",
                         example='"/opt/venv"',
                     ),
@@ -724,7 +782,14 @@ MATRIX: Schema = Schema(
                 kind="table",
                 required=True,
                 fields={
-                    "version": Field(kind="string", required=True, example='"2.17.6"'),
+                    "version": Field(
+                        kind="string",
+                        required=True,
+                        pattern=VERSION,
+                        invalid="{value!r} is not a version",
+                        hint=f"the nccl-tests release the commit is, e.g. v2.19.6 ({_SAFE_HINT})",
+                        example='"v2.19.6"',
+                    ),
                     "commit": Field(
                         kind="string",
                         required=True,
@@ -741,7 +806,13 @@ MATRIX: Schema = Schema(
                         hint="git archive --format=tar --prefix=nccl-tests-<commit>/ <commit> | sha256sum",
                         description="sha256 of `git archive --format=tar` of that commit",
                     ),
-                    "url": Field(kind="string", description="archive URL (default: GitHub's)"),
+                    "url": Field(
+                        kind="string",
+                        pattern=URL,
+                        invalid="{value!r} is not an http(s) URL of safe characters",
+                        hint=f"an https:// URL without a query ({_SAFE_HINT})",
+                        description="archive URL (default: GitHub's)",
+                    ),
                     "toolkit": Field(
                         kind="string",
                         enum=NCCL_TOOLKITS,

@@ -17,6 +17,7 @@ cell over this output; :mod:`imagesmith.render` writes and checks it on disk.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from dataclasses import fields
 from pathlib import PurePosixPath
@@ -146,10 +147,29 @@ def site_packages(cell: Cell) -> str:
     return f"{cell.venv}/lib/python{cell.python}/site-packages"
 
 
+#: What a rendered cell value may hold, by where the templates put it (issue 17, defence in depth behind the
+#: matrix loader's patterns): most values are words in shell commands, ARG/ENV values or paths, so they hold
+#: only characters no shell or Dockerfile parser treats specially; a few are text inside double quotes (no
+#: quote, backslash, $ or `), and a few only reach comments (one line is enough there).
+SHELL_WORD: Final[re.Pattern[str]] = re.compile(r"[A-Za-z0-9._:/@+=,%~-]*")
+QUOTED_TEXT: Final[re.Pattern[str]] = re.compile(r'[^"\\$`]*')
+_RENDERED_AS: Final[dict[str, re.Pattern[str] | None]] = {
+    # inside "…": NVIDIA_REQUIRE_CUDA="…", NVCC_GENCODE="…", LABEL …="…"
+    "require_cuda": QUOTED_TEXT,
+    "nvcc_gencode": QUOTED_TEXT,
+    "gpu_names": QUOTED_TEXT,
+    "labels": QUOTED_TEXT,
+    # comments only (Dockerfile.j2's header), or not rendered at all
+    "lock_note": None,
+    "arch_coverage": None,
+}
+
+
 def _single_line_text(cell: Cell) -> None:
     """Every text of the cell that a template may render is one line without control characters: no input can
-    add a line (an instruction) to a Dockerfile or a script. The loaders say what is wrong first; this is the
-    last guard, for any field.
+    add a line (an instruction) to a Dockerfile or a script; and each holds only what its place in the
+    templates can take (:data:`_RENDERED_AS`, else :data:`SHELL_WORD`): no value can add a shell command or
+    end a quoted string. The loaders say what is wrong first; this is the last guard, for any field.
     """
 
     def texts(value: Any) -> list[str]:
@@ -160,12 +180,21 @@ def _single_line_text(cell: Cell) -> None:
         return []
 
     for f in fields(cell):
+        allowed = _RENDERED_AS.get(f.name, SHELL_WORD)
         for text in texts(getattr(cell, f.name)):
             bad = [c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
             if bad:
                 raise RenderError(
                     f"cell {cell.id}: {f.name} holds a control character ({bad[0]!r}) in {text[:60]!r}",
                     hint="the matrix (or lock) value it comes from must be one line of text",
+                )
+            if allowed is not None and not allowed.fullmatch(text):
+                odd = next(c for c in text if not allowed.fullmatch(c))
+                raise RenderError(
+                    f"cell {cell.id}: {f.name} holds {odd!r} in {text[:60]!r}, which its place in the "
+                    "Dockerfile or a script cannot take safely",
+                    hint="the matrix (or lock) value it comes from must match its field's pattern "
+                    "(docs/matrix.md, Field rules)",
                 )
 
 
