@@ -651,21 +651,18 @@ class RegistryClient:
         if resp.status_code != 401 or "WWW-Authenticate" not in resp.headers:
             return resp
         if not own or not sends_credentials(self.base, resp.url or full):
-            if _same_host(self.base, full) and not self.sends_credentials:
-                resp.close()
-                raise self._fail(
-                    "unauthorized",
-                    "the registry wants credentials, but it is spoken to in plain HTTP (insecure = true) on "
-                    f"{self.api_host}, not a loopback host: imagesmith sends no credentials over plain HTTP",
-                    hint="serve the registry over https (its CA in /etc/docker/certs.d/HOST/ca.crt) and drop "
-                    "`insecure = true`, or reach it on 127.0.0.1 (an SSH tunnel)",
-                )
-            return resp  # another host's challenge is not answered with this registry's credentials
+            return self._foreign_challenge(resp, full)
         scheme, params_ = parse_challenge(resp.headers["WWW-Authenticate"])
         if scheme not in ("basic", "bearer"):
             return resp
         resp.close()
         answered = self._answer(scheme, params_, scope, attempt)
+        if (
+            isinstance(answered, requests.Response)
+            and answered.status_code == 401
+            and not sends_credentials(self.base, answered.url or full)  # a redirect led elsewhere
+        ):
+            return self._foreign_challenge(answered, full)
         refused = isinstance(answered, int) or answered.status_code == 401
         if refused and self._refresh():  # a short-lived token or helper: once more with fresh ones, no loop
             if isinstance(answered, requests.Response):
@@ -687,6 +684,30 @@ class RegistryClient:
                 hint=self._hint(),
             )
         return answered
+
+    def _foreign_challenge(self, resp: requests.Response, full: str) -> requests.Response:
+        """A 401 from where this registry's credentials may not go: explained when it is this registry over
+        plain HTTP; another host's is returned unanswered (the caller's check reports it)."""
+        where = resp.url or full
+        if _same_host(self.base, full) and not self.sends_credentials:
+            resp.close()
+            raise self._fail(
+                "unauthorized",
+                "the registry wants credentials, but it is spoken to in plain HTTP (insecure = true) on "
+                f"{self.api_host}, not a loopback host: imagesmith sends no credentials over plain HTTP",
+                hint="serve the registry over https (its CA in /etc/docker/certs.d/HOST/ca.crt) and drop "
+                "`insecure = true`, or reach it on 127.0.0.1 (an SSH tunnel)",
+            )
+        if _same_host(self.base, where) and urlsplit(where).scheme == "http" and self.scheme == "https":
+            resp.close()
+            raise self._fail(
+                "unauthorized",
+                f"the registry sent this request to plain HTTP ({_short(where)}) and asks for credentials "
+                "there: imagesmith sends no credentials over plain HTTP",
+                hint="the registry's proxy builds http:// URLs (a TLS proxy that does not pass "
+                "X-Forwarded-Proto: https, or the registry's http.host setting): make it answer https URLs",
+            )
+        return resp  # another host's challenge is not answered with this registry's credentials
 
     def _withheld_hint(self) -> str:
         return (

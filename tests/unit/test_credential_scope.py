@@ -12,7 +12,10 @@ from __future__ import annotations
 import base64
 import http.server
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -46,7 +49,7 @@ class _Server:
     """One HTTP server on *ip*; ``handle(server, request)`` → (status, headers, body). Records
     ``(method, path, Authorization)`` of every request."""
 
-    def __init__(self, ip: str, handle: Handler) -> None:
+    def __init__(self, ip: str, handle: Handler, tls: tuple[Path, Path] | None = None) -> None:
         self.seen: list[tuple[str, str, str | None]] = []
         outer = self
 
@@ -71,6 +74,10 @@ class _Server:
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
         self.server = http.server.ThreadingHTTPServer((ip, 0), H)
+        if tls is not None:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(tls[0], tls[1])
+            self.server.socket = ctx.wrap_socket(self.server.socket, server_side=True)
         self.addr = f"{ip}:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -294,6 +301,54 @@ def test_the_origin_decision() -> None:
     assert is_loopback("127.8.0.1")
     assert is_loopback("::1")
     assert not is_loopback("10.0.0.1")
+
+
+@pytest.fixture
+def tls_cert(tmp_path: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (cert, key)."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"),
+            *("-keyout", str(key), "-out", str(cert)),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_a_redirect_from_https_to_plain_http_on_the_same_host_carries_no_authorization(
+    tls_cert: tuple[Path, Path],
+) -> None:
+    plain = _Server("127.0.0.1", lambda s, r: (200, {}, b"layer"))
+    asks = _Server("127.0.0.1", lambda s, r: (401, {"WWW-Authenticate": 'Basic realm="x"'}, b""))
+    try:
+        for target, ok in ((plain, True), (asks, False)):
+            route = _basic_registry(lambda r, t=target: (302, {"Location": f"http://{t.addr}/blob"}, b""))
+            registry = _Server("127.0.0.1", route, tls=tls_cert)
+            client = RegistryClient(
+                registry.addr, credentials=Credentials(USER, PASSWORD), ca_file=tls_cert[0], attempts=1
+            )
+            try:
+                if ok:
+                    with client.get_blob("org/app", "sha256:" + "0" * 64) as resp:
+                        assert resp.content == b"layer"
+                else:
+                    with pytest.raises(RegistryError, match="plain HTTP") as info:
+                        client.get_blob("org/app", "sha256:" + "0" * 64)
+                    assert "X-Forwarded-Proto" in (info.value.hint or "")
+                assert BASIC in registry.auths()  # the registry itself got them, over TLS
+            finally:
+                registry.close()
+        assert plain.auths() == [None]
+        assert asks.auths() == [None]
+    finally:
+        plain.close()
+        asks.close()
 
 
 # -- plain HTTP off loopback ---------------------------------------------------------------------------------
