@@ -60,6 +60,7 @@ from imagesmith.credentials import (
 from imagesmith.credentials import Credentials as Credentials  # re-exported: callers may import it from here
 from imagesmith.credentials import lookup_credentials as lookup_credentials
 from imagesmith.errors import CorruptBlobError, ManifestUnknownError, RegistryError
+from imagesmith.schema import HOST_PORT
 
 T = TypeVar("T")
 
@@ -410,6 +411,12 @@ class RegistryClient:
         chunk_size: int = UPLOAD_CHUNK,
         env: Mapping[str, str] | None = None,
     ) -> None:
+        if not re.fullmatch(HOST_PORT, host):
+            raise RegistryError(
+                f"registry {name or host!r}: {host!r} is not a registry host[:port]",
+                hint="a DNS name or IPv4 address, optional :port (ghcr.io, 127.0.0.1:5000); no scheme, "
+                "user@, path or spaces",
+            )
         self.host = host
         self.api_host = DOCKER_HUB_API if host in ("docker.io", "index.docker.io") else host
         self.name = name or host

@@ -444,6 +444,15 @@ CONFIG: Schema = Schema(
     ),
 )
 
+#: a registry host as the credential lookup, URLs and image references need it (issue 17): a DNS name or IPv4
+#: address with an optional port, or a bracketed IPv6 literal — never user@host, a path or a query
+HOST_PORT: Final[str] = (
+    r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+)
+#: a repository path inside a registry: lowercase parts joined by '/', '.', '_', '__' or '-'
+REPO_PATH: Final[str] = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+
 #: registry kinds: what imagesmith knows of a registry beyond its host (login hints, token flows)
 REGISTRY_KINDS: tuple[str, ...] = (
     "generic",
@@ -476,12 +485,28 @@ REGISTRIES: Schema = Schema(
                         "host": Field(
                             kind="string",
                             required=True,
-                            pattern=r"[^/\s]+",
+                            pattern=HOST_PORT,
                             message="{value!r} is not a registry host[:port]",
+                            hint="a DNS name or IPv4 address, optional :port (ghcr.io, 127.0.0.1:5000); "
+                            "no scheme, user@, path or spaces",
                             example='"ghcr.io"',
                         ),
-                        "namespace": Field(kind="string", required=True, example='"team"'),
-                        "repository": Field(kind="string", description="default: torch", example='"torch"'),
+                        "namespace": Field(
+                            kind="string",
+                            required=True,
+                            pattern=f"/*(?:{REPO_PATH})?/*",
+                            invalid="{value!r} is not a repository path",
+                            hint="lowercase letters and digits joined by '/', '.', '_' or '-' (e.g. team/ml)",
+                            example='"team"',
+                        ),
+                        "repository": Field(
+                            kind="string",
+                            pattern=REPO_PATH,
+                            invalid="{value!r} is not a repository name",
+                            hint="lowercase letters and digits joined by '/', '.', '_' or '-' (e.g. torch)",
+                            description="default: torch",
+                            example='"torch"',
+                        ),
                         "kind": Field(
                             kind="string",
                             enum=REGISTRY_KINDS,

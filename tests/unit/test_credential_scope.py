@@ -458,3 +458,11 @@ _ipv4 = st.builds(
 def test_variable_names_are_injective(hosts: list[str]) -> None:
     keys = [env_key(h) for h in hosts]
     assert len(set(keys)) == len(keys), list(zip(hosts, keys, strict=True))
+
+
+@pytest.mark.parametrize(
+    "host", ["user@evil.example", "evil.example/x", "https://r.example", "r.example?x", "a b"]
+)
+def test_a_registry_host_that_is_not_host_and_port_is_refused(host: str) -> None:
+    with pytest.raises(RegistryError, match="is not a registry host"):
+        RegistryClient(host)
