@@ -153,12 +153,14 @@ def site_packages(cell: Cell) -> str:
 #: quote, backslash, $ or `), and a few only reach comments (one line is enough there).
 SHELL_WORD: Final[re.Pattern[str]] = re.compile(r"[A-Za-z0-9._:/@+=,%~-]*")
 QUOTED_TEXT: Final[re.Pattern[str]] = re.compile(r'[^"\\$`]*')
-_RENDERED_AS: Final[dict[str, re.Pattern[str] | None]] = {
+#: a label name: rendered bare before ``="…"`` in the LABEL instruction
+LABEL_NAME: Final[re.Pattern[str]] = re.compile(r"[a-z0-9]([a-z0-9._-]*[a-z0-9])?")
+_RENDERED_AS: Final[dict[str, re.Pattern[str] | tuple[re.Pattern[str], ...] | None]] = {
     # inside "…": NVIDIA_REQUIRE_CUDA="…", NVCC_GENCODE="…", LABEL …="…"
     "require_cuda": QUOTED_TEXT,
     "nvcc_gencode": QUOTED_TEXT,
     "gpu_names": QUOTED_TEXT,
-    "labels": QUOTED_TEXT,
+    "labels": (LABEL_NAME, QUOTED_TEXT),  # (name, value) pairs: name="value"
     # comments only (Dockerfile.j2's header), or not rendered at all
     "lock_note": None,
     "arch_coverage": None,
@@ -172,16 +174,17 @@ def _single_line_text(cell: Cell) -> None:
     end a quoted string. The loaders say what is wrong first; this is the last guard, for any field.
     """
 
-    def texts(value: Any) -> list[str]:
+    def texts(value: Any, rule: Any) -> list[tuple[str, re.Pattern[str] | None]]:
         if isinstance(value, str):
-            return [value]
+            return [(value, rule)]
+        if isinstance(value, tuple) and isinstance(rule, tuple):  # pairs: one pattern per position
+            return [t for pair in value for v, r in zip(pair, rule, strict=False) for t in texts(v, r)]
         if isinstance(value, tuple):
-            return [t for v in value for t in texts(v)]
+            return [t for v in value for t in texts(v, rule)]
         return []
 
     for f in fields(cell):
-        allowed = _RENDERED_AS.get(f.name, SHELL_WORD)
-        for text in texts(getattr(cell, f.name)):
+        for text, allowed in texts(getattr(cell, f.name), _RENDERED_AS.get(f.name, SHELL_WORD)):
             bad = [c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
             if bad:
                 raise RenderError(

@@ -9,7 +9,7 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from imagesmith import schema
 from imagesmith.errors import MatrixError, RenderError
 from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
 from imagesmith.plan import build_plan
 from imagesmith.templating import render_cell_files
 from tests.repo import PROJECT
@@ -374,3 +375,47 @@ def test_the_renderer_refuses_a_value_its_place_cannot_take(field: str, value: o
     cell = _cell()
     with pytest.raises(RenderError, match=rf"{field} holds"):
         render_cell_files(replace(cell, **{field: value}))  # type: ignore[type-var]
+
+
+def _hostile_cell_values(value: object, hostile: str) -> object | None:
+    """*value* (a cell field's) with *hostile* appended to its first text, or None when it holds no text."""
+    if isinstance(value, str):
+        return value + hostile
+    if isinstance(value, tuple) and value:
+        first = _hostile_cell_values(value[0], hostile)
+        return None if first is None else (first, *value[1:])
+    return None
+
+
+CELL_TEXT_FIELDS: tuple[str, ...] = tuple(
+    f.name
+    for f in fields(Cell)
+    if f.name not in ("fingerprint",) and ("str" in str(f.type) or "tuple[str" in str(f.type))
+)
+
+
+@pytest.mark.parametrize("name", CELL_TEXT_FIELDS)
+def test_a_hostile_value_in_any_cell_field_is_refused_by_the_renderer_or_adds_nothing(name: str) -> None:
+    """The renderer's own guard, generated from the model's fields (a lock's note or pins, a value a loader
+    let through, a cell made in code): refused, or the Dockerfiles and scripts keep their shape."""
+    cell = _cell()
+    baseline = _shapes(render_cell_files(cell))  # type: ignore[arg-type]
+    for hostile in HOSTILE:
+        value = _hostile_cell_values(getattr(cell, name), hostile)
+        if value is None:
+            continue
+        refused: RenderError | None = None
+        try:
+            files = render_cell_files(replace(cell, **{name: value}))  # type: ignore[type-var]
+        except RenderError as exc:
+            refused = exc
+        if refused is not None:
+            assert f"{name} holds" in refused.message, (hostile, refused.message)
+            continue
+        assert _shapes(files) == baseline, (name, hostile)
+
+
+def test_every_rendered_text_field_of_the_cell_is_tested() -> None:
+    assert {"venv", "python_full", "python_install_mirror", "base_image", "devel_image", "lock_note"} <= set(
+        CELL_TEXT_FIELDS
+    )
