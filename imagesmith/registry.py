@@ -479,7 +479,10 @@ class RegistryClient:
         return sends_credentials(self.base, self.base + "/v2/")
 
     def refresh_credentials(self, refused: Credentials) -> Credentials | None:
-        """Other credentials after *refused* was refused (a token or helper run again), or None."""
+        """Other credentials after *refused* was refused (a token or helper run again), or None (always for a
+        registry that gets no credentials: plain HTTP off loopback)."""
+        if not self.sends_credentials:
+            return None
         fresh = self.chain.refresh(refused)
         if fresh is not None:
             with self._lock:

@@ -372,6 +372,7 @@ def test_an_insecure_registry_off_loopback_gets_no_credentials(
     port = registry.addr.rsplit(":", 1)[1]
     client = _client(f"{lan_name}:{port}")
     assert client.resolve_credentials() is None  # nor does the engine's push get them
+    assert client.refresh_credentials(Credentials(USER, PASSWORD)) is None
     with pytest.raises(RegistryError) as info:
         client.list_tags("org/app")
     assert "plain HTTP" in info.value.message
