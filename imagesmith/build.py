@@ -528,7 +528,12 @@ def _build_cell(
     outcome.size_uncompressed = int((engine.inspect(result.image_id) or {}).get("Size", 0))
     outcome.status = "built"
     if options.push:
-        push_cell(cell, engine, clients, outcome, report, suite, options.verify)
+        staging_ref = f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}"
+        try:
+            push_cell(cell, engine, clients, outcome, report, suite, options.verify)
+        finally:
+            # the local staging tag only carried the engine push: untag it (the image keeps its local tag)
+            engine.remove(staging_ref)
         outcome.status = "pushed"
 
 

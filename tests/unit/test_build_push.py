@@ -36,7 +36,7 @@ from imagesmith.matrix import load_matrix
 from imagesmith.model import Cell
 from imagesmith.refs import Registry
 from imagesmith.registry import OCI_MANIFEST, BlobStat, ManifestData, RegistryApi
-from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
+from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
 from tests.repo import PROJECT
 
 if TYPE_CHECKING:
@@ -302,7 +302,9 @@ def test_the_engine_pushes_once_and_the_api_copies_to_the_rest(cell: Cell, tmp_p
     staging = f"r1.example/team/torch:{staging_tag(cell.fingerprint, suite)}"
     assert engine.pushes == [(staging, "token-1")]
     one, two = registries["r1.example"], registries["r2.example"]
-    assert engine.images[staging].labels[FINGERPRINT_LABEL] == cell.fingerprint
+    # the local staging tag only carried the push: it is gone, the local tag keeps the image
+    assert staging not in engine.images
+    assert engine.images[local_ref(cell)].labels[FINGERPRINT_LABEL] == cell.fingerprint
     # the second registry got every blob through the API, then the manifest under the staging tag (issue 18:
     # staging tags everywhere first; it was put by digest before), then the final tags
     assert outcome.bytes_copied_api == sum(len(b) for b in one.blobs.values())
@@ -316,7 +318,7 @@ def test_the_engine_pushes_once_and_the_api_copies_to_the_rest(cell: Cell, tmp_p
         assert registry.tags[candidate_tag(cell)] == outcome.digest
         assert registry.tags[fingerprint_tag(cell.fingerprint, suite)] == outcome.digest
     assert two.tags[staging_tag(cell.fingerprint, suite)] == outcome.digest  # the staging tag only
-    assert outcome.bytes_pushed_engine == len(engine.images[staging].layer)
+    assert outcome.bytes_pushed_engine == len(engine.images[local_ref(cell)].layer)
 
 
 def test_a_refused_push_token_is_refreshed_once_through_the_registry_seam(cell: Cell, tmp_path: Path) -> None:
