@@ -814,6 +814,15 @@ RELEASE_INDEX: Schema = Schema(
                 hint="this imagesmith reads only that schema; upgrade imagesmith or regenerate the index",
             ),
             "generated": _text_field("when the index was written", _DATE, "an ISO timestamp", required=True),
+            "registries": Field(
+                kind="array",
+                description="the registry hosts the publisher releases to (written by imagesmith release): "
+                "pick takes an image only from a host listed here; absent in indexes written before it",
+                items=_text_field(
+                    pattern=r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?",
+                    what="a registry host[:port] (no scheme, no path)",
+                ),
+            ),
             "images": Field(
                 kind="array",
                 required=True,

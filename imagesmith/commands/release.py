@@ -88,8 +88,8 @@ def pick(
         str | None,
         typer.Option(
             "--index",
-            help="release index: a file, an http(s) URL, or oci://HOST/REPO[:TAG] (the artifact "
-            "`imagesmith release` publishes; oci+http:// for a plain-HTTP registry). "
+            help="release index: a file, an https URL, or oci://HOST/REPO[:TAG] (the artifact "
+            "`imagesmith release` publishes; http:// and oci+http:// only with --insecure). "
             "Default: $IMAGESMITH_INDEX.",
         ),
     ] = None,
@@ -143,6 +143,14 @@ def pick(
             "unreachable source falls back to the cached copy, with a warning on stderr)",
         ),
     ] = False,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="allow an index over plain HTTP (http://, oci+http://): only for a server on a network "
+            "you trust, such as a local test registry",
+        ),
+    ] = False,
     flavor: Annotated[
         str | None,
         typer.Option(
@@ -162,7 +170,7 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = picking.fetch_index(source, refresh=refresh, warn=_warn)
+    idx = picking.fetch_index(source, refresh=refresh, warn=_warn, insecure=insecure)
     live = nvidia_smi is None and driver is None
     if platform is None and region is None and (live or pull):
         # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
@@ -292,6 +300,9 @@ def index_show(
         bool, typer.Option("--refresh", help="ignore the cached copy of a remote index")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the index as canonical JSON")] = False,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="allow an index over plain HTTP (http://, oci+http://)")
+    ] = False,
 ) -> None:
     """Load and check a release index (schema, digests) and list its images."""
     from imagesmith import pick as picking
@@ -302,11 +313,15 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = picking.fetch_index(src, refresh=refresh, warn=_warn)
+    idx = picking.fetch_index(src, refresh=refresh, warn=_warn, insecure=insecure)
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return
     typer.echo(f"{src}: {len(idx.images)} image(s), generated {idx.generated}")
+    typer.echo(
+        "  registries (the publisher's hosts): "
+        + (", ".join(idx.registries) or "not listed (an index written before issue 17)")
+    )
     for img in idx.images:
         hosts = ", ".join(f"{r.name}" for r in img.registries)
         typer.echo(
