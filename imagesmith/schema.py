@@ -402,6 +402,11 @@ PROJECT: Schema = Schema(
                     "dockerfiles": _PATH,
                     "locks": _PATH,
                     "registries": _PATH,
+                    "release_index": replace(
+                        _PATH,
+                        description="the release index imagesmith release extends and rewrites "
+                        "(default release/index.json): the only place the previous index is read from",
+                    ),
                 },
             ),
             "sources": _source_mirrors("tried in order before a source archive's pinned URL"),

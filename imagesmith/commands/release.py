@@ -222,11 +222,22 @@ def release(
     index_file: Annotated[
         Path | None,
         typer.Option(
-            "--index-file", help="release index file to update (default: <project>/release/index.json)"
+            "--index-file",
+            help="release index file to extend and update (default: paths.release_index of imagesmith.toml, "
+            "release/index.json)",
         ),
     ] = None,
     registries: Annotated[
         Path | None, typer.Option("--registries", help="registries file (default: the project's)")
+    ] = None,
+    extend_from: Annotated[
+        str | None,
+        typer.Option(
+            "--extend-from",
+            metavar="REGISTRY",
+            help="when the index file does not exist: extend the index this registry (a registries-file "
+            "name) publishes, each entry re-verified against its tags; never read from any other registry",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
     verify: Annotated[
@@ -248,8 +259,9 @@ def release(
         report_dirs=reports,
         only=only or [],
         dry_run=dry_run,
-        index_file=index_file or project.root / "release" / "index.json",
+        index_file=index_file or project.release_index_file,
         registries_file=registries,
+        extend_from=extend_from,
         echo=lambda line: typer.echo(line, err=True),
         project=project,
         verify=verify_level(verify or None),
