@@ -63,6 +63,7 @@ from imagesmith.registry import (
 )
 from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
 from imagesmith.validate.record import ValidationReport
+from imagesmith.validate.redact import redact_report_bytes
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -148,8 +149,15 @@ class Report:
     figures: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     @property
+    def published_body(self) -> bytes:
+        """The report as it is attached in registries: redacted (no host names, ssh targets, identity-file
+        paths, user names; :mod:`imagesmith.validate.redact`). The local file keeps them."""
+        return redact_report_bytes(self.body)
+
+    @property
     def sha(self) -> str:
-        return _sha(self.body)
+        """sha256 of :attr:`published_body`: the attached artifact's layer (the index's report_digest)."""
+        return _sha(self.published_body)
 
     @property
     def passed(self) -> bool:
@@ -294,11 +302,12 @@ def artifact_manifest(
 
 
 def attach_report(client: RegistryApi, repo: str, subject: ManifestData, report: Report) -> str:
-    """Put the report artifact for *subject* (idempotent: same report → same manifest digest)."""
+    """Put the report artifact for *subject* (idempotent: same report → same manifest digest). What is pushed
+    is the redacted report (:attr:`Report.published_body`)."""
     manifest = artifact_manifest(
         artifact_type=REPORT_ARTIFACT_TYPE,
         layer_media_type=REPORT_MEDIA_TYPE,
-        layer=report.body,
+        layer=report.published_body,
         subject=subject,
         annotations={
             "org.opencontainers.image.created": report.date,
@@ -310,7 +319,7 @@ def attach_report(client: RegistryApi, repo: str, subject: ManifestData, report:
     if client.manifest_digest(repo, tag) == manifest.digest:
         return manifest.digest
     _ensure_blob(client, repo, EMPTY_BLOB)
-    _ensure_blob(client, repo, report.body)
+    _ensure_blob(client, repo, report.published_body)
     return client.put_manifest(repo, tag, manifest)
 
 
