@@ -1184,3 +1184,11 @@ def test_index_registries_are_written_and_checked() -> None:
         doc["registries"] = bad
         with pytest.raises(ConfigError, match=re.escape(why)):
             parse_index(json.dumps(doc), source="bad")
+
+
+def test_validate_baseline_from_plain_http_is_refused(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    src = "http://index.example/index.json"
+    res = run_cli("validate", "--baseline-from", src, "--report", str(tmp_path / "r"))
+    assert res.exit_code == ConfigError.exit_code
+    assert "--baseline-from http://index.example/index.json: plain HTTP" in res.stderr
+    assert "fix: use an https:// or oci:// source" in res.stderr
