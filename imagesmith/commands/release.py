@@ -63,7 +63,8 @@ PICK_EPILOG = epilog(
     [
         "0 = picked (warnings such as an end-of-life driver or a stale cached index do not change it)",
         "2 = bad input (flags, unknown GPU/platform/region, an --nvidia-smi FILE that cannot be read, an "
-        "index file or http(s) URL that cannot be read or is not a release index)",
+        "index file or https URL that cannot be read or is not a release index, a plain-HTTP index without "
+        "--insecure)",
         "3 = --torch/--cuda/--python match no image of the index",
         "5 = --pull: no Docker engine",
         "7 = the nvidia-smi output is unusable (not nvidia-smi output, nvidia-smi failed, -L output without "
@@ -306,7 +307,7 @@ def candidates(
 def index_show(
     source: Annotated[
         str | None,
-        typer.Argument(help="index file, http(s) URL or oci://HOST/REPO[:TAG]; default $IMAGESMITH_INDEX"),
+        typer.Argument(help="index file, https URL or oci://HOST/REPO[:TAG]; default $IMAGESMITH_INDEX"),
     ] = None,
     refresh: Annotated[
         bool, typer.Option("--refresh", help="ignore the cached copy of a remote index")
