@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -133,3 +135,53 @@ def test_extend_from_names_a_registry_of_the_release(
         _release(regs, repo, tmp_path, "a", tmp_path / "i.json", extend_from="nowhere")
     with pytest.raises(ConfigError, match=f"{INDEX_ARTIFACT_TAG} does not exist"):
         _release(regs, repo, tmp_path, "a", tmp_path / "i.json", extend_from="tls")
+
+
+def test_cli_refuses_then_extends_the_named_registrys_index(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real command on a copy of the smoke matrix whose registries are the local ones (own repository)."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from tests.repo import PROJECT
+
+    ns, name = repo.split("/")
+    matrix = tmp_path / "smoke.toml"
+    matrix.write_text(
+        (PROJECT.matrices_dir / "smoke.toml")
+        .read_text()
+        .replace('registries = ["local-plain", "local-tls"]', 'registries = ["t-plain", "t-tls"]')
+    )
+    registries = tmp_path / "registries.toml"
+    registries.write_text(
+        "schema = 1\n"
+        f'[registries.t-plain]\nhost = "{regs.plain}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+        "insecure = true\n"
+        f'[registries.t-tls]\nhost = "{regs.auth}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+    )
+    for k, v in regs.auth_env().items():
+        monkeypatch.setenv(k, v)
+    cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
+    write_report(tmp_path / "reports" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
+    base = ["release", "--matrix", str(matrix), "--registries", str(registries)]
+    base += ["--reports", str(tmp_path / "reports")]
+    res = run_cli(*base, "--index-file", str(tmp_path / "first.json"))
+    assert res.exit_code == 0, res.stderr
+
+    missing = tmp_path / "fresh" / "index.json"
+    res = run_cli(*base, "--index-file", str(missing))
+    assert res.exit_code == ReleaseError.exit_code
+    assert f"no release index at {missing}, but registry t-plain publishes" in res.stderr
+    assert "--extend-from t-plain" in res.stderr
+    assert not missing.exists()
+
+    res = run_cli(*base, "--index-file", str(missing), "--extend-from", "t-plain")
+    assert res.exit_code == 0, res.stderr
+    index = load_index(missing)
+    assert [i.tag for i in index.images] == [i.tag for i in load_index(tmp_path / "first.json").images]
+    assert index.registries == tuple(sorted({regs.plain, regs.auth}))
