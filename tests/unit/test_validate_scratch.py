@@ -210,3 +210,13 @@ def test_read_scratch_caps_sizes_and_names(tmp_path: Path) -> None:
     ]
     capped = read_scratch(tmp_path, max_total_bytes=1)
     assert capped.refused[-1] == "small.log: the files together pass 1 bytes"
+
+
+@pytest.mark.parametrize("claimed", ["failed", "not validated"])
+def test_a_claim_can_lower_the_verdict_but_never_raise_it(tmp_path: Path, claimed: str) -> None:
+    """A suite error or checks left out inside: the checks that ran passed, the suite said otherwise."""
+    body = json.loads(forged_report(claimed))
+    body["verdict_reason"] = "pytest could not run the suite (see its output)"
+    data = _validate(tmp_path, lambda s: (s / "report.json").write_text(json.dumps(body)))
+    assert data["verdict"] == claimed
+    assert data["verdict_reason"] == "pytest could not run the suite (see its output)"
