@@ -36,6 +36,11 @@ def _ssh_parts(target: str) -> list[str]:
     return [p for p in (rest, hostport, host, user) if len(p) >= 2]
 
 
+def _checks(report: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = report.get("checks")
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+
+
 def _secrets(report: dict[str, Any]) -> list[str]:
     """The literal values to scrub from every string of *report*, longest first."""
     raw = report.get("options")
@@ -48,8 +53,8 @@ def _secrets(report: dict[str, Any]) -> list[str]:
         value = options.get(key)
         if isinstance(value, str) and len(value) >= 2:
             found.append(value)
-    for check in report.get("checks") or []:
-        figures = check.get("figures") if isinstance(check, dict) else None
+    for check in _checks(report):
+        figures = check.get("figures")
         if isinstance(figures, dict):
             found += [
                 v
@@ -90,8 +95,8 @@ def redact_report(report: dict[str, Any]) -> dict[str, Any]:
         for key in _OPTION_PATHS:
             if options.get(key):
                 options[key] = REDACTED
-    for check in out.get("checks") or []:
-        figures = check.get("figures") if isinstance(check, dict) else None
+    for check in _checks(out):
+        figures = check.get("figures")
         if isinstance(figures, dict):
             for key in _HOST_FIGURES:
                 if isinstance(figures.get(key), str) and figures[key]:

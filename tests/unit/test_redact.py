@@ -4,8 +4,12 @@ paths, user names); the local report keeps them."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from imagesmith.release import parse_report
 from imagesmith.validate.redact import REDACTED, redact_report, redact_report_bytes, redact_text
@@ -107,3 +111,34 @@ def test_release_attaches_the_redacted_report_and_indexes_its_digest(tmp_path: P
     # read back from a registry (already redacted), the digest is the same: the index entry still matches
     again = parse_report(report.published_body, source="registry artifact")
     assert again.sha == report.sha
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=20,
+)
+_TEXT = st.sampled_from(
+    ["ssh://u@h.example:22", "/home/u/.ssh/id", "a@b.example", "x@sha256:" + "a" * 64, "<redacted>", "h"]
+)
+
+
+@settings(max_examples=int(os.environ.get("IMAGESMITH_FUZZ_EXAMPLES", "25")), deadline=None)
+@given(
+    extra=st.dictionaries(st.text(max_size=12), _JSON, max_size=5),
+    target=_TEXT | st.text(max_size=30),
+    options=st.dictionaries(
+        st.sampled_from(["target", "ssh_identity_file", "report_dir", "ssh_config", "other"]),
+        _TEXT | _JSON,
+        max_size=5,
+    ),
+    checks=st.lists(st.dictionaries(st.sampled_from(["name", "figures", "message"]), _JSON), max_size=3)
+    | _JSON,
+)
+def test_any_report_shape_redacts_without_error_and_idempotently(
+    extra: dict[str, Any], target: str, options: Any, checks: Any
+) -> None:
+    report = {**extra, "target": target, "options": options, "checks": checks}
+    once = redact_report(report)
+    assert redact_report(once) == once
+    assert "ssh://u@h.example" not in json.dumps(once)
