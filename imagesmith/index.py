@@ -120,6 +120,9 @@ class ReleaseIndex:
     generated: str
     images: tuple[ReleasedImage, ...] = field(default=())
     schema: str = SCHEMA
+    #: the registry hosts (``host[:port]``) the publisher releases to: pick takes a copy only from one of
+    #: these; empty in an index written before the field existed (pick then warns)
+    registries: tuple[str, ...] = ()
 
     def by_tag(self, tag: str) -> ReleasedImage | None:
         return next((image for image in self.images if image.tag == tag), None)
@@ -265,7 +268,10 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     dupes = sorted({t for t in tags if tags.count(t) > 1})
     if dupes:
         raise r.fail("images", f"tag {dupes[0]!r} is listed more than once", hint="keep one entry per tag")
-    return ReleaseIndex(generated=raw["generated"], images=images)
+    hosts = tuple(raw.get("registries") or ())
+    if len(set(hosts)) != len(hosts):
+        raise r.fail("registries", f"hosts repeat: {list(hosts)}", hint="list each registry host once")
+    return ReleaseIndex(generated=raw["generated"], images=images, registries=hosts)
 
 
 def _image_json(image: ReleasedImage) -> dict[str, Any]:
@@ -309,9 +315,10 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
 
 def dump_index(index: ReleaseIndex) -> str:
     """Canonical JSON text (sorted images, two-space indent, trailing newline): same index → same bytes."""
-    doc = {
-        "schema": index.schema,
-        "generated": index.generated,
+    doc: dict[str, Any] = {"schema": index.schema, "generated": index.generated}
+    if index.registries:
+        doc["registries"] = sorted(index.registries)
+    doc |= {
         "images": [_image_json(image) for image in sorted(index.images, key=lambda i: i.tag)],
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -516,7 +516,13 @@ def choose(
     fits: list[tuple[ReleasedImage, Assessment]] = []
     rejected: list[Rejected] = []
     driver_needs: list[str] = []
-    for image in index.images:
+    skipped_copies: dict[str, tuple[str, ...]] = {}
+    for listed in index.images:
+        copies, skipped_copies[listed.tag] = allowed_copies(index, listed)
+        if not copies:
+            rejected.append(Rejected(tag=listed.tag, reason="; ".join(skipped_copies[listed.tag])))
+            continue
+        image = replace(listed, registries=copies)
         reason = constraints.rejects(image)
         if reason is None and image.platform != want_platform:
             reason = f"built for {image.platform}, this host is {want_platform}"
@@ -530,6 +536,14 @@ def choose(
                 driver_needs.append(verdict.needs_driver)
             continue
         fits.append((image, verdict))
+    index_warns = (
+        []
+        if index.registries
+        else [
+            "the release index lists no publisher registries (written by an imagesmith before issue 17): "
+            "every registry host in it is taken; rerun imagesmith release to add them"
+        ]
+    )
     if not fits:
         message, fix = _nothing_fits(host, constraints, rejected, driver_needs)
         message += "".join(f"\nwarning: {w}" for w in host_warns)
@@ -537,7 +551,7 @@ def choose(
     fits.sort(key=lambda pair: _rank(pair[0], pair[1].level or "minor"))
     best, verdict = fits[0]
     assert verdict.level is not None
-    warnings = list(verdict.warnings)
+    warnings = list(verdict.warnings) + list(skipped_copies.get(best.tag, ()))
     if verdict.level == "minor":
         warnings.insert(
             0,
@@ -581,7 +595,7 @@ def choose(
         registry=copy,
         registry_why=why,
         host=host,
-        warnings=tuple(warnings + list(host_warns) + reg_warnings),
+        warnings=tuple(warnings + list(host_warns) + reg_warnings + index_warns),
         rejected=tuple(rejected),
         runner_up=tuple(img for img, _ in fits[1:]),
         host_warnings=host_warns,
@@ -834,18 +848,21 @@ def fetch_index(
     refresh: bool = False,
     ttl_s: int = DEFAULT_TTL_S,
     warn: Callable[[str], None] | None = None,
+    insecure: bool = False,
 ) -> ReleaseIndex:
     """Load the release index from a file, an ``http(s)://`` URL or ``oci://host/repo[:tag]`` (the
     artifact ``imagesmith release`` publishes). Remote sources are cached for *ttl_s* seconds under
     ~/.cache/imagesmith. When the source cannot be reached, an older cached copy is used **with a warning**
     (*warn*, default: a ``warning:`` line on stderr) — never with *refresh* (the user asked for the source's
     current index), and never when the source answers that the index is not there (HTTP 404/410,
-    MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one.
+    MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one. Plain HTTP (``http://``,
+    ``oci+http://``) only with *insecure* (:func:`check_index_scheme`).
     """
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         from imagesmith.index import load_index
 
         return load_index(Path(source).expanduser())
+    check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
     if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
         return parse_index(cached.read_bytes(), source=f"{source} (cached {cached})")
@@ -890,6 +907,40 @@ def fetch_index(
     tmp.write_bytes(body)
     tmp.replace(cached)
     return index
+
+
+def check_index_scheme(source: str, *, insecure: bool) -> None:
+    """A remote index only over TLS: ``http://`` and ``oci+http://`` are refused unless *insecure* (``pick
+    --insecure``: a registry or server on a network you trust, such as a local test registry)."""
+    if insecure or not source.startswith(("http://", "oci+http://")):
+        return
+    secure = (
+        "https://" + source.removeprefix("http://")
+        if source.startswith("http://")
+        else ("oci://" + source.removeprefix("oci+http://"))
+    )
+    raise ConfigError(
+        f"--index {source}: plain HTTP (anyone on the path can change the index, and with it the digests "
+        "you pull)",
+        hint=f"use {secure}, or pass --insecure for a server on a network you trust (a local registry)",
+    )
+
+
+def allowed_copies(
+    index: ReleaseIndex, image: ReleasedImage
+) -> tuple[tuple[RegistryCopy, ...], tuple[str, ...]]:
+    """The copies of *image* on a registry host the index's publisher lists (``registries``), and one reason
+    for each copy skipped. An index without the list (written before it existed) keeps every copy."""
+    if not index.registries:
+        return image.registries, ()
+    keep = tuple(c for c in image.registries if c.host in index.registries)
+    skipped = tuple(
+        f"{image.tag}: registry {c.name} ({c.host}) is not one the index's publisher lists "
+        f"({', '.join(index.registries)}); skipped"
+        for c in image.registries
+        if c.host not in index.registries
+    )
+    return keep, skipped
 
 
 def _stderr_warning(message: str) -> None:
@@ -964,7 +1015,8 @@ def pull_image(
     engine: ContainerEngine | None = None,
     chain_for: Callable[[RegistryCopy], CredentialChain] | None = None,
 ) -> str:
-    """Pull the picked image and check that the engine now holds exactly the released digest.
+    """Pull the picked image by its released digest (``repo@sha256:…``, never by tag) and check that the
+    engine now holds exactly that digest.
 
     Each registry of the image (same digest) is tried in turn, the picked one first, with its credential
     chain (environment, docker config, the kind's token command: ECR, ACR); a registry that cannot be pulled
@@ -1007,9 +1059,11 @@ def pull_image(
 
 
 def _pull_one(copy: RegistryCopy, engine: ContainerEngine, chain: CredentialChain, echo: Any) -> str:
-    reference = copy.reference
+    """Pull ``repo@digest`` (never the tag: a moved tag must not reach this host) and check that the engine
+    now holds that digest."""
+    reference = copy.pinned
     creds = chain.resolve()
-    echo(f"pulling {reference} ({copy.digest[:19]}…)" + (f" as {creds.username}" if creds else ""))
+    echo(f"pulling {reference} (released as {copy.reference})" + (f" as {creds.username}" if creds else ""))
     started = time.monotonic()
     try:
         image_id = engine.pull(reference, credentials=creds)
@@ -1019,14 +1073,13 @@ def _pull_one(copy: RegistryCopy, engine: ContainerEngine, chain: CredentialChai
             raise
         image_id = engine.pull(reference, credentials=fresh)  # an expired token (ECR 12 h, ACR 3 h)
     info = engine.inspect(reference) or {}
-    repo = reference.rsplit(":", 1)[0]
     digests = [d for d in info.get("RepoDigests", []) if isinstance(d, str)]
-    if f"{repo}@{copy.digest}" not in digests:
+    if reference not in digests:
         raise RegistryError(
-            f"registry {copy.name}: {reference} now points at "
+            f"registry {copy.name}: the engine pulled {reference} but holds "
             f"{', '.join(digests) or 'an unknown digest'}, not the released {copy.digest}",
-            hint="the tag was moved after the release; pull by digest: docker pull "
-            f"{reference}@{copy.digest}",
+            hint="the registry served other content for the digest: pull from another registry of the "
+            "image, or report it to the registry's operator",
         )
     echo(f"pulled {reference} as {image_id[:19]} in {time.monotonic() - started:.0f}s")
     return str(image_id)

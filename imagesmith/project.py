@@ -19,6 +19,7 @@ reference locks, the validation suite) is read only through :mod:`importlib.reso
     dockerfiles = "dockerfiles"
     locks = "locks"
     registries = "matrices/registries.toml"
+    release_index = "release/index.json"   # the index release extends and rewrites (commit it)
 
     [sources]
     # URL templates tried, in order, before a source archive's pinned URL (GitHub through a mirror):
@@ -55,6 +56,7 @@ DEFAULT_PATHS: Final[Mapping[str, str]] = {
     "dockerfiles": "dockerfiles",
     "locks": "locks",
     "registries": "matrices/registries.toml",
+    "release_index": "release/index.json",
 }
 #: placeholders a source mirror template may use (see :func:`imagesmith.sources.mirror_urls`)
 MIRROR_FIELDS: Final[tuple[str, ...]] = ("url", "path", "host", "name", "version", "commit", "file")
@@ -89,6 +91,9 @@ class Project:
     locks_dir: Path
     registries_file: Path
     source_mirrors: tuple[str, ...] = ()
+    #: the release index ``imagesmith release`` extends and rewrites (``[paths].release_index``): the one
+    #: place the previous index comes from (never "the first registry that has one")
+    release_index_file: Path = Path("release/index.json")
 
     # -- paths ---------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -268,6 +273,7 @@ def load_project(file: Path) -> Project:
         locks_dir=resolved["locks"],
         registries_file=resolved["registries"],
         source_mirrors=checked,
+        release_index_file=resolved["release_index"],
     )
 
 

@@ -63,6 +63,7 @@ from imagesmith.registry import (
 )
 from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
 from imagesmith.validate.record import ValidationReport
+from imagesmith.validate.redact import redact_report_bytes
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -148,8 +149,15 @@ class Report:
     figures: Mapping[str, float] = field(default_factory=dict, hash=False)
 
     @property
+    def published_body(self) -> bytes:
+        """The report as it is attached in registries: redacted (no host names, ssh targets, identity-file
+        paths, user names; :mod:`imagesmith.validate.redact`). The local file keeps them."""
+        return redact_report_bytes(self.body)
+
+    @property
     def sha(self) -> str:
-        return _sha(self.body)
+        """sha256 of :attr:`published_body`: the attached artifact's layer (the index's report_digest)."""
+        return _sha(self.published_body)
 
     @property
     def passed(self) -> bool:
@@ -294,11 +302,12 @@ def artifact_manifest(
 
 
 def attach_report(client: RegistryApi, repo: str, subject: ManifestData, report: Report) -> str:
-    """Put the report artifact for *subject* (idempotent: same report → same manifest digest)."""
+    """Put the report artifact for *subject* (idempotent: same report → same manifest digest). What is pushed
+    is the redacted report (:attr:`Report.published_body`)."""
     manifest = artifact_manifest(
         artifact_type=REPORT_ARTIFACT_TYPE,
         layer_media_type=REPORT_MEDIA_TYPE,
-        layer=report.body,
+        layer=report.published_body,
         subject=subject,
         annotations={
             "org.opencontainers.image.created": report.date,
@@ -310,7 +319,7 @@ def attach_report(client: RegistryApi, repo: str, subject: ManifestData, report:
     if client.manifest_digest(repo, tag) == manifest.digest:
         return manifest.digest
     _ensure_blob(client, repo, EMPTY_BLOB)
-    _ensure_blob(client, repo, report.body)
+    _ensure_blob(client, repo, report.published_body)
     return client.put_manifest(repo, tag, manifest)
 
 
@@ -561,27 +570,141 @@ def index_entry(
 # a matrix
 
 
-def _base_index(
-    index_file: Path, cells: Sequence[ReleaseCell], clients: dict[str, RegistryApi]
-) -> ReleaseIndex:
-    """The index to extend: the file, else the artifact published in the first registry holding one."""
-    if index_file.is_file():
-        return load_index(index_file)
-    seen: set[tuple[str, str]] = set()
+def _index_repos(cells: Sequence[ReleaseCell]) -> list[Registry]:
+    """Each registry repository of *cells* once (where the index artifact is published)."""
+    seen: dict[tuple[str, str], Registry] = {}
     for cell in cells:
         for t in cell.targets:
-            if (t.name, t.repo) in seen:
-                continue
-            seen.add((t.name, t.repo))
-            c = clients[t.name]
-            try:
-                if c.manifest_digest(t.repo, INDEX_ARTIFACT_TAG) is None:
-                    continue
-                body = read_index_artifact(c, t.repo)
-            except ImagesmithError:
-                continue
-            return parse_index(body, source=f"{t.image}:{INDEX_ARTIFACT_TAG}")
+            seen.setdefault((t.name, t.repo), t)
+    return list(seen.values())
+
+
+def _base_index(
+    index_file: Path,
+    cells: Sequence[ReleaseCell],
+    clients: Mapping[str, RegistryApi],
+    *,
+    extend_from: str | None = None,
+    echo: Callable[[str], Any] = lambda _: None,
+) -> ReleaseIndex:
+    """The index to extend, from the one place the project names: the index file (``[paths].release_index``
+    or ``--index-file``), or, when asked for by name (``--extend-from REGISTRY``), the index that registry
+    publishes. Never "the first registry that has one": a registry that publishes an index while the file is
+    missing is a refusal, not a source. Carried entries are re-verified later (:func:`verify_carried`)."""
+    if index_file.is_file():
+        if extend_from:
+            raise ConfigError(
+                f"--extend-from {extend_from}: the index file {index_file} exists: release extends it",
+                hint="drop --extend-from, or move the file away to start from that registry's index",
+            )
+        return load_index(index_file)
+    repos = _index_repos(cells)
+    if extend_from:
+        named = [t for t in repos if t.name == extend_from]
+        if not named:
+            known = sorted({t.name for t in repos})
+            raise ConfigError(
+                f"--extend-from {extend_from}: not a registry of the cells released ({', '.join(known)})",
+                hint=f"name one of {', '.join(known)}",
+            )
+        t = named[0]
+        c = clients[t.name]
+        if c.manifest_digest(t.repo, INDEX_ARTIFACT_TAG) is None:
+            raise ConfigError(
+                f"--extend-from {extend_from}: {t.image}:{INDEX_ARTIFACT_TAG} does not exist",
+                hint="drop --extend-from to start a new index, or name the registry that publishes it",
+            )
+        echo(
+            f"extending the index {t.image}:{INDEX_ARTIFACT_TAG} (--extend-from); its entries are re-verified"
+        )
+        return parse_index(read_index_artifact(c, t.repo), source=f"{t.image}:{INDEX_ARTIFACT_TAG}")
+    for t in repos:
+        try:
+            published = clients[t.name].manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
+        except ImagesmithError:
+            continue  # an unreachable registry fails the promotion with its own reason
+        if published is not None:
+            raise ReleaseError(
+                f"no release index at {index_file}, but registry {t.name} publishes "
+                f"{t.image}:{INDEX_ARTIFACT_TAG}: releasing would replace it with an index of this run alone",
+                hint=f"put the project's index at {index_file} (paths.release_index in imagesmith.toml, or "
+                f"--index-file), or pass --extend-from {t.name} to extend the published one (each of its "
+                "entries is re-verified against its tags)",
+            )
+    echo(f"no release index at {index_file}: starting a new one")
     return ReleaseIndex(generated=_now())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Carried:
+    """The carried entries of the index after re-verification: what stays, one refusal per dropped copy, and
+    the copies that could not be checked (a registry error: then nothing is written)."""
+
+    images: tuple[ReleasedImage, ...]
+    refusals: tuple[CellResult, ...]
+    unverified: tuple[str, ...]
+
+
+def verify_carried(
+    images: Sequence[ReleasedImage],
+    known: Mapping[str, Registry],
+    client_for: Callable[[Registry], RegistryApi],
+    clients: dict[str, RegistryApi],
+) -> Carried:
+    """Re-verify each entry the index carries over from before this run, registry by registry: the copy's
+    registry must be one the project names (same name, host and repository in its registries file), and its
+    tag must still resolve there to the recorded digest. A copy that fails is dropped (refused, naming the
+    entry and the registry); an entry with no copy left is dropped."""
+    checks: list[tuple[ReleasedImage, RegistryCopy, Registry | None, str]] = []
+    for image in images:
+        for copy in image.registries:
+            reg = known.get(copy.name)
+            why = ""
+            if reg is None:
+                why = f"registry {copy.name} is not in this project's registries file"
+            elif (reg.host, reg.repository) != (copy.host, copy.registry.repository):
+                why = (
+                    f"registry {copy.name} is {reg.image} in this project's registries file, not "
+                    f"{copy.registry.image}"
+                )
+            checks.append((image, copy, reg if not why else None, why))
+
+    def resolve(item: tuple[ReleasedImage, RegistryCopy, Registry | None, str]) -> tuple[str, str | None]:
+        _, copy, reg, why = item
+        if reg is None:
+            return why, None
+        client = clients.get(reg.name) or client_for(reg)
+        try:
+            return "", client.manifest_digest(reg.repo, copy.tag)
+        except ImagesmithError as exc:
+            return f"error: {_with_fix(exc)}", None
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        answers = list(pool.map(resolve, checks))
+    keep: dict[str, list[RegistryCopy]] = {image.tag: [] for image in images}
+    reasons: dict[str, list[str]] = {}
+    unverified: list[str] = []
+    for (image, copy, _, _), (why, now) in zip(checks, answers, strict=True):
+        if why.startswith("error: "):
+            unverified.append(f"{image.tag} in {copy.name}: {why.removeprefix('error: ')}")
+            keep[image.tag].append(copy)
+            continue
+        if not why and now != copy.digest:
+            why = f"{copy.reference} resolves to {now or 'nothing'}, not the recorded {copy.digest}"
+        if why:
+            reasons.setdefault(image.tag, []).append(
+                f"carried index entry {image.tag}, registry {copy.name}: {why}; that copy is dropped from "
+                "the index"
+            )
+        else:
+            keep[image.tag].append(copy)
+    kept = tuple(replace(image, registries=tuple(keep[image.tag])) for image in images if keep[image.tag])
+    refusals = tuple(
+        CellResult(cell=image.cell, tag=image.tag, status="refused", reasons=reasons[image.tag])
+        for image in images
+        if image.tag in reasons
+    )
+    return Carried(images=kept, refusals=refusals, unverified=tuple(unverified))
 
 
 def release_cells(
@@ -594,15 +717,21 @@ def release_cells(
     client_for: Callable[[Registry], RegistryApi] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
     verify: Verify = "head",
+    known_registries: Sequence[Registry] = (),
+    extend_from: str | None = None,
 ) -> Outcome:
+    """Release *cells* (see the module docstring). *known_registries*: every registry the project names (its
+    registries file), against which carried index entries are checked; the cells' own targets always count.
+    *extend_from*: the registry whose published index to extend when *index_file* does not exist."""
     clients: dict[str, RegistryApi] = {}
     for cell in cells:
         for t in cell.targets:
             if t.name not in clients:
                 clients[t.name] = client_for(t)
+    known = {r.name: r for r in known_registries} | {t.name: t for c in cells for t in c.targets}
     outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
     entries: list[ReleasedImage] = []
-    base = _base_index(index_file, cells, clients)
+    base = _base_index(index_file, cells, clients, extend_from=extend_from, echo=echo)
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
@@ -619,7 +748,30 @@ def release_cells(
             else:
                 entry = index_entry(cell, result, passing, _now())
             entries.append(entry)
-    merged = base.merged(entries, generated=base.generated)
+    fresh = {e.tag for e in entries}
+    carried = verify_carried(
+        [image for image in base.images if image.tag not in fresh], known, client_for, clients
+    )
+    outcome.cells.extend(carried.refusals)
+    if carried.unverified:
+        outcome.cells.append(
+            CellResult(
+                cell="(index)",
+                tag=INDEX_ARTIFACT_TAG,
+                status="failed",
+                reasons=[
+                    "carried index entries could not be re-verified, so the index was neither written nor "
+                    "published (rerun when the registries answer): " + "; ".join(carried.unverified)
+                ],
+            )
+        )
+        outcome.index_changed = False
+        return outcome
+    base_kept = replace(base, images=carried.images)
+    merged = base_kept.merged(entries, generated=base.generated)
+    merged = replace(
+        merged, registries=tuple(sorted({c.host for image in merged.images for c in image.registries}))
+    )
     outcome.index_changed = merged != base or not index_file.is_file()
     if not merged.images:  # nothing released, now or before: no index to write or publish
         outcome.index_file = None
@@ -666,12 +818,20 @@ def release_matrix(
     echo: Callable[[str], Any] = lambda _: None,
     project: Project | None = None,
     verify: Verify = "head",
+    extend_from: str | None = None,
 ) -> Outcome:
     """Load the matrix of *project*, plan it, and release its cells (see the module docstring)."""
-    from imagesmith.matrix import load_matrix
+    from imagesmith.matrix import REGISTRIES_FILE, load_matrix, load_registries
     from imagesmith.plan import build_plan
+    from imagesmith.project import discover
 
     m = load_matrix(matrix, project=project, registries_file=registries_file)
+    # every registry the project names (what load_matrix read), not only this matrix's: carried entries of
+    # other matrices are checked against them
+    proj = project or discover(near=Path(str(matrix)) if str(matrix).endswith(".toml") else None)
+    beside = proj.matrix_path(matrix).parent / REGISTRIES_FILE
+    reg_file = registries_file or (beside if beside.is_file() else proj.registries_file)
+    known = [*(load_registries(reg_file).values() if reg_file.is_file() else ()), *m.registries]
     plan = build_plan(m, project=project).select(list(only))
     if not plan.cells:
         raise ConfigError(f"matrix {m.name}: the plan has no cell", hint="imagesmith plan --explain says why")
@@ -686,6 +846,8 @@ def release_matrix(
         client_for=client_for,
         echo=echo,
         verify=verify,
+        known_registries=known,
+        extend_from=extend_from,
     )
 
 

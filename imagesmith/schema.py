@@ -404,6 +404,11 @@ PROJECT: Schema = Schema(
                     "dockerfiles": _PATH,
                     "locks": _PATH,
                     "registries": _PATH,
+                    "release_index": replace(
+                        _PATH,
+                        description="the release index imagesmith release extends and rewrites "
+                        "(default release/index.json): the only place the previous index is read from",
+                    ),
                 },
             ),
             "sources": _source_mirrors("tried in order before a source archive's pinned URL"),
@@ -910,6 +915,15 @@ RELEASE_INDEX: Schema = Schema(
                 hint="this imagesmith reads only that schema; upgrade imagesmith or regenerate the index",
             ),
             "generated": _text_field("when the index was written", _DATE, "an ISO timestamp", required=True),
+            "registries": Field(
+                kind="array",
+                description="the registry hosts the publisher releases to (written by imagesmith release): "
+                "pick takes an image only from a host listed here; absent in indexes written before it",
+                items=_text_field(
+                    pattern=r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?",
+                    what="a registry host[:port] (no scheme, no path)",
+                ),
+            ),
             "images": Field(
                 kind="array",
                 required=True,

@@ -171,6 +171,7 @@ def main() -> None:
             "pick",
             "--index",
             f"oci+http://{regs.plain}/{repo}",
+            "--insecure",  # the local plain-HTTP registry
             "--driver",
             "580.95.05",
             "--gpu",

@@ -63,7 +63,8 @@ PICK_EPILOG = epilog(
     [
         "0 = picked (warnings such as an end-of-life driver or a stale cached index do not change it)",
         "2 = bad input (flags, unknown GPU/platform/region, an --nvidia-smi FILE that cannot be read, an "
-        "index file or http(s) URL that cannot be read or is not a release index)",
+        "index file or https URL that cannot be read or is not a release index, a plain-HTTP index without "
+        "--insecure)",
         "3 = --torch/--cuda/--python match no image of the index",
         "5 = --pull: no Docker engine",
         "7 = the nvidia-smi output is unusable (not nvidia-smi output, nvidia-smi failed, -L output without "
@@ -88,8 +89,8 @@ def pick(
         str | None,
         typer.Option(
             "--index",
-            help="release index: a file, an http(s) URL, or oci://HOST/REPO[:TAG] (the artifact "
-            "`imagesmith release` publishes; oci+http:// for a plain-HTTP registry). "
+            help="release index: a file, an https URL, or oci://HOST/REPO[:TAG] (the artifact "
+            "`imagesmith release` publishes; http:// and oci+http:// only with --insecure). "
             "Default: $IMAGESMITH_INDEX.",
         ),
     ] = None,
@@ -143,6 +144,14 @@ def pick(
             "unreachable source falls back to the cached copy, with a warning on stderr)",
         ),
     ] = False,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            help="allow an index over plain HTTP (http://, oci+http://): only for a server on a network "
+            "you trust, such as a local test registry",
+        ),
+    ] = False,
     flavor: Annotated[
         str | None,
         typer.Option(
@@ -162,7 +171,7 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = picking.fetch_index(source, refresh=refresh, warn=_warn)
+    idx = picking.fetch_index(source, refresh=refresh, warn=_warn, insecure=insecure)
     live = nvidia_smi is None and driver is None
     if platform is None and region is None and (live or pull):
         # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
@@ -214,11 +223,22 @@ def release(
     index_file: Annotated[
         Path | None,
         typer.Option(
-            "--index-file", help="release index file to update (default: <project>/release/index.json)"
+            "--index-file",
+            help="release index file to extend and update (default: paths.release_index of imagesmith.toml, "
+            "release/index.json)",
         ),
     ] = None,
     registries: Annotated[
         Path | None, typer.Option("--registries", help="registries file (default: the project's)")
+    ] = None,
+    extend_from: Annotated[
+        str | None,
+        typer.Option(
+            "--extend-from",
+            metavar="REGISTRY",
+            help="when the index file does not exist: extend the index this registry (a registries-file "
+            "name) publishes, each entry re-verified against its tags; never read from any other registry",
+        ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
     verify: Annotated[
@@ -240,8 +260,9 @@ def release(
         report_dirs=reports,
         only=only or [],
         dry_run=dry_run,
-        index_file=index_file or project.root / "release" / "index.json",
+        index_file=index_file or project.release_index_file,
         registries_file=registries,
+        extend_from=extend_from,
         echo=lambda line: typer.echo(line, err=True),
         project=project,
         verify=verify_level(verify or None),
@@ -286,12 +307,15 @@ def candidates(
 def index_show(
     source: Annotated[
         str | None,
-        typer.Argument(help="index file, http(s) URL or oci://HOST/REPO[:TAG]; default $IMAGESMITH_INDEX"),
+        typer.Argument(help="index file, https URL or oci://HOST/REPO[:TAG]; default $IMAGESMITH_INDEX"),
     ] = None,
     refresh: Annotated[
         bool, typer.Option("--refresh", help="ignore the cached copy of a remote index")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the index as canonical JSON")] = False,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="allow an index over plain HTTP (http://, oci+http://)")
+    ] = False,
 ) -> None:
     """Load and check a release index (schema, digests) and list its images."""
     from imagesmith import pick as picking
@@ -302,11 +326,15 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = picking.fetch_index(src, refresh=refresh, warn=_warn)
+    idx = picking.fetch_index(src, refresh=refresh, warn=_warn, insecure=insecure)
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return
     typer.echo(f"{src}: {len(idx.images)} image(s), generated {idx.generated}")
+    typer.echo(
+        "  registries (the publisher's hosts): "
+        + (", ".join(idx.registries) or "not listed (an index written before issue 17)")
+    )
     for img in idx.images:
         hosts = ", ".join(f"{r.name}" for r in img.registries)
         typer.echo(

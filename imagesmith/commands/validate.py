@@ -255,6 +255,12 @@ def _fleet(index: str | None, passed: str | None, source: str) -> tuple[list[dic
     from imagesmith.pick import fetch_index
     from imagesmith.validate.expected import fleet_groups
 
+    if index.startswith(("http://", "oci+http://")):
+        raise ConfigError(
+            f"--baseline-from {index}: plain HTTP (anyone on the path can change the expected figures)",
+            hint="use an https:// or oci:// source, or download the index (imagesmith index SRC --insecure "
+            "--json > index.json) and pass the file",
+        )
     groups = fleet_groups(fetch_index(index))
     if not groups:
         raise ConfigError(

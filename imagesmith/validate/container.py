@@ -1,6 +1,11 @@
 """``imagesmith validate IMAGE``: start the image with the GPUs and its shm/ulimit needs, run the baked-in
-suite
-(``imagesmith-validate local://``) inside, and collect the bundle through a bind-mounted report folder.
+suite (``imagesmith-validate local://``) inside, and collect the bundle.
+
+The image under test is not trusted with the report folder: the container writes into an empty scratch folder
+of its own; the host copies out only regular files (opened with ``O_NOFOLLOW``, size-capped, top level only,
+never a symbolic link, folder or device), reads the suite's ``report.json`` as a *claim*, and writes
+``report.json`` and ``report.md`` itself: the verdict is recomputed from the claimed checks and from what the
+host knows (which image it ran, whether it gave the container GPUs, what the container left behind).
 
 All engine access goes through :class:`imagesmith.engine.Engine` (``run_container`` always removes the
 container;
@@ -11,8 +16,14 @@ mounts).
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
-from dataclasses import dataclass
+import shutil
+import stat
+import tempfile
+import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +32,7 @@ from imagesmith.validate.context import MULTICAST_OFF_ENV, SuiteOptions
 from imagesmith.validate.parsers import parse_size
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from imagesmith.engine import BindMount, ContainerEngine, RunResult
     from imagesmith.validate.devices import GpuMode
@@ -40,6 +51,157 @@ class ImageRunPlan:
     shm_source: str
     ulimits: dict[str, int | tuple[int, int]]
     env: dict[str, str]
+
+
+#: what the host copies out of the container's scratch folder: plain names at its top level only
+SCRATCH_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: the largest file and the most bytes and files taken from a container's scratch folder
+SCRATCH_MAX_FILE_BYTES = 64 * 1024**2
+SCRATCH_MAX_TOTAL_BYTES = 256 * 1024**2
+SCRATCH_MAX_FILES = 256
+#: the files the host writes itself (the suite's report.json is read as a claim, its report.md dropped)
+HOST_WRITTEN = ("report.json", "report.md")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScratchFiles:
+    """What a container left in its scratch folder: the regular files taken (name → bytes), and one
+    ``name: why`` for everything refused."""
+
+    files: Mapping[str, bytes]
+    refused: tuple[str, ...]
+
+
+def _kind_of(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link (not followed)"
+    if stat.S_ISDIR(mode):
+        return "a folder (only top-level files are taken)"
+    return "not a regular file"
+
+
+def read_scratch(
+    scratch: Path,
+    *,
+    max_file_bytes: int = SCRATCH_MAX_FILE_BYTES,
+    max_total_bytes: int = SCRATCH_MAX_TOTAL_BYTES,
+    max_files: int = SCRATCH_MAX_FILES,
+) -> ScratchFiles:
+    """The regular files at the top of *scratch*, each opened with ``O_NOFOLLOW`` (a symbolic link the
+    container planted is never followed, not even when it was swapped in after the listing) and read up to
+    *max_file_bytes*; everything else is refused with its reason."""
+    files: dict[str, bytes] = {}
+    refused: list[str] = []
+    total = 0
+    with os.scandir(scratch) as entries:
+        listed = sorted(entries, key=lambda e: e.name)
+    for entry in listed:
+        name = entry.name
+        if not SCRATCH_NAME.fullmatch(name):
+            refused.append(f"{name!r}: not a plain file name")
+            continue
+        if len(files) >= max_files:
+            refused.append(f"{name}: more than {max_files} files")
+            continue
+        mode = entry.stat(follow_symlinks=False).st_mode
+        if not stat.S_ISREG(mode):
+            refused.append(f"{name}: {_kind_of(mode)}")
+            continue
+        try:
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            refused.append(f"{name}: cannot open it without following links ({exc.strerror})")
+            continue
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                refused.append(f"{name}: {_kind_of(st.st_mode)}")
+                continue
+            data = f.read(max_file_bytes + 1)
+        if len(data) > max_file_bytes:
+            refused.append(f"{name}: larger than {max_file_bytes} bytes")
+            continue
+        if total + len(data) > max_total_bytes:
+            refused.append(f"{name}: the files together pass {max_total_bytes} bytes")
+            continue
+        total += len(data)
+        files[name] = data
+    return ScratchFiles(files=files, refused=tuple(refused))
+
+
+def write_report_file(folder: Path, name: str, data: bytes) -> None:
+    """Write *name* in *folder* without following a link that may stand there: a new file (``O_EXCL``,
+    ``O_NOFOLLOW``) renamed over the old name, so a symbolic link at that name is replaced, not written
+    through."""
+    tmp = folder / f".{name}.{os.getpid()}.tmp"
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    tmp.replace(folder / name)
+
+
+def host_report(
+    claim: dict[str, Any],
+    *,
+    image: str,
+    image_id: str | None,
+    options: SuiteOptions,
+    refused: Sequence[str],
+    copied: Sequence[str],
+    gpus_given: bool,
+    selected: bool = False,
+    container: dict[str, Any],
+) -> dict[str, Any]:
+    """The report the host writes from the suite's *claim*: target, options and logs are the host's; the
+    verdict is recomputed from the claimed checks and capped by what the host knows. Whatever the claim says
+    of the image (a digest, a verdict) is kept only as ``suite_claim``."""
+    from imagesmith.validate.report import FAILED, NOT_VALIDATED, PASSED, CheckOutcome, verdict_of
+
+    known = {f for f in CheckOutcome.__dataclass_fields__}
+    checks = [
+        CheckOutcome(**{k: v for k, v in c.items() if k in known})
+        for c in claim.get("checks") or []
+        if isinstance(c, dict) and isinstance(c.get("name"), str)
+    ]
+    verdict, why = verdict_of(checks)
+    warnings = [w for c in checks for w in c.warnings]
+    if verdict == PASSED and not gpus_given:
+        verdict, why = NOT_VALIDATED, "the host gave the container no GPU"
+    if verdict == PASSED and selected:
+        verdict, why = NOT_VALIDATED, "only the checks chosen with -k ran"
+    if refused:
+        verdict = FAILED
+        why = f"the image left {len(refused)} thing(s) in its scratch folder the host refused: " + "; ".join(
+            refused[:5]
+        )
+    claimed = (str(claim.get("verdict")), str(claim.get("verdict_reason") or ""))
+    # the claim can only lower the verdict (a suite error, checks it knows were left out), never raise it
+    rank = {FAILED: 0, NOT_VALIDATED: 1, PASSED: 2}
+    if rank.get(claimed[0], 0) < rank[verdict]:
+        verdict, why = claimed[0] if claimed[0] in rank else FAILED, claimed[1] or "the suite said so"
+    if claimed[0] != verdict:
+        warnings.append(
+            f"the suite inside the image claimed {claimed[0]!r}; the host's verdict is {verdict!r}"
+        )
+    report: dict[str, Any] = {
+        "schema": claim.get("schema", 2),
+        "verdict": verdict,
+        "verdict_reason": why,
+        "target": image,
+        "started": str(claim.get("started") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
+        "duration_s": claim.get("duration_s", container.get("duration_s", 0.0)),
+        "options": asdict(options),
+        "gpus": claim.get("gpus") or [],
+        "checks": [asdict(c) for c in checks],
+        "warnings": warnings,
+        "topology_matrix": claim.get("topology_matrix"),
+        "plot": claim.get("plot", "skipped: no nccl-tests rounds ran"),
+        "logs": sorted(n for n in copied if n not in HOST_WRITTEN),
+        "container": {**container, "image_id": image_id, "refused_files": list(refused)},
+        "suite_claim": {"verdict": claimed[0], "verdict_reason": claimed[1]},
+    }
+    return report
 
 
 def parse_ulimits(text: str, *, where: str) -> dict[str, int | tuple[int, int]]:
@@ -205,10 +367,12 @@ def run_in_image(
     shm_min_override: int | None,
     gpus: str,
     echo: Any = print,
+    engine: ContainerEngine | None = None,
 ) -> dict[str, Any]:
     from imagesmith.engine import BindMount, Engine
 
-    engine: ContainerEngine = Engine()
+    if engine is None:
+        engine = Engine()
     config = engine.inspect(image)
     if config is None:
         raise ConfigError(
@@ -228,7 +392,8 @@ def run_in_image(
     )
     report_dir = Path(options.report_dir).resolve()
     report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "report.json").unlink(missing_ok=True)
+    for name in HOST_WRITTEN:
+        (report_dir / name).unlink(missing_ok=True)
     gpu_arg: str | None = None
     mode: GpuMode = "auto"
     if gpus != "none":
@@ -246,43 +411,97 @@ def run_in_image(
     echo("$ " + " ".join(shlex.quote(a) for a in argv))
     from imagesmith.errors import EngineError
 
+    # the container writes only here: an empty folder of ours, never the report folder
+    scratch = Path(tempfile.mkdtemp(prefix="imagesmith-scratch-"))
     try:
-        result, ulimit_note = run_with_plan(
-            engine,
-            image,
-            argv,
-            plan,
-            gpus=gpu_arg,
-            gpu_mode=mode,
-            mounts=[BindMount(source=str(report_dir), target=REPORT_MOUNT, read_only=False)],
-        )
-    except EngineError as exc:
-        if "imagesmith-validate" in str(exc) and "not found" in str(exc):
-            raise ConfigError(
-                f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
-                hint="validate an image built by `imagesmith build`, or start a container of it and use "
-                "docker://CONTAINER (the suite then runs from here)",
-            ) from None
-        raise
+        try:
+            result, ulimit_note = run_with_plan(
+                engine,
+                image,
+                argv,
+                plan,
+                gpus=gpu_arg,
+                gpu_mode=mode,
+                mounts=[BindMount(source=str(scratch), target=REPORT_MOUNT, read_only=False)],
+            )
+        except EngineError as exc:
+            if "imagesmith-validate" in str(exc) and "not found" in str(exc):
+                raise ConfigError(
+                    f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
+                    hint="validate an image built by `imagesmith build`, or start a container of it and use "
+                    "docker://CONTAINER (the suite then runs from here)",
+                ) from None
+            raise
+        taken = read_scratch(scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     if ulimit_note:
         echo(f"warning: {ulimit_note}")
     echo(result.output.rstrip())
-    report_json = report_dir / "report.json"
-    if not report_json.exists():
+    for why in taken.refused:
+        echo(f"warning: refused from the container's scratch folder: {why}")
+    claim_bytes = taken.files.get("report.json")
+    if claim_bytes is None:
         tail = "\n".join(result.output.strip().splitlines()[-15:])
+        extra = f" (refused: {'; '.join(taken.refused)})" if taken.refused else ""
         raise ValidationFailed(
-            f"the suite did not run inside {image} (exit code {result.exit_code}); no report was "
-            f"written:\n{tail}",
+            f"the suite did not run inside {image} (exit code {result.exit_code}); it left no regular "
+            f"report.json{extra}:\n{tail}",
             hint="the image must carry imagesmith-validate (every image imagesmith builds does); for others "
             "start a container and use docker://CONTAINER",
         )
-    data: dict[str, Any] = json.loads(report_json.read_text())
-    data["container"] = {
-        "ulimits": "none (refused by the engine)" if ulimit_note else plan.ulimits,
-        "exit_code": result.exit_code,
-        "duration_s": round(result.duration_s, 1),
-        "shm_size": plan.shm_size,
-        "gpus": gpu_arg and mode,
-    }
-    report_json.write_text(json.dumps(data, indent=2) + "\n")
+    claim = _read_claim(claim_bytes, image=image)
+    for name, body in taken.files.items():
+        if name not in HOST_WRITTEN:
+            write_report_file(report_dir, name, body)
+    data = host_report(
+        claim,
+        image=image,
+        image_id=str(config.get("Id") or "") or None,
+        options=opts,
+        refused=taken.refused,
+        copied=list(taken.files),
+        gpus_given=gpu_arg is not None,
+        selected=bool(select),
+        container={
+            "ulimits": "none (refused by the engine)" if ulimit_note else plan.ulimits,
+            "exit_code": result.exit_code,
+            "duration_s": round(result.duration_s, 1),
+            "shm_size": plan.shm_size,
+            "gpus": gpu_arg and mode,
+        },
+    )
+    write_report_file(report_dir, "report.json", (json.dumps(data, indent=2, default=str) + "\n").encode())
+    write_report_file(report_dir, "report.md", _markdown(data).encode())
     return data
+
+
+def _read_claim(body: bytes, *, image: str) -> dict[str, Any]:
+    """The suite's report.json, checked against the report schema; a claim that does not fit fails."""
+    from imagesmith.errors import ImagesmithError
+    from imagesmith.validate.record import ValidationReport
+
+    source = f"the report.json the suite inside {image} wrote"
+    try:
+        ValidationReport.parse(body, source=source)
+    except ImagesmithError as exc:
+        raise ValidationFailed(
+            f"{exc.message}",
+            hint="validate an image built by `imagesmith build` (its suite writes a valid report)",
+        ) from None
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    from imagesmith.validate.report import CheckOutcome, render_markdown
+
+    checks = [CheckOutcome(**c) for c in report["checks"]]
+    try:
+        return render_markdown(report, checks, None)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # figures of a claim it cannot lay out
+        return (
+            f"# Validation: {report['verdict'].upper()}\n\n**Verdict: {report['verdict']}** — "
+            f"{report['verdict_reason']}.\n\n- target: `{report['target']}`\n\n(the figures the suite "
+            f"claimed could not be laid out: {exc!r}; read report.json)\n"
+        )

@@ -31,25 +31,29 @@ def test_pick_pull_checks_the_digest(tmp_path: Path, run_cli: Callable[..., Any]
         index_file=index,
         client_for=clients_for(regs),
     ).raise_for_refusals()
-    ref = f"{regs.plain}/{repo}:a"
+    pinned = f"{regs.plain}/{repo}@{digest}"
     engine = Engine()
     try:
         res = run_cli("pick", "--index", str(index), "--driver", "580.95.05", "--gpu", "h200", "--pull")
         assert res.exit_code == 0, res.stderr
-        assert f"pulling {ref}" in res.stderr
-        assert f"pulled {ref}" in res.stderr
-        info = engine.inspect(ref)
+        assert f"pulling {pinned} (released as {regs.plain}/{repo}:a)" in res.stderr
+        assert f"pulled {pinned}" in res.stderr
+        info = engine.inspect(pinned)
         assert info is not None
-        assert f"{regs.plain}/{repo}@{digest}" in info["RepoDigests"]
+        assert pinned in info["RepoDigests"]
+        engine.remove(pinned, force=True)
 
-        # the tag is moved behind the index's back: --pull refuses
+        # issue 17: the tag is moved behind the index's back: --pull still pulls the released digest, by
+        # digest, and the moved content never reaches this host
         other = push_image(regs.plain_client(), repo, "a", f"moved {repo}")
-        res = run_cli("pick", "--index", str(index), "--driver", "580.95.05", "--gpu", "h200", "--pull")
-        assert res.exit_code != 0
-        assert f"not the released {digest}" in res.stderr
         assert other != digest
+        res = run_cli("pick", "--index", str(index), "--driver", "580.95.05", "--gpu", "h200", "--pull")
+        assert res.exit_code == 0, res.stderr
+        assert f"pulled {pinned}" in res.stderr
+        assert engine.inspect(f"{regs.plain}/{repo}@{other}") is None
+        assert engine.inspect(f"{regs.plain}/{repo}:a") is None  # nothing pulled by tag
     finally:
-        engine.remove(ref, force=True)
+        engine.remove(pinned, force=True)
 
 
 def test_pick_pull_falls_back_to_a_reachable_registry(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
@@ -72,8 +76,9 @@ def test_pick_pull_falls_back_to_a_reachable_registry(tmp_path: Path, run_cli: C
     doc = json.loads(index.read_text())
     dead = {"name": "dead-hub", "kind": "dockerhub", "reference": f"127.0.0.1:9/{repo}:a", "digest": digest}
     doc["images"][0]["registries"].insert(0, dead)  # Docker Hub kind: the generic platform's first choice
+    doc["registries"] = sorted([*doc["registries"], "127.0.0.1:9"])  # the publisher lists it (issue 17)
     index.write_text(json.dumps(doc))
-    ref = f"{regs.plain}/{repo}:a"
+    ref = f"{regs.plain}/{repo}@{digest}"
     engine = Engine()
     try:
         res = run_cli(
@@ -89,12 +94,12 @@ def test_pick_pull_falls_back_to_a_reachable_registry(tmp_path: Path, run_cli: C
             "--pull",
         )
         assert res.exit_code == 0, res.stderr
-        assert f"pulling 127.0.0.1:9/{repo}:a" in res.stderr
+        assert f"pulling 127.0.0.1:9/{repo}@{digest}" in res.stderr
         assert "pull from dead-hub (127.0.0.1:9) failed: " in res.stderr
         assert f"trying plain ({regs.plain}), same digest" in res.stderr
         assert f"pulled {ref}" in res.stderr
         info = engine.inspect(ref)
         assert info is not None
-        assert f"{regs.plain}/{repo}@{digest}" in info["RepoDigests"]
+        assert ref in info["RepoDigests"]
     finally:
         engine.remove(ref, force=True)

@@ -268,7 +268,7 @@ def test_pick_reads_the_published_index_artifact(
         client_for=clients_for(regs),
     ).raise_for_refusals()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    fetched = fetch_index(f"oci+http://{regs.plain}/{repo}")
+    fetched = fetch_index(f"oci+http://{regs.plain}/{repo}", insecure=True)
     assert fetched == load_index(index_file)
 
 

@@ -94,3 +94,6 @@ def test_the_sample_index_is_valid() -> None:
     index = load_index(EXAMPLE_INDEX)  # imagesmith index's checks (digests, drivers, fields)
     assert dump_index(index) == EXAMPLE_INDEX.read_text()  # canonical, as imagesmith release writes it
     assert len(index.images) >= 4
+    # issue 17: the publisher's registry hosts, and every copy on one of them (pick skips any other)
+    assert index.registries == ("docker.io", "ghcr.io", "registry.cn-hangzhou.aliyuncs.com")
+    assert {c.host for image in index.images for c in image.registries} == set(index.registries)

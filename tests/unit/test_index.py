@@ -153,6 +153,10 @@ def test_cli_index_lists_and_checks(run_cli: Any, tmp_path: Path) -> None:
     res = run_cli("index", str(path))
     assert res.exit_code == 0, res.stderr
     assert res.stdout.splitlines()[0].endswith("2 image(s), generated 2026-11-28T03:00:00Z")
+    assert (
+        res.stdout.splitlines()[1]
+        == "  registries (the publisher's hosts): not listed (an index written before issue 17)"
+    )
     assert "  t2  torch 2.5.0 CUDA 12.4 py3.11  driver >= 550.54.14 (minor 525.60.13)" in res.stdout
     res = run_cli("index", str(path), "--json")
     assert json.loads(res.stdout)["images"][1]["tag"] == "t2"

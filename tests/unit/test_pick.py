@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -447,17 +448,17 @@ def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
     try:
-        first = fetch_index(url)
-        second = fetch_index(url)
+        first = fetch_index(url, insecure=True)
+        second = fetch_index(url, insecure=True)
         assert hits == ["/index.json"]  # the second came from the cache
         assert first == second
-        fetch_index(url, refresh=True)
+        fetch_index(url, insecure=True, refresh=True)
         assert len(hits) == 2
     finally:
         server.shutdown()
         server.server_close()
     # source gone: the (stale) cache still answers
-    again = fetch_index(url, ttl_s=0)
+    again = fetch_index(url, insecure=True, ttl_s=0)
     assert again == first
     path = tmp_path / "index.json"
     path.write_bytes(body)
@@ -467,7 +468,7 @@ def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytes
 def test_fetch_index_unreachable_without_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with pytest.raises(ConfigError, match="cannot download"):
-        fetch_index("http://127.0.0.1:9/index.json")
+        fetch_index("http://127.0.0.1:9/index.json", insecure=True)
 
 
 # -- CLI --------------------------------------------------------------------------------------------------
@@ -725,7 +726,7 @@ def index_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
-    first = fetch_index(url)  # fills the cache ...
+    first = fetch_index(url, insecure=True)  # fills the cache ...
     from imagesmith import pick as picking
 
     os.utime(picking._cache_path(url), (0, 0))  # ... which is stale now
@@ -742,7 +743,7 @@ def test_unreachable_source_falls_back_to_the_cache_with_a_warning(index_server:
     url, _, stop, first = index_server
     stop()
     said: list[str] = []
-    index = fetch_index(url, warn=said.append)
+    index = fetch_index(url, insecure=True, warn=said.append)
     assert index == first
     assert len(said) == 1
     assert said[0].startswith(f"--index {url} cannot be reached (--index {url}: cannot download")
@@ -753,7 +754,7 @@ def test_unreachable_source_falls_back_to_the_cache_with_a_warning(index_server:
 def test_cli_refresh_fails_when_the_source_is_down(index_server: Any, run_cli: Callable[..., Any]) -> None:
     url, _, stop, _ = index_server
     stop()
-    args = ("pick", "--index", url, "--driver", "580.95.05", "--gpu", "h100")
+    args = ("pick", "--index", url, "--insecure", "--driver", "580.95.05", "--gpu", "h100")
     res = run_cli(*args)
     assert res.exit_code == 0, res.stderr
     assert res.stderr.startswith(f"warning: --index {url} cannot be reached")  # said, on stderr
@@ -772,10 +773,10 @@ def test_a_withdrawn_http_index_is_not_replaced_by_the_cache(index_server: Any, 
     with pytest.raises(
         ConfigError, match=f"HTTP {status} \\(a cached copy from .* exists, but the source says"
     ):
-        fetch_index(url, warn=lambda m: pytest.fail(m))
+        fetch_index(url, insecure=True, warn=lambda m: pytest.fail(m))
     state["status"] = 503  # a failing server is "cannot be reached": the cache, said
     said: list[str] = []
-    assert fetch_index(url, warn=said.append) == first
+    assert fetch_index(url, insecure=True, warn=said.append) == first
     assert "HTTP 503" in said[0]
 
 
@@ -935,8 +936,9 @@ class FakeEngine:
         return "sha256:" + "e" * 64
 
     def inspect(self, reference: str) -> dict[str, Any]:
-        repo = reference.rsplit(":", 1)[0]
+        repo = reference.split("@", 1)[0] if "@" in reference else reference.rsplit(":", 1)[0]
         host = reference.split("/", 1)[0]
+        # a "moved" registry serves other content than the released digest
         digest = "sha256:" + "0" * 64 if host in self.moved else self.digest
         return {"RepoDigests": [f"{repo}@{digest}"]}
 
@@ -960,13 +962,15 @@ def test_pull_falls_back_to_the_images_other_registries(monkeypatch: pytest.Monk
         "ghcr.io",
         "registry.cn-hangzhou.aliyuncs.com",
     ]
+    # issue 17: every pull names the released digest, never the tag (a moved tag never reaches the host)
+    assert all(r.endswith(f"/imagesmith/torch@{pick.image.digest}") for r, _ in engine.pulls)
     assert any(
         line.startswith("pull from dockerhub (docker.io) failed: ")
         and "trying ghcr (ghcr.io), same digest" in line
         for line in said
     )
     assert said[-1].startswith(
-        "pulled registry.cn-hangzhou.aliyuncs.com/imagesmith/torch:2.11.0-cu130-py3.11"
+        f"pulled registry.cn-hangzhou.aliyuncs.com/imagesmith/torch@{pick.image.digest}"
     )
 
 
@@ -991,7 +995,7 @@ def test_pull_that_fails_everywhere_names_every_registry(monkeypatch: pytest.Mon
         assert part in msg
     assert f"not the released {pick.image.digest}" in msg
     assert err.value.hint is not None
-    assert "pull by digest" in err.value.hint
+    assert "served other content for the digest" in err.value.hint
 
 
 def test_pull_passes_each_registrys_credential_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1091,3 +1095,100 @@ def test_cli_pull_on_a_detected_autodl_host_starts_with_acr(
     assert (
         "also in (same digest; --pull tries them in this order): ghcr (ghcr.io), acr-hangzhou" in res.stdout
     )
+
+
+# -- issue 17: https only unless --insecure; registry hosts limited to the publisher's list ------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "secure"),
+    [
+        ("http://index.example/index.json", "https://index.example/index.json"),
+        ("oci+http://registry.example/acme/torch", "oci://registry.example/acme/torch"),
+    ],
+)
+def test_plain_http_index_is_refused_without_insecure(
+    source: str, secure: str, run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagesmith import pick as picking
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    fetched: list[str] = []
+    monkeypatch.setattr(picking, "_download_http", lambda u: fetched.append(u) or (200, b"{}"))
+    monkeypatch.setattr(picking, "_download_oci", lambda u: fetched.append(u) or b"{}")
+    with pytest.raises(ConfigError, match="plain HTTP") as err:
+        fetch_index(source)
+    assert f"use {secure}, or pass --insecure" in (err.value.hint or "")
+    res = run_cli("pick", "--index", source, "--driver", "580.95.05", "--gpu", "h100")
+    assert res.exit_code == ConfigError.exit_code
+    assert f"error: --index {source}: plain HTTP" in res.stderr
+    assert "fix: use " in res.stderr
+    assert fetched == []  # refused before a byte was asked for
+    with pytest.raises(ConfigError, match="release index"):  # --insecure: fetched (and this body is no index)
+        fetch_index(source, insecure=True)
+    assert fetched == [source]
+
+
+def _index_listing(hosts: list[str], regs: Any = None) -> ReleaseIndex:
+    doc = {
+        "schema": SCHEMA,
+        "generated": "2026-11-28T00:00:00Z",
+        "registries": hosts,
+        "images": [image_doc(*row, n=i, registries=regs) for i, row in enumerate(RELEASED)],
+    }
+    return parse_index(json.dumps(doc), source="test-index")
+
+
+def test_a_copy_on_a_host_the_publisher_does_not_list_is_skipped() -> None:
+    regs = [*REGISTRIES, ("mirror", "generic", "evil.example/imagesmith/torch")]
+    index = _index_listing(["docker.io", "ghcr.io", "registry.cn-hangzhou.aliyuncs.com"], regs)
+    pick = choose(index, host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+    hosts = {pick.registry.host, *(c.host for c in pick.alternatives)}
+    assert "evil.example" not in hosts
+    assert any(
+        w.endswith(
+            "registry mirror (evil.example) is not one the index's publisher lists (docker.io, ghcr.io, "
+            "registry.cn-hangzhou.aliyuncs.com); skipped"
+        )
+        for w in pick.warnings
+    )
+    assert not any("lists no publisher registries" in w for w in pick.warnings)
+
+
+def test_an_image_only_on_unlisted_hosts_is_rejected_with_the_reason() -> None:
+    index = _index_listing(["ghcr.io"], [("mirror", "generic", "evil.example/imagesmith/torch")])
+    with pytest.raises(NoImageFitsError) as err:
+        choose(index, host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+    assert "registry mirror (evil.example) is not one the index's publisher lists (ghcr.io); skipped" in str(
+        err.value
+    )
+
+
+def test_an_index_without_the_list_is_read_with_a_warning() -> None:
+    pick = choose(make_index(), host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
+    assert any("lists no publisher registries" in w for w in pick.warnings)
+    assert not any("lists no publisher registries" in w for w in pick.host_warnings)
+
+
+def test_index_registries_are_written_and_checked() -> None:
+    from imagesmith.index import dump_index
+
+    index = _index_listing(["ghcr.io", "docker.io", "registry.cn-hangzhou.aliyuncs.com"])
+    again = parse_index(dump_index(index), source="again")
+    assert again.registries == ("docker.io", "ghcr.io", "registry.cn-hangzhou.aliyuncs.com")  # sorted
+    for bad, why in (
+        (["https://ghcr.io"], "is not a registry host[:port]"),
+        (["ghcr.io", "ghcr.io"], "hosts repeat"),
+    ):
+        doc = json.loads(dump_index(index))
+        doc["registries"] = bad
+        with pytest.raises(ConfigError, match=re.escape(why)):
+            parse_index(json.dumps(doc), source="bad")
+
+
+def test_validate_baseline_from_plain_http_is_refused(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    src = "http://index.example/index.json"
+    res = run_cli("validate", "--baseline-from", src, "--report", str(tmp_path / "r"))
+    assert res.exit_code == ConfigError.exit_code
+    assert "--baseline-from http://index.example/index.json: plain HTTP" in res.stderr
+    assert "fix: use an https:// or oci:// source" in res.stderr

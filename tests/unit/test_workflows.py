@@ -153,3 +153,93 @@ def test_workflows_call_only_real_commands_and_options() -> None:
         known = {o for p in cmd.params for o in (*p.opts, *p.secondary_opts)}
         problems += [f"{wf}: imagesmith {name} {o}: no such option" for o in opts if o not in known]
     assert not problems, "\n".join(problems)
+
+
+# -- issue 17: registry credentials only where they belong ---------------------------------------------------
+
+NIGHTLY = WORKFLOWS / "nightly.yml"
+
+
+def _jobs(text: str) -> dict[str, str]:
+    """``jobs:`` of a workflow → job name → its text (the two-space-indented keys under ``jobs:``)."""
+    body = text.split("\njobs:\n", 1)[1]
+    parts = re.split(r"^  ([A-Za-z_][\w-]*):\n", body, flags=re.M)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def _steps(job: str) -> list[str]:
+    return re.split(r"^      - ", job.split("\n    steps:\n", 1)[1], flags=re.M)[1:]
+
+
+def _run(step: str) -> str:
+    """The ``run: |`` script of a step, dedented."""
+    lines = step.split("run: |\n", 1)[1].splitlines()
+    return "\n".join(line[10:] for line in lines if line.startswith("          ") or not line.strip()) + "\n"
+
+
+def test_no_workflow_writes_the_runners_own_docker_config() -> None:
+    for wf in WORKFLOW_FILES:
+        text = wf.read_text()
+        for home in ("~/.docker", "$HOME/.docker", "${HOME}/.docker", ".docker/config.json"):
+            assert home not in text, f"{wf.name}: {home}"
+
+
+def test_every_job_with_credentials_keeps_them_in_its_own_docker_config_and_removes_them() -> None:
+    jobs = _jobs(NIGHTLY.read_text())
+    with_creds = {name: job for name, job in jobs.items() if "secrets.REGISTRY" in job}
+    assert set(with_creds) == {"build", "validate", "release"}
+    for name, job in with_creds.items():
+        steps = _steps(job)
+        (writes,) = [i for i, s in enumerate(steps) if "secrets.REGISTRY" in s]
+        script = _run(steps[writes])
+        assert 'mktemp -d "$RUNNER_TEMP/docker-config-' in script, name
+        assert "umask 077" in script, name
+        assert 'echo "DOCKER_CONFIG=$dir" >> "$GITHUB_ENV"' in script, name
+        last = steps[-1]
+        assert "if: ${{ always() }}" in last, f"{name}: the last step must remove the credentials, always"
+        assert 'rm -rf -- "$DOCKER_CONFIG"' in last, name
+        talks = re.compile(r"imagesmith (build|release|candidates|validate)|docker pull")
+        uses_registry = [i for i, s in enumerate(steps) if talks.search(s)]
+        assert uses_registry, name
+        assert all(writes < i < len(steps) - 1 for i in uses_registry), name
+
+
+def test_gpu_runners_get_pull_only_credentials() -> None:
+    jobs = _jobs(NIGHTLY.read_text())
+    for name, job in jobs.items():
+        if "self-hosted" in job:
+            assert "secrets.REGISTRY_AUTH_JSON" not in job, f"{name}: push credentials on a GPU runner"
+            assert "secrets.REGISTRY_PULL_AUTH_JSON" in job, name
+        elif "secrets.REGISTRY_PULL_AUTH_JSON" in job:
+            pytest.fail(f"{name}: pull credentials outside the GPU runners")
+
+
+def test_the_credential_steps_write_a_private_folder_and_the_always_step_removes_it(tmp_path: Path) -> None:
+    """The two scripts run for real (bash), as the runner would: a 700 folder with a 600 config.json named in
+    $GITHUB_ENV, then gone."""
+    import os
+    import stat
+
+    steps = _steps(_jobs(NIGHTLY.read_text())["validate"])
+    (write,) = [s for s in steps if "secrets.REGISTRY" in s]
+    remove = steps[-1]
+    env_file = tmp_path / "github_env"
+    env = {
+        "PATH": os.environ["PATH"],
+        "RUNNER_TEMP": str(tmp_path),
+        "GITHUB_ENV": str(env_file),
+        "REGISTRY_PULL_AUTH_JSON": '{"auths": {"ghcr.io": {"auth": "cHVsbDp0b2tlbg=="}}}',
+    }
+    subprocess.run(["bash", "-c", _run(write)], env=env, check=True, timeout=30)
+    (line,) = env_file.read_text().splitlines()
+    folder = Path(line.removeprefix("DOCKER_CONFIG="))
+    assert folder.parent == tmp_path
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    config = folder / "config.json"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert "ghcr.io" in config.read_text()
+    subprocess.run(
+        ["bash", "-c", _run(remove)], env={**env, "DOCKER_CONFIG": str(folder)}, check=True, timeout=30
+    )
+    assert not folder.exists()
+    subprocess.run(["bash", "-c", _run(remove)], env=env, check=True, timeout=30)  # nothing set: no-op

@@ -1,0 +1,112 @@
+"""What of a validation report may leave the validation host: the copy ``imagesmith release`` attaches to
+images in registries carries no host names, ssh targets, identity-file or ssh-config paths, user names or
+local folders (issue 17). The local ``report.json`` keeps them: it is the operator's evidence.
+
+:func:`redact_report` is pure and idempotent (a redacted report redacts to itself), so a report read back from
+a registry hashes the same as the one attached.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any, Final
+
+REDACTED: Final[str] = "<redacted>"
+#: option fields that name this machine's files, folders or the target's login
+_OPTION_PATHS: Final[tuple[str, ...]] = ("ssh_config", "ssh_identity_file", "report_dir", "nccl_tests")
+#: figure names that hold the target's own name
+_HOST_FIGURES: Final[tuple[str, ...]] = ("hostname", "host", "nodename")
+#: a user's home folder in a path (/home/alice/…, /Users/alice/…, /root is not a user name)
+_HOME: Final = re.compile(r"(/home/|/Users/)(?!<redacted>)[^/\s\"'<>]+")
+#: user@host (an ssh target, an e-mail address), never repository@sha256:… nor a pip "name @ url" line
+_USER_AT_HOST: Final = re.compile(r"(?<![\w/.@-])[A-Za-z_][\w.-]*@(?!sha256:)[A-Za-z0-9][\w.-]*(:\d+)?")
+#: an ssh:// target in any text
+_SSH_URL: Final = re.compile(r"ssh://(?!<redacted>)[^\s\"']+")
+
+
+def _ssh_parts(target: str) -> list[str]:
+    """The user, host and host:port of an ``ssh://user@host:port`` target (what must not leave)."""
+    if not target.startswith("ssh://"):
+        return []
+    rest = target.removeprefix("ssh://").split("?", 1)[0].rstrip("/")
+    user, _, hostport = rest.rpartition("@")
+    host = hostport.rsplit(":", 1)[0] if hostport.count(":") == 1 else hostport
+    return [p for p in (rest, hostport, host, user) if len(p) >= 2]
+
+
+def _checks(report: dict[str, Any]) -> list[dict[str, Any]]:
+    checks = report.get("checks")
+    return [c for c in checks if isinstance(c, dict)] if isinstance(checks, list) else []
+
+
+def _secrets(report: dict[str, Any]) -> list[str]:
+    """The literal values to scrub from every string of *report*, longest first."""
+    raw = report.get("options")
+    options: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    found: list[str] = []
+    for value in (report.get("target"), options.get("target"), options.get("target_label")):
+        if isinstance(value, str):
+            found += _ssh_parts(value)
+    for key in _OPTION_PATHS:
+        value = options.get(key)
+        if isinstance(value, str) and len(value) >= 2:
+            found.append(value)
+    for check in _checks(report):
+        figures = check.get("figures")
+        if isinstance(figures, dict):
+            found += [
+                v
+                for k in _HOST_FIGURES
+                if isinstance(v := figures.get(k), str) and len(v) >= 2 and v != REDACTED
+            ]
+    return sorted(set(found), key=len, reverse=True)
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """*text* with each of *secrets* and every ssh target, user@host and home-folder user name replaced."""
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    text = _SSH_URL.sub("ssh://" + REDACTED, text)
+    text = _USER_AT_HOST.sub(REDACTED, text)
+    return _HOME.sub(lambda m: m.group(1) + REDACTED, text)
+
+
+def _walk(value: Any, secrets: list[str]) -> Any:
+    if isinstance(value, str):
+        return redact_text(value, secrets)
+    if isinstance(value, list):
+        return [_walk(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _walk(v, secrets) for k, v in value.items()}
+    return value
+
+
+def redact_report(report: dict[str, Any]) -> dict[str, Any]:
+    """A copy of *report* fit to be pushed to a registry: the fields that name the machine, its users and its
+    files are replaced by ``<redacted>``, and so is every occurrence of their values in any other string
+    (messages, logs, fixes); ssh targets, ``user@host`` and home-folder user names anywhere as well. Verdict,
+    checks, figures and the GPU inventory are kept."""
+    secrets = _secrets(report)
+    out: dict[str, Any] = _walk(report, secrets)
+    options = out.get("options")
+    if isinstance(options, dict):
+        for key in _OPTION_PATHS:
+            if options.get(key):
+                options[key] = REDACTED
+    for check in _checks(out):
+        figures = check.get("figures")
+        if isinstance(figures, dict):
+            for key in _HOST_FIGURES:
+                if isinstance(figures.get(key), str) and figures[key]:
+                    figures[key] = REDACTED
+    return out
+
+
+def redact_report_bytes(body: bytes) -> bytes:
+    """:func:`redact_report` of a report.json's bytes, as canonical JSON (two-space indent, newline)."""
+    data = json.loads(body)
+    if not isinstance(data, dict):
+        return body
+    return (json.dumps(redact_report(data), indent=2, ensure_ascii=False) + "\n").encode()

@@ -1,0 +1,187 @@
+"""Issue 17: the index ``imagesmith release`` extends comes from the place the project names, and every entry
+it carries over is re-verified against its tag before it is republished — on the REAL local registries.
+
+Before: without the index file, release read the index of the first registry that had one and republished
+its entries to every registry, so an entry planted in one registry spread to all of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.errors import ConfigError, ReleaseError
+from imagesmith.index import ReleaseIndex, dump_index, load_index, parse_index, read_index_artifact
+from imagesmith.release import collect_reports, publish_index, release_cells
+from imagesmith.tags import INDEX_ARTIFACT_TAG
+from tests.integration.test_release import cell, clients_for, push_image, targets, write_report
+from tests.localinfra import LocalRegistries, local_registries
+
+pytestmark = pytest.mark.registry
+
+
+@pytest.fixture(scope="module")
+def regs() -> LocalRegistries:
+    return local_registries()
+
+
+@pytest.fixture
+def repo() -> str:
+    return f"imagesmith-test/trust-{uuid.uuid4().hex[:10]}"
+
+
+def _release(
+    regs: LocalRegistries, repo: str, tmp_path: Path, cid: str, index_file: Path, **kw: object
+) -> object:
+    """Push a candidate for *cid*, a passing report for it, and release it to both registries."""
+    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"{cid} {repo} {uuid.uuid4()}")
+    write_report(tmp_path / "r" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
+    return release_cells(
+        [cell(cid, targets(regs, repo))],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r" / cid]),
+        index_file=index_file,
+        client_for=clients_for(regs),
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def _plant(regs: LocalRegistries, repo: str, index: ReleaseIndex) -> ReleaseIndex:
+    """An index with an extra entry "evil" (the digest of a, a tag that was never released), published to the
+    plain registry only: what an attacker with push rights to one registry can do."""
+    (a,) = index.images
+    evil = dataclasses.replace(
+        a,
+        tag="evil",
+        cell="evil",
+        registries=tuple(dataclasses.replace(c, tag="evil") for c in a.registries),
+    )
+    planted = dataclasses.replace(index, images=(a, evil))
+    publish_index(regs.plain_client(), repo, dump_index(planted).encode())
+    return planted
+
+
+def test_a_registrys_index_is_never_read_without_being_named(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    first = tmp_path / "first.json"
+    _release(regs, repo, tmp_path, "a", first).raise_for_refusals()  # type: ignore[attr-defined]
+    _plant(regs, repo, load_index(first))
+    missing = tmp_path / "elsewhere" / "index.json"
+    with pytest.raises(ReleaseError) as err:
+        _release(regs, repo, tmp_path, "b", missing)
+    assert f"no release index at {missing}, but registry plain publishes" in err.value.message
+    assert "--extend-from plain" in (err.value.hint or "")
+    assert not missing.exists()
+    # the TLS registry still publishes the index of the first release, without the planted entry
+    tls = read_index_artifact(regs.auth_client(), repo, INDEX_ARTIFACT_TAG)
+    assert [i.tag for i in parse_index(tls, source="tls").images] == ["a"]
+
+
+def test_a_planted_entry_is_refused_when_its_registry_is_named(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    first = tmp_path / "first.json"
+    _release(regs, repo, tmp_path, "a", first).raise_for_refusals()  # type: ignore[attr-defined]
+    _plant(regs, repo, load_index(first))
+    index_file = tmp_path / "new" / "index.json"
+    out = _release(regs, repo, tmp_path, "b", index_file, extend_from="plain")
+    refused = {c.cell: c for c in out.cells if c.status == "refused"}  # type: ignore[attr-defined]
+    reasons = refused["evil"].reasons
+    assert any(
+        r.startswith("carried index entry evil, registry plain: ")
+        and f"{regs.plain}/{repo}:evil resolves to nothing" in r
+        for r in reasons
+    )
+    assert any(r.startswith("carried index entry evil, registry tls: ") for r in reasons)
+    with pytest.raises(ReleaseError, match="evil: refused"):
+        out.raise_for_refusals()  # type: ignore[attr-defined]
+    index = load_index(index_file)
+    assert [i.tag for i in index.images] == ["a", "b"]  # a re-verified in both registries, b released
+    assert index.registries == tuple(sorted({regs.plain, regs.auth}))
+    for client in (regs.plain_client(), regs.auth_client()):
+        published = parse_index(read_index_artifact(client, repo, INDEX_ARTIFACT_TAG), source="x")
+        assert "evil" not in [i.tag for i in published.images]
+
+
+def test_a_carried_entry_whose_tag_moved_loses_that_copy(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    index_file = tmp_path / "index.json"
+    _release(regs, repo, tmp_path, "a", index_file).raise_for_refusals()  # type: ignore[attr-defined]
+    (a,) = load_index(index_file).images
+    moved = push_image(regs.plain_client(), repo, "a", f"moved {repo}")  # behind the index's back
+    out = _release(regs, repo, tmp_path, "b", index_file)
+    (refusal,) = [c for c in out.cells if c.status == "refused"]  # type: ignore[attr-defined]
+    assert refusal.cell == a.cell
+    assert refusal.reasons == [
+        f"carried index entry a, registry plain: {regs.plain}/{repo}:a resolves to {moved}, not the recorded "
+        f"{a.digest}; that copy is dropped from the index"
+    ]
+    carried = load_index(index_file).by_tag("a")
+    assert carried is not None
+    assert [c.name for c in carried.registries] == ["tls"]
+
+
+def test_extend_from_names_a_registry_of_the_release(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match="--extend-from nowhere: not a registry of the cells released"):
+        _release(regs, repo, tmp_path, "a", tmp_path / "i.json", extend_from="nowhere")
+    with pytest.raises(ConfigError, match=f"{INDEX_ARTIFACT_TAG} does not exist"):
+        _release(regs, repo, tmp_path, "a", tmp_path / "i.json", extend_from="tls")
+
+
+def test_cli_refuses_then_extends_the_named_registrys_index(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real command on a copy of the smoke matrix whose registries are the local ones (own repository)."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from tests.repo import PROJECT
+
+    ns, name = repo.split("/")
+    matrix = tmp_path / "smoke.toml"
+    matrix.write_text(
+        (PROJECT.matrices_dir / "smoke.toml")
+        .read_text()
+        .replace('registries = ["local-plain", "local-tls"]', 'registries = ["t-plain", "t-tls"]')
+    )
+    registries = tmp_path / "registries.toml"
+    registries.write_text(
+        "schema = 1\n"
+        f'[registries.t-plain]\nhost = "{regs.plain}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+        "insecure = true\n"
+        f'[registries.t-tls]\nhost = "{regs.auth}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+    )
+    for k, v in regs.auth_env().items():
+        monkeypatch.setenv(k, v)
+    cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
+    write_report(tmp_path / "reports" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
+    base = ["release", "--matrix", str(matrix), "--registries", str(registries)]
+    base += ["--reports", str(tmp_path / "reports")]
+    res = run_cli(*base, "--index-file", str(tmp_path / "first.json"))
+    assert res.exit_code == 0, res.stderr
+
+    missing = tmp_path / "fresh" / "index.json"
+    res = run_cli(*base, "--index-file", str(missing))
+    assert res.exit_code == ReleaseError.exit_code
+    assert f"no release index at {missing}, but registry t-plain publishes" in res.stderr
+    assert "--extend-from t-plain" in res.stderr
+    assert not missing.exists()
+
+    res = run_cli(*base, "--index-file", str(missing), "--extend-from", "t-plain")
+    assert res.exit_code == 0, res.stderr
+    index = load_index(missing)
+    assert [i.tag for i in index.images] == [i.tag for i in load_index(tmp_path / "first.json").images]
+    assert index.registries == tuple(sorted({regs.plain, regs.auth}))
