@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
-from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult
+from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult, needs_buildkit
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError, join_hints
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell
@@ -583,13 +583,24 @@ def run_build(
     preflight(matrix, plan, options)
     eng: ContainerEngine = engine or Engine()
     if eng.backend == "sdk":
-        raise BuildError(
-            "the sdk backend (the Engine API's classic builder) cannot build imagesmith's Dockerfiles: they "
-            "use BuildKit's `RUN --mount` for the wheel cache shared by every cell and for the extra CA "
-            "secret",
-            hint="use the BuildKit backend: `--backend buildkit` (Debian's docker.io CLI, or "
-            "IMAGESMITH_DOCKER_CLI naming a docker CLI that drives BuildKit)",
-        )
+        project = options.project_of(matrix)
+        needs = [
+            c.id
+            for c in plan.cells
+            if needs_buildkit((project.path(c.context) / "Dockerfile").read_text(errors="replace"))
+        ]
+        if needs or options.config.extra_ca is not None:
+            why = (
+                f"cell(s) {', '.join(needs[:4])}{', …' if len(needs) > 4 else ''} use BuildKit's "
+                "`RUN --mount` (the wheel cache shared by every cell, the extra CA secret)"
+                if needs
+                else "the extra CA is given to the build as a BuildKit secret, never as a layer"
+            )
+            raise BuildError(
+                f"the sdk backend (the Engine API's classic builder) cannot build this: {why}",
+                hint="use the BuildKit backend: `--backend buildkit` (Debian's docker.io CLI, or "
+                "IMAGESMITH_DOCKER_CLI naming a docker CLI that drives BuildKit)",
+            )
     staging_root = options.staging_root or cache_root() / "contexts"
     staging_root.mkdir(parents=True, exist_ok=True)
     outcomes: list[CellOutcome] = []

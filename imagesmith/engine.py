@@ -221,6 +221,11 @@ class BuildRequest:
 _BUILDKIT_ONLY = re.compile(r"^\s*RUN\s+--mount=", re.MULTILINE | re.IGNORECASE)
 
 
+def needs_buildkit(dockerfile: str) -> bool:
+    """Whether a Dockerfile's text uses what only BuildKit runs (``RUN --mount``)."""
+    return _BUILDKIT_ONLY.search(dockerfile) is not None
+
+
 class PushFlags(TypedDict, total=False):
     """How :meth:`ContainerEngine.push` pushes (all optional)."""
 
@@ -356,7 +361,7 @@ class SdkBuilder:
                 hint=fix,
             )
         dockerfile_path = context / dockerfile
-        if dockerfile_path.is_file() and _BUILDKIT_ONLY.search(dockerfile_path.read_text(errors="replace")):
+        if dockerfile_path.is_file() and needs_buildkit(dockerfile_path.read_text(errors="replace")):
             raise BuildError(
                 f"build of {what}: {dockerfile_path} uses `RUN --mount` (the shared wheel cache, the CA "
                 "secret), which the sdk backend (the Engine API's classic builder) cannot run",

@@ -278,4 +278,37 @@ def test_run_build_refuses_the_sdk_backend_before_building(monkeypatch: pytest.M
     with pytest.raises(BuildError, match="sdk backend") as info:
         run_build(matrix, plan, BuildOptions(project=PROJECT), engine=engine)
     assert "--backend buildkit" in (info.value.hint or "")
+    assert "RUN --mount" in info.value.message
     assert not engine.images
+
+
+def test_the_sdk_backend_still_builds_cells_without_run_mount(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """h200-host (torch and toolkit from the base; every wheel from the context) needs no BuildKit: GPU hosts
+    with a dockerd but no docker CLI build it with the sdk backend — but not with an extra CA."""
+    from imagesmith.build import CellOutcome
+    from tests.unit.test_build_push import MemoryEngine
+
+    matrix = load_matrix("h200-host", project=PROJECT)
+    plan = build_plan(matrix, project=PROJECT)
+    text = (PROJECT.path(plan.cells[0].context) / "Dockerfile").read_text()
+    assert "--mount=" not in text
+    monkeypatch.setattr("imagesmith.build.preflight", lambda *a: None)
+    built: list[str] = []
+
+    def fake_build_cell(cell: Cell, *args: Any, **kwargs: Any) -> CellOutcome:
+        built.append(cell.id)
+        return CellOutcome(cell=cell.id, tag="t", fingerprint=cell.fingerprint, status="built")
+
+    monkeypatch.setattr("imagesmith.build.build_cell", fake_build_cell)
+    engine = MemoryEngine(registries={}, backend="sdk")
+    pem = tmp_path / "ca.crt"
+    pem.write_text(PEM)
+    options = BuildOptions(project=PROJECT, config=UserConfig(extra_ca=pem), staging_root=tmp_path)
+    with pytest.raises(BuildError, match="BuildKit secret"):
+        run_build(matrix, plan, options, engine=engine)
+    assert built == []
+    _, errors = run_build(matrix, plan, BuildOptions(project=PROJECT, staging_root=tmp_path), engine=engine)
+    assert errors == []
+    assert built == [c.id for c in plan.cells]
