@@ -312,3 +312,27 @@ def test_the_sdk_backend_still_builds_cells_without_run_mount(
     _, errors = run_build(matrix, plan, BuildOptions(project=PROJECT, staging_root=tmp_path), engine=engine)
     assert errors == []
     assert built == [c.id for c in plan.cells]
+
+
+def test_lock_keep_versions_re_resolves_existing_locks_with_their_pins(
+    run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[str, str, bool]] = []
+
+    def compile_lock(key: LockKey, *, lock_dir: Path, keep: Any = None, **kw: Any) -> Path:
+        calls.append(("compile", key.filename, keep is not None and bool(keep.pins)))
+        return lock_dir / key.filename
+
+    def add_interactive(key: LockKey, *, lock_dir: Path, keep: Any = None, **kw: Any) -> Path:
+        calls.append(("interactive", key.filename, keep is not None and bool(keep.interactive_pins)))
+        return lock_dir / key.filename
+
+    monkeypatch.setattr(lockmod, "compile_lock", compile_lock)
+    monkeypatch.setattr(lockmod, "add_interactive", add_interactive)
+    result = run_cli("-C", str(PROJECT.root), "lock", "--matrix", "smoke-interactive", "--keep-versions")
+    assert result.exit_code == 0, result.stderr
+    assert calls == [
+        ("compile", "2.11.0-cu130-py3.11.txt", True),
+        ("interactive", "2.11.0-cu130-py3.11.txt", True),
+    ]
+    assert "versions kept, hashes added" in result.stdout
