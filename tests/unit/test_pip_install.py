@@ -65,6 +65,9 @@ def test_every_pip_run_is_the_macro_with_cache_secret_and_hashes(cell: Cell) -> 
     files = render_cell_files(cell)
     text = files["Dockerfile"]
     assert "COPY certs" not in text
+    # no `# syntax=` directive: it would make BuildKit pull a frontend image from Docker Hub; Debian's docker
+    # 20.10 runs RUN --mount with its built-in frontend (tests/integration/e2e/test_ca_secret_layers.py)
+    assert not re.search(r"^#\s*syntax\s*=", text, re.MULTILINE | re.IGNORECASE)
     pip_runs = [r for r in _runs(text) if re.search(r"-m pip (install|download)", r)]
     assert pip_runs
     for run in pip_runs:
