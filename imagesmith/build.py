@@ -9,10 +9,13 @@ For each cell of a plan:
    local image whose ``io.imagesmith.fingerprint`` label equals the cell's is reused. ``--force`` disables
    both.
 2. **Stage.** The committed ``dockerfiles/<matrix>/<cell>/`` (checked against what the matrices render) is
-   copied into a staging folder and ``sources/`` (from the source cache only), ``wheels/`` (imagesmith's own
-   wheel, built from this checkout) and ``certs/`` (the extra CA, if any) are filled.
+   copied into a staging folder and ``sources/`` (from the source cache only) and ``wheels/`` (imagesmith's
+   own wheel, built from this checkout) are filled. The extra CA is no file of the context.
 3. **Build** through :class:`~imagesmith.engine.Engine`; base images are build args with the registry-mirror
-   map applied.
+   map applied; the extra CA is the BuildKit secret ``imagesmith-ca`` (:data:`CA_SECRET`), in no layer. Every
+   pip install reads BuildKit's cache mount ``imagesmith-wheelhouse``: a wheel is downloaded once per engine
+   (``imagesmith/templates/parts.j2`` pip_install). Cells whose lock has no sha256 for every pin are refused
+   (``--allow-unhashed`` lets them through, installed without ``--require-hashes``).
 4. **Push** (``--push``): the engine pushes (compresses and uploads) once, to the first registry, under a
    staging tag ``staging-<fingerprint[:20]>``; every other registry is fed from that copy through the
    registry API (verified blob copy/mount + manifest by digest, which tags nothing), then tagged with the
@@ -37,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
-from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult
+from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult, needs_buildkit
 from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError, join_hints
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell
@@ -58,6 +61,8 @@ if TYPE_CHECKING:
     from imagesmith.project import Project
 
 FINGERPRINT_LABEL = "io.imagesmith.fingerprint"
+#: the BuildKit secret id of the extra CA certificate (``RUN --mount=type=secret,id=…`` in parts.j2)
+CA_SECRET = "imagesmith-ca"
 RETRY_HINT = "no final tag was moved; run the same build again (blobs already pushed are not sent twice)"
 SUITE_LABEL = "io.imagesmith.suite"
 
@@ -117,6 +122,8 @@ class BuildOptions:
     client_for: Callable[[Registry], RegistryApi] = client_for
     #: how far copies trust blobs (imagesmith.registry.Verify): ``head`` by default, ``full`` in the nightly
     verify: Verify = field(default_factory=lambda: verify_level())
+    #: build cells whose lock lacks sha256 hashes (installed without --require-hashes)
+    allow_unhashed: bool = False
 
     def project_of(self, matrix: Matrix) -> Project:
         if self.project is not None:
@@ -160,7 +167,10 @@ def stage_context(
     *,
     project: Project,
 ) -> Path:
-    """Copy the cell's committed context and fill sources/, wheels/, certs/. Returns the staged folder."""
+    """Copy the cell's committed context and fill sources/ and wheels/. Returns the staged folder.
+
+    The extra CA (``config.extra_ca``) is not copied: the build gets it as a secret
+    (:func:`build_secrets`)."""
     src = project.path(cell.context)
     if not (src / "Dockerfile").is_file():
         raise BuildError(
@@ -178,9 +188,12 @@ def stage_context(
         for wheel in sorted(wheels_dir.glob("*.whl")):
             if not wheel.name.startswith("imagesmith-"):
                 shutil.copy2(wheel, dest / "wheels" / wheel.name)
-    if config.extra_ca is not None:
-        shutil.copyfile(config.extra_ca, dest / "certs" / "extra-ca.crt")
     return dest
+
+
+def build_secrets(config: UserConfig) -> dict[str, Path]:
+    """The BuildKit secrets of a cell's build: the extra CA (checked: certificates only, no private key)."""
+    return {CA_SECRET: config.extra_ca} if config.extra_ca is not None else {}
 
 
 def build_args(cell: Cell, config: UserConfig) -> dict[str, str]:
@@ -509,6 +522,7 @@ def _build_cell(
         tags=tags,
         build_args=build_args(cell, options.config),
         labels={SUITE_LABEL: suite},
+        secrets=build_secrets(options.config),
         no_cache=False,
         on_event=lambda ev: report(cell.id, "build", ev),
         what=f"cell {cell.id}",
@@ -548,6 +562,17 @@ def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
             f"--wheels {options.wheels_dir}: no *.whl files there", hint="give a folder of wheels"
         )
     check_context_current(matrix, options.project_of(matrix))
+    unhashed = [c for c in plan.cells if not c.hashed]
+    if unhashed and not options.allow_unhashed:
+        locks = sorted({c.lock_file for c in unhashed})
+        raise BuildError(
+            f"{len(unhashed)} cell(s) of matrix {matrix.name} have pins without sha256 hashes "
+            f"({', '.join(c.id for c in unhashed[:4])}{', …' if len(unhashed) > 4 else ''}); lock(s) "
+            f"{', '.join(locks)}: the build installs with pip --require-hashes",
+            hint=f"`imagesmith lock --matrix {matrix.name} --force` on a machine that reaches the variant's "
+            "index writes the hashes (then `imagesmith render`); or build them unchecked with "
+            "--allow-unhashed, or leave them out with --only",
+        )
     cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=matrix.name)
 
 
@@ -562,6 +587,25 @@ def run_build(
     """Build every cell of *plan*; returns the outcomes and the errors of failed cells (the caller raises)."""
     preflight(matrix, plan, options)
     eng: ContainerEngine = engine or Engine()
+    if eng.backend == "sdk":
+        project = options.project_of(matrix)
+        needs = [
+            c.id
+            for c in plan.cells
+            if needs_buildkit((project.path(c.context) / "Dockerfile").read_text(errors="replace"))
+        ]
+        if needs or options.config.extra_ca is not None:
+            why = (
+                f"cell(s) {', '.join(needs[:4])}{', …' if len(needs) > 4 else ''} use BuildKit's "
+                "`RUN --mount` (the wheel cache shared by every cell, the extra CA secret)"
+                if needs
+                else "the extra CA is given to the build as a BuildKit secret, never as a layer"
+            )
+            raise BuildError(
+                f"the sdk backend (the Engine API's classic builder) cannot build this: {why}",
+                hint="use the BuildKit backend: `--backend buildkit` (Debian's docker.io CLI, or "
+                "IMAGESMITH_DOCKER_CLI naming a docker CLI that drives BuildKit)",
+            )
     staging_root = options.staging_root or cache_root() / "contexts"
     staging_root.mkdir(parents=True, exist_ok=True)
     outcomes: list[CellOutcome] = []

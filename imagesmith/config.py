@@ -21,6 +21,7 @@ both. Credentials are never read from here: see
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -114,14 +115,26 @@ def _checked_ca(path: Path, origin: str) -> Path:
             f"{origin}: CA certificate file {path} does not exist", hint="give the path of a PEM CA bundle"
         )
     try:
-        head = path.read_text(errors="replace")[:100_000]
+        text = path.read_text(errors="replace")
     except OSError as exc:
         raise ConfigError(
             f"{origin}: cannot read {path} ({exc.strerror or exc})", hint="give a readable PEM CA bundle"
         ) from None
-    if "-----BEGIN CERTIFICATE-----" not in head:
+    if "-----BEGIN CERTIFICATE-----" not in text:
         raise ConfigError(f"{origin}: {path} holds no PEM certificate", hint="give a PEM CA bundle")
+    key = _PRIVATE_KEY.search(text)
+    if key is not None:
+        raise ConfigError(
+            f"{origin}: {path} holds a private key ({key.group(0).strip('-')}); a CA file for the build must "
+            "hold certificates only",
+            hint=f"give a file with only the CA certificate(s), e.g. `openssl x509 -in {path} -out ca.crt` "
+            "(and keep the key away from build hosts)",
+        )
     return path.resolve()
+
+
+#: PEM armour of any private key (PKCS#8, encrypted, RSA/EC/DSA/OpenSSH)
+_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 
 
 def load_config(env: Mapping[str, str] | None = None) -> UserConfig:

@@ -213,6 +213,17 @@ class BuildRequest:
     target: str | None = None
     no_cache: bool = False
     what: str = "image"
+    #: BuildKit secrets: ``{id: file}``, given to ``RUN --mount=type=secret,id=…`` and never to a layer
+    secrets: Mapping[str, Path] = field(default_factory=dict)
+
+
+#: A Dockerfile instruction only BuildKit runs: ``RUN --mount=…`` (cache and secret mounts).
+_BUILDKIT_ONLY = re.compile(r"^\s*RUN\s+--mount=", re.MULTILINE | re.IGNORECASE)
+
+
+def needs_buildkit(dockerfile: str) -> bool:
+    """Whether a Dockerfile's text uses what only BuildKit runs (``RUN --mount``)."""
+    return _BUILDKIT_ONLY.search(dockerfile) is not None
 
 
 class PushFlags(TypedDict, total=False):
@@ -242,6 +253,7 @@ class BuildFlags(TypedDict, total=False):
     no_cache: bool
     on_event: Callable[[BuildEvent], None] | None
     what: str  # named in errors: "cell <id>"
+    secrets: Mapping[str, Path] | None  # BuildKit secrets {id: file} (the sdk backend refuses them)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,6 +305,8 @@ class BuildKitCliBuilder:
             cmd += ["--target", target]
         if no_cache:
             cmd.append("--no-cache")
+        for sid, src in request.secrets.items():
+            cmd += ["--secret", f"id={sid},src={src}"]
         cmd.append(str(context))
         env = dict(os.environ, DOCKER_BUILDKIT="1", BUILDKIT_PROGRESS="plain")
         parser = _BuildKitParser()
@@ -334,6 +348,25 @@ class SdkBuilder:
         context, tags, dockerfile = request.context, request.tags, request.dockerfile
         build_args, labels, target = request.build_args, request.labels, request.target
         no_cache, what = request.no_cache, request.what
+        fix = (
+            "build with the BuildKit backend: `--backend buildkit` (needs a docker CLI that drives "
+            "BuildKit, "
+            f"e.g. Debian's docker.io at {DEFAULT_CLI}, or IMAGESMITH_DOCKER_CLI naming one)"
+        )
+        if request.secrets:
+            raise BuildError(
+                f"build of {what}: the sdk backend (the Engine API's classic builder) cannot give the build "
+                f"a secret ({', '.join(sorted(request.secrets))}: the extra CA certificate) without putting "
+                "it into a layer",
+                hint=fix,
+            )
+        dockerfile_path = context / dockerfile
+        if dockerfile_path.is_file() and needs_buildkit(dockerfile_path.read_text(errors="replace")):
+            raise BuildError(
+                f"build of {what}: {dockerfile_path} uses `RUN --mount` (the shared wheel cache, the CA "
+                "secret), which the sdk backend (the Engine API's classic builder) cannot run",
+                hint=fix,
+            )
         event = BuildEvent()
         tail: list[str] = []
         image_id = ""
@@ -466,6 +499,7 @@ class Engine:
             target=options.get("target"),
             no_cache=options.get("no_cache", False),
             what=options.get("what", "image"),
+            secrets=dict(options.get("secrets") or {}),
         )
         start = time.monotonic()
         built = self.builder.build(request, options.get("on_event"))

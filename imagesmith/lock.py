@@ -9,6 +9,13 @@ NCCL wheel for its headers and, for CUDA 13, pip's nvcc matching torch's CUDA ru
 (JupyterLab, TensorBoard and whatever they need that the runtime pins do not already hold), resolved with
 every runtime pin as a constraint: numpy, packaging, jinja2 … are the runtime image's versions.
 
+Every pin carries the sha256 of each file the index publishes for it (``--hash=sha256:…`` continuation lines,
+``uv pip compile --generate-hashes``); the rendered requirements files keep them and the image build installs
+with ``pip --require-hashes``. A lock without them (``# unverified: …`` locks written by hand where the
+variant's index cannot be reached) is refused by ``imagesmith build`` unless ``--allow-unhashed`` is given.
+Constraints from ``imagesmith/data/lock_constraints.toml`` (e.g. sympy<1.13 for torch<2.4) bound what the
+resolver may pick.
+
 Header lines (``# key: value``) record the command, date and sources. ``# unverified: …`` marks a lock written
 by hand from published metadata because the variant's index cannot be reached where it was made.
 
@@ -29,6 +36,8 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
@@ -94,6 +103,14 @@ class Lock:
     header: tuple[tuple[str, str], ...]
     #: the interactive flavor's pins on top of ``pins`` (empty: the lock has no interactive section yet)
     interactive_pins: tuple[tuple[str, str], ...] = ()
+    #: (name, version, sha256 hashes) of every pin that carries ``--hash`` lines, in file order
+    hashes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    @property
+    def hashed(self) -> bool:
+        """Every pin (runtime, builder, interactive) carries at least one sha256."""
+        have = {(n, v) for n, v, h in self.hashes if h}
+        return all(p in have for p in self.pins + self.builder_pins + self.interactive_pins)
 
     @property
     def verified(self) -> bool:
@@ -148,6 +165,7 @@ def lock_path(key: LockKey, lock_dir: Path) -> Path:
 
 
 _PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?==([^\s;\\]+)")
+_HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\s*(\\)?\s*(#.*)?$")
 _HEADER = re.compile(r"^#\s*([a-z][a-z -]*):\s?(.*)$")
 
 
@@ -159,10 +177,21 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
     builder: list[tuple[str, str]] = []
     interactive: list[tuple[str, str]] = []
     header: list[tuple[str, str]] = []
+    hashes: dict[tuple[str, str], list[str]] = {}
+    last: tuple[str, str] | None = None
     target = pins
     in_header = True
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
+        if line.startswith("--hash="):
+            h = _HASH.match(line)
+            if h is None or last is None:
+                raise LockError(
+                    f"{path}:{lineno}: {line[:80]!r} is not a `--hash=sha256:<64 hex>` line of a pin",
+                    hint=f"regenerate it: imagesmith lock --force (lock {key})",
+                )
+            hashes.setdefault(last, []).append(h.group(1))
+            continue
         if line == BUILDER_MARKER:
             target = builder
             continue
@@ -181,7 +210,8 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
                 f"{path}:{lineno}: {line!r} is not an exact `name==version` pin",
                 hint=f"regenerate it: imagesmith lock (lock {key})",
             )
-        target.append((canonicalize_name(m.group(1)), m.group(3)))
+        last = (canonicalize_name(m.group(1)), m.group(3))
+        target.append(last)
     if not pins:
         raise LockError(f"{path}: no pins", hint="regenerate it with `imagesmith lock`")
     overlap = {n for n, _ in interactive} & {n for n, _ in pins}
@@ -198,6 +228,7 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
         builder_pins=tuple(builder),
         header=tuple(header),
         interactive_pins=tuple(interactive),
+        hashes=tuple((n, v, tuple(h)) for (n, v), h in hashes.items()),
     )
 
 
@@ -218,6 +249,63 @@ def needs_numpy1(torch: str) -> bool:
 
 
 SUITE: Final[str] = "suite"
+CONSTRAINTS_FILE: Final[str] = "lock_constraints.toml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockConstraint:
+    """A bound the resolver gets for the torch releases *torch* matches
+    (imagesmith/data/lock_constraints.toml)."""
+
+    torch: SpecifierSet
+    requirement: Requirement
+    why: str
+
+    def applies(self, torch: str) -> bool:
+        return torch != SUITE and self.torch.contains(Version(torch), prereleases=True)
+
+
+def lock_constraints(text: str | None = None) -> tuple[LockConstraint, ...]:
+    """The rows of imagesmith/data/lock_constraints.toml (or of *text*), checked."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+    where = f"imagesmith/data/{CONSTRAINTS_FILE}"
+    if text is None:
+        text = (resources.files("imagesmith") / "data" / CONSTRAINTS_FILE).read_text(encoding="utf-8")
+    try:
+        rows = tomllib.loads(text).get("constraint", [])
+    except tomllib.TOMLDecodeError as exc:
+        raise LockError(f"{where}: invalid TOML: {exc}", hint="fix the file's syntax") from None
+    out = []
+    for i, row in enumerate(rows if isinstance(rows, list) else [rows], 1):
+        try:
+            spec = SpecifierSet(str(row["torch"]))
+            req = Requirement(str(row["requirement"]))
+            why = str(row["why"])
+        except (KeyError, TypeError):
+            raise LockError(
+                f"{where}: constraint {i} lacks torch, requirement or why",
+                hint='each [[constraint]] needs torch = "<2.4", requirement = "sympy<1.13", why = "…"',
+            ) from None
+        except (InvalidSpecifier, InvalidRequirement) as exc:
+            raise LockError(
+                f"{where}: constraint {i}: {exc}",
+                hint='torch is a version specifier ("<2.4"), requirement a PEP 508 line ("sympy<1.13")',
+            ) from None
+        if not req.specifier or req.marker is not None or req.extras or req.url:
+            raise LockError(
+                f"{where}: constraint {i}: {row['requirement']!r} must be `name` plus a version bound only",
+                hint='e.g. requirement = "sympy<1.13"',
+            )
+        out.append(LockConstraint(torch=spec, requirement=req, why=why))
+    return tuple(out)
+
+
+def constraints_for(torch: str) -> list[LockConstraint]:
+    """The data constraints that bound the lock of torch release *torch*."""
+    return [c for c in lock_constraints() if c.applies(torch)]
 
 
 def lock_inputs(key: LockKey) -> list[str]:
@@ -304,8 +392,18 @@ def _compile(
             "--no-config",
             "--annotation-style",
             "line",
+            "--generate-hashes",
         ]
-        shown = ["uv", "pip", "compile", "--python-version", key.python, "--python-platform", PYTHON_PLATFORM]
+        shown = [
+            "uv",
+            "pip",
+            "compile",
+            "--generate-hashes",
+            "--python-version",
+            key.python,
+            "--python-platform",
+            PYTHON_PLATFORM,
+        ]
         if extra_index:
             # uv searches --extra-index-url before the default index: the variant's index wins for every
             # package it carries (its +cuXXX wheels), the default index serves the rest. No index host is
@@ -328,13 +426,39 @@ def _compile(
         return proc.stdout, shown
 
 
-def compile_lock(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None) -> Path:
-    """Resolve *key* with ``uv pip compile`` and write its lock file. Returns the path."""
+def _kept(pins: Sequence[tuple[str, str]], bounded: Sequence[LockConstraint]) -> list[str]:
+    """*pins* as ``name==version`` constraints, leaving out a pin that a data constraint forbids (the
+    resolver then picks an allowed version of it)."""
+    out = []
+    for name, version in pins:
+        bad = [
+            c
+            for c in bounded
+            if canonicalize_name(c.requirement.name) == name
+            and not c.requirement.specifier.contains(version, prereleases=True)
+        ]
+        if not bad:
+            out.append(f"{name}=={version}")
+    return out
+
+
+def compile_lock(
+    key: LockKey, *, lock_dir: Path, today: _dt.date | None = None, keep: Lock | None = None
+) -> Path:
+    """Resolve *key* with ``uv pip compile --generate-hashes`` and write its lock file. Returns the path.
+
+    *keep*: the lock's current version; its pins become constraints, so only what a data constraint forbids
+    changes (``imagesmith lock --keep-versions``: hashes and new constraints without moving other versions).
+    """
     path = lock_path(key, lock_dir)
+    bounded = [] if key.torch == SUITE else constraints_for(key.torch)
+    data = [str(c.requirement) for c in bounded]
+    kept_runtime = _kept(keep.pins, bounded) if keep is not None else []
+    kept_builder = _kept(keep.builder_pins, bounded) if keep is not None else []
     if key.torch == SUITE:
         extra, index = None, "default package index"
         inputs = lock_inputs(key)
-        body, shown = _compile(inputs, key, None)
+        body, shown = _compile(inputs, key, None, constraints=data + kept_runtime)
         b_body, b_shown = "", ["(none: the base image carries the toolkit and NCCL)"]
     else:
         try:
@@ -348,8 +472,10 @@ def compile_lock(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None)
         extra = None if key.variant == release.pypi_default else variant.index_url
         index = variant.index_url if extra else "default package index (PyPI's default variant)"
         inputs = lock_inputs(key)
-        body, shown = _compile(inputs, key, extra)
-        b_body, b_shown = _compile(builder_inputs(key, parse_lock(body, path, key)), key, extra)
+        body, shown = _compile(inputs, key, extra, constraints=data + kept_runtime)
+        b_body, b_shown = _compile(
+            builder_inputs(key, parse_lock(body, path, key)), key, extra, constraints=data + kept_builder
+        )
     date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
     header = [
         f"# imagesmith lock: {key}",
@@ -358,9 +484,14 @@ def compile_lock(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None)
         f"# date: {date}",
         f"# index: {index}",
         f"# sources: resolved by uv from the package index; inputs: {'; '.join(inputs)}",
-        "# Generated by `imagesmith lock`; do not edit by hand.",
-        "",
     ]
+    for c in bounded:
+        header.append(f"# constraint: {c.requirement} for torch {c.torch} ({c.why})")
+    if keep is not None:
+        header.append(
+            "# kept-versions: the previous lock's pins were constraints (imagesmith lock --keep-versions)"
+        )
+    header += ["# Generated by `imagesmith lock`; do not edit by hand.", ""]
     text = "\n".join(header) + body.rstrip("\n") + "\n\n" + BUILDER_MARKER + "\n" + b_body.rstrip("\n") + "\n"
     parse_lock(text, path, key)  # never write what we cannot read back
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -368,17 +499,25 @@ def compile_lock(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None)
     return path
 
 
+def _entries(body: str) -> list[tuple[str, str, list[str]]]:
+    """uv's output as (name, version, lines): a pin line with its ``--hash`` and ``# via`` lines."""
+    out: list[tuple[str, str, list[str]]] = []
+    for raw in body.splitlines():
+        m = _PIN.match(raw.strip())
+        if m is not None and not raw.startswith((" ", "\t")):
+            out.append((canonicalize_name(m.group(1)), m.group(3), [raw.rstrip()]))
+        elif out and raw.strip():
+            out[-1][2].append(raw.rstrip())
+    return out
+
+
 def interactive_section(body: str, lock: Lock) -> str:
-    """The lines of uv's output (*body*, resolved with *lock*'s runtime pins as constraints) that the
+    """The entries of uv's output (*body*, resolved with *lock*'s runtime pins as constraints) that the
     interactive flavor adds: every package the runtime pins do not hold. A runtime package at another version
     is an error (the constraints forbid it; this is the check that they held)."""
     runtime = dict(lock.pins)
     kept: list[str] = []
-    for raw in body.splitlines():
-        m = _PIN.match(raw.strip())
-        if m is None:
-            continue
-        name, version = canonicalize_name(m.group(1)), m.group(3)
+    for name, version, lines in _entries(body):
         if name in runtime:
             if runtime[name] != version:
                 raise LockError(
@@ -387,20 +526,25 @@ def interactive_section(body: str, lock: Lock) -> str:
                     hint="the runtime pins are constraints of that resolution: report this as a bug",
                 )
             continue
-        kept.append(raw.rstrip())
+        kept.extend(lines)
     return "\n".join(kept) + "\n"
 
 
-def add_interactive(key: LockKey, *, lock_dir: Path, today: _dt.date | None = None) -> Path:
+def add_interactive(
+    key: LockKey, *, lock_dir: Path, today: _dt.date | None = None, keep: Lock | None = None
+) -> Path:
     """Resolve the interactive flavor's packages (:data:`INTERACTIVE_PACKAGES`) against *key*'s existing lock
     (every runtime pin a constraint) and write them as its interactive section, replacing an older one. The
-    runtime and builder pins are left exactly as they are: the runtime and devel images do not change."""
+    runtime and builder pins are left exactly as they are: the runtime and devel images do not change.
+    *keep*: an earlier lock whose interactive pins are constraints too (their versions stay)."""
     path = lock_path(key, lock_dir)
     lock = read_lock(key, lock_dir)
     if lock is None:
         raise LockError(f"no lock {path} to add the interactive pins to", hint="run `imagesmith lock` first")
     inputs = list(INTERACTIVE_PACKAGES)
-    body, shown = _compile(inputs, key, None, constraints=[f"{n}=={v}" for n, v in lock.pins])
+    runtime = {n for n, _ in lock.pins}
+    earlier = [f"{n}=={v}" for n, v in keep.interactive_pins if n not in runtime] if keep is not None else []
+    body, shown = _compile(inputs, key, None, constraints=[f"{n}=={v}" for n, v in lock.pins] + earlier)
     section = interactive_section(body, lock)
     old = path.read_text(encoding="utf-8")
     old = old.split("\n" + INTERACTIVE_MARKER + "\n", 1)[0].rstrip("\n") + "\n"

@@ -58,6 +58,9 @@ class Cell:
     builder_pins: tuple[tuple[str, str], ...]
     #: the interactive flavor's pins on top of ``pins`` (the lock's interactive section); empty for the others
     interactive_pins: tuple[tuple[str, str], ...] = ()
+    #: (name, version, sha256s) of the lock's pins that carry ``--hash`` lines; rendered into the requirements
+    #: files, which the build installs with ``pip --require-hashes``
+    pin_hashes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     lock_file: str
     lock_verified: bool
     lock_note: str | None
@@ -86,8 +89,19 @@ class Cell:
     context: str
     fingerprint: str = ""
 
+    @property
+    def hashed(self) -> bool:
+        """Every pin this cell installs (runtime, builder, interactive) has sha256 hashes in its lock."""
+        have = {(n, v) for n, v, h in self.pin_hashes if h}
+        return all(p in have for p in self.pins + self.builder_pins + self.interactive_pins)
+
+    def hashes_of(self, name: str, version: str) -> tuple[str, ...]:
+        return next((h for n, v, h in self.pin_hashes if (n, v) == (name, version)), ())
+
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
+        del data["pin_hashes"]  # thousands of digests: the rendered requirements files carry them
+        data["hashed"] = self.hashed
         data["pins"] = dict(self.pins)
         data["builder_pins"] = dict(self.builder_pins)
         data["interactive_pins"] = dict(self.interactive_pins)

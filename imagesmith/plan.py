@@ -284,6 +284,7 @@ def build_plan(
                 pins=lock.pins,
                 builder_pins=lock.builder_pins,
                 interactive_pins=lock.interactive_pins if flavor == "interactive" else (),
+                pin_hashes=lock.hashes,
                 lock_file=f"{locks_shown}/{lock.path.name}",
                 lock_verified=lock.verified,
                 lock_note=lock.unverified_reason,

@@ -2,7 +2,7 @@
 
 The files of a cell come from :func:`imagesmith.templating.render_cell_files` (pure); this module puts them
 on disk (:func:`write_rendered`) and compares them with what is there (:func:`check_rendered`). Files the
-build step puts into ``sources/``, ``wheels/`` and ``certs/`` are not part of the rendering and are ignored
+build step puts into ``sources/`` and ``wheels/`` are not part of the rendering and are ignored
 by ``--check``.
 """
 
@@ -59,7 +59,7 @@ def _existing_files(matrix_dirs: Iterable[Path]) -> set[Path]:
             if not path.is_file():
                 continue
             rel = path.relative_to(directory).parts
-            # <cell>/<folder>/<file>: files the build step drops into sources/wheels/certs are not ours
+            # <cell>/<folder>/<file>: files the build step drops into sources/ and wheels/ are not ours
             if len(rel) >= 3 and rel[1] in FILLED_AT_BUILD and rel[-1] != "README.md":
                 continue
             found.add(path)

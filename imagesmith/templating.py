@@ -3,7 +3,7 @@
 Per cell: ``Dockerfile``, ``requirements.txt`` (every runtime pin), ``builder-requirements.txt`` (the
 nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``<OS family>-mirror.sh`` (the OS
 family's mirror script, ``apt-mirror.sh``), ``mirror/*`` when the run-time mirror profile is not ``none``, and
-a README in each of ``sources/``, ``wheels/``, ``certs/`` — the folders the build step fills from its caches.
+a README in each of ``sources/`` and ``wheels/`` — the folders the build step fills from its caches.
 An interactive cell adds :data:`INTERACTIVE_FILES` (its pins, the start command, the sshd settings, the login
 shells' environment).
 
@@ -34,7 +34,7 @@ from imagesmith.model import NCCL_TESTS_BIN, Cell
 TEMPLATES_PACKAGE: Final[tuple[str, str]] = ("imagesmith", "templates")
 HEADER: Final[str] = "GENERATED — do not edit; run `imagesmith render`"
 #: Folders of a build context that the build step fills; only their rendered README belongs to the rendering.
-FILLED_AT_BUILD: Final[tuple[str, ...]] = ("sources", "wheels", "certs")
+FILLED_AT_BUILD: Final[tuple[str, ...]] = ("sources", "wheels")
 #: The fragment folders of templates/ and what picks one: the Dockerfile skeleton (Dockerfile.j2) imports
 #: ``<folder>/<value>.j2``, *value* being the cell's field (for ``os``, the OS family of its base). A new
 #: value is one new fragment there; :func:`fragment_values` says which value each folder takes.
@@ -211,6 +211,25 @@ def _entrypoint_cell(cell: Cell) -> str:
     return cell.id.replace(mark, f"-py{cell.python}-{on}-", 1) if mark in cell.id else cell.id
 
 
+def _pin_lines(cell: Cell, pins: tuple[tuple[str, str], ...]) -> str:
+    """``name==version`` lines, each with its lock's ``--hash=sha256:`` lines (pip's hash-checking mode)."""
+    out = []
+    for n, v in pins:
+        hashes = cell.hashes_of(n, v)
+        out.append(f"{n}=={v}" + "".join(f" \\\n    --hash=sha256:{h}" for h in hashes) + "\n")
+    return "".join(out)
+
+
+def _unhashed_note(cell: Cell) -> str:
+    if cell.hashed:
+        return ""
+    return (
+        f"# UNHASHED: lock {PurePosixPath(cell.lock_file).name} has no sha256 for every pin; "
+        "`imagesmith build` refuses this cell unless --allow-unhashed (fix: `imagesmith lock --force` where "
+        "the index is reachable)\n"
+    )
+
+
 def render_cell_files(cell: Cell) -> dict[str, str]:
     """All files of *cell*'s build context, keyed by path relative to the context folder."""
     _single_line_text(cell)
@@ -243,18 +262,18 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
     # requirements.txt, so the torch layer is one layer (built once, pushed once).
     # The lock's name, not its path: the same pins render the same file (and share the torch layer) in any
     # project.
-    header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n"
+    header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n" + _unhashed_note(cell)
     files = {
         "Dockerfile": _render("Dockerfile.j2", **context),
         "entrypoint.sh": _render("entrypoint.sh.j2", **context),
         f"{family.name}-mirror.sh": _render("mirror.sh.j2", **context),
-        "requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.pins),
-        "builder-requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.builder_pins),
+        "requirements.txt": header + _pin_lines(cell, cell.pins),
+        "builder-requirements.txt": header + _pin_lines(cell, cell.builder_pins),
     }
     if cell.flavor == "interactive":
         files["interactive-requirements.txt"] = (
             f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "
-            "(on top of requirements.txt)\n" + "".join(f"{n}=={v}\n" for n, v in cell.interactive_pins)
+            "(on top of requirements.txt)\n" + _unhashed_note(cell) + _pin_lines(cell, cell.interactive_pins)
         )
         for name, template in INTERACTIVE_FILES.items():
             files[name] = _render(template, **context)

@@ -86,8 +86,20 @@ def build_command(
         typer.Option("--wheels", help="Copy these wheels (*.whl in DIR) into every build context's wheels/."),
     ] = None,
     backend: Annotated[
-        str, typer.Option("--backend", help="auto | buildkit (docker CLI) | sdk (Engine API).")
+        str,
+        typer.Option(
+            "--backend",
+            help="auto | buildkit (docker CLI) | sdk (Engine API: cannot build imagesmith's Dockerfiles, "
+            "which use BuildKit's RUN --mount).",
+        ),
     ] = "auto",
+    allow_unhashed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unhashed",
+            help="Build cells whose lock has no sha256 for every pin (installed without --require-hashes).",
+        ),
+    ] = False,
     verify: Annotated[
         str | None,
         typer.Option(
@@ -119,6 +131,7 @@ def build_command(
         wheels_dir=wheels,
         project=project,
         verify=verify_level(verify or None),
+        allow_unhashed=allow_unhashed,
     )
     preflight(m, plan, options)
     engine = Engine(backend=backend)  # type: ignore[arg-type]

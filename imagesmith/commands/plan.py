@@ -96,7 +96,11 @@ RENDER_EPILOG = epilog(
     ],
 )
 LOCK_EPILOG = epilog(
-    ["imagesmith lock --matrix a100", "imagesmith lock --matrix a100 --force"],
+    [
+        "imagesmith lock --matrix a100",
+        "imagesmith lock --matrix a100 --force",
+        "imagesmith lock --matrix a100 --keep-versions",
+    ],
     ["0 = every lock written or kept", "2 = bad matrix or project, or a lock could not be resolved (uv)"],
 )
 
@@ -230,8 +234,15 @@ def _render_elsewhere_hint(path: Path, project: Project) -> str:
 def lock_command(
     matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
     force: bool = typer.Option(False, "--force", help="Re-resolve locks that exist already."),
+    keep_versions: bool = typer.Option(
+        False,
+        "--keep-versions",
+        help="Re-resolve existing locks with their own pins as constraints: adds --hash lines and applies "
+        "new constraints (imagesmith/data/lock_constraints.toml) without moving any other version.",
+    ),
 ) -> None:
-    """Resolve exact transitive pins per (torch, variant, python) with uv into the project's locks/."""
+    """Resolve exact transitive pins (with sha256 hashes) per (torch, variant, python) with uv into the
+    project's locks/."""
     from imagesmith import compat
     from imagesmith.lock import LockError, LockKey, add_interactive, compile_lock, lock_path, read_lock
     from imagesmith.matrix import load_matrix
@@ -254,6 +265,13 @@ def lock_command(
     for key in keys:
         path = lock_path(key, project.locks_dir)
         try:
+            if path.exists() and keep_versions:
+                existing = read_lock(key, project.locks_dir)
+                compile_lock(key, lock_dir=project.locks_dir, keep=existing)
+                if interactive or (existing is not None and existing.interactive_pins):
+                    add_interactive(key, lock_dir=project.locks_dir, keep=existing)
+                typer.echo(f"wrote   {project.rel(path)} (versions kept, hashes added)")
+                continue
             if path.exists() and not force:
                 existing = read_lock(key, project.locks_dir)
                 if interactive and existing is not None and not existing.interactive_pins:

@@ -258,7 +258,7 @@ def test_bad_jobs_and_backend_flags(run_cli: Callable[..., Any]) -> None:
     assert "--jobs 0: must be at least 1" in result.stderr
 
 
-def test_stage_context_fills_sources_wheels_and_certs(tmp_path: Path) -> None:
+def test_stage_context_fills_sources_and_wheels_never_the_ca(tmp_path: Path) -> None:
     from imagesmith.build import stage_context
 
     matrix = load_matrix("smoke")
@@ -275,4 +275,8 @@ def test_stage_context_fills_sources_wheels_and_certs(tmp_path: Path) -> None:
     assert len(names) == 2
     assert names[0] == "demo-1.0-py3-none-any.whl"
     assert names[1].startswith("imagesmith-")
-    assert (ctx / "certs" / "extra-ca.crt").read_text() == ca.read_text()
+    # the extra CA goes to the build as a BuildKit secret (build_secrets), never into the context
+    assert not (ctx / "certs").exists()
+    assert not any(p.is_file() and p.read_bytes() == ca.read_bytes() for p in ctx.rglob("*")), (
+        "the CA was copied into the context"
+    )

@@ -16,4 +16,6 @@ def test_compile_suite_lock_for_real(tmp_path: Path) -> None:
     assert lock.path == path
     assert lock.version("pytest")
     assert lock.version("pytest-testinfra")
-    assert dict(lock.header)["command"].startswith("uv pip compile --python-version 3.12")
+    assert dict(lock.header)["command"].startswith("uv pip compile --generate-hashes --python-version 3.12")
+    assert lock.hashed  # every pin carries the sha256 of the files the index publishes for it
+    assert all(len(h) == 64 for _, _, hs in lock.hashes for h in hs)

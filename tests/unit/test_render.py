@@ -124,9 +124,11 @@ def test_dockerfile_content_smoke() -> None:
     assert "-r /tmp/ctx/requirements.txt" in text
     assert "nvidia-cuda-nvcc==13.0.88" in render_cell_files(cell)["builder-requirements.txt"]
     assert "/work" not in text
-    assert "certs/" in text  # the optional extra CA comes from the context, never from a host path
+    # the optional extra CA is a BuildKit secret: never a file of the context, never a host path
+    assert "--mount=type=secret,id=imagesmith-ca," in text
+    assert "COPY certs" not in text
     reqs = render_cell_files(cell)["requirements.txt"]
-    assert "torch==2.11.0\n" in reqs
+    assert "torch==2.11.0 \\\n    --hash=sha256:" in reqs
     assert "pytest-testinfra==" in reqs
 
 
