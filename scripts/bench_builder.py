@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""The nccl-tests builder stage's wall time, CUDA 12 (Debian's own toolkit) beside CUDA 13 (pip nvcc wheels),
+measured side by side in one run (figures → docs/benchmarks.md, "nccl-tests builder stage").
+
+    .venv/bin/python scripts/bench_builder.py --extra-ca /etc/ssl/certs/ca-certificates.crt --rounds 2
+
+For each round, in turn (A B A B …, so both see the same machine load): `docker build --target nccl-tests
+--no-cache` of the committed context of
+
+  A. smoke       torch 2.11.0 cu130: debian:bookworm + apt g++/make + nvcc/CCCL/NCCL pip wheels (toolkit pip)
+  B. smoke-cu12  torch 2.5.1 cu124:  debian:bookworm + apt g++-11/make + Debian's nvidia-cuda-toolkit 11.8
+                 unpacked from non-free (toolkit distro) + the NCCL wheel
+
+both compiling nccl-tests for their matrix's GPUs (A: sm_90; B: sm_80 + sm_90), staged exactly as `imagesmith
+build` stages them (imagesmith.build.stage_context, build args with the registry-mirror map). `--no-cache`
+applies to these builds only: the shared BuildKit cache is never pruned. Per build: wall time, and bytes
+downloaded (host network counters, /proc/net/dev: received on the external interfaces). Prints B / A ratios
+of the medians; --out writes the JSON.
+
+Needs scripts/setup.sh to have run (dockerd, debian:bookworm behind the registry-mirror map, the nccl-tests
+source cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from imagesmith.build import build_args, stage_context  # noqa: E402
+from imagesmith.config import load_config  # noqa: E402
+from imagesmith.matrix import load_matrix  # noqa: E402
+from imagesmith.plan import build_plan  # noqa: E402
+from imagesmith.project import discover  # noqa: E402
+
+DOCKER = "/usr/bin/docker"
+BASE_MIRROR = "docker.io=127.0.0.1:5000/hub"
+CELLS = {"pip (CUDA 13 wheels)": "smoke", "distro (Debian CUDA 11.8)": "smoke-cu12"}
+
+
+def net_rx() -> int:
+    """Bytes received on the external interfaces (not lo, docker*, veth*, br-*)."""
+    total = 0
+    for line in Path("/proc/net/dev").read_text().splitlines()[2:]:
+        name, data = line.split(":", 1)
+        name = name.strip()
+        if name != "lo" and not name.startswith(("docker", "veth", "br-", "ifb")):
+            total += int(data.split()[0])
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--extra-ca", default=None)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+
+    env = dict(os.environ)
+    env["IMAGESMITH_REGISTRY_MIRRORS"] = BASE_MIRROR
+    env["IMAGESMITH_CONFIG"] = "/nonexistent/imagesmith-bench-config.toml"
+    if args.extra_ca:
+        env["IMAGESMITH_EXTRA_CA"] = args.extra_ca
+    config = load_config(env)
+    project = discover(near=REPO / "matrices")
+    staged: dict[str, tuple[Path, dict[str, str], str]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="imagesmith-bench-builder-"))
+    for label, name in CELLS.items():
+        matrix = load_matrix(name, project=project)
+        (cell, *_) = build_plan(matrix, project=project).cells
+        ctx = stage_context(cell, matrix, config, tmp, project=project)
+        staged[label] = (ctx, build_args(cell, config), cell.nvcc_gencode)
+
+    results: dict[str, list[dict[str, float]]] = {label: [] for label in CELLS}
+    tags: list[str] = []
+    for r in range(args.rounds):
+        for label, (ctx, bargs, _) in staged.items():
+            tag = f"imagesmith-bench-builder:{CELLS[label]}-{r}"
+            cmd = [DOCKER, "build", "--progress=plain", "--no-cache", "--target", "nccl-tests", "-t", tag]
+            for k, v in bargs.items():
+                cmd += ["--build-arg", f"{k}={v}"]
+            cmd.append(str(ctx))
+            rx0, t0 = net_rx(), time.monotonic()
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            wall, rx = time.monotonic() - t0, net_rx() - rx0
+            if proc.returncode != 0:
+                sys.exit(f"{label}: docker build failed:\n{proc.stderr[-4000:]}")
+            tags.append(tag)
+            results[label].append({"wall_s": round(wall, 1), "downloaded_mb": round(rx / 1e6, 1)})
+            print(f"round {r + 1} {label:28} {wall:7.1f} s  {rx / 1e6:8.1f} MB downloaded", flush=True)
+    subprocess.run([DOCKER, "rmi", *tags], capture_output=True, check=False)
+
+    med = {k: statistics.median(x["wall_s"] for x in v) for k, v in results.items()}
+    dl = {k: statistics.median(x["downloaded_mb"] for x in v) for k, v in results.items()}
+    a, b = CELLS
+    summary = {
+        "rounds": args.rounds,
+        "cores": os.cpu_count(),
+        "gencode": {k: v[2] for k, v in staged.items()},
+        "runs": results,
+        "median_wall_s": med,
+        "median_downloaded_mb": dl,
+        "ratio_wall_distro_over_pip": round(med[b] / med[a], 2),
+        "ratio_downloaded_distro_over_pip": round(dl[b] / dl[a], 2) if dl[a] else None,
+    }
+    print(json.dumps(summary, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(summary, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
