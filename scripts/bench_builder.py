@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -63,7 +64,21 @@ def main() -> None:
     ap.add_argument("--extra-ca", default=None)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument(
+        "--min-free-gb",
+        type=float,
+        default=20.0,
+        help="refuse to start (and stop between builds) below this much free disk: each --no-cache build "
+        "leaves 1-2 GB of build cache",
+    )
     args = ap.parse_args()
+
+    def check_disk() -> None:
+        free = shutil.disk_usage("/").free / 1e9
+        if free < args.min_free_gb:
+            sys.exit(f"only {free:.1f} GB free on / (< --min-free-gb {args.min_free_gb}): not building")
+
+    check_disk()
 
     env = dict(os.environ)
     env["IMAGESMITH_REGISTRY_MIRRORS"] = BASE_MIRROR
@@ -84,6 +99,7 @@ def main() -> None:
     tags: list[str] = []
     for r in range(args.rounds):
         for label, (ctx, bargs, _) in staged.items():
+            check_disk()
             tag = f"imagesmith-bench-builder:{CELLS[label]}-{r}"
             cmd = [DOCKER, "build", "--progress=plain", "--no-cache", "--target", "nccl-tests", "-t", tag]
             for k, v in bargs.items():
