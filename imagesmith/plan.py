@@ -121,6 +121,11 @@ def _distro_note(tk: compat.DistroToolkit, cuda: str, ccs: Iterable[str]) -> str
         f"({tk.component}; CUDA {tk.cuda} <= the cell's {cuda}, so its static cudart runs on the cell's "
         f"minimum driver; builder = the cell's own base image, so its glibc is the final stage's)"
     )
+    if not tk.verified:
+        note += (
+            f"; the {tk.release} row of imagesmith/data/toolkits.toml was read from the distribution's "
+            "package pages, not checked with apt"
+        )
     above = sorted({int(_arch_digits(c)) for c in ccs if int(_arch_digits(c)) > tk.max_arch})
     if above:
         note += (

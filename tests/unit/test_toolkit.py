@@ -107,6 +107,7 @@ def test_auto_picks_the_distros_toolkit_and_explains(tmp_path: Path) -> None:
     assert "bookworm's nvidia-cuda-toolkit 11.8.89" in cell.toolkit_note
     assert "CUDA 11.8 <= the cell's 12.4" in cell.toolkit_note
     assert "PTX" not in cell.toolkit_note  # sm_80 and sm_90 are native to nvcc 11.8
+    assert "not checked with apt" not in cell.toolkit_note  # bookworm's row was read with apt-cache policy
     assert cell.nvcc_gencode == (
         "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 "
         "-gencode=arch=compute_90,code=compute_90"
@@ -204,6 +205,9 @@ def test_project_matrices_build_nccl_tests_without_nvidia_cuda_images(name: str)
 def test_h100_on_jammy_gets_ptx_and_says_so() -> None:
     cell = build_plan(load_matrix("h100", project=PROJECT)).cells[0]
     assert "sm_90 gets compute_86 PTX only" in cell.toolkit_note
+    assert "jammy row of imagesmith/data/toolkits.toml was read from the distribution's package pages" in (
+        cell.toolkit_note
+    )
     assert cell.nvcc_gencode == "-gencode=arch=compute_86,code=compute_86"
 
 
