@@ -62,6 +62,7 @@ __all__ = [
     "ArchFamily",
     "BranchLifecycle",
     "CudaRelease",
+    "DistroToolkit",
     "DriverVersion",
     "Gpu",
     "MinDriver",
@@ -74,6 +75,8 @@ __all__ = [
     "branch_lifecycle",
     "cuda_release",
     "cuda_releases",
+    "distro_toolkit",
+    "distro_toolkits",
     "driver_branch_cuda",
     "driver_warnings",
     "gpu",
@@ -1616,3 +1619,68 @@ def os_families() -> tuple[OsFamily, ...]:
 def os_family(os_tag: str) -> OsFamily | None:
     """The family of a base's ``os`` tag (``ubuntu22.04`` → apt), or None when imagesmith knows none."""
     return next((f for f in os_families() if any(os_tag.startswith(p) for p in f.os_prefixes)), None)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# distributions' CUDA toolkits (nccl_tests.toolkit = "distro")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistroToolkit:
+    """A base OS release's own ``nvidia-cuda-toolkit`` (``toolkits.toml``)."""
+
+    os: str
+    release: str
+    component: str
+    cuda: str
+    version: str
+    max_arch: int
+    host_cxx: str
+    toolkit_package: str
+    nvvm_package: str
+    dev_package: str
+    verified: bool
+    source: str
+
+    def serves(self, cuda: str) -> bool:
+        """Whether a cell of CUDA *cuda* may use it: the toolkit's CUDA is no newer than the cell's."""
+        return _vkey(self.cuda) <= _vkey(cuda)
+
+
+@functools.cache
+def distro_toolkits() -> tuple[DistroToolkit, ...]:
+    name, table = "toolkits.toml", "distro"
+    out: list[DistroToolkit] = []
+    for row in _rows(name, table):
+
+        def text(key: str, row: Mapping[str, Any] = row) -> str:
+            return str(_field(name, table, row, key, str))
+
+        cuda, arch = text("cuda"), text("max_arch")
+        if not _CUDA_XY_RE.match(cuda) or not arch.isdigit():
+            raise DataError(
+                f"imagesmith/data/{name}: [[{table}]] {row.get('os')}: cuda {cuda!r} / max_arch {arch!r} "
+                "must look like 11.8 / 90"
+            )
+        out.append(
+            DistroToolkit(
+                os=text("os"),
+                release=text("release"),
+                component=text("component"),
+                cuda=cuda,
+                version=text("version"),
+                max_arch=int(arch),
+                host_cxx=text("host_cxx"),
+                toolkit_package=text("toolkit_package"),
+                nvvm_package=text("nvvm_package"),
+                dev_package=text("dev_package"),
+                verified=bool(_field(name, table, row, "verified", bool)),
+                source=row["source"],
+            )
+        )
+    return tuple(out)
+
+
+def distro_toolkit(os_tag: str) -> DistroToolkit | None:
+    """The CUDA toolkit the base OS *os_tag* (``debian12``) carries, or None when its release has none."""
+    return next((t for t in distro_toolkits() if t.os == os_tag), None)

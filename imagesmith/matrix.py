@@ -153,7 +153,8 @@ class NcclTestsPin:
     commit: str
     sha256: str
     url: str
-    toolkit: Literal["auto", "base"] = "auto"
+    #: auto | base | pip | distro | devel-image (schema.NCCL_TOOLKITS; the planner picks per cell for auto)
+    toolkit: Literal["auto", "base", "pip", "distro", "devel-image"] = "auto"
 
     @property
     def archive_name(self) -> str:
@@ -507,7 +508,7 @@ class _Loader(schema.Checker):
             commit=commit,
             sha256=table["sha256"],
             url=table.get("url", f"https://github.com/NVIDIA/nccl-tests/archive/{commit}.tar.gz"),
-            toolkit="base" if table.get("toolkit") == "base" else "auto",
+            toolkit=table.get("toolkit", "auto"),
         )
 
     def labels(self, table: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
-from imagesmith.compat import MinDriver
+from imagesmith.compat import DistroToolkit, MinDriver
 from imagesmith.errors import NothingToDoError
 from imagesmith.matrix import select
 from imagesmith.refs import Registry
@@ -20,9 +20,10 @@ VENV: Final[str] = "/opt/venv"
 NCCL_TESTS_BIN: Final[str] = "/opt/nccl-tests/bin"
 
 #: How a cell's nccl-tests builder stage gets make/g++/nvcc and NCCL (and a pip-devel cell its toolkit): the
-#: nvidia/cuda devel image, the CUDA 13 pip wheels, or the base image's own. Each value is a Dockerfile
-#: fragment ``imagesmith/templates/toolkit/<value>.j2`` (tests/unit/test_fragments.py).
-NcclToolkit = Literal["devel-image", "pip", "base"]
+#: nvidia/cuda devel image, the CUDA 13 pip wheels, the base OS release's own ``nvidia-cuda-toolkit``
+#: (``imagesmith/data/toolkits.toml``), or the base image's own. Each value is a Dockerfile fragment
+#: ``imagesmith/templates/toolkit/<value>.j2`` (tests/unit/test_fragments.py).
+NcclToolkit = Literal["devel-image", "pip", "distro", "base"]
 #: Where a cell's Python comes from: the base OS, a uv-managed build, or the base image's own environment
 #: (``imagesmith/templates/python/<value>.j2``).
 PythonSource = Literal["distro", "uv", "base"]
@@ -52,6 +53,10 @@ class Cell:
     builder_image: str
     devel_image: str | None
     nccl_toolkit: NcclToolkit
+    #: the distribution's toolkit the builder unpacks (nccl_toolkit "distro"), else None
+    distro_toolkit: DistroToolkit | None = None
+    #: one line: which toolkit builds nccl-tests and why, and any GPU that gets PTX only (plan --explain)
+    toolkit_note: str = ""
     index_url: str | None
     pypi_default: bool
     pins: tuple[tuple[str, str], ...]

@@ -98,12 +98,53 @@ def _arch_digits(cc: str) -> str:
     return cc.replace(".", "")
 
 
-def nvcc_gencode(ccs: Iterable[str]) -> str:
-    """SASS for each target arch plus PTX of the highest (JIT for a newer GPU of the same line)."""
-    archs = sorted({_arch_digits(c) for c in ccs}, key=int)
-    parts = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in archs]
-    parts.append(f"-gencode=arch=compute_{archs[-1]},code=compute_{archs[-1]}")
+def nvcc_gencode(ccs: Iterable[str], max_arch: int | None = None) -> str:
+    """SASS for each target arch plus PTX of the highest (JIT for a newer GPU of the same line).
+
+    *max_arch*: the newest sm the toolkit's nvcc compiles (a distribution's older nvcc). Targets above it
+    get no SASS; the PTX is then of ``compute_<max_arch>``, which the driver JIT-compiles for them at first
+    launch.
+    """
+    archs = sorted({int(_arch_digits(c)) for c in ccs})
+    native = [a for a in archs if max_arch is None or a <= max_arch]
+    parts = [f"-gencode=arch=compute_{a},code=sm_{a}" for a in native]
+    ptx = archs[-1] if max_arch is None or archs[-1] <= max_arch else max_arch
+    parts.append(f"-gencode=arch=compute_{ptx},code=compute_{ptx}")
     return " ".join(parts)
+
+
+def _distro_note(tk: compat.DistroToolkit, cuda: str, ccs: Iterable[str]) -> str:
+    """plan --explain's line for a cell built with a distribution's toolkit."""
+    origin = "Debian" if tk.os.startswith("debian") else "Ubuntu"
+    note = (
+        f"nccl-tests built with {origin} {tk.release}'s {tk.toolkit_package} {tk.version} "
+        f"({tk.component}; CUDA {tk.cuda} <= the cell's {cuda}, so its static cudart runs on the cell's "
+        f"minimum driver; builder = the cell's own base image, so its glibc is the final stage's)"
+    )
+    if not tk.verified:
+        note += (
+            f"; the {tk.release} row of imagesmith/data/toolkits.toml was read from the distribution's "
+            "package pages, not checked with apt"
+        )
+    above = sorted({int(_arch_digits(c)) for c in ccs if int(_arch_digits(c)) > tk.max_arch})
+    if above:
+        note += (
+            f"; nvcc {tk.cuda} compiles up to sm_{tk.max_arch}, so "
+            + ", ".join(f"sm_{a}" for a in above)
+            + f" get{'s' if len(above) == 1 else ''} compute_{tk.max_arch} PTX only, JIT-compiled by the "
+            "driver at first launch (nccl-tests' own kernels only fill and check buffers; the collectives "
+            "run in libnccl's kernels)"
+        )
+    return note
+
+
+def _toolkit_fixes(matrix: Matrix, cuda: str) -> str:
+    """How to give a CUDA < 13 cell a toolkit: both fixes, for drop reasons."""
+    releases = ", ".join(f"{t.os} ({t.release}: CUDA {t.cuda})" for t in compat.distro_toolkits())
+    return (
+        f'add "{cuda}" to base.devel_images (an nvidia/cuda:{cuda}.x-devel image you can pull), or use a '
+        f"base whose release carries an nvidia-cuda-toolkit no newer than CUDA {cuda} ({releases})"
+    )
 
 
 def _python_in_range(release: compat.TorchRelease, python: str) -> bool:
@@ -195,12 +236,60 @@ def build_plan(
             continue
         devel_image = matrix.base.devel_image(variant.cuda)
         major = int(variant.cuda.split(".")[0])
+        ccs = [g.cc for g in matrix.gpus]
+        requested = matrix.nccl_tests.toolkit
+        distro = compat.distro_toolkit(matrix.base.os)
+        distro_fits = distro is not None and distro.serves(variant.cuda)
+        toolkit: NcclToolkit
+        distro_used: compat.DistroToolkit | None = None
+        if requested == "base":
+            toolkit, builder_image = "base", matrix.base.image
+            note = "nccl-tests built with the base image's own CUDA toolkit (/usr/local/cuda)"
+        elif requested == "pip" or (requested == "auto" and major >= 13):
+            if major < 13:
+                drop(
+                    f"nccl_tests.toolkit = 'pip': CUDA {variant.cuda} pip wheels carry no nvcc (only CUDA 13 "
+                    "and later ones do); use toolkit 'auto', or " + _toolkit_fixes(matrix, variant.cuda)
+                )
+                continue
+            toolkit, builder_image = "pip", matrix.base.image
+            note = f"nccl-tests built with nvcc from the CUDA {variant.cuda} pip wheels on the plain base"
+        elif requested == "distro" or (requested == "auto" and distro_fits):
+            if distro is None or not distro_fits:
+                have = (
+                    f"{matrix.base.os} ({distro.release}) carries CUDA {distro.cuda}, newer than the cell's "
+                    f"{variant.cuda} (a static cudart of it would need a newer driver than the cell's "
+                    "minimum)"
+                    if distro is not None
+                    else f"imagesmith/data/toolkits.toml names no nvidia-cuda-toolkit for {matrix.base.os}"
+                )
+                drop(f"nccl_tests.toolkit = 'distro': {have}; " + _toolkit_fixes(matrix, variant.cuda))
+                continue
+            toolkit, builder_image, distro_used = "distro", matrix.base.image, distro
+            note = _distro_note(distro, variant.cuda, ccs)
+        else:  # devel-image, or auto with no other source
+            if devel_image is None:
+                why = "asks for an nvidia/cuda devel image" if requested == "devel-image" else "is auto"
+                drop(
+                    f"CUDA {variant.cuda} wheels carry no nvcc and nccl_tests.toolkit {why}: nccl-tests "
+                    "needs a toolkit; " + _toolkit_fixes(matrix, variant.cuda)
+                )
+                continue
+            toolkit, builder_image = "devel-image", devel_image
+            note = f"nccl-tests built in {devel_image} (base.devel_images)"
         # CUDA 13 pip wheels carry nvcc: a devel cell is the runtime image plus those wheels (and g++/make),
         # so it needs no nvidia/cuda devel image and shares every layer up to torch with the runtime cell.
-        pip_devel = major >= 13 and matrix.nccl_tests.toolkit != "base"
+        pip_devel = toolkit == "pip"
         if flavor == "devel":
             if matrix.torch.source == "base":
                 drop("devel flavor: torch comes from the base image, which already is the whole environment")
+                continue
+            if devel_image is None and toolkit == "distro" and distro_used is not None:
+                drop(
+                    f"devel flavor: the nccl-tests builder uses {distro_used.release}'s CUDA "
+                    f"{distro_used.cuda} packages, which the image does not carry (a devel image must give "
+                    f'extensions torch\'s CUDA {variant.cuda}): add "{variant.cuda}" to base.devel_images'
+                )
                 continue
             if devel_image is None and not pip_devel:
                 drop(
@@ -211,20 +300,6 @@ def build_plan(
         if flavor == "interactive" and matrix.torch.source == "base":
             drop("interactive flavor: torch comes from the base image (the flavor builds on a runtime cell)")
             continue
-        toolkit: NcclToolkit
-        if matrix.nccl_tests.toolkit == "base":
-            toolkit, builder_image = "base", matrix.base.image
-        elif major >= 13:
-            toolkit, builder_image = "pip", matrix.base.image
-        else:
-            if devel_image is None:
-                drop(
-                    f"CUDA {variant.cuda} wheels carry no nvcc: nccl-tests needs an "
-                    f"nvidia/cuda:{variant.cuda}.x-devel builder image; "
-                    f'add "{variant.cuda}" to base.devel_images'
-                )
-                continue
-            toolkit, builder_image = "devel-image", devel_image
 
         lock: Lock | None
         if matrix.torch.source == "base":
@@ -279,6 +354,8 @@ def build_plan(
                 builder_image=builder_image,
                 devel_image=devel_image if flavor == "devel" and not pip_devel else None,
                 nccl_toolkit=toolkit,
+                distro_toolkit=distro_used,
+                toolkit_note=note,
                 index_url=None if pypi_default else variant.index_url,
                 pypi_default=pypi_default,
                 pins=lock.pins,
@@ -295,7 +372,7 @@ def build_plan(
                 gpu_families=tuple(dict.fromkeys(g.family or g.key for g in matrix.gpus)),
                 gpu_names=tuple(g.name for g in matrix.gpus),
                 archs=tuple(sorted({_arch_digits(g.cc) for g in matrix.gpus}, key=int)),
-                nvcc_gencode=nvcc_gencode(g.cc for g in matrix.gpus),
+                nvcc_gencode=nvcc_gencode(ccs, distro_used.max_arch if distro_used else None),
                 arch_coverage=tuple(coverage),
                 shm_min=matrix.shm_min,
                 shm_min_bytes=matrix.shm_min_bytes,

@@ -543,7 +543,7 @@ FLAVORS: Final[tuple[str, ...]] = ("runtime", "devel", "interactive")
 #: where a cell's torch comes from: pip wheels, or the base image (NGC-style bases)
 TORCH_SOURCES: Final[tuple[str, ...]] = ("wheels", "base")
 #: the CUDA toolkit nccl-tests is built with
-NCCL_TOOLKITS: Final[tuple[str, ...]] = ("auto", "base")
+NCCL_TOOLKITS: Final[tuple[str, ...]] = ("auto", "base", "pip", "distro", "devel-image")
 #: package-mirror profiles (imagesmith.matrix.MIRROR_PROFILES holds their settings)
 MIRROR_PROFILE_NAMES: Final[tuple[str, ...]] = ("none", "tuna", "aliyun", "ustc")
 #: characters a label value may not hold: quotes, backslashes, $ and `, and whatever can break a line
@@ -846,7 +846,10 @@ MATRIX: Schema = Schema(
                     "toolkit": Field(
                         kind="string",
                         enum=NCCL_TOOLKITS,
-                        description="CUDA toolkit to build with: auto, or the base image's",
+                        description=(
+                            "CUDA toolkit to build with: auto (pip for CUDA >= 13, else the distribution's, "
+                            "else base.devel_images), base (the base image's), pip, distro, devel-image"
+                        ),
                         example='"auto"',
                     ),
                 },

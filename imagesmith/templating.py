@@ -164,6 +164,7 @@ _RENDERED_AS: Final[dict[str, re.Pattern[str] | tuple[re.Pattern[str], ...] | No
     # comments only (Dockerfile.j2's header), or not rendered at all
     "lock_note": None,
     "arch_coverage": None,
+    "toolkit_note": None,  # plan --explain only
 }
 
 

@@ -154,6 +154,9 @@ def plan_command(
         )
     console.print(table)
     if explain:
+        console.print("\nnccl-tests builder per cell:")
+        for c in plan.cells:
+            console.print(f"  {c.id}: {c.toolkit_note}", markup=False)
         console.print(f"\ndropped {len(plan.dropped)} combination(s):")
         for d in plan.dropped:
             console.print(f"  {d.combination}: {d.reason}", markup=False)

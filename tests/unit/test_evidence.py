@@ -86,3 +86,29 @@ def test_comparison_ratios_recomputed(report_json: Path) -> None:
             f"{bundle.name}/{group}: suite/plain {suite / plain:.4f} under the 0.97 goal"
         )
     assert sorted(computed) == quoted, (computed, text)
+
+
+def test_cu12_binaries_on_h200_match_their_logs() -> None:
+    """docs/evidence/h200x1-cu12 (issue 11): the image's nccl-tests (Debian CUDA 11.8) beside host-built ones;
+    the figures of comparison.txt and the README are recomputed from the raw logs."""
+    folder = EVIDENCE / "h200x1-cu12"
+    means = {}
+    for kind in ("host", "image"):
+        algbw = []
+        for i in (1, 2, 3):
+            result = parse_nccl_log((folder / f"{kind}-allreduce-{i}.log").read_text())
+            assert not result.failures
+            assert result.n_gpus == 1
+            (row,) = [r for r in result.rows if r.size == 1 << 30]
+            assert row.wrong_oop == 0
+            assert row.wrong_ip == 0
+            algbw.append(row.algbw_oop)
+        means[kind] = sum(algbw) / 3
+        assert f"mean {means[kind]:.2f}" in (folder / "comparison.txt").read_text()
+    ratio = means["image"] / means["host"]
+    assert ratio >= 0.97
+    assert f"ratio image / host: {ratio:.4f}" in (folder / "comparison.txt").read_text()
+    assert f"**ratio image / host: {ratio:.4f}**" in (folder / "README.md").read_text()
+    ldd = (folder / "ldd-image-binary.txt").read_text()
+    assert "libnccl.so.2 => " in ldd
+    assert "libcudart" not in ldd

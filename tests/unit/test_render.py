@@ -159,10 +159,16 @@ def test_cuda13_devel_is_the_runtime_image_plus_pip_nvcc_layers() -> None:
     assert "CUDA_HOME" not in "\n".join(final_stage(rt["Dockerfile"]))
 
 
-def test_cuda12_builder_is_devel_image() -> None:
+def test_cuda11_builder_is_the_distros_toolkit() -> None:
+    """a100 (ubuntu:22.04) needs no nvidia/cuda image to build nccl-tests: jammy's own CUDA 11.5 toolkit."""
     cell = build_plan(load_matrix("a100")).cell("2.3.1-cu118-py3.10-runtime-ubuntu22.04")
     text = render_cell_files(cell)["Dockerfile"]
-    assert "ARG BUILDER_IMAGE=nvidia/cuda:11.8.0-devel-ubuntu22.04" in text
+    assert "ARG BUILDER_IMAGE=ubuntu:22.04" in text
+    assert "nvidia/cuda:" not in text
+    assert "sh /tmp/ctx/apt-mirror.sh components multiverse" in text
+    assert 'nvcc --version | grep -F "release 11.5,"' in text
+    gencode = "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
+    assert f'NVCC_GENCODE="{gencode}"' in text
     assert "ARG BASE_IMAGE=ubuntu:22.04" in text
     assert "ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu118" in text
     assert "brand=tesla,driver>=450,driver<451" in text
