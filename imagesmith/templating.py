@@ -27,6 +27,7 @@ import jinja2
 from imagesmith import compat
 from imagesmith.compat import OsFamily
 from imagesmith.errors import RenderError
+from imagesmith.layerplan import LAYER_EPOCH
 from imagesmith.matrix import MIRROR_PROFILES
 from imagesmith.model import NCCL_TESTS_BIN, Cell
 
@@ -146,6 +147,12 @@ def site_packages(cell: Cell) -> str:
     return f"{cell.venv}/lib/python{cell.python}/site-packages"
 
 
+def _ancestors(path: str) -> list[str]:
+    """The folders above *path* (``/opt``, ``/opt/venv``, …), *path* itself excluded."""
+    parts = PurePosixPath(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def _single_line_text(cell: Cell) -> None:
     """Every text of the cell that a template may render is one line without control characters: no input can
     add a line (an instruction) to a Dockerfile or a script. The loaders say what is wrong first; this is the
@@ -206,6 +213,8 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "cuda_home": f"{site_packages(cell)}/nvidia/cu{cell.cuda.split('.')[0]}",
         "entrypoint_cell": _entrypoint_cell(cell),
         "interactive": INTERACTIVE_DEFAULTS,
+        "layer_epoch": LAYER_EPOCH,
+        "layer_fixed_dirs": _ancestors(site_packages(cell)),
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
     # requirements.txt, so the torch layer is one layer (built once, pushed once).
@@ -219,6 +228,17 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.pins),
         "builder-requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.builder_pins),
     }
+    for layer in cell.layers:
+        files[layer.file] = (
+            f"{header}# layer {layer.index} of {len(cell.layers)}: {layer.label} "
+            "(`imagesmith plan --explain`)\n" + "".join(f"{n}=={v}\n" for n, v in layer.pins)
+        )
+    if cell.layers:
+        for stub in ("hosts", "resolv.conf"):
+            files[f"layers/etc/{stub}"] = (
+                f"# {HEADER}\n# a placeholder: docker mounts its own /etc/{stub} at run time "
+                "(see the Dockerfile)\n"
+            )
     if cell.flavor == "interactive":
         files["interactive-requirements.txt"] = (
             f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "

@@ -230,6 +230,12 @@ def _render_elsewhere_hint(path: Path, project: Project) -> str:
 def lock_command(
     matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
     force: bool = typer.Option(False, "--force", help="Re-resolve locks that exist already."),
+    sizes: bool = typer.Option(
+        False,
+        "--sizes",
+        help="Only record the wheel sizes of every lock in locks/ (wheel-sizes.toml, for the layer plan) "
+        "from the package index's JSON Simple API; resolves nothing.",
+    ),
 ) -> None:
     """Resolve exact transitive pins per (torch, variant, python) with uv into the project's locks/."""
     from imagesmith import compat
@@ -237,6 +243,9 @@ def lock_command(
     from imagesmith.matrix import load_matrix
 
     project = current_project(matrix)
+    if sizes:
+        _record_sizes(project)
+        return
     m = load_matrix(project.resolve_matrix_name(matrix), project=project)
     keys: list[LockKey] = []
     if m.torch.source == "base":
@@ -276,6 +285,36 @@ def lock_command(
             hint="run `imagesmith lock` where the variants' wheel indexes are reachable; "
             "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
         )
+
+
+def _record_sizes(project: Project) -> None:
+    """``imagesmith lock --sizes``: wheel-sizes.toml for every lock of the project's locks folder."""
+    from imagesmith import refresh
+    from imagesmith.lock import lock_keys_in, read_lock
+    from imagesmith.wheelsizes import collect_sizes, merge, read_sizes, write_sizes
+
+    keys = lock_keys_in(project.locks_dir)
+    locks = [lock for k in keys if (lock := read_lock(k, project.locks_dir)) is not None]
+    if not locks:
+        raise ConfigError(
+            f"no lock files in {project.rel(project.locks_dir)} to size",
+            hint="write them first: imagesmith lock --matrix NAME",
+        )
+    http = refresh.Http(verify=refresh.ca_bundle())
+    source = refresh.LiveSource(refresh.default_index_url(), http)
+
+    class Lister:
+        def files(self, name: str) -> list[tuple[str, int]]:
+            return [(f.filename, f.size) for f in source.files(name)]
+
+    rows, missing = collect_sizes(locks, Lister())
+    path = write_sizes(project.locks_dir, merge(read_sizes(project.locks_dir), rows), missing)
+    typer.echo(
+        f"wrote   {project.rel(path)} ({len(rows)} wheels of {len(locks)} locks, "
+        f"{http.requests} index requests, {http.bytes / 1e6:.1f} MB read)"
+    )
+    for pin in missing:
+        typer.echo(f"unsized {pin}: not on the default index (the plan gives it its own layer)")
 
 
 def register(app: typer.Typer) -> None:
