@@ -169,6 +169,18 @@ class PlannedCell:
     base: str
     venv: str
     layers: tuple[WheelLayer, ...]
+    #: cells of one group (CUDA variant and Python) are the pairs a renter is likely to try one after another
+    group: str = ""
+
+    def single_key(self) -> str:
+        """What makes two single-layer images' wheel layer the same bytes: every pin, Python, base, venv."""
+        pins = sorted(p for layer in self.layers for p in layer.pins)
+        whole = WheelLayer(index=0, kind="rest", pins=tuple(pins), size=0)
+        return whole.key(self.python, self.base, self.venv)
+
+    @property
+    def size(self) -> int:
+        return sum(layer.size for layer in self.layers)
 
     def keys(self) -> dict[str, WheelLayer]:
         return {layer.key(self.python, self.base, self.venv): layer for layer in self.layers}
@@ -187,74 +199,92 @@ def shared_layers(cells: Sequence[PlannedCell]) -> dict[str, dict[int, list[str]
 
 
 @dataclass(frozen=True, kw_only=True)
+class PullFigures:
+    """A renter who pulled cell A pulls cell B: wheel-layer bytes downloaded, over ordered pairs (A, B)."""
+
+    pairs: int
+    layered_mean: float
+    single_mean: float
+    layered_max: int
+
+    @property
+    def fraction(self) -> float:
+        return self.layered_mean / self.single_mean if self.single_mean else 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "pairs": self.pairs,
+            "layered_mean_bytes": round(self.layered_mean),
+            "single_layer_mean_bytes": round(self.single_mean),
+            "fraction": round(self.fraction, 4),
+            "layered_max_bytes": self.layered_max,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class Estimate:
     """Wheel-layer bytes of a set of cells, from the plan (compressed wheel sizes stand for layer sizes)."""
 
     cells: int
-    #: every cell's wheel layers, stored separately (what single-layer images cost a registry)
-    separate: int
+    #: what the registry stores with today's single wheel layer (cells of one lock share it)
+    single: int
     #: each distinct layer once (what a registry stores with the plan)
     registry: int
-    #: a renter who pulled one cell pulls another: bytes downloaded, mean over ordered pairs of cells
-    second_pull_mean: float
-    #: … and the same cell's whole wheel bytes (what a single-layer image downloads again)
-    second_pull_whole_mean: float
-    second_pull_max: int
-    pairs: int
+    #: over every ordered pair of cells with different locks
+    second_pull: PullFigures
+    #: over ordered pairs of the same group (CUDA variant and Python), different locks
+    second_pull_group: PullFigures
     unsized: tuple[str, ...] = field(default=())
 
     @property
     def registry_fraction(self) -> float:
-        return self.registry / self.separate if self.separate else 0.0
-
-    @property
-    def second_pull_fraction(self) -> float:
-        return self.second_pull_mean / self.second_pull_whole_mean if self.second_pull_whole_mean else 0.0
+        return self.registry / self.single if self.single else 0.0
 
     def to_json(self) -> dict[str, object]:
         return {
             "cells": self.cells,
-            "separate_bytes": self.separate,
+            "single_layer_registry_bytes": self.single,
             "registry_bytes": self.registry,
             "registry_fraction": round(self.registry_fraction, 4),
-            "second_pull_mean_bytes": round(self.second_pull_mean),
-            "second_pull_whole_mean_bytes": round(self.second_pull_whole_mean),
-            "second_pull_fraction": round(self.second_pull_fraction, 4),
-            "second_pull_max_bytes": self.second_pull_max,
-            "pairs": self.pairs,
+            "second_pull": self.second_pull.to_json(),
+            "second_pull_same_variant_python": self.second_pull_group.to_json(),
             "unsized": list(self.unsized),
         }
 
 
+def _pulls(pairs: Sequence[tuple[PlannedCell, PlannedCell]]) -> PullFigures:
+    layered: list[int] = []
+    single: list[int] = []
+    for a, b in pairs:
+        have = a.keys()
+        layered.append(sum(layer.size for key, layer in b.keys().items() if key not in have))
+        single.append(0 if a.single_key() == b.single_key() else b.size)
+    n = len(pairs)
+    return PullFigures(
+        pairs=n,
+        layered_mean=sum(layered) / n if n else 0.0,
+        single_mean=sum(single) / n if n else 0.0,
+        layered_max=max(layered, default=0),
+    )
+
+
 def estimate(cells: Sequence[PlannedCell]) -> Estimate:
-    """Registry bytes and a renter's second-pull bytes of *cells*' wheel layers (base, apt and venv layers
-    are not in the plan and are left out on both sides). Wheels of unknown size count 0 and are listed."""
-    keyed = [c.keys() for c in cells]
-    separate = sum(layer.size for k in keyed for layer in k.values())
+    """Registry bytes and a renter's second-pull bytes of *cells*' wheel layers, with the plan and with one
+    wheel layer per image (base, apt and venv layers are not in the plan and are left out on both sides).
+    Wheels of unknown size count 0 and are listed."""
     distinct: dict[str, int] = {}
-    for k in keyed:
-        for key, layer in k.items():
+    for c in cells:
+        for key, layer in c.keys().items():
             distinct[key] = layer.size
-    registry = sum(distinct.values())
-    seconds: list[int] = []
-    wholes: list[int] = []
-    for i, a in enumerate(keyed):
-        for j, b in enumerate(keyed):
-            if i == j:
-                continue
-            seconds.append(sum(layer.size for key, layer in b.items() if key not in a))
-            wholes.append(sum(layer.size for layer in b.values()))
-    unsized = sorted({u for c in cells for layer in c.layers for u in layer.unsized})
-    pairs = len(seconds)
+    single: dict[str, int] = {c.single_key(): c.size for c in cells}
+    pairs = [(a, b) for a in cells for b in cells if a.single_key() != b.single_key()]
     return Estimate(
         cells=len(cells),
-        separate=separate,
-        registry=registry,
-        second_pull_mean=sum(seconds) / pairs if pairs else 0.0,
-        second_pull_whole_mean=sum(wholes) / pairs if pairs else 0.0,
-        second_pull_max=max(seconds, default=0),
-        pairs=pairs,
-        unsized=tuple(unsized),
+        single=sum(single.values()),
+        registry=sum(distinct.values()),
+        second_pull=_pulls(pairs),
+        second_pull_group=_pulls([(a, b) for a, b in pairs if a.group == b.group]),
+        unsized=tuple(sorted({u for c in cells for layer in c.layers for u in layer.unsized})),
     )
 
 
@@ -263,6 +293,7 @@ __all__ = [
     "MIN_LAYER_BYTES",
     "Estimate",
     "PlannedCell",
+    "PullFigures",
     "WheelLayer",
     "estimate",
     "kind_of",

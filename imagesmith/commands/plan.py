@@ -14,6 +14,7 @@ from imagesmith.errors import ConfigError, RenderError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from imagesmith.layerplan import PlannedCell
     from imagesmith.matrix import Matrix
     from imagesmith.plan import BuildPlan
     from imagesmith.project import Project
@@ -129,6 +130,7 @@ def plan_command(
         data = plan.to_json()
         if explain:
             data["dropped"] = [{"cell": d.combination, "reason": d.reason} for d in plan.dropped]
+            data["layer_plan"] = _layer_json(plan)
         typer.echo(json.dumps(data, indent=2))
         return
     if github:
@@ -153,8 +155,104 @@ def plan_command(
         console.print(f"\ndropped {len(plan.dropped)} combination(s):")
         for d in plan.dropped:
             console.print(f"  {d.combination}: {d.reason}", markup=False)
+        _print_layers(console, plan)
     elif plan.dropped:
         console.print(f"({len(plan.dropped)} combination(s) dropped; --explain lists why)")
+
+
+def _planned(plan: BuildPlan) -> list[PlannedCell]:
+    from imagesmith.layerplan import PlannedCell
+
+    return [
+        PlannedCell(
+            id=c.id,
+            python=c.python,
+            base=c.base_image,
+            venv=c.venv,
+            layers=c.layers,
+            group=f"{c.variant} py{c.python}",
+        )
+        for c in plan.cells
+        if c.layers
+    ]
+
+
+def _layer_json(plan: BuildPlan) -> dict[str, Any]:
+    """``plan --json --explain``: which cells share each layer, and the matrix's estimate."""
+    from imagesmith.layerplan import estimate, shared_layers
+
+    cells = _planned(plan)
+    sharing = shared_layers(cells)
+    return {
+        "sharing": {cid: {str(i): others for i, others in layers.items()} for cid, layers in sharing.items()},
+        "estimate": estimate(cells).to_json(),
+    }
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def _print_layers(console: Console, plan: BuildPlan) -> None:
+    """``plan --explain``: each lock's layer plan (cells of one lock have the same one), the cells sharing
+    each layer, and the totals."""
+    from rich.table import Table
+
+    from imagesmith.layerplan import KIND_TITLE, MIN_LAYER_BYTES, estimate, shared_layers
+
+    cells = _planned(plan)
+    if not cells:
+        console.print("\nlayer plan: none (torch comes from the base image)")
+        return
+    sharing = shared_layers(cells)
+    by_cell = {c.id: c for c in plan.cells}
+    groups: dict[str, list[str]] = {}
+    for c in cells:
+        groups.setdefault(by_cell[c.id].lock_file, []).append(c.id)
+    lock_of = {cid: lock for lock, ids in groups.items() for cid in ids}
+    console.print(
+        f"\nlayer plan (a wheel of {MIN_LAYER_BYTES // 2**20} MiB or more gets its own layer; sizes from "
+        "the locks' wheel-sizes.toml):"
+    )
+    for lock, ids in groups.items():
+        first = by_cell[ids[0]]
+        table = Table(title=f"{lock} — {', '.join(ids)}", title_justify="left")
+        for col in ("#", "layer", "group", "compressed", "shared with (other locks: cells)"):
+            table.add_column(col)
+        for layer in first.layers:
+            others = [o for o in sharing[first.id][layer.index] if lock_of[o] != lock]
+            per_lock: dict[str, int] = {}
+            for o in others:
+                per_lock[lock_of[o].rsplit("/", 1)[-1]] = per_lock.get(lock_of[o].rsplit("/", 1)[-1], 0) + 1
+            size = _mb(layer.size) if layer.size else "-"
+            if layer.unsized:
+                size += " (unsized: " + ", ".join(layer.unsized) + ")"
+            table.add_row(
+                str(layer.index),
+                layer.label,
+                KIND_TITLE[layer.kind],
+                size,
+                ", ".join(f"{k}: {v}" for k, v in sorted(per_lock.items())) or "-",
+            )
+        console.print(table)
+    est = estimate(cells)
+    sp, sg = est.second_pull, est.second_pull_group
+    console.print(
+        f"totals over {est.cells} cell(s), wheel layers only (base, apt and venv layers are not planned):\n"
+        f"  registry: {_mb(est.registry)} with the plan vs {_mb(est.single)} with one wheel layer per lock "
+        f"({est.registry_fraction:.2f}x)\n"
+        f"  a renter's second pull, mean over {sp.pairs} ordered pairs of cells of different locks: "
+        f"{_mb(sp.layered_mean)} vs {_mb(sp.single_mean)} ({sp.fraction:.2f}x; worst {_mb(sp.layered_max)})\n"
+        f"  … of the same CUDA variant and Python ({sg.pairs} pairs): "
+        f"{_mb(sg.layered_mean)} vs {_mb(sg.single_mean)} ({sg.fraction:.2f}x; worst {_mb(sg.layered_max)})",
+        markup=False,
+    )
+    if est.unsized:
+        console.print(
+            f"  not counted (no recorded size): {', '.join(est.unsized)}; "
+            "`imagesmith lock --sizes` records what the default index carries",
+            markup=False,
+        )
 
 
 def render_command(
