@@ -18,6 +18,7 @@ cell over this output; :mod:`imagesmith.render` writes and checks it on disk.
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import PurePosixPath
 from typing import Any, Final
@@ -27,7 +28,7 @@ import jinja2
 from imagesmith import compat
 from imagesmith.compat import OsFamily
 from imagesmith.errors import RenderError
-from imagesmith.layerplan import LAYER_EPOCH
+from imagesmith.layerplan import LAYER_EPOCH, WheelLayer
 from imagesmith.matrix import MIRROR_PROFILES
 from imagesmith.model import NCCL_TESTS_BIN, Cell
 
@@ -147,6 +148,43 @@ def site_packages(cell: Cell) -> str:
     return f"{cell.venv}/lib/python{cell.python}/site-packages"
 
 
+def wheel_layer_files(layers: Sequence[WheelLayer], header: str) -> dict[str, str]:
+    """The build-context files of a layer plan: one requirements file per layer (the lock's pin lines,
+    *header* first) and the two /etc placeholders its Dockerfile block COPYs."""
+    files: dict[str, str] = {}
+    for layer in layers:
+        files[layer.file] = (
+            f"{header}# layer {layer.index} of {len(layers)}: {layer.label} (`imagesmith plan --explain`)\n"
+            + "".join(f"{n}=={v}\n" for n, v in layer.pins)
+        )
+    if layers:
+        for stub in ("hosts", "resolv.conf"):
+            files[f"layers/etc/{stub}"] = (
+                f"# {HEADER}\n# a placeholder: docker mounts its own /etc/{stub} at run time "
+                "(see the Dockerfile)\n"
+            )
+    return files
+
+
+def wheel_layers_block(venv: str, python: str, layers: Sequence[WheelLayer]) -> str:
+    """The Dockerfile lines that install *layers* into the venv *venv* of CPython *python* (the block a cell's
+    Dockerfile has; ``parts.wheel_layers``)."""
+    template = '{% import "parts.j2" as parts with context %}{{ parts.wheel_layers(venv, layers, fixed) }}'
+    try:
+        return (
+            _env()
+            .from_string(template)
+            .render(
+                venv=venv,
+                layers=layers,
+                fixed=_ancestors(f"{venv}/lib/python{python}/site-packages"),
+                layer_epoch=LAYER_EPOCH,
+            )
+        )
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"imagesmith/templates/parts.j2: {exc}", hint="fix the template") from exc
+
+
 def _ancestors(path: str) -> list[str]:
     """The folders above *path* (``/opt``, ``/opt/venv``, …), *path* itself excluded."""
     parts = PurePosixPath(path).parts[1:-1]
@@ -228,17 +266,7 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.pins),
         "builder-requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.builder_pins),
     }
-    for layer in cell.layers:
-        files[layer.file] = (
-            f"{header}# layer {layer.index} of {len(cell.layers)}: {layer.label} "
-            "(`imagesmith plan --explain`)\n" + "".join(f"{n}=={v}\n" for n, v in layer.pins)
-        )
-    if cell.layers:
-        for stub in ("hosts", "resolv.conf"):
-            files[f"layers/etc/{stub}"] = (
-                f"# {HEADER}\n# a placeholder: docker mounts its own /etc/{stub} at run time "
-                "(see the Dockerfile)\n"
-            )
+    files.update(wheel_layer_files(cell.layers, header))
     if cell.flavor == "interactive":
         files["interactive-requirements.txt"] = (
             f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "
