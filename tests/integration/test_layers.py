@@ -1,7 +1,8 @@
-"""The layer plan on the real engine and a registry (issue 19): tiny fake wheels from a local find-links
-folder, installed by the same Dockerfile block a cell renders (``parts.wheel_layers``). Two images whose "torch"
-differs: the "CUDA library" layer rebuilt from scratch (no cache) has the same digest, the second push finds
-it already there, and the layer count is the plan's."""
+"""The layer plan on the real engine and a registry (issue 19).
+
+Tiny fake wheels from a local find-links folder, installed by the same Dockerfile block a cell renders
+(``parts.wheel_layers``). Two images whose "torch" differs: the "CUDA library" layer rebuilt from scratch (no
+cache) has the same digest, the second push finds it already there, and the layer count is the plan's."""
 
 from __future__ import annotations
 
