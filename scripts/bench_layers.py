@@ -133,19 +133,33 @@ def registry(tmp: Path, name: str) -> Iterator[TempRegistry]:
     shutil.rmtree(tmp / name, ignore_errors=True)
 
 
+def dockerd_cpu_s() -> float:
+    """CPU seconds dockerd has used (user + system): the work a push costs, whatever else runs."""
+    pid = sh("pidof", "dockerd").split()[0]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cold_push(image: str, tmp: Path, name: str) -> dict[str, Any]:
-    """``docker push`` of *image* to a fresh registry: wall time, compressed bytes, layers."""
+    """``docker push`` of *image* to a fresh registry: wall time, dockerd CPU seconds (the push's work; the
+    machine is shared, so wall time also shows what else ran), compressed bytes, layers."""
     with registry(tmp, name) as reg:
         ref = f"{reg.addr}/bench/torch:{name}"
         sh(DOCKER, "tag", image, ref)
+        cpu = dockerd_cpu_s()
         start = time.monotonic()
         sh(DOCKER, "push", ref)
         wall = time.monotonic() - start
+        cpu = dockerd_cpu_s() - cpu
+        load = os.getloadavg()[0]
         m = manifest(reg.addr, "bench/torch", name)
         sh(DOCKER, "rmi", ref)
         sizes = blobs(m)
         return {
             "push_s": wall,
+            "dockerd_cpu_s": cpu,
+            "dockerd_cores": cpu / wall,
+            "loadavg_1m_after": load,
             "bytes": sum(sizes.values()),
             "layers": len(m["layers"]),
             "largest_layer": max(int(x["size"]) for x in m["layers"]),
@@ -185,7 +199,14 @@ def smoke_pair(args: argparse.Namespace, tmp: Path, stack: ExitStack) -> dict[st
             rounds[label].append(cold_push(images[label], tmp, f"{label}{i}"))
             print(f"round {i} {label}: {rounds[label][-1]}", file=sys.stderr, flush=True)
     med = {k: statistics.median(r["push_s"] for r in v) for k, v in rounds.items()}
+    per_round = [
+        lay["push_s"] / one["push_s"] for lay, one in zip(rounds["layered"], rounds["single"], strict=True)
+    ]
     return {
+        "push_time_ratio_per_round": per_round,
+        "dockerd_cores_median": {
+            k: statistics.median(r["dockerd_cores"] for r in v) for k, v in rounds.items()
+        },
         "baseline": args.baseline,
         "builds": builds,
         "rounds": rounds,
@@ -327,7 +348,14 @@ def main() -> None:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     flat: dict[str, Any] = {}
     smoke = results.get("smoke", {})
-    for k in ("push_time_ratio", "bytes_ratio", "push_s_median", "layers"):
+    for k in (
+        "push_time_ratio",
+        "push_time_ratio_per_round",
+        "dockerd_cores_median",
+        "bytes_ratio",
+        "push_s_median",
+        "layers",
+    ):
         if k in smoke:
             flat[f"smoke.{k}"] = smoke[k]
     pair = results.get("pair", {})
