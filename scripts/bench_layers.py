@@ -21,8 +21,10 @@
    do) reads the first image, then the second, and counts the bytes the second needed over its total.
 
 Needs scripts/setup.sh to have run (dockerd, the base image behind the registry-mirror map, the nccl-tests
-source cache). Builds download ~2.8 GB per torch release; check ``df -h /`` first (≈ 25 GB while it runs;
-it removes its images, registries and worktree at the end, not the build cache).
+source cache). Builds download ~2.8 GB per torch release; each image takes ~5.4 GB and each registry ~3 GB.
+Before every build and push it checks the free disk and stops rather than leave less than 15 GB free (the
+disk is shared); it removes its images, registries and worktree at the end (also when killed), not the build
+cache.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -57,6 +60,19 @@ MANIFEST_TYPES = ", ".join(
         "application/vnd.oci.image.manifest.v1+json",
     ]
 )
+
+
+#: never leave the shared disk with less than this free (the working rules' floor)
+FLOOR_GB = 15.0
+
+
+def need_disk(gb: float, what: str) -> None:
+    """Stop before a step that would take the disk below :data:`FLOOR_GB` free."""
+    free = shutil.disk_usage("/").free / 1e9
+    if free - gb < FLOOR_GB:
+        sys.exit(
+            f"{what} needs ~{gb:.0f} GB; {free:.1f} GB free would leave less than {FLOOR_GB:.0f} GB: stopped"
+        )
 
 
 def sh(*cmd: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
@@ -143,6 +159,7 @@ def dockerd_cpu_s() -> float:
 def cold_push(image: str, tmp: Path, name: str) -> dict[str, Any]:
     """``docker push`` of *image* to a fresh registry: wall time, dockerd CPU seconds (the push's work; the
     machine is shared, so wall time also shows what else ran), compressed bytes, layers."""
+    need_disk(3.5, f"cold push {name} (a registry holding one image)")
     with registry(tmp, name) as reg:
         ref = f"{reg.addr}/bench/torch:{name}"
         sh(DOCKER, "tag", image, ref)
@@ -176,6 +193,7 @@ def smoke_pair(args: argparse.Namespace, tmp: Path, stack: ExitStack) -> dict[st
     images: dict[str, str] = {}
     builds: dict[str, Any] = {}
     for label, tree in (("single", base_tree), ("layered", REPO)):
+        need_disk(6.0, f"the {label} smoke image")
         wall, cell = imagesmith(
             ["build", "--matrix", "smoke"],
             tree=tree,
@@ -275,7 +293,8 @@ def torch_pair(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         pulls: list[dict[str, int]] = []
         manifests: list[dict[str, int]] = []
         built: list[dict[str, Any]] = []
-        for cid in cells:
+        for i, cid in enumerate(cells):
+            need_disk(6.0 if i == 0 else 3.0, f"cell {cid} (image + its layers in the registry)")
             wall, cell = imagesmith(
                 ["build", "--matrix", "pair", "--only", cid, "--push"],
                 tree=REPO,
@@ -335,6 +354,7 @@ def main() -> None:
     ap.add_argument("--skip-pair", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench-layers.json"))
     args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))  # clean up (finally) on kill
     tmp = Path(tempfile.mkdtemp(prefix="imagesmith-bench-layers-"))
     results: dict[str, Any] = {"host": {"cpus": os.cpu_count()}, "command": " ".join(sys.argv)}
     try:

@@ -14,7 +14,7 @@ from imagesmith.errors import ConfigError, RenderError
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from imagesmith.layerplan import PlannedCell
+    from imagesmith.layerplan import PlannedCell, PullFigures
     from imagesmith.matrix import Matrix
     from imagesmith.plan import BuildPlan
     from imagesmith.project import Project
@@ -236,15 +236,22 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
             )
         console.print(table)
     est = estimate(cells)
-    sp, sg = est.second_pull, est.second_pull_group
+
+    def pulls(p: PullFigures, what: str) -> str:
+        if not p.pairs:
+            return f"  {what}: no such pair of cells"
+        return (
+            f"  {what} ({p.pairs} ordered pairs): {_mb(p.layered_mean)} vs {_mb(p.single_mean)} "
+            f"({p.fraction:.2f}x; worst {_mb(p.layered_max)})"
+        )
+
     console.print(
         f"totals over {est.cells} cell(s), wheel layers only (base, apt and venv layers are not planned):\n"
         f"  registry: {_mb(est.registry)} with the plan vs {_mb(est.single)} with one wheel layer per lock "
         f"({est.registry_fraction:.2f}x)\n"
-        f"  a renter's second pull, mean over {sp.pairs} ordered pairs of cells of different locks: "
-        f"{_mb(sp.layered_mean)} vs {_mb(sp.single_mean)} ({sp.fraction:.2f}x; worst {_mb(sp.layered_max)})\n"
-        f"  … of the same CUDA variant and Python ({sg.pairs} pairs): "
-        f"{_mb(sg.layered_mean)} vs {_mb(sg.single_mean)} ({sg.fraction:.2f}x; worst {_mb(sg.layered_max)})",
+        + pulls(est.second_pull, "a renter's second pull, mean over cells of different locks")
+        + "\n"
+        + pulls(est.second_pull_group, "… of the same CUDA variant and Python"),
         markup=False,
     )
     if est.unsized:
