@@ -278,3 +278,42 @@ def test_plan_explain_prints_layers_sharing_and_totals(monkeypatch: pytest.Monke
     cell = data["cells"][0]
     assert cell["layers"][0]["file"].startswith("layers/01-")
     assert set(data["layer_plan"]["sharing"][cell["id"]]) == {str(x["index"]) for x in cell["layers"]}
+
+
+def test_build_summary_names_wheel_layers_and_counts_pushed_ones() -> None:
+    from imagesmith.build import layer_report
+    from imagesmith.engine import PushResult
+    from imagesmith.registry import ManifestData
+
+    diff = [f"sha256:{c * 64}" for c in "abcd"]
+    body = json.dumps(
+        {"layers": [{"digest": f"sha256:{c * 64}", "size": 10 * (i + 1)} for i, c in enumerate("1234")]}
+    ).encode()
+    manifest = ManifestData(body=body, media_type="application/vnd.oci.image.manifest.v1+json", digest="d")
+
+    class Engine:
+        def inspect(self, ref: str) -> dict[str, object]:
+            return {"RootFS": {"Layers": diff}}
+
+    pushed = PushResult(
+        reference="r",
+        digest="d",
+        bytes_pushed=0,
+        layers_pushed=1,
+        layers_existing=3,
+        duration_s=1.0,
+        pushed_ids=(diff[3][7:19],),
+    )
+    steps = [
+        "/bin/sh -c #(nop) ADD file:base in /",
+        "COPY layers/01-nvidia-cublas.txt /tmp/ctx/layer.txt # buildkit",
+        "RUN /bin/bash -o pipefail -c cat /etc/ssl/certs/ca-certificates.crt # buildkit",
+        "RUN /bin/bash -o pipefail -c pip install imagesmith # buildkit",
+    ]
+    report = layer_report(Engine(), "r", manifest, pushed, steps)  # type: ignore[arg-type]
+    assert [r["pushed"] for r in report] == [False, False, False, True]
+    assert report[2]["step"] == "wheel layer layers/01-nvidia-cublas.txt"
+    assert report[3]["step"].startswith("RUN /bin/bash")  # not a wheel layer: no layer file before it
+    assert [r["size"] for r in report] == [10, 20, 30, 40]
+    # a history that does not match the manifest names nothing rather than the wrong step
+    assert all(r["step"] == "" for r in layer_report(Engine(), "r", manifest, pushed, steps[:2]))  # type: ignore[arg-type]
