@@ -148,13 +148,14 @@ def site_packages(cell: Cell) -> str:
     return f"{cell.venv}/lib/python{cell.python}/site-packages"
 
 
-def wheel_layer_files(layers: Sequence[WheelLayer], header: str) -> dict[str, str]:
-    """The build-context files of a layer plan: one requirements file per layer (the lock's pin lines,
-    *header* first) and the two /etc placeholders its Dockerfile block COPYs."""
+def wheel_layer_files(layers: Sequence[WheelLayer]) -> dict[str, str]:
+    """The build-context files of a layer plan: one requirements file per layer (the lock's pin lines) and the
+    two /etc placeholders its Dockerfile block COPYs. A layer file names no lock and no cell: cells that share
+    a wheel layer COPY the same bytes, so BuildKit's cache serves the layer to all of them."""
     files: dict[str, str] = {}
     for layer in layers:
         files[layer.file] = (
-            f"{header}# layer {layer.index} of {len(layers)}: {layer.label} (`imagesmith plan --explain`)\n"
+            f"# {HEADER}\n# one layer of the layer plan (`imagesmith plan --explain`)\n"
             + "".join(f"{n}=={v}\n" for n, v in layer.pins)
         )
     if layers:
@@ -255,8 +256,8 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "layer_fixed_dirs": _ancestors(site_packages(cell)),
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
-    # requirements.txt, so the torch layer is one layer (built once, pushed once).
-    # The lock's name, not its path: the same pins render the same file (and share the torch layer) in any
+    # requirements.txt and layer files, so each wheel layer is built once and pushed once.
+    # The lock's name, not its path: the same pins render the same file (and share the wheel layers) in any
     # project.
     header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n"
     files = {
@@ -266,7 +267,7 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.pins),
         "builder-requirements.txt": header + "".join(f"{n}=={v}\n" for n, v in cell.builder_pins),
     }
-    files.update(wheel_layer_files(cell.layers, header))
+    files.update(wheel_layer_files(cell.layers))
     if cell.flavor == "interactive":
         files["interactive-requirements.txt"] = (
             f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "

@@ -65,7 +65,7 @@ def context(root: Path, wheels: Path, pins: list[tuple[str, str]], sizes: SizeTa
         (root / "wheels" / w.name).write_bytes(w.read_bytes())
     (root / "certs").mkdir()
     (root / "certs" / "README").write_text("no extra CA\n")
-    for name, text in wheel_layer_files(layers, "# test\n").items():
+    for name, text in wheel_layer_files(layers).items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text)
     (root / "Dockerfile").write_text(

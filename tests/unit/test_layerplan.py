@@ -317,3 +317,25 @@ def test_build_summary_names_wheel_layers_and_counts_pushed_ones() -> None:
     assert [r["size"] for r in report] == [10, 20, 30, 40]
     # a history that does not match the manifest names nothing rather than the wrong step
     assert all(r["step"] == "" for r in layer_report(Engine(), "r", manifest, pushed, steps[:2]))  # type: ignore[arg-type]
+
+
+def test_cells_of_two_torch_releases_share_the_chain_of_cuda_layers() -> None:
+    """BuildKit serves a layer from its cache only when every step before it is the same: the Dockerfile text
+    and the COPYed layer files up to the first differing wheel must be byte-identical."""
+    plan = build_plan(load_matrix(PROJECT.matrix_path("a100")), project=PROJECT)
+    a = plan.cell("2.2.2-cu121-py3.10-runtime-ubuntu22.04")
+    b = plan.cell("2.3.1-cu121-py3.10-runtime-ubuntu22.04")
+    same = 0
+    while a.layers[same].pins == b.layers[same].pins:
+        same += 1
+    assert same >= 6  # cuBLAS, cuDNN, cuFFT, cuRAND, cuSOLVER, cuSPARSE …
+    assert {a.layers[i].kind for i in range(same)} == {"cuda"}
+    fa, fb = render_cell_files(a), render_cell_files(b)
+    for layer in a.layers[:same]:
+        assert fa[layer.file] == fb[layer.file]
+    stage = "# Stage 2"
+    cut = f"# layer {same + 1}: "  # the comment above the first differing layer
+    da = fa["Dockerfile"][fa["Dockerfile"].index(stage) : fa["Dockerfile"].index(cut)]
+    db = fb["Dockerfile"][fb["Dockerfile"].index(stage) : fb["Dockerfile"].index(cut)]
+    assert da.replace(a.torch, "T") == db.replace(b.torch, "T")  # only the comments name the release
+    assert "RUN" in da
