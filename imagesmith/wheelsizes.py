@@ -151,6 +151,7 @@ def collect_sizes(locks: Sequence[Lock], lister: FileLister) -> tuple[list[Wheel
     rows: dict[tuple[str, str, str], WheelSize] = {}
     missing: list[str] = []
     listings: dict[str, dict[str, int]] = {}
+    failures: list[UpstreamError] = []
     for lock in locks:
         python = lock.key.python
         for name, version in lock.pins:
@@ -159,7 +160,8 @@ def collect_sizes(locks: Sequence[Lock], lister: FileLister) -> tuple[list[Wheel
             if name not in listings:
                 try:
                     listings[name] = dict(lister.files(name))
-                except UpstreamError:
+                except UpstreamError as exc:
+                    failures.append(exc)
                     listings[name] = {}
             chosen = pick_file(listings[name], version, python)
             if chosen is None or listings[name][chosen] <= 0:
@@ -168,6 +170,8 @@ def collect_sizes(locks: Sequence[Lock], lister: FileLister) -> tuple[list[Wheel
             rows[(name, version, python)] = WheelSize(
                 name=name, version=version, python=python, file=chosen, size=listings[name][chosen]
             )
+    if failures and not rows:  # the index answered nothing: an unreachable index is not "no such wheels"
+        raise failures[0]
     return sorted(rows.values(), key=lambda r: (r.name, Version(r.version), r.python)), sorted(set(missing))
 
 

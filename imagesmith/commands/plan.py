@@ -97,7 +97,7 @@ RENDER_EPILOG = epilog(
     ],
 )
 LOCK_EPILOG = epilog(
-    ["imagesmith lock --matrix a100", "imagesmith lock --matrix a100 --force"],
+    ["imagesmith lock --matrix a100", "imagesmith lock --matrix a100 --force", "imagesmith lock --sizes"],
     ["0 = every lock written or kept", "2 = bad matrix or project, or a lock could not be resolved (uv)"],
 )
 

@@ -339,3 +339,19 @@ def test_cells_of_two_torch_releases_share_the_chain_of_cuda_layers() -> None:
     db = fb["Dockerfile"][fb["Dockerfile"].index(stage) : fb["Dockerfile"].index(cut)]
     assert da.replace(a.torch, "T") == db.replace(b.torch, "T")  # only the comments name the release
     assert "RUN" in da
+
+
+def test_collect_sizes_refuses_an_index_that_answers_nothing() -> None:
+    from imagesmith.errors import UpstreamError
+
+    class Down:
+        def files(self, project: str) -> list[tuple[str, int]]:
+            raise UpstreamError(
+                f"https://index.invalid/{project}/: connection refused", hint="check the index"
+            )
+
+    lock = parse_lock(
+        "torch==2.12.0\n", Path("l.txt"), LockKey(torch="2.12.0", variant="cu130", python="3.11")
+    )
+    with pytest.raises(UpstreamError):
+        collect_sizes([lock], Down())
