@@ -440,7 +440,11 @@ def _history(client: RegistryApi, repo: str, manifest: ManifestData) -> list[str
         history = json.loads(body).get("history") or []
     except (ValueError, AttributeError):
         return []
-    return [str(h.get("created_by", "")) for h in history if isinstance(h, dict) and not h.get("empty_layer")]
+    return [
+        str(h.get("created_by") or h.get("comment") or "")  # an imported base has only a comment
+        for h in history
+        if isinstance(h, dict) and not h.get("empty_layer")
+    ]
 
 
 _LAYER_FILE = re.compile(r"COPY (layers/\d+-[A-Za-z0-9._-]+\.txt)")
