@@ -66,10 +66,12 @@ MANIFEST_TYPES = ", ".join(
 FLOOR_GB = 15.0
 
 
-def need_disk(gb: float, what: str) -> None:
-    """Stop before a step that would take the disk below :data:`FLOOR_GB` free."""
-    free = shutil.disk_usage("/").free / 1e9
-    if free - gb < FLOOR_GB:
+def need_disk(gb: float, what: str, path: Path = Path("/")) -> None:
+    """Stop before a step that would take the disk of *path* below :data:`FLOOR_GB` free (the shared root
+    disk; another file system, e.g. a tmpfs for the registries, only needs *gb*)."""
+    free = shutil.disk_usage(path).free / 1e9
+    floor = FLOOR_GB if path.stat().st_dev == Path("/").stat().st_dev else 0.0
+    if free - gb < floor:
         sys.exit(
             f"{what} needs ~{gb:.0f} GB; {free:.1f} GB free would leave less than {FLOOR_GB:.0f} GB: stopped"
         )
@@ -156,10 +158,10 @@ def dockerd_cpu_s() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def cold_push(image: str, tmp: Path, name: str) -> dict[str, Any]:
+def cold_push(image: str, tmp: Path, name: str) -> dict[str, Any]:  # tmp: where the registry keeps its data
     """``docker push`` of *image* to a fresh registry: wall time, dockerd CPU seconds (the push's work; the
     machine is shared, so wall time also shows what else ran), compressed bytes, layers."""
-    need_disk(3.5, f"cold push {name} (a registry holding one image)")
+    need_disk(3.5, f"cold push {name} (a registry holding one image)", tmp)
     with registry(tmp, name) as reg:
         ref = f"{reg.addr}/bench/torch:{name}"
         sh(DOCKER, "tag", image, ref)
@@ -190,10 +192,19 @@ def smoke_pair(args: argparse.Namespace, tmp: Path, stack: ExitStack) -> dict[st
     stack.callback(
         lambda: subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_tree)])
     )
+    layered_tree = REPO
+    if args.layered:
+        layered_tree = tmp / "layered-tree"
+        sh("git", "-C", str(REPO), "worktree", "add", "--detach", str(layered_tree), args.layered)
+        stack.callback(
+            lambda: subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(layered_tree)]
+            )
+        )
     images: dict[str, str] = {}
     builds: dict[str, Any] = {}
-    for label, tree in (("single", base_tree), ("layered", REPO)):
-        need_disk(6.0, f"the {label} smoke image")
+    for label, tree in (("single", base_tree), ("layered", layered_tree)):
+        need_disk(args.build_gb, f"the {label} smoke image")
         wall, cell = imagesmith(
             ["build", "--matrix", "smoke"],
             tree=tree,
@@ -214,7 +225,7 @@ def smoke_pair(args: argparse.Namespace, tmp: Path, stack: ExitStack) -> dict[st
     for i in range(args.rounds):
         order = ("single", "layered") if i % 2 == 0 else ("layered", "single")
         for label in order:
-            rounds[label].append(cold_push(images[label], tmp, f"{label}{i}"))
+            rounds[label].append(cold_push(images[label], args.registry_dir or tmp, f"{label}{i}"))
             print(f"round {i} {label}: {rounds[label][-1]}", file=sys.stderr, flush=True)
     med = {k: statistics.median(r["push_s"] for r in v) for k, v in rounds.items()}
     per_round = [
@@ -350,6 +361,18 @@ def main() -> None:
     ap.add_argument("--baseline", default="main", help="git revision with today's single wheel layer")
     ap.add_argument("--rounds", type=int, default=2, help="cold pushes of each image, alternating")
     ap.add_argument("--pair", default="2.12.0,2.12.1", help="two torch releases of the smoke variant/Python")
+    ap.add_argument(
+        "--layered", default="", help="git revision for the layered image (default: this checkout)"
+    )
+    ap.add_argument(
+        "--registry-dir",
+        type=Path,
+        default=None,
+        help="where the cold-push registries keep their data (e.g. a tmpfs: no disk used)",
+    )
+    ap.add_argument(
+        "--build-gb", type=float, default=6.0, help="disk one smoke build may take (less when cached)"
+    )
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--skip-pair", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("bench-layers.json"))
