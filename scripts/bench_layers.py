@@ -275,7 +275,7 @@ def pair_project(tmp: Path, reg: TempRegistry, torches: list[str]) -> Path:
 def torch_pair(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     """Step 2: two torch releases of one variant and Python, one after the other, to one registry."""
     torches = args.pair.split(",")
-    with registry(tmp, "pair-registry") as reg:
+    with registry(args.registry_dir or tmp, "pair-registry") as reg:
         root = pair_project(tmp, reg, torches)
         imagesmith(["lock", "--matrix", "pair"], tree=REPO, cwd=root)
         imagesmith(["lock", "--sizes"], tree=REPO, cwd=root)
@@ -305,7 +305,7 @@ def torch_pair(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         manifests: list[dict[str, int]] = []
         built: list[dict[str, Any]] = []
         for i, cid in enumerate(cells):
-            need_disk(6.0 if i == 0 else 3.0, f"cell {cid} (image + its layers in the registry)")
+            need_disk(args.build_gb if i == 0 else args.second_gb, f"cell {cid} (its image)")
             wall, cell = imagesmith(
                 ["build", "--matrix", "pair", "--only", cid, "--push"],
                 tree=REPO,
@@ -372,6 +372,9 @@ def main() -> None:
     )
     ap.add_argument(
         "--build-gb", type=float, default=6.0, help="disk one smoke build may take (less when cached)"
+    )
+    ap.add_argument(
+        "--second-gb", type=float, default=3.0, help="disk the pair's second build may take (shared layers)"
     )
     ap.add_argument("--skip-smoke", action="store_true")
     ap.add_argument("--skip-pair", action="store_true")
