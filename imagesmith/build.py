@@ -30,6 +30,7 @@ For each cell of a plan:
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -100,6 +101,12 @@ class CellOutcome:
     cached_steps: int = 0
     bytes_pushed_engine: int = 0
     bytes_copied_api: int = 0
+    #: the engine's push: layers it uploaded, layers the registry had already (another cell's, or mounted)
+    layers_pushed: int = 0
+    layers_existing: int = 0
+    #: per layer of the manifest, bottom first: {"index", "digest", "size" (compressed), "pushed", "step"}
+    #: ("step": the Dockerfile instruction that made it, from the image config's history)
+    layers: list[dict[str, Any]] = field(default_factory=list)
     registries: dict[str, dict[str, str]] = field(default_factory=dict)
     error: str = ""
 
@@ -371,6 +378,13 @@ def push_cell(
     outcome.size_compressed = size_compressed
     # compressed bytes of the uploaded layers (the push stream's progress counts uncompressed bytes)
     outcome.bytes_pushed_engine = _uploaded_bytes(engine, staging_ref, manifest, pushed)
+    outcome.layers_pushed, outcome.layers_existing = pushed.layers_pushed, pushed.layers_existing
+    try:
+        outcome.layers = layer_report(
+            engine, staging_ref, manifest, pushed, _history(src, src_repo, manifest)
+        )
+    except ImagesmithError as exc:
+        raise _wrapped(first, exc) from exc
     for t in rest:
         report(cell.id, f"copy → {t.name}", None)
         try:
@@ -426,6 +440,59 @@ def _uploaded_bytes(engine: ContainerEngine, ref: str, manifest: ManifestData, p
         return pushed.bytes_pushed
     short = set(pushed.pushed_ids)
     return sum(int(layer["size"]) for d, layer in zip(diff_ids, layers, strict=True) if d[7:19] in short)
+
+
+def _history(client: RegistryApi, repo: str, manifest: ManifestData) -> list[str]:
+    """The Dockerfile step of each layer (bottom first), from the image config's history (``empty_layer``
+    entries make no layer)."""
+    digest = str((manifest.json().get("config") or {}).get("digest", ""))
+    if not digest:
+        return []
+    body = b"".join(client.get_blob(repo, digest).iter_content(1 << 16))
+    try:
+        history = json.loads(body).get("history") or []
+    except (ValueError, AttributeError):
+        return []
+    return [
+        str(h.get("created_by") or h.get("comment") or "")  # an imported base has only a comment
+        for h in history
+        if isinstance(h, dict) and not h.get("empty_layer")
+    ]
+
+
+_LAYER_FILE = re.compile(r"COPY (layers/\d+-[A-Za-z0-9._-]+\.txt)")
+
+
+def layer_report(
+    engine: ContainerEngine, ref: str, manifest: ManifestData, pushed: PushResult, steps: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Each manifest layer: compressed size, whether this push uploaded it, and the step that made it (a
+    wheel layer is named by the layer file COPYed just before its RUN: ``layers/NN-name.txt``)."""
+    diff_ids = ((engine.inspect(ref) or {}).get("RootFS") or {}).get("Layers") or []
+    layers = manifest.json().get("layers", [])
+    short = set(pushed.pushed_ids)
+    out: list[dict[str, Any]] = []
+    wheel_file = ""
+    for i, layer in enumerate(layers):
+        step = steps[i] if len(steps) == len(layers) else ""
+        m = _LAYER_FILE.search(step)
+        if m:
+            wheel_file = m.group(1)
+        elif "RUN" in step and wheel_file:
+            step = f"wheel layer {wheel_file}"
+            wheel_file = ""
+        else:
+            wheel_file = ""
+        out.append(
+            {
+                "index": i + 1,
+                "digest": str(layer.get("digest", "")),
+                "size": int(layer.get("size", 0)),
+                "pushed": len(diff_ids) == len(layers) and diff_ids[i][7:19] in short,
+                "step": " ".join(step.split())[:160],
+            }
+        )
+    return out
 
 
 def retag_cell(cell: Cell, clients: dict[str, RegistryApi], digest: str, outcome: CellOutcome) -> None:

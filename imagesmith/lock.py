@@ -157,6 +157,18 @@ def reference_lock_keys() -> list[LockKey]:
     return sorted(out, key=lambda k: (k.torch, k.variant, k.python))
 
 
+def lock_keys_in(lock_dir: Path) -> list[LockKey]:
+    """Every (torch, variant, python) with a lock file in *lock_dir* (a project's locks folder)."""
+    if not lock_dir.is_dir():
+        return []
+    out = []
+    for entry in lock_dir.iterdir():
+        m = _LOCK_NAME.match(entry.name)
+        if m and entry.is_file():
+            out.append(LockKey(torch=m.group(1), variant=m.group(2), python=m.group(3)))
+    return sorted(out, key=lambda k: (k.torch, k.variant, k.python))
+
+
 _LOCK_NAME = re.compile(r"^(.+)-([a-z0-9]+)-py(3\.\d+)\.txt$")
 
 

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal
 
 from imagesmith.compat import DistroToolkit, MinDriver
 from imagesmith.errors import NothingToDoError
+from imagesmith.layerplan import WheelLayer
 from imagesmith.matrix import select
 from imagesmith.refs import Registry
 
@@ -93,6 +94,8 @@ class Cell:
     dockerfile: str
     context: str
     fingerprint: str = ""
+    #: the wheel layers of the final stage (:mod:`imagesmith.layerplan`); empty: torch comes from the base
+    layers: tuple[WheelLayer, ...] = ()
 
     @property
     def hashed(self) -> bool:
@@ -112,6 +115,7 @@ class Cell:
         data["interactive_pins"] = dict(self.interactive_pins)
         data["arch_coverage"] = dict(self.arch_coverage)
         data["labels"] = dict(self.labels)
+        data["layers"] = [layer.to_json() for layer in self.layers]
         data["min_driver"] = {
             "full": str(self.min_driver.full),
             "minor_version": str(self.min_driver.minor_version),

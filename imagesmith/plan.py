@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Final
 
 from imagesmith import __version__, compat
 from imagesmith.errors import ConfigError
-from imagesmith.lock import Lock, LockKey, read_lock
+from imagesmith.layerplan import plan_layers, popularity
+from imagesmith.lock import Lock, LockKey, lock_keys_in, read_lock
 from imagesmith.matrix import Matrix, Rule
 from imagesmith.model import (
     NCCL_TESTS_BIN,
@@ -40,6 +41,7 @@ from imagesmith.model import (
     PythonSource,
 )
 from imagesmith.templating import render_cell_files
+from imagesmith.wheelsizes import read_sizes
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -199,6 +201,11 @@ def build_plan(
     dockerfiles = project.dockerfiles_rel
     cells: list[Cell] = []
     dropped: list[Dropped] = []
+    sizes = read_sizes(locks)
+    # the layer order: a wheel more locks of the project pin comes earlier in its group
+    shared = popularity(
+        (k.python, lk.pins) for k in lock_keys_in(locks) if (lk := read_lock(k, locks)) is not None
+    )
     for torch, variant_name, python, flavor, included in _combinations(matrix):
         cid = cell_id(torch, variant_name, python, flavor, matrix.base.os)
 
@@ -388,6 +395,9 @@ def build_plan(
                 venv=matrix.base.venv or VENV,
                 dockerfile=f"{dockerfiles}/{matrix.name}/{cid}/Dockerfile",
                 context=f"{dockerfiles}/{matrix.name}/{cid}",
+                layers=()
+                if matrix.torch.source == "base"
+                else plan_layers(lock.pins, python, sizes, shared=shared),
             )
         )
     plan = BuildPlan(matrix=matrix.name, cells=tuple(cells), dropped=tuple(dropped))

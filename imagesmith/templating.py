@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import PurePosixPath
 from typing import Any, Final
@@ -28,6 +29,7 @@ import jinja2
 from imagesmith import compat
 from imagesmith.compat import OsFamily
 from imagesmith.errors import RenderError
+from imagesmith.layerplan import LAYER_EPOCH, WheelLayer
 from imagesmith.matrix import MIRROR_PROFILES
 from imagesmith.model import NCCL_TESTS_BIN, Cell
 
@@ -168,6 +170,51 @@ _RENDERED_AS: Final[dict[str, re.Pattern[str] | tuple[re.Pattern[str], ...] | No
 }
 
 
+def wheel_layer_files(layers: Sequence[WheelLayer], cell: Cell | None = None) -> dict[str, str]:
+    """The build-context files of a layer plan: one requirements file per layer (the lock's pin lines) and the
+    two /etc placeholders its Dockerfile block COPYs. A layer file names no lock and no cell: cells that share
+    a wheel layer COPY the same bytes, so BuildKit's cache serves the layer to all of them."""
+    files: dict[str, str] = {}
+    for layer in layers:
+        files[layer.file] = f"# {HEADER}\n# one layer of the layer plan (`imagesmith plan --explain`)\n" + (
+            _pin_lines(cell, layer.pins)
+            if cell is not None
+            else "".join(f"{n}=={v}\n" for n, v in layer.pins)
+        )
+    if layers:
+        for stub in ("hosts", "resolv.conf"):
+            files[f"layers/etc/{stub}"] = (
+                f"# {HEADER}\n# a placeholder: docker mounts its own /etc/{stub} at run time "
+                "(see the Dockerfile)\n"
+            )
+    return files
+
+
+def wheel_layers_block(venv: str, python: str, layers: Sequence[WheelLayer]) -> str:
+    """The Dockerfile lines that install *layers* into the venv *venv* of CPython *python* (the block a cell's
+    Dockerfile has; ``parts.wheel_layers``)."""
+    template = '{% import "parts.j2" as parts with context %}{{ parts.wheel_layers(venv, layers, fixed) }}'
+    try:
+        return (
+            _env()
+            .from_string(template)
+            .render(
+                venv=venv,
+                layers=layers,
+                fixed=_ancestors(f"{venv}/lib/python{python}/site-packages"),
+                layer_epoch=LAYER_EPOCH,
+            )
+        )
+    except jinja2.TemplateError as exc:
+        raise RenderError(f"imagesmith/templates/parts.j2: {exc}", hint="fix the template") from exc
+
+
+def _ancestors(path: str) -> list[str]:
+    """The folders above *path* (``/opt``, ``/opt/venv``, …), *path* itself excluded."""
+    parts = PurePosixPath(path).parts[1:-1]
+    return ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+
+
 def _single_line_text(cell: Cell) -> None:
     """Every text of the cell that a template may render is one line without control characters: no input can
     add a line (an instruction) to a Dockerfile or a script; and each holds only what its place in the
@@ -258,10 +305,12 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "cuda_home": f"{site_packages(cell)}/nvidia/cu{cell.cuda.split('.')[0]}",
         "entrypoint_cell": _entrypoint_cell(cell),
         "interactive": INTERACTIVE_DEFAULTS,
+        "layer_epoch": LAYER_EPOCH,
+        "layer_fixed_dirs": _ancestors(site_packages(cell)),
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
-    # requirements.txt, so the torch layer is one layer (built once, pushed once).
-    # The lock's name, not its path: the same pins render the same file (and share the torch layer) in any
+    # requirements.txt and layer files, so each wheel layer is built once and pushed once.
+    # The lock's name, not its path: the same pins render the same file (and share the wheel layers) in any
     # project.
     header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n" + _unhashed_note(cell)
     files = {
@@ -271,6 +320,7 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "requirements.txt": header + _pin_lines(cell, cell.pins),
         "builder-requirements.txt": header + _pin_lines(cell, cell.builder_pins),
     }
+    files.update(wheel_layer_files(cell.layers, cell))
     if cell.flavor == "interactive":
         files["interactive-requirements.txt"] = (
             f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "

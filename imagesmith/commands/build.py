@@ -194,6 +194,7 @@ def build_command(
         "total",
         "cached",
         "pushed",
+        "layers pushed/there",
         "copied",
     ):
         table.add_column(col)
@@ -208,6 +209,7 @@ def build_command(
             f"{o.duration_s:.0f}s",
             f"{o.cached_steps}/{o.steps}" if o.steps else "-",
             _human(o.bytes_pushed_engine),
+            f"{o.layers_pushed}/{o.layers_existing}" if o.layers_pushed or o.layers_existing else "-",
             _human(o.bytes_copied_api),
         )
     out = Console(highlight=False)

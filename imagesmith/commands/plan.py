@@ -14,6 +14,7 @@ from imagesmith.errors import ConfigError, RenderError
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from imagesmith.layerplan import PlannedCell, PullFigures
     from imagesmith.matrix import Matrix
     from imagesmith.plan import BuildPlan
     from imagesmith.project import Project
@@ -100,6 +101,7 @@ LOCK_EPILOG = epilog(
         "imagesmith lock --matrix a100",
         "imagesmith lock --matrix a100 --force",
         "imagesmith lock --matrix a100 --keep-versions",
+        "imagesmith lock --sizes",
     ],
     ["0 = every lock written or kept", "2 = bad matrix or project, or a lock could not be resolved (uv)"],
 )
@@ -133,6 +135,7 @@ def plan_command(
         data = plan.to_json()
         if explain:
             data["dropped"] = [{"cell": d.combination, "reason": d.reason} for d in plan.dropped]
+            data["layer_plan"] = _layer_json(plan)
         typer.echo(json.dumps(data, indent=2))
         return
     if github:
@@ -160,8 +163,111 @@ def plan_command(
         console.print(f"\ndropped {len(plan.dropped)} combination(s):")
         for d in plan.dropped:
             console.print(f"  {d.combination}: {d.reason}", markup=False)
+        _print_layers(console, plan)
     elif plan.dropped:
         console.print(f"({len(plan.dropped)} combination(s) dropped; --explain lists why)")
+
+
+def _planned(plan: BuildPlan) -> list[PlannedCell]:
+    from imagesmith.layerplan import PlannedCell
+
+    return [
+        PlannedCell(
+            id=c.id,
+            python=c.python,
+            base=c.base_image,
+            venv=c.venv,
+            layers=c.layers,
+            group=f"{c.variant} py{c.python}",
+        )
+        for c in plan.cells
+        if c.layers
+    ]
+
+
+def _layer_json(plan: BuildPlan) -> dict[str, Any]:
+    """``plan --json --explain``: which cells share each layer, and the matrix's estimate."""
+    from imagesmith.layerplan import estimate, shared_layers
+
+    cells = _planned(plan)
+    sharing = shared_layers(cells)
+    return {
+        "sharing": {cid: {str(i): others for i, others in layers.items()} for cid, layers in sharing.items()},
+        "estimate": estimate(cells).to_json(),
+    }
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:,.0f} MB"
+
+
+def _print_layers(console: Console, plan: BuildPlan) -> None:
+    """``plan --explain``: each lock's layer plan (cells of one lock have the same one), the cells sharing
+    each layer, and the totals."""
+    from rich.table import Table
+
+    from imagesmith.layerplan import KIND_TITLE, MIN_LAYER_BYTES, estimate, shared_layers
+
+    cells = _planned(plan)
+    if not cells:
+        console.print("\nlayer plan: none (torch comes from the base image)")
+        return
+    sharing = shared_layers(cells)
+    by_cell = {c.id: c for c in plan.cells}
+    groups: dict[str, list[str]] = {}
+    for c in cells:
+        groups.setdefault(by_cell[c.id].lock_file, []).append(c.id)
+    lock_of = {cid: lock for lock, ids in groups.items() for cid in ids}
+    console.print(
+        f"\nlayer plan (a wheel of {MIN_LAYER_BYTES // 2**20} MiB or more gets its own layer; sizes from "
+        "the locks' wheel-sizes.toml):"
+    )
+    for lock, ids in groups.items():
+        first = by_cell[ids[0]]
+        table = Table(title=f"{lock} — {', '.join(ids)}", title_justify="left")
+        for col in ("#", "layer", "group", "compressed", "shared with (other locks: cells)"):
+            table.add_column(col)
+        for layer in first.layers:
+            others = [o for o in sharing[first.id][layer.index] if lock_of[o] != lock]
+            per_lock: dict[str, int] = {}
+            for o in others:
+                per_lock[lock_of[o].rsplit("/", 1)[-1]] = per_lock.get(lock_of[o].rsplit("/", 1)[-1], 0) + 1
+            size = _mb(layer.size) if layer.size else "-"
+            if layer.unsized:
+                size += " (unsized: " + ", ".join(layer.unsized) + ")"
+            table.add_row(
+                str(layer.index),
+                layer.label,
+                KIND_TITLE[layer.kind],
+                size,
+                ", ".join(f"{k}: {v}" for k, v in sorted(per_lock.items())) or "-",
+            )
+        console.print(table)
+    est = estimate(cells)
+
+    def pulls(p: PullFigures, what: str) -> str:
+        if not p.pairs:
+            return f"  {what}: no such pair of cells"
+        return (
+            f"  {what} ({p.pairs} ordered pairs): {_mb(p.layered_mean)} vs {_mb(p.single_mean)} "
+            f"({p.fraction:.2f}x; worst {_mb(p.layered_max)})"
+        )
+
+    console.print(
+        f"totals over {est.cells} cell(s), wheel layers only (base, apt and venv layers are not planned):\n"
+        f"  registry: {_mb(est.registry)} with the plan vs {_mb(est.single)} with one wheel layer per lock "
+        f"({est.registry_fraction:.2f}x)\n"
+        + pulls(est.second_pull, "a renter's second pull, mean over cells of different locks")
+        + "\n"
+        + pulls(est.second_pull_group, "… of the same CUDA variant and Python"),
+        markup=False,
+    )
+    if est.unsized:
+        console.print(
+            f"  not counted (no recorded size): {', '.join(est.unsized)}; "
+            "`imagesmith lock --sizes` records what the default index carries",
+            markup=False,
+        )
 
 
 def render_command(
@@ -243,6 +349,12 @@ def lock_command(
         help="Re-resolve existing locks with their own pins as constraints: adds --hash lines and applies "
         "new constraints (imagesmith/data/lock_constraints.toml) without moving any other version.",
     ),
+    sizes: bool = typer.Option(
+        False,
+        "--sizes",
+        help="Only record the wheel sizes of every lock in locks/ (wheel-sizes.toml, for the layer plan) "
+        "from the package index's JSON Simple API; resolves nothing.",
+    ),
 ) -> None:
     """Resolve exact transitive pins (with sha256 hashes) per (torch, variant, python) with uv into the
     project's locks/."""
@@ -251,6 +363,9 @@ def lock_command(
     from imagesmith.matrix import load_matrix
 
     project = current_project(matrix)
+    if sizes:
+        _record_sizes(project)
+        return
     m = load_matrix(project.resolve_matrix_name(matrix), project=project)
     keys: list[LockKey] = []
     if m.torch.source == "base":
@@ -297,6 +412,36 @@ def lock_command(
             hint="run `imagesmith lock` where the variants' wheel indexes are reachable; "
             "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
         )
+
+
+def _record_sizes(project: Project) -> None:
+    """``imagesmith lock --sizes``: wheel-sizes.toml for every lock of the project's locks folder."""
+    from imagesmith import refresh
+    from imagesmith.lock import lock_keys_in, read_lock
+    from imagesmith.wheelsizes import collect_sizes, merge, read_sizes, write_sizes
+
+    keys = lock_keys_in(project.locks_dir)
+    locks = [lock for k in keys if (lock := read_lock(k, project.locks_dir)) is not None]
+    if not locks:
+        raise ConfigError(
+            f"no lock files in {project.rel(project.locks_dir)} to size",
+            hint="write them first: imagesmith lock --matrix NAME",
+        )
+    http = refresh.Http(verify=refresh.ca_bundle())
+    source = refresh.LiveSource(refresh.default_index_url(), http)
+
+    class Lister:
+        def files(self, name: str) -> list[tuple[str, int]]:
+            return [(f.filename, f.size) for f in source.files(name)]
+
+    rows, missing = collect_sizes(locks, Lister())
+    path = write_sizes(project.locks_dir, merge(read_sizes(project.locks_dir), rows), missing)
+    typer.echo(
+        f"wrote   {project.rel(path)} ({len(rows)} wheels of {len(locks)} locks, "
+        f"{http.requests} index requests, {http.bytes / 1e6:.1f} MB read)"
+    )
+    for pin in missing:
+        typer.echo(f"unsized {pin}: not on the default index (the plan gives it its own layer)")
 
 
 def register(app: typer.Typer) -> None:

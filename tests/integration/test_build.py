@@ -110,6 +110,12 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
     push_cell(cell, engine, clients, outcome, lambda *a: None, suite)
     assert outcome.bytes_pushed_engine > 300_000  # compressed + uploaded by the engine once …
     assert outcome.bytes_copied_api > 300_000  # … and copied registry to registry, not pushed twice
+    # issue 19: the summary's per-layer report — every manifest layer, its step, what this push uploaded
+    manifest_layers = clients["plain"].get_manifest(repo, outcome.digest).json()["layers"]
+    assert [x["digest"] for x in outcome.layers] == [x["digest"] for x in manifest_layers]
+    assert all(x["step"] for x in outcome.layers)
+    assert outcome.layers_pushed == sum(1 for x in outcome.layers if x["pushed"]) >= 1
+    assert sum(x["size"] for x in outcome.layers if x["pushed"]) == outcome.bytes_pushed_engine
     for t in targets:
         assert clients[t.name].manifest_digest(repo, candidate_tag(cell)) == outcome.digest
         assert (
