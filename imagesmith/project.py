@@ -89,6 +89,8 @@ class Project:
     locks_dir: Path
     registries_file: Path
     source_mirrors: tuple[str, ...] = ()
+    #: ``[release] trusted_keys``: public keys whose validation attestations release accepts
+    trusted_keys: tuple[Path, ...] = ()
 
     # -- paths ---------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -179,15 +181,17 @@ def is_file(path: Path) -> bool:
 
 
 def _relative(file: Path, key: str, value: object, root: Path) -> Path:
+    leaf = key.split(".")[-1]
+    example = DEFAULT_PATHS.get(leaf, "keys/validation.pub")
     if not isinstance(value, str) or not value.strip():
         raise ProjectError(
             f"{file}: {key} must be a non-empty path string",
-            hint=f'e.g. {key.split(".")[-1]} = "{DEFAULT_PATHS[key.split(".")[-1]]}"',
+            hint=f'e.g. {leaf.split("[")[0]} = "{example}"',
         )
     if Path(value).is_absolute() or value.startswith("~"):
         raise ProjectError(
             f"{file}: {key} = {value!r} is absolute: a project must work in any clone on any machine",
-            hint=f"make it relative to {file.parent.name}/ (e.g. {DEFAULT_PATHS[key.split('.')[-1]]!r})",
+            hint=f"make it relative to {file.parent.name}/ (e.g. {example!r})",
         )
     return (root / value).resolve()
 
@@ -252,6 +256,10 @@ def load_project(file: Path) -> Project:
     _check_dockerfiles_folder(file, root, resolved)
     mirrors = data.get("sources", {}).get("mirrors", [])
     checked = tuple(check_mirror_template(m, f"{file}: sources.mirrors") for m in mirrors)
+    trusted_keys = tuple(
+        _relative(file, f"release.trusted_keys[{i}]", v, root)
+        for i, v in enumerate(data.get("release", {}).get("trusted_keys", []))
+    )
     if default_matrix is not None and not is_file(resolved["matrices"] / f"{default_matrix}.toml"):
         raise ProjectError(
             f"{file}: default_matrix = {default_matrix!r} but "
@@ -268,6 +276,7 @@ def load_project(file: Path) -> Project:
         locks_dir=resolved["locks"],
         registries_file=resolved["registries"],
         source_mirrors=checked,
+        trusted_keys=trusted_keys,
     )
 
 

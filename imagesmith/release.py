@@ -36,8 +36,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from imagesmith.attestation import (
+    ATTESTATION_FILE,
+    DSSE_MEDIA_TYPE,
+    Attested,
+    attach_attestations,
+    attested_in_registry,
+    claimed_digest,
+    has_attestations,
+    verify_validation,
+)
 from imagesmith.compat import MinDriver
-from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
+from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError, SignatureError
 from imagesmith.index import (
     INDEX_MEDIA_TYPE,
     RegistryCopy,
@@ -61,11 +71,18 @@ from imagesmith.registry import (
     copy_manifest,
     verify_blobs,
 )
-from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
+from imagesmith.tags import (
+    INDEX_ARTIFACT_TAG,
+    attestation_tag,
+    candidate_tag,
+    cosign_attestation_tag,
+    release_tag,
+)
 from imagesmith.validate.record import ValidationReport
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
+    from imagesmith.signing import PublicKey, SigningKey
 
 REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
 REPORT_ARTIFACT_TYPE: Final[str] = REPORT_MEDIA_TYPE
@@ -133,9 +150,12 @@ class ReleaseCell:
 
 @dataclass(frozen=True, kw_only=True)
 class Report:
+    """One piece of validation evidence. Only a report carried by a signed attestation that verifies with a
+    trusted key counts (``signer`` set, ``problem`` None); the others are kept to say why they do not."""
+
     path: str  # the file, or the registry artifact the report was read from
     body: bytes
-    digest: str | None  # the validated image's manifest digest
+    digest: str | None  # signed: the attestation's subject; unsigned: what the report claims (never trusted)
     verdict: str
     reason: str
     target: str
@@ -146,6 +166,10 @@ class Report:
     failed: tuple[str, ...] = ()
     link: str = ""
     figures: Mapping[str, float] = field(default_factory=dict, hash=False)
+    signer: str | None = None  # the trusted key that signed the attestation
+    envelope: bytes | None = field(default=None, repr=False)  # the DSSE envelope (attached to registries)
+    problem: str | None = None  # why this is not evidence (unsigned, bad signature, unknown key, …)
+    claimed: str | None = None  # the digest the report.json file itself names (for messages only)
 
     @property
     def sha(self) -> str:
@@ -154,6 +178,10 @@ class Report:
     @property
     def passed(self) -> bool:
         return self.verdict == "passed"
+
+    @property
+    def evidence(self) -> bool:
+        return self.problem is None and self.signer is not None and self.envelope is not None
 
     @property
     def host_known(self) -> bool:
@@ -173,7 +201,8 @@ class Report:
 
 
 def read_report(path: Path) -> Report:
-    """One report.json of ``imagesmith validate`` (schema 1 or 2); ConfigError naming the file otherwise."""
+    """One report.json of ``imagesmith validate`` (schema 1 or 2); ConfigError naming the file otherwise.
+    The result is not evidence by itself (see :func:`read_evidence`)."""
     try:
         body = path.read_bytes()
     except OSError as exc:
@@ -198,18 +227,95 @@ def parse_report(body: bytes, *, source: str) -> Report:
         failed=report.failed(),
         link=report.link,
         figures=report.figures,
+        claimed=report.image_digest,
     )
 
 
-def collect_reports(dirs: Sequence[Path]) -> list[Report]:
+def attested_report(attested: Attested, *, source: str, claimed: str | None = None) -> Report:
+    """The report a verified attestation carries, bound to the attestation's subject digest."""
+    r = parse_report(attested.report, source=source)
+    return replace(
+        r, digest=attested.digest, signer=attested.signer, envelope=attested.envelope, claimed=claimed
+    )
+
+
+def _unusable(path: str, problem: str, *, claimed: str | None, beside: Report | None) -> Report:
+    if beside is not None:
+        return replace(beside, path=path, problem=problem, digest=claimed or beside.digest)
+    return Report(
+        path=path,
+        body=b"",
+        digest=claimed,
+        verdict="unknown",
+        reason="",
+        target="",
+        gpu="",
+        gpu_count=0,
+        driver="",
+        date="",
+        problem=problem,
+        claimed=claimed,
+    )
+
+
+def read_evidence(
+    folder: Path, trusted: Sequence[PublicKey], *, report_file: Path | None = None
+) -> list[Report]:
+    """The evidence of one validation folder: report.json (or *report_file*) and, beside it, the signed
+    attestation."""
+    report_path, att_path = report_file or folder / "report.json", folder / ATTESTATION_FILE
+    beside = read_report(report_path) if report_path.is_file() else None
+    claimed = beside.digest if beside is not None else None
+    if not att_path.is_file():
+        assert beside is not None
+        return [
+            replace(
+                beside,
+                problem=f"not signed: no {ATTESTATION_FILE} beside it (a report file alone is never enough; "
+                "validate with --sign-key on a validation runner)",
+            )
+        ]
+    try:
+        envelope = att_path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{att_path}: cannot read ({exc.strerror})", hint="check --reports") from None
+    if not trusted:
+        return [
+            _unusable(
+                str(att_path),
+                "no trusted public key is configured ([release] trusted_keys in imagesmith.toml)",
+                claimed=claimed_digest(envelope) or claimed,
+                beside=beside,
+            )
+        ]
+    try:
+        attested = verify_validation(envelope, trusted)
+    except SignatureError as exc:
+        return [
+            _unusable(str(att_path), exc.message, claimed=claimed_digest(envelope) or claimed, beside=beside)
+        ]
+    except ConfigError as exc:  # the signed predicate is not a report imagesmith reads
+        return [_unusable(str(att_path), exc.message, claimed=claimed_digest(envelope), beside=beside)]
+    return [attested_report(attested, source=str(att_path), claimed=claimed)]
+
+
+def collect_reports(dirs: Sequence[Path], trusted: Sequence[PublicKey] = ()) -> list[Report]:
+    """Every report.json and attestation under *dirs*, read as evidence against the *trusted* keys."""
     out = []
     for d in dirs:
         if not d.exists():
             raise ConfigError(
                 f"--reports {d}: no such folder", hint="pass the folder(s) imagesmith validate wrote"
             )
-        paths = [d] if d.is_file() else sorted(d.rglob("report.json"))
-        out += [read_report(p) for p in paths]
+        if d.is_file():
+            if d.name == ATTESTATION_FILE:
+                out += read_evidence(d.parent, trusted)
+            else:
+                out += read_evidence(d.parent, trusted, report_file=d)
+            continue
+        found = [*d.rglob("report.json"), *d.rglob(ATTESTATION_FILE)]
+        for f in sorted({p.parent for p in found}):
+            out += read_evidence(f, trusted)
     return out
 
 
@@ -236,6 +342,7 @@ class Outcome:
     index_file: str | None = None
     index_changed: bool = False
     index_published: list[str] = field(default_factory=list)
+    index_signature: str | None = None
 
     def raise_for_refusals(self) -> None:
         bad = [c for c in self.cells if c.status in ("refused", "failed")]
@@ -273,14 +380,19 @@ def artifact_manifest(
     layer: bytes,
     subject: ManifestData | None,
     annotations: dict[str, str],
+    extra_layers: Sequence[tuple[str, bytes]] = (),
 ) -> ManifestData:
-    """An OCI 1.1 artifact as an image manifest: empty config, one layer, optional subject."""
+    """An OCI 1.1 artifact as an image manifest: empty config, one layer (and *extra_layers*), optional
+    subject."""
     doc: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": artifact_type,
         "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_BLOB)},
-        "layers": [{"mediaType": layer_media_type, "digest": _sha(layer), "size": len(layer)}],
+        "layers": [
+            {"mediaType": mt, "digest": _sha(data), "size": len(data)}
+            for mt, data in [(layer_media_type, layer), *extra_layers]
+        ],
     }
     if subject is not None:
         doc["subject"] = {
@@ -325,39 +437,42 @@ def attached_report_ok(client: RegistryApi, repo: str, digest: str) -> bool:
     return bool(subject.get("digest") == digest and verdict == "passed")
 
 
-def attached_report(client: RegistryApi, repo: str, digest: str) -> Report | None:
-    """The passing report attached to *digest* in this registry (``sha256-<hex>.validation``), if any.
-
-    This is the evidence a rerun uses when the ``--reports`` folders of the first run are gone (a fresh CI
-    runner finishing an interrupted promotion)."""
-    if not attached_report_ok(client, repo, digest):
-        return None
-    tag = attestation_tag(digest)
-    doc = client.get_manifest(repo, tag).json()
-    layers = [x for x in doc.get("layers", []) if x.get("mediaType") == REPORT_MEDIA_TYPE]
-    if len(layers) != 1:
-        return None
-    with client.get_blob(repo, layers[0]["digest"]) as resp:
-        body: bytes = resp.content
-    if _sha(body) != layers[0]["digest"]:
-        return None
-    report = parse_report(body, source=f"{client.host}/{repo}:{tag}")
-    return report if report.digest == digest and report.passed else None
+def index_signature_path(index_file: Path) -> Path:
+    """``index.json.sig``: the DSSE envelope of the index (its payload is the index JSON), beside it."""
+    return index_file.with_name(index_file.name + ".sig")
 
 
-def publish_index(client: RegistryApi, repo: str, body: bytes) -> str:
-    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes)."""
+def _signed_same(signature: Path, body: bytes, key: SigningKey) -> bool:
+    """The envelope at *signature* already signs *body* with *key* (ECDSA signatures differ each time: keep
+    the old one, so a rerun changes no file and no artifact)."""
+    from imagesmith import signing
+
+    try:
+        verified = signing.verify_envelope(
+            signature.read_bytes(), [key.public], payload_type=signing.INDEX_PAYLOAD_TYPE
+        )
+    except (SignatureError, OSError):
+        return False
+    return verified.payload == body
+
+
+def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> str:
+    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
+    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once)."""
     manifest = artifact_manifest(
         artifact_type=INDEX_ARTIFACT_TYPE,
         layer_media_type=INDEX_MEDIA_TYPE,
         layer=body,
         subject=None,
         annotations={"org.opencontainers.image.title": "imagesmith release index"},
+        extra_layers=[(DSSE_MEDIA_TYPE, envelope)] if envelope is not None else [],
     )
     if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
         return manifest.digest
     _ensure_blob(client, repo, EMPTY_BLOB)
     _ensure_blob(client, repo, body)
+    if envelope is not None:
+        _ensure_blob(client, repo, envelope)
     return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
 
 
@@ -387,8 +502,12 @@ def release_cell(
     dry_run: bool,
     client_for: Callable[[Registry], RegistryApi] | None = None,
     verify: Verify = "head",
+    trusted: Sequence[PublicKey] = (),
 ) -> tuple[CellResult, list[Report]]:
-    """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
+    """Promote one cell (or say why not). Returns the result and the passing reports of the digest.
+
+    Evidence is a signed attestation that verifies with a *trusted* key and whose subject is the candidate's
+    digest: from *reports* (read by :func:`collect_reports`), else stored in one of the cell's registries."""
     res = CellResult(cell=cell.id, tag=cell.tag)
     candidates, errors = _candidate_digests(cell, clients)
     held = {name: d for name, d in candidates.items() if d}
@@ -411,15 +530,19 @@ def release_cell(
         return res, []
     digest = next(iter(held.values()))
     res.digest = digest
-    for_digest = [r for r in reports if r.digest == digest]
-    if not for_digest:  # no local report: the evidence a previous run attached in a registry, if any
+    for_digest = [r for r in reports if r.evidence and r.digest == digest]
+    store_problems: list[str] = []
+    if not for_digest and trusted:  # no local attestation: one a previous run stored, verified again
         for t in cell.targets:
             try:
-                found = attached_report(clients[t.name], t.repo, digest)
+                good, bad = attested_in_registry(clients[t.name], t.repo, digest, trusted)
             except ImagesmithError:
                 continue
-            if found is not None:
-                for_digest = [found]
+            store_problems += bad
+            for att in good:
+                where = f"{t.image}:{cosign_attestation_tag(digest)}"
+                for_digest.append(attested_report(att, source=where))
+            if good:
                 break
     passing = [r for r in for_digest if r.passed]
     failing = [r for r in for_digest if r.verdict == "failed"]
@@ -431,35 +554,10 @@ def release_cell(
         return res, []
     if not passing:
         res.status = "refused"
-        if for_digest:
-            for r in for_digest:
-                detail = "; ".join(r.failed[:3]) or r.reason
-                res.reasons.append(f"validation of {digest} {r.verdict} ({r.path}): {detail}")
-        else:
-            stale = [r for r in reports if r.digest and cell.id in r.target and r.digest != digest]
-            res.reasons.append(
-                f"no validation report for the candidate digest {digest}"
-                + (
-                    " (reports found for other digests of this cell: "
-                    + ", ".join(sorted({str(r.digest) for r in stale}))
-                    + "; stale)"
-                    if stale
-                    else ""
-                )
-                + f": run imagesmith validate {cell.targets[0].image}@{digest} --report DIR, "
-                "then pass --reports DIR"
-            )
-        return res, []
-    unknown = [r for r in passing if not r.host_known]
-    if unknown:
-        res.status = "refused"
-        res.reasons += [
-            f"{r.path} passed but does not record the GPU host (no GPU inventory: GPU model, "
-            "count, driver): rerun imagesmith validate with the full suite"
-            for r in unknown
-        ]
+        res.reasons += _no_evidence_reasons(cell, digest, for_digest, reports, store_problems, trusted)
         return res, []
     report = max(passing, key=lambda r: r.date)
+    envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
     def promote(t: Registry) -> tuple[list[str], str | None, str | None]:
@@ -469,12 +567,17 @@ def release_cell(
         try:
             has_manifest = c.manifest_digest(t.repo, digest) is not None
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
+            has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes)
             tagged = c.manifest_digest(t.repo, cell.tag)
         except ImagesmithError as exc:
             return [], None, f"{t.name}: {_with_fix(exc)}"
         todo = []
         if not has_manifest:
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
+        if not has_att:
+            todo.append(
+                f"store {len(envelopes)} signed attestation(s) as {t.image}:{cosign_attestation_tag(digest)}"
+            )
         if not has_report:
             todo.append(f"attach {report.path} as {t.image}:{attestation_tag(digest)}")
         if tagged != digest:
@@ -491,6 +594,8 @@ def release_cell(
             manifest = src.get_manifest(source.repo, digest)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
                 verify_blobs(c, t.repo, manifest, side="destination")
+            if not has_att:
+                attach_attestations(c, t.repo, digest, envelopes)
             if not has_report:
                 attach_report(c, t.repo, manifest, report)
             if tagged != digest:
@@ -523,6 +628,44 @@ def release_cell(
         else:
             res.status = "promoted" if res.steps else "up-to-date"
     return res, passing
+
+
+def _no_evidence_reasons(
+    cell: ReleaseCell,
+    digest: str,
+    for_digest: Sequence[Report],
+    reports: Sequence[Report],
+    store_problems: Sequence[str],
+    trusted: Sequence[PublicKey],
+) -> list[str]:
+    """Why no passing signed evidence exists for *digest*: every report that claims it, or this cell, and
+    could not count names its own reason (unsigned, altered, unknown key, signed for another digest)."""
+    out = []
+    if not trusted:
+        out.append(
+            "no trusted public key is configured, so no attestation can be accepted: add the validation "
+            "runners' public key to [release] trusted_keys in imagesmith.toml (or pass --trusted-key FILE)"
+        )
+    for r in for_digest:  # signed, about this digest, neither passed nor failed
+        detail = "; ".join(r.failed[:3]) or r.reason
+        out.append(f"validation of {digest} {r.verdict} ({r.path}): {detail}")
+    for r in reports:
+        about_cell = cell.id in r.target or r.claimed == digest or r.digest == digest
+        if r.evidence and r.digest != digest and about_cell:
+            out.append(
+                f"{r.path} is signed for {r.digest}, not the candidate digest {digest}"
+                + (f" (its report.json claims {r.claimed})" if r.claimed and r.claimed != r.digest else "")
+            )
+        elif not r.evidence and about_cell:
+            out.append(f"{r.path} (claims {r.digest or 'no digest'}) is not evidence: {r.problem}")
+    out += [f"stored attestation {p}" for p in store_problems]
+    if not out or all(not r.evidence for r in reports if r.digest == digest):
+        out.append(
+            f"no signed validation attestation for the candidate digest {digest}"
+            + f": run imagesmith validate {cell.targets[0].image}@{digest} --report DIR --sign-key KEY on a "
+            "validation runner, then pass --reports DIR"
+        )
+    return out
 
 
 def _with_fix(exc: ImagesmithError) -> str:
@@ -594,7 +737,11 @@ def release_cells(
     client_for: Callable[[Registry], RegistryApi] = default_client,
     echo: Callable[[str], Any] = lambda _: None,
     verify: Verify = "head",
+    trusted: Sequence[PublicKey] = (),
+    sign_key: SigningKey | None = None,
 ) -> Outcome:
+    """Release *cells* on the evidence of *reports* signed by *trusted* keys; write and publish the index,
+    signed with *sign_key* when given (the envelope beside the file, and in every index artifact)."""
     clients: dict[str, RegistryApi] = {}
     for cell in cells:
         for t in cell.targets:
@@ -606,7 +753,7 @@ def release_cells(
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
-            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify
+            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify, trusted=trusted
         )
         outcome.cells.append(result)
         if result.digest and result.registries:
@@ -631,6 +778,22 @@ def release_cells(
         merged = replace(merged, generated=_now())
         save_index(merged, index_file)
     body = dump_index(load_index(index_file)).encode()
+    signature = index_signature_path(index_file)
+    envelope: bytes | None = None
+    if sign_key is not None:
+        from imagesmith import signing
+
+        envelope = signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, sign_key)
+        if not signature.is_file() or not _signed_same(signature, body, sign_key):
+            signature.write_bytes(envelope + b"\n")
+        else:
+            envelope = signature.read_bytes().strip()
+        outcome.index_signature = str(signature)
+    else:
+        echo(
+            "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
+            "pick --verify-key will refuse it"
+        )
     done: set[tuple[str, str]] = set()
     for cell in cells:
         for t in cell.targets:
@@ -638,7 +801,7 @@ def release_cells(
                 continue
             done.add((t.name, t.repo))
             try:
-                publish_index(clients[t.name], t.repo, body)
+                publish_index(clients[t.name], t.repo, body, envelope)
                 outcome.index_published.append(f"{t.image}:{INDEX_ARTIFACT_TAG}")
             except ImagesmithError as exc:
                 outcome.cells.append(
@@ -666,8 +829,12 @@ def release_matrix(
     echo: Callable[[str], Any] = lambda _: None,
     project: Project | None = None,
     verify: Verify = "head",
+    trusted: Sequence[PublicKey] = (),
+    sign_key: SigningKey | None = None,
 ) -> Outcome:
-    """Load the matrix of *project*, plan it, and release its cells (see the module docstring)."""
+    """Load the matrix of *project*, plan it, and release its cells (see the module docstring). *trusted*:
+    the keys whose attestations count (the project's ``[release] trusted_keys`` are added)."""
+    from imagesmith.attestation import load_trusted_keys
     from imagesmith.matrix import load_matrix
     from imagesmith.plan import build_plan
 
@@ -675,7 +842,10 @@ def release_matrix(
     plan = build_plan(m, project=project).select(list(only))
     if not plan.cells:
         raise ConfigError(f"matrix {m.name}: the plan has no cell", hint="imagesmith plan --explain says why")
-    reports = collect_reports(report_dirs)
+    keys = list(trusted)
+    if project is not None and project.trusted_keys:
+        keys += load_trusted_keys(project.trusted_keys, origin=f"{project.file}: release.trusted_keys")
+    reports = collect_reports(report_dirs, keys)
     cells = [ReleaseCell.from_plan(c) for c in plan.cells]
     return release_cells(
         cells,
@@ -686,6 +856,8 @@ def release_matrix(
         client_for=client_for,
         echo=echo,
         verify=verify,
+        trusted=keys,
+        sign_key=sign_key,
     )
 
 

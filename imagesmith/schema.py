@@ -405,6 +405,20 @@ PROJECT: Schema = Schema(
                 },
             ),
             "sources": _source_mirrors("tried in order before a source archive's pinned URL"),
+            "release": Field(
+                kind="table",
+                description="what `imagesmith release` trusts",
+                fields={
+                    "trusted_keys": Field(
+                        kind="array",
+                        items=_PATH,
+                        description="PEM public keys (relative paths) whose signed validation attestations "
+                        "release accepts; a report without one is never enough",
+                        message="release.trusted_keys must be a list of relative paths to .pub files",
+                        example='["keys/validation.pub"]',
+                    ),
+                },
+            ),
         },
     ),
 )

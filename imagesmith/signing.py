@@ -49,8 +49,6 @@ INTOTO_PAYLOAD_TYPE: Final[str] = "application/vnd.in-toto+json"
 #: the statement type cosign writes and reads (``cosign attest``); in-toto verifiers accept it too
 STATEMENT_TYPE: Final[str] = "https://in-toto.io/Statement/v0.1"
 STATEMENT_TYPES: Final[frozenset[str]] = frozenset({STATEMENT_TYPE, "https://in-toto.io/Statement/v1"})
-#: predicateType of a validation attestation (an identifier, never fetched): the predicate is report.json
-VALIDATION_PREDICATE_TYPE: Final[str] = "https://imagesmith.dev/attestation/validation/v1"
 #: payloadType of the release index's detached envelope (the payload is the index JSON itself)
 INDEX_PAYLOAD_TYPE: Final[str] = "application/vnd.imagesmith.release-index.v1+json"
 

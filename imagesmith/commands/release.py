@@ -27,7 +27,7 @@ RELEASE_EPILOG = epilog(
         "2 = bad matrix, project or flags (--reports is required)",
         "3 = --only matched no cell",
         "6 = a copy to a registry failed",
-        "8 = a cell was refused (no passing validation of its exact digest)",
+        "8 = a cell was refused (no passing attestation of its exact digest signed by a trusted key)",
         "9 = a registry refused (auth, denied, unreachable)",
     ],
 )
@@ -229,12 +229,42 @@ def release(
             "promoted; the nightly); default $IMAGESMITH_VERIFY",
         ),
     ] = None,
+    trusted_key: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--trusted-key",
+            help="public key whose signed validation attestations count (repeatable; added to [release] "
+            "trusted_keys of imagesmith.toml)",
+        ),
+    ] = None,
+    sign_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--sign-key",
+            help="private key that signs the release index (index.json.sig and the index artifact); "
+            "default $IMAGESMITH_SIGNING_KEY",
+        ),
+    ] = None,
 ) -> None:
-    """Promote candidates whose exact digest passed validation to every registry of their cell."""
+    """Promote candidates whose exact digest has a passing validation attestation, signed by a trusted key,
+    to every registry of their cell."""
     from imagesmith import release as releasing
     from imagesmith.registry import verify_level
 
     project = current_project(matrix)
+    trusted = []
+    if trusted_key:
+        from imagesmith import signing
+
+        trusted = [signing.load_public_key(p) for p in trusted_key]
+    key = None
+    key_file = sign_key or (
+        Path(os.environ["IMAGESMITH_SIGNING_KEY"]) if os.environ.get("IMAGESMITH_SIGNING_KEY") else None
+    )
+    if key_file is not None:
+        from imagesmith import signing
+
+        key = signing.load_signing_key(key_file)
     outcome = releasing.release_matrix(
         project.resolve_matrix_name(matrix),
         report_dirs=reports,
@@ -245,6 +275,8 @@ def release(
         echo=lambda line: typer.echo(line, err=True),
         project=project,
         verify=verify_level(verify or None),
+        trusted=trusted,
+        sign_key=key,
     )
     typer.echo(release_json(outcome) if as_json else release_text(outcome))
     outcome.raise_for_refusals()

@@ -112,7 +112,9 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         "--shm-min-source",
         options.shm_min_source,
         "--label",
-        options.target_label,
+        # a label never names a digest (the suite inside cannot vouch for one); the host puts the full
+        # reference back into the report
+        options.target_label.split("@", 1)[0],
     ]
     if options.expect_gpu:
         argv += ["--expect-gpu", options.expect_gpu]
@@ -277,6 +279,7 @@ def run_in_image(
             "start a container and use docker://CONTAINER",
         )
     data: dict[str, Any] = json.loads(report_json.read_text())
+    data["target"] = image
     data["container"] = {
         "ulimits": "none (refused by the engine)" if ulimit_note else plan.ulimits,
         "exit_code": result.exit_code,

@@ -15,7 +15,7 @@ from imagesmith.errors import ConfigError, SignatureError
 
 D = "sha256:" + "d" * 64
 E = "sha256:" + "e" * 64
-PT = signing.VALIDATION_PREDICATE_TYPE
+PT = "https://example.com/predicate/v1"
 
 
 @pytest.fixture(params=signing.KEY_TYPES)
