@@ -630,6 +630,12 @@ def release_cell(
     return res, passing
 
 
+def _names_cell(target: str, cell: ReleaseCell) -> bool:
+    """The report's target is the cell's candidate or release tag (``…/repo:<cell>-candidate@…``)."""
+    name = target.split("@", 1)[0]
+    return any(name.endswith((f":{t}", f"/{t}")) for t in (cell.candidate, cell.tag))
+
+
 def _no_evidence_reasons(
     cell: ReleaseCell,
     digest: str,
@@ -650,7 +656,7 @@ def _no_evidence_reasons(
         detail = "; ".join(r.failed[:3]) or r.reason
         out.append(f"validation of {digest} {r.verdict} ({r.path}): {detail}")
     for r in reports:
-        about_cell = cell.id in r.target or r.claimed == digest or r.digest == digest
+        about_cell = _names_cell(r.target, cell) or r.claimed == digest or r.digest == digest
         if r.evidence and r.digest != digest and about_cell:
             out.append(
                 f"{r.path} is signed for {r.digest}, not the candidate digest {digest}"
