@@ -679,3 +679,56 @@ def test_a_tampered_stored_attestation_is_not_evidence(
     assert res.status == "refused"
     assert any("stored attestation" in r and "no signature verifies" in r for r in res.reasons), res.reasons
     assert plain.manifest_digest(repo, "a") is None
+
+
+def _cosign() -> str | None:
+    import os
+    import shutil
+
+    return os.environ.get("IMAGESMITH_TEST_COSIGN") or shutil.which("cosign")
+
+
+@pytest.mark.skipif(_cosign() is None, reason="no cosign binary (PATH or $IMAGESMITH_TEST_COSIGN)")
+@pytest.mark.parametrize("key_type", signing.KEY_TYPES)
+def test_cosign_verifies_what_release_stored(
+    regs: LocalRegistries, repo: str, tmp_path: Path, key_type: signing.KeyType
+) -> None:
+    """`cosign verify-attestation --key` accepts the attestation release stored (both key types), and
+    refuses it with another key or another predicate type."""
+    import subprocess
+
+    key = signing.generate_key(key_type)
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"cosign {key_type}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed", key=key)
+    out = release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"], [key.public]),
+        index_file=tmp_path / "i.json",
+        client_for=clients_for(regs),
+        trusted=[key.public],
+    )
+    out.raise_for_refusals()
+    pub, stranger = tmp_path / "release.pub", tmp_path / "stranger.pub"
+    pub.write_bytes(key.public.pem)
+    stranger.write_bytes(signing.generate_key(key_type).public.pem)
+
+    def cosign(
+        key_file: Path, predicate: str = VALIDATION_PREDICATE_TYPE
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(_cosign()), "verify-attestation", "--key", str(key_file), "--type", predicate]
+        argv += ["--insecure-ignore-tlog=true", "--allow-http-registry", f"{regs.plain}/{repo}@{digest}"]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+    ok = cosign(pub)
+    assert ok.returncode == 0, ok.stderr
+    assert "The signatures were verified against the specified public key" in ok.stderr
+    envelope = json.loads(ok.stdout.splitlines()[0])
+    assert verify_validation(json.dumps(envelope).encode(), [key.public], digest=digest).digest == digest
+    bad = cosign(stranger)
+    assert bad.returncode != 0
+    assert "no matching attestations" in bad.stderr
+    other = cosign(pub, "https://example.com/other/v1")
+    assert other.returncode != 0
+    assert "none of the attestations matched the predicate type" in other.stderr
