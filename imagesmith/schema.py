@@ -452,6 +452,18 @@ CONFIG: Schema = Schema(
                 },
             ),
             "sources": _source_mirrors("source-archive mirror templates, before the project's"),
+            "pick": Field(
+                kind="table",
+                fields={
+                    "verify_key": Field(
+                        kind="string",
+                        message="pick.verify_key must be a path string",
+                        description="PEM public key the release index must be signed with (pick, index); "
+                        "$IMAGESMITH_INDEX_KEY and --verify-key override it",
+                        example='"~/.config/imagesmith/release.pub"',
+                    )
+                },
+            ),
         },
     ),
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import platform as _platform
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -44,7 +44,7 @@ CANDIDATES_EPILOG = epilog(
 INDEX_EPILOG = epilog(
     ["imagesmith index release/index.json", "imagesmith index oci://ghcr.io/me/torch:release-index --json"],
     [
-        "0 = the index is valid",
+        "0 = the index is valid (and signed by --verify-key, when a key is set)",
         "2 = no index given, or it is not a valid release index",
         "9 = its registry refused (auth, denied, unreachable)",
     ],
@@ -55,6 +55,19 @@ def _warn(message: str) -> None:
     typer.echo(f"warning: {message}", err=True)
 
 
+def _index_keys(flag: Path | None) -> list[Any]:
+    """The key the release index must be signed with: --verify-key, else $IMAGESMITH_INDEX_KEY, else
+    ``[pick] verify_key`` of the user config; none → the index is not checked."""
+    from imagesmith.config import load_config
+
+    path = flag or load_config().index_key
+    if path is None:
+        return []
+    from imagesmith import signing
+
+    return [signing.load_public_key(path)]
+
+
 PICK_EPILOG = epilog(
     [
         "imagesmith pick --index docs/examples/release-index.json --driver 535.104.05 --gpu a100",
@@ -63,7 +76,8 @@ PICK_EPILOG = epilog(
     [
         "0 = picked (warnings such as an end-of-life driver or a stale cached index do not change it)",
         "2 = bad input (flags, unknown GPU/platform/region, an --nvidia-smi FILE that cannot be read, an "
-        "index file or http(s) URL that cannot be read or is not a release index)",
+        "index file or http(s) URL that cannot be read or is not a release index, an index whose signature "
+        "is missing or bad while a verify key is set)",
         "3 = --torch/--cuda/--python match no image of the index",
         "5 = --pull: no Docker engine",
         "7 = the nvidia-smi output is unusable (not nvidia-smi output, nvidia-smi failed, -L output without "
@@ -143,6 +157,14 @@ def pick(
             "unreachable source falls back to the cached copy, with a warning on stderr)",
         ),
     ] = False,
+    verify_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-key",
+            help="public key the release index must be signed with (release --sign-key); a missing or bad "
+            "signature is refused. Default: $IMAGESMITH_INDEX_KEY, else [pick] verify_key of the user config",
+        ),
+    ] = None,
     flavor: Annotated[
         str | None,
         typer.Option(
@@ -162,7 +184,7 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = picking.fetch_index(source, refresh=refresh, warn=_warn)
+    idx = picking.fetch_index(source, refresh=refresh, warn=_warn, verify_keys=_index_keys(verify_key))
     live = nvidia_smi is None and driver is None
     if platform is None and region is None and (live or pull):
         # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
@@ -324,8 +346,16 @@ def index_show(
         bool, typer.Option("--refresh", help="ignore the cached copy of a remote index")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print the index as canonical JSON")] = False,
+    verify_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-key",
+            help="public key the index must be signed with (default: $IMAGESMITH_INDEX_KEY, else [pick] "
+            "verify_key of the user config)",
+        ),
+    ] = None,
 ) -> None:
-    """Load and check a release index (schema, digests) and list its images."""
+    """Load and check a release index (schema, digests, its signature when a key is set) and list it."""
     from imagesmith import pick as picking
     from imagesmith.index import dump_index
 
@@ -334,7 +364,7 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = picking.fetch_index(src, refresh=refresh, warn=_warn)
+    idx = picking.fetch_index(src, refresh=refresh, warn=_warn, verify_keys=_index_keys(verify_key))
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return

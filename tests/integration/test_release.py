@@ -29,7 +29,7 @@ from imagesmith.attestation import (
     sign_validation,
     verify_validation,
 )
-from imagesmith.errors import ReleaseError
+from imagesmith.errors import ConfigError, ReleaseError
 from imagesmith.index import load_index
 from imagesmith.pick import fetch_index
 from imagesmith.refs import Registry
@@ -303,6 +303,30 @@ def test_pick_reads_the_published_index_artifact(
     digest = push_image(plain, repo, "a-candidate", "pick me")
     write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
     index_file = tmp_path / "index.json"
+    release_key = signing.generate_key("ed25519")  # the release host's own key, not the runners'
+    out = release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+        sign_key=release_key,
+    )
+    out.raise_for_refusals()
+    assert out.index_signature == str(tmp_path / "index.json.sig")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = f"oci+http://{regs.plain}/{repo}"
+    fetched = fetch_index(source, verify_keys=[release_key.public])
+    assert fetched == load_index(index_file)
+    # the file and its signature verify too, and a cached copy is checked again
+    assert fetch_index(str(index_file), verify_keys=[release_key.public]) == fetched
+    assert fetch_index(source, verify_keys=[release_key.public]) == fetched
+    with pytest.raises(ConfigError, match="bad index signature"):
+        fetch_index(source, verify_keys=[KEY.public], refresh=True)
+    # a rerun signs nothing anew: same file, same artifact
+    sig = (tmp_path / "index.json.sig").read_bytes()
+    before = plain.manifest_digest(repo, "release-index")
     release_cells(
         [cell("a", targets(regs, repo)[:1])],
         matrix="t",
@@ -310,10 +334,16 @@ def test_pick_reads_the_published_index_artifact(
         index_file=index_file,
         client_for=clients_for(regs),
         trusted=TRUSTED,
+        sign_key=release_key,
     ).raise_for_refusals()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    fetched = fetch_index(f"oci+http://{regs.plain}/{repo}")
-    assert fetched == load_index(index_file)
+    assert (tmp_path / "index.json.sig").read_bytes() == sig
+    assert plain.manifest_digest(repo, "release-index") == before
+    # an index published without a signature is refused by a pick that has a key
+    from imagesmith.release import publish_index
+
+    publish_index(plain, repo, index_file.read_bytes())
+    with pytest.raises(ConfigError, match="the index is not signed"):
+        fetch_index(source, verify_keys=[release_key.public], refresh=True)
 
 
 def test_missing_and_stale_reports_refuse(regs: LocalRegistries, repo: str, tmp_path: Path) -> None:
