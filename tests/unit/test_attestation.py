@@ -159,3 +159,25 @@ def test_validate_refuses_a_bad_sign_key_before_running(
     key.chmod(0o644)
     assert main(["validate", "reg.example/t@" + D, "--sign-key", str(key)]) == 2
     assert "chmod 600" in capsys.readouterr().err
+
+
+def test_project_trusted_keys_are_relative_paths(tmp_path: Path) -> None:
+    from imagesmith.attestation import load_trusted_keys
+    from imagesmith.errors import ConfigError
+    from imagesmith.project import ProjectError, load_project
+
+    (tmp_path / "matrices").mkdir()
+    toml = tmp_path / "imagesmith.toml"
+    toml.write_text('schema = 1\n[release]\ntrusted_keys = ["keys/validation.pub"]\n')
+    project = load_project(toml)
+    assert project.trusted_keys == ((tmp_path / "keys" / "validation.pub").resolve(),)
+    with pytest.raises(ConfigError, match=r"release\.trusted_keys: cannot read the public key"):
+        load_trusted_keys(project.trusted_keys, origin=f"{toml}: release.trusted_keys")
+    signing.write_keypair(tmp_path / "keys" / "validation.key", tmp_path / "keys" / "validation.pub")
+    assert len(load_trusted_keys(project.trusted_keys, origin="x")) == 1
+    toml.write_text('schema = 1\n[release]\ntrusted_keys = ["/etc/validation.pub"]\n')
+    with pytest.raises(ProjectError, match=r"release\.trusted_keys\[0\] = '/etc/validation.pub' is absolute"):
+        load_project(toml)
+    toml.write_text('schema = 1\n[release]\ntrusted_keys = "keys/validation.pub"\n')
+    with pytest.raises(ConfigError, match="trusted_keys"):
+        load_project(toml)
