@@ -283,13 +283,17 @@ def _image_subject(image: str) -> tuple[str, str, str]:
     """(repository, digest, image id) the engine reports for *image* (attestation.image_subject)."""
     from imagesmith.attestation import image_subject
     from imagesmith.engine import Engine
+    from imagesmith.errors import SignatureError
 
     inspect = Engine().inspect(image)
     if inspect is None:
         raise ConfigError(
             f"image {image} is not in the Docker engine", hint="pull it first: docker pull IMAGE@sha256:…"
         )
-    repo, digest = image_subject(inspect, image)
+    try:
+        repo, digest = image_subject(inspect, image)
+    except SignatureError as exc:  # a flag/target problem here, not a refused release
+        raise ConfigError(exc.message, hint=exc.hint) from None
     return repo, digest, str(inspect.get("Id") or "")
 
 
