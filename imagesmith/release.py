@@ -4,21 +4,26 @@ For every cell of a matrix (``--only`` globs narrow it):
 
 1. **Candidate.** ``imagesmith build --push`` left ``<cell id>-candidate`` in the cell's registries. Every
    registry that holds it must hold the *same* digest D (else: refused).
-2. **Evidence.** A ``report.json`` from ``imagesmith validate`` (searched under ``--reports`` folders)
-   whose validated image is exactly D (``image.digest``, or the ``@sha256:…`` of its ``target``) and whose
-   verdict is ``passed``, and no report for D that ``failed`` (one per GPU family in the nightly: any
-   failure holds the digest back). Otherwise the cell is refused with the reason.
+2. **Evidence.** A signed validation attestation (imagesmith/attestation.py: ``attestation.dsse.json`` beside
+   the ``report.json`` of ``imagesmith validate IMAGE@D --sign-key KEY``, searched under ``--reports``) that
+   verifies with a trusted key (``[release] trusted_keys``, ``--trusted-key``), whose statement's subject is
+   exactly D and whose predicate (the report) passed; and no signed attestation of D that failed (one per GPU
+   family in the nightly: any failure holds the digest back). A report file alone is never enough: unsigned,
+   altered, unknown-key and other-digest evidence is named in the refusal with its reason. Without local
+   evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again.
 3. **Promotion**, registry by registry, each step checked before it is done, so an interrupted run converges
    when rerun and a finished one is a no-op:
    a. the manifest D (and its blobs: cross-repository mount on one registry, streamed copy between
       registries; never a rebuild, never a second push from the engine) is copied from a registry holding the
       candidate, put by digest (tags nothing);
-   b. the report is attached as an OCI artifact tagged ``sha256-<hex of D>.validation`` (an image manifest
-      whose single layer is the report JSON, ``subject`` = D: registries with the referrers API list it);
+   b. the signed attestations are stored in cosign's layout (``sha256-<hex of D>.att``: DSSE layers, see
+      imagesmith/attestation.py), and a readable copy of the report as an OCI artifact tagged
+      ``sha256-<hex of D>.validation`` (``subject`` = D: registries with the referrers API list it);
    c. only then the release tag ``<cell id>`` is put, and read back: it must resolve to D.
 4. **Index.** Released cells become entries of the release index (imagesmith/index.py, docs/release.md): the
    file ``--index-file`` is updated and the same JSON is pushed as the artifact tag ``release-index`` to every
-   registry repository of the matrix (what ``imagesmith pick --index oci://…`` reads).
+   registry repository of the matrix (what ``imagesmith pick --index oci://…`` reads); with a signing key,
+   its DSSE envelope is written beside the file (``index.json.sig``) and added to the artifact.
 
 Refusals name the cell and the missing or failing check; they are collected, the other cells are released, and
 the command exits with ``ReleaseError`` (exit 8) at the end.
@@ -350,8 +355,9 @@ class Outcome:
             lines = [f"{c.cell}: {c.status}: {'; '.join(c.reasons)}" for c in bad]
             raise ReleaseError(
                 f"matrix {self.matrix}: {len(bad)} cell(s) not released:\n  " + "\n  ".join(lines),
-                hint="validate the candidate digest (imagesmith validate IMAGE@DIGEST --report DIR) and pass "
-                "--reports DIR; a failed promotion converges when the command is rerun",
+                hint="validate the candidate digest on a validation runner (imagesmith validate IMAGE@DIGEST "
+                "--report DIR --sign-key KEY, KEY's .pub in [release] trusted_keys) and pass --reports DIR; "
+                "a failed promotion converges when the command is rerun",
             )
 
 
