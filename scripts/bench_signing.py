@@ -1,7 +1,7 @@
 """What signed evidence costs release, measured side by side in one run (no registry, no network):
 
-- sign and verify one validation attestation (a schema-2 report with 80 checks and 8 GPUs, ~17 KB), ECDSA P-256 and
-  Ed25519, against parsing the same report unsigned;
+- sign and verify one validation attestation (a schema-2 report with 80 checks and 8 GPUs, ~17 KB),
+  ECDSA P-256 and Ed25519, against parsing the same report unsigned;
 - ``release.collect_reports`` over N validation folders: signed (verify every attestation) vs. the same
   folders without attestations (parse only, which release no longer accepts).
 
