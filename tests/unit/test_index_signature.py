@@ -86,3 +86,10 @@ def test_pick_and_index_take_the_key_from_flag_env_or_config(
     assert main(pick) == 2
     (tmp_path / "config.toml").write_text(f'[pick]\nverify_key = "{pub}"\n')
     assert main(pick) == 0
+
+
+def test_a_missing_index_file_is_named_as_such_even_with_a_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        fetch_index(str(tmp_path / "absent.json"), verify_keys=[KEY.public])
+    assert "not signed" not in str(info.value)
+    assert "absent.json" in str(info.value)
