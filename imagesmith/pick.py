@@ -851,10 +851,12 @@ def fetch_index(
         from imagesmith.index import load_index
 
         path = Path(source).expanduser()
-        body = _read_or_none(path) if verify_keys else None
-        if body is not None:  # (an unreadable file: load_index says why)
+        signed_bytes = _read_or_none(path) if verify_keys else None
+        if signed_bytes is not None:  # (an unreadable file: load_index says why)
             sig = path.with_name(path.name + ".sig")
-            check_index_signature(body, _read_or_none(sig), verify_keys, source=source, where=str(sig))
+            check_index_signature(
+                signed_bytes, _read_or_none(sig), verify_keys, source=source, where=str(sig)
+            )
         return load_index(path)
     cached = _cache_path(source)
     cached_sig = cached.with_suffix(".sig")
