@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -156,7 +157,7 @@ def validate_command(
     from imagesmith.validate.target import parse_target
 
     t = parse_target(target)
-    if label is not None and "@" in label:
+    if label is not None and re.search(r"@[A-Za-z0-9][A-Za-z0-9+._-]*:[0-9A-Fa-f]{8,}", label):
         raise ConfigError(
             f"--label {label!r} names a digest: a label is a name for people, never evidence of what was "
             "validated",

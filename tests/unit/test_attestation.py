@@ -137,8 +137,11 @@ def test_release_reads_only_signed_evidence(tmp_path: Path) -> None:
     assert not any(r.evidence for r in collect_reports([tmp_path], []))
 
 
-def test_validate_label_cannot_name_a_digest(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["validate", "local://", "--label", f"x@{D}"]) == 2
+@pytest.mark.parametrize(
+    "label", [f"x@{D}", f"reg.example/t:tag@{D}", "x@sha512:" + "a" * 128, "y@sha256:abcdef12"]
+)
+def test_validate_label_cannot_name_a_digest(label: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", "local://", "--label", label]) == 2
     err = capsys.readouterr().err
     assert "names a digest" in err
     assert "fix:" in err
