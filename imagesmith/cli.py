@@ -19,6 +19,7 @@ from imagesmith import __version__
 from imagesmith.commands import build as build_commands
 from imagesmith.commands import compat as compat_commands
 from imagesmith.commands import init as init_commands
+from imagesmith.commands import keys as keys_commands
 from imagesmith.commands import plan as plan_commands
 from imagesmith.commands import refresh as refresh_commands
 from imagesmith.commands import release as release_commands
@@ -76,6 +77,7 @@ for _module in (
     build_commands,
     validate_commands,
     release_commands,
+    keys_commands,
     schema_commands,
     refresh_commands,
 ):

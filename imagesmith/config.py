@@ -46,6 +46,8 @@ class UserConfig:
     registry_mirrors: tuple[tuple[str, str], ...] = ()
     extra_ca: Path | None = None
     source_mirrors: tuple[str, ...] = ()
+    #: ``[pick] verify_key`` / $IMAGESMITH_INDEX_KEY: the public key the release index must be signed with
+    index_key: Path | None = None
     source: str = "defaults"
 
     def mirror_for(self, registry: str) -> str | None:
@@ -144,6 +146,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     mirrors: dict[str, str] = {}
     extra_ca: Path | None = None
     source_mirrors: list[str] = []
+    index_key: Path | None = None
     source = "defaults"
     if path.is_file():
         source = str(path)
@@ -161,6 +164,10 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             extra_ca = _checked_ca(Path(build["extra_ca"]), f"{path}: build.extra_ca")
         raw = data.get("sources", {}).get("mirrors", [])
         source_mirrors = [check_mirror_template(t, f"{path}: sources.mirrors") for t in raw]
+        if data.get("pick", {}).get("verify_key"):
+            index_key = Path(data["pick"]["verify_key"]).expanduser()
+    if env.get("IMAGESMITH_INDEX_KEY"):
+        index_key = Path(env["IMAGESMITH_INDEX_KEY"]).expanduser()
     if env.get("IMAGESMITH_REGISTRY_MIRRORS"):
         items = [i for i in env["IMAGESMITH_REGISTRY_MIRRORS"].split(",") if i.strip()]
         mirrors.update(parse_mirror_items(items, "IMAGESMITH_REGISTRY_MIRRORS"))
@@ -173,6 +180,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         registry_mirrors=tuple(sorted(mirrors.items())),
         extra_ca=extra_ca,
         source_mirrors=tuple(source_mirrors),
+        index_key=index_key,
         source=source,
     )
 

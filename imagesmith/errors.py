@@ -111,6 +111,11 @@ class ReleaseError(ImagesmithError):
     exit_code = 8
 
 
+class SignatureError(ReleaseError):
+    """A signed envelope (an attestation, the release index's signature) does not verify with a trusted key,
+    or says something else than what it is taken for (another digest, another predicate)."""
+
+
 class NoImageFitsError(ImagesmithError):
     """``imagesmith pick`` found no released image that runs on this host."""
 

@@ -355,7 +355,19 @@ INDEX_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.release-index.v1+json
 
 
 def read_index_artifact(client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG) -> bytes:
-    """The index JSON: the single layer of the OCI artifact *repo:tag* (see release.publish_index)."""
+    """The index JSON: the index layer of the OCI artifact *repo:tag* (see release.publish_index)."""
+    return read_signed_index_artifact(client, repo, tag)[0]
+
+
+#: the media type of the DSSE envelope layer that signs the index (release --sign-key)
+INDEX_SIGNATURE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
+
+
+def read_signed_index_artifact(
+    client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG
+) -> tuple[bytes, bytes | None]:
+    """(index JSON, its DSSE envelope or None): the layers of the artifact *repo:tag*, each checked against
+    its digest."""
     manifest = client.get_manifest(repo, tag).json()
     layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX_MEDIA_TYPE]
     if len(layers) != 1:
@@ -364,12 +376,18 @@ def read_index_artifact(client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG) -
             f"(expected one layer of type {INDEX_MEDIA_TYPE})",
             hint="point --index at the tag imagesmith release publishes",
         )
-    digest = layers[0]["digest"]
+    sigs = [x for x in manifest.get("layers", []) if x.get("mediaType") == INDEX_SIGNATURE_MEDIA_TYPE]
+    body = _blob(client, repo, layers[0]["digest"], "index")
+    envelope = _blob(client, repo, sigs[0]["digest"], "index signature") if len(sigs) == 1 else None
+    return body, envelope
+
+
+def _blob(client: Any, repo: str, digest: str, what: str) -> bytes:
     with client.get_blob(repo, digest) as resp:
         body: bytes = resp.content
     if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
         raise RegistryError(
-            f"registry {client.name}: index blob {digest} arrived with a different sha256",
+            f"registry {client.name}: {what} blob {digest} arrived with a different sha256",
             hint="a proxy or mirror altered it: pull again, or read the index from another source (--index)",
         )
     return body

@@ -58,8 +58,12 @@ PYTHON_PLATFORM: Final[str] = "x86_64-manylinux_2_28"
 #: numpy<2 there.
 NUMPY2_FROM: Final[Version] = Version("2.4")
 
+#: Dependencies of the host CLI only, never imported by the suite baked into images: signing and verifying
+#: attestations and the release index (imagesmith/signing.py, imported inside the commands that need it).
+HOST_ONLY_DEPS: Final[tuple[str, ...]] = ("cryptography>=42",)
+
 #: imagesmith's own runtime dependencies, installed into every image with the suite (kept in step with
-#: pyproject.toml [project].dependencies; tests/unit/test_lock.py checks that).
+#: pyproject.toml [project].dependencies less HOST_ONLY_DEPS; tests/unit/test_lock.py checks that).
 IMAGESMITH_RUNTIME_DEPS: Final[tuple[str, ...]] = (
     "docker>=7.1",
     "jinja2>=3.1",

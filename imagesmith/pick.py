@@ -48,7 +48,6 @@ from imagesmith.index import (
     ReleasedImage,
     ReleaseIndex,
     parse_index,
-    read_index_artifact,
 )
 from imagesmith.refs import split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
     from imagesmith.credentials import CredentialChain
     from imagesmith.engine import ContainerEngine
     from imagesmith.nvsmi import SmiGpu
+    from imagesmith.signing import PublicKey
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -849,24 +849,47 @@ def fetch_index(
     ttl_s: int = DEFAULT_TTL_S,
     warn: Callable[[str], None] | None = None,
     insecure: bool = False,
+    verify_keys: Sequence[PublicKey] = (),
 ) -> ReleaseIndex:
-    """Load the release index from a file, an ``http(s)://`` URL or ``oci://host/repo[:tag]`` (the
-    artifact ``imagesmith release`` publishes). Remote sources are cached for *ttl_s* seconds under
-    ~/.cache/imagesmith. When the source cannot be reached, an older cached copy is used **with a warning**
-    (*warn*, default: a ``warning:`` line on stderr) — never with *refresh* (the user asked for the source's
-    current index), and never when the source answers that the index is not there (HTTP 404/410,
-    MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one. Plain HTTP (``http://``,
-    ``oci+http://``) only with *insecure* (:func:`check_index_scheme`).
+    """Load the release index from a file, an ``https://`` URL (``http://`` with *insecure*) or
+    ``oci://host/repo[:tag]`` (the artifact ``imagesmith release`` publishes). Remote sources are cached for
+    *ttl_s* seconds under ~/.cache/imagesmith. When the source cannot be reached, an older cached copy is used
+    **with a warning** (*warn*, default: a ``warning:`` line on stderr) — never with *refresh* (the user asked
+    for the source's current index), and never when the source answers that the index is not there (HTTP
+    404/410, MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one. Plain HTTP
+    (``http://``, ``oci+http://``) only with *insecure* (:func:`check_index_scheme`).
+
+    With *verify_keys* the index must carry a DSSE signature by one of them (``release --sign-key``: the
+    file ``INDEX.sig`` beside a file or URL, the signature layer of the artifact) over exactly these bytes;
+    a cached copy is checked again each time it is used.
     """
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         from imagesmith.index import load_index
 
-        return load_index(Path(source).expanduser())
+        path = Path(source).expanduser()
+        signed_bytes = _read_or_none(path) if verify_keys else None
+        if signed_bytes is not None:  # (an unreadable file: load_index says why)
+            sig = path.with_name(path.name + ".sig")
+            check_index_signature(
+                signed_bytes, _read_or_none(sig), verify_keys, source=source, where=str(sig)
+            )
+        return load_index(path)
     check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
+    cached_sig = cached.with_suffix(".sig")
+
+    def from_cache(label: str) -> ReleaseIndex:
+        body = cached.read_bytes()
+        if verify_keys:
+            check_index_signature(
+                body, _read_or_none(cached_sig), verify_keys, source=label, where=str(cached_sig)
+            )
+        return parse_index(body, source=label)
+
     if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
-        return parse_index(cached.read_bytes(), source=f"{source} (cached {cached})")
+        return from_cache(f"{source} (cached {cached})")
     gone: ConfigError | RegistryError | None = None
+    envelope: bytes | None = None
     try:
         if source.startswith(("http://", "https://")):
             status, body = _download_http(source)
@@ -874,8 +897,11 @@ def fetch_index(
                 gone = ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
             elif status != 200:
                 raise ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+            elif verify_keys:
+                sig_status, sig_body = _download_http(source + ".sig")
+                envelope = sig_body if sig_status == 200 else None
         else:
-            body = _download_oci(source)
+            body, envelope = _download_oci(source)
     except ManifestUnknownError as exc:
         gone = exc
     except (RegistryError, ConfigError) as exc:
@@ -892,7 +918,7 @@ def fetch_index(
             f"--index {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
             "it may miss images released since (pass --refresh to fail instead)"
         )
-        return parse_index(cached.read_bytes(), source=f"{source} (stale cache {cached})")
+        return from_cache(f"{source} (stale cache {cached})")
     if gone is not None:
         if not cached.is_file():
             raise gone
@@ -901,11 +927,17 @@ def fetch_index(
             "is not there)",
             hint=f"check --index {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
         )
+    if verify_keys:
+        check_index_signature(body, envelope, verify_keys, source=source, where=f"{source} signature")
     index = parse_index(body, source=source)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(f".{cached.name}.{os.getpid()}")
-    tmp.write_bytes(body)
-    tmp.replace(cached)
+    for path, data in ((cached_sig, envelope), (cached, body)):
+        if data is None:
+            path.unlink(missing_ok=True)
+            continue
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.replace(path)
     return index
 
 
@@ -941,6 +973,41 @@ def allowed_copies(
         if c.host not in index.registries
     )
     return keep, skipped
+
+
+def _read_or_none(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def check_index_signature(
+    body: bytes, envelope: bytes | None, keys: Sequence[PublicKey], *, source: str, where: str
+) -> None:
+    """Refuse the index unless *envelope* is a DSSE signature by one of *keys* over exactly *body*."""
+    from imagesmith import signing
+    from imagesmith.errors import SignatureError
+
+    hint = (
+        "use the index the release publishes with its signature (release --sign-key), or check the key "
+        "(--verify-key / $IMAGESMITH_INDEX_KEY / [pick] verify_key in the user config)"
+    )
+    if envelope is None:
+        raise ConfigError(
+            f"--index {source}: the index is not signed (no {where}), but a key is set", hint=hint
+        )
+    try:
+        verified = signing.verify_envelope(envelope, keys, payload_type=signing.INDEX_PAYLOAD_TYPE)
+    except SignatureError as exc:
+        raise ConfigError(
+            f"--index {source}: bad index signature ({where}): {exc.message}", hint=hint
+        ) from None
+    if verified.payload != body:
+        raise ConfigError(
+            f"--index {source}: the signature ({where}) is valid but signs another index than the one served",
+            hint=hint,
+        )
 
 
 def _stderr_warning(message: str) -> None:
@@ -983,14 +1050,16 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
 
 
-def _download_oci(source: str) -> bytes:
+def _download_oci(source: str) -> tuple[bytes, bytes | None]:
+    """(index JSON, its signature envelope or None) of the artifact."""
+    from imagesmith.index import read_signed_index_artifact
     from imagesmith.registry import RegistryClient
 
     host, repo, tag, insecure = parse_oci_source(source)
     # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
     client = RegistryClient(host, insecure=insecure, attempts=2, backoff=0.2, timeout=20.0)
     try:
-        return read_index_artifact(client, repo, tag)
+        return read_signed_index_artifact(client, repo, tag)
     except ManifestUnknownError:
         raise
     except RegistryError as exc:

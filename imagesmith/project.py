@@ -94,6 +94,8 @@ class Project:
     #: the release index ``imagesmith release`` extends and rewrites (``[paths].release_index``): the one
     #: place the previous index comes from (never "the first registry that has one")
     release_index_file: Path = Path("release/index.json")
+    #: ``[release] trusted_keys``: public keys whose validation attestations release accepts
+    trusted_keys: tuple[Path, ...] = ()
 
     # -- paths ---------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -184,15 +186,17 @@ def is_file(path: Path) -> bool:
 
 
 def _relative(file: Path, key: str, value: object, root: Path) -> Path:
+    leaf = key.split(".")[-1]
+    example = DEFAULT_PATHS.get(leaf, "keys/validation.pub")
     if not isinstance(value, str) or not value.strip():
         raise ProjectError(
             f"{file}: {key} must be a non-empty path string",
-            hint=f'e.g. {key.split(".")[-1]} = "{DEFAULT_PATHS[key.split(".")[-1]]}"',
+            hint=f'e.g. {leaf.split("[")[0]} = "{example}"',
         )
     if Path(value).is_absolute() or value.startswith("~"):
         raise ProjectError(
             f"{file}: {key} = {value!r} is absolute: a project must work in any clone on any machine",
-            hint=f"make it relative to {file.parent.name}/ (e.g. {DEFAULT_PATHS[key.split('.')[-1]]!r})",
+            hint=f"make it relative to {file.parent.name}/ (e.g. {example!r})",
         )
     return (root / value).resolve()
 
@@ -257,6 +261,10 @@ def load_project(file: Path) -> Project:
     _check_dockerfiles_folder(file, root, resolved)
     mirrors = data.get("sources", {}).get("mirrors", [])
     checked = tuple(check_mirror_template(m, f"{file}: sources.mirrors") for m in mirrors)
+    trusted_keys = tuple(
+        _relative(file, f"release.trusted_keys[{i}]", v, root)
+        for i, v in enumerate(data.get("release", {}).get("trusted_keys", []))
+    )
     if default_matrix is not None and not is_file(resolved["matrices"] / f"{default_matrix}.toml"):
         raise ProjectError(
             f"{file}: default_matrix = {default_matrix!r} but "
@@ -274,6 +282,7 @@ def load_project(file: Path) -> Project:
         registries_file=resolved["registries"],
         source_mirrors=checked,
         release_index_file=resolved["release_index"],
+        trusted_keys=trusted_keys,
     )
 
 

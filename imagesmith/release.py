@@ -4,21 +4,29 @@ For every cell of a matrix (``--only`` globs narrow it):
 
 1. **Candidate.** ``imagesmith build --push`` left ``<cell id>-candidate`` in the cell's registries. Every
    registry that holds it must hold the *same* digest D (else: refused).
-2. **Evidence.** A ``report.json`` from ``imagesmith validate`` (searched under ``--reports`` folders)
-   whose validated image is exactly D (``image.digest``, or the ``@sha256:…`` of its ``target``) and whose
-   verdict is ``passed``, and no report for D that ``failed`` (one per GPU family in the nightly: any
-   failure holds the digest back). Otherwise the cell is refused with the reason.
+2. **Evidence.** A signed validation attestation (imagesmith/attestation.py: ``attestation.dsse.json`` beside
+   the ``report.json`` of ``imagesmith validate IMAGE@D --sign-key KEY``, searched under ``--reports``) that
+   verifies with a trusted key (``[release] trusted_keys``, ``--trusted-key``), whose statement's subject is
+   exactly D and whose predicate (the report) passed; and no signed attestation of D that failed (one per GPU
+   family in the nightly: any failure holds the digest back). A report file alone is never enough: unsigned,
+   altered, unknown-key and other-digest evidence is named in the refusal with its reason. Without local
+   evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again.
 3. **Promotion**, registry by registry, each step checked before it is done, so an interrupted run converges
    when rerun and a finished one is a no-op:
    a. the manifest D (and its blobs: cross-repository mount on one registry, streamed copy between
       registries; never a rebuild, never a second push from the engine) is copied from a registry holding the
       candidate, put by digest (tags nothing);
-   b. the report is attached as an OCI artifact tagged ``sha256-<hex of D>.validation`` (an image manifest
-      whose single layer is the report JSON, ``subject`` = D: registries with the referrers API list it);
+   b. the signed attestations are stored in cosign's layout (``sha256-<hex of D>.att``: DSSE layers, see
+      imagesmith/attestation.py), and a readable copy of the report as an OCI artifact tagged
+      ``sha256-<hex of D>.validation`` (``subject`` = D: registries with the referrers API list it);
    c. only then the release tag ``<cell id>`` is put, and read back: it must resolve to D.
 4. **Index.** Released cells become entries of the release index (imagesmith/index.py, docs/release.md): the
-   file ``--index-file`` is updated and the same JSON is pushed as the artifact tag ``release-index`` to every
-   registry repository of the matrix (what ``imagesmith pick --index oci://…`` reads).
+   project's index file (``[paths].release_index`` / ``--index-file``, or the index of ``--extend-from
+   REGISTRY``) is extended, every entry it carries over re-verified (:func:`verify_carried`: its tag and its
+   signed attestations, in each registry), the file is updated and the same JSON is pushed as the artifact
+   tag ``release-index`` to every registry repository of the matrix (what ``imagesmith pick --index
+   oci://…`` reads); with a signing key, its DSSE envelope is written beside the file (``index.json.sig``)
+   and added to the artifact.
 
 Refusals name the cell and the missing or failing check; they are collected, the other cells are released, and
 the command exits with ``ReleaseError`` (exit 8) at the end.
@@ -36,8 +44,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from imagesmith.attestation import (
+    ATTESTATION_FILE,
+    DSSE_MEDIA_TYPE,
+    Attested,
+    attach_attestations,
+    attested_in_registry,
+    claimed_digest,
+    has_attestations,
+    verify_validation,
+)
 from imagesmith.compat import MinDriver
-from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
+from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError, SignatureError
 from imagesmith.index import (
     INDEX_MEDIA_TYPE,
     RegistryCopy,
@@ -61,12 +79,19 @@ from imagesmith.registry import (
     copy_manifest,
     verify_blobs,
 )
-from imagesmith.tags import INDEX_ARTIFACT_TAG, attestation_tag, candidate_tag, release_tag
+from imagesmith.tags import (
+    INDEX_ARTIFACT_TAG,
+    attestation_tag,
+    candidate_tag,
+    cosign_attestation_tag,
+    release_tag,
+)
 from imagesmith.validate.record import ValidationReport
 from imagesmith.validate.redact import redact_report_bytes
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
+    from imagesmith.signing import PublicKey, SigningKey
 
 REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
 REPORT_ARTIFACT_TYPE: Final[str] = REPORT_MEDIA_TYPE
@@ -134,9 +159,12 @@ class ReleaseCell:
 
 @dataclass(frozen=True, kw_only=True)
 class Report:
+    """One piece of validation evidence. Only a report carried by a signed attestation that verifies with a
+    trusted key counts (``signer`` set, ``problem`` None); the others are kept to say why they do not."""
+
     path: str  # the file, or the registry artifact the report was read from
     body: bytes
-    digest: str | None  # the validated image's manifest digest
+    digest: str | None  # signed: the attestation's subject; unsigned: what the report claims (never trusted)
     verdict: str
     reason: str
     target: str
@@ -147,6 +175,10 @@ class Report:
     failed: tuple[str, ...] = ()
     link: str = ""
     figures: Mapping[str, float] = field(default_factory=dict, hash=False)
+    signer: str | None = None  # the trusted key that signed the attestation
+    envelope: bytes | None = field(default=None, repr=False)  # the DSSE envelope (attached to registries)
+    problem: str | None = None  # why this is not evidence (unsigned, bad signature, unknown key, …)
+    claimed: str | None = None  # the digest the report.json file itself names (for messages only)
 
     @property
     def published_body(self) -> bytes:
@@ -162,6 +194,10 @@ class Report:
     @property
     def passed(self) -> bool:
         return self.verdict == "passed"
+
+    @property
+    def evidence(self) -> bool:
+        return self.problem is None and self.signer is not None and self.envelope is not None
 
     @property
     def host_known(self) -> bool:
@@ -181,7 +217,8 @@ class Report:
 
 
 def read_report(path: Path) -> Report:
-    """One report.json of ``imagesmith validate`` (schema 1 or 2); ConfigError naming the file otherwise."""
+    """One report.json of ``imagesmith validate`` (schema 1 or 2); ConfigError naming the file otherwise.
+    The result is not evidence by itself (see :func:`read_evidence`)."""
     try:
         body = path.read_bytes()
     except OSError as exc:
@@ -206,18 +243,95 @@ def parse_report(body: bytes, *, source: str) -> Report:
         failed=report.failed(),
         link=report.link,
         figures=report.figures,
+        claimed=report.image_digest,
     )
 
 
-def collect_reports(dirs: Sequence[Path]) -> list[Report]:
+def attested_report(attested: Attested, *, source: str, claimed: str | None = None) -> Report:
+    """The report a verified attestation carries, bound to the attestation's subject digest."""
+    r = parse_report(attested.report, source=source)
+    return replace(
+        r, digest=attested.digest, signer=attested.signer, envelope=attested.envelope, claimed=claimed
+    )
+
+
+def _unusable(path: str, problem: str, *, claimed: str | None, beside: Report | None) -> Report:
+    if beside is not None:
+        return replace(beside, path=path, problem=problem, digest=claimed or beside.digest)
+    return Report(
+        path=path,
+        body=b"",
+        digest=claimed,
+        verdict="unknown",
+        reason="",
+        target="",
+        gpu="",
+        gpu_count=0,
+        driver="",
+        date="",
+        problem=problem,
+        claimed=claimed,
+    )
+
+
+def read_evidence(
+    folder: Path, trusted: Sequence[PublicKey], *, report_file: Path | None = None
+) -> list[Report]:
+    """The evidence of one validation folder: report.json (or *report_file*) and, beside it, the signed
+    attestation."""
+    report_path, att_path = report_file or folder / "report.json", folder / ATTESTATION_FILE
+    beside = read_report(report_path) if report_path.is_file() else None
+    claimed = beside.digest if beside is not None else None
+    if not att_path.is_file():
+        assert beside is not None
+        return [
+            replace(
+                beside,
+                problem=f"not signed: no {ATTESTATION_FILE} beside it (a report file alone is never enough; "
+                "validate with --sign-key on a validation runner)",
+            )
+        ]
+    try:
+        envelope = att_path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{att_path}: cannot read ({exc.strerror})", hint="check --reports") from None
+    if not trusted:
+        return [
+            _unusable(
+                str(att_path),
+                "no trusted public key is configured ([release] trusted_keys in imagesmith.toml)",
+                claimed=claimed_digest(envelope) or claimed,
+                beside=beside,
+            )
+        ]
+    try:
+        attested = verify_validation(envelope, trusted)
+    except SignatureError as exc:
+        return [
+            _unusable(str(att_path), exc.message, claimed=claimed_digest(envelope) or claimed, beside=beside)
+        ]
+    except ConfigError as exc:  # the signed predicate is not a report imagesmith reads
+        return [_unusable(str(att_path), exc.message, claimed=claimed_digest(envelope), beside=beside)]
+    return [attested_report(attested, source=str(att_path), claimed=claimed)]
+
+
+def collect_reports(dirs: Sequence[Path], trusted: Sequence[PublicKey] = ()) -> list[Report]:
+    """Every report.json and attestation under *dirs*, read as evidence against the *trusted* keys."""
     out = []
     for d in dirs:
         if not d.exists():
             raise ConfigError(
                 f"--reports {d}: no such folder", hint="pass the folder(s) imagesmith validate wrote"
             )
-        paths = [d] if d.is_file() else sorted(d.rglob("report.json"))
-        out += [read_report(p) for p in paths]
+        if d.is_file():
+            if d.name == ATTESTATION_FILE:
+                out += read_evidence(d.parent, trusted)
+            else:
+                out += read_evidence(d.parent, trusted, report_file=d)
+            continue
+        found = [*d.rglob("report.json"), *d.rglob(ATTESTATION_FILE)]
+        for f in sorted({p.parent for p in found}):
+            out += read_evidence(f, trusted)
     return out
 
 
@@ -244,6 +358,7 @@ class Outcome:
     index_file: str | None = None
     index_changed: bool = False
     index_published: list[str] = field(default_factory=list)
+    index_signature: str | None = None
 
     def raise_for_refusals(self) -> None:
         bad = [c for c in self.cells if c.status in ("refused", "failed")]
@@ -251,8 +366,9 @@ class Outcome:
             lines = [f"{c.cell}: {c.status}: {'; '.join(c.reasons)}" for c in bad]
             raise ReleaseError(
                 f"matrix {self.matrix}: {len(bad)} cell(s) not released:\n  " + "\n  ".join(lines),
-                hint="validate the candidate digest (imagesmith validate IMAGE@DIGEST --report DIR) and pass "
-                "--reports DIR; a failed promotion converges when the command is rerun",
+                hint="validate the candidate digest on a validation runner (imagesmith validate IMAGE@DIGEST "
+                "--report DIR --sign-key KEY, KEY's .pub in [release] trusted_keys) and pass --reports DIR; "
+                "a failed promotion converges when the command is rerun",
             )
 
 
@@ -281,14 +397,19 @@ def artifact_manifest(
     layer: bytes,
     subject: ManifestData | None,
     annotations: dict[str, str],
+    extra_layers: Sequence[tuple[str, bytes]] = (),
 ) -> ManifestData:
-    """An OCI 1.1 artifact as an image manifest: empty config, one layer, optional subject."""
+    """An OCI 1.1 artifact as an image manifest: empty config, one layer (and *extra_layers*), optional
+    subject."""
     doc: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": OCI_MANIFEST,
         "artifactType": artifact_type,
         "config": {"mediaType": EMPTY_MEDIA_TYPE, "digest": EMPTY_DIGEST, "size": len(EMPTY_BLOB)},
-        "layers": [{"mediaType": layer_media_type, "digest": _sha(layer), "size": len(layer)}],
+        "layers": [
+            {"mediaType": mt, "digest": _sha(data), "size": len(data)}
+            for mt, data in [(layer_media_type, layer), *extra_layers]
+        ],
     }
     if subject is not None:
         doc["subject"] = {
@@ -334,39 +455,42 @@ def attached_report_ok(client: RegistryApi, repo: str, digest: str) -> bool:
     return bool(subject.get("digest") == digest and verdict == "passed")
 
 
-def attached_report(client: RegistryApi, repo: str, digest: str) -> Report | None:
-    """The passing report attached to *digest* in this registry (``sha256-<hex>.validation``), if any.
-
-    This is the evidence a rerun uses when the ``--reports`` folders of the first run are gone (a fresh CI
-    runner finishing an interrupted promotion)."""
-    if not attached_report_ok(client, repo, digest):
-        return None
-    tag = attestation_tag(digest)
-    doc = client.get_manifest(repo, tag).json()
-    layers = [x for x in doc.get("layers", []) if x.get("mediaType") == REPORT_MEDIA_TYPE]
-    if len(layers) != 1:
-        return None
-    with client.get_blob(repo, layers[0]["digest"]) as resp:
-        body: bytes = resp.content
-    if _sha(body) != layers[0]["digest"]:
-        return None
-    report = parse_report(body, source=f"{client.host}/{repo}:{tag}")
-    return report if report.digest == digest and report.passed else None
+def index_signature_path(index_file: Path) -> Path:
+    """``index.json.sig``: the DSSE envelope of the index (its payload is the index JSON), beside it."""
+    return index_file.with_name(index_file.name + ".sig")
 
 
-def publish_index(client: RegistryApi, repo: str, body: bytes) -> str:
-    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes)."""
+def _signed_same(signature: Path, body: bytes, key: SigningKey) -> bool:
+    """The envelope at *signature* already signs *body* with *key* (ECDSA signatures differ each time: keep
+    the old one, so a rerun changes no file and no artifact)."""
+    from imagesmith import signing
+
+    try:
+        verified = signing.verify_envelope(
+            signature.read_bytes(), [key.public], payload_type=signing.INDEX_PAYLOAD_TYPE
+        )
+    except (SignatureError, OSError):
+        return False
+    return verified.payload == body
+
+
+def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> str:
+    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
+    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once)."""
     manifest = artifact_manifest(
         artifact_type=INDEX_ARTIFACT_TYPE,
         layer_media_type=INDEX_MEDIA_TYPE,
         layer=body,
         subject=None,
         annotations={"org.opencontainers.image.title": "imagesmith release index"},
+        extra_layers=[(DSSE_MEDIA_TYPE, envelope)] if envelope is not None else [],
     )
     if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
         return manifest.digest
     _ensure_blob(client, repo, EMPTY_BLOB)
     _ensure_blob(client, repo, body)
+    if envelope is not None:
+        _ensure_blob(client, repo, envelope)
     return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
 
 
@@ -396,8 +520,12 @@ def release_cell(
     dry_run: bool,
     client_for: Callable[[Registry], RegistryApi] | None = None,
     verify: Verify = "head",
+    trusted: Sequence[PublicKey] = (),
 ) -> tuple[CellResult, list[Report]]:
-    """Promote one cell (or say why not). Returns the result and the passing reports of the digest."""
+    """Promote one cell (or say why not). Returns the result and the passing reports of the digest.
+
+    Evidence is a signed attestation that verifies with a *trusted* key and whose subject is the candidate's
+    digest: from *reports* (read by :func:`collect_reports`), else stored in one of the cell's registries."""
     res = CellResult(cell=cell.id, tag=cell.tag)
     candidates, errors = _candidate_digests(cell, clients)
     held = {name: d for name, d in candidates.items() if d}
@@ -420,15 +548,19 @@ def release_cell(
         return res, []
     digest = next(iter(held.values()))
     res.digest = digest
-    for_digest = [r for r in reports if r.digest == digest]
-    if not for_digest:  # no local report: the evidence a previous run attached in a registry, if any
+    for_digest = [r for r in reports if r.evidence and r.digest == digest]
+    store_problems: list[str] = []
+    if not for_digest and trusted:  # no local attestation: one a previous run stored, verified again
         for t in cell.targets:
             try:
-                found = attached_report(clients[t.name], t.repo, digest)
+                good, bad = attested_in_registry(clients[t.name], t.repo, digest, trusted)
             except ImagesmithError:
                 continue
-            if found is not None:
-                for_digest = [found]
+            store_problems += bad
+            for att in good:
+                where = f"{t.image}:{cosign_attestation_tag(digest)}"
+                for_digest.append(attested_report(att, source=where))
+            if good:
                 break
     passing = [r for r in for_digest if r.passed]
     failing = [r for r in for_digest if r.verdict == "failed"]
@@ -440,35 +572,10 @@ def release_cell(
         return res, []
     if not passing:
         res.status = "refused"
-        if for_digest:
-            for r in for_digest:
-                detail = "; ".join(r.failed[:3]) or r.reason
-                res.reasons.append(f"validation of {digest} {r.verdict} ({r.path}): {detail}")
-        else:
-            stale = [r for r in reports if r.digest and cell.id in r.target and r.digest != digest]
-            res.reasons.append(
-                f"no validation report for the candidate digest {digest}"
-                + (
-                    " (reports found for other digests of this cell: "
-                    + ", ".join(sorted({str(r.digest) for r in stale}))
-                    + "; stale)"
-                    if stale
-                    else ""
-                )
-                + f": run imagesmith validate {cell.targets[0].image}@{digest} --report DIR, "
-                "then pass --reports DIR"
-            )
-        return res, []
-    unknown = [r for r in passing if not r.host_known]
-    if unknown:
-        res.status = "refused"
-        res.reasons += [
-            f"{r.path} passed but does not record the GPU host (no GPU inventory: GPU model, "
-            "count, driver): rerun imagesmith validate with the full suite"
-            for r in unknown
-        ]
+        res.reasons += _no_evidence_reasons(cell, digest, for_digest, reports, store_problems, trusted)
         return res, []
     report = max(passing, key=lambda r: r.date)
+    envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
     def promote(t: Registry) -> tuple[list[str], str | None, str | None]:
@@ -478,12 +585,17 @@ def release_cell(
         try:
             has_manifest = c.manifest_digest(t.repo, digest) is not None
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
+            has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes)
             tagged = c.manifest_digest(t.repo, cell.tag)
         except ImagesmithError as exc:
             return [], None, f"{t.name}: {_with_fix(exc)}"
         todo = []
         if not has_manifest:
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
+        if not has_att:
+            todo.append(
+                f"store {len(envelopes)} signed attestation(s) as {t.image}:{cosign_attestation_tag(digest)}"
+            )
         if not has_report:
             todo.append(f"attach {report.path} as {t.image}:{attestation_tag(digest)}")
         if tagged != digest:
@@ -500,6 +612,8 @@ def release_cell(
             manifest = src.get_manifest(source.repo, digest)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
                 verify_blobs(c, t.repo, manifest, side="destination")
+            if not has_att:
+                attach_attestations(c, t.repo, digest, envelopes)
             if not has_report:
                 attach_report(c, t.repo, manifest, report)
             if tagged != digest:
@@ -532,6 +646,50 @@ def release_cell(
         else:
             res.status = "promoted" if res.steps else "up-to-date"
     return res, passing
+
+
+def _names_cell(target: str, cell: ReleaseCell) -> bool:
+    """The report's target is the cell's candidate or release tag (``…/repo:<cell>-candidate@…``)."""
+    name = target.split("@", 1)[0]
+    return any(name.endswith((f":{t}", f"/{t}")) for t in (cell.candidate, cell.tag))
+
+
+def _no_evidence_reasons(
+    cell: ReleaseCell,
+    digest: str,
+    for_digest: Sequence[Report],
+    reports: Sequence[Report],
+    store_problems: Sequence[str],
+    trusted: Sequence[PublicKey],
+) -> list[str]:
+    """Why no passing signed evidence exists for *digest*: every report that claims it, or this cell, and
+    could not count names its own reason (unsigned, altered, unknown key, signed for another digest)."""
+    out = []
+    if not trusted:
+        out.append(
+            "no trusted public key is configured, so no attestation can be accepted: add the validation "
+            "runners' public key to [release] trusted_keys in imagesmith.toml (or pass --trusted-key FILE)"
+        )
+    for r in for_digest:  # signed, about this digest, neither passed nor failed
+        detail = "; ".join(r.failed[:3]) or r.reason
+        out.append(f"validation of {digest} {r.verdict} ({r.path}): {detail}")
+    for r in reports:
+        about_cell = _names_cell(r.target, cell) or r.claimed == digest or r.digest == digest
+        if r.evidence and r.digest != digest and about_cell:
+            out.append(
+                f"{r.path} is signed for {r.digest}, not the candidate digest {digest}"
+                + (f" (its report.json claims {r.claimed})" if r.claimed and r.claimed != r.digest else "")
+            )
+        elif not r.evidence and about_cell:
+            out.append(f"{r.path} (claims {r.digest or 'no digest'}) is not evidence: {r.problem}")
+    out += [f"stored attestation {p}" for p in store_problems]
+    if not out or all(not r.evidence for r in reports if r.digest == digest):
+        out.append(
+            f"no signed validation attestation for the candidate digest {digest}"
+            + f": run imagesmith validate {cell.targets[0].image}@{digest} --report DIR --sign-key KEY on a "
+            "validation runner, then pass --reports DIR"
+        )
+    return out
 
 
 def _with_fix(exc: ImagesmithError) -> str:
@@ -645,16 +803,35 @@ class Carried:
     unverified: tuple[str, ...]
 
 
+def _carried_evidence(client: RegistryApi, repo: str, digest: str, trusted: Sequence[PublicKey]) -> str:
+    """Why the copy of *digest* in this registry lacks signed evidence today ("" when it has it): a stored
+    attestation of *digest* that verifies with a *trusted* key and passed, and none that failed."""
+    good, bad = attested_in_registry(client, repo, digest, trusted)
+    failed = [a for a in good if json.loads(a.report).get("verdict") == "failed"]
+    if failed:
+        return f"a signed validation attestation of {digest} ({failed[0].signer}) says failed"
+    if any(json.loads(a.report).get("verdict") == "passed" for a in good):
+        return ""
+    return (
+        f"no passing validation attestation of {digest} stored as {cosign_attestation_tag(digest)} verifies "
+        "with a trusted key" + (f" ({bad[0]})" if bad else "")
+    )
+
+
 def verify_carried(
     images: Sequence[ReleasedImage],
     known: Mapping[str, Registry],
     client_for: Callable[[Registry], RegistryApi],
     clients: dict[str, RegistryApi],
+    *,
+    trusted: Sequence[PublicKey],
 ) -> Carried:
     """Re-verify each entry the index carries over from before this run, registry by registry: the copy's
-    registry must be one the project names (same name, host and repository in its registries file), and its
-    tag must still resolve there to the recorded digest. A copy that fails is dropped (refused, naming the
-    entry and the registry); an entry with no copy left is dropped."""
+    registry must be one the project names (same name, host and repository in its registries file), its tag
+    must still resolve there to the recorded digest, and that registry must hold a signed validation
+    attestation of the digest that verifies with a *trusted* key today and passed (none that failed). A copy
+    that fails is dropped (refused, naming the entry and the registry); an entry with no copy left is dropped.
+    Without trusted keys nothing can be re-verified: every copy is unverified (then nothing is written)."""
     checks: list[tuple[ReleasedImage, RegistryCopy, Registry | None, str]] = []
     for image in images:
         for copy in image.registries:
@@ -673,9 +850,19 @@ def verify_carried(
         _, copy, reg, why = item
         if reg is None:
             return why, None
+        if not trusted:
+            return (
+                "error: no trusted public key is configured, so its signed attestation cannot be verified "
+                "(fix: add the validation runners' public key to [release] trusted_keys in imagesmith.toml, "
+                "or pass --trusted-key FILE)",
+                None,
+            )
         client = clients.get(reg.name) or client_for(reg)
         try:
-            return "", client.manifest_digest(reg.repo, copy.tag)
+            now = client.manifest_digest(reg.repo, copy.tag)
+            if now != copy.digest:
+                return "", now
+            return _carried_evidence(client, reg.repo, copy.digest, trusted), now
         except ImagesmithError as exc:
             return f"error: {_with_fix(exc)}", None
 
@@ -719,10 +906,14 @@ def release_cells(
     verify: Verify = "head",
     known_registries: Sequence[Registry] = (),
     extend_from: str | None = None,
+    trusted: Sequence[PublicKey] = (),
+    sign_key: SigningKey | None = None,
 ) -> Outcome:
-    """Release *cells* (see the module docstring). *known_registries*: every registry the project names (its
-    registries file), against which carried index entries are checked; the cells' own targets always count.
-    *extend_from*: the registry whose published index to extend when *index_file* does not exist."""
+    """Release *cells* (see the module docstring) on the evidence of *reports* signed by *trusted* keys;
+    write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
+    every index artifact). *known_registries*: every registry the project names (its registries file),
+    against which carried index entries are checked; the cells' own targets always count. *extend_from*: the
+    registry whose published index to extend when *index_file* does not exist."""
     clients: dict[str, RegistryApi] = {}
     for cell in cells:
         for t in cell.targets:
@@ -735,7 +926,7 @@ def release_cells(
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
-            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify
+            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify, trusted=trusted
         )
         outcome.cells.append(result)
         if result.digest and result.registries:
@@ -750,7 +941,11 @@ def release_cells(
             entries.append(entry)
     fresh = {e.tag for e in entries}
     carried = verify_carried(
-        [image for image in base.images if image.tag not in fresh], known, client_for, clients
+        [image for image in base.images if image.tag not in fresh],
+        known,
+        client_for,
+        clients,
+        trusted=trusted,
     )
     outcome.cells.extend(carried.refusals)
     if carried.unverified:
@@ -783,6 +978,22 @@ def release_cells(
         merged = replace(merged, generated=_now())
         save_index(merged, index_file)
     body = dump_index(load_index(index_file)).encode()
+    signature = index_signature_path(index_file)
+    envelope: bytes | None = None
+    if sign_key is not None:
+        from imagesmith import signing
+
+        envelope = signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, sign_key)
+        if not signature.is_file() or not _signed_same(signature, body, sign_key):
+            signature.write_bytes(envelope + b"\n")
+        else:
+            envelope = signature.read_bytes().strip()
+        outcome.index_signature = str(signature)
+    else:
+        echo(
+            "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
+            "pick --verify-key will refuse it"
+        )
     done: set[tuple[str, str]] = set()
     for cell in cells:
         for t in cell.targets:
@@ -790,7 +1001,7 @@ def release_cells(
                 continue
             done.add((t.name, t.repo))
             try:
-                publish_index(clients[t.name], t.repo, body)
+                publish_index(clients[t.name], t.repo, body, envelope)
                 outcome.index_published.append(f"{t.image}:{INDEX_ARTIFACT_TAG}")
             except ImagesmithError as exc:
                 outcome.cells.append(
@@ -819,8 +1030,12 @@ def release_matrix(
     project: Project | None = None,
     verify: Verify = "head",
     extend_from: str | None = None,
+    trusted: Sequence[PublicKey] = (),
+    sign_key: SigningKey | None = None,
 ) -> Outcome:
-    """Load the matrix of *project*, plan it, and release its cells (see the module docstring)."""
+    """Load the matrix of *project*, plan it, and release its cells (see the module docstring). *trusted*:
+    the keys whose attestations count (the project's ``[release] trusted_keys`` are added)."""
+    from imagesmith.attestation import load_trusted_keys
     from imagesmith.matrix import REGISTRIES_FILE, load_matrix, load_registries
     from imagesmith.plan import build_plan
     from imagesmith.project import discover
@@ -835,7 +1050,10 @@ def release_matrix(
     plan = build_plan(m, project=project).select(list(only))
     if not plan.cells:
         raise ConfigError(f"matrix {m.name}: the plan has no cell", hint="imagesmith plan --explain says why")
-    reports = collect_reports(report_dirs)
+    keys = list(trusted)
+    if project is not None and project.trusted_keys:
+        keys += load_trusted_keys(project.trusted_keys, origin=f"{project.file}: release.trusted_keys")
+    reports = collect_reports(report_dirs, keys)
     cells = [ReleaseCell.from_plan(c) for c in plan.cells]
     return release_cells(
         cells,
@@ -848,6 +1066,8 @@ def release_matrix(
         verify=verify,
         known_registries=known,
         extend_from=extend_from,
+        trusted=keys,
+        sign_key=sign_key,
     )
 
 

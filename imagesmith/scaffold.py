@@ -254,6 +254,11 @@ registries = "matrices/registries.toml"
 # URL templates tried before a source archive's pinned URL, e.g. GitHub through a mirror:
 #   mirrors = ["https://mirror.example/{{url}}"]   fields: {{url}} {{path}} {{host}} {{name}} {{version}} {{commit}} {{file}}
 mirrors = []
+
+[release]
+# public keys whose signed validation attestations `imagesmith release` accepts (a report file alone never
+# is): `imagesmith keygen keys/validation.key`, keep the .key on validation runners only, commit the .pub
+trusted_keys = []
 '''
     files[
         f"matrices/{matrix_name}.toml"

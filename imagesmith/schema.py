@@ -412,6 +412,20 @@ PROJECT: Schema = Schema(
                 },
             ),
             "sources": _source_mirrors("tried in order before a source archive's pinned URL"),
+            "release": Field(
+                kind="table",
+                description="what `imagesmith release` trusts",
+                fields={
+                    "trusted_keys": Field(
+                        kind="array",
+                        items=_PATH,
+                        description="PEM public keys (relative paths) whose signed validation attestations "
+                        "release accepts; a report without one is never enough",
+                        message="release.trusted_keys must be a list of relative paths to .pub files",
+                        example='["keys/validation.pub"]',
+                    ),
+                },
+            ),
         },
     ),
 )
@@ -445,6 +459,18 @@ CONFIG: Schema = Schema(
                 },
             ),
             "sources": _source_mirrors("source-archive mirror templates, before the project's"),
+            "pick": Field(
+                kind="table",
+                fields={
+                    "verify_key": Field(
+                        kind="string",
+                        message="pick.verify_key must be a path string",
+                        description="PEM public key the release index must be signed with (pick, index); "
+                        "$IMAGESMITH_INDEX_KEY and --verify-key override it",
+                        example='"~/.config/imagesmith/release.pub"',
+                    )
+                },
+            ),
         },
     ),
 )

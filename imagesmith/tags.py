@@ -5,7 +5,8 @@
 ``staging-<fingerprint[:20]>-<suite[:12]>``  the engine's one push, before any final tag moves (build)
 ``<cell id>-candidate``                 built, pushed and verified in every registry; not yet released (build)
 ``<cell id>``                           released: a candidate whose exact digest passed validation (release)
-``sha256-<hex>.validation``             the validation report attached to an image digest (release)
+``sha256-<hex>.validation``             the validation report attached to an image digest (release; a copy)
+``sha256-<hex>.att``                    signed validation attestations of an image digest (cosign's layout)
 ``release-index``                       the release index artifact (release writes, pick reads)
 ``imagesmith/<matrix>:<cell id>``       the engine-local name of a built cell (build, validate)
 ==================================  =================================================================
@@ -53,6 +54,11 @@ def release_tag(cell: _Cell) -> str:
 def attestation_tag(digest: str) -> str:
     """``sha256-<hex>.validation``: the tag of the report artifact attached to image *digest*."""
     return digest.replace(":", "-") + ".validation"
+
+
+def cosign_attestation_tag(digest: str) -> str:
+    """``sha256-<hex>.att``: where cosign (and imagesmith release) keeps the attestations of *digest*."""
+    return digest.replace(":", "-") + ".att"
 
 
 def local_ref(cell: _Cell) -> str:

@@ -1,7 +1,8 @@
 """What re-verifying carried index entries costs `imagesmith release` (issue 17), on the local registries
 (scripts/services.sh): the release of one cell with an index that carries N entries (each tagged in both
-registries, so every copy is checked with one manifest HEAD) against the same release with an empty index,
-side by side, alternating, the median of --rounds.
+registries with a signed passing attestation of its digest, so every copy is checked with a manifest HEAD and
+its attestation read and verified with the trusted key) against the same release with an empty index, side by
+side, alternating, the median of --rounds.
 
 usage: .venv/bin/python scripts/bench_carried.py [--entries 200] [--rounds 3]
 """
@@ -20,6 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from imagesmith.attestation import ATTESTATION_FILE, attach_attestations  # noqa: E402
 from imagesmith.index import (  # noqa: E402
     RegistryCopy,
     ReleasedImage,
@@ -30,6 +32,7 @@ from imagesmith.index import (  # noqa: E402
 )
 from imagesmith.release import collect_reports, release_cells  # noqa: E402
 from tests.integration.test_release import (  # noqa: E402
+    TRUSTED,
     cell,
     clients_for,
     push_image,
@@ -52,6 +55,11 @@ def main() -> None:
     for i in range(args.entries):  # the same image under N tags, in both registries
         for client in (regs.plain_client(), regs.auth_client()):
             digest = push_image(client, repo, f"e{i}", content)
+    with tempfile.TemporaryDirectory() as tmp:  # its signed attestation, stored as release stores it
+        write_report(Path(tmp), f"{regs.plain}/{repo}@{digest}", "passed")
+        envelope = (Path(tmp) / ATTESTATION_FILE).read_bytes()
+    for client in (regs.plain_client(), regs.auth_client()):
+        attach_attestations(client, repo, digest, [envelope])
     template = cell("t", regs_t)
     entries = tuple(
         ReleasedImage(
@@ -95,7 +103,7 @@ def main() -> None:
                 index_file = root / f"{cid}.json"
                 base = ReleaseIndex(generated="2026-12-01T00:00:00Z")
                 save_index(replace(base, images=entries if case == "carried" else ()), index_file)
-                reports = collect_reports([root / cid])
+                reports = collect_reports([root / cid], TRUSTED)
                 started = time.perf_counter()
                 out = release_cells(
                     [cell(cid, regs_t)],
@@ -103,6 +111,7 @@ def main() -> None:
                     reports=reports,
                     index_file=index_file,
                     client_for=clients_for(regs),
+                    trusted=TRUSTED,
                 )
                 times[case].append(time.perf_counter() - started)
                 out.raise_for_refusals()

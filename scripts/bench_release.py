@@ -101,27 +101,33 @@ def main() -> None:
     print(f"same-registry cross-repo mount ({mounted} bytes moved): {mount * 1000:.0f} ms")
 
     with tempfile.TemporaryDirectory() as tmp:
+        from imagesmith.attestation import ATTESTATION_FILE, sign_validation
+        from imagesmith.signing import generate_key
+
+        key = (
+            generate_key()
+        )  # the validation runners' key: every report is signed, as validate --sign-key does
         cells, reports = [], Path(tmp) / "reports"
         for i in range(args.cells):
             cid = f"c{i}"
             d = push(plain, repo, f"{cid}-candidate", os.urandom(64 << 10))
             (reports / cid).mkdir(parents=True)
-            (reports / cid / "report.json").write_text(
-                json.dumps(
+            report = {
+                "schema": 1,
+                "verdict": "passed",
+                "target": f"{regs.plain}/{repo}@{d}",
+                "started": "2026-11-29",
+                "checks": [
                     {
-                        "schema": 1,
-                        "verdict": "passed",
-                        "target": f"{regs.plain}/{repo}@{d}",
-                        "started": "2026-11-29",
-                        "checks": [
-                            {
-                                "name": "test_gpu_inventory",
-                                "status": "passed",
-                                "figures": {"gpus": [{"name": "NVIDIA H200", "driver": "580.159.04"}]},
-                            }
-                        ],
+                        "name": "test_gpu_inventory",
+                        "status": "passed",
+                        "figures": {"gpus": [{"name": "NVIDIA H200", "driver": "580.159.04"}]},
                     }
-                )
+                ],
+            }
+            (reports / cid / "report.json").write_text(json.dumps(report))
+            (reports / cid / ATTESTATION_FILE).write_bytes(
+                sign_validation(report, repository=f"{regs.plain}/{repo}", digest=d, key=key)
             )
             cells.append(
                 ReleaseCell(
@@ -147,14 +153,18 @@ def main() -> None:
         def make(tg: Registry):  # type: ignore[no-untyped-def]
             return regs.plain_client() if tg.host == regs.plain else regs.auth_client()
 
-        rep = collect_reports([reports])
+        rep = collect_reports([reports], [key.public])
         index = Path(tmp) / "index.json"
         t = time.monotonic()
-        out = release_cells(cells, matrix="bench", reports=rep, index_file=index, client_for=make)
+        out = release_cells(
+            cells, matrix="bench", reports=rep, index_file=index, client_for=make, trusted=[key.public]
+        )
         first = time.monotonic() - t
         assert all(c.status == "promoted" for c in out.cells), [c.reasons for c in out.cells]
         t = time.monotonic()
-        out = release_cells(cells, matrix="bench", reports=rep, index_file=index, client_for=make)
+        out = release_cells(
+            cells, matrix="bench", reports=rep, index_file=index, client_for=make, trusted=[key.public]
+        )
         noop = time.monotonic() - t
         assert all(c.status == "up-to-date" for c in out.cells)
         print(

@@ -51,6 +51,8 @@ def release_text(outcome: Outcome) -> str:
     if outcome.index_file:
         verb = "would update" if outcome.dry_run else ("updated" if outcome.index_changed else "unchanged")
         lines.append(f"index {outcome.index_file}: {verb}")
+    if outcome.index_signature:
+        lines.append(f"index signature: {outcome.index_signature}")
     lines += [f"index published: {p}" for p in outcome.index_published]
     return "\n".join(lines)
 
@@ -64,6 +66,7 @@ def release_json(outcome: Outcome) -> str:
             "index_file": outcome.index_file,
             "index_changed": outcome.index_changed,
             "index_published": outcome.index_published,
+            "index_signature": outcome.index_signature,
         },
         indent=2,
     )

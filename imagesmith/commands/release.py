@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import platform as _platform
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -27,7 +27,7 @@ RELEASE_EPILOG = epilog(
         "2 = bad matrix, project or flags (--reports is required)",
         "3 = --only matched no cell",
         "6 = a copy to a registry failed",
-        "8 = a cell was refused (no passing validation of its exact digest)",
+        "8 = a cell was refused (no passing attestation of its exact digest signed by a trusted key)",
         "9 = a registry refused (auth, denied, unreachable)",
     ],
 )
@@ -44,7 +44,7 @@ CANDIDATES_EPILOG = epilog(
 INDEX_EPILOG = epilog(
     ["imagesmith index release/index.json", "imagesmith index oci://ghcr.io/me/torch:release-index --json"],
     [
-        "0 = the index is valid",
+        "0 = the index is valid (and signed by --verify-key, when a key is set)",
         "2 = no index given, or it is not a valid release index",
         "9 = its registry refused (auth, denied, unreachable)",
     ],
@@ -53,6 +53,19 @@ INDEX_EPILOG = epilog(
 
 def _warn(message: str) -> None:
     typer.echo(f"warning: {message}", err=True)
+
+
+def _index_keys(flag: Path | None) -> list[Any]:
+    """The key the release index must be signed with: --verify-key, else $IMAGESMITH_INDEX_KEY, else
+    ``[pick] verify_key`` of the user config; none → the index is not checked."""
+    from imagesmith.config import load_config
+
+    path = flag or load_config().index_key
+    if path is None:
+        return []
+    from imagesmith import signing
+
+    return [signing.load_public_key(path)]
 
 
 PICK_EPILOG = epilog(
@@ -64,7 +77,7 @@ PICK_EPILOG = epilog(
         "0 = picked (warnings such as an end-of-life driver or a stale cached index do not change it)",
         "2 = bad input (flags, unknown GPU/platform/region, an --nvidia-smi FILE that cannot be read, an "
         "index file or https URL that cannot be read or is not a release index, a plain-HTTP index without "
-        "--insecure)",
+        "--insecure, an index whose signature is missing or bad while a verify key is set)",
         "3 = --torch/--cuda/--python match no image of the index",
         "5 = --pull: no Docker engine",
         "7 = the nvidia-smi output is unusable (not nvidia-smi output, nvidia-smi failed, -L output without "
@@ -152,6 +165,14 @@ def pick(
             "you trust, such as a local test registry",
         ),
     ] = False,
+    verify_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-key",
+            help="public key the release index must be signed with (release --sign-key); a missing or bad "
+            "signature is refused. Default: $IMAGESMITH_INDEX_KEY, else [pick] verify_key of the user config",
+        ),
+    ] = None,
     flavor: Annotated[
         str | None,
         typer.Option(
@@ -171,7 +192,9 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = picking.fetch_index(source, refresh=refresh, warn=_warn, insecure=insecure)
+    idx = picking.fetch_index(
+        source, refresh=refresh, warn=_warn, insecure=insecure, verify_keys=_index_keys(verify_key)
+    )
     live = nvidia_smi is None and driver is None
     if platform is None and region is None and (live or pull):
         # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
@@ -249,12 +272,42 @@ def release(
             "promoted; the nightly); default $IMAGESMITH_VERIFY",
         ),
     ] = None,
+    trusted_key: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--trusted-key",
+            help="public key whose signed validation attestations count (repeatable; added to [release] "
+            "trusted_keys of imagesmith.toml)",
+        ),
+    ] = None,
+    sign_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--sign-key",
+            help="private key that signs the release index (index.json.sig and the index artifact); "
+            "default $IMAGESMITH_SIGNING_KEY",
+        ),
+    ] = None,
 ) -> None:
-    """Promote candidates whose exact digest passed validation to every registry of their cell."""
+    """Promote candidates whose exact digest has a passing validation attestation, signed by a trusted key,
+    to every registry of their cell."""
     from imagesmith import release as releasing
     from imagesmith.registry import verify_level
 
     project = current_project(matrix)
+    trusted = []
+    if trusted_key:
+        from imagesmith import signing
+
+        trusted = [signing.load_public_key(p) for p in trusted_key]
+    key = None
+    key_file = sign_key or (
+        Path(os.environ["IMAGESMITH_SIGNING_KEY"]) if os.environ.get("IMAGESMITH_SIGNING_KEY") else None
+    )
+    if key_file is not None:
+        from imagesmith import signing
+
+        key = signing.load_signing_key(key_file)
     outcome = releasing.release_matrix(
         project.resolve_matrix_name(matrix),
         report_dirs=reports,
@@ -266,6 +319,8 @@ def release(
         echo=lambda line: typer.echo(line, err=True),
         project=project,
         verify=verify_level(verify or None),
+        trusted=trusted,
+        sign_key=key,
     )
     typer.echo(release_json(outcome) if as_json else release_text(outcome))
     outcome.raise_for_refusals()
@@ -316,8 +371,16 @@ def index_show(
     insecure: Annotated[
         bool, typer.Option("--insecure", help="allow an index over plain HTTP (http://, oci+http://)")
     ] = False,
+    verify_key: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-key",
+            help="public key the index must be signed with (default: $IMAGESMITH_INDEX_KEY, else [pick] "
+            "verify_key of the user config)",
+        ),
+    ] = None,
 ) -> None:
-    """Load and check a release index (schema, digests) and list its images."""
+    """Load and check a release index (schema, digests, its signature when a key is set) and list it."""
     from imagesmith import pick as picking
     from imagesmith.index import dump_index
 
@@ -326,7 +389,9 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = picking.fetch_index(src, refresh=refresh, warn=_warn, insecure=insecure)
+    idx = picking.fetch_index(
+        src, refresh=refresh, warn=_warn, insecure=insecure, verify_keys=_index_keys(verify_key)
+    )
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -134,6 +135,13 @@ def validate_command(
     ssh_identity: str | None = typer.Option(None, "--ssh-identity", help="ssh:// only: private key file."),
     shm_min_source: str | None = typer.Option(None, "--shm-min-source", hidden=True),
     label: str | None = typer.Option(None, "--label", hidden=True),
+    sign_key: str | None = typer.Option(
+        None,
+        "--sign-key",
+        help="Private key (imagesmith keygen) that signs the evidence: an in-toto attestation of the image's "
+        "digest, written beside report.json; only validation runners hold it. Default: "
+        "$IMAGESMITH_SIGNING_KEY (image targets only).",
+    ),
     baseline_busbw: float | None = typer.Option(None, "--baseline-busbw", hidden=True),
     baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
     baseline_figure: Annotated[list[str] | None, typer.Option("--baseline-figure", hidden=True)] = None,
@@ -149,6 +157,13 @@ def validate_command(
     from imagesmith.validate.target import parse_target
 
     t = parse_target(target)
+    if label is not None and re.search(r"@[A-Za-z0-9][A-Za-z0-9+._-]*:[0-9A-Fa-f]{8,}", label):
+        raise ConfigError(
+            f"--label {label!r} names a digest: a label is a name for people, never evidence of what was "
+            "validated",
+            hint="drop the @sha256:… part; to validate an exact digest, pass IMAGE@sha256:… as TARGET",
+        )
+    signer = _signer(t, sign_key)
     if t.kind != "image" and (shm_size or gpus != "auto"):
         raise ConfigError("--shm-size and --gpus apply only when TARGET is an image")
     if t.kind != "ssh" and (ssh_config or ssh_identity):
@@ -212,6 +227,13 @@ def validate_command(
         ssh_identity_file=str(Path(ssh_identity).resolve()) if ssh_identity else None,
     )
     data: dict[str, Any]
+    subject: tuple[str, str, str] | None = None
+    if signer is not None:  # before the run: an image that cannot be attested is refused up front
+        subject = _image_subject(t.spec)
+    from imagesmith.attestation import ATTESTATION_FILE
+
+    # an attestation of an earlier run never stands beside this run's report (release reads the pair)
+    (Path(report_dir) / ATTESTATION_FILE).unlink(missing_ok=True)
     if t.kind == "image":
         from imagesmith.validate.container import run_in_image
 
@@ -223,16 +245,98 @@ def validate_command(
             shm_min_override=shm_min_bytes,
             gpus=gpus,
             echo=typer.echo,
+            subject=(subject[1], subject[2]) if subject is not None else None,
         )
     else:
         data = run_suite(options, select=select)
     where = Path(options.report_dir) / "report.md"
+    if signer is not None and subject is not None:
+        _attest(t.spec, subject, data, Path(options.report_dir), signer)
     typer.echo(f"verdict: {data['verdict']} — {data['verdict_reason']} (report: {where})")
     if data["verdict"] != PASSED:
         raise ValidationFailed(
             f"validation of {options.target_label} {data['verdict']}: {data['verdict_reason']}",
             hint=f"read {where}: every failure there says what to do",
         )
+
+
+def _signer(t: Any, sign_key: str | None) -> Any:
+    """The signing key of this run (--sign-key, else $IMAGESMITH_SIGNING_KEY for image targets), loaded
+    before anything runs; None when the evidence is not to be signed."""
+    from imagesmith.validate.target import Target
+
+    assert isinstance(t, Target)
+    env_key = os.environ.get("IMAGESMITH_SIGNING_KEY", "").strip()
+    if sign_key is None and not env_key:
+        return None
+    if t.kind != "image":
+        if sign_key is not None:
+            raise ConfigError(
+                f"--sign-key: {t.label} is a host, not an image: only an image has a digest to attest",
+                hint="validate the image by digest (imagesmith validate REPO@sha256:… --sign-key KEY), or "
+                "drop --sign-key",
+            )
+        typer.echo(
+            f"note: {t.label} is not an image: the report is not signed ($IMAGESMITH_SIGNING_KEY unused)"
+        )
+        return None
+    from imagesmith import signing
+
+    return signing.load_signing_key(Path(sign_key or env_key))
+
+
+def _image_subject(image: str) -> tuple[str, str, str]:
+    """(repository, digest, image id) the engine reports for *image* (attestation.image_subject)."""
+    from imagesmith.attestation import image_subject
+    from imagesmith.engine import Engine
+    from imagesmith.errors import SignatureError
+
+    inspect = Engine().inspect(image)
+    if inspect is None:
+        raise ConfigError(
+            f"image {image} is not in the Docker engine", hint="pull it first: docker pull IMAGE@sha256:…"
+        )
+    try:
+        repo, digest = image_subject(inspect, image)
+    except SignatureError as exc:  # a flag/target problem here, not a refused release
+        raise ConfigError(exc.message, hint=exc.hint) from None
+    return repo, digest, str(inspect.get("Id") or "")
+
+
+def _attest(
+    image: str, subject: tuple[str, str, str], data: dict[str, Any], report_dir: Path, key: Any
+) -> None:
+    """Sign the report the host wrote (*data*, what ``run_in_image`` returned: never a file the container
+    wrote), redacted as it is attached in registries, as an attestation of the digest the engine reported
+    before the run (and still reports after it: the same image id, the one the host ran), and write it
+    beside the report."""
+    from imagesmith.attestation import ATTESTATION_FILE, sign_validation
+    from imagesmith.validate.redact import redact_report
+
+    repo, digest, image_id = subject
+    after = _image_subject(image)
+    ran = str((data.get("container") or {}).get("image_id") or "")
+    if after != subject or ran != image_id:
+        raise ConfigError(
+            f"{image} changed while it was validated (engine digest/id {digest} {image_id} → {after[1]} "
+            f"{after[2]}; the container ran {ran or 'an unknown image'}): nothing signed",
+            hint="validate the image by digest (IMAGE@sha256:…), which cannot move",
+        )
+    if data.get("target") != image or (data.get("image") or {}).get("digest") != digest:
+        # run_in_image writes both from what the host ran: a mismatch is a bug, and is never signed
+        raise ConfigError(
+            f"the host's report names {data.get('target')!r} / {data.get('image')!r}, not {image} / "
+            f"{digest}: nothing signed",
+            hint="report this as a bug of imagesmith validate",
+        )
+    # exactly what the host wrote to report.json (the same serialisation), then redacted
+    written = json.loads(json.dumps(data, default=str))
+    envelope = sign_validation(redact_report(written), repository=repo, digest=digest, key=key)
+    out = report_dir / ATTESTATION_FILE
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_bytes(envelope + b"\n")
+    tmp.replace(out)
+    typer.echo(f"signed: {out} (attests {repo}@{digest}; key {key.key_id[:16]})")
 
 
 def _fleet(index: str | None, passed: str | None, source: str) -> tuple[list[dict[str, Any]], str]:

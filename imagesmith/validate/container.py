@@ -61,6 +61,10 @@ SCRATCH_MAX_TOTAL_BYTES = 256 * 1024**2
 SCRATCH_MAX_FILES = 256
 #: the files the host writes itself (the suite's report.json is read as a claim, its report.md dropped)
 HOST_WRITTEN = ("report.json", "report.md")
+#: only the host signs (``validate --sign-key``; imagesmith.attestation.ATTESTATION_FILE, named here because
+#: this stage does not import the release stage): one left in the scratch folder is refused, and one left in
+#: the report folder by an earlier run is removed before the run, so it never stands beside a new report
+HOST_SIGNED = "attestation.dsse.json"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,10 +156,13 @@ def host_report(
     gpus_given: bool,
     selected: bool = False,
     container: dict[str, Any],
+    image_digest: str | None = None,
 ) -> dict[str, Any]:
     """The report the host writes from the suite's *claim*: target, options and logs are the host's; the
     verdict is recomputed from the claimed checks and capped by what the host knows. Whatever the claim says
-    of the image (a digest, a verdict) is kept only as ``suite_claim``."""
+    of the image (a digest, a verdict) is kept only as ``suite_claim``; ``image.digest`` is written only from
+    *image_digest*, the digest the engine reported for the image the host ran (``validate --sign-key``: the
+    attestation's subject)."""
     from imagesmith.validate.report import FAILED, NOT_VALIDATED, PASSED, CheckOutcome, verdict_of
 
     known = {f for f in CheckOutcome.__dataclass_fields__}
@@ -201,6 +208,8 @@ def host_report(
         "container": {**container, "image_id": image_id, "refused_files": list(refused)},
         "suite_claim": {"verdict": claimed[0], "verdict_reason": claimed[1]},
     }
+    if image_digest is not None:
+        report["image"] = {"digest": image_digest}
     return report
 
 
@@ -274,7 +283,9 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         "--shm-min-source",
         options.shm_min_source,
         "--label",
-        options.target_label,
+        # a label never names a digest (the suite inside cannot vouch for one); the host puts the full
+        # reference back into the report
+        options.target_label.split("@", 1)[0],
     ]
     if options.expect_gpu:
         argv += ["--expect-gpu", options.expect_gpu]
@@ -368,7 +379,12 @@ def run_in_image(
     gpus: str,
     echo: Any = print,
     engine: ContainerEngine | None = None,
+    subject: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
+    """Run the suite in a container of *image* and write the host's report (:func:`host_report`).
+
+    *subject*: (digest, image id) the engine reported for *image* before the run (``validate --sign-key``):
+    the image about to run must have that id, and the digest is recorded as the report's ``image.digest``."""
     from imagesmith.engine import BindMount, Engine
 
     if engine is None:
@@ -377,6 +393,12 @@ def run_in_image(
     if config is None:
         raise ConfigError(
             f"image {image} is not in the Docker engine", hint="build it (imagesmith build) or pull it first"
+        )
+    if subject is not None and str(config.get("Id") or "") != subject[1]:
+        raise ConfigError(
+            f"{image} is image {config.get('Id')} now, not {subject[1]} whose digest {subject[0]} is to be "
+            "attested: it moved before the run; nothing ran",
+            hint="validate the image by digest (IMAGE@sha256:…), which cannot move",
         )
     labels = dict((config.get("Config") or {}).get("Labels") or {})
     if "io.imagesmith.validate" not in labels:
@@ -392,7 +414,7 @@ def run_in_image(
     )
     report_dir = Path(options.report_dir).resolve()
     report_dir.mkdir(parents=True, exist_ok=True)
-    for name in HOST_WRITTEN:
+    for name in (*HOST_WRITTEN, HOST_SIGNED):
         (report_dir / name).unlink(missing_ok=True)
     gpu_arg: str | None = None
     mode: GpuMode = "auto"
@@ -435,6 +457,14 @@ def run_in_image(
         taken = read_scratch(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    if HOST_SIGNED in taken.files:  # the suite never signs: an image that plants evidence is hostile
+        taken = ScratchFiles(
+            files={k: v for k, v in taken.files.items() if k != HOST_SIGNED},
+            refused=(
+                *taken.refused,
+                f"{HOST_SIGNED}: only the host signs evidence; the suite never writes one",
+            ),
+        )
     if ulimit_note:
         echo(f"warning: {ulimit_note}")
     echo(result.output.rstrip())
@@ -470,6 +500,7 @@ def run_in_image(
             "shm_size": plan.shm_size,
             "gpus": gpu_arg and mode,
         },
+        image_digest=subject[0] if subject is not None else None,
     )
     write_report_file(report_dir, "report.json", (json.dumps(data, indent=2, default=str) + "\n").encode())
     write_report_file(report_dir, "report.md", _markdown(data).encode())

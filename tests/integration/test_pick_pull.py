@@ -12,7 +12,7 @@ import pytest
 
 from imagesmith.engine import Engine
 from imagesmith.release import collect_reports, release_cells
-from tests.integration.test_release import cell, clients_for, push_image, targets, write_report
+from tests.integration.test_release import TRUSTED, cell, clients_for, push_image, targets, write_report
 from tests.localinfra import local_registries
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -27,9 +27,10 @@ def test_pick_pull_checks_the_digest(tmp_path: Path, run_cli: Callable[..., Any]
     release_cells(
         [cell("a", targets(regs, repo)[:1])],
         matrix="t",
-        reports=collect_reports([tmp_path / "r"]),
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
         index_file=index,
         client_for=clients_for(regs),
+        trusted=TRUSTED,
     ).raise_for_refusals()
     pinned = f"{regs.plain}/{repo}@{digest}"
     engine = Engine()
@@ -69,9 +70,10 @@ def test_pick_pull_falls_back_to_a_reachable_registry(tmp_path: Path, run_cli: C
     release_cells(
         [cell("a", targets(regs, repo)[:1])],
         matrix="t",
-        reports=collect_reports([tmp_path / "r"]),
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
         index_file=index,
         client_for=clients_for(regs),
+        trusted=TRUSTED,
     ).raise_for_refusals()
     doc = json.loads(index.read_text())
     dead = {"name": "dead-hub", "kind": "dockerhub", "reference": f"127.0.0.1:9/{repo}:a", "digest": digest}

@@ -21,8 +21,15 @@ from typing import Any
 
 import pytest
 
-from imagesmith import compat
-from imagesmith.errors import ReleaseError
+from imagesmith import compat, signing
+from imagesmith.attestation import (
+    ATTESTATION_FILE,
+    DSSE_MEDIA_TYPE,
+    VALIDATION_PREDICATE_TYPE,
+    sign_validation,
+    verify_validation,
+)
+from imagesmith.errors import ConfigError, ReleaseError
 from imagesmith.index import load_index
 from imagesmith.pick import fetch_index
 from imagesmith.refs import Registry
@@ -32,10 +39,14 @@ from imagesmith.release import (
     collect_reports,
     release_cells,
 )
-from imagesmith.tags import attestation_tag
+from imagesmith.tags import attestation_tag, cosign_attestation_tag
 from tests.localinfra import LocalRegistries, TempRegistry, local_registries, temp_registry
 
 pytestmark = pytest.mark.registry
+
+#: the validation runners' key of these tests, and what release trusts
+KEY = signing.generate_key()
+TRUSTED = [KEY.public]
 
 
 def _sha(data: bytes) -> str:
@@ -83,7 +94,17 @@ def push_image(client: RegistryClient, repo: str, tag: str, content: str) -> str
     return client.put_manifest(repo, tag, ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body)))
 
 
-def write_report(folder: Path, target: str, verdict: str, *, failed: str | None = None) -> Path:
+def write_report(
+    folder: Path,
+    target: str,
+    verdict: str,
+    *,
+    failed: str | None = None,
+    key: signing.SigningKey | None = KEY,
+    digest: str | None = None,
+) -> Path:
+    """report.json as imagesmith validate writes it and, signed by *key* (None: unsigned), the attestation
+    of *digest* (default: the digest at the end of *target*, as the engine would report it)."""
     folder.mkdir(parents=True, exist_ok=True)
     checks: list[dict[str, Any]] = [
         {
@@ -120,6 +141,10 @@ def write_report(folder: Path, target: str, verdict: str, *, failed: str | None 
     }
     path = folder / "report.json"
     path.write_text(json.dumps(report, indent=2))
+    if key is not None:
+        repo, _, at = target.rpartition("@")
+        envelope = sign_validation(report, repository=repo, digest=digest or at, key=key)
+        (folder / ATTESTATION_FILE).write_bytes(envelope)
     return path
 
 
@@ -192,11 +217,17 @@ def test_release_promotes_only_the_validated_digest(regs: LocalRegistries, repo:
     )
     cells = [cell("a", targets(regs, repo)), cell("b", targets(regs, repo))]
     index_file = tmp_path / "release" / "index.json"
-    reports = collect_reports([tmp_path / "reports"])
+    reports = collect_reports([tmp_path / "reports"], TRUSTED)
 
     # dry run: the plan, nothing written
     dry = release_cells(
-        cells, matrix="t", reports=reports, index_file=index_file, dry_run=True, client_for=clients_for(regs)
+        cells,
+        matrix="t",
+        reports=reports,
+        index_file=index_file,
+        dry_run=True,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
     )
     by = {c.cell: c for c in dry.cells}
     assert by["a"].status == "would-promote"
@@ -207,7 +238,12 @@ def test_release_promotes_only_the_validated_digest(regs: LocalRegistries, repo:
     assert not index_file.exists()
 
     out = release_cells(
-        cells, matrix="t", reports=reports, index_file=index_file, client_for=clients_for(regs)
+        cells,
+        matrix="t",
+        reports=reports,
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
     )
     by = {c.cell: c for c in out.cells}
     assert by["a"].status == "promoted", by["a"].reasons
@@ -225,6 +261,8 @@ def test_release_promotes_only_the_validated_digest(regs: LocalRegistries, repo:
         layer = art["layers"][0]
         with client.get_blob(repo, layer["digest"]) as resp:
             assert json.loads(resp.content)["target"].endswith(digest_a)
+        # and the signed attestation, in cosign's layout, verifies with the trusted key
+        assert_cosign_layout(client, repo, digest_a)
     # B refused with the failing check, and not tagged anywhere
     assert by["b"].status == "refused"
     assert "test_nccl_allreduce" in by["b"].reasons[0]
@@ -244,7 +282,12 @@ def test_release_promotes_only_the_validated_digest(regs: LocalRegistries, repo:
     # rerun: a no-op, byte for byte
     before = index_file.read_bytes()
     again = release_cells(
-        cells, matrix="t", reports=reports, index_file=index_file, client_for=clients_for(regs)
+        cells,
+        matrix="t",
+        reports=reports,
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
     )
     by = {c.cell: c for c in again.cells}
     assert by["a"].status == "up-to-date"
@@ -260,16 +303,49 @@ def test_pick_reads_the_published_index_artifact(
     digest = push_image(plain, repo, "a-candidate", "pick me")
     write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
     index_file = tmp_path / "index.json"
+    release_key = signing.generate_key("ed25519")  # the release host's own key, not the runners'
+    out = release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+        sign_key=release_key,
+    )
+    out.raise_for_refusals()
+    assert out.index_signature == str(tmp_path / "index.json.sig")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    source = f"oci+http://{regs.plain}/{repo}"
+    with pytest.raises(ConfigError, match="plain HTTP"):  # a local registry: only with insecure
+        fetch_index(source, verify_keys=[release_key.public])
+    fetched = fetch_index(source, insecure=True, verify_keys=[release_key.public])
+    assert fetched == load_index(index_file)
+    # the file and its signature verify too, and a cached copy is checked again
+    assert fetch_index(str(index_file), verify_keys=[release_key.public]) == fetched
+    assert fetch_index(source, insecure=True, verify_keys=[release_key.public]) == fetched
+    with pytest.raises(ConfigError, match="bad index signature"):
+        fetch_index(source, insecure=True, verify_keys=[KEY.public], refresh=True)
+    # a rerun signs nothing anew: same file, same artifact
+    sig = (tmp_path / "index.json.sig").read_bytes()
+    before = plain.manifest_digest(repo, "release-index")
     release_cells(
         [cell("a", targets(regs, repo)[:1])],
         matrix="t",
-        reports=collect_reports([tmp_path / "r"]),
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
         index_file=index_file,
         client_for=clients_for(regs),
+        trusted=TRUSTED,
+        sign_key=release_key,
     ).raise_for_refusals()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    fetched = fetch_index(f"oci+http://{regs.plain}/{repo}", insecure=True)
-    assert fetched == load_index(index_file)
+    assert (tmp_path / "index.json.sig").read_bytes() == sig
+    assert plain.manifest_digest(repo, "release-index") == before
+    # an index published without a signature is refused by a pick that has a key
+    from imagesmith.release import publish_index
+
+    publish_index(plain, repo, index_file.read_bytes())
+    with pytest.raises(ConfigError, match="the index is not signed"):
+        fetch_index(source, insecure=True, verify_keys=[release_key.public], refresh=True)
 
 
 def test_missing_and_stale_reports_refuse(regs: LocalRegistries, repo: str, tmp_path: Path) -> None:
@@ -281,14 +357,16 @@ def test_missing_and_stale_reports_refuse(regs: LocalRegistries, repo: str, tmp_
     out = release_cells(
         [cell("a", targets(regs, repo)[:1]), cell("b", targets(regs, repo)[:1])],
         matrix="t",
-        reports=collect_reports([tmp_path / "r"]),
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
         index_file=tmp_path / "i.json",
         client_for=clients_for(regs),
+        trusted=TRUSTED,
     )
     by = {c.cell: c for c in out.cells}
     assert by["a"].status == "refused"
-    assert f"no validation report for the candidate digest {new}" in by["a"].reasons[0]
-    assert f"{old}; stale" in by["a"].reasons[0]
+    reasons = "\n".join(by["a"].reasons)
+    assert f"is signed for {old}, not the candidate digest {new}" in reasons
+    assert f"no signed validation attestation for the candidate digest {new}" in reasons
     assert by["b"].status == "refused"
     assert "imagesmith validate" in by["b"].reasons[0]
     assert plain.manifest_digest(repo, "a") is None
@@ -304,6 +382,7 @@ def test_no_candidate_and_diverging_candidates(regs: LocalRegistries, repo: str,
         reports=[],
         index_file=tmp_path / "i.json",
         client_for=clients_for(regs),
+        trusted=TRUSTED,
     )
     by = {c.cell: c for c in out.cells}
     assert "no candidate a-candidate in any registry" in by["a"].reasons[0]
@@ -333,13 +412,18 @@ def test_interrupted_promotion_converges(
         targets(regs, repo)[0],
         Registry(name="second", kind="generic", host=second.addr, repository=repo, insecure=True),
     )
-    reports = collect_reports([tmp_path / "r"])
+    reports = collect_reports([tmp_path / "r"], TRUSTED)
     index_file = tmp_path / "index.json"
     make = clients_for(regs, {"second": second})
 
     second.stop()  # the second registry is down half-way through the release
     out = release_cells(
-        [cell("a", tgts)], matrix="t", reports=reports, index_file=index_file, client_for=make
+        [cell("a", tgts)],
+        matrix="t",
+        reports=reports,
+        index_file=index_file,
+        client_for=make,
+        trusted=TRUSTED,
     )
     res = out.cells[0]
     assert res.status == "failed"
@@ -353,24 +437,91 @@ def test_interrupted_promotion_converges(
 
     second.start(readonly=True)  # back, but refusing writes
     out = release_cells(
-        [cell("a", tgts)], matrix="t", reports=reports, index_file=index_file, client_for=make
+        [cell("a", tgts)],
+        matrix="t",
+        reports=reports,
+        index_file=index_file,
+        client_for=make,
+        trusted=TRUSTED,
     )
     assert out.cells[0].status == "failed"
     assert second.client().manifest_digest(repo, "a") is None
 
     second.start()  # healthy: the rerun converges, even from a fresh runner without the reports folder:
     # the evidence is the report the first run attached to the digest in the plain registry
-    out = release_cells([cell("a", tgts)], matrix="t", reports=[], index_file=index_file, client_for=make)
+    out = release_cells(
+        [cell("a", tgts)], matrix="t", reports=[], index_file=index_file, client_for=make, trusted=TRUSTED
+    )
     assert out.cells[0].status == "promoted", out.cells[0].reasons
     out.raise_for_refusals()
     assert second.client().manifest_digest(repo, "a") == digest == plain.manifest_digest(repo, "a")
     assert second.client().manifest_digest(repo, attestation_tag(digest)) is not None
+    assert_cosign_layout(second.client(), repo, digest)
     assert sorted(r.name for r in load_index(index_file).images[0].registries) == ["plain", "second"]
     # and once more: nothing left to do
     out = release_cells(
-        [cell("a", tgts)], matrix="t", reports=reports, index_file=index_file, client_for=make
+        [cell("a", tgts)],
+        matrix="t",
+        reports=reports,
+        index_file=index_file,
+        client_for=make,
+        trusted=TRUSTED,
     )
     assert out.cells[0].status == "up-to-date"
+
+
+def assert_cosign_layout(client: RegistryClient, repo: str, digest: str) -> None:
+    """``sha256-<hex>.att`` as cosign writes it: an OCI image manifest, image config listing the layers as
+    diff_ids, DSSE layers annotated with cosign's empty signature and the predicateType; each verifies."""
+    tag = cosign_attestation_tag(digest)
+    assert tag == digest.replace("sha256:", "sha256-") + ".att"
+    m = client.get_manifest(repo, tag)
+    assert m.media_type == OCI_MANIFEST
+    doc = m.json()
+    assert doc["config"]["mediaType"] == "application/vnd.oci.image.config.v1+json"
+    with client.get_blob(repo, doc["config"]["digest"]) as resp:
+        config = json.loads(resp.content)
+    assert config["rootfs"]["diff_ids"] == [x["digest"] for x in doc["layers"]]
+    assert doc["layers"]
+    for layer in doc["layers"]:
+        assert layer["mediaType"] == DSSE_MEDIA_TYPE == "application/vnd.dsse.envelope.v1+json"
+        assert layer["annotations"] == {
+            "dev.cosignproject.cosign/signature": "",
+            "predicateType": VALIDATION_PREDICATE_TYPE,
+        }
+        with client.get_blob(repo, layer["digest"]) as resp:
+            att = verify_validation(resp.content, TRUSTED, digest=digest)
+        assert json.loads(att.report)["verdict"] == "passed"
+
+
+def smoke_setup(
+    regs: LocalRegistries, repo: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, Path, str]:
+    """(matrix, registries file, first cell id): a copy of the smoke matrix on the local registries."""
+    from tests.repo import PROJECT
+
+    ns, name = repo.split("/")
+    matrix = tmp_path / "smoke.toml"
+    matrix.write_text(
+        (PROJECT.matrices_dir / "smoke.toml")
+        .read_text()
+        .replace('registries = ["local-plain", "local-tls"]', 'registries = ["t-plain", "t-tls"]')
+    )
+    registries = tmp_path / "registries.toml"
+    registries.write_text(
+        "schema = 1\n"
+        f'[registries.t-plain]\nhost = "{regs.plain}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+        "insecure = true\n"
+        f'[registries.t-tls]\nhost = "{regs.auth}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+    )
+    for k, v in regs.auth_env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("IMAGESMITH_SIGNING_KEY", raising=False)
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+
+    cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+    return matrix, registries, cid
 
 
 def test_cli_release_smoke_matrix(
@@ -419,10 +570,13 @@ def test_cli_release_smoke_matrix(
     res = run_cli("release", *args)  # --reports is required: a usage error, nothing done
     assert res.exit_code == 2
     assert "--reports" in res.stderr
+    pub = tmp_path / "validation.pub"
+    pub.write_bytes(KEY.public.pem)
+    args += ["--trusted-key", str(pub)]
     (tmp_path / "no-reports").mkdir()
     res = run_cli("release", *args, "--reports", str(tmp_path / "no-reports"))  # no report for the digest
     assert res.exit_code == ReleaseError.exit_code
-    assert f"{cid}: refused: no validation report for the candidate digest {digest}" in res.stderr
+    assert f"{cid}: refused: no signed validation attestation for the candidate digest {digest}" in res.stderr
     assert "Traceback" not in res.stderr
 
     res = run_cli("candidates", "--matrix", str(matrix), "--registries", str(registries), "--pinned")
@@ -445,3 +599,168 @@ def test_cli_release_smoke_matrix(
     assert regs.auth_client().manifest_digest(repo, cid) == digest
     entry = load_index(tmp_path / "index.json").images[0]
     assert (entry.torch, entry.cuda, entry.python, entry.shm.size) == ("2.11.0", "13.0", "3.11", "256m")
+
+
+def test_cli_release_refuses_forged_and_tampered_evidence(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """End to end on the real registries: each kind of bad evidence is refused (exit 8, naming why), nothing
+    is tagged; the correctly signed attestation then promotes and is stored in cosign's layout everywhere."""
+    import base64
+
+    matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
+    plain, tls = regs.plain_client(), regs.auth_client()
+    digest = push_image(plain, repo, f"{cid}-candidate", "attested candidate")
+    assert push_image(tls, repo, f"{cid}-candidate", "attested candidate") == digest
+    other = push_image(plain, repo, "other", "another image")
+    pinned = f"{regs.plain}/{repo}@{digest}"
+    pub = tmp_path / "keys" / "validation.pub"
+    pub.parent.mkdir()
+    pub.write_bytes(KEY.public.pem)
+    args = [
+        "--matrix",
+        str(matrix),
+        "--registries",
+        str(registries),
+        "--index-file",
+        str(tmp_path / "i.json"),
+    ]
+    args += ["--trusted-key", str(pub)]
+
+    def refused(folder: Path, *why: str) -> None:
+        res = run_cli("release", *args, "--reports", str(folder))
+        assert res.exit_code == ReleaseError.exit_code == 8, res.stderr + res.stdout
+        assert f"{cid}: refused:" in res.stderr
+        for w in why:
+            assert w in res.stderr, res.stderr
+        assert "Traceback" not in res.stderr
+        assert plain.manifest_digest(repo, cid) is None
+        assert tls.manifest_digest(repo, cid) is None
+        assert plain.manifest_digest(repo, cosign_attestation_tag(digest)) is None
+
+    # 1. a forged report: a passing report.json naming the digest, no attestation
+    write_report(tmp_path / "forged", pinned, "passed", key=None)
+    refused(tmp_path / "forged", f"claims {digest}", "not signed", "a report file alone is never enough")
+
+    # 2. a report for another digest: correctly signed, but the attestation's subject is another image
+    write_report(tmp_path / "elsewhere", pinned, "passed", digest=other)
+    refused(tmp_path / "elsewhere", f"is signed for {other}, not the candidate digest {digest}")
+
+    # 3. a tampered attestation: a failing run signed, then its verdict rewritten to passed
+    write_report(tmp_path / "tampered", pinned, "failed", failed="test_nccl_allreduce")
+    att = tmp_path / "tampered" / ATTESTATION_FILE
+    env = json.loads(att.read_bytes())
+    payload = base64.b64decode(env["payload"]).replace(b'"verdict":"failed"', b'"verdict":"passed"')
+    assert b'"verdict":"passed"' in payload
+    env["payload"] = base64.b64encode(payload).decode()
+    att.write_text(json.dumps(env))
+    refused(tmp_path / "tampered", "no signature verifies with a trusted key")
+
+    # 4. an attestation signed by a key release does not trust
+    write_report(tmp_path / "unknown", pinned, "passed", key=signing.generate_key("ed25519"))
+    refused(tmp_path / "unknown", "no signature verifies with a trusted key", "unknown key")
+
+    # without any trusted key, even a good attestation is not accepted
+    write_report(tmp_path / "good", pinned, "passed")
+    res = run_cli("release", *args[:-2], "--reports", str(tmp_path / "good"))
+    assert res.exit_code == 8
+    assert "no trusted public key is configured" in res.stderr
+
+    # the correctly signed one promotes, to both registries, with its attestation stored beside the image
+    res = run_cli("release", *args, "--reports", str(tmp_path / "good"))
+    assert res.exit_code == 0, res.stderr
+    assert f"{cid}: promoted {digest}" in res.stdout
+    for client in (regs.plain_client(), regs.auth_client()):
+        assert client.manifest_digest(repo, cid) == digest
+        assert_cosign_layout(client, repo, digest)
+    # a rerun finds everything in place
+    res = run_cli("release", *args, "--reports", str(tmp_path / "good"))
+    assert res.exit_code == 0, res.stderr
+    assert f"{cid}: up-to-date {digest}" in res.stdout
+
+
+def test_a_tampered_stored_attestation_is_not_evidence(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """A rerun without local reports reads the attestation stored in the registry: verified again, so one
+    rewritten in the registry (here: by anyone who can push there) is refused."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", "stored evidence")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "failed", failed="test_ddp_smoke")
+    env = json.loads((tmp_path / "r" / ATTESTATION_FILE).read_bytes())
+    import base64
+
+    payload = base64.b64decode(env["payload"]).replace(b'"verdict":"failed"', b'"verdict":"passed"')
+    env["payload"] = base64.b64encode(payload).decode()
+    from imagesmith.attestation import attach_attestations
+
+    attach_attestations(plain, repo, digest, [json.dumps(env).encode()])
+    out = release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=[],
+        index_file=tmp_path / "i.json",
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+    )
+    res = out.cells[0]
+    assert res.status == "refused"
+    assert any("stored attestation" in r and "no signature verifies" in r for r in res.reasons), res.reasons
+    assert plain.manifest_digest(repo, "a") is None
+
+
+def _cosign() -> str | None:
+    import os
+    import shutil
+
+    return os.environ.get("IMAGESMITH_TEST_COSIGN") or shutil.which("cosign")
+
+
+@pytest.mark.skipif(_cosign() is None, reason="no cosign binary (PATH or $IMAGESMITH_TEST_COSIGN)")
+@pytest.mark.parametrize("key_type", signing.KEY_TYPES)
+def test_cosign_verifies_what_release_stored(
+    regs: LocalRegistries, repo: str, tmp_path: Path, key_type: signing.KeyType
+) -> None:
+    """`cosign verify-attestation --key` accepts the attestation release stored (both key types), and
+    refuses it with another key or another predicate type."""
+    import subprocess
+
+    key = signing.generate_key(key_type)
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"cosign {key_type}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed", key=key)
+    out = release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"], [key.public]),
+        index_file=tmp_path / "i.json",
+        client_for=clients_for(regs),
+        trusted=[key.public],
+    )
+    out.raise_for_refusals()
+    pub, stranger = tmp_path / "release.pub", tmp_path / "stranger.pub"
+    pub.write_bytes(key.public.pem)
+    stranger.write_bytes(signing.generate_key(key_type).public.pem)
+
+    def cosign(
+        key_file: Path, predicate: str = VALIDATION_PREDICATE_TYPE
+    ) -> subprocess.CompletedProcess[str]:
+        argv = [str(_cosign()), "verify-attestation", "--key", str(key_file), "--type", predicate]
+        argv += ["--insecure-ignore-tlog=true", "--allow-http-registry", f"{regs.plain}/{repo}@{digest}"]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+
+    ok = cosign(pub)
+    assert ok.returncode == 0, ok.stderr
+    assert "The signatures were verified against the specified public key" in ok.stderr
+    envelope = json.loads(ok.stdout.splitlines()[0])
+    assert verify_validation(json.dumps(envelope).encode(), [key.public], digest=digest).digest == digest
+    bad = cosign(stranger)
+    assert bad.returncode != 0
+    assert "no matching attestations" in bad.stderr
+    other = cosign(pub, "https://example.com/other/v1")
+    assert other.returncode != 0
+    assert "none of the attestations matched the predicate type" in other.stderr

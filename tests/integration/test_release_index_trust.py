@@ -19,7 +19,7 @@ from imagesmith.errors import ConfigError, ReleaseError
 from imagesmith.index import ReleaseIndex, dump_index, load_index, parse_index, read_index_artifact
 from imagesmith.release import collect_reports, publish_index, release_cells
 from imagesmith.tags import INDEX_ARTIFACT_TAG
-from tests.integration.test_release import cell, clients_for, push_image, targets, write_report
+from tests.integration.test_release import TRUSTED, cell, clients_for, push_image, targets, write_report
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = pytest.mark.registry
@@ -41,12 +41,14 @@ def _release(
     """Push a candidate for *cid*, a passing report for it, and release it to both registries."""
     digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"{cid} {repo} {uuid.uuid4()}")
     write_report(tmp_path / "r" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
+    trusted = kw.pop("trusted", TRUSTED)
     return release_cells(
         [cell(cid, targets(regs, repo))],
         matrix="t",
-        reports=collect_reports([tmp_path / "r" / cid]),
+        reports=collect_reports([tmp_path / "r" / cid], trusted),  # type: ignore[arg-type]
         index_file=index_file,
         client_for=clients_for(regs),
+        trusted=trusted,  # type: ignore[arg-type]
         **kw,  # type: ignore[arg-type]
     )
 
@@ -169,7 +171,8 @@ def test_cli_refuses_then_extends_the_named_registrys_index(
     digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
     write_report(tmp_path / "reports" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
     base = ["release", "--matrix", str(matrix), "--registries", str(registries)]
-    base += ["--reports", str(tmp_path / "reports")]
+    (tmp_path / "validation.pub").write_bytes(TRUSTED[0].pem)
+    base += ["--reports", str(tmp_path / "reports"), "--trusted-key", str(tmp_path / "validation.pub")]
     res = run_cli(*base, "--index-file", str(tmp_path / "first.json"))
     assert res.exit_code == 0, res.stderr
 
@@ -185,3 +188,48 @@ def test_cli_refuses_then_extends_the_named_registrys_index(
     index = load_index(missing)
     assert [i.tag for i in index.images] == [i.tag for i in load_index(tmp_path / "first.json").images]
     assert index.registries == tuple(sorted({regs.plain, regs.auth}))
+
+
+def test_a_carried_entry_is_kept_only_while_its_attestation_verifies(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """Both halves of issue 17 together: a carried entry whose tags still resolve, but whose stored
+    attestation no longer verifies with the keys trusted today (a revoked key), loses both registry copies."""
+    from imagesmith import signing
+
+    index_file = tmp_path / "index.json"
+    _release(regs, repo, tmp_path, "a", index_file).raise_for_refusals()  # type: ignore[attr-defined]
+    (a,) = load_index(index_file).images
+    # the old runners' key is revoked; b is validated with the new one
+    new_key = signing.generate_key()
+    digest = push_image(regs.plain_client(), repo, "b-candidate", f"b {repo} {uuid.uuid4()}")
+    write_report(tmp_path / "r" / "b", f"{regs.plain}/{repo}@{digest}", "passed", key=new_key)
+    out = release_cells(
+        [cell("b", targets(regs, repo))],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r" / "b"], [new_key.public]),
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=[new_key.public],
+    )
+    refused = {c.cell: c for c in out.cells if c.status == "refused"}
+    assert set(refused) == {a.cell}
+    reasons = refused[a.cell].reasons
+    assert len(reasons) == 2  # one per registry copy
+    for name in ("plain", "tls"):
+        assert any(
+            r.startswith(
+                f"carried index entry a, registry {name}: no passing validation attestation of {a.digest}"
+            )
+            and "no signature verifies with a trusted key" in r
+            for r in reasons
+        ), reasons
+    index = load_index(index_file)
+    assert [i.tag for i in index.images] == ["b"]
+    for client in (regs.plain_client(), regs.auth_client()):
+        published = parse_index(read_index_artifact(client, repo, INDEX_ARTIFACT_TAG), source="x")
+        assert [i.tag for i in published.images] == ["b"]
+    # both keys trusted (a rotation): a comes back only by a new release, and b is carried with it
+    again = _release(regs, repo, tmp_path, "a", index_file, trusted=[*TRUSTED, new_key.public])
+    again.raise_for_refusals()  # type: ignore[attr-defined]
+    assert [i.tag for i in load_index(index_file).images] == ["a", "b"]

@@ -143,6 +143,12 @@ ROWS: list[tuple[str, list[str]]] = [
     ("index-long", ["index", "{tmp}/" + LONG]),
     ("schema-out-long", ["schema", "--out", "{tmp}/" + LONG]),
     ("plan-matrix-long-path", ["plan", "--matrix", "{tmp}/" + LONG + ".toml"]),
+    # keygen
+    ("keygen-existing-file", ["keygen", BINF]),
+    ("keygen-existing-dir", ["keygen", DIR]),
+    ("keygen-bad-type", ["keygen", "{tmp}/k.key", "--type", CTRL]),
+    ("keygen-long", ["keygen", "{tmp}/" + LONG]),
+    ("keygen-same-public", ["keygen", "{tmp}/k.key", "--public", "{tmp}/k.key"]),
     # the root
     ("root-unknown-command", ["frobnicate"]),
     ("root-project-missing", ["-C", "{tmp}/nowhere", "plan"]),

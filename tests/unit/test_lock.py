@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from packaging.version import Version
 from imagesmith import compat
 from imagesmith.lock import (
     BUILDER_MARKER,
+    HOST_ONLY_DEPS,
     IMAGESMITH_RUNTIME_DEPS,
     LockError,
     LockKey,
@@ -86,7 +88,21 @@ def test_cuda13_builder_pins_nvcc_matching_runtime() -> None:
 def test_runtime_deps_follow_pyproject() -> None:
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     want = {Requirement(r).name for r in pyproject["project"]["dependencies"]}
-    assert {Requirement(r).name for r in IMAGESMITH_RUNTIME_DEPS} == want
+    host_only = {Requirement(r).name for r in HOST_ONLY_DEPS}
+    assert host_only <= want
+    assert {Requirement(r).name for r in IMAGESMITH_RUNTIME_DEPS} == want - host_only
+
+
+def test_the_suite_in_images_never_imports_host_only_deps() -> None:
+    """The image installs imagesmith with --no-deps and only IMAGESMITH_RUNTIME_DEPS: importing the CLI and
+    the suite must not pull a host-only dependency (signing is done on the host)."""
+    code = (
+        "import sys, imagesmith.cli, imagesmith.validate.cli, imagesmith.validate.runner; "
+        "print(sorted(m for m in sys.modules "
+        "if m == 'imagesmith.signing' or m.split('.')[0] == 'cryptography'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
 def test_malformed_lock_line(tmp_path: Path) -> None:

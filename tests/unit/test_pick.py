@@ -1115,7 +1115,7 @@ def test_plain_http_index_is_refused_without_insecure(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     fetched: list[str] = []
     monkeypatch.setattr(picking, "_download_http", lambda u: fetched.append(u) or (200, b"{}"))
-    monkeypatch.setattr(picking, "_download_oci", lambda u: fetched.append(u) or b"{}")
+    monkeypatch.setattr(picking, "_download_oci", lambda u: fetched.append(u) or (b"{}", None))
     with pytest.raises(ConfigError, match="plain HTTP") as err:
         fetch_index(source)
     assert f"use {secure}, or pass --insecure" in (err.value.hint or "")

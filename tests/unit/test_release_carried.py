@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
+from imagesmith import signing
+from imagesmith.attestation import attestation_manifest, envelope_layer, sign_validation
 from imagesmith.errors import RegistryError
 from imagesmith.index import parse_index
 from imagesmith.project import load_project
 from imagesmith.refs import Registry
 from imagesmith.release import verify_carried
+from imagesmith.tags import cosign_attestation_tag
 from tests.unit.test_pick import image_doc
 
 SCHEMA = "imagesmith.release-index/v1"
@@ -33,10 +36,53 @@ def _images(regs: Any = REGS) -> Any:
     return parse_index(json.dumps(doc), source="t").images
 
 
+KEY = signing.generate_key()
+TRUSTED = [KEY.public]
+
+
+def envelope(digest: str, verdict: str = "passed", key: signing.SigningKey = KEY) -> bytes:
+    """A validation attestation of *digest* (the predicate is a minimal report with *verdict*)."""
+    report = {"schema": 2, "verdict": verdict, "target": f"acme/torch@{digest}", "checks": []}
+    return sign_validation(report, repository="acme/torch", digest=digest, key=key)
+
+
+class _Resp:
+    def __init__(self, body: bytes) -> None:
+        self.content = body
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    def __enter__(self) -> _Resp:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
 class FakeClient:
-    def __init__(self, tags: dict[tuple[str, str], str], fail: bool = False) -> None:
-        self.tags, self.fail = tags, fail
+    """Tags, and the attestations stored in cosign's layout (``sha256-<hex>.att``) for some digests."""
+
+    host = "fake.example"
+
+    def __init__(
+        self,
+        tags: dict[tuple[str, str], str],
+        fail: bool = False,
+        attested: dict[str, list[bytes]] | None = None,
+    ) -> None:
+        self.tags, self.fail = dict(tags), fail
         self.asked: list[tuple[str, str]] = []
+        self.manifests: dict[tuple[str, str], bytes] = {}
+        self.blobs: dict[str, bytes] = {}
+        for digest, envelopes in (attested or {}).items():
+            layers = [envelope_layer(e) for e in envelopes]
+            manifest, _config = attestation_manifest(layers)
+            for e in envelopes:
+                self.blobs[envelope_layer(e)["digest"]] = e
+            tag = cosign_attestation_tag(digest)
+            self.manifests[("acme/torch", tag)] = manifest.body
+            self.tags[("acme/torch", tag)] = manifest.digest
 
     def manifest_digest(self, repo: str, ref: str) -> str | None:
         self.asked.append((repo, ref))
@@ -44,12 +90,21 @@ class FakeClient:
             raise RegistryError("registry ghcr: unreachable or failing (503)", hint="retry later")
         return self.tags.get((repo, ref))
 
+    def get_manifest(self, repo: str, ref: str) -> _Resp:
+        return _Resp(self.manifests[(repo, ref)])
+
+    def get_blob(self, repo: str, digest: str) -> _Resp:
+        return _Resp(self.blobs[digest])
+
 
 def test_every_copy_is_checked_against_its_tag() -> None:
     (image,) = _images()
     good = {("acme/torch", image.tag): image.digest}
-    clients: dict[str, Any] = {"hub": FakeClient(good), "ghcr": FakeClient({})}
-    out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients)
+    clients: dict[str, Any] = {
+        "hub": FakeClient(good, attested={image.digest: [envelope(image.digest)]}),
+        "ghcr": FakeClient({}),
+    }
+    out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients, trusted=TRUSTED)
     assert [c.name for c in out.images[0].registries] == ["hub"]
     (refusal,) = out.refusals
     assert (refusal.cell, refusal.tag, refusal.status) == (image.cell, image.tag, "refused")
@@ -67,10 +122,10 @@ def test_a_registry_the_project_does_not_name_is_never_asked() -> None:
 
     def client_for(r: Registry) -> Any:
         made.append(r.host)
-        return FakeClient(tagged)
+        return FakeClient(tagged, attested={image.digest: [envelope(image.digest)]})
 
     moved = {**KNOWN, "ghcr": Registry(name="ghcr", host="ghcr.io", repository="other/torch", kind="ghcr")}
-    out = verify_carried([image], moved, client_for, {})
+    out = verify_carried([image], moved, client_for, {}, trusted=TRUSTED)
     assert made == ["docker.io"]  # neither evil.example nor a ghcr repository the project does not name
     reasons = out.refusals[0].reasons
     assert any("registry evil is not in this project's registries file" in r for r in reasons)
@@ -80,7 +135,7 @@ def test_a_registry_the_project_does_not_name_is_never_asked() -> None:
 
 def test_an_entry_with_no_copy_left_is_dropped() -> None:
     (image,) = _images()
-    out = verify_carried([image], KNOWN, lambda r: FakeClient({}), {})
+    out = verify_carried([image], KNOWN, lambda r: FakeClient({}), {}, trusted=TRUSTED)
     assert out.images == ()
     assert len(out.refusals[0].reasons) == 2
 
@@ -88,8 +143,11 @@ def test_an_entry_with_no_copy_left_is_dropped() -> None:
 def test_a_copy_that_cannot_be_checked_is_unverified_not_dropped() -> None:
     (image,) = _images()
     good = {("acme/torch", image.tag): image.digest}
-    clients: dict[str, Any] = {"hub": FakeClient(good), "ghcr": FakeClient({}, fail=True)}
-    out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients)
+    clients: dict[str, Any] = {
+        "hub": FakeClient(good, attested={image.digest: [envelope(image.digest)]}),
+        "ghcr": FakeClient({}, fail=True),
+    }
+    out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients, trusted=TRUSTED)
     assert out.refusals == ()
     assert out.unverified == (
         f"{image.tag} in ghcr: registry ghcr: unreachable or failing (503) (fix: retry later)",
@@ -111,12 +169,62 @@ def test_release_cells_writes_nothing_when_a_carried_entry_cannot_be_checked(tmp
         index_file=index_file,
         client_for=lambda r: FakeClient({}, fail=True),
         known_registries=list(KNOWN.values()),
+        trusted=TRUSTED,
     )
     (failed,) = out.cells
     assert (failed.cell, failed.status) == ("(index)", "failed")
     assert failed.reasons[0].startswith("carried index entries could not be re-verified, so the index was")
     assert index_file.read_text() == before
     assert out.index_published == []
+
+
+def _tagged_both(image: Any, **attested: list[bytes]) -> dict[str, Any]:
+    tagged = {("acme/torch", image.tag): image.digest}
+    return {name: FakeClient(tagged, attested={image.digest: envs}) for name, envs in attested.items()}
+
+
+def test_a_copy_keeps_its_place_only_with_a_trusted_passing_attestation() -> None:
+    """The tag still resolves in both registries; what decides is the signed evidence stored beside it."""
+    (image,) = _images()
+    stranger = signing.generate_key()
+    clients = _tagged_both(image, hub=[envelope(image.digest)], ghcr=[envelope(image.digest, key=stranger)])
+    out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients, trusted=TRUSTED)
+    assert [c.name for c in out.images[0].registries] == ["hub"]
+    (reason,) = out.refusals[0].reasons
+    assert reason.startswith(
+        f"carried index entry {image.tag}, registry ghcr: no passing validation attestation of "
+        f"{image.digest} stored as {cosign_attestation_tag(image.digest)} verifies with a trusted key "
+        "(fake.example/acme/torch:"
+    )
+    assert "no signature verifies with a trusted key" in reason
+    assert reason.endswith("; that copy is dropped from the index")
+
+
+def test_a_signed_failure_or_an_attestation_of_another_digest_drops_the_copy() -> None:
+    (image,) = _images()
+    other = "sha256:" + "e" * 64
+    clients = _tagged_both(
+        image,
+        hub=[envelope(image.digest), envelope(image.digest, "failed")],  # one GPU family failed it
+        ghcr=[envelope(other)],  # stored under this digest's tag, but signed for another digest
+    )
+    out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients, trusted=TRUSTED)
+    assert out.images == ()
+    hub, ghcr = out.refusals[0].reasons
+    assert f"registry hub: a signed validation attestation of {image.digest} (" in hub
+    assert "says failed" in hub
+    assert f"registry ghcr: no passing validation attestation of {image.digest}" in ghcr
+    assert f"not {image.digest}" in ghcr
+
+
+def test_without_a_trusted_key_nothing_carried_counts_as_verified() -> None:
+    (image,) = _images()
+    clients = _tagged_both(image, hub=[envelope(image.digest)], ghcr=[envelope(image.digest)])
+    out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients, trusted=[])
+    assert out.refusals == ()
+    assert len(out.unverified) == 2
+    assert all("no trusted public key is configured" in u for u in out.unverified)
+    assert all(c.asked == [] for c in clients.values())  # nothing asked: nothing could be believed
 
 
 def test_the_project_names_its_release_index(tmp_path: Path) -> None:

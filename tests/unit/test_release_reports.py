@@ -98,7 +98,10 @@ def test_collect_walks_folders(tmp_path: Path) -> None:
     for i in range(3):
         write(tmp_path / f"cell{i}" / "gpu" / "report.json", {"verdict": "passed", "target": f"x@{D}"})
     write(tmp_path / "cell0" / "notes.json", {"verdict": "ignored"})
-    assert len(collect_reports([tmp_path])) == 3
+    found = collect_reports([tmp_path])
+    assert len(found) == 3
+    # a report file alone is never evidence, whatever it claims
+    assert all(not r.evidence and r.digest == D and "not signed" in str(r.problem) for r in found)
     with pytest.raises(ConfigError, match="no such folder"):
         collect_reports([tmp_path / "absent"])
 

@@ -1,0 +1,56 @@
+"""CLI command ``keygen``: a signing key pair for validation attestations and the release index.
+
+``imagesmith.signing`` (and so ``cryptography``) is imported inside the command: the validation suite baked
+into images runs ``imagesmith-validate`` without that dependency.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from imagesmith.commands import epilog
+from imagesmith.errors import ConfigError
+
+KEYGEN_EPILOG = epilog(
+    [
+        "imagesmith keygen keys/validation.key",
+        "imagesmith keygen ~/.imagesmith/release.key --public keys/release.pub --type ed25519",
+    ],
+    ["0 = the key pair was written", "2 = a file exists already (never overwritten) or a bad --type"],
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add this module's commands to *app*."""
+    app.command("keygen", epilog=KEYGEN_EPILOG)(keygen)
+
+
+def keygen(
+    private: Annotated[
+        Path, typer.Argument(help="private key file to create (mode 0600; never overwritten, never printed)")
+    ],
+    public: Annotated[
+        Path | None,
+        typer.Option("--public", help="public key file to create (PEM; default: PRIVATE with suffix .pub)"),
+    ] = None,
+    key_type: Annotated[
+        str, typer.Option("--type", help="ecdsa-p256 (default; cosign's own key type) or ed25519")
+    ] = "ecdsa-p256",
+) -> None:
+    """Create a signing key pair: the private key stays with validation runners, the public key goes in
+    [release] trusted_keys of imagesmith.toml."""
+    from imagesmith import signing
+
+    if key_type not in signing.KEY_TYPES:
+        raise ConfigError(
+            f"--type {key_type!r} is not a key type imagesmith signs with",
+            hint=f"use one of: {', '.join(signing.KEY_TYPES)}",
+        )
+    pub = public or private.with_suffix(".pub")
+    key = signing.write_keypair(private, pub, key_type)
+    typer.echo(f"private key: {private} (mode 0600; keep it on validation runners only)")
+    typer.echo(f"public key:  {pub} ({key.key_type}, id {key.key_id})")
+    typer.echo(f'trust it:    add "{pub}" to [release] trusted_keys in imagesmith.toml')
