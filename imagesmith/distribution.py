@@ -21,6 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Final
 
+from packaging.utils import canonicalize_name
+
 import imagesmith
 from imagesmith.errors import BuildError
 
@@ -83,6 +85,22 @@ def _metadata_text(dist: metadata.Distribution | None) -> str:
     return f"Metadata-Version: 2.1\nName: {DIST_NAME}\nVersion: {imagesmith.__version__}\n"
 
 
+def _image_metadata(meta: str) -> str:
+    """The METADATA the suite wheel carries into images: without the ``Requires-Dist`` lines of the host-only
+    dependencies (:data:`imagesmith.lock.HOST_ONLY_DEPS`: signing, never imported by the suite), which the
+    image's lock does not pin — ``pip check`` in the image would otherwise report them missing."""
+    from imagesmith.lock import HOST_ONLY_DEPS
+
+    host_only = {canonicalize_name(re.split(r"[<>=!~ ;\[]", d, maxsplit=1)[0]) for d in HOST_ONLY_DEPS}
+    kept = []
+    for line in meta.splitlines(keepends=True):
+        m = re.match(r"Requires-Dist:\s*([A-Za-z0-9._-]+)", line)
+        if m and canonicalize_name(m.group(1)) in host_only:
+            continue
+        kept.append(line)
+    return "".join(kept)
+
+
 def build_suite_wheel(root: Path | None = None) -> SuiteWheel:
     """A reproducible ``imagesmith-<version>-py3-none-any.whl`` of the running installation."""
     try:
@@ -105,7 +123,7 @@ def build_suite_wheel(root: Path | None = None) -> SuiteWheel:
             f"no files found in {root or package_dir()} for imagesmith's own wheel",
             hint="reinstall imagesmith",
         )
-    entries.append((f"{dist_info}/METADATA", meta.encode()))
+    entries.append((f"{dist_info}/METADATA", _image_metadata(meta).encode()))
     entry_points = _dist_text(dist, "entry_points.txt")
     if entry_points:
         entries.append((f"{dist_info}/entry_points.txt", entry_points.encode()))

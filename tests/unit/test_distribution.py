@@ -81,3 +81,20 @@ def test_pip_installs_it(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert (target / "imagesmith" / "validate" / "suite" / "conftest.py").is_file()
     assert (target / "bin" / "imagesmith-validate").is_file()
+
+
+def test_image_metadata_drops_only_host_only_requirements() -> None:
+    """The suite wheel baked into images does not require the host-only signing library (the image's lock does
+    not pin it, and `pip check` in the image would fail); every other requirement stays."""
+    from imagesmith.distribution import _image_metadata
+
+    meta = (
+        "Metadata-Version: 2.1\nName: imagesmith\nVersion: 0.1.0\n"
+        "Requires-Dist: docker>=7.1\nRequires-Dist: cryptography>=42\n"
+        "Requires-Dist: Cryptography ; extra == 'x'\n"
+        'Requires-Dist: jinja2>=3.1\nRequires-Dist: uv>=0.4; extra == "lock"\n\nlong description\n'
+    )
+    out = _image_metadata(meta)
+    assert "cryptography" not in out.lower()
+    kept = ("docker>=7.1", "jinja2>=3.1", 'uv>=0.4; extra == "lock"', "long description", "Version: 0.1.0")
+    assert all(k in out for k in kept)
