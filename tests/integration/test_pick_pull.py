@@ -13,15 +13,16 @@ import pytest
 from imagesmith.engine import Engine
 from imagesmith.release import collect_reports, release_cells
 from tests.integration.test_release import TRUSTED, cell, clients_for, push_image, targets, write_report
-from tests.localinfra import local_registries
+from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
 
-def test_pick_pull_checks_the_digest(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
-    regs = local_registries()
+def released_index(regs: LocalRegistries, tmp_path: Path, what: str) -> tuple[str, str, Path]:
+    """A fresh repository with one image (cell "a") released into tmp_path/index.json through the plain
+    registry with a signed passing report: (repository, digest, index file)."""
     repo = f"imagesmith-test/pick-{uuid.uuid4().hex[:10]}"
-    digest = push_image(regs.plain_client(), repo, "a-candidate", f"pull me {repo}")
+    digest = push_image(regs.plain_client(), repo, "a-candidate", f"{what} {repo}")
     write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
     index = tmp_path / "index.json"
     release_cells(
@@ -32,6 +33,12 @@ def test_pick_pull_checks_the_digest(tmp_path: Path, run_cli: Callable[..., Any]
         client_for=clients_for(regs),
         trusted=TRUSTED,
     ).raise_for_refusals()
+    return repo, digest, index
+
+
+def test_pick_pull_checks_the_digest(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    regs = local_registries()
+    repo, digest, index = released_index(regs, tmp_path, "pull me")
     pinned = f"{regs.plain}/{repo}@{digest}"
     engine = Engine()
     try:
@@ -63,18 +70,7 @@ def test_pick_pull_falls_back_to_a_reachable_registry(tmp_path: Path, run_cli: C
     import json
 
     regs = local_registries()
-    repo = f"imagesmith-test/pick-{uuid.uuid4().hex[:10]}"
-    digest = push_image(regs.plain_client(), repo, "a-candidate", f"fall back {repo}")
-    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
-    index = tmp_path / "index.json"
-    release_cells(
-        [cell("a", targets(regs, repo)[:1])],
-        matrix="t",
-        reports=collect_reports([tmp_path / "r"], TRUSTED),
-        index_file=index,
-        client_for=clients_for(regs),
-        trusted=TRUSTED,
-    ).raise_for_refusals()
+    repo, digest, index = released_index(regs, tmp_path, "fall back")
     doc = json.loads(index.read_text())
     dead = {"name": "dead-hub", "kind": "dockerhub", "reference": f"127.0.0.1:9/{repo}:a", "digest": digest}
     doc["images"][0]["registries"].insert(0, dead)  # Docker Hub kind: the generic platform's first choice

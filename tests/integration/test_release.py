@@ -532,28 +532,7 @@ def test_cli_release_smoke_matrix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real command on a copy of the smoke matrix whose registries are the local ones (own repository)."""
-    from tests.repo import PROJECT
-
-    ns, name = repo.split("/")
-    matrix = tmp_path / "smoke.toml"
-    matrix.write_text(
-        (PROJECT.matrices_dir / "smoke.toml")
-        .read_text()
-        .replace('registries = ["local-plain", "local-tls"]', 'registries = ["t-plain", "t-tls"]')
-    )
-    registries = tmp_path / "registries.toml"
-    registries.write_text(
-        "schema = 1\n"
-        f'[registries.t-plain]\nhost = "{regs.plain}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
-        "insecure = true\n"
-        f'[registries.t-tls]\nhost = "{regs.auth}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
-    )
-    for k, v in regs.auth_env().items():
-        monkeypatch.setenv(k, v)
-    from imagesmith.matrix import load_matrix
-    from imagesmith.plan import build_plan
-
-    cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+    matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
     res = run_cli("candidates", "--matrix", str(matrix), "--registries", str(registries), "--pinned")
     assert res.exit_code == ReleaseError.exit_code
     assert f"no candidate pushed for {cid}" in res.stderr

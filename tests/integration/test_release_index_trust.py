@@ -19,7 +19,15 @@ from imagesmith.errors import ConfigError, ReleaseError
 from imagesmith.index import ReleaseIndex, dump_index, load_index, parse_index, read_index_artifact
 from imagesmith.release import collect_reports, publish_index, release_cells
 from imagesmith.tags import INDEX_ARTIFACT_TAG
-from tests.integration.test_release import TRUSTED, cell, clients_for, push_image, targets, write_report
+from tests.integration.test_release import (
+    TRUSTED,
+    cell,
+    clients_for,
+    push_image,
+    smoke_setup,
+    targets,
+    write_report,
+)
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = pytest.mark.registry
@@ -147,27 +155,7 @@ def test_cli_refuses_then_extends_the_named_registrys_index(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real command on a copy of the smoke matrix whose registries are the local ones (own repository)."""
-    from imagesmith.matrix import load_matrix
-    from imagesmith.plan import build_plan
-    from tests.repo import PROJECT
-
-    ns, name = repo.split("/")
-    matrix = tmp_path / "smoke.toml"
-    matrix.write_text(
-        (PROJECT.matrices_dir / "smoke.toml")
-        .read_text()
-        .replace('registries = ["local-plain", "local-tls"]', 'registries = ["t-plain", "t-tls"]')
-    )
-    registries = tmp_path / "registries.toml"
-    registries.write_text(
-        "schema = 1\n"
-        f'[registries.t-plain]\nhost = "{regs.plain}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
-        "insecure = true\n"
-        f'[registries.t-tls]\nhost = "{regs.auth}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
-    )
-    for k, v in regs.auth_env().items():
-        monkeypatch.setenv(k, v)
-    cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+    matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
     digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
     write_report(tmp_path / "reports" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
     base = ["release", "--matrix", str(matrix), "--registries", str(registries)]

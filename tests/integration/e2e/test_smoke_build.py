@@ -23,7 +23,9 @@ import pytest
 
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
 from imagesmith.plan import build_plan
+from imagesmith.refs import Registry
 from imagesmith.registry import RegistryClient
 from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.localinfra import LocalRegistries, local_registries
@@ -46,6 +48,23 @@ def _imagesmith(args: list[str], env: dict[str, str], timeout: int) -> subproces
             f"{proc.stderr[-6000:]}\n{proc.stdout[-3000:]}"
         )
     return proc
+
+
+def pull_back_from_tls(cell: Cell, suite: str, regs: LocalRegistries) -> tuple[Engine, Registry, str]:
+    """Remove the built image's local tags, then pull its candidate back from the TLS registry: (engine, that
+    registry, the pulled reference)."""
+    engine = Engine()
+    tls = next(t for t in cell.registries if t.name == "local-tls")
+    ref = f"{tls.image}:{candidate_tag(cell)}"
+    for name in (
+        f"imagesmith/{cell.matrix}:{cell.id}",
+        f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}",
+        ref,
+    ):
+        engine.remove(name, force=True)
+    assert engine.inspect(ref) is None
+    engine.pull(ref, credentials=regs.credentials)
+    return engine, tls, ref
 
 
 @pytest.fixture(scope="module")
@@ -106,17 +125,7 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
         assert labels["io.imagesmith.cuda"] == cell.cuda
 
     # 3. remove locally, pull back from the TLS registry, run torch
-    engine = Engine()
-    tls = next(t for t in cell.registries if t.name == "local-tls")
-    ref = f"{tls.image}:{candidate_tag(cell)}"
-    for name in (
-        f"imagesmith/{cell.matrix}:{cell.id}",
-        f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, row['suite'])}",
-        ref,
-    ):
-        engine.remove(name, force=True)
-    assert engine.inspect(ref) is None
-    engine.pull(ref, credentials=regs.credentials)
+    engine, tls, ref = pull_back_from_tls(cell, str(row["suite"]), regs)
     pulled = engine.inspect(ref)
     assert pulled is not None
     assert f"{tls.image}@{digest}" in pulled["RepoDigests"]

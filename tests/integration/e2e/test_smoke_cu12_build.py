@@ -24,14 +24,14 @@ from pathlib import Path
 import pytest
 
 from imagesmith import fatbin
-from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.model import NCCL_TESTS_BIN
 from imagesmith.plan import build_plan
 from imagesmith.registry import RegistryClient
-from imagesmith.tags import candidate_tag, staging_tag
+from imagesmith.tags import candidate_tag
 from imagesmith.templating import render_cell_files, site_packages
 from tests.glibc import glibc_needs, too_new
+from tests.integration.e2e.test_smoke_build import pull_back_from_tls
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]
@@ -107,17 +107,7 @@ def test_cuda12_cell_built_without_nvidia_cuda_images(regs: LocalRegistries, tmp
         assert client.manifest_digest(target.repo, candidate_tag(cell)) == digest, target.name
 
     # 3. remove locally, pull back from the TLS registry
-    engine = Engine()
-    tls = next(t for t in cell.registries if t.name == "local-tls")
-    ref = f"{tls.image}:{candidate_tag(cell)}"
-    for name in (
-        f"imagesmith/{cell.matrix}:{cell.id}",
-        f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, str(row['suite']))}",
-        ref,
-    ):
-        engine.remove(name, force=True)
-    assert engine.inspect(ref) is None
-    engine.pull(ref, credentials=regs.credentials)
+    engine, _, ref = pull_back_from_tls(cell, str(row["suite"]), regs)
 
     # 4. torch imports and reports CUDA 12.4
     out = engine.run_container(
