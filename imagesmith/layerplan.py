@@ -5,8 +5,11 @@ releases of one CUDA variant pin many identical nvidia-* wheels. One ``pip insta
 them all in one layer that every image stores, pushes and pulls whole; the plan instead gives each large
 wheel (:data:`MIN_LAYER_BYTES` or more by the lock folder's ``wheel-sizes.toml``,
 :mod:`imagesmith.wheelsizes`) its own layer, installed with ``pip install --no-deps`` against its exact pin,
-and the small rest one layer after them. A wheel of unknown size (not on the default index) is kept apart
-too: cheap if it is small, the whole point if it is big.
+and the small rest one layer after them. A wheel of unknown size (no row: a ``+cu118`` build only its
+variant's index serves, or a project whose sizes were never recorded) is kept apart only when it is of a
+family that is large (:func:`likely_large`: the CUDA and NCCL wheels, torch, triton, or a local ``+variant``
+build); any other unsized wheel joins the small rest, so an unsized lock still gets a handful of layers, not
+one per wheel.
 
 Order (stable, so cells that share wheels share the chain of layers that BuildKit caches):
 
@@ -47,6 +50,16 @@ KIND_TITLE: Final[dict[str, str]] = {
     "torch": "torch & co",
     "rest": "the small rest",
 }
+
+
+#: project names whose wheels are large whatever their version (the CUDA and NCCL wheels match by prefix)
+LARGE_NAMES: Final[frozenset[str]] = frozenset({"torch", "triton", "pytorch-triton", "pytorch-triton-rocm"})
+
+
+def likely_large(name: str, version: str) -> bool:
+    """Whether a wheel of unknown size gets a layer of its own: the CUDA/NCCL libraries, torch and triton,
+    and any local ``+variant`` build (served by a variant's own index, which sizes do not cover)."""
+    return name.startswith(("nvidia-", "cuda-")) or name in LARGE_NAMES or "+" in version
 
 
 def kind_of(name: str) -> LayerKind:
@@ -126,9 +139,13 @@ def plan_layers(
     big: list[tuple[LayerKind, int, str, str, int | None]] = []
     small: list[tuple[str, str]] = []
     small_size = 0
+    small_unsized: list[str] = []
     for name, version in pins:
         size = sizes.size(name, version, python)
-        if size is not None and size < min_bytes:
+        if size is None and not likely_large(name, version):
+            small.append((name, version))
+            small_unsized.append(f"{name}=={version}")
+        elif size is not None and size < min_bytes:
             small.append((name, version))
             small_size += size
         else:
@@ -151,6 +168,7 @@ def plan_layers(
                 kind="rest",
                 pins=tuple(sorted(small)),
                 size=small_size,
+                unsized=tuple(sorted(small_unsized)),
             )
         )
     return tuple(layers)
@@ -289,6 +307,7 @@ def estimate(cells: Sequence[PlannedCell]) -> Estimate:
 
 
 __all__ = [
+    "LARGE_NAMES",
     "LAYER_EPOCH",
     "MIN_LAYER_BYTES",
     "Estimate",
@@ -297,6 +316,7 @@ __all__ = [
     "WheelLayer",
     "estimate",
     "kind_of",
+    "likely_large",
     "plan_layers",
     "popularity",
     "shared_layers",

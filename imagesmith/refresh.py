@@ -118,9 +118,23 @@ def ca_bundle(env: Mapping[str, str] | None = None) -> str | bool:
 class Http:
     """GET, range GET and streamed range GET; every failure is one :class:`UpstreamError` naming the URL."""
 
-    def __init__(self, verify: str | bool = True, session: requests.Session | None = None) -> None:
+    #: the fix of an index that does not answer, for ``imagesmith refresh`` (its flags)
+    REFRESH_FIX = (
+        "check the network and proxy (HTTPS_PROXY, REQUESTS_CA_BUNDLE), pass --index-url, "
+        "or replay a recording with --offline DIR"
+    )
+    #: … and for a command that reads pip's own index (``imagesmith lock --sizes``)
+    PIP_FIX = (
+        "check the network and proxy (HTTPS_PROXY, REQUESTS_CA_BUNDLE), or set PIP_INDEX_URL to an index "
+        "that answers (a PEP 691 Simple API such as PyPI's /simple/)"
+    )
+
+    def __init__(
+        self, verify: str | bool = True, session: requests.Session | None = None, *, fix: str = REFRESH_FIX
+    ) -> None:
         self.session = session or requests.Session()
         self.verify = verify
+        self.fix = fix
         self.bytes = 0
         self.requests = 0
 
@@ -131,16 +145,9 @@ class Http:
                 url, headers=dict(headers), timeout=_TIMEOUT, stream=stream, verify=self.verify
             )
         except requests.RequestException as exc:
-            raise UpstreamError(
-                f"cannot read {url}: {exc}",
-                hint="check the network and proxy (HTTPS_PROXY, REQUESTS_CA_BUNDLE), pass --index-url, "
-                "or replay a recording with --offline DIR",
-            ) from None
+            raise UpstreamError(f"cannot read {url}: {exc}", hint=self.fix) from None
         if resp.status_code not in (200, 206):
-            raise UpstreamError(
-                f"{url} answered HTTP {resp.status_code}",
-                hint="check --index-url (a PEP 691 Simple API such as PyPI's /simple/)",
-            )
+            raise UpstreamError(f"{url} answered HTTP {resp.status_code}", hint=self.fix)
         return resp
 
     def get(self, url: str, headers: Mapping[str, str] | None = None) -> tuple[bytes, str]:

@@ -10,6 +10,7 @@ project's ``locks/``, so the plan never floats a version. Choosing is pure (:fun
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -20,8 +21,9 @@ from packaging.version import Version
 
 from imagesmith import __version__, compat
 from imagesmith.errors import ConfigError
-from imagesmith.lock import LockKey, reference_lock_keys, reference_locks
+from imagesmith.lock import LockKey, parse_lock, reference_lock_keys, reference_locks
 from imagesmith.project import PROJECT_FILE, project_name
+from imagesmith.wheelsizes import SIZES_FILE, for_lock, parse_sizes, sizes_toml
 
 DEFAULT_GPU: Final[str] = "h200"
 #: a plain-HTTP registry on this machine (scripts/setup.sh starts one): ``http://`` marks plain HTTP
@@ -389,6 +391,23 @@ GPU training images built with imagesmith {__version__} (`pip install imagesmith
     return files
 
 
+def _sizes_for(lock_text: str, lock_file: Path, key: LockKey) -> str | None:
+    """The reference ``wheel-sizes.toml`` rows of the copied lock, as the new project's own table (so its layer
+    plan sizes the layers at once); None when imagesmith ships no sizes for it."""
+    reference = reference_locks() / SIZES_FILE
+    if not reference.is_file():
+        return None
+    table = parse_sizes(reference.read_text(encoding="utf-8"), Path(SIZES_FILE))
+    rows, missing = for_lock(table, parse_lock(lock_text, lock_file, key))
+    if not rows:
+        return None
+    try:
+        day = _dt.date.fromisoformat(table.date)
+    except ValueError:
+        day = None
+    return sizes_toml(rows, missing, today=day)
+
+
 def write_project(root: Path, files: dict[str, str], lock: LockKey) -> list[Path]:
     """Write *files* and the reference lock for *lock* under *root*. Refuses to overwrite any file."""
     clash = [rel for rel in files if (root / rel).exists()]
@@ -407,8 +426,14 @@ def write_project(root: Path, files: dict[str, str], lock: LockKey) -> list[Path
             written.append(path)
         lock_file = root / "locks" / lock.filename
         lock_file.parent.mkdir(parents=True, exist_ok=True)
-        lock_file.write_text(source.read_text(encoding="utf-8"), encoding="utf-8")
+        lock_text = source.read_text(encoding="utf-8")
+        lock_file.write_text(lock_text, encoding="utf-8")
         written.append(lock_file)
+        sizes = _sizes_for(lock_text, lock_file, lock)
+        if sizes is not None:
+            sizes_file = lock_file.parent / SIZES_FILE
+            sizes_file.write_text(sizes, encoding="utf-8")
+            written.append(sizes_file)
     except OSError as exc:
         for path in written:  # nothing half-done: what this call wrote goes again
             path.unlink(missing_ok=True)

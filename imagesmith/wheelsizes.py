@@ -72,8 +72,18 @@ def read_sizes(lock_dir: Path) -> SizeTable:
         return SizeTable()
     fix = "rewrite it: imagesmith lock --sizes (where the package index is reachable)"
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not TOML ({exc})", hint=fix) from None
+    return parse_sizes(text, path)
+
+
+def parse_sizes(text: str, path: Path) -> SizeTable:
+    """A ``wheel-sizes.toml`` of *text* (*path* names it in errors)."""
+    fix = "rewrite it: imagesmith lock --sizes (where the package index is reachable)"
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not TOML ({exc})", hint=fix) from None
     rows = data.get("wheels", [])
     if not isinstance(rows, list):
@@ -207,6 +217,18 @@ def write_sizes(lock_dir: Path, rows: Sequence[WheelSize], missing: Sequence[str
     return path
 
 
+def for_lock(table: SizeTable, lock: Lock) -> tuple[list[WheelSize], list[str]]:
+    """The rows of *table* for *lock*'s runtime pins, and the pins it has no row for (as ``sizes_toml``
+    lists them)."""
+    by_key = {(r.name, r.version, r.python): r for r in table.rows}
+    python = lock.key.python
+    rows = [row for n, v in lock.pins if (row := by_key.get((canonicalize_name(n), v, python))) is not None]
+    missing = [
+        f"{n}=={v} (py{python})" for n, v in lock.pins if (canonicalize_name(n), v, python) not in by_key
+    ]
+    return sorted(rows, key=lambda r: (r.name, Version(r.version), r.python)), sorted(missing)
+
+
 def merge(old: SizeTable, rows: Sequence[WheelSize]) -> list[WheelSize]:
     """*rows* plus the rows of *old* they do not replace (locks sized earlier stay sized)."""
     new: Mapping[tuple[str, str, str], WheelSize] = {(r.name, r.version, r.python): r for r in rows}
@@ -220,7 +242,9 @@ __all__ = [
     "SizeTable",
     "WheelSize",
     "collect_sizes",
+    "for_lock",
     "merge",
+    "parse_sizes",
     "pick_file",
     "read_sizes",
     "sizes_toml",

@@ -9,12 +9,15 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from imagesmith.commands import current_project, epilog
-from imagesmith.errors import ConfigError, RenderError
+from imagesmith.errors import ConfigError, RenderError, UpstreamError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rich.console import Console
 
     from imagesmith.layerplan import PlannedCell, PullFigures
+    from imagesmith.lock import LockKey
     from imagesmith.matrix import Matrix
     from imagesmith.plan import BuildPlan
     from imagesmith.project import Project
@@ -233,7 +236,9 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
             for o in others:
                 per_lock[lock_of[o].rsplit("/", 1)[-1]] = per_lock.get(lock_of[o].rsplit("/", 1)[-1], 0) + 1
             size = _mb(layer.size) if layer.size else "-"
-            if layer.unsized:
+            if len(layer.unsized) > 2:
+                size += f" (+ {len(layer.unsized)} unsized wheels)"
+            elif layer.unsized:
                 size += " (unsized: " + ", ".join(layer.unsized) + ")"
             table.add_row(
                 str(layer.index),
@@ -355,6 +360,12 @@ def lock_command(
         help="Only record the wheel sizes of every lock in locks/ (wheel-sizes.toml, for the layer plan) "
         "from the package index's JSON Simple API; resolves nothing.",
     ),
+    no_sizes: bool = typer.Option(
+        False,
+        "--no-sizes",
+        help="Do not record the sizes of the wheels of the locks written (by default they go into "
+        "wheel-sizes.toml, so the layer plan sizes its layers).",
+    ),
 ) -> None:
     """Resolve exact transitive pins (with sha256 hashes) per (torch, variant, python) with uv into the
     project's locks/."""
@@ -363,6 +374,8 @@ def lock_command(
     from imagesmith.matrix import load_matrix
 
     project = current_project(matrix)
+    if sizes and no_sizes:
+        raise ConfigError("--sizes and --no-sizes contradict each other", hint="give one of them")
     if sizes:
         _record_sizes(project)
         return
@@ -380,6 +393,7 @@ def lock_command(
     # the interactive flavor's packages are a section of the same lock, resolved against its runtime pins
     interactive = "interactive" in m.flavors or any(r.flavor == "interactive" for r in m.include)
     failures: list[str] = []
+    written: list[LockKey] = []
     for key in keys:
         path = lock_path(key, project.locks_dir)
         try:
@@ -389,6 +403,7 @@ def lock_command(
                 if interactive or (existing is not None and existing.interactive_pins):
                     add_interactive(key, lock_dir=project.locks_dir, keep=existing)
                 typer.echo(f"wrote   {project.rel(path)} (versions kept, hashes added)")
+                written.append(key)
                 continue
             if path.exists() and not force:
                 existing = read_lock(key, project.locks_dir)
@@ -406,6 +421,9 @@ def lock_command(
             typer.echo(f"FAILED  {key}", err=True)
             continue
         typer.echo(f"wrote   {project.rel(path)}")
+        written.append(key)
+    if written and not no_sizes:
+        _record_sizes(project, keys=written, soft=True)
     if failures:
         raise ConfigError(
             "could not lock " + "; ".join(failures),
@@ -414,34 +432,51 @@ def lock_command(
         )
 
 
-def _record_sizes(project: Project) -> None:
-    """``imagesmith lock --sizes``: wheel-sizes.toml for every lock of the project's locks folder."""
+def _record_sizes(project: Project, *, keys: Sequence[LockKey] | None = None, soft: bool = False) -> None:
+    """``imagesmith lock --sizes``: wheel-sizes.toml for every lock of the project's locks folder (*keys*:
+    only those, merged into the table). *soft*: an index that does not answer is a warning, not an error
+    (the locks were written; the plan then treats their wheels as unsized)."""
     from imagesmith import refresh
     from imagesmith.lock import lock_keys_in, read_lock
     from imagesmith.wheelsizes import collect_sizes, merge, read_sizes, write_sizes
 
-    keys = lock_keys_in(project.locks_dir)
+    if keys is None:
+        keys = lock_keys_in(project.locks_dir)
     locks = [lock for k in keys if (lock := read_lock(k, project.locks_dir)) is not None]
     if not locks:
         raise ConfigError(
             f"no lock files in {project.rel(project.locks_dir)} to size",
             hint="write them first: imagesmith lock --matrix NAME",
         )
-    http = refresh.Http(verify=refresh.ca_bundle())
+    http = refresh.Http(verify=refresh.ca_bundle(), fix=refresh.Http.PIP_FIX)
     source = refresh.LiveSource(refresh.default_index_url(), http)
 
     class Lister:
         def files(self, name: str) -> list[tuple[str, int]]:
             return [(f.filename, f.size) for f in source.files(name)]
 
-    rows, missing = collect_sizes(locks, Lister())
+    try:
+        rows, missing = collect_sizes(locks, Lister())
+    except UpstreamError as exc:
+        if not soft:
+            raise
+        typer.echo(
+            f"warning: wheel sizes not recorded ({exc.message.splitlines()[0]}); the layer plan keeps only "
+            "the CUDA, NCCL, torch and triton wheels apart until `imagesmith lock --sizes` runs where the "
+            "index answers",
+            err=True,
+        )
+        return
     path = write_sizes(project.locks_dir, merge(read_sizes(project.locks_dir), rows), missing)
     typer.echo(
         f"wrote   {project.rel(path)} ({len(rows)} wheels of {len(locks)} locks, "
         f"{http.requests} index requests, {http.bytes / 1e6:.1f} MB read)"
     )
     for pin in missing:
-        typer.echo(f"unsized {pin}: not on the default index (the plan gives it its own layer)")
+        typer.echo(
+            f"unsized {pin}: not on the default index (its own layer if it is a CUDA, NCCL, torch, triton or "
+            "+variant wheel, else in the small rest)"
+        )
 
 
 def register(app: typer.Typer) -> None:

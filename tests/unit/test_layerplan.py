@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -15,6 +20,7 @@ from imagesmith.layerplan import (
     PlannedCell,
     estimate,
     kind_of,
+    likely_large,
     plan_layers,
     popularity,
     shared_layers,
@@ -102,11 +108,39 @@ def test_threshold_and_unknown_sizes() -> None:
     assert labels == ["nvidia-cublas==13.1.1.3", "torch==2.12.0", "rest (5 wheels)"]
     assert layers[1].unsized == ("torch==2.12.0",)
     assert layers[1].size == 0
-    # sizes of another Python do not count: every wheel unsized, every wheel its own layer
+    # sizes of another Python do not count: every wheel unsized; the CUDA, NCCL, torch and triton wheels keep
+    # their own layers, numpy (not of a large family) joins the rest, named unsized there
     other = plan_layers(_pins(LOCK_A), "3.11", _table("3.12", SIZES))
-    assert len(other) == 7
-    assert all(layer.kind != "rest" and layer.unsized for layer in other)
+    assert [layer.label for layer in other] == [
+        "nvidia-cublas==13.1.1.3",
+        "nvidia-cuda-runtime==13.0.96",
+        "nvidia-cufft==12.0.0.61",
+        "nvidia-nccl-cu13==2.29.7",
+        "torch==2.12.0",
+        "triton==3.7.0",
+        "rest (1 wheels)",
+    ]
+    assert all(layer.unsized for layer in other)
+    assert other[-1].unsized == ("numpy==2.4.6",)
     assert MIN_LAYER_BYTES == 32 * 2**20
+
+
+def test_an_unsized_lock_gets_a_handful_of_layers_not_one_per_wheel() -> None:
+    """A project whose sizes were never recorded: only the large families stand apart (a +variant build
+    too, whatever its name); the many small wheels share one layer."""
+    small = "".join(f"pkg{i}==1.0\n" for i in range(40))
+    text = LOCK_A + small + "torchvision==0.27.0+cu118\nmy-big-model==1.0\n"
+    layers = plan_layers(_pins(text), "3.11", SizeTable())
+    assert len(layers) == 8
+    assert "torchvision==0.27.0+cu118" in [layer.label for layer in layers]
+    rest = layers[-1]
+    assert rest.kind == "rest"
+    assert len(rest.pins) == len(rest.unsized) == 42  # numpy, 40 pkgN, my-big-model
+    assert likely_large("nvidia-nvtx-cu12", "12.8.90")
+    assert likely_large("torch", "2.8.0")
+    assert likely_large("torchaudio", "2.2.2+cu118")
+    assert not likely_large("torchaudio", "2.2.2")
+    assert not likely_large("numpy", "2.4.6")
 
 
 def test_wheels_more_locks_pin_come_first_in_their_group() -> None:
@@ -359,3 +393,93 @@ def test_collect_sizes_refuses_an_index_that_answers_nothing() -> None:
     )
     with pytest.raises(UpstreamError):
         collect_sizes([lock], Down())
+
+
+class _Index(http.server.BaseHTTPRequestHandler):
+    """A PEP 691 JSON Simple API index on loopback: every project has one wheel of 40 MiB, except ``numpy``
+    (404: the index does not carry it)."""
+
+    def do_GET(self) -> None:
+        name = self.path.strip("/").split("/")[-1]
+        if name == "numpy":
+            self.send_error(404)
+            return
+        files = [
+            {
+                "filename": f"{name.replace('-', '_')}-{v}-py3-none-any.whl",
+                "url": f"{name}-{v}.whl",
+                "hashes": {},
+                "size": 40 * 2**20,
+            }
+            for v in ("2.4.6", "13.1.1.3", "12.0.0.61", "13.0.96", "2.29.7", "2.12.0", "3.7.0")
+        ]
+        body = json.dumps({"meta": {"api-version": "1.1"}, "name": name, "files": files}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _sized_project(tmp_path: Path, run_cli: Callable[..., Any]) -> Path:
+    root = tmp_path / "p"
+    assert run_cli("init", str(root), "--gpu", "h200").exit_code == 0
+    for f in (root / "locks").iterdir():
+        f.unlink()
+    (root / "locks" / "2.12.0-cu130-py3.11.txt").write_text(LOCK_A)
+    return root
+
+
+def test_lock_sizes_reads_the_index_pip_uses(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _sized_project(tmp_path, run_cli)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{server.server_address[1]}/simple")
+        out = run_cli("--project", str(root), "lock", "--sizes")
+    finally:
+        server.shutdown()
+    assert out.exit_code == 0, out.stderr
+    assert "unsized numpy==2.4.6 (py3.11)" in out.stdout
+    table = read_sizes(root / "locks")
+    assert len(table.rows) == 6
+    assert table.size("torch", "2.12.0", "3.11") == 40 * 2**20
+    assert run_cli("--project", str(root), "lock", "--sizes", "--no-sizes").exit_code == 2
+
+
+def test_lock_sizes_of_an_index_that_does_not_answer(
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``lock --sizes`` fails naming the index and pip's own setting; after ``lock`` wrote locks the same
+    failure is a warning (the locks stay written, the plan keeps the large families apart)."""
+    from imagesmith.commands.plan import _record_sizes
+    from imagesmith.lock import lock_keys_in
+    from imagesmith.project import load_project
+
+    root = _sized_project(tmp_path, run_cli)
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{port}/simple")
+    out = run_cli("--project", str(root), "lock", "--sizes")
+    assert out.exit_code == 12
+    assert f"127.0.0.1:{port}" in out.stderr
+    assert "PIP_INDEX_URL" in out.stderr
+    assert "--offline" not in out.stderr
+    assert not (root / "locks" / "wheel-sizes.toml").exists()
+    project = load_project(root / "imagesmith.toml")
+    capsys.readouterr()
+    _record_sizes(project, keys=lock_keys_in(project.locks_dir), soft=True)
+    err = capsys.readouterr().err
+    assert "warning: wheel sizes not recorded" in err
+    assert "imagesmith lock --sizes" in err
+    assert not (root / "locks" / "wheel-sizes.toml").exists()

@@ -14,9 +14,10 @@ import pytest
 
 from imagesmith import compat
 from imagesmith.errors import ConfigError
-from imagesmith.lock import reference_lock_keys
+from imagesmith.lock import lock_keys_in, read_lock, reference_lock_keys
 from imagesmith.project import load_project
 from imagesmith.scaffold import choose, resolve_gpus
+from imagesmith.wheelsizes import read_sizes
 from tests.repo import REPO
 
 
@@ -100,6 +101,24 @@ def test_init_writes_a_project_that_plans_and_renders(tmp_path: Path, run_cli: C
     again = run_cli("init", str(root))
     assert again.exit_code == 2
     assert "exists already" in again.stderr
+
+
+def test_init_carries_the_wheel_sizes_of_its_lock(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    """The new project's layer plan is sized at once: the reference sizes of the copied lock come along (a
+    project without them would plan the small wheels as unknown)."""
+    root = tmp_path / "p"
+    assert run_cli("init", str(root), "--gpu", "h200").exit_code == 0
+    table = read_sizes(root / "locks")
+    (key,) = lock_keys_in(root / "locks")
+    lock = read_lock(key, root / "locks")
+    assert lock is not None
+    pins = set(lock.pins)
+    assert {(r.name, r.version) for r in table.rows} == pins
+    plan = run_cli("--project", str(root), "plan", "--json")
+    layers = json.loads(plan.stdout)["cells"][0]["layers"]
+    assert layers[-1]["kind"] == "rest"
+    assert len(layers) < 20
+    assert all(layer["size"] > 0 and not layer["unsized"] for layer in layers)
 
 
 def test_init_in_the_working_directory_defaults(
