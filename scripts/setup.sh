@@ -115,13 +115,16 @@ fi
 bash scripts/services.sh start
 
 # the TLS registry's generated test credentials in the docker config (what `docker login` writes), so that
-# `imagesmith build --push` finds them there like a user's own login
-if ! grep -q '"127.0.0.1:5443"' "${DOCKER_CONFIG:-$HOME/.docker}/config.json" 2>/dev/null; then
-    # shellcheck disable=SC1091
-    (set -a; source "$STATE/test-env"; printf '%s' "$IMAGESMITH_TEST_AUTH_PASSWORD" \
-        | /usr/bin/docker login --username "$IMAGESMITH_TEST_AUTH_USER" --password-stdin 127.0.0.1:5443 >/dev/null 2>&1)
-    log "docker login 127.0.0.1:5443 (test credentials) written to the docker config"
+# `imagesmith build --push` finds them there like a user's own login. Logged in on every run: the state folder
+# (and its generated password) can be new while the docker config still holds an older run's password.
+# shellcheck disable=SC1091
+if ! login_out="$(set -a; source "$STATE/test-env"; printf '%s' "$IMAGESMITH_TEST_AUTH_PASSWORD" \
+        | /usr/bin/docker login --username "$IMAGESMITH_TEST_AUTH_USER" --password-stdin 127.0.0.1:5443 2>&1)"; then
+    log "docker login 127.0.0.1:5443 failed: $login_out"
+    log "fix: check the TLS registry (bash scripts/services.sh status; its log in $STATE/registry-auth.log)"
+    exit 1
 fi
+log "docker login 127.0.0.1:5443 (test credentials of $STATE/test-env) in the docker config"
 
 # 4. base image ---------------------------------------------------------------------------------------------
 if curl -sf -o /dev/null -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
