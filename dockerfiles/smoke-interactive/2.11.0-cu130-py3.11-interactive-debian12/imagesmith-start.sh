@@ -52,21 +52,59 @@ session_env() (
 
 mkdir -p "$workspace"
 
+# a service started in the background: its name, pid and port, watched until docker stop (see the end)
+started() { # started NAME PORT-VARIABLE PORT
+    pids="$pids $!"
+    services="$services $1:$!:$2:$3"
+}
+services=""
+
+# the keys of PUBLIC_KEY that ssh-keygen reads as public keys (one per line; CRLF pasted from Windows is fine)
+valid_keys() {
+    printf '%s\n' "$PUBLIC_KEY" | tr -d '\r' | {
+        n=0
+        while IFS= read -r key; do
+            n=$((n + 1))
+            [ -n "$key" ] || continue
+            if printf '%s\n' "$key" | ssh-keygen -lf - >/dev/null 2>&1; then
+                printf '%s\n' "$key"
+            else
+                log "ERROR: PUBLIC_KEY line $n is not an SSH public key (ssh-keygen cannot read it): skipped;" \
+                    "give the one line of your key's .pub file (ssh-ed25519 AAAA… or ssh-rsa AAAA…)"
+            fi
+        done
+    }
+}
+
 if [ -n "${PUBLIC_KEY:-}" ]; then
+    case "$PUBLIC_KEY" in
+        *"PRIVATE KEY"*)
+            log "ERROR: PUBLIC_KEY holds a PRIVATE key: not used, sshd not started; give the .pub file's line" \
+                "(and treat that private key as exposed to whoever set this variable)"
+            keys_ok=""
+            ;;
+        *) keys_ok=$(valid_keys) ;;
+    esac
+else
+    keys_ok=""
+fi
+if [ -n "$keys_ok" ]; then
     ssh-keygen -A >/dev/null # only the missing host keys: this container's own, made at its first start
     install -d -m 0700 /root/.ssh
     keys=/root/.ssh/authorized_keys
     touch "$keys"
     chmod 0600 "$keys"
-    printf '%s\n' "$PUBLIC_KEY" | while IFS= read -r key; do
-        [ -z "$key" ] || grep -qxF -- "$key" "$keys" || printf '%s\n' "$key" >>"$keys"
+    printf '%s\n' "$keys_ok" | while IFS= read -r key; do
+        grep -qxF -- "$key" "$keys" || printf '%s\n' "$key" >>"$keys"
     done
     session_env
     install -d -m 0755 /run/sshd
     env -u PUBLIC_KEY -u JUPYTER_PASSWORD /usr/sbin/sshd -D -e -p "$ssh_port" &
-    pids="$pids $!"
+    started sshd SSH_PORT "$ssh_port"
     fingerprint=$(ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub | cut -d ' ' -f 2)
     log "sshd on port $ssh_port: root by key only; host key $fingerprint (ED25519)"
+elif [ -n "${PUBLIC_KEY:-}" ]; then
+    log "ERROR: sshd not started: PUBLIC_KEY holds no usable SSH public key"
 else
     log "sshd not started: set PUBLIC_KEY to an SSH public key to log in as root"
 fi
@@ -76,15 +114,15 @@ if [ -n "${JUPYTER_PASSWORD:-}" ] || [ "${IMAGESMITH_JUPYTER_NO_TOKEN:-}" = 1 ];
         # the token goes through the environment, never the command line (ps, docker top) nor the log
         env -u PUBLIC_KEY -u JUPYTER_PASSWORD JUPYTER_TOKEN="$JUPYTER_PASSWORD" \
             jupyter lab --allow-root --no-browser --ip=0.0.0.0 --port="$jupyter_port" \
-            --ServerApp.root_dir="$workspace" --ServerApp.allow_remote_access=True &
-        pids="$pids $!"
+            --ServerApp.root_dir="$workspace" --ServerApp.allow_remote_access=True --ServerApp.port_retries=0 &
+        started JupyterLab JUPYTER_PORT "$jupyter_port"
         log "JupyterLab on port $jupyter_port, root $workspace, token: \$JUPYTER_PASSWORD"
     else
         env -u PUBLIC_KEY -u JUPYTER_PASSWORD -u JUPYTER_TOKEN \
             jupyter lab --allow-root --no-browser --ip=0.0.0.0 --port="$jupyter_port" \
-            --ServerApp.root_dir="$workspace" --ServerApp.allow_remote_access=True \
+            --ServerApp.root_dir="$workspace" --ServerApp.allow_remote_access=True --ServerApp.port_retries=0 \
             --IdentityProvider.token= --ServerApp.password= &
-        pids="$pids $!"
+        started JupyterLab JUPYTER_PORT "$jupyter_port"
         log "WARNING: JupyterLab on port $jupyter_port WITHOUT a token (IMAGESMITH_JUPYTER_NO_TOKEN=1):" \
             "whoever reaches that port runs code as root"
     fi
@@ -96,11 +134,37 @@ if [ -n "${TENSORBOARD_LOGDIR:-}" ]; then
     mkdir -p "$TENSORBOARD_LOGDIR"
     env -u PUBLIC_KEY -u JUPYTER_PASSWORD \
         tensorboard --logdir "$TENSORBOARD_LOGDIR" --bind_all --port "$tensorboard_port" &
-    pids="$pids $!"
+    started TensorBoard TENSORBOARD_PORT "$tensorboard_port"
     log "TensorBoard on port $tensorboard_port over $TENSORBOARD_LOGDIR (no login: publish the port with care)"
 fi
 
-# idle until docker stop: `wait` returns on the signal, and the trap stops the services
-sleep infinity &
-pids="$pids $!"
-wait $!
+# idle until docker stop, watching the services: one that exits (its port taken, a crash) is named once with
+# its status and the fix; the container stays up for the others. `wait` returns on the signal, and the trap
+# stops the services (and the current sleep, in $pids).
+watched="$services"
+base_pids="$pids"
+while :; do
+    sleep 2 &
+    pids="$base_pids $!"
+    wait $!
+    still=""
+    for entry in $watched; do
+        name=${entry%%:*}
+        rest=${entry#*:}
+        pid=${rest%%:*}
+        rest=${rest#*:}
+        var=${rest%%:*}
+        port=${rest#*:}
+        # alive = its /proc entry is there and not a zombie (kill -0 also succeeds on a zombie)
+        state=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1)
+        if [ -n "$state" ] && [ "$state" != Z ]; then
+            still="$still $entry"
+        else
+            wait "$pid"
+            status=$?
+            log "ERROR: $name (port $port) exited with status $status: see its lines above; if the port is" \
+                "taken (another server, --network host), set $var to a free one"
+        fi
+    done
+    watched="$still"
+done

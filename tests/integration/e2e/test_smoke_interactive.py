@@ -311,3 +311,28 @@ def test_two_containers_have_their_own_host_keys_and_stop_at_once(built: Built, 
         assert took < 3, took
         state = json.loads(_docker("inspect", a.name).stdout)[0]["State"]
         assert state["ExitCode"] == 0, state
+
+
+def test_a_service_that_cannot_start_is_named_and_bad_keys_are_skipped(built: Built, ssh_key: Path) -> None:
+    """A taken port (sshd holds JupyterLab's here, as a host's own server does under --network host) is one
+    error naming the service and the variable to set, never a silent move to another port; a PUBLIC_KEY line
+    that is no key is skipped with its line number (CRLF pasted keys still work); a private key is refused
+    and never printed."""
+    public = ssh_key.with_suffix(".pub").read_text().strip()
+    env = {"PUBLIC_KEY": f"not a key\r\n{public}\r\n", "SSH_PORT": "8888", "JUPYTER_PASSWORD": "t" * 32}
+    with container(built.ref, env) as c:
+        _wait("the JupyterLab error", lambda: "JupyterLab (port 8888) exited" in c.logs())
+        logs = c.logs()
+        assert "set JUPYTER_PORT to a free one" in logs
+        assert "PUBLIC_KEY line 1 is not an SSH public key" in logs
+        assert ":8889" not in logs  # JupyterLab did not move to the next port behind the platform's back
+        _wait("sshd", lambda: bool(_host_key(c.ports[8888])))
+        login = _ssh(c.ports[8888], ssh_key, "cat /root/.ssh/authorized_keys")
+        assert login.returncode == 0, login.stderr
+        assert login.stdout.split() == public.split()  # the key line, its CR gone
+    private = ssh_key.read_text()
+    with container(built.ref, {"PUBLIC_KEY": private}) as c:
+        _wait("the refusal", lambda: "PUBLIC_KEY holds a PRIVATE key" in c.logs(), timeout_s=60)
+        assert "sshd not started" in c.logs()
+        assert private.splitlines()[1] not in c.logs()
+        assert c.exec("pgrep -x sshd || echo none").strip() == "none"
