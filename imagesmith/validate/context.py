@@ -111,6 +111,17 @@ class Result:
         return self.rc in TIMEOUT_RCS
 
 
+def decoded(result: Any) -> Result:
+    """A testinfra CommandResult as text, whatever bytes the target printed: UTF-8, anything else replaced
+    (U+FFFD). testinfra's own ``.stdout`` decodes with the target's locale and raises on a byte it cannot
+    decode — a GPU host printing garbage must fail the check that reads it, never the suite."""
+    return Result(
+        rc=result.rc,
+        stdout=bytes(result.stdout_bytes).decode("utf-8", errors="replace"),
+        stderr=bytes(result.stderr_bytes).decode("utf-8", errors="replace"),
+    )
+
+
 def fail(what: str, fix: str) -> NoReturn:
     """Fail the current check with what is wrong and what to do (no traceback in the report)."""
     pytest.fail(f"{what}\nfix: {fix}", pytrace=False)
@@ -150,13 +161,12 @@ class Context:
         """Run a shell command on the target with the multicast-off env, killed after *timeout* seconds."""
         t = timeout or self.options.command_timeout_s
         wrapped = f"{self.env_prefix(env)} timeout -k 10 {int(t)} sh -c {shlex.quote(command)}"
-        r = self.host.run(wrapped)
-        return Result(rc=r.rc, stdout=r.stdout, stderr=r.stderr)
+        return decoded(self.host.run(wrapped))
 
     @property
     def workdir(self) -> str:
         if self._workdir is None:
-            r = self.host.run("mktemp -d /tmp/imagesmith-validate.XXXXXX")
+            r = decoded(self.host.run("mktemp -d /tmp/imagesmith-validate.XXXXXX"))
             if r.rc != 0:
                 fail(
                     f"cannot create a work folder on the target: {r.stderr.strip()}",
@@ -174,7 +184,7 @@ class Context:
         text = resources.files("imagesmith.validate.probes").joinpath(f"{name}.py").read_text()
         path = f"{self.workdir}/{name}.py"
         data = base64.b64encode(text.encode()).decode()
-        r = self.host.run(f"echo {data} | base64 -d > {shlex.quote(path)}")
+        r = decoded(self.host.run(f"echo {data} | base64 -d > {shlex.quote(path)}"))
         if r.rc != 0:
             fail(
                 f"cannot copy the {name} probe to the target: {r.stderr.strip()}",

@@ -220,9 +220,10 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
         for j in perf_rows:
             exp = "none" if j.get("expected") is None else f"{j['expected']:.4g}"
             ratio = "" if j.get("ratio") is None else f"{j['ratio']:.2f}"
+            measured = "not measured" if j.get("measured") is None else f"{j['measured']:.4g}"
             src = f"{j.get('kind') or 'no baseline'}: {j.get('source', '')}".replace("|", "/")
             L.append(
-                f"| {j.get('where')} | {j.get('figure')} | {j.get('measured', 0):.4g} | {exp} | {ratio} | "
+                f"| {j.get('where')} | {j.get('figure')} | {measured} | {exp} | {ratio} | "
                 f"{j.get('verdict')} | {src} |"
             )
     rounds = nccl.figures.get("rounds", []) if nccl else []

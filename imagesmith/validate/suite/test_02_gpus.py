@@ -1,10 +1,19 @@
-"""GPUs: model, memory and count against the expectation; ECC errors; MIG; power limit vs TDP (warning)."""
+"""GPUs: model, memory and count against the expectation; ECC errors; MIG; power limit vs TDP (warning); the
+health of a host that still works but is degraded: clock slowdowns at idle, persistence mode, Xid errors in
+the kernel log, NVLinks down."""
 
 from __future__ import annotations
 
+import pytest
+
+from imagesmith.errors import ParseError
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu, gpu_mismatches, reference_power_w
 from imagesmith.validate.facts import GpuFacts
+from imagesmith.validate.parsers import parse_nvlink_status, parse_xid
+
+#: where the kernel log is read from, first that works (dmesg needs CAP_SYSLOG where dmesg_restrict is 1)
+KERNEL_LOG_COMMANDS = ("dmesg", "journalctl -k -b --no-pager -q -o short")
 
 
 def test_gpu_inventory(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:
@@ -119,3 +128,116 @@ def test_power_limit(check: CheckRecord, gpus: list[Gpu]) -> None:
                 f"({basis}): expect lower throughput; ask the provider why the limit was lowered"
             )
     check.figures["power"] = rows
+
+
+def test_gpu_health(check: CheckRecord, gpus: list[Gpu], gpu_facts: GpuFacts) -> None:
+    """Idle GPUs must not be slowed down by hardware (thermal, power brake, slowdown signal); persistence mode
+    off is a warning (the driver state is torn down between jobs: slow starts, lost settings)."""
+    check.figures["persistence_mode"] = {g.index: gpu_facts.persistence_mode.get(g.index) for g in gpus}
+    check.figures["idle_clock_events"] = {g.index: gpu_facts.idle_clock_events.get(g.index, []) for g in gpus}
+    if gpu_facts.unavailable:
+        check.figures["fields_unavailable"] = sorted(gpu_facts.unavailable)
+    off = [g for g in gpus if (gpu_facts.persistence_mode.get(g.index) or "").lower() == "disabled"]
+    if off:
+        check.warnings.append(
+            "persistence mode is off on GPU "
+            + ", ".join(str(g.index) for g in off)
+            + ": every CUDA start re-initialises the GPU (seconds) and clock settings are lost between jobs; "
+            "ask the provider to run nvidia-persistenced (or nvidia-smi -pm 1)"
+        )
+    slowed = [
+        (g, gpu_facts.idle_clock_events[g.index]) for g in gpus if gpu_facts.idle_clock_events.get(g.index)
+    ]
+    if slowed:
+        fail(
+            "GPUs slowed down by hardware while idle: "
+            + "; ".join(f"GPU {g.index} ({g.name}, {g.bus_id}): {', '.join(ev)}" for g, ev in slowed),
+            "an idle board that throttles in hardware is overheating, power-starved or told to slow down by "
+            "the system (a failing PSU or fan): ask the provider to check cooling and power, or for another "
+            "machine",
+        )
+
+
+def test_kernel_xid(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:
+    """No hardware Xid errors in the kernel log since boot (ECC, fallen off the bus, NVLink, GSP); other Xids
+    (usually an application's own fault) are warnings."""
+    tried = []
+    text = None
+    for command in KERNEL_LOG_COMMANDS:
+        r = ctx.run(command, timeout=60)
+        if r.rc == 0 and r.stdout.strip():
+            text, check.figures["source"] = r.stdout, command
+            break
+        tried.append(f"{command.split()[0]}: {(r.output.strip().splitlines() or ['no output'])[-1][:160]}")
+    if text is None:
+        pytest.skip(
+            "cannot read the kernel log here (" + "; ".join(tried) + "): Xid errors were not checked — run "
+            "imagesmith validate on the host itself (local:// or ssh://root@HOST) to check them"
+        )
+    events = parse_xid(text)
+    ctx.save_log("kernel-xid.txt", "\n".join(ln for ln in text.splitlines() if "NVRM: Xid" in ln) + "\n")
+
+    def where(bus: str) -> str:
+        g = next((g for g in gpus if any(e.bus == bus and e.matches(g.bus_id) for e in events)), None)
+        return f"GPU {g.index} ({bus})" if g else f"PCI {bus} (not one of the GPUs nvidia-smi lists)"
+
+    check.figures["xid"] = [{"bus": e.bus, "code": e.code, "text": e.text[:200]} for e in events]
+    hard: dict[str, list[str]] = {}
+    soft: dict[str, list[str]] = {}
+    for e in events:
+        bucket = hard if e.hardware else soft
+        label = f"Xid {e.code} ({e.meaning})"
+        found = bucket.setdefault(where(e.bus), [])
+        if label not in found:
+            found.append(label)
+    for w, labels in soft.items():
+        check.warnings.append(f"{w}: {', '.join(labels)} in the kernel log since boot")
+    if hard:
+        fail(
+            "hardware Xid errors in the kernel log since boot: "
+            + "; ".join(f"{w}: {', '.join(labels)}" for w, labels in hard.items()),
+            "these GPUs reported hardware faults (kernel-xid.txt in the report): ask the provider to reset "
+            "or replace them, or for another machine (a reboot clears the log; Xids that come back mean a "
+            "failing GPU)",
+        )
+
+
+def test_nvlink_links(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:
+    """Every NVLink a GPU has is up: a GPU with some links up and others inactive, or an NVLink GPU whose
+    links are all down while its neighbours' are up, is degraded (all_reduce falls to a fraction)."""
+    r = ctx.run("nvidia-smi nvlink -s", timeout=60)
+    ctx.save_log("nvlink-status.txt", r.output)
+    if r.timed_out:
+        fail(
+            "`nvidia-smi nvlink -s` hung for 60 s",
+            "a stuck driver or NVLink: ask the provider to reset the GPUs",
+        )
+    if r.rc != 0:
+        pytest.skip(f"nvidia-smi nvlink -s is not supported here (exit {r.rc}): {r.output.strip()[:160]}")
+    problem: ParseError | None = None
+    try:
+        states = parse_nvlink_status(r.stdout)
+    except ParseError as exc:
+        problem = exc
+    if problem is not None:
+        fail(problem.message, problem.hint or "see nvlink-status.txt in the report")
+    check.figures["links"] = {
+        s.index: {"active": len(s.active), "inactive": list(s.inactive)} for s in states
+    }
+    problems = [
+        f"GPU {s.index} ({s.name}): link {', '.join(map(str, s.inactive))} inactive, {len(s.active)} up"
+        for s in states
+        if s.active and s.inactive
+    ]
+    if any(s.active for s in states):
+        problems += [
+            f"GPU {s.index} ({s.name}): all {len(s.inactive)} NVLinks inactive while other GPUs' are up"
+            for s in states
+            if s.inactive and not s.active
+        ]
+    if problems:
+        fail(
+            "NVLinks down: " + "; ".join(problems),
+            "a degraded NVLink fabric cuts all_reduce bandwidth: ask the provider to reset the GPUs (and "
+            "restart nvidia-fabricmanager on NVSwitch systems) or for another machine",
+        )

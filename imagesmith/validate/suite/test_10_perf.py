@@ -8,6 +8,7 @@ below 0.90 × (``--perf-fail-ratio``/``--perf-warn-ratio``); a datasheet estimat
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -103,6 +104,13 @@ def _verdict(
         fail("; ".join(j.sentence() + notes.get(j.where, "") for j in bad), fix)
 
 
+def _figure(device: dict[str, Any], figure: str) -> float:
+    """The probe's figure; one it did not print, or printed as something else than a number, is NaN, which
+    :func:`judge` fails as "not a measured figure"."""
+    value = device.get(figure)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else math.nan
+
+
 def _bands(ctx: Context) -> Bands:
     return Bands(fail_ratio=ctx.options.perf_fail_ratio, warn_ratio=ctx.options.perf_warn_ratio)
 
@@ -117,7 +125,7 @@ def _judge_each_gpu(
         judge(
             figure,
             _where(d, g),
-            float(d[figure]),
+            _figure(d, figure),
             _expected(ctx, figure, gpu_expected(g, figure), host_kind),
             _bands(ctx),
         )
@@ -165,7 +173,9 @@ def test_host_device_bandwidth(
             )
         for figure in ("h2d_gbps", "d2h_gbps"):
             out.append(
-                judge(figure, where, float(d[figure]), _expected(ctx, figure, expect, host_kind), _bands(ctx))
+                judge(
+                    figure, where, _figure(d, figure), _expected(ctx, figure, expect, host_kind), _bands(ctx)
+                )
             )
     check.figures["pcie_link"] = links
     if any(not v["gen_max"] for v in links.values()):
