@@ -94,12 +94,12 @@ def parse_extra_csv(text: str, fields: tuple[str, ...], *, source: str) -> list[
     return rows
 
 
-def _smi(ctx: Context, args: str, log: str | None = None) -> Result:
+def _smi(ctx: Context, args: str, log: str | None = None, header: str = "") -> Result:
     """One nvidia-smi call; a hang or an error nvidia-smi explains (a lost GPU, a broken driver, NVML that
     does not start) fails every GPU check with its fix. *log* is saved before anything is parsed."""
     r = ctx.run(f"nvidia-smi {args}", timeout=SMI_TIMEOUT_S)
     if log:
-        ctx.save_log(log, r.output)
+        ctx.save_log(log, header + r.output)
     return _judge_smi(args, r)
 
 
@@ -144,8 +144,7 @@ def gather_gpus(ctx: Context) -> GpuFacts:
         )
     facts = GpuFacts(visible=True, smi_text=smi.stdout, driver_cuda=table.cuda_version)
     query = f"--query-gpu={','.join(BASE_FIELDS)} --format=csv,noheader,nounits"
-    base = _smi(ctx, query)
-    ctx.save_log("nvidia-smi-query.csv", ",".join(BASE_FIELDS) + "\n" + base.output)
+    base = _smi(ctx, query, "nvidia-smi-query.csv", ",".join(BASE_FIELDS) + "\n")
     if base.rc != 0 or not base.stdout.strip():
         fail(
             f"`nvidia-smi {query}` failed (exit {base.rc}): {base.output.strip()[:300] or 'no output'}",

@@ -1,0 +1,373 @@
+"""Degraded GPU hosts through the real suite: ``imagesmith validate local://`` with a fake ``nvidia-smi`` (and
+``dmesg``) on PATH that replays the real 2×H200 capture with one fault injected. This machine has no GPU, so
+the faults a real host cannot be made to show are injected here; every check that reads nvidia-smi runs for
+real (testinfra's local backend, the child pytest, report.json/report.md).
+
+Each fault must fail a named check with what is wrong (the GPU / field) and a fix, exit 7, and never leave a
+"passed" verdict, a traceback or a report that disagrees with the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.repo import REPO
+
+DATA = REPO / "tests" / "data" / "validate"
+H200 = DATA / "h200x2"
+FAULTS = DATA / "faults"
+#: the checks that need nvidia-smi only (torch is not installed here)
+GPU_CHECKS = "gpu_inventory or ecc or mig or power or topology or health or xid or nvlink"
+
+FAKE_SMI = r'''#!@PYTHON@
+"""fake nvidia-smi: replays files of @DIR@ (see test_validate_host_faults.py)."""
+import csv, os, re, sys
+D = "@DIR@"
+args = sys.argv[1:]
+
+
+def out(key):
+    path = os.path.join(D, key)
+    if os.path.exists(path + ".rc") and os.path.exists(path + ".only-rc"):
+        sys.exit(int(open(path + ".rc").read()))
+    if os.path.exists(path):
+        sys.stdout.buffer.write(open(path, "rb").read())
+    sys.stdout.flush()
+    sys.exit(int(open(path + ".rc").read()) if os.path.exists(path + ".rc") else 0)
+
+
+if not args:
+    out("default")
+if args == ["-L"]:
+    out("L")
+if args[0].startswith("--query-gpu="):
+    if os.path.exists(os.path.join(D, "query.raw")):
+        out("query.raw")
+    fields = args[0].split("=", 1)[1].split(",")
+    fmt = args[1].split("=", 1)[1].split(",")
+    rows = list(csv.reader(open(os.path.join(D, "query")), skipinitialspace=True))
+    head = [re.sub(r"\s*\[.*\]$", "", h) for h in rows[0]]
+    for f in fields:
+        if f not in head:
+            print(f'Field "{f}" is not a valid field to query.', file=sys.stderr)
+            sys.exit(2)
+    for r in rows[1:]:
+        if len(r) == 1:  # an error line nvidia-smi prints among the rows
+            print(r[0])
+            continue
+        vals = [r[head.index(f)] for f in fields]
+        print(", ".join(re.sub(r" (MiB|W)$", "", v) for v in vals))
+    sys.exit(0)
+out("-".join(a.lstrip("-") for a in args))
+'''
+
+FAKE_DMESG = """#!/bin/sh
+if [ -f "@DIR@/dmesg.denied" ]; then
+  echo "dmesg: read kernel buffer failed: Operation not permitted" >&2; exit 1
+fi
+cat "@DIR@/dmesg"
+"""
+
+NVLINK_UP = "".join(
+    f"GPU {i}: NVIDIA H200 (UUID: GPU-{i})\n" + "".join(f"\t Link {n}: 26.562 GB/s\n" for n in range(18))
+    for i in range(2)
+)
+
+
+@pytest.fixture
+def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A healthy 2×H200 host as the real capture shows it; tests edit its files to inject one fault."""
+    d = tmp_path / "host"
+    d.mkdir()
+    shutil.copy(H200 / "nvidia-smi.txt", d / "default")
+    shutil.copy(H200 / "nvidia-smi-L.txt", d / "L")
+    shutil.copy(H200 / "topo-m.txt", d / "topo-m")
+    shutil.copy(H200 / "topo-p2p-n.txt", d / "topo-p2p-n")
+    shutil.copy(FAULTS / "h200x2-query-health.csv", d / "query")
+    (d / "nvlink-s").write_text(NVLINK_UP)
+    (d / "dmesg").write_text("[    0.457042] NVRM: loading NVIDIA UNIX Open Kernel Module  580.159.04\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("nvidia-smi", FAKE_SMI), ("dmesg", FAKE_DMESG)):
+        script = bin_dir / name
+        script.write_text(text.replace("@PYTHON@", sys.executable).replace("@DIR@", str(d)))
+        script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
+    return d
+
+
+def validate(
+    run_cli: Callable[..., Any], tmp_path: Path, select: str = GPU_CHECKS
+) -> tuple[Any, dict[str, Any]]:
+    report = tmp_path / "report"
+    r = run_cli("validate", "local://", "-k", select, "--report", str(report))
+    data = json.loads((report / "report.json").read_text())
+    md = (report / "report.md").read_text()
+    # the report agrees with the exit code, and no check died of a bug of its own
+    assert r.exit_code == (0 if data["verdict"] == "passed" else 7), r.stderr
+    assert md.startswith(f"# Validation: {data['verdict'].upper()}")
+    for c in data["checks"]:
+        assert "Traceback" not in c["message"], c
+        assert "failure of the check itself" not in c["fix"], c
+        if c["status"] == "failed":
+            assert c["fix"], c
+            assert c["message"] in md
+            assert c["fix"] in md
+    return r, {c["name"]: c for c in data["checks"]} | {"_report": data}
+
+
+def statuses(checks: dict[str, Any]) -> dict[str, str]:
+    return {k: v["status"] for k, v in checks.items() if not k.startswith("_")}
+
+
+def test_healthy_capture_passes_every_gpu_check(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The control: the real capture fails nothing (the verdict is "not validated" only because -k ran a
+    subset)."""
+    r, checks = validate(run_cli, tmp_path)
+    assert set(statuses(checks).values()) == {"passed"}, statuses(checks)
+    assert checks["_report"]["verdict"] == "not validated"
+    assert "run it without -k" in r.stderr
+    assert "run it without -k" in (tmp_path / "report" / "report.md").read_text()
+
+
+def failed(checks: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in checks.items() if not k.startswith("_") and v["status"] == "failed"}
+
+
+def test_hung_nvidia_smi_fails_not_no_gpu(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """`timeout` kills a hung nvidia-smi with exit 124: a stuck driver, never "no GPU visible"."""
+    (host / "default.rc").write_text("124")
+    (host / "default").write_text("")
+    _, checks = validate(run_cli, tmp_path)
+    bad = failed(checks)
+    assert "test_gpu_inventory" in bad
+    assert "did not answer within 60 s" in bad["test_gpu_inventory"]["message"]
+    assert "reset or a reboot" in bad["test_gpu_inventory"]["fix"]
+    assert checks["_report"]["verdict"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("output", "rc", "words", "fix"),
+    [
+        (
+            "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. Make sure that "
+            "the latest NVIDIA driver is installed and running.\n",
+            9,
+            "could not talk to the driver",
+            "no working NVIDIA driver",
+        ),
+        ("Failed to initialize NVML: Driver/library version mismatch\n", 18, "version mismatch", "reboot"),
+        ("Failed to initialize NVML: Unknown Error\n", 255, "NVML: Unknown Error", "restart the container"),
+        ("Segmentation fault\n", 139, "nvidia-smi failed (exit 139): Segmentation fault", "broken"),
+        ("", 0, "nvidia-smi printed nothing", "broken"),
+        ("\x00\x01 ### not a table\n", 0, "no header line", "broken"),
+    ],
+)
+def test_failing_nvidia_smi_is_a_broken_host(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path, output: str, rc: int, words: str, fix: str
+) -> None:
+    (host / "default").write_text(output)
+    (host / "default.rc").write_text(str(rc))
+    _, checks = validate(run_cli, tmp_path)
+    inv = checks["test_gpu_inventory"]
+    assert inv["status"] == "failed", inv
+    assert words in inv["message"], inv
+    assert fix in inv["fix"], inv
+    assert checks["_report"]["verdict"] == "failed"
+
+
+def test_non_utf8_output_is_read_not_a_crash(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """Bytes that are not UTF-8 (a corrupted terminal, a latin-1 locale) before the table: it is read."""
+    (host / "default").write_bytes(b"\xff\xfe\x80 noise\n" + (H200 / "nvidia-smi.txt").read_bytes())
+    _, checks = validate(run_cli, tmp_path)
+    assert set(statuses(checks).values()) == {"passed"}, statuses(checks)
+    (host / "query.raw").write_bytes(b"0, NVIDIA H200\xff, GPU-1, 00000000:00:06.0, 580.159.04\n")
+    _, checks = validate(run_cli, tmp_path)
+    inv = checks["test_gpu_inventory"]
+    assert inv["status"] == "failed", inv
+    assert "5 values for 6 fields" in inv["message"], inv
+
+
+def test_lost_gpu_is_named_with_its_address(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """nvidia-smi prints an error line for a GPU that fell off the bus and rows for the others."""
+    query = (host / "query").read_text()
+    (host / "query").write_text(
+        query + "Unable to determine the device handle for GPU 0000:00:08.0: Unknown Error\n"
+    )
+    _, checks = validate(run_cli, tmp_path)
+    inv = checks["test_gpu_inventory"]
+    assert inv["status"] == "failed"
+    assert "cannot reach the GPU at 0000:00:08.0 (Unknown Error)" in inv["message"]
+    assert "fallen off the bus" in inv["fix"]
+    assert (tmp_path / "report" / "nvidia-smi-query.csv").is_file()  # the fix points at it
+
+
+def test_truncated_or_empty_query_fails_with_the_log_saved(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    (host / "query.raw").write_text("0, NVIDIA H200, GPU-9bcd1a27, 00000000:00:06.0, 580.15")
+    _, checks = validate(run_cli, tmp_path)
+    inv = checks["test_gpu_inventory"]
+    assert inv["status"] == "failed"
+    assert "5 values for 6 fields" in inv["message"]
+    assert "580.15" in (tmp_path / "report" / "nvidia-smi-query.csv").read_text()
+
+
+def test_table_and_query_disagree_on_the_gpu_count(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    table = (H200 / "nvidia-smi.txt").read_text()
+    (host / "default").write_text(table[: table.index("|   1  NVIDIA H200")])
+    _, checks = validate(run_cli, tmp_path)
+    assert "table shows 1 GPU(s) but its --query-gpu lists 2" in checks["test_gpu_inventory"]["message"]
+
+
+def test_ecc_error_names_the_gpu(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    q = (host / "query").read_text()
+    (host / "query").write_text(q.replace("Enabled, 0, 700", "Enabled, 3, 700", 1))
+    _, checks = validate(run_cli, tmp_path)
+    assert statuses(failed(checks)) == {"test_ecc_errors": "failed"}
+    assert "GPU 0: 3" in checks["test_ecc_errors"]["message"]
+
+
+def test_idle_hardware_slowdown_fails(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    q = (host / "query").read_text().splitlines()
+    q[2] = q[2].removesuffix("Not Active, Not Active, Not Active") + "Not Active, Active, Not Active"
+    (host / "query").write_text("\n".join(q) + "\n")
+    _, checks = validate(run_cli, tmp_path)
+    assert statuses(failed(checks)) == {"test_gpu_health": "failed"}
+    msg = checks["test_gpu_health"]["message"]
+    assert "GPU 1 (NVIDIA H200, 00000000:00:07.0): hardware thermal slowdown" in msg
+    assert "cooling" in checks["test_gpu_health"]["fix"]
+
+
+def test_persistence_mode_off_is_a_warning(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    q = (host / "query").read_text()
+    (host / "query").write_text(q.replace("No, No, Enabled", "No, No, Disabled"))
+    _, checks = validate(run_cli, tmp_path)
+    health = checks["test_gpu_health"]
+    assert health["status"] == "passed"
+    assert any("persistence mode is off on GPU 0, 1" in w for w in health["warnings"])
+    assert "nvidia-persistenced" in " ".join(checks["_report"]["warnings"])
+
+
+def test_xid_errors_in_the_kernel_log(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    shutil.copy(FAULTS / "xid-dmesg.txt", host / "dmesg")
+    _, checks = validate(run_cli, tmp_path)
+    xid = checks["test_kernel_xid"]
+    assert xid["status"] == "failed"
+    assert "GPU 1 (0000:00:07): Xid 79 (GPU has fallen off the bus)" in xid["message"]
+    assert "PCI 0000:3b:00 (not one of the GPUs nvidia-smi lists): Xid 48" in xid["message"]
+    assert "Xid 13" not in xid["message"]
+    assert any("GPU 0 (0000:00:06): Xid 13" in w for w in xid["warnings"])
+    assert "Xid (PCI:0000:00:07): 79" in (tmp_path / "report" / "kernel-xid.txt").read_text()
+
+
+def test_unreadable_kernel_log_is_a_named_skip(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    (host / "dmesg.denied").write_text("")
+    _, checks = validate(run_cli, tmp_path)
+    xid = checks["test_kernel_xid"]
+    assert xid["status"] == "skipped"
+    assert "Operation not permitted" in xid["message"]
+    assert "on the host itself" in xid["message"]
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [
+        (
+            NVLINK_UP.replace("Link 3: 26.562 GB/s", "Link 3: <inactive>", 1),
+            "GPU 0 (NVIDIA H200): link 3 inactive, 17 up",
+        ),
+        (
+            NVLINK_UP.split("GPU 1")[0]
+            + "GPU 1: NVIDIA H200 (UUID: GPU-1)\n"
+            + "".join(f"\t Link {n}: <inactive>\n" for n in range(18)),
+            "GPU 1 (NVIDIA H200): all 18 NVLinks inactive",
+        ),
+    ],
+)
+def test_nvlinks_down(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path, status: str, words: str
+) -> None:
+    (host / "nvlink-s").write_text(status)
+    _, checks = validate(run_cli, tmp_path)
+    assert statuses(failed(checks)) == {"test_nvlink_links": "failed"}
+    assert words in checks["test_nvlink_links"]["message"]
+    assert "reset the GPUs" in checks["test_nvlink_links"]["fix"]
+
+
+def test_expect_count_with_a_gpu_missing(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    """Fewer GPUs than the host was sold with: --expect-count names both counts."""
+    report = tmp_path / "report"
+    r = run_cli("validate", "local://", "-k", GPU_CHECKS, "--expect-count", "8", "--report", str(report))
+    assert r.exit_code == 7
+    checks = {c["name"]: c for c in json.loads((report / "report.json").read_text())["checks"]}
+    assert "expected 8 GPUs, nvidia-smi shows 2" in checks["test_gpu_inventory"]["message"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the parsers and judgements behind them
+
+
+@pytest.mark.parametrize("value", ["nan", "-nan", "inf", "-1.00"])
+def test_nccl_log_with_a_bandwidth_that_is_not_a_figure_fails(value: str) -> None:
+    """nccl-tests prints nan/inf when a timing broke: never a figure a floor can pass (NaN < x is False)."""
+    from imagesmith.errors import ParseError
+    from imagesmith.validate.parsers import parse_nccl_log
+
+    log = (H200 / "all_reduce_perf-1.log").read_text()
+    row = next(ln for ln in log.splitlines() if ln.strip().startswith("1073741824"))
+    parts = row.split()
+    parts[7] = value  # out-of-place busbw
+    bad = "  ".join(parts)
+    with pytest.raises(ParseError, match=f"busbw is '{value}', not a measured figure"):
+        parse_nccl_log(log.replace(row, bad), source="nccl-allreduce-1.log")
+
+
+def test_a_figure_that_is_not_a_number_fails_its_judgement() -> None:
+    import math
+
+    from imagesmith.validate.expected import Bands, Expected, judge
+
+    for expected in (Expected(value=4258.0, kind="baseline", source="perf.toml"), None):
+        j = judge("hbm_copy_gbps", "GPU 0 (NVIDIA H200)", math.nan, expected, Bands())
+        assert j.verdict == "fail"
+        assert j.to_json()["measured"] is None
+        assert "not a measured figure" in j.sentence()
+        json.dumps(j.to_json(), allow_nan=False)
+
+
+def test_compat_names_a_lost_gpu(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    smi = tmp_path / "smi.csv"
+    smi.write_text(
+        "index, name, driver_version, memory.total [MiB]\n0, NVIDIA H100 PCIe, 550.54.15, 81559 MiB\n"
+        "Unable to determine the device handle for GPU 0000:3B:00.0: Unknown Error\n"
+    )
+    r = run_cli("compat", "--nvidia-smi", str(smi), "--torch", "2.4.1", "--cuda", "12.1")
+    assert r.exit_code == 7
+    assert "nvidia-smi cannot reach the GPU at 0000:3B:00.0 (Unknown Error)" in r.stderr
+    assert "fallen off the bus" in r.stderr
+
+
+def test_nvlink_status_parser() -> None:
+    from imagesmith.errors import ParseError
+    from imagesmith.validate.parsers import parse_nvlink_status
+
+    assert parse_nvlink_status("") == []  # the lent 1×H200 prints nothing (rc 0)
+    head, gpu1 = NVLINK_UP.split("GPU 1")
+    states = parse_nvlink_status(head + "GPU 1" + gpu1.replace("Link 17: 26.562 GB/s", "Link 17: <inactive>"))
+    assert [(s.index, len(s.active), s.inactive) for s in states] == [(0, 18, ()), (1, 17, (17,))]
+    with pytest.raises(ParseError, match="neither a GPU nor a link line"):
+        parse_nvlink_status("\x00garbage\n")
