@@ -371,3 +371,144 @@ def test_nvlink_status_parser() -> None:
     assert [(s.index, len(s.active), s.inactive) for s in states] == [(0, 18, ()), (1, 17, (17,))]
     with pytest.raises(ParseError, match="neither a GPU nor a link line"):
         parse_nvlink_status("\x00garbage\n")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# torch-side faults: a fake target Python (--python) prints what a probe printed on the 2×H200 host, or
+# what it prints on a degraded one, so the checks that judge probe output run for real
+
+FAKE_PY = """#!/bin/sh
+# fake target python: prints @DIR@/<probe>.probe and exits with <probe>.rc (default 0)
+p=$(basename "$1" .py)
+[ -f "@DIR@/$p.probe" ] && cat "@DIR@/$p.probe"
+[ -f "@DIR@/$p.rc" ] && exit "$(cat "@DIR@/$p.rc")"
+exit 0
+"""
+PERF_CHECKS = "memory_bandwidth or matmul_throughput or host_device or clocks_under_load"
+PROBE = "IMAGESMITH_PROBE "
+
+
+def healthy_perf() -> dict[str, Any]:
+    """The perf probe's output on the lent 2×H200 host (tests/data/validate/perf/h200x2-healthy.probe)."""
+    text = (DATA / "perf" / "h200x2-healthy.probe").read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith(PROBE))
+    data: dict[str, Any] = json.loads(line.removeprefix(PROBE))
+    return data
+
+
+def with_python(host: Path, probe: str, output: str, rc: int = 0) -> str:
+    script = host.parent / "bin" / "python-fake"
+    script.write_text(FAKE_PY.replace("@DIR@", str(host)))
+    script.chmod(0o755)
+    (host / f"{probe}.probe").write_text(output)
+    (host / f"{probe}.rc").write_text(str(rc))
+    return str(script)
+
+
+def run_with(
+    run_cli: Callable[..., Any], tmp_path: Path, python: str, select: str, *extra: str
+) -> dict[str, Any]:
+    report = tmp_path / "report"
+    r = run_cli("validate", "local://", "-k", select, "--python", python, "--report", str(report), *extra)
+    data = json.loads((report / "report.json").read_text())
+    assert r.exit_code == 7
+    assert data["verdict"] != "passed"
+    checks = {c["name"]: c for c in data["checks"]}
+    for c in checks.values():
+        assert "failure of the check itself" not in c["fix"], c
+    return checks
+
+
+def test_healthy_perf_capture_passes(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    py = with_python(host, "perf", PROBE + json.dumps(healthy_perf()) + "\n")
+    checks = run_with(run_cli, tmp_path, py, PERF_CHECKS)
+    assert {c["status"] for c in checks.values()} == {"passed"}, checks
+
+
+def test_nan_figure_fails_naming_the_gpu(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    perf = healthy_perf()
+    perf["devices"][1]["hbm_copy_gbps"] = float("nan")
+    del perf["devices"][0]["matmul_tflops"]
+    py = with_python(host, "perf", PROBE + json.dumps(perf) + "\n")
+    checks = run_with(run_cli, tmp_path, py, PERF_CHECKS)
+    copy, mm = checks["test_gpu_memory_bandwidth"], checks["test_matmul_throughput"]
+    assert copy["status"] == "failed"
+    assert "GPU 1 (NVIDIA H200): device-memory copy bandwidth came out as nan" in copy["message"]
+    assert "could not time this GPU" in copy["fix"]
+    assert mm["status"] == "failed"
+    assert "GPU 0 (NVIDIA H200)" in mm["message"]
+    measured = [j["measured"] for j in copy["figures"]["judgements"]]
+    assert measured[1] is None  # report.json holds no NaN
+    raw = (tmp_path / "report" / "report.json").read_text()
+    assert "NaN" not in raw
+
+
+def test_pcie_link_trained_lower_is_named(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    perf = healthy_perf()
+    for sample in perf["devices"][0]["pcie_samples"]:
+        sample["pcie.link.gen.current"], sample["pcie.link.width.current"] = "4", "8"
+    perf["devices"][0]["h2d_gbps"], perf["devices"][0]["d2h_gbps"] = 13.5, 13.4
+    py = with_python(host, "perf", PROBE + json.dumps(perf) + "\n")
+    checks = run_with(run_cli, tmp_path, py, PERF_CHECKS)
+    hd = checks["test_host_device_bandwidth"]
+    assert hd["status"] == "failed"
+    assert "GPU 0 (NVIDIA H200): host-to-device bandwidth 13.5 GB/s" in hd["message"]
+    assert "the link runs at Gen4 x8 under load, the slot allows Gen5 x16" in hd["message"]
+    assert "GPU 1" not in hd["message"]
+
+
+@pytest.mark.parametrize(
+    ("rc", "words", "fix"),
+    [
+        (139, "killed by signal 11: SIGSEGV", "died mid-run"),
+        (137, "killed by signal 9: SIGKILL — usually the kernel's out-of-memory killer", "died mid-run"),
+        (1, "printed no result (exit code 1)", "to see where it stops"),
+    ],
+)
+def test_probe_that_dies_mid_run(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path, rc: int, words: str, fix: str
+) -> None:
+    """A perf probe that crashes after it started (a segfault in the driver, the OOM killer's SIGKILL well
+    before the time limit): named as such, never "hung" and never "install torch"."""
+    py = with_python(host, "perf", "measuring cuda:0\n", rc=rc)
+    checks = run_with(run_cli, tmp_path, py, PERF_CHECKS)
+    copy = checks["test_gpu_memory_bandwidth"]
+    assert copy["status"] == "failed"
+    assert words in copy["message"]
+    assert "hung" not in copy["message"]
+    assert fix in copy["fix"]
+    assert "imports torch" not in copy["fix"]
+
+
+def test_out_of_memory_on_one_gpu(host: Path, run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    perf = healthy_perf()
+    perf["devices"][1] = {
+        "index": 1,
+        "name": "NVIDIA H200",
+        "error": "CUDA out of memory. Tried to allocate 1.00 GiB",
+    }
+    py = with_python(host, "perf", PROBE + json.dumps(perf) + "\n")
+    checks = run_with(run_cli, tmp_path, py, PERF_CHECKS)
+    copy = checks["test_gpu_memory_bandwidth"]
+    assert "cuda:1: CUDA out of memory" in copy["message"]
+    assert "another process holds this GPU's memory" in copy["fix"]
+
+
+def test_cuda_visible_devices_subset_fails_without_expect_count(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """CUDA_VISIBLE_DEVICES=0 on the 2-GPU host: the multi-GPU checks would run on a GPU CUDA cannot see."""
+    cuda = {
+        "cuda_visible_devices": "0",
+        "torch": "2.11.0+cu130",
+        "torch_cuda": "13.0",
+        "available": True,
+        "count": 1,
+        "devices": [{"index": 0, "name": "NVIDIA H200", "capability": "9.0", "arch_in_wheel": True}],
+    }
+    py = with_python(host, "cuda", PROBE + json.dumps(cuda) + "\n")
+    checks = run_with(run_cli, tmp_path, py, "torch_sees_all_gpus")
+    seen = checks["test_torch_sees_all_gpus"]
+    assert seen["status"] == "failed"
+    assert "torch sees 1 of the 2 GPUs nvidia-smi shows: CUDA_VISIBLE_DEVICES='0' hides" in seen["message"]
+    assert "unset CUDA_VISIBLE_DEVICES" in seen["fix"]

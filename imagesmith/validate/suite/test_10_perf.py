@@ -101,6 +101,11 @@ def _verdict(
     bad = [j for j in judgements if j.verdict == "fail"]
     if bad:
         notes = extra or {}
+        if all(not math.isfinite(j.measured) for j in bad):
+            fix = (
+                "the probe could not time this GPU (a kernel that never finished or a broken clock): rerun; "
+                "if it repeats, read dmesg for Xid errors and ask the provider for another machine"
+            )
         fail("; ".join(j.sentence() + notes.get(j.where, "") for j in bad), fix)
 
 
