@@ -139,6 +139,26 @@ def test_healthy_capture_passes_every_gpu_check(
     assert "run it without -k" in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_real_one_gpu_host_passes_and_skips_the_pair_checks(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The lent 1×H200 host as it answered (nvlink -s prints nothing, the kernel log has no Xid): every GPU
+    check passes; the NCCL check skips for want of a second GPU although this host has no all_reduce_perf
+    and no torch (it failed on the missing binary before)."""
+    one = DATA / "h200x1"
+    shutil.copy(one / "nvidia-smi.txt", host / "default")
+    shutil.copy(one / "nvidia-smi-L.txt", host / "L")
+    shutil.copy(one / "topo-m.txt", host / "topo-m")
+    shutil.copy(FAULTS / "h200x1-query-health.csv", host / "query")
+    shutil.copy(one / "nvlink-s.txt", host / "nvlink-s")
+    shutil.copy(one / "dmesg-nvrm.txt", host / "dmesg")
+    _, checks = validate(run_cli, tmp_path, GPU_CHECKS + " or nccl_allreduce")
+    got = statuses(checks)
+    assert got.pop("test_nccl_allreduce") == "skipped"
+    assert checks["test_nccl_allreduce"]["message"] == "needs at least 2 GPUs; this target has 1"
+    assert set(got.values()) == {"passed"}, got
+
+
 def failed(checks: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in checks.items() if not k.startswith("_") and v["status"] == "failed"}
 
