@@ -532,3 +532,28 @@ def test_cuda_visible_devices_subset_fails_without_expect_count(
     assert seen["status"] == "failed"
     assert "torch sees 1 of the 2 GPUs nvidia-smi shows: CUDA_VISIBLE_DEVICES='0' hides" in seen["message"]
     assert "unset CUDA_VISIBLE_DEVICES" in seen["fix"]
+
+
+@pytest.mark.parametrize(
+    ("expect", "name", "mib", "ok"),
+    [
+        ("L40S 48GB", "NVIDIA L40S", 46068, True),  # 45.0 GiB = 48.3 GB
+        ("A40 48GB", "NVIDIA A40", 46068, True),
+        ("L4 24GB", "NVIDIA L4", 23034, True),  # 22.5 GiB = 24.2 GB
+        ("B200 192GB", "NVIDIA B200", 183359, True),  # 179.1 GiB = 192.3 GB
+        ("B200 180GB", "NVIDIA B200", 183359, True),
+        ("H200 141GB", "NVIDIA H200", 143771, True),
+        ("GH200 96GB", "NVIDIA GH200 480GB", 97871, True),
+        ("RTX 5090 32GB", "NVIDIA GeForce RTX 5090", 32607, True),
+        ("A100 80GB", "NVIDIA A100-SXM4-40GB", 40960, False),
+        ("V100 32GB", "Tesla V100-SXM2-16GB", 16160, False),
+        ("H100 94GB", "NVIDIA H100 80GB HBM3", 81559, False),
+        ("L40S 24GB", "NVIDIA L40S", 46068, False),
+    ],
+)
+def test_expect_gpu_memory_of_other_gpus(expect: str, name: str, mib: int, ok: bool) -> None:
+    """--expect-gpu "L40S 48GB" on an L40S (nvidia-smi: 46068 MiB) was a false failure: vendors count GB."""
+    from imagesmith.validate.criteria import Gpu, gpu_mismatches
+
+    problems = gpu_mismatches(expect, Gpu(index=0, name=name, memory_mib=mib))
+    assert (problems == []) is ok, problems
