@@ -557,3 +557,23 @@ def test_expect_gpu_memory_of_other_gpus(expect: str, name: str, mib: int, ok: b
 
     problems = gpu_mismatches(expect, Gpu(index=0, name=name, memory_mib=mib))
     assert (problems == []) is ok, problems
+
+
+def test_suite_that_dies_leaves_no_earlier_verdict(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second run into the same folder whose suite is killed (the OOM killer takes pytest): exit 7, and
+    neither report.json nor report.md of the first run is left to say otherwise."""
+    from imagesmith.validate import runner
+
+    report = tmp_path / "report"
+    r = run_cli("validate", "local://", "-k", GPU_CHECKS, "--report", str(report))
+    assert (report / "report.md").is_file()
+    monkeypatch.setattr(
+        runner, "pytest_argv", lambda *a, **k: [sys.executable, "-c", "import os; os._exit(137)"]
+    )
+    r = run_cli("validate", "local://", "-k", GPU_CHECKS, "--report", str(report))
+    assert r.exit_code == 7
+    assert "did not finish (pytest exit code 137)" in r.stderr
+    assert not (report / "report.json").exists()
+    assert not (report / "report.md").exists()
