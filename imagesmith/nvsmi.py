@@ -442,6 +442,20 @@ def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
             "the output of nvidia-smi, nvidia-smi -L or nvidia-smi --query-gpu=… --format=csv",
         )
     _check_failures(text, source)
+    try:
+        return _parse_detected(text, source)
+    except ParseError as exc:
+        if text.endswith("\n"):
+            raise
+        # every nvidia-smi output ends with a newline: one that stops mid-line was cut short, which is
+        # the likelier reason for whatever looked wrong in its last line
+        raise ParseError(
+            f"{exc.message} — the output ends mid-line, so it was cut short",
+            hint="save the complete output again (nvidia-smi … > FILE), then retry",
+        ) from None
+
+
+def _parse_detected(text: str, source: str) -> SmiReport:
     if "NVIDIA-SMI" in text:
         return parse_table(text, source)
     first = text.strip().splitlines()[0]
@@ -449,6 +463,13 @@ def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
         return parse_list(text, source)
     if "," in first and "name" in (_field_name(h) for h in first.split(",")):
         return parse_query_csv(text, source)
+    if "<nvidia_smi_log" in text or first.startswith("<?xml"):
+        raise _fail(
+            source,
+            "this is `nvidia-smi -q -x` XML, which imagesmith does not read",
+            "the default output of nvidia-smi (nvidia-smi > FILE), or nvidia-smi "
+            "--query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv",
+        )
     if first.count(",") >= 1 and "|" not in first and "<" not in first:
         raise _fail(
             source,

@@ -577,3 +577,28 @@ def test_suite_that_dies_leaves_no_earlier_verdict(
     assert "did not finish (pytest exit code 137)" in r.stderr
     assert not (report / "report.json").exists()
     assert not (report / "report.md").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        (
+            '<?xml version="1.0" ?>\n<nvidia_smi_log>\n\t<driver_version>550.54.15</driver_version>\n',
+            "this is `nvidia-smi -q -x` XML, which imagesmith does not read",
+        ),
+        (
+            "index, name, memory.total [MiB], driver_version\n"
+            "0, NVIDIA A100-SXM4-80GB, 81920 MiB, 535.104.05\n"
+            "1, NVIDIA A100-SXM4-80GB, 81920 MiB, 535.1",
+            "the output ends mid-line, so it was cut short",
+        ),
+    ],
+)
+def test_compat_on_xml_and_cut_short_csv(
+    run_cli: Callable[..., Any], tmp_path: Path, text: str, words: str
+) -> None:
+    smi = tmp_path / "smi.txt"
+    smi.write_text(text)
+    r = run_cli("compat", "--nvidia-smi", str(smi), "--torch", "2.4.1", "--cuda", "12.4")
+    assert r.exit_code == 7
+    assert words in r.stderr
