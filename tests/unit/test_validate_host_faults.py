@@ -602,3 +602,65 @@ def test_compat_on_xml_and_cut_short_csv(
     r = run_cli("compat", "--nvidia-smi", str(smi), "--torch", "2.4.1", "--cuda", "12.4")
     assert r.exit_code == 7
     assert words in r.stderr
+
+
+def fake_pci(root: Path, devices: dict[str, tuple[str, str, str]], container: bool = False) -> Path:
+    """A /sys/bus/pci tree under *root*: address → (vendor, class, driver)."""
+    for address, (vendor, cls, driver) in devices.items():
+        d = root / "sys" / "bus" / "pci" / "devices" / address
+        d.mkdir(parents=True)
+        (d / "vendor").write_text(vendor + "\n")
+        (d / "class").write_text(cls + "\n")
+        drv = root / "sys" / "bus" / "pci" / "drivers" / driver
+        drv.mkdir(parents=True, exist_ok=True)
+        (d / "driver").symlink_to(drv)
+    if container:
+        (root / ".dockerenv").write_text("")
+    return root
+
+
+H200_PCI = {
+    "0000:00:06.0": ("0x10de", "0x030200", "nvidia"),  # as the lent H200 host shows it
+    "0000:00:07.0": ("0x10de", "0x030200", "nvidia"),
+    "0000:00:05.0": ("0x10de", "0x068000", "nvidia-nvswitch"),  # an NVSwitch: not a GPU
+    "0000:00:03.0": ("0x1af4", "0x010000", "virtio-pci"),
+}
+
+
+@pytest.mark.parametrize(("container", "status"), [(False, "failed"), (True, "passed")])
+def test_gpu_bound_to_the_driver_but_missing_from_nvidia_smi(
+    host: Path,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    container: bool,
+    status: str,
+) -> None:
+    """nvidia-smi lists 2 GPUs; the PCI bus has a third bound to the nvidia driver (fell off the bus): on a
+    host that fails naming its address; in a container (which may be given some GPUs) it is a warning."""
+    root = fake_pci(
+        tmp_path / "root", {**H200_PCI, "0000:00:08.0": ("0x10de", "0x030200", "nvidia")}, container
+    )
+    monkeypatch.setenv("IMAGESMITH_HOST_ROOT", str(root))
+    _, checks = validate(run_cli, tmp_path, "gpus_on_the_pci_bus")
+    pci = checks["test_gpus_on_the_pci_bus"]
+    assert pci["status"] == status, pci
+    text = pci["message"] if status == "failed" else " ".join(pci["warnings"])
+    assert (
+        "1 GPU(s) bound to the nvidia driver on the PCI bus are not in nvidia-smi's list of 2: 0000:00:08.0"
+        in text
+    )
+    if status == "failed":
+        assert "reboot or the GPU a replacement" in pci["fix"]
+
+
+def test_pci_bus_that_matches_nvidia_smi_passes(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("IMAGESMITH_HOST_ROOT", str(fake_pci(tmp_path / "root", H200_PCI)))
+    _, checks = validate(run_cli, tmp_path, "gpus_on_the_pci_bus")
+    assert checks["test_gpus_on_the_pci_bus"]["status"] == "passed"
+    assert checks["test_gpus_on_the_pci_bus"]["figures"]["pci_nvidia_bound"] == [
+        "0000:00:06.0",
+        "0000:00:07.0",
+    ]

@@ -158,6 +158,58 @@ def test_gpu_health(check: CheckRecord, gpus: list[Gpu], gpu_facts: GpuFacts) ->
         )
 
 
+#: every NVIDIA display/3D controller on the PCI bus with the driver it is bound to ("0000:3b:00.0 nvidia");
+#: NVSwitches (class 0x0680) are not GPUs; then "container" inside one. Paths are read under
+#: ``$IMAGESMITH_HOST_ROOT`` (unset: /), which tests point at a fake tree.
+PCI_GPUS = (
+    'R="${IMAGESMITH_HOST_ROOT:-}"; '
+    'for d in "$R"/sys/bus/pci/devices/*; do '
+    '[ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue; '
+    'case "$(cat "$d/class" 2>/dev/null)" in 0x03*) ;; *) continue ;; esac; '
+    'drv=$(readlink "$d/driver" 2>/dev/null); echo "${d##*/} ${drv##*/}"; done; '
+    'if [ -f "$R/.dockerenv" ] || [ -f "$R/run/.containerenv" ]; then echo container; fi'
+)
+
+
+def _bus(address: str) -> str:
+    """``00000000:3B:00.0`` and ``0000:3b:00.0`` → ``3b:00.0``."""
+    return ":".join(address.lower().split(":")[-2:])
+
+
+def test_gpus_on_the_pci_bus(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:
+    """Every GPU the nvidia driver holds on the PCI bus is one nvidia-smi lists: a GPU that fell off the bus
+    or failed to initialise is bound but missing from the list — without --expect-count nothing else would
+    notice the host has one GPU fewer than it was sold with."""
+    r = ctx.run(PCI_GPUS, timeout=60)
+    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
+    in_container = ["container"] in lines
+    bound = sorted(parts[0] for parts in lines if len(parts) == 2 and parts[1] == "nvidia")
+    check.figures.update(pci_nvidia_bound=bound, in_container=in_container)
+    if not bound:
+        pytest.skip("no NVIDIA GPU bound to the nvidia driver is visible in /sys/bus/pci here")
+    listed = {_bus(g.bus_id) for g in gpus if g.bus_id}
+    missing = [b for b in bound if _bus(b) not in listed]
+    if not missing:
+        return
+    what = (
+        f"{len(missing)} GPU(s) bound to the nvidia driver on the PCI bus are not in nvidia-smi's list of "
+        f"{len(gpus)}: {', '.join(missing)}"
+    )
+    if in_container:
+        # a container sees the host's whole PCI bus but may have been given only some of the GPUs
+        check.warnings.append(
+            what + " — a container may be given only some GPUs; if this one should have them all, "
+            "the host has lost these"
+        )
+        return
+    fail(
+        what,
+        "the driver holds these GPUs but cannot use them (fallen off the bus or failed to initialise: dmesg "
+        "shows Xid 79 or 'RmInitAdapter failed'): the host needs a reboot or the GPU a replacement — ask the "
+        "provider",
+    )
+
+
 def test_kernel_xid(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:
     """No hardware Xid errors in the kernel log since boot (ECC, fallen off the bus, NVLink, GSP); other Xids
     (usually an application's own fault) are warnings."""
