@@ -604,8 +604,8 @@ def test_compat_on_xml_and_cut_short_csv(
     assert words in r.stderr
 
 
-def fake_pci(root: Path, devices: dict[str, tuple[str, str, str]], container: bool = False) -> Path:
-    """A /sys/bus/pci tree under *root*: address → (vendor, class, driver)."""
+def fake_pci(root: Path, devices: dict[str, tuple[str, str, str]], nodes: int) -> Path:
+    """A /sys/bus/pci tree under *root* (address → vendor, class, driver) and *nodes* /dev/nvidiaN."""
     for address, (vendor, cls, driver) in devices.items():
         d = root / "sys" / "bus" / "pci" / "devices" / address
         d.mkdir(parents=True)
@@ -614,8 +614,9 @@ def fake_pci(root: Path, devices: dict[str, tuple[str, str, str]], container: bo
         drv = root / "sys" / "bus" / "pci" / "drivers" / driver
         drv.mkdir(parents=True, exist_ok=True)
         (d / "driver").symlink_to(drv)
-    if container:
-        (root / ".dockerenv").write_text("")
+    (root / "dev").mkdir()
+    for n in ("nvidiactl", "nvidia-uvm", *(f"nvidia{i}" for i in range(nodes))):
+        (root / "dev" / n).write_text("")
     return root
 
 
@@ -627,20 +628,19 @@ H200_PCI = {
 }
 
 
-@pytest.mark.parametrize(("container", "status"), [(False, "failed"), (True, "passed")])
+@pytest.mark.parametrize(("nodes", "status"), [(3, "failed"), (2, "passed")])
 def test_gpu_bound_to_the_driver_but_missing_from_nvidia_smi(
     host: Path,
     run_cli: Callable[..., Any],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    container: bool,
+    nodes: int,
     status: str,
 ) -> None:
-    """nvidia-smi lists 2 GPUs; the PCI bus has a third bound to the nvidia driver (fell off the bus): on a
-    host that fails naming its address; in a container (which may be given some GPUs) it is a warning."""
-    root = fake_pci(
-        tmp_path / "root", {**H200_PCI, "0000:00:08.0": ("0x10de", "0x030200", "nvidia")}, container
-    )
+    """nvidia-smi lists 2 GPUs; the PCI bus has a third bound to the nvidia driver (fell off the bus): with a
+    /dev/nvidiaN for each (the host, or a container given all GPUs) that fails naming its address; with
+    fewer nodes than GPUs on the bus (a container given some GPUs) it is a warning."""
+    root = fake_pci(tmp_path / "root", {**H200_PCI, "0000:00:08.0": ("0x10de", "0x030200", "nvidia")}, nodes)
     monkeypatch.setenv("IMAGESMITH_HOST_ROOT", str(root))
     _, checks = validate(run_cli, tmp_path, "gpus_on_the_pci_bus")
     pci = checks["test_gpus_on_the_pci_bus"]
@@ -657,7 +657,7 @@ def test_gpu_bound_to_the_driver_but_missing_from_nvidia_smi(
 def test_pci_bus_that_matches_nvidia_smi_passes(
     host: Path, run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("IMAGESMITH_HOST_ROOT", str(fake_pci(tmp_path / "root", H200_PCI)))
+    monkeypatch.setenv("IMAGESMITH_HOST_ROOT", str(fake_pci(tmp_path / "root", H200_PCI, 2)))
     _, checks = validate(run_cli, tmp_path, "gpus_on_the_pci_bus")
     assert checks["test_gpus_on_the_pci_bus"]["status"] == "passed"
     assert checks["test_gpus_on_the_pci_bus"]["figures"]["pci_nvidia_bound"] == [

@@ -159,15 +159,17 @@ def test_gpu_health(check: CheckRecord, gpus: list[Gpu], gpu_facts: GpuFacts) ->
 
 
 #: every NVIDIA display/3D controller on the PCI bus with the driver it is bound to ("0000:3b:00.0 nvidia");
-#: NVSwitches (class 0x0680) are not GPUs; then "container" inside one. Paths are read under
-#: ``$IMAGESMITH_HOST_ROOT`` (unset: /), which tests point at a fake tree.
+#: NVSwitches (class 0x0680) are not GPUs; then how many /dev/nvidiaN nodes the target has ("devnodes 8"):
+#: a container given some of the GPUs has only their nodes, although it sees the host's whole PCI bus (a
+#: /.dockerenv says nothing: the lent H200 VM has one). Paths are read under ``$IMAGESMITH_HOST_ROOT``
+#: (unset: /), which tests point at a fake tree.
 PCI_GPUS = (
     'R="${IMAGESMITH_HOST_ROOT:-}"; '
     'for d in "$R"/sys/bus/pci/devices/*; do '
     '[ "$(cat "$d/vendor" 2>/dev/null)" = 0x10de ] || continue; '
     'case "$(cat "$d/class" 2>/dev/null)" in 0x03*) ;; *) continue ;; esac; '
     'drv=$(readlink "$d/driver" 2>/dev/null); echo "${d##*/} ${drv##*/}"; done; '
-    'if [ -f "$R/.dockerenv" ] || [ -f "$R/run/.containerenv" ]; then echo container; fi'
+    'echo "devnodes $(ls "$R/dev" 2>/dev/null | grep -cE \'^nvidia[0-9]+$\')"'
 )
 
 
@@ -182,9 +184,9 @@ def test_gpus_on_the_pci_bus(ctx: Context, check: CheckRecord, gpus: list[Gpu]) 
     notice the host has one GPU fewer than it was sold with."""
     r = ctx.run(PCI_GPUS, timeout=60)
     lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
-    in_container = ["container"] in lines
-    bound = sorted(parts[0] for parts in lines if len(parts) == 2 and parts[1] == "nvidia")
-    check.figures.update(pci_nvidia_bound=bound, in_container=in_container)
+    nodes = next((int(p[1]) for p in lines if len(p) == 2 and p[0] == "devnodes" and p[1].isdigit()), 0)
+    bound = sorted(p[0] for p in lines if len(p) == 2 and p[1] == "nvidia" and p[0] != "devnodes")
+    check.figures.update(pci_nvidia_bound=bound, dev_nvidia_nodes=nodes)
     if not bound:
         pytest.skip("no NVIDIA GPU bound to the nvidia driver is visible in /sys/bus/pci here")
     listed = {_bus(g.bus_id) for g in gpus if g.bus_id}
@@ -195,11 +197,11 @@ def test_gpus_on_the_pci_bus(ctx: Context, check: CheckRecord, gpus: list[Gpu]) 
         f"{len(missing)} GPU(s) bound to the nvidia driver on the PCI bus are not in nvidia-smi's list of "
         f"{len(gpus)}: {', '.join(missing)}"
     )
-    if in_container:
-        # a container sees the host's whole PCI bus but may have been given only some of the GPUs
+    if nodes < len(bound):
+        # fewer /dev/nvidiaN than GPUs on the bus: a container given only some of the host's GPUs
         check.warnings.append(
-            what + " — a container may be given only some GPUs; if this one should have them all, "
-            "the host has lost these"
+            what + f" — this target has {nodes} /dev/nvidiaN device(s), so it was given only some of the "
+            "host's GPUs; if it should have them all, the host has lost these"
         )
         return
     fail(
