@@ -78,6 +78,35 @@ def _num(value: str) -> float | None:
         return None
 
 
+#: what nvidia-smi prints in a --query-gpu cell of a GPU in trouble (beside [N/A] / [Not Supported], which
+#: only mean the field does not apply)
+FAULT_VALUES = ("[GPU requires reset]", "[GPU is lost]", "[Unknown Error]")
+
+
+def fault_cells(text: str, fields: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """(row, field, value) of every cell that says the GPU is in trouble."""
+    found = []
+    for row, line in enumerate(ln for ln in text.splitlines() if ln.strip()):
+        for f, cell in zip(fields, (c.strip() for c in line.split(",")), strict=False):
+            if cell in FAULT_VALUES:
+                found.append((row, f, cell))
+    return found
+
+
+def _fail_on_fault_cells(text: str, fields: tuple[str, ...], names: list[str]) -> None:
+    cells = fault_cells(text, fields)
+    if cells:
+        fail(
+            "nvidia-smi reports GPUs in trouble: "
+            + "; ".join(
+                f"{names[row] if row < len(names) else f'row {row + 1}'} {field}: {value}"
+                for row, field, value in cells
+            ),
+            "a GPU that needs a reset keeps failing until it gets one: ask the provider to reset it "
+            "(nvidia-smi -r -i N, with nothing running on it) or reboot the host — or for another machine",
+        )
+
+
 def parse_extra_csv(text: str, fields: tuple[str, ...], *, source: str) -> list[dict[str, str]]:
     """The optional ``--query-gpu`` groups (ECC, power, …) that imagesmith.nvsmi does not model.
 
@@ -150,6 +179,8 @@ def gather_gpus(ctx: Context) -> GpuFacts:
             f"`nvidia-smi {query}` failed (exit {base.rc}): {base.output.strip()[:300] or 'no output'}",
             BROKEN_FIX,
         )
+    rows = [ln.split(",") for ln in base.stdout.splitlines() if ln.strip()]
+    _fail_on_fault_cells(base.stdout, BASE_FIELDS, [f"GPU {r[0].strip()}" for r in rows])
     try:
         report = nvsmi.parse_query_csv(base.stdout, source="nvidia-smi --query-gpu", fields=BASE_FIELDS)
     except ParseError as exc:
@@ -159,6 +190,7 @@ def gather_gpus(ctx: Context) -> GpuFacts:
             f"cannot read nvidia-smi --query-gpu: {problem.message}",
             BROKEN_FIX + "; the output is in nvidia-smi-query.csv of the report",
         )
+    names = [f"GPU {g.index} ({g.bus_id or g.name})" for g in report.gpus]
     if len(report.gpus) != len(table.gpus):
         fail(
             f"nvidia-smi's table shows {len(table.gpus)} GPU(s) but its --query-gpu lists {len(report.gpus)}:"
@@ -172,6 +204,7 @@ def gather_gpus(ctx: Context) -> GpuFacts:
         if r.rc != 0:  # a field this driver does not know ("Field … is not a valid field to query")
             facts.unavailable.extend(group)
             continue
+        _fail_on_fault_cells(r.stdout, group, names)
         try:
             parsed = parse_extra_csv(r.stdout, group, source=f"nvidia-smi --query-gpu={','.join(group)}")
         except ParseError as exc:

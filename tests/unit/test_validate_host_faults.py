@@ -664,3 +664,37 @@ def test_pci_bus_that_matches_nvidia_smi_passes(
         "0000:00:06.0",
         "0000:00:07.0",
     ]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        (
+            "143771 MiB, 9.0, Disabled, Enabled, 0",
+            "[GPU requires reset], 9.0, Disabled, Enabled, 0",
+            "GPU 0 memory.total: [GPU requires reset]",
+        ),
+        (
+            "Enabled, 0, 700.00 W",
+            "Enabled, [GPU requires reset], 700.00 W",
+            "ecc.errors.uncorrected.volatile.total: [GPU requires reset]",
+        ),
+        (
+            "No, No, Enabled",
+            "[Unknown Error], [Unknown Error], Enabled",
+            "remapped_rows.pending: [Unknown Error]",
+        ),
+    ],
+)
+def test_cells_that_say_the_gpu_needs_a_reset(
+    host: Path, run_cli: Callable[..., Any], tmp_path: Path, old: str, new: str, words: str
+) -> None:
+    """nvidia-smi prints "[GPU requires reset]" in the fields of a GPU it cannot read until it is reset:
+    they were read as "not applicable" (None) and the GPU passed."""
+    q = (host / "query").read_text()
+    (host / "query").write_text(q.replace(old, new, 1))
+    _, checks = validate(run_cli, tmp_path)
+    inv = checks["test_gpu_inventory"]
+    assert inv["status"] == "failed", inv
+    assert words in inv["message"]
+    assert "nvidia-smi -r" in inv["fix"]
