@@ -308,7 +308,12 @@ def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
         if "NCCL WARN" in line:
             warnings.append(line.strip())
             continue
-        if "Test NCCL failure" in line or "Test CUDA failure" in line or "Test failure" in line:
+        if (
+            "Test NCCL failure" in line
+            or "Test CUDA failure" in line
+            or "Test failure" in line
+            or "Invalid number of GPUs" in line
+        ):
             failures.append(line.strip())
             continue
         if line.lstrip().startswith("#"):
@@ -365,10 +370,20 @@ def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
             raise ParseError(f"{source}: line {n}: size {row.size} does not grow after {rows[-1].size}")
         rows.append(row)
     if failures:
-        raise ParseError(
-            f"{source}: the test aborted: {failures[0]}",
-            hint="read the NCCL/CUDA error in the log; run with NCCL_DEBUG=INFO for the cause",
-        )
+        low = failures[0].lower()
+        if "out of memory" in low:
+            hint = (
+                "the GPUs had no room for the test's buffers: another process holds their memory "
+                "(nvidia-smi lists it): stop it, or ask for a machine whose GPUs are free"
+            )
+        elif "invalid number of gpus" in low or "no cuda-capable device" in low or "invalid device" in low:
+            hint = (
+                "the test could not see every GPU nvidia-smi lists: unset CUDA_VISIBLE_DEVICES (or "
+                "NVIDIA_VISIBLE_DEVICES in a container) so that all of them are visible"
+            )
+        else:
+            hint = "read the NCCL/CUDA error in the log; run with NCCL_DEBUG=INFO for the cause"
+        raise ParseError(f"{source}: the test aborted: {failures[0]}", hint=hint)
     if not rows:
         raise ParseError(
             f"{source}: no result rows — the log is truncated or the test never ran",

@@ -698,3 +698,23 @@ def test_cells_that_say_the_gpu_needs_a_reset(
     assert inv["status"] == "failed", inv
     assert words in inv["message"]
     assert "nvidia-smi -r" in inv["fix"]
+
+
+@pytest.mark.parametrize(
+    ("line", "fix"),
+    [
+        ("gpu-host: Test CUDA failure common.cu:1279 'out of memory'", "another process holds their memory"),
+        ("Invalid number of GPUs: 2 requested but only 1 were found.", "unset CUDA_VISIBLE_DEVICES"),
+    ],
+)
+def test_nccl_log_that_aborts_says_why(line: str, fix: str) -> None:
+    """all_reduce_perf out of memory, or asked for more GPUs than CUDA shows: the fix says which."""
+    from imagesmith.errors import ParseError
+    from imagesmith.validate.parsers import parse_nccl_log
+
+    log = (H200 / "all_reduce_perf-1.log").read_text()
+    head = log[: log.index("#       size")]
+    with pytest.raises(ParseError, match="the test aborted") as caught:
+        parse_nccl_log(head + line + "\n", source="nccl-allreduce-1.log")
+    assert line.split(":")[0] in caught.value.message
+    assert fix in (caught.value.hint or "")
