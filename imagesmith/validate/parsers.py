@@ -476,19 +476,35 @@ _XID_RE = re.compile(
 )
 
 
+_SXID_RE = re.compile(
+    r"SXid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\)"
+    r":\s*(?P<code>\d+)\s*,\s*(?P<rest>.*)$"
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class XidEvent:
     bus: str  #: ``0000:3b:00`` as the kernel prints it
     code: int
     text: str  #: the rest of the line
+    #: an NVSwitch's SXid (``nvidia-nvswitch0: SXid (PCI:…): 20034, Fatal, Link 30 …``), not a GPU's Xid
+    switch: bool = False
 
     @property
     def hardware(self) -> bool:
+        if self.switch:  # the fabric manager's words: "Fatal" errors take NVLinks down, "Non-fatal" recover
+            return self.text.lower().startswith("fatal")
         return self.code in HARDWARE_XIDS
 
     @property
     def meaning(self) -> str:
+        if self.switch:
+            return "fatal NVSwitch error" if self.hardware else "non-fatal NVSwitch error"
         return HARDWARE_XIDS.get(self.code, "usually an application error")
+
+    @property
+    def label(self) -> str:
+        return f"{'SXid' if self.switch else 'Xid'} {self.code} ({self.meaning})"
 
     def matches(self, bus_id: str | None) -> bool:
         """Whether nvidia-smi's ``00000000:3B:00.0`` is this event's GPU (the bus and device, any domain
@@ -502,13 +518,18 @@ class XidEvent:
 
 def parse_xid(text: str) -> list[XidEvent]:
     """Every ``NVRM: Xid (PCI:0000:3b:00): 79, pid=…, GPU has fallen off the bus.`` line of a kernel log
-    (dmesg or journalctl -k); other lines are ignored."""
+    (dmesg or journalctl -k), and every NVSwitch ``SXid (PCI:0000:05:00.0): 20034, Fatal, …`` line; other
+    lines are ignored."""
     events = []
     for line in text.splitlines():
         m = _XID_RE.search(line)
+        switch = m is None
+        m = m or _SXID_RE.search(line)
         if m:
             events.append(
-                XidEvent(bus=m.group("bus"), code=int(m.group("code")), text=m.group("rest").strip())
+                XidEvent(
+                    bus=m.group("bus"), code=int(m.group("code")), text=m.group("rest").strip(), switch=switch
+                )
             )
     return events
 

@@ -288,6 +288,8 @@ def test_xid_errors_in_the_kernel_log(host: Path, run_cli: Callable[..., Any], t
     assert "GPU 1 (0000:00:07): Xid 79 (GPU has fallen off the bus)" in xid["message"]
     assert "PCI 0000:3b:00 (not one of the GPUs nvidia-smi lists): Xid 48" in xid["message"]
     assert "Xid 13" not in xid["message"]
+    assert "NVSwitch 0000:c1:00: SXid 20034 (fatal NVSwitch error)" in xid["message"]
+    assert any("NVSwitch 0000:05:00: SXid 12028 (non-fatal NVSwitch error)" in w for w in xid["warnings"])
     assert any("GPU 0 (0000:00:06): Xid 13" in w for w in xid["warnings"])
     assert "Xid (PCI:0000:00:07): 79" in (tmp_path / "report" / "kernel-xid.txt").read_text()
 

@@ -10,7 +10,7 @@ from imagesmith.errors import ParseError
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu, gpu_mismatches, reference_power_w
 from imagesmith.validate.facts import GpuFacts
-from imagesmith.validate.parsers import parse_nvlink_status, parse_xid
+from imagesmith.validate.parsers import XidEvent, parse_nvlink_status, parse_xid
 
 #: where the kernel log is read from, first that works (dmesg needs CAP_SYSLOG where dmesg_restrict is 1)
 KERNEL_LOG_COMMANDS = ("dmesg", "journalctl -k -b --no-pager -q -o short")
@@ -229,26 +229,30 @@ def test_kernel_xid(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:
             "imagesmith validate on the host itself (local:// or ssh://root@HOST) to check them"
         )
     events = parse_xid(text)
-    ctx.save_log("kernel-xid.txt", "\n".join(ln for ln in text.splitlines() if "NVRM: Xid" in ln) + "\n")
+    ctx.save_log("kernel-xid.txt", "\n".join(ln for ln in text.splitlines() if "Xid (" in ln) + "\n")
 
-    def where(bus: str) -> str:
-        g = next((g for g in gpus if any(e.bus == bus and e.matches(g.bus_id) for e in events)), None)
-        return f"GPU {g.index} ({bus})" if g else f"PCI {bus} (not one of the GPUs nvidia-smi lists)"
+    def where(e: XidEvent) -> str:
+        if e.switch:
+            return f"NVSwitch {e.bus}"
+        g = next((g for g in gpus if e.matches(g.bus_id)), None)
+        return f"GPU {g.index} ({e.bus})" if g else f"PCI {e.bus} (not one of the GPUs nvidia-smi lists)"
 
-    check.figures["xid"] = [{"bus": e.bus, "code": e.code, "text": e.text[:200]} for e in events]
+    check.figures["xid"] = [
+        {"bus": e.bus, "code": e.code, "switch": e.switch, "text": e.text[:200]} for e in events
+    ]
     hard: dict[str, list[str]] = {}
     soft: dict[str, list[str]] = {}
     for e in events:
         bucket = hard if e.hardware else soft
-        label = f"Xid {e.code} ({e.meaning})"
-        found = bucket.setdefault(where(e.bus), [])
+        label = e.label
+        found = bucket.setdefault(where(e), [])
         if label not in found:
             found.append(label)
     for w, labels in soft.items():
         check.warnings.append(f"{w}: {', '.join(labels)} in the kernel log since boot")
     if hard:
         fail(
-            "hardware Xid errors in the kernel log since boot: "
+            "hardware Xid/SXid errors in the kernel log since boot: "
             + "; ".join(f"{w}: {', '.join(labels)}" for w, labels in hard.items()),
             "these GPUs reported hardware faults (kernel-xid.txt in the report): ask the provider to reset "
             "or replace them, or for another machine (a reboot clears the log; Xids that come back mean a "
