@@ -111,20 +111,67 @@ def _fail(source: str, what: str, expected: str) -> ParseError:
     return ParseError(f"{source}: {what}", hint=f"expected {expected}")
 
 
-def _check_failures(text: str, source: str) -> None:
+#: nvidia-smi's words for a GPU it cannot reach any more (fallen off the bus, Xid 79), with the PCI address
+_BUS = r"[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]"
+_LOST_GPU = re.compile(
+    rf"Unable to determine the device handle for (?:GPU|gpu)\s*(?P<bus>{_BUS})\s*:\s*(?P<why>.*)"
+    rf"|GPU\s+(?P<bus2>{_BUS})\s*:\s*(?P<why2>GPU is lost.*)"
+)
+_NVML_FAIL = re.compile(r"Failed to initialize NVML:\s*(?P<why>.*)", re.IGNORECASE)
+_LOST_HINT = (
+    "that GPU has fallen off the bus or hung (dmesg shows Xid 79/Xid 154 for it): the host needs a reboot, "
+    "or the GPU a replacement — ask the provider for another machine; do not train on this one"
+)
+
+
+def known_failure(text: str, source: str) -> ParseError | None:
+    """The error nvidia-smi printed instead of (or among) its output, explained, or None: a broken driver, a
+    lost GPU, NVML that does not start, no devices. Callers raise it; the validation suite fails the GPU
+    checks with it."""
+    lost = [m for m in _LOST_GPU.finditer(text)]
+    if lost:
+        where = ", ".join(
+            f"{m.group('bus') or m.group('bus2')} ({(m.group('why') or m.group('why2') or '').strip()})"
+            for m in lost
+        )
+        return ParseError(f"{source}: nvidia-smi cannot reach the GPU at {where}", hint=_LOST_HINT)
     failed = _DRIVER_FAIL.search(text)
     if failed:
-        raise ParseError(
+        return ParseError(
             f"{source}: nvidia-smi could not talk to the driver: {failed.group(0).strip()}",
             hint="this host has no working NVIDIA driver: install or load it "
             "(nvidia-smi must work on the host)",
         )
+    nvml = _NVML_FAIL.search(text)
+    if nvml:
+        why = nvml.group("why").strip()
+        if "mismatch" in why.lower():
+            hint = (
+                "the NVIDIA driver was upgraded but the old kernel module is still loaded: reboot the host "
+                "(or reload the nvidia kernel modules)"
+            )
+        elif "insufficient permissions" in why.lower():
+            hint = "run it as a user that may open /dev/nvidia* (the video group, or root)"
+        else:
+            hint = (
+                "NVML cannot reach the GPUs: in a container, the systemd cgroup driver took its device "
+                "access away after a daemon-reload (restart the container; nvidia-ctk system "
+                "create-dev-char-symlinks fixes it for good); on a host, reload the driver or reboot"
+            )
+        return ParseError(f"{source}: nvidia-smi failed: {nvml.group(0).strip()}", hint=hint)
     if _NO_DEVICES.search(text):
-        raise ParseError(
+        return ParseError(
             f"{source}: nvidia-smi found no GPUs ('No devices were found')",
             hint="check that the GPUs are visible to this host or container "
             "(--gpus / NVIDIA_VISIBLE_DEVICES)",
         )
+    return None
+
+
+def _check_failures(text: str, source: str) -> None:
+    problem = known_failure(text, source)
+    if problem is not None:
+        raise problem
 
 
 def _driver(value: str, source: str) -> DriverVersion:
@@ -395,6 +442,20 @@ def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
             "the output of nvidia-smi, nvidia-smi -L or nvidia-smi --query-gpu=… --format=csv",
         )
     _check_failures(text, source)
+    try:
+        return _parse_detected(text, source)
+    except ParseError as exc:
+        if text.endswith("\n"):
+            raise
+        # every nvidia-smi output ends with a newline: one that stops mid-line was cut short, which is
+        # the likelier reason for whatever looked wrong in its last line
+        raise ParseError(
+            f"{exc.message} — the output ends mid-line, so it was cut short",
+            hint="save the complete output again (nvidia-smi … > FILE), then retry",
+        ) from None
+
+
+def _parse_detected(text: str, source: str) -> SmiReport:
     if "NVIDIA-SMI" in text:
         return parse_table(text, source)
     first = text.strip().splitlines()[0]
@@ -402,6 +463,13 @@ def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
         return parse_list(text, source)
     if "," in first and "name" in (_field_name(h) for h in first.split(",")):
         return parse_query_csv(text, source)
+    if "<nvidia_smi_log" in text or first.startswith("<?xml"):
+        raise _fail(
+            source,
+            "this is `nvidia-smi -q -x` XML, which imagesmith does not read",
+            "the default output of nvidia-smi (nvidia-smi > FILE), or nvidia-smi "
+            "--query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv",
+        )
     if first.count(",") >= 1 and "|" not in first and "<" not in first:
         raise _fail(
             source,

@@ -152,7 +152,7 @@ def validate_command(
     from imagesmith.matrix import SHM_MAX_BYTES
     from imagesmith.validate.context import SuiteOptions
     from imagesmith.validate.parsers import parse_size
-    from imagesmith.validate.report import PASSED
+    from imagesmith.validate.report import PASSED, verdict_fix
     from imagesmith.validate.runner import load_baseline, run_suite
     from imagesmith.validate.target import parse_target
 
@@ -256,7 +256,7 @@ def validate_command(
     if data["verdict"] != PASSED:
         raise ValidationFailed(
             f"validation of {options.target_label} {data['verdict']}: {data['verdict_reason']}",
-            hint=f"read {where}: every failure there says what to do",
+            hint=f"{verdict_fix(data['verdict'], str(data['verdict_reason']))} (report: {where})",
         )
 
 

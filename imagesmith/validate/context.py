@@ -13,7 +13,8 @@ from __future__ import annotations
 import base64
 import json
 import shlex
-from dataclasses import asdict, dataclass, field
+import time
+from dataclasses import asdict, dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, NoReturn
@@ -101,6 +102,9 @@ class Result:
     rc: int
     stdout: str
     stderr: str
+    #: seconds the command ran and the limit ``timeout`` had (None where it was not run under one)
+    elapsed_s: float | None = None
+    limit_s: float | None = None
 
     @property
     def output(self) -> str:
@@ -108,7 +112,38 @@ class Result:
 
     @property
     def timed_out(self) -> bool:
-        return self.rc in TIMEOUT_RCS
+        """Killed by ``timeout``: exit 124 (TERM), or 137 (the KILL ``-k`` sends later) once the limit has
+        passed. A 137 before the limit is another SIGKILL — the kernel's OOM killer: :attr:`killed`."""
+        if self.rc == 124:
+            return True
+        if self.rc == 137:
+            return self.elapsed_s is None or self.limit_s is None or self.elapsed_s >= self.limit_s
+        return False
+
+    @property
+    def killed(self) -> str | None:
+        """Why the command died of a signal it did not choose (not the timeout), in words; else None."""
+        if self.timed_out or self.rc <= 128 or self.rc > 128 + 64:
+            return None
+        sig = self.rc - 128
+        words = {
+            9: "SIGKILL — usually the kernel's out-of-memory killer (dmesg: 'Out of memory: Killed')",
+            6: "SIGABRT — the process aborted (a failed assertion in a library)",
+            7: "SIGBUS — a bus error (usually /dev/shm too small)",
+            11: "SIGSEGV — it crashed (a segmentation fault, often in the CUDA driver)",
+        }
+        return f"killed by signal {sig}: {words.get(sig, 'see dmesg')}"
+
+
+def decoded(result: Any) -> Result:
+    """A testinfra CommandResult as text, whatever bytes the target printed: UTF-8, anything else replaced
+    (U+FFFD). testinfra's own ``.stdout`` decodes with the target's locale and raises on a byte it cannot
+    decode — a GPU host printing garbage must fail the check that reads it, never the suite."""
+    return Result(
+        rc=result.rc,
+        stdout=bytes(result.stdout_bytes).decode("utf-8", errors="replace"),
+        stderr=bytes(result.stderr_bytes).decode("utf-8", errors="replace"),
+    )
 
 
 def fail(what: str, fix: str) -> NoReturn:
@@ -150,13 +185,14 @@ class Context:
         """Run a shell command on the target with the multicast-off env, killed after *timeout* seconds."""
         t = timeout or self.options.command_timeout_s
         wrapped = f"{self.env_prefix(env)} timeout -k 10 {int(t)} sh -c {shlex.quote(command)}"
-        r = self.host.run(wrapped)
-        return Result(rc=r.rc, stdout=r.stdout, stderr=r.stderr)
+        started = time.monotonic()
+        r = decoded(self.host.run(wrapped))
+        return replace(r, elapsed_s=time.monotonic() - started, limit_s=float(t))
 
     @property
     def workdir(self) -> str:
         if self._workdir is None:
-            r = self.host.run("mktemp -d /tmp/imagesmith-validate.XXXXXX")
+            r = decoded(self.host.run("mktemp -d /tmp/imagesmith-validate.XXXXXX"))
             if r.rc != 0:
                 fail(
                     f"cannot create a work folder on the target: {r.stderr.strip()}",
@@ -174,7 +210,7 @@ class Context:
         text = resources.files("imagesmith.validate.probes").joinpath(f"{name}.py").read_text()
         path = f"{self.workdir}/{name}.py"
         data = base64.b64encode(text.encode()).decode()
-        r = self.host.run(f"echo {data} | base64 -d > {shlex.quote(path)}")
+        r = decoded(self.host.run(f"echo {data} | base64 -d > {shlex.quote(path)}"))
         if r.rc != 0:
             fail(
                 f"cannot copy the {name} probe to the target: {r.stderr.strip()}",
@@ -202,9 +238,23 @@ class Context:
             )
         if not found:
             tail = "\n".join(r.output.strip().splitlines()[-8:])
+            py = self.options.python
+            if r.killed:
+                fix = (
+                    f"the probe died mid-run ({r.killed}): read dmesg on the target (Xid errors, the OOM "
+                    "killer); if it repeats, the GPU or its driver is failing: ask the provider"
+                )
+            elif r.rc == 127 or "No module named" in r.output:
+                fix = f"check that `{py}` exists on the target and imports torch (--python PATH)"
+            else:
+                fix = (
+                    f"run `{py} {name}.py` on the target (imagesmith/validate/probes/) to see where it stops"
+                )
             fail(
-                f"the {name} probe printed no result (exit code {r.rc}) with {self.options.python}:\n{tail}",
-                f"check that `{self.options.python}` exists on the target and imports torch",
+                f"the {name} probe printed no result (exit code {r.rc}"
+                + (f", {r.killed}" if r.killed else "")
+                + f") with {py}:\n{tail}",
+                fix,
             )
         return found[-1]
 

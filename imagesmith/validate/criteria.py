@@ -22,11 +22,11 @@ def _norm(s: str) -> str:
 def gpu_mismatches(expect: str, gpu: Gpu) -> list[str]:
     """Why *gpu* is not what ``--expect-gpu`` asked for ("A100 80GB", "H100 SXM", "RTX 4090"); empty if it is.
 
-    Tokens: ``<N>GB`` compares the memory nvidia-smi reports (±6 %: 80 GB cards report 79.6–80 GiB, H200
-    140.4 GiB
-    for 141 GB); ``PCIe`` needs PCIE in the name; ``SXM``/``SXM4``/``SXM5`` needs a name without PCIE (SXM
-    parts are
-    often named plainly, e.g. "NVIDIA H200"); any other token must appear in the name.
+    Tokens: ``<N>GB`` compares the memory nvidia-smi reports, in GiB or in decimal GB, whichever is closer
+    (±6 %: 80 GB cards report 79.6–80 GiB, H200 140.4 GiB for 141 GB, L40S 46068 MiB = 48.3 GB for 48 GB,
+    B200 183359 MiB = 179 GiB / 192 GB); ``PCIe`` needs PCIE in the name; ``SXM``/``SXM4``/``SXM5`` needs a
+    name without PCIE (SXM parts are often named plainly, e.g. "NVIDIA H200"); any other token must appear in
+    the name.
     """
     name = _norm(gpu.name)
     problems: list[str] = []
@@ -37,9 +37,13 @@ def gpu_mismatches(expect: str, gpu: Gpu) -> list[str]:
             if gpu.memory_mib is None:
                 problems.append(f"memory unknown (nvidia-smi printed no memory.total), expected {token}")
                 continue
-            have = gpu.memory_mib / 1024
-            if abs(have - want) / want > 0.06:
-                problems.append(f"{have:.1f} GiB of memory, expected {token}")
+            # vendors write "48GB" for what nvidia-smi shows as 46068 MiB (L40S, A40: 45.0 GiB = 48.3 GB) and
+            # "141GB" for 143771 MiB (H200: 140.4 GiB): either reading within 6 % matches; the SKUs this
+            # tells apart (40 vs 80 GB, 16 vs 32 GB, 80 vs 94 GB) are much further apart
+            gib = gpu.memory_mib / 1024
+            gb = gpu.memory_mib * 1024**2 / 1e9
+            if min(abs(gib - want), abs(gb - want)) / want > 0.06:
+                problems.append(f"{gib:.1f} GiB ({gb:.1f} GB) of memory, expected {token}")
         elif t == "PCIE":
             if "PCIE" not in name:
                 problems.append(f"not a PCIe card ({gpu.name!r})")

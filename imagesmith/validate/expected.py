@@ -7,6 +7,7 @@ figure, to :func:`judge`.
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from collections.abc import Iterable, Mapping
@@ -75,7 +76,8 @@ class Judgement:
         return {
             "figure": self.figure,
             "where": self.where,
-            "measured": round(self.measured, 3),
+            # NaN/inf are not JSON: a figure the probe could not measure is null (and its verdict "fail")
+            "measured": round(self.measured, 3) if math.isfinite(self.measured) else None,
             "expected": None if self.expected is None else round(self.expected, 3),
             "ratio": None if self.ratio is None else round(self.ratio, 4),
             "kind": self.kind,
@@ -86,7 +88,12 @@ class Judgement:
     def sentence(self) -> str:
         unit = UNITS.get(self.figure, "")
         text = f"{self.where}: {LABELS.get(self.figure, self.figure)} {self.measured:.4g} {unit}"
-        if self.expected is None:
+        if not math.isfinite(self.measured) or self.measured < 0:
+            return (
+                f"{self.where}: {LABELS.get(self.figure, self.figure)} came out as {self.measured:g}, not a "
+                "measured figure (the probe's timing failed: a crashed or stalled GPU)"
+            )
+        if self.expected is None or self.ratio is None:
             return text + f" (no baseline: {self.source})"
         return (
             text
@@ -111,6 +118,18 @@ def judge(figure: str, where: str, measured: float, expected: Expected | None, b
     """The verdict of one measured figure. A baseline fails below ``bands.fail_ratio`` and warns below
     ``bands.warn_ratio``; an estimate fails below :data:`ESTIMATE_FAIL_RATIO` and warns below the fail band.
     """
+    if not math.isfinite(measured) or measured < 0:
+        # a probe that printed NaN/inf measured nothing: never a pass, never "no baseline"
+        return Judgement(
+            figure=figure,
+            where=where,
+            measured=measured,
+            expected=expected.value if expected else None,
+            ratio=None,
+            kind=expected.kind if expected else None,
+            source=expected.source if expected else "",
+            verdict="fail",
+        )
     if expected is None or expected.value <= 0:
         return Judgement(
             figure=figure,

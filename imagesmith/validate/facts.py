@@ -7,7 +7,7 @@ from typing import Any
 
 from imagesmith import nvsmi
 from imagesmith.errors import ParseError
-from imagesmith.validate.context import Context, fail
+from imagesmith.validate.context import Context, Result, fail
 from imagesmith.validate.criteria import Gpu
 
 BASE_FIELDS = ("index", "name", "uuid", "pci.bus_id", "driver_version", "memory.total")
@@ -19,6 +19,30 @@ EXTRA_FIELDS = (
     ("power.limit", "power.default_limit", "power.max_limit"),
     ("retired_pages.pending",),
     ("remapped_rows.pending", "remapped_rows.failure"),
+    ("persistence_mode",),
+    # clock events at idle (R535+ names; older drivers call them clocks_throttle_reasons.*)
+    tuple(
+        f"clocks_event_reasons.{r}" for r in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+    ),
+    tuple(
+        f"clocks_throttle_reasons.{r}"
+        for r in ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown")
+    ),
+)
+#: what the clock-event fields mean, for the verdict (the same words as the under-load check)
+IDLE_CLOCK_EVENTS = {
+    "hw_slowdown": "hardware slowdown",
+    "hw_thermal_slowdown": "hardware thermal slowdown",
+    "hw_power_brake_slowdown": "hardware power brake",
+}
+SMI_TIMEOUT_S = 60
+HUNG_FIX = (
+    "nvidia-smi must answer within seconds: one that hangs means a stuck driver or GPU (dmesg shows Xid "
+    "errors for it): the host needs a GPU reset or a reboot — ask the provider, or for another machine"
+)
+BROKEN_FIX = (
+    "run `nvidia-smi` on the target by hand: when it does not print its GPU table the driver or a GPU is "
+    "broken (dmesg shows why): reboot the host or ask the provider for another machine"
 )
 
 
@@ -31,6 +55,12 @@ class GpuFacts:
     smi_text: str = ""
     smi_list: str = ""
     mig_devices: list[str] = field(default_factory=list)
+    #: per GPU index, the idle clock events nvidia-smi shows Active ("hardware slowdown", …)
+    idle_clock_events: dict[int, list[str]] = field(default_factory=dict)
+    #: per GPU index, "Enabled"/"Disabled" (None where nvidia-smi does not say)
+    persistence_mode: dict[int, str | None] = field(default_factory=dict)
+    #: the optional --query-gpu groups this driver does not know (their checks say so)
+    unavailable: list[str] = field(default_factory=list)
 
 
 def _na(value: str) -> str | None:
@@ -46,6 +76,35 @@ def _num(value: str) -> float | None:
         return float(v.split()[0])
     except ValueError:
         return None
+
+
+#: what nvidia-smi prints in a --query-gpu cell of a GPU in trouble (beside [N/A] / [Not Supported], which
+#: only mean the field does not apply)
+FAULT_VALUES = ("[GPU requires reset]", "[GPU is lost]", "[Unknown Error]")
+
+
+def fault_cells(text: str, fields: tuple[str, ...]) -> list[tuple[int, str, str]]:
+    """(row, field, value) of every cell that says the GPU is in trouble."""
+    found = []
+    for row, line in enumerate(ln for ln in text.splitlines() if ln.strip()):
+        for f, cell in zip(fields, (c.strip() for c in line.split(",")), strict=False):
+            if cell in FAULT_VALUES:
+                found.append((row, f, cell))
+    return found
+
+
+def _fail_on_fault_cells(text: str, fields: tuple[str, ...], names: list[str]) -> None:
+    cells = fault_cells(text, fields)
+    if cells:
+        fail(
+            "nvidia-smi reports GPUs in trouble: "
+            + "; ".join(
+                f"{names[row] if row < len(names) else f'row {row + 1}'} {field}: {value}"
+                for row, field, value in cells
+            ),
+            "a GPU that needs a reset keeps failing until it gets one: ask the provider to reset it "
+            "(nvidia-smi -r -i N, with nothing running on it) or reboot the host — or for another machine",
+        )
 
 
 def parse_extra_csv(text: str, fields: tuple[str, ...], *, source: str) -> list[dict[str, str]]:
@@ -64,49 +123,102 @@ def parse_extra_csv(text: str, fields: tuple[str, ...], *, source: str) -> list[
     return rows
 
 
+def _smi(ctx: Context, args: str, log: str | None = None, header: str = "") -> Result:
+    """One nvidia-smi call; a hang or an error nvidia-smi explains (a lost GPU, a broken driver, NVML that
+    does not start) fails every GPU check with its fix. *log* is saved before anything is parsed."""
+    r = ctx.run(f"nvidia-smi {args}", timeout=SMI_TIMEOUT_S)
+    if log:
+        ctx.save_log(log, header + r.output)
+    return _judge_smi(args, r)
+
+
+def _judge_smi(args: str, r: Result) -> Result:
+    if r.timed_out:
+        last = (r.output.strip().splitlines() or ["(no output)"])[-1]
+        fail(
+            f"`{f'nvidia-smi {args}'.strip()}` did not answer within {SMI_TIMEOUT_S} s and was killed "
+            f"(last line: {last!r})",
+            HUNG_FIX,
+        )
+    known = nvsmi.known_failure(r.output, f"nvidia-smi {args}".strip())
+    if known is not None and "No devices were found" not in known.message:
+        fail(known.message, known.hint or BROKEN_FIX)
+    return r
+
+
 def gather_gpus(ctx: Context) -> GpuFacts:
-    smi = ctx.run("nvidia-smi", timeout=60)
+    smi = ctx.run("nvidia-smi", timeout=SMI_TIMEOUT_S)
     ctx.save_log("nvidia-smi.txt", smi.output)
-    if smi.rc == 127 or ("not found" in smi.stderr and smi.rc != 0):
+    if smi.rc == 127 or ("not found" in smi.stderr and smi.rc != 0 and "nvidia-smi" in smi.stderr):
         return GpuFacts(visible=False, reason="no GPU visible: nvidia-smi is not on the target's PATH")
-    if smi.rc != 0:
-        first = (smi.output.strip().splitlines() or ["(no output)"])[0]
-        return GpuFacts(visible=False, reason=f"no GPU visible: nvidia-smi failed (exit {smi.rc}): {first}")
     if "No devices were found" in smi.output:
         return GpuFacts(visible=False, reason="no GPU visible: nvidia-smi found no devices")
+    # nvidia-smi is there: from here on, whatever goes wrong is a broken host, never "no GPU"
+    _judge_smi("", smi)
+    if not smi.stdout.strip():
+        fail(f"nvidia-smi printed nothing (exit {smi.rc}): {smi.stderr.strip()[:300]}", BROKEN_FIX)
+    if smi.rc != 0:
+        first = (smi.output.strip().splitlines() or ["(no output)"])[0]
+        fail(f"nvidia-smi failed (exit {smi.rc}): {first[:300]}", BROKEN_FIX)
     problem: ParseError | None = None
     try:
         table = nvsmi.parse_table(smi.stdout, source="nvidia-smi")
     except ParseError as exc:
         problem = exc
     if problem is not None:
-        fail(f"cannot read nvidia-smi's output: {problem.message}", "see nvidia-smi.txt in the report")
-    facts = GpuFacts(visible=True, smi_text=smi.stdout, driver_cuda=table.cuda_version)
-    base = ctx.run(
-        f"nvidia-smi --query-gpu={','.join(BASE_FIELDS)} --format=csv,noheader,nounits", timeout=60
-    )
-    if base.rc != 0:
-        return GpuFacts(
-            visible=False, reason=f"no GPU visible: nvidia-smi --query-gpu failed: {base.output.strip()}"
+        fail(
+            f"cannot read nvidia-smi's output: {problem.message}"
+            + (f" ({problem.hint})" if problem.hint else ""),
+            BROKEN_FIX + "; the output is in nvidia-smi.txt of the report",
         )
+    facts = GpuFacts(visible=True, smi_text=smi.stdout, driver_cuda=table.cuda_version)
+    query = f"--query-gpu={','.join(BASE_FIELDS)} --format=csv,noheader,nounits"
+    base = _smi(ctx, query, "nvidia-smi-query.csv", ",".join(BASE_FIELDS) + "\n")
+    if base.rc != 0 or not base.stdout.strip():
+        fail(
+            f"`nvidia-smi {query}` failed (exit {base.rc}): {base.output.strip()[:300] or 'no output'}",
+            BROKEN_FIX,
+        )
+    rows = [ln.split(",") for ln in base.stdout.splitlines() if ln.strip()]
+    _fail_on_fault_cells(base.stdout, BASE_FIELDS, [f"GPU {r[0].strip()}" for r in rows])
     try:
         report = nvsmi.parse_query_csv(base.stdout, source="nvidia-smi --query-gpu", fields=BASE_FIELDS)
     except ParseError as exc:
         problem = exc
     if problem is not None:
         fail(
-            f"cannot read nvidia-smi --query-gpu: {problem.message}", "see nvidia-smi-query.csv in the report"
+            f"cannot read nvidia-smi --query-gpu: {problem.message}",
+            BROKEN_FIX + "; the output is in nvidia-smi-query.csv of the report",
+        )
+    names = [f"GPU {g.index} ({g.bus_id or g.name})" for g in report.gpus]
+    if len(report.gpus) != len(table.gpus):
+        fail(
+            f"nvidia-smi's table shows {len(table.gpus)} GPU(s) but its --query-gpu lists {len(report.gpus)}:"
+            " its output is cut short, or a GPU comes and goes",
+            BROKEN_FIX,
         )
     driver = str(report.driver) if report.driver else ""
     extra: dict[str, list[dict[str, str]]] = {}
     for group in EXTRA_FIELDS:
-        r = ctx.run(f"nvidia-smi --query-gpu={','.join(group)} --format=csv,noheader,nounits", timeout=60)
-        if r.rc == 0:
-            parsed = parse_extra_csv(r.stdout, group, source="nvidia-smi --query-gpu")
-            if len(parsed) == len(report.gpus):
-                for f in group:
-                    extra[f] = parsed
-    ctx.save_log("nvidia-smi-query.csv", ",".join(BASE_FIELDS) + "\n" + base.stdout)
+        r = _smi(ctx, f"--query-gpu={','.join(group)} --format=csv,noheader,nounits")
+        if r.rc != 0:  # a field this driver does not know ("Field … is not a valid field to query")
+            facts.unavailable.extend(group)
+            continue
+        _fail_on_fault_cells(r.stdout, group, names)
+        try:
+            parsed = parse_extra_csv(r.stdout, group, source=f"nvidia-smi --query-gpu={','.join(group)}")
+        except ParseError as exc:
+            problem = exc
+        if problem is not None:
+            fail(problem.message, BROKEN_FIX)
+        if len(parsed) != len(report.gpus):
+            fail(
+                f"`nvidia-smi --query-gpu={','.join(group)}` answered for {len(parsed)} GPU(s), the GPU list "
+                f"has {len(report.gpus)}: the driver loses GPUs between calls",
+                BROKEN_FIX,
+            )
+        for f in group:
+            extra[f] = parsed
 
     def get(i: int, f: str) -> str:
         return extra[f][i][f] if f in extra else ""
@@ -129,7 +241,14 @@ def gather_gpus(ctx: Context) -> GpuFacts:
                 remapped_rows_failure=_na(get(i, "remapped_rows.failure")),
             )
         )
-    lst = ctx.run("nvidia-smi -L", timeout=60)
+        facts.persistence_mode[g.index] = _na(get(i, "persistence_mode"))
+        events = []
+        for key, words in IDLE_CLOCK_EVENTS.items():
+            value = get(i, f"clocks_event_reasons.{key}") or get(i, f"clocks_throttle_reasons.{key}")
+            if value.strip().lower() == "active":
+                events.append(words)
+        facts.idle_clock_events[g.index] = events
+    lst = _smi(ctx, "-L")
     facts.smi_list = lst.stdout
     facts.mig_devices = [ln.strip() for ln in lst.stdout.splitlines() if ln.strip().startswith("MIG ")]
     if not facts.gpus:

@@ -78,7 +78,10 @@ def run_allreduce_rounds(
         except ParseError as exc:
             bad = exc
         if bad is not None:
-            fail(f"round {i}: {bad.message} (exit code {r.rc})", bad.hint or f"see {log} in the report")
+            fail(
+                f"round {i}: {bad.message} (exit code {r.rc}" + (f", {r.killed}" if r.killed else "") + ")",
+                bad.hint or f"see {log} in the report",
+            )
         if r.rc != 0:
             problems.append(f"round {i}: all_reduce_perf exited {r.rc}")
         if not res.oob_ok or res.oob_count:

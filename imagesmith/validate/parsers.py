@@ -10,6 +10,7 @@ columns or an unknown link type is an error, never a silently shorter table.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -275,9 +276,18 @@ def _wrong(value: str, line_no: int, source: str) -> int | None:
 
 def _float(value: str, what: str, line_no: int, source: str) -> float:
     try:
-        return float(value)
+        number = float(value)
     except ValueError:
         raise ParseError(f"{source}: line {line_no}: {what} is {value!r}, not a number") from None
+    if not math.isfinite(number) or number < 0:
+        # nccl-tests prints nan/inf when a timing went wrong (a crashed or preempted collective): a
+        # bandwidth that cannot be compared must never pass a floor
+        raise ParseError(
+            f"{source}: line {line_no}: {what} is {value!r}, not a measured figure",
+            hint="the collective's timing is broken (a crash, an overflow or a stalled GPU): rerun "
+            "all_reduce_perf by hand and read dmesg for Xid errors",
+        )
+    return number
 
 
 def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
@@ -298,7 +308,12 @@ def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
         if "NCCL WARN" in line:
             warnings.append(line.strip())
             continue
-        if "Test NCCL failure" in line or "Test CUDA failure" in line or "Test failure" in line:
+        if (
+            "Test NCCL failure" in line
+            or "Test CUDA failure" in line
+            or "Test failure" in line
+            or "Invalid number of GPUs" in line
+        ):
             failures.append(line.strip())
             continue
         if line.lstrip().startswith("#"):
@@ -355,10 +370,20 @@ def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
             raise ParseError(f"{source}: line {n}: size {row.size} does not grow after {rows[-1].size}")
         rows.append(row)
     if failures:
-        raise ParseError(
-            f"{source}: the test aborted: {failures[0]}",
-            hint="read the NCCL/CUDA error in the log; run with NCCL_DEBUG=INFO for the cause",
-        )
+        low = failures[0].lower()
+        if "out of memory" in low:
+            hint = (
+                "the GPUs had no room for the test's buffers: another process holds their memory "
+                "(nvidia-smi lists it): stop it, or ask for a machine whose GPUs are free"
+            )
+        elif "invalid number of gpus" in low or "no cuda-capable device" in low or "invalid device" in low:
+            hint = (
+                "the test could not see every GPU nvidia-smi lists: unset CUDA_VISIBLE_DEVICES (or "
+                "NVIDIA_VISIBLE_DEVICES in a container) so that all of them are visible"
+            )
+        else:
+            hint = "read the NCCL/CUDA error in the log; run with NCCL_DEBUG=INFO for the cause"
+        raise ParseError(f"{source}: the test aborted: {failures[0]}", hint=hint)
     if not rows:
         raise ParseError(
             f"{source}: no result rows — the log is truncated or the test never ran",
@@ -409,3 +434,156 @@ def format_bytes(n: int) -> str:
         if n >= div:
             return f"{n / div:.1f} {unit}" if n % div else f"{n // div} {unit}"
     return f"{n} B"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# -----
+# the kernel log: NVIDIA Xid events
+
+#: Xid codes that mean the hardware (or the driver's hold on it) is degraded, from NVIDIA's Xid catalog: ECC
+#: double-bit/uncontained errors and failed remapping (48, 63, 64, 92, 94, 95, 140), the GPU fallen off the
+#: bus or needing a reset (79, 154), NVLink/C2C/NVSwitch link errors (74, 121, 144–150), GSP and
+#: micro-controller failures (61, 62, 119, 120, 143). Other codes (13 graphics exception, 31 MMU fault,
+#: 43 a stopped channel, 45 a killed context …) are usually an application's own error: a warning.
+HARDWARE_XIDS: dict[int, str] = {
+    48: "double-bit ECC error",
+    61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt",
+    63: "ECC page retirement / row remapping event",
+    64: "ECC page retirement / row remapping failure",
+    74: "NVLink error",
+    79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate",
+    94: "contained ECC error",
+    95: "uncontained ECC error",
+    119: "GSP RPC timeout",
+    120: "GSP error",
+    121: "C2C link error",
+    140: "unrecovered ECC error",
+    143: "GPU initialization failure",
+    144: "NVLink error",
+    145: "NVLink error",
+    146: "NVLink error",
+    147: "NVLink error",
+    148: "NVLink error",
+    149: "NVLink error",
+    150: "NVLink error",
+    154: "GPU recovery action: reset or reboot needed",
+}
+_XID_RE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\)"
+    r":\s*(?P<code>\d+)\s*,?\s*(?P<rest>.*)$"
+)
+
+
+_SXID_RE = re.compile(
+    r"SXid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\)"
+    r":\s*(?P<code>\d+)\s*,\s*(?P<rest>.*)$"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class XidEvent:
+    bus: str  #: ``0000:3b:00`` as the kernel prints it
+    code: int
+    text: str  #: the rest of the line
+    #: an NVSwitch's SXid (``nvidia-nvswitch0: SXid (PCI:…): 20034, Fatal, Link 30 …``), not a GPU's Xid
+    switch: bool = False
+
+    @property
+    def hardware(self) -> bool:
+        if self.switch:  # the fabric manager's words: "Fatal" errors take NVLinks down, "Non-fatal" recover
+            return self.text.lower().startswith("fatal")
+        return self.code in HARDWARE_XIDS
+
+    @property
+    def meaning(self) -> str:
+        if self.switch:
+            return "fatal NVSwitch error" if self.hardware else "non-fatal NVSwitch error"
+        return HARDWARE_XIDS.get(self.code, "usually an application error")
+
+    @property
+    def label(self) -> str:
+        return f"{'SXid' if self.switch else 'Xid'} {self.code} ({self.meaning})"
+
+    def matches(self, bus_id: str | None) -> bool:
+        """Whether nvidia-smi's ``00000000:3B:00.0`` is this event's GPU (the bus and device, any domain
+        width)."""
+        if not bus_id:
+            return False
+        mine = self.bus.lower().split(":")[-2:]
+        theirs = bus_id.lower().split(".")[0].split(":")[-2:]
+        return mine == theirs
+
+
+def parse_xid(text: str) -> list[XidEvent]:
+    """Every ``NVRM: Xid (PCI:0000:3b:00): 79, pid=…, GPU has fallen off the bus.`` line of a kernel log
+    (dmesg or journalctl -k), and every NVSwitch ``SXid (PCI:0000:05:00.0): 20034, Fatal, …`` line; other
+    lines are ignored."""
+    events = []
+    for line in text.splitlines():
+        m = _XID_RE.search(line)
+        switch = m is None
+        m = m or _SXID_RE.search(line)
+        if m:
+            events.append(
+                XidEvent(
+                    bus=m.group("bus"), code=int(m.group("code")), text=m.group("rest").strip(), switch=switch
+                )
+            )
+    return events
+
+
+# ----------------------------------------------------------------------------------------------------------
+# -----
+# nvidia-smi nvlink -s
+
+_NVLINK_GPU_RE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: [^)]*\))?\s*$")
+_NVLINK_LINK_RE = re.compile(r"^\s+Link (?P<link>\d+): (?P<state>.+?)\s*$")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NvlinkState:
+    index: int
+    name: str
+    active: tuple[int, ...]  #: links with a speed (``Link 0: 26.562 GB/s``)
+    inactive: tuple[int, ...]  #: ``Link 3: <inactive>``
+
+
+def parse_nvlink_status(text: str, *, source: str = "nvidia-smi nvlink -s") -> list[NvlinkState]:
+    """Parse ``nvidia-smi nvlink -s``: a ``GPU i: NAME (UUID: …)`` line per GPU, then one ``Link n: …`` line
+    per NVLink (a speed, or ``<inactive>``). A GPU without NVLink has no link lines; a single-GPU PCIe host
+    prints nothing."""
+    states: list[NvlinkState] = []
+    current: tuple[int, str] | None = None
+    active: list[int] = []
+    inactive: list[int] = []
+
+    def flush() -> None:
+        if current is not None:
+            states.append(
+                NvlinkState(index=current[0], name=current[1], active=tuple(active), inactive=tuple(inactive))
+            )
+
+    for n, line in enumerate(strip_ansi(text).splitlines(), start=1):
+        if not line.strip():
+            continue
+        if m := _NVLINK_GPU_RE.match(line):
+            flush()
+            current, active, inactive = (int(m.group("index")), m.group("name")), [], []
+            continue
+        link = _NVLINK_LINK_RE.match(line)
+        if link is None or current is None:
+            raise ParseError(
+                f"{source}: line {n} is neither a GPU nor a link line: {line.strip()!r}",
+                hint="run `nvidia-smi nvlink -s` by hand: it prints 'GPU 0: …' and '\\t Link 0: 26.562 GB/s'",
+            )
+        state = link.group("state").lower()
+        if "inactive" in state or "down" in state or "disabled" in state:
+            inactive.append(int(link.group("link")))
+        elif re.search(r"\d", state):
+            active.append(int(link.group("link")))
+        else:
+            raise ParseError(f"{source}: line {n}: unknown link state {link.group('state')!r}")
+    flush()
+    return states

@@ -65,6 +65,20 @@ def verdict_of(
     return PASSED, why
 
 
+def verdict_fix(verdict: str, why: str) -> str:
+    """What to do about a verdict that is not "passed": a failure's fixes are in report.md; a run that
+    proved nothing says how to get a run that can."""
+    if verdict == NOT_VALIDATED and "left out" in why:
+        return "run it without -k: only a run of every check can pass"
+    if verdict == NOT_VALIDATED:
+        return (
+            "run it where the GPUs are and can be seen: on the GPU host (local:// there, or "
+            "ssh://USER@HOST), or `imagesmith validate IMAGE` there (it gives the container the GPUs); "
+            "`nvidia-smi` must list them on the target"
+        )
+    return "every failure in report.md says what is wrong and what to do"
+
+
 def _by_name(checks: list[CheckOutcome], name: str) -> CheckOutcome | None:
     return next((c for c in checks if c.name == name), None)
 
@@ -152,6 +166,9 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
     L.append("")
     L.append(f"**Verdict: {report['verdict']}** — {report['verdict_reason']}.")
     L.append("")
+    if report["verdict"] == NOT_VALIDATED:
+        L.append(f"**What to do:** {verdict_fix(report['verdict'], report['verdict_reason'])}.")
+        L.append("")
     L.append(f"- target: `{report['target']}`")
     L.append(f"- started: {report['started']}, suite wall time {report['duration_s']} s")
     rec = _by_name(checks, "test_record_stack")
@@ -220,9 +237,10 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
         for j in perf_rows:
             exp = "none" if j.get("expected") is None else f"{j['expected']:.4g}"
             ratio = "" if j.get("ratio") is None else f"{j['ratio']:.2f}"
+            measured = "not measured" if j.get("measured") is None else f"{j['measured']:.4g}"
             src = f"{j.get('kind') or 'no baseline'}: {j.get('source', '')}".replace("|", "/")
             L.append(
-                f"| {j.get('where')} | {j.get('figure')} | {j.get('measured', 0):.4g} | {exp} | {ratio} | "
+                f"| {j.get('where')} | {j.get('figure')} | {measured} | {exp} | {ratio} | "
                 f"{j.get('verdict')} | {src} |"
             )
     rounds = nccl.figures.get("rounds", []) if nccl else []

@@ -156,8 +156,10 @@ def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, 
     report_dir = Path(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     report_json = report_dir / "report.json"
-    if report_json.exists():
-        report_json.unlink()
+    # an earlier run's verdict never stands beside this one: a suite that dies (OOM-killed, a crash) writes
+    # no report, and a "PASSED" report.md left from before would contradict the exit code
+    for stale in (report_json, report_dir / "report.md"):
+        stale.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="imagesmith-validate-") as tmp:
         ini = Path(tmp) / "pytest.ini"
         ini.write_text("[pytest]\n")

@@ -37,6 +37,10 @@ GPU_CHECKS = {
     "test_ecc_errors",
     "test_mig",
     "test_power_limit",
+    "test_gpu_health",
+    "test_kernel_xid",
+    "test_nvlink_links",
+    "test_gpus_on_the_pci_bus",
     "test_topology",
     "test_torch_sees_all_gpus",
     "test_cuda_kernel",
@@ -160,7 +164,7 @@ def test_suite_runs_over_ssh(sshd: Sshd, run_cli: Any, tmp_path: Path) -> None:
     assert report["options"]["ssh_identity_file"] == str(sshd.identity)
     checks = {c["name"]: c for c in report["checks"]}
     # 22 + the interactive flavor's 3 (skipped here: this host is no interactive image)
-    assert len(checks) == 25, sorted(checks)
+    assert len(checks) == 29, sorted(checks)
     for name in GPU_CHECKS:
         assert checks[name]["status"] == "skipped", (name, checks[name])
         assert checks[name]["message"].startswith("no GPU visible"), checks[name]["message"]

@@ -45,7 +45,7 @@ def test_expected_gpu_model_memory_form() -> None:
     assert gpu_mismatches("H200", h200) == []
     assert gpu_mismatches("H200 141GB SXM", h200) == []
     a100_40 = gpu("NVIDIA A100-SXM4-40GB", 40960)
-    assert gpu_mismatches("A100 80GB", a100_40) == ["40.0 GiB of memory, expected 80GB"]
+    assert gpu_mismatches("A100 80GB", a100_40) == ["40.0 GiB (42.9 GB) of memory, expected 80GB"]
     pcie = gpu("NVIDIA A100-PCIE-80GB", 81920)
     assert gpu_mismatches("A100 80GB", pcie) == []
     assert gpu_mismatches("A100 80GB SXM", pcie) == ["a PCIe card ('NVIDIA A100-PCIE-80GB'), expected SXM"]

@@ -65,11 +65,18 @@ def test_torch_sees_all_gpus(
             "(--gpus all)",
         )
     want = ctx.options.expect_count
-    if want is not None and cvd is not None and (cuda.get("count") or 0) < want:
+    seen = cuda.get("count") or 0
+    if cvd is not None and (seen < len(gpus) or (want is not None and seen < want)):
+        # the host is validated as a whole: the multi-GPU checks (all_reduce_perf -g N, DDP on N ranks)
+        # use every GPU nvidia-smi lists, which CUDA cannot reach through this CUDA_VISIBLE_DEVICES
+        of = f"the {want} GPUs expected (--expect-count)" if want is not None else f"the {len(gpus)} GPUs"
         fail(
-            f"torch sees {cuda.get('count')} of the {want} GPUs expected (--expect-count): "
-            f"CUDA_VISIBLE_DEVICES={cvd!r} hides the others from every CUDA program",
-            "unset CUDA_VISIBLE_DEVICES (or list every GPU in it) where the machine or container sets it",
+            f"torch sees {seen} of {of if want is not None else of + ' nvidia-smi shows'}: "
+            f"CUDA_VISIBLE_DEVICES={cvd!r} hides the others "
+            "from every CUDA program",
+            "unset CUDA_VISIBLE_DEVICES (or list every GPU in it) where the machine or container sets it; "
+            "to validate some GPUs of a host, give a container only those (docker run --gpus "
+            "'\"device=0,1\"' …) and validate it as docker://NAME",
         )
     missing_arch = [d for d in cuda.get("devices", []) if d.get("arch_in_wheel") is False]
     if missing_arch:

@@ -95,11 +95,15 @@ def test_nccl_allreduce(
     ctx: Context,
     check: CheckRecord,
     multi_gpus: list[Gpu],
-    versions: dict[str, Any],
-    nccl_binary: str,
-    nccl_env: dict[str, str],
     topology: tuple[TopoMatrix, P2PMatrix | None],
+    request: pytest.FixtureRequest,
 ) -> None:
+    # looked up only now: pytest sets session/module-scoped fixtures up before function-scoped ones, so
+    # asking for them in the signature failed a one-GPU host on a missing all_reduce_perf (or torch) before
+    # `multi_gpus` could skip the check ("needs at least 2 GPUs")
+    versions: dict[str, Any] = request.getfixturevalue("versions")
+    nccl_binary: str = request.getfixturevalue("nccl_binary")
+    nccl_env: dict[str, str] = request.getfixturevalue("nccl_env")
     o = ctx.options
     link = weakest_link(topology[0])
     model = " + ".join(sorted({g.name for g in multi_gpus if g.name}))
