@@ -125,6 +125,47 @@ def test_auto_picks_the_distros_toolkit_and_explains(tmp_path: Path) -> None:
     assert "nvidia-nccl-cu12==" in render_cell_files(cell)["builder-requirements.txt"]
 
 
+def test_trixie_builder_installs_the_cccl_headers_cuda_12_4_includes(tmp_path: Path) -> None:
+    """trixie's nvidia-cuda-dev 12.4 cuda_fp16.h includes <nv/target>, which Debian packages apart (CCCL's
+    libcu++-dev, main): without it the real build failed at `nv/target: No such file or directory`."""
+    trixie = compat.distro_toolkit("debian13")
+    assert trixie is not None
+    assert (trixie.release, trixie.cuda, trixie.host_cxx, trixie.max_arch) == ("trixie", "12.4", "g++-13", 90)
+    assert trixie.header_packages == ("libcu++-dev",)
+    assert "Built for real" in trixie.source
+    args = {"torch": "2.6.0", "variant": "cu124", "os": "debian13", "image": "debian:trixie"}
+    locks = tmp_path / "locks"
+    locks.mkdir()  # trixie's python3 is 3.13: the py3.12 pins stand in (the builder stage uses only NCCL's)
+    shutil.copy(PROJECT.locks_dir / "2.6.0-cu124-py3.12.txt", locks / "2.6.0-cu124-py3.13.txt")
+    (cell,) = build_plan(_matrix(tmp_path, python="3.13", **args), lock_dir=locks).cells
+    assert (cell.nccl_toolkit, cell.builder_image) == ("distro", "debian:trixie")
+    text = render_cell_files(cell)["Dockerfile"]
+    assert "apt-get install -y --no-install-recommends make python3 python3-venv python3-pip " in text
+    assert "ca-certificates g++-13 libcu++-dev \\\n" in text
+    assert 'grep -F "release 12.4,"' in text
+    assert "ENV CXX=g++-13" in text
+    # bookworm's CUDA 11.8 headers include no CCCL header: its builder stays as built
+    bookworm = compat.distro_toolkit("debian12")
+    assert bookworm is not None
+    assert bookworm.header_packages == ()
+
+
+@pytest.mark.parametrize("value", ["libcu++-dev", [""], [1]])
+def test_toolkits_header_packages_must_be_a_list_of_names(
+    value: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = compat._load("toolkits.toml")
+    data = {**real, "distro": [{**real["distro"][0], "header_packages": value}]}
+    monkeypatch.setattr(compat, "_load", lambda name: data if name == "toolkits.toml" else real)
+    compat.distro_toolkits.cache_clear()
+    try:
+        with pytest.raises(compat.DataError, match="debian12: `header_packages` must be a list of package"):
+            compat.distro_toolkits()
+    finally:
+        monkeypatch.undo()
+        compat.distro_toolkits.cache_clear()
+
+
 def test_gpus_newer_than_the_distros_nvcc_get_ptx(tmp_path: Path) -> None:
     assert nvcc_gencode(["8.0", "10.0", "12.0"], max_arch=90) == (
         "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=compute_90"
