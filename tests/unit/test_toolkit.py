@@ -10,10 +10,13 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from imagesmith import compat
+from imagesmith import plan as plan_module
+from imagesmith.errors import MatrixError
 from imagesmith.matrix import Matrix, load_matrix
 from imagesmith.model import BuildPlan
 from imagesmith.plan import build_plan, nvcc_gencode
@@ -188,10 +191,23 @@ def test_a_toolkit_newer_than_the_cell_is_never_used(tmp_path: Path) -> None:
     args = {"torch": "2.3.1", "variant": "cu118", "os": "debian13", "image": "debian:trixie"}
     reason = _reason(build_plan(_matrix(tmp_path, **args)))
     assert "wheels carry no nvcc" in reason
+    assert "debian13 (trixie) carries CUDA 12.4, newer than the cell's 11.8" in reason  # why not trixie's
     assert 'add "11.8" to base.devel_images' in reason  # both fixes named
-    assert "debian12 (bookworm: CUDA 11.8)" in reason
+    # only the releases whose toolkit a CUDA 11.8 cell may use (not trixie's 12.4 nor noble's 12.0)
+    assert reason.endswith(
+        "no newer than CUDA 11.8: base.os = 'debian12' (bookworm: CUDA 11.8), base.os = 'ubuntu22.04' "
+        "(jammy: CUDA 11.5)"
+    )
     reason = _reason(build_plan(_matrix(tmp_path, toolkit="distro", **args)))
     assert "debian13 (trixie) carries CUDA 12.4, newer than the cell's 11.8" in reason
+    assert "'debian13'" not in reason
+    assert "'ubuntu24.04'" not in reason
+    # a CUDA older than every release's toolkit: no base to name, the devel image is the fix
+    fixes = plan_module._toolkit_fixes(_matrix(tmp_path, **args), "11.4")
+    assert fixes == (
+        'add "11.4" to base.devel_images (an nvidia/cuda:11.4.x-devel image you can pull): no other release '
+        "in imagesmith/data/toolkits.toml carries an nvidia-cuda-toolkit no newer than CUDA 11.4"
+    )
     # auto falls back to the devel image where the matrix names one
     dev = '"11.8" = "nvidia/cuda:11.8.0-devel-ubuntu22.04"'
     (cell,) = build_plan(_matrix(tmp_path, devel_images=dev, **args)).cells
@@ -202,6 +218,12 @@ def test_a_toolkit_newer_than_the_cell_is_never_used(tmp_path: Path) -> None:
 def test_explicit_toolkits(tmp_path: Path) -> None:
     reason = _reason(build_plan(_matrix(tmp_path, torch="2.5.1", variant="cu124", toolkit="pip")))
     assert "CUDA 12.4 pip wheels carry no nvcc" in reason
+    # the base's own release fits: the reason says so (the shortest fix), then the other two
+    assert (
+        "debian12 (bookworm) carries CUDA 11.8, which nccl_tests.toolkit = 'distro' (or 'auto') uses"
+        in reason
+    )
+    assert 'add "12.4" to base.devel_images' in reason
     reason = _reason(build_plan(_matrix(tmp_path, torch="2.5.1", variant="cu124", toolkit="devel-image")))
     assert "asks for an nvidia/cuda devel image" in reason
     assert 'add "12.4" to base.devel_images' in reason
@@ -213,6 +235,46 @@ def test_explicit_toolkits(tmp_path: Path) -> None:
     assert "ARG BUILDER_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04" in text
     assert "ENV CUDA_HOME=/usr/local/cuda" in text
     assert "apt-mirror.sh components" not in text
+
+
+@pytest.mark.parametrize("image", ["debian:trixie", "docker.io/library/debian:bookworm", "ubuntu"])
+def test_toolkit_base_on_a_plain_os_image_is_dropped_with_the_fix(tmp_path: Path, image: str) -> None:
+    """toolkit 'base' means the base image brings nvcc and NCCL; the plain OS images imagesmith scaffolds on
+    bring neither, so the build could only fail (at the builder's first RUN): dropped at plan time."""
+    args = {"torch": "2.5.1", "variant": "cu124", "image": image}
+    reason = _reason(build_plan(_matrix(tmp_path, toolkit="base", **args)))
+    assert f"nccl_tests.toolkit = 'base': base.image {image} is the plain " in reason
+    assert "carries no CUDA toolkit (/usr/local/cuda) and no NCCL" in reason
+    assert "Use toolkit 'auto'; debian12 (bookworm) carries CUDA 11.8" in reason
+    # an image of another repository (a vendor's CUDA + torch image) keeps toolkit 'base'
+    (cell,) = build_plan(
+        _matrix(
+            tmp_path, toolkit="base", torch="2.5.1", variant="cu124", image="nvcr.io/nvidia/pytorch:24.05-py3"
+        )
+    ).cells
+    assert (cell.nccl_toolkit, cell.builder_image) == ("base", "nvcr.io/nvidia/pytorch:24.05-py3")
+
+
+def test_build_refuses_a_matrix_that_plans_no_cell(tmp_path: Path, run_cli: Any) -> None:
+    """Every combination dropped: `build` exits 2 naming the reason and the fix, and builds nothing (it
+    used to print an empty table and exit 0)."""
+    _matrix(tmp_path, torch="2.3.1", variant="cu118", os="debian13", image="debian:trixie")
+    out = run_cli("-C", str(PROJECT.root), "build", "--matrix", str(tmp_path / "tk.toml"))
+    assert out.exit_code == 2, out.stderr
+    text = " ".join(out.stderr.split())
+    assert "no cell to build, every combination is dropped: 2.3.1-cu118-py3.11-runtime-debian13:" in text
+    assert "debian13 (trixie) carries CUDA 12.4, newer than the cell's 11.8" in text
+    assert "imagesmith plan --matrix" in text
+    assert "--explain` lists every dropped combination" in text
+    assert "Traceback" not in out.stderr
+
+
+def test_unknown_toolkit_value_lists_every_value(tmp_path: Path) -> None:
+    with pytest.raises(MatrixError) as exc:
+        _matrix(tmp_path, torch="2.5.1", variant="cu124", toolkit="nvhpc")
+    assert "nccl_tests.toolkit: unknown value 'nvhpc'" in exc.value.message
+    assert exc.value.hint.startswith("one of: auto (picks per cell")
+    assert "base, pip, distro, devel-image" in exc.value.hint
 
 
 def test_devel_flavor_with_the_distro_toolkit(tmp_path: Path) -> None:
