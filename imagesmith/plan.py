@@ -127,7 +127,8 @@ def _distro_note(tk: compat.DistroToolkit, cuda: str, ccs: Iterable[str]) -> str
     if not tk.verified:
         note += (
             f"; the {tk.release} row of imagesmith/data/toolkits.toml was read from the distribution's "
-            "package pages, not checked with apt"
+            "package pages, not checked with apt (should its builder stage fail, set nccl_tests.toolkit = "
+            f"'devel-image' with \"{cuda}\" in base.devel_images, and correct the row)"
         )
     above = sorted({int(_arch_digits(c)) for c in ccs if int(_arch_digits(c)) > tk.max_arch})
     if above:

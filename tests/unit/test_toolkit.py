@@ -153,6 +153,19 @@ def test_trixie_builder_installs_the_cccl_headers_cuda_12_4_includes(tmp_path: P
     assert bookworm.header_packages == ()
 
 
+def test_every_cuda_12_row_installs_libcuxx_for_nv_target() -> None:
+    """CUDA 12.x's cuda_fp16.hpp / cuda_bf16.hpp include <nv/target> (CUDA 11.8's do not), which Debian and
+    Ubuntu package apart from nvidia-cuda-dev: every CUDA >= 12 row must install libcu++-dev, else nccl-tests
+    fails at its first .cu file (as trixie's did, built for real)."""
+    for tk in compat.distro_toolkits():
+        if int(tk.cuda.split(".")[0]) >= 12:
+            assert "libcu++-dev" in tk.header_packages, tk.os
+    (cell, *_) = build_plan(load_matrix("rtx4090", project=PROJECT)).cells  # noble's CUDA 12.0
+    assert cell.distro_toolkit is not None
+    assert cell.distro_toolkit.release == "noble"
+    assert " g++-12 libcu++-dev \\\n" in render_cell_files(cell)["Dockerfile"]
+
+
 @pytest.mark.parametrize("value", ["libcu++-dev", [""], [1]])
 def test_toolkits_header_packages_must_be_a_list_of_names(
     value: object, monkeypatch: pytest.MonkeyPatch
@@ -311,6 +324,9 @@ def test_h100_on_jammy_gets_ptx_and_says_so() -> None:
     assert "jammy row of imagesmith/data/toolkits.toml was read from the distribution's package pages" in (
         cell.toolkit_note
     )
+    # an unverified row says what to do should it not build
+    assert "should its builder stage fail, set nccl_tests.toolkit = 'devel-image'" in cell.toolkit_note
+    assert f'with "{cell.cuda}" in base.devel_images, and correct the row' in cell.toolkit_note
     assert cell.nvcc_gencode == "-gencode=arch=compute_86,code=compute_86"
 
 
