@@ -84,6 +84,7 @@ def imagesmith(checkout: Path, env: dict[str, str], *args: str) -> str:
     proc = subprocess.run(
         [sys.executable, "-m", "imagesmith", *args],
         env={**env, "PYTHONPATH": str(checkout)},
+        cwd=checkout,  # `python -m` puts the working directory first on sys.path: it must be the checkout
         capture_output=True,
         text=True,
         check=False,
@@ -150,11 +151,18 @@ def main() -> None:
                 subprocess.run(
                     [sys.executable, "-c", STAGE, str(copy), str(tmp / f"stage-{label}")],
                     env={**env, "PYTHONPATH": str(checkout)},
+                    cwd=checkout,
                     capture_output=True,
                     text=True,
                     check=True,
                 ).stdout
             )
+            first_copy = next(
+                line
+                for line in (Path(staged["B"]["context"]) / "Dockerfile").read_text().splitlines()
+                if line.startswith("COPY")
+            )
+            print(f"{label:8} templates: builder stage's first {first_copy!r}", flush=True)
             req = Path(staged["B"]["context"]) / "builder-requirements.txt"
             req.write_text(req.read_text() + f"# bench run {uuid.uuid4().hex}\n")
             for name, no_cache in (("A", True), ("B", False)):

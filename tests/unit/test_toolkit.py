@@ -386,3 +386,27 @@ def test_mirror_script_components_mode(plain_dir: Path) -> None:
     assert "main non-free" in (etc / "sources.list").read_text()
     run("restore")
     assert (etc / "sources.list").read_text() == one
+
+
+def test_builder_os_layers_come_before_the_pip_pins() -> None:
+    """In every committed Dockerfile's nccl-tests stage, the OS packages (and the distro toolkit's ~1 GB
+    unpack) come before anything that differs with the cell's pip pins or torch index
+    (builder-requirements.txt, TORCH_INDEX_URL, IMAGESMITH_PIP_INDEX_URL): cells that differ only there share
+    those layers in the build cache (docs/benchmarks.md, "Builder stage: OS layers shared across NCCL
+    pins")."""
+    seen = 0
+    for dockerfile in sorted(PROJECT.dockerfiles_dir.glob("*/*/Dockerfile")):
+        stage = dockerfile.read_text().split(" AS nccl-tests\n", 1)[1].split("\nFROM ", 1)[0]
+        lines = stage.splitlines()
+        apt = [i for i, line in enumerate(lines) if "apt-get install" in line]
+        pins = [
+            i
+            for i, line in enumerate(lines)
+            if line.startswith("COPY builder-requirements.txt")
+            or line.startswith(("ARG TORCH_INDEX_URL", "ARG IMAGESMITH_PIP_INDEX_URL"))
+        ]
+        if apt:
+            seen += 1
+            assert pins, dockerfile
+            assert max(apt) < min(pins), (dockerfile, lines[min(pins)])
+    assert seen >= 10
