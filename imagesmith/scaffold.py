@@ -63,7 +63,11 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
     if base_image is not None and not any(b.image == base_image for b in bases):
         raise ConfigError(
             f"--base {base_image!r} is not a base imagesmith can scaffold",
-            hint="one of: " + ", ".join(b.image for b in bases),
+            hint="one of: "
+            + ", ".join(b.image for b in bases)
+            + "; for another base, scaffold on the nearest one, then set [base] os, image and python in the "
+            "matrix and run `imagesmith lock` (docs/project.md; which OS releases carry a CUDA toolkit for "
+            "nccl-tests: imagesmith/data/toolkits.toml)",
         )
     keys = [k for k in reference_lock_keys() if k.torch != "suite"]
     rejected: list[tuple[Version, str]] = []
