@@ -1639,6 +1639,10 @@ class DistroToolkit:
     toolkit_package: str
     nvvm_package: str
     dev_package: str
+    #: installed with the builder's make/g++ (apt-get install, small, header-only): what the -dev package's
+    #: CUDA headers include but the distribution packages apart (CCCL's libcu++-dev: trixie's CUDA 12.4
+    #: cuda_fp16.h includes <nv/target>)
+    header_packages: tuple[str, ...]
     verified: bool
     source: str
 
@@ -1674,11 +1678,22 @@ def distro_toolkits() -> tuple[DistroToolkit, ...]:
                 toolkit_package=text("toolkit_package"),
                 nvvm_package=text("nvvm_package"),
                 dev_package=text("dev_package"),
+                header_packages=_header_packages(name, table, row),
                 verified=bool(_field(name, table, row, "verified", bool)),
                 source=row["source"],
             )
         )
     return tuple(out)
+
+
+def _header_packages(name: str, table: str, row: Mapping[str, Any]) -> tuple[str, ...]:
+    value = row.get("header_packages", [])
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise DataError(
+            f"imagesmith/data/{name}: [[{table}]] {row.get('os')}: `header_packages` must be a list of "
+            f"package names, got {value!r}"
+        )
+    return tuple(value)
 
 
 def distro_toolkit(os_tag: str) -> DistroToolkit | None:

@@ -40,6 +40,7 @@ from imagesmith.model import (
     NcclToolkit,
     PythonSource,
 )
+from imagesmith.refs import DOCKER_HUB, ImageRef
 from imagesmith.templating import render_cell_files
 from imagesmith.wheelsizes import read_sizes
 
@@ -126,7 +127,8 @@ def _distro_note(tk: compat.DistroToolkit, cuda: str, ccs: Iterable[str]) -> str
     if not tk.verified:
         note += (
             f"; the {tk.release} row of imagesmith/data/toolkits.toml was read from the distribution's "
-            "package pages, not checked with apt"
+            "package pages, not checked with apt (should its builder stage fail, set nccl_tests.toolkit = "
+            f"'devel-image' with \"{cuda}\" in base.devel_images, and correct the row)"
         )
     above = sorted({int(_arch_digits(c)) for c in ccs if int(_arch_digits(c)) > tk.max_arch})
     if above:
@@ -141,11 +143,46 @@ def _distro_note(tk: compat.DistroToolkit, cuda: str, ccs: Iterable[str]) -> str
 
 
 def _toolkit_fixes(matrix: Matrix, cuda: str) -> str:
-    """How to give a CUDA < 13 cell a toolkit: both fixes, for drop reasons."""
-    releases = ", ".join(f"{t.os} ({t.release}: CUDA {t.cuda})" for t in compat.distro_toolkits())
+    """How to give a CUDA < 13 cell a toolkit: both fixes, for drop reasons. Only the releases whose
+    toolkit a cell of *cuda* may use are named (one no newer than *cuda*)."""
+    fits = [t for t in compat.distro_toolkits() if t.serves(cuda) and t.os != matrix.base.os]
+    devel = f'add "{cuda}" to base.devel_images (an nvidia/cuda:{cuda}.x-devel image you can pull)'
+    if not fits:
+        return (
+            f"{devel}: no other release in imagesmith/data/toolkits.toml carries an nvidia-cuda-toolkit "
+            f"no newer than CUDA {cuda}"
+        )
     return (
-        f'add "{cuda}" to base.devel_images (an nvidia/cuda:{cuda}.x-devel image you can pull), or use a '
-        f"base whose release carries an nvidia-cuda-toolkit no newer than CUDA {cuda} ({releases})"
+        f"{devel}, or use a base whose release carries an nvidia-cuda-toolkit no newer than CUDA {cuda}: "
+        + ", ".join(f"base.os = {t.os!r} ({t.release}: CUDA {t.cuda})" for t in fits)
+    )
+
+
+def _plain_os_image(image: str) -> str | None:
+    """The OS repository (``debian``) when *image* is a plain OS image imagesmith scaffolds on (any tag of
+    a ``bases.toml`` image's repository, through any registry's docker.io path), else None."""
+    try:
+        ref = ImageRef.parse(image)
+    except ConfigError:
+        return None
+    plain = {ImageRef.parse(b.image).path for b in compat.os_bases()}
+    return ref.path.removeprefix("library/") if ref.path in plain and ref.registry == DOCKER_HUB else None
+
+
+def _own_toolkit(matrix: Matrix, cuda: str) -> str:
+    """What the matrix's base release carries, for drop reasons: why its toolkit was not used, or that it
+    would be (``toolkit = 'distro'``)."""
+    tk = compat.distro_toolkit(matrix.base.os)
+    if tk is None:
+        return f"imagesmith/data/toolkits.toml names no nvidia-cuda-toolkit for {matrix.base.os}"
+    if tk.serves(cuda):
+        return (
+            f"{matrix.base.os} ({tk.release}) carries CUDA {tk.cuda}, which nccl_tests.toolkit = 'distro' "
+            "(or 'auto') uses"
+        )
+    return (
+        f"{matrix.base.os} ({tk.release}) carries CUDA {tk.cuda}, newer than the cell's {cuda} (a static "
+        "cudart of it would need a newer driver than the cell's minimum)"
     )
 
 
@@ -250,27 +287,35 @@ def build_plan(
         toolkit: NcclToolkit
         distro_used: compat.DistroToolkit | None = None
         if requested == "base":
+            plain = _plain_os_image(matrix.base.image)
+            if plain is not None:
+                drop(
+                    f"nccl_tests.toolkit = 'base': base.image {matrix.base.image} is the plain {plain} OS "
+                    "image (imagesmith/data/bases.toml), which carries no CUDA toolkit (/usr/local/cuda) and "
+                    "no NCCL; toolkit 'base' is for a base image that brings its own (e.g. with torch.source "
+                    "= 'base'). Use toolkit "
+                    f"'auto'; {_own_toolkit(matrix, variant.cuda)}"
+                    + ("" if major >= 13 else "; " + _toolkit_fixes(matrix, variant.cuda))
+                )
+                continue
             toolkit, builder_image = "base", matrix.base.image
             note = "nccl-tests built with the base image's own CUDA toolkit (/usr/local/cuda)"
         elif requested == "pip" or (requested == "auto" and major >= 13):
             if major < 13:
                 drop(
                     f"nccl_tests.toolkit = 'pip': CUDA {variant.cuda} pip wheels carry no nvcc (only CUDA 13 "
-                    "and later ones do); use toolkit 'auto', or " + _toolkit_fixes(matrix, variant.cuda)
+                    f"and later ones do); {_own_toolkit(matrix, variant.cuda)}; "
+                    + _toolkit_fixes(matrix, variant.cuda)
                 )
                 continue
             toolkit, builder_image = "pip", matrix.base.image
             note = f"nccl-tests built with nvcc from the CUDA {variant.cuda} pip wheels on the plain base"
         elif requested == "distro" or (requested == "auto" and distro_fits):
             if distro is None or not distro_fits:
-                have = (
-                    f"{matrix.base.os} ({distro.release}) carries CUDA {distro.cuda}, newer than the cell's "
-                    f"{variant.cuda} (a static cudart of it would need a newer driver than the cell's "
-                    "minimum)"
-                    if distro is not None
-                    else f"imagesmith/data/toolkits.toml names no nvidia-cuda-toolkit for {matrix.base.os}"
+                drop(
+                    f"nccl_tests.toolkit = 'distro': {_own_toolkit(matrix, variant.cuda)}; "
+                    + _toolkit_fixes(matrix, variant.cuda)
                 )
-                drop(f"nccl_tests.toolkit = 'distro': {have}; " + _toolkit_fixes(matrix, variant.cuda))
                 continue
             toolkit, builder_image, distro_used = "distro", matrix.base.image, distro
             note = _distro_note(distro, variant.cuda, ccs)
@@ -279,7 +324,8 @@ def build_plan(
                 why = "asks for an nvidia/cuda devel image" if requested == "devel-image" else "is auto"
                 drop(
                     f"CUDA {variant.cuda} wheels carry no nvcc and nccl_tests.toolkit {why}: nccl-tests "
-                    "needs a toolkit; " + _toolkit_fixes(matrix, variant.cuda)
+                    f"needs a toolkit; {_own_toolkit(matrix, variant.cuda)}; "
+                    + _toolkit_fixes(matrix, variant.cuda)
                 )
                 continue
             toolkit, builder_image = "devel-image", devel_image

@@ -65,7 +65,11 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
     if base_image is not None and not any(b.image == base_image for b in bases):
         raise ConfigError(
             f"--base {base_image!r} is not a base imagesmith can scaffold",
-            hint="one of: " + ", ".join(b.image for b in bases),
+            hint="one of: "
+            + ", ".join(b.image for b in bases)
+            + "; for another base, scaffold on the nearest one, then set [base] os, image and python in the "
+            "matrix and run `imagesmith lock` (docs/project.md; which OS releases carry a CUDA toolkit for "
+            "nccl-tests: imagesmith/data/toolkits.toml)",
         )
     keys = [k for k in reference_lock_keys() if k.torch != "suite"]
     rejected: list[tuple[Version, str]] = []
@@ -97,12 +101,22 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
                 )
             )
             continue
-        if int(variant.cuda.split(".")[0]) < 13 and base.devel_image(variant.cuda) is None:
+        distro = compat.distro_toolkit(base.os)
+        if (
+            int(variant.cuda.split(".")[0]) < 13
+            and base.devel_image(variant.cuda) is None
+            and not (distro is not None and distro.serves(variant.cuda))
+        ):
+            own = (
+                f"{distro.release}'s nvidia-cuda-toolkit is CUDA {distro.cuda}, newer"
+                if distro is not None
+                else "no distribution toolkit"
+            )
             rejected.append(
                 (
                     Version(key.torch),
-                    f"torch {key.torch} {key.variant}: no known nvidia/cuda devel image for CUDA "
-                    f"{variant.cuda} on {base.image} (nccl-tests needs nvcc)",
+                    f"torch {key.torch} {key.variant}: no nvcc for CUDA {variant.cuda} on {base.image} "
+                    f"({own}; no known nvidia/cuda devel image; nccl-tests needs nvcc)",
                 )
             )
             continue
@@ -233,11 +247,13 @@ def project_files(
     coverage = "".join(f"#   {key}: {text}\n" for key, text in choice.coverage)
     passed = "".join(f"#   passed over: {p}\n" for p in choice.passed_over[:8])
     devel_image = choice.base.devel_image(choice.cuda) if int(choice.cuda.split(".")[0]) < 13 else None
-    devel = (
-        f'devel_images = {{ "{choice.cuda}" = "{devel_image}" }}   # builds nccl-tests (CUDA {choice.cuda} wheels carry no nvcc)\n'
-        if devel_image
-        else ""
+    distro = compat.distro_toolkit(choice.base.os)
+    what = (
+        f"devel cells start FROM it; nccl-tests builds with {distro.release}'s own CUDA {distro.cuda} toolkit"
+        if distro is not None and distro.serves(choice.cuda)
+        else f"builds nccl-tests (CUDA {choice.cuda} wheels carry no nvcc)"
     )
+    devel = f'devel_images = {{ "{choice.cuda}" = "{devel_image}" }}   # {what}\n' if devel_image else ""
     files: dict[str, str] = {}
     files[
         PROJECT_FILE

@@ -877,6 +877,8 @@ MATRIX: Schema = Schema(
                             "else base.devel_images), base (the base image's), pip, distro, devel-image"
                         ),
                         example='"auto"',
+                        hint="one of: auto (picks per cell; `imagesmith plan --explain` says which and why), "
+                        'base, pip, distro, devel-image (docs/matrix.md, "nccl-tests toolkit sources")',
                     ),
                 },
             ),

@@ -5,8 +5,10 @@
 #      tests/integration/test_validate_ssh.py runs an sshd of its own on 127.0.0.1)
 #   2. .venv with `pip install -e '.[dev]'`
 #   3. dockerd + two local registries (scripts/services.sh): plain 127.0.0.1:5000, htpasswd + TLS 127.0.0.1:5443
-#   4. the debian:bookworm base: debootstrap --variant=minbase (rootfs tarball cached) + docker import, pushed to
-#      the plain registry under the name imagesmith's registry-mirror map gives docker.io/library/debian:bookworm
+#   4. the debian:bookworm base (and debian:RELEASE for each --debian RELEASE, e.g. trixie for a Debian 13
+#      cell): debootstrap --variant=minbase (rootfs tarball cached) + docker import, pushed to the plain registry
+#      under the name imagesmith's registry-mirror map gives docker.io/library/debian:RELEASE
+#      (scripts/debian-base.sh, which also runs alone)
 #   5. the user config (~/.config/imagesmith/config.toml, only if absent): that mirror map, and the extra CA
 #      certificate given by --extra-ca FILE (default: $PIP_CERT when set, i.e. what this host's pip already trusts)
 #      and the TLS registry's test credentials in the docker config (as `docker login` does)
@@ -15,15 +17,14 @@
 #      the network when IMAGESMITH_SETUP_FETCH=network (GitHub-hosted CI), else the one command to run is
 #      printed (`imagesmith fetch-sources` where GitHub or a source mirror is reachable)
 #
-# usage: scripts/setup.sh [--extra-ca FILE] [--sources DIR] [--nccl-git DIR]
+# usage: scripts/setup.sh [--extra-ca FILE] [--sources DIR] [--nccl-git DIR] [--debian RELEASE]...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$PWD"
 
 STATE="${IMAGESMITH_STATE:-/var/lib/imagesmith-ci}"
-CACHE="${IMAGESMITH_SETUP_CACHE:-/var/cache/imagesmith-ci}"
 MIRROR_PREFIX=127.0.0.1:5000/hub
-BASE_REF="$MIRROR_PREFIX/library/debian:bookworm"
+DEBIAN_EXTRA=()
 EXTRA_CA="${PIP_CERT:-}"
 SOURCES_DIR="$REPO/../shared/sources"
 NCCL_GIT=""
@@ -34,7 +35,8 @@ while [[ $# -gt 0 ]]; do
     --extra-ca) EXTRA_CA="$2"; shift 2 ;;
     --sources) SOURCES_DIR="$2"; shift 2 ;;
     --nccl-git) NCCL_GIT="$2"; shift 2 ;;
-    *) echo "usage: $0 [--extra-ca FILE] [--sources DIR] [--nccl-git DIR]" >&2; exit 2 ;;
+    --debian) DEBIAN_EXTRA+=("$2"); shift 2 ;;
+    *) echo "usage: $0 [--extra-ca FILE] [--sources DIR] [--nccl-git DIR] [--debian RELEASE]..." >&2; exit 2 ;;
     esac
 done
 
@@ -126,31 +128,9 @@ if ! login_out="$(set -a; source "$STATE/test-env"; printf '%s' "$IMAGESMITH_TES
 fi
 log "docker login 127.0.0.1:5443 (test credentials of $STATE/test-env) in the docker config"
 
-# 4. base image ---------------------------------------------------------------------------------------------
-if curl -sf -o /dev/null -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
-    "http://127.0.0.1:5000/v2/hub/library/debian/manifests/bookworm"; then
-    log "base $BASE_REF already in the local registry"
-else
-    mkdir -p "$CACHE"
-    rootfs="$CACHE/debian-bookworm-minbase.tar"
-    if [[ ! -s $rootfs ]]; then
-        log "debootstrap --variant=minbase bookworm (once; cached in $rootfs)"
-        tmp="$(mktemp -d "$CACHE/rootfs.XXXXXX")"
-        if ! debootstrap --variant=minbase bookworm "$tmp/root" >"$CACHE/debootstrap.log" 2>&1; then
-            tail -n 20 "$CACHE/debootstrap.log" >&2
-            rm -rf "$tmp"
-            exit 1
-        fi
-        # like the official image: no downloaded .debs, no apt lists
-        rm -rf "$tmp/root/var/cache/apt/archives/"*.deb "$tmp/root/var/lib/apt/lists/"*
-        tar --numeric-owner -C "$tmp/root" -cf "$rootfs.part" .
-        mv "$rootfs.part" "$rootfs"
-        rm -rf "$tmp"
-    fi
-    log "docker import → $BASE_REF, push to the plain registry"
-    /usr/bin/docker import --change 'CMD ["bash"]' "$rootfs" "$BASE_REF" >/dev/null
-    /usr/bin/docker push -q "$BASE_REF" >/dev/null
-fi
+# 4. base images --------------------------------------------------------------------------------------------
+# debian:bookworm (and each --debian RELEASE): debootstrap + docker import + push (scripts/debian-base.sh)
+bash scripts/debian-base.sh bookworm "${DEBIAN_EXTRA[@]}"
 
 # 5. user config --------------------------------------------------------------------------------------------
 conf="${XDG_CONFIG_HOME:-$HOME/.config}/imagesmith/config.toml"

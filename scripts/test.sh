@@ -9,7 +9,9 @@ EXTRA_CA="${IMAGESMITH_TEST_EXTRA_CA:-${PIP_CERT:-}}"
 if [[ -z $EXTRA_CA ]] && command -v pip3 >/dev/null; then
     EXTRA_CA="$(pip3 config get global.cert 2>/dev/null || true)"
 fi
-setup_args=()
+# debian:trixie too: tests/integration/e2e/test_trixie_builder_stage.py builds the trixie toolkit row's builder
+# stage (debootstrap once, ~1 min, ~120 MB)
+setup_args=(--debian trixie)
 [[ -n $EXTRA_CA ]] && setup_args+=(--extra-ca "$EXTRA_CA")
 
 step() { printf '\n=== %s\n' "$*"; }

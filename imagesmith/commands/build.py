@@ -13,7 +13,7 @@ from rich.table import Table
 
 from imagesmith.commands import current_project, epilog
 from imagesmith.commands.plan import MATRIX_HELP
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, MatrixError
 
 
 def _human(n: int) -> str:
@@ -32,7 +32,7 @@ BUILD_EPILOG = epilog(
     ],
     [
         "0 = every cell built or skipped",
-        "2 = bad matrix, project or flags",
+        "2 = bad matrix, project or flags, or the matrix plans no cell (every combination dropped)",
         "3 = --only matched no cell",
         "5 = a build failed, no Docker engine, or a pinned source is not cached",
         "6 = a push failed",
@@ -47,7 +47,7 @@ FETCH_EPILOG = epilog(
     ],
     [
         "0 = every pinned archive cached, checksums good",
-        "2 = bad matrix, project or flags",
+        "2 = bad matrix, project or flags, or the matrix plans no cell (every combination dropped)",
         "5 = an archive could not be fetched or its sha256 differs",
     ],
 )
@@ -123,6 +123,14 @@ def build_command(
         )
     config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
     project, m, plan = load_plan(matrix, only)
+    if not plan.cells:
+        raise MatrixError(
+            f"matrix {m.name}: no cell to build, every combination is dropped: "
+            + "; ".join(f"{d.combination}: {d.reason}" for d in plan.dropped[:3])
+            + (f" (and {len(plan.dropped) - 3} more)" if len(plan.dropped) > 3 else ""),
+            hint=f"change the matrix as the reason says; `imagesmith plan --matrix {m.name} --explain` lists "
+            "every dropped combination",
+        )
     options = BuildOptions(
         push=push,
         force=force,

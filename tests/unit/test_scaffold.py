@@ -66,8 +66,10 @@ def test_nothing_fits_is_one_error_naming_why() -> None:
 
 
 def test_unknown_base_and_gpu_are_clear_errors() -> None:
-    with pytest.raises(ConfigError, match="not a base imagesmith can scaffold"):
-        choose(resolve_gpus(["h200"]), base_image="alpine:3")
+    with pytest.raises(ConfigError, match="not a base imagesmith can scaffold") as info:
+        choose(resolve_gpus(["h200"]), base_image="debian:trixie")
+    # the way to another base is named (trixie: its toolkit row exists, no reference lock has its python)
+    assert "set [base] os, image and python in the matrix and run `imagesmith lock`" in info.value.hint
     with pytest.raises(ConfigError):
         resolve_gpus(["h2000"])
 
@@ -243,3 +245,35 @@ def test_several_registries_push_once_and_copy(tmp_path: Path, run_cli: Callable
     assert bad.exit_code == 2
     assert "is not [http://]HOST[/NAMESPACE]" in bad.stderr
     assert not (tmp_path / "q").exists()
+
+
+def test_a_cuda_12_lock_on_a_base_whose_release_carries_a_toolkit_is_chosen(
+    tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    """bookworm names no nvidia/cuda devel image, but its own nvidia-cuda-toolkit 11.8 builds nccl-tests for
+    any CUDA >= 11.8 cell (toolkit auto): `init --base debian:bookworm` for a CUDA 12 driver scaffolds that
+    (smoke-cu12's combination) instead of refusing "no known nvidia/cuda devel image"."""
+    choice = choose(resolve_gpus(["a100"]), base_image="debian:bookworm", driver="550.54.15")
+    assert (choice.cuda, choice.lock.python, choice.base.os) == ("12.4", "3.11", "debian12")
+    root = tmp_path / "p"
+    out = run_cli("init", str(root), "--gpu", "a100", "--base", "debian:bookworm", "--driver", "550.54.15")
+    assert out.exit_code == 0, out.stderr
+    out = run_cli("-C", str(root), "plan", "--explain")
+    assert out.exit_code == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "nccl-tests built with Debian bookworm's nvidia-cuda-toolkit 11.8" in text
+    assert "dropped 0 combination(s)" in text
+    # a CUDA 11.8 driver: the cu118 lock, which bookworm's 11.8 toolkit serves too (no newer than the cell's)
+    old = choose(resolve_gpus(["a100"]), base_image="debian:bookworm", driver="520.61.05")
+    assert (old.cuda, old.base.os) == ("11.8", "debian12")
+
+
+def test_the_devel_images_comment_says_what_builds_nccl_tests(
+    tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    out = run_cli("init", str(tmp_path / "v"), "--gpu", "v100", "--no-render")
+    assert out.exit_code == 0, out.stderr
+    text = (tmp_path / "v" / "matrices" / "v100.toml").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("devel_images"))
+    # noble's CUDA 12.0 toolkit builds nccl-tests (auto); the devel image is for devel cells
+    assert "devel cells start FROM it; nccl-tests builds with noble's own CUDA 12.0 toolkit" in line

@@ -10,10 +10,13 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from imagesmith import compat
+from imagesmith import plan as plan_module
+from imagesmith.errors import MatrixError
 from imagesmith.matrix import Matrix, load_matrix
 from imagesmith.model import BuildPlan
 from imagesmith.plan import build_plan, nvcc_gencode
@@ -125,6 +128,60 @@ def test_auto_picks_the_distros_toolkit_and_explains(tmp_path: Path) -> None:
     assert "nvidia-nccl-cu12==" in render_cell_files(cell)["builder-requirements.txt"]
 
 
+def test_trixie_builder_installs_the_cccl_headers_cuda_12_4_includes(tmp_path: Path) -> None:
+    """trixie's nvidia-cuda-dev 12.4 cuda_fp16.h includes <nv/target>, which Debian packages apart (CCCL's
+    libcu++-dev, main): without it the real build failed at `nv/target: No such file or directory`."""
+    trixie = compat.distro_toolkit("debian13")
+    assert trixie is not None
+    assert (trixie.release, trixie.cuda, trixie.host_cxx, trixie.max_arch) == ("trixie", "12.4", "g++-13", 90)
+    assert trixie.header_packages == ("libcu++-dev",)
+    assert "Built for real" in trixie.source
+    args = {"torch": "2.6.0", "variant": "cu124", "os": "debian13", "image": "debian:trixie"}
+    locks = tmp_path / "locks"
+    locks.mkdir()  # trixie's python3 is 3.13: the py3.12 pins stand in (the builder stage uses only NCCL's)
+    shutil.copy(PROJECT.locks_dir / "2.6.0-cu124-py3.12.txt", locks / "2.6.0-cu124-py3.13.txt")
+    (cell,) = build_plan(_matrix(tmp_path, python="3.13", **args), lock_dir=locks).cells
+    assert (cell.nccl_toolkit, cell.builder_image) == ("distro", "debian:trixie")
+    text = render_cell_files(cell)["Dockerfile"]
+    assert "apt-get install -y --no-install-recommends make python3 python3-venv python3-pip " in text
+    assert "ca-certificates g++-13 libcu++-dev \\\n" in text
+    assert 'grep -F "release 12.4,"' in text
+    assert "ENV CXX=g++-13" in text
+    # bookworm's CUDA 11.8 headers include no CCCL header: its builder stays as built
+    bookworm = compat.distro_toolkit("debian12")
+    assert bookworm is not None
+    assert bookworm.header_packages == ()
+
+
+def test_every_cuda_12_row_installs_libcuxx_for_nv_target() -> None:
+    """CUDA 12.x's cuda_fp16.hpp / cuda_bf16.hpp include <nv/target> (CUDA 11.8's do not), which Debian and
+    Ubuntu package apart from nvidia-cuda-dev: every CUDA >= 12 row must install libcu++-dev, else nccl-tests
+    fails at its first .cu file (as trixie's did, built for real)."""
+    for tk in compat.distro_toolkits():
+        if int(tk.cuda.split(".")[0]) >= 12:
+            assert "libcu++-dev" in tk.header_packages, tk.os
+    (cell, *_) = build_plan(load_matrix("rtx4090", project=PROJECT)).cells  # noble's CUDA 12.0
+    assert cell.distro_toolkit is not None
+    assert cell.distro_toolkit.release == "noble"
+    assert " g++-12 libcu++-dev \\\n" in render_cell_files(cell)["Dockerfile"]
+
+
+@pytest.mark.parametrize("value", ["libcu++-dev", [""], [1]])
+def test_toolkits_header_packages_must_be_a_list_of_names(
+    value: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = compat._load("toolkits.toml")
+    data = {**real, "distro": [{**real["distro"][0], "header_packages": value}]}
+    monkeypatch.setattr(compat, "_load", lambda name: data if name == "toolkits.toml" else real)
+    compat.distro_toolkits.cache_clear()
+    try:
+        with pytest.raises(compat.DataError, match="debian12: `header_packages` must be a list of package"):
+            compat.distro_toolkits()
+    finally:
+        monkeypatch.undo()
+        compat.distro_toolkits.cache_clear()
+
+
 def test_gpus_newer_than_the_distros_nvcc_get_ptx(tmp_path: Path) -> None:
     assert nvcc_gencode(["8.0", "10.0", "12.0"], max_arch=90) == (
         "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=compute_90"
@@ -147,10 +204,23 @@ def test_a_toolkit_newer_than_the_cell_is_never_used(tmp_path: Path) -> None:
     args = {"torch": "2.3.1", "variant": "cu118", "os": "debian13", "image": "debian:trixie"}
     reason = _reason(build_plan(_matrix(tmp_path, **args)))
     assert "wheels carry no nvcc" in reason
+    assert "debian13 (trixie) carries CUDA 12.4, newer than the cell's 11.8" in reason  # why not trixie's
     assert 'add "11.8" to base.devel_images' in reason  # both fixes named
-    assert "debian12 (bookworm: CUDA 11.8)" in reason
+    # only the releases whose toolkit a CUDA 11.8 cell may use (not trixie's 12.4 nor noble's 12.0)
+    assert reason.endswith(
+        "no newer than CUDA 11.8: base.os = 'debian12' (bookworm: CUDA 11.8), base.os = 'ubuntu22.04' "
+        "(jammy: CUDA 11.5)"
+    )
     reason = _reason(build_plan(_matrix(tmp_path, toolkit="distro", **args)))
     assert "debian13 (trixie) carries CUDA 12.4, newer than the cell's 11.8" in reason
+    assert "'debian13'" not in reason
+    assert "'ubuntu24.04'" not in reason
+    # a CUDA older than every release's toolkit: no base to name, the devel image is the fix
+    fixes = plan_module._toolkit_fixes(_matrix(tmp_path, **args), "11.4")
+    assert fixes == (
+        'add "11.4" to base.devel_images (an nvidia/cuda:11.4.x-devel image you can pull): no other release '
+        "in imagesmith/data/toolkits.toml carries an nvidia-cuda-toolkit no newer than CUDA 11.4"
+    )
     # auto falls back to the devel image where the matrix names one
     dev = '"11.8" = "nvidia/cuda:11.8.0-devel-ubuntu22.04"'
     (cell,) = build_plan(_matrix(tmp_path, devel_images=dev, **args)).cells
@@ -161,6 +231,12 @@ def test_a_toolkit_newer_than_the_cell_is_never_used(tmp_path: Path) -> None:
 def test_explicit_toolkits(tmp_path: Path) -> None:
     reason = _reason(build_plan(_matrix(tmp_path, torch="2.5.1", variant="cu124", toolkit="pip")))
     assert "CUDA 12.4 pip wheels carry no nvcc" in reason
+    # the base's own release fits: the reason says so (the shortest fix), then the other two
+    assert (
+        "debian12 (bookworm) carries CUDA 11.8, which nccl_tests.toolkit = 'distro' (or 'auto') uses"
+        in reason
+    )
+    assert 'add "12.4" to base.devel_images' in reason
     reason = _reason(build_plan(_matrix(tmp_path, torch="2.5.1", variant="cu124", toolkit="devel-image")))
     assert "asks for an nvidia/cuda devel image" in reason
     assert 'add "12.4" to base.devel_images' in reason
@@ -172,6 +248,46 @@ def test_explicit_toolkits(tmp_path: Path) -> None:
     assert "ARG BUILDER_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04" in text
     assert "ENV CUDA_HOME=/usr/local/cuda" in text
     assert "apt-mirror.sh components" not in text
+
+
+@pytest.mark.parametrize("image", ["debian:trixie", "docker.io/library/debian:bookworm", "ubuntu"])
+def test_toolkit_base_on_a_plain_os_image_is_dropped_with_the_fix(tmp_path: Path, image: str) -> None:
+    """toolkit 'base' means the base image brings nvcc and NCCL; the plain OS images imagesmith scaffolds on
+    bring neither, so the build could only fail (at the builder's first RUN): dropped at plan time."""
+    args = {"torch": "2.5.1", "variant": "cu124", "image": image}
+    reason = _reason(build_plan(_matrix(tmp_path, toolkit="base", **args)))
+    assert f"nccl_tests.toolkit = 'base': base.image {image} is the plain " in reason
+    assert "carries no CUDA toolkit (/usr/local/cuda) and no NCCL" in reason
+    assert "Use toolkit 'auto'; debian12 (bookworm) carries CUDA 11.8" in reason
+    # an image of another repository (a vendor's CUDA + torch image) keeps toolkit 'base'
+    (cell,) = build_plan(
+        _matrix(
+            tmp_path, toolkit="base", torch="2.5.1", variant="cu124", image="nvcr.io/nvidia/pytorch:24.05-py3"
+        )
+    ).cells
+    assert (cell.nccl_toolkit, cell.builder_image) == ("base", "nvcr.io/nvidia/pytorch:24.05-py3")
+
+
+def test_build_refuses_a_matrix_that_plans_no_cell(tmp_path: Path, run_cli: Any) -> None:
+    """Every combination dropped: `build` exits 2 naming the reason and the fix, and builds nothing (it
+    used to print an empty table and exit 0)."""
+    _matrix(tmp_path, torch="2.3.1", variant="cu118", os="debian13", image="debian:trixie")
+    out = run_cli("-C", str(PROJECT.root), "build", "--matrix", str(tmp_path / "tk.toml"))
+    assert out.exit_code == 2, out.stderr
+    text = " ".join(out.stderr.split())
+    assert "no cell to build, every combination is dropped: 2.3.1-cu118-py3.11-runtime-debian13:" in text
+    assert "debian13 (trixie) carries CUDA 12.4, newer than the cell's 11.8" in text
+    assert "imagesmith plan --matrix" in text
+    assert "--explain` lists every dropped combination" in text
+    assert "Traceback" not in out.stderr
+
+
+def test_unknown_toolkit_value_lists_every_value(tmp_path: Path) -> None:
+    with pytest.raises(MatrixError) as exc:
+        _matrix(tmp_path, torch="2.5.1", variant="cu124", toolkit="nvhpc")
+    assert "nccl_tests.toolkit: unknown value 'nvhpc'" in exc.value.message
+    assert exc.value.hint.startswith("one of: auto (picks per cell")
+    assert "base, pip, distro, devel-image" in exc.value.hint
 
 
 def test_devel_flavor_with_the_distro_toolkit(tmp_path: Path) -> None:
@@ -208,6 +324,9 @@ def test_h100_on_jammy_gets_ptx_and_says_so() -> None:
     assert "jammy row of imagesmith/data/toolkits.toml was read from the distribution's package pages" in (
         cell.toolkit_note
     )
+    # an unverified row says what to do should it not build
+    assert "should its builder stage fail, set nccl_tests.toolkit = 'devel-image'" in cell.toolkit_note
+    assert f'with "{cell.cuda}" in base.devel_images, and correct the row' in cell.toolkit_note
     assert cell.nvcc_gencode == "-gencode=arch=compute_86,code=compute_86"
 
 
@@ -267,3 +386,27 @@ def test_mirror_script_components_mode(plain_dir: Path) -> None:
     assert "main non-free" in (etc / "sources.list").read_text()
     run("restore")
     assert (etc / "sources.list").read_text() == one
+
+
+def test_builder_os_layers_come_before_the_pip_pins() -> None:
+    """In every committed Dockerfile's nccl-tests stage, the OS packages (and the distro toolkit's ~1 GB
+    unpack) come before anything that differs with the cell's pip pins or torch index
+    (builder-requirements.txt, TORCH_INDEX_URL, IMAGESMITH_PIP_INDEX_URL): cells that differ only there share
+    those layers in the build cache (docs/benchmarks.md, "Builder stage: OS layers shared across NCCL
+    pins")."""
+    seen = 0
+    for dockerfile in sorted(PROJECT.dockerfiles_dir.glob("*/*/Dockerfile")):
+        stage = dockerfile.read_text().split(" AS nccl-tests\n", 1)[1].split("\nFROM ", 1)[0]
+        lines = stage.splitlines()
+        apt = [i for i, line in enumerate(lines) if "apt-get install" in line]
+        pins = [
+            i
+            for i, line in enumerate(lines)
+            if line.startswith("COPY builder-requirements.txt")
+            or line.startswith(("ARG TORCH_INDEX_URL", "ARG IMAGESMITH_PIP_INDEX_URL"))
+        ]
+        if apt:
+            seen += 1
+            assert pins, dockerfile
+            assert max(apt) < min(pins), (dockerfile, lines[min(pins)])
+    assert seen >= 10
