@@ -213,7 +213,8 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
 
     cells = _planned(plan)
     if not cells:
-        console.print("\nlayer plan: none (torch comes from the base image)")
+        why = "no cell is planned" if not plan.cells else "torch comes from the base image"
+        console.print(f"\nlayer plan: none ({why})")
         return
     sharing = shared_layers(cells)
     by_cell = {c.id: c for c in plan.cells}

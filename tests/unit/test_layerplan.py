@@ -483,3 +483,15 @@ def test_lock_sizes_of_an_index_that_does_not_answer(
     assert "warning: wheel sizes not recorded" in err
     assert "imagesmith lock --sizes" in err
     assert not (root / "locks" / "wheel-sizes.toml").exists()
+
+
+def test_explain_of_a_matrix_that_plans_no_cell_says_so(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    root = tmp_path / "p"
+    assert run_cli("init", str(root), "--gpu", "b200").exit_code == 0
+    matrix = root / "matrices" / "b200.toml"
+    text = matrix.read_text()
+    text = text.replace('versions = ["2.11.0"]', 'versions = ["2.7.1"]').replace('["cu130"]', '["cu118"]')
+    matrix.write_text(text)
+    out = run_cli("--project", str(root), "plan", "--explain")
+    assert "0 cell(s)" in out.stdout
+    assert "layer plan: none (no cell is planned)" in out.stdout
