@@ -11,8 +11,9 @@ For every cell of a matrix (``--only`` globs narrow it):
    family in the nightly: any failure holds the digest back). A report file alone is never enough: unsigned,
    altered, unknown-key and other-digest evidence is named in the refusal with its reason. Without local
    evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again.
-3. **Promotion**, registry by registry, each step checked before it is done, so an interrupted run converges
-   when rerun and a finished one is a no-op:
+3. **Promotion**, each step checked before it is done, so an interrupted run converges when rerun and a
+   finished one is a no-op; a and b in every registry first, c only once a and b succeeded everywhere (a
+   registry that fails leaves no release tag anywhere; a tag that fails is rolled back elsewhere):
    a. the manifest D (and its blobs: cross-repository mount on one registry, streamed copy between
       registries; never a rebuild, never a second push from the engine) is copied from a registry holding the
       candidate, put by digest (tags nothing);
@@ -578,8 +579,9 @@ def release_cell(
     envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
-    def promote(t: Registry) -> tuple[list[str], str | None, str | None]:
-        """(steps, digest the tag now resolves to, error) for one registry; its own clients when parallel."""
+    def prepare(t: Registry) -> tuple[list[str], str | None, str | None]:
+        """Phase 1 in one registry (its own clients when parallel): copy the manifest by digest, store the
+        attestations and the report; never the release tag. (steps, what the tag resolves to now, error)."""
         c = clients[t.name] if client_for is None else client_for(t)
         src = clients[source.name] if client_for is None else client_for(source)
         try:
@@ -602,50 +604,119 @@ def release_cell(
             todo.append(
                 f"tag {t.image}:{cell.tag} → {digest[:19]}…" + (f" (was {tagged[:19]}…)" if tagged else "")
             )
-        if not todo:
-            return [], digest, None
-        if dry_run:
-            return todo, None, None
+        if dry_run or not todo:
+            return todo, tagged, None
         try:
             if not has_manifest:
                 copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
-            manifest = src.get_manifest(source.repo, digest)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
-                verify_blobs(c, t.repo, manifest, side="destination")
+                verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
             if not has_att:
                 attach_attestations(c, t.repo, digest, envelopes)
             if not has_report:
-                attach_report(c, t.repo, manifest, report)
-            if tagged != digest:
-                c.put_manifest(t.repo, cell.tag, manifest)
-            now = c.manifest_digest(t.repo, cell.tag)
-            if now != digest:
+                attach_report(c, t.repo, c.get_manifest(t.repo, digest), report)
+            if c.manifest_digest(t.repo, digest) != digest:  # served by digest, checked, before any tag
                 raise ReleaseError(
-                    f"{t.name}: {t.image}:{cell.tag} resolves to {now}, not {digest}",
-                    hint="another release moved the tag meanwhile: rerun the release to converge",
+                    f"{t.name}: {t.image}@{digest} is not served after the copy",
+                    hint=f"check registry {t.name}'s storage, then rerun the release",
                 )
         except ImagesmithError as exc:
-            return todo, None, f"promotion to {t.name} failed: {_with_fix(exc)} (rerun to converge)"
-        return todo, digest, None
+            return todo, tagged, f"promotion to {t.name} failed: {_with_fix(exc)}"
+        return todo, tagged, None
 
     if client_for is None or len(cell.targets) == 1:
-        results = [promote(t) for t in cell.targets]
+        results = [prepare(t) for t in cell.targets]
     else:  # registries are independent: one thread each, every thread with its own clients
         with ThreadPoolExecutor(max_workers=min(8, len(cell.targets))) as pool:
-            results = list(pool.map(promote, cell.targets))
-    for t, (steps, now, error) in zip(cell.targets, results, strict=True):
+            results = list(pool.map(prepare, cell.targets))
+    before = {t.name: tagged for t, (_, tagged, _) in zip(cell.targets, results, strict=True)}
+    for steps, _, error in results:
         res.steps += steps
-        if now is not None:
-            res.registries[t.name] = now
         if error is not None:
             res.status = "failed"
             res.reasons.append(error)
-    if res.status != "failed":
-        if dry_run:
-            res.status = "would-promote" if res.steps else "up-to-date"
-        else:
-            res.status = "promoted" if res.steps else "up-to-date"
+    if res.status == "failed":  # phase 1 failed somewhere: no release tag is moved anywhere
+        res.registries = {name: d for name, d in before.items() if d is not None}
+        res.reasons.append(
+            f"no release tag was moved: {cell.tag} is put only once every registry of the cell "
+            f"({', '.join(t.name for t in cell.targets)}) holds the image and its evidence; rerun when the "
+            "failing registry answers (what was copied is kept, untagged), or remove it from the cell's "
+            "registries"
+        )
+        return res, passing
+    if dry_run:
+        res.registries = {name: d for name, d in before.items() if d == digest}
+        res.status = "would-promote" if res.steps else "up-to-date"
+        return res, passing
+    moved, error = _tag_everywhere(cell, digest, clients, before)
+    res.registries = {t.name: digest for t in cell.targets}
+    if error is not None:
+        res.status = "failed"
+        res.reasons.append(error)
+        res.registries = {name: d for name, d in before.items() if d is not None} | {
+            t.name: digest for t in moved
+        }
+        return res, passing
+    res.status = "promoted" if res.steps else "up-to-date"
     return res, passing
+
+
+def _tag_everywhere(
+    cell: ReleaseCell, digest: str, clients: Mapping[str, RegistryApi], before: Mapping[str, str | None]
+) -> tuple[list[Registry], str | None]:
+    """Phase 2: put the release tag on *digest* in every registry of *cell*, then read each back. On a
+    failure, what this run moved is rolled back (a tag that pointed elsewhere is put back on its old manifest;
+    a new tag deleted where the registry can delete a tag alone). Returns (tags left moved, error or None)."""
+    moved: list[Registry] = []
+    error: str | None = None
+    for t in cell.targets:
+        if before.get(t.name) == digest:
+            continue
+        c = clients[t.name]
+        try:
+            c.put_manifest(t.repo, cell.tag, c.get_manifest(t.repo, digest))
+            moved.append(t)
+        except ImagesmithError as exc:
+            error = f"tagging {t.image}:{cell.tag} in {t.name} failed: {_with_fix(exc)}"
+            break
+    if error is None:
+        for t in cell.targets:
+            try:
+                now: str | None = clients[t.name].manifest_digest(t.repo, cell.tag)
+                why = "" if now == digest else f"resolves to {now}, not {digest}"
+            except ImagesmithError as exc:
+                why = f"cannot be read back: {_with_fix(exc)}"
+            if why:
+                error = (
+                    f"{t.name}: {t.image}:{cell.tag} {why} (a registry that does not keep what it was given, "
+                    "or another release moved the tag meanwhile)"
+                )
+                break
+    if error is None:
+        return moved, None
+    left = []
+    for t in reversed(moved):
+        c, old = clients[t.name], before.get(t.name)
+        try:
+            if old is not None:
+                c.put_manifest(t.repo, cell.tag, c.get_manifest(t.repo, old))
+                continue
+            if c.delete_tag(t.repo, cell.tag):
+                continue
+        except ImagesmithError:
+            pass
+        left.append(t)
+    if not left:
+        return [], error + (
+            "; the release tags this run had put were rolled back: no release tag moved (rerun to converge)"
+            if moved
+            else "; no release tag moved (rerun to converge)"
+        )
+    names = ", ".join(t.name for t in reversed(left))
+    return left, error + (
+        f"; the release tag stays moved to the validated digest in {names} (the registry cannot delete a "
+        "tag alone): rerun to tag the other registries"
+    )
 
 
 def _names_cell(target: str, cell: ReleaseCell) -> bool:
@@ -929,7 +1000,11 @@ def release_cells(
             cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify, trusted=trusted
         )
         outcome.cells.append(result)
-        if result.digest and result.registries:
+        if (
+            result.digest
+            and result.status in ("promoted", "up-to-date", "would-promote")
+            and result.registries
+        ):
             old = base.by_tag(cell.tag)
             if old is not None and old.digest == result.digest and result.status == "up-to-date":
                 entry = index_entry(cell, result, passing, old.released)

@@ -44,6 +44,9 @@ class Action:
     seconds: float = 0.0
     #: for ``rewrite``: the upstream body → the body sent to the client
     rewrite: Callable[[bytes], bytes] | None = None
+    #: for ``status``: headers sent with the answer (``Retry-After``, ``Location``); for ``rewrite``: headers
+    #: that replace the upstream's of the same name (``Docker-Content-Digest``; an empty value removes it)
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,9 @@ class FaultProxy:
                     self.wfile.flush()
                     self._drop()
 
-            def _error(self, status: int = 500, body: bytes | None = None) -> None:
+            def _error(
+                self, status: int = 500, body: bytes | None = None, extra: tuple[tuple[str, str], ...] = ()
+            ) -> None:
                 data = (
                     body
                     if body is not None
@@ -159,7 +164,7 @@ class FaultProxy:
                     ).encode()
                 )
                 headers = [("Content-Type", "application/json")] if data else []
-                self._reply(status, headers, data, cut=False)
+                self._reply(status, headers + list(extra), data, cut=False)
 
             def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
@@ -189,7 +194,7 @@ class FaultProxy:
                 if action.kind == "error_before":
                     return self._error()
                 if action.kind == "status":
-                    return self._error(action.status, action.body)
+                    return self._error(action.status, action.body, action.headers)
                 if action.kind == "stall":
                     time.sleep(action.seconds)
                     return self._drop()
@@ -203,6 +208,10 @@ class FaultProxy:
                     return self._error()
                 if action.kind == "rewrite" and action.rewrite is not None:
                     data = action.rewrite(data)
+                if action.kind == "rewrite" and action.headers:
+                    names = {k.lower() for k, _ in action.headers}
+                    headers = [(k, v) for k, v in headers if k.lower() not in names]
+                    headers += [(k, v) for k, v in action.headers if v]  # an empty value removes the header
                 self._reply(status, headers, data, cut=action.kind == "cut")
 
             do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _handle
