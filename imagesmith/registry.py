@@ -188,10 +188,6 @@ class _StopPastDeadline(stop_base):
         return asked is not None and (retry_state.seconds_since_start or 0.0) + asked > self.deadline
 
 
-#: the longest ``Retry-After`` taken at its word (a registry asking for a day is not waited for)
-_MAX_RETRY_AFTER = 3600.0
-
-
 def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
     """Seconds a ``Retry-After`` header asks to wait: delta-seconds (``120``) or an HTTP-date (``Wed, 21 Oct
     2015 07:28:00 GMT``, RFC 9110 10.2.3); None when absent or unreadable (then the backoff alone counts)."""
@@ -199,15 +195,14 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
         return None
     text = value.strip()
     if text.isdigit():
-        return min(float(text), _MAX_RETRY_AFTER)
+        return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    left = (when - (now or datetime.now(UTC))).total_seconds()
-    return min(max(0.0, left), _MAX_RETRY_AFTER)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 @dataclass

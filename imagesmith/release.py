@@ -365,11 +365,18 @@ class Outcome:
         bad = [c for c in self.cells if c.status in ("refused", "failed")]
         if bad:
             lines = [f"{c.cell}: {c.status}: {'; '.join(c.reasons)}" for c in bad]
+            evidence = (
+                "validate the candidate digest on a validation runner (imagesmith validate IMAGE@DIGEST "
+                "--report DIR --sign-key KEY, KEY's .pub in [release] trusted_keys) and pass --reports DIR"
+            )
+            registries = (
+                "a failed promotion converges when the command is rerun once the registry named above "
+                "answers (what was copied is not sent again)"
+            )
+            statuses = {c.status for c in bad}
             raise ReleaseError(
                 f"matrix {self.matrix}: {len(bad)} cell(s) not released:\n  " + "\n  ".join(lines),
-                hint="validate the candidate digest on a validation runner (imagesmith validate IMAGE@DIGEST "
-                "--report DIR --sign-key KEY, KEY's .pub in [release] trusted_keys) and pass --reports DIR; "
-                "a failed promotion converges when the command is rerun",
+                hint=registries if statuses == {"failed"} else evidence + "; " + registries,
             )
 
 
@@ -475,10 +482,9 @@ def _signed_same(signature: Path, body: bytes, key: SigningKey) -> bool:
     return verified.payload == body
 
 
-def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> str:
-    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
-    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once)."""
-    manifest = artifact_manifest(
+def index_manifest(body: bytes, envelope: bytes | None = None) -> ManifestData:
+    """The ``release-index`` artifact of the index JSON *body* (and its DSSE *envelope*, a second layer)."""
+    return artifact_manifest(
         artifact_type=INDEX_ARTIFACT_TYPE,
         layer_media_type=INDEX_MEDIA_TYPE,
         layer=body,
@@ -486,13 +492,87 @@ def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes |
         annotations={"org.opencontainers.image.title": "imagesmith release index"},
         extra_layers=[(DSSE_MEDIA_TYPE, envelope)] if envelope is not None else [],
     )
+
+
+def stage_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> ManifestData:
+    """Every blob of the index artifact, and its manifest by digest (which tags nothing), in *repo*."""
+    manifest = index_manifest(body, envelope)
+    if client.manifest_digest(repo, manifest.digest) != manifest.digest:
+        _ensure_blob(client, repo, EMPTY_BLOB)
+        _ensure_blob(client, repo, body)
+        if envelope is not None:
+            _ensure_blob(client, repo, envelope)
+        client.put_manifest(repo, manifest.digest, manifest)
+    return manifest
+
+
+def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> str:
+    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
+    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once)."""
+    manifest = index_manifest(body, envelope)
     if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
         return manifest.digest
-    _ensure_blob(client, repo, EMPTY_BLOB)
-    _ensure_blob(client, repo, body)
-    if envelope is not None:
-        _ensure_blob(client, repo, envelope)
+    stage_index(client, repo, body, envelope)
     return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
+
+
+def publish_index_everywhere(
+    repos: Sequence[Registry], clients: Mapping[str, RegistryApi], body: bytes, envelope: bytes | None
+) -> tuple[list[str], str | None]:
+    """Publish the index to every repository of *repos* as one step, as far as pick can see: its blobs and
+    manifest (by digest) go to every registry first; only then ``release-index`` is moved, registry by
+    registry, each read back; when one fails, the tags this run moved are put back on the index they held.
+    Returns (the references published, the error or None)."""
+    manifest = index_manifest(body, envelope)
+    before: dict[tuple[str, str], str | None] = {}
+    for t in repos:
+        try:
+            before[t.name, t.repo] = clients[t.name].manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
+            stage_index(clients[t.name], t.repo, body, envelope)
+        except ImagesmithError as exc:
+            return [], (
+                f"publishing the index to {t.name} failed: {_with_fix(exc)}; no registry's "
+                f"{INDEX_ARTIFACT_TAG} was moved (rerun to converge)"
+            )
+    moved: list[Registry] = []
+    for t in repos:
+        c = clients[t.name]
+        try:
+            if before[t.name, t.repo] != manifest.digest:
+                c.put_manifest(t.repo, INDEX_ARTIFACT_TAG, manifest)
+                moved.append(t)
+            now = c.manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
+            if now != manifest.digest:
+                raise ReleaseError(
+                    f"registry {t.name} ({t.host}): {t.image}:{INDEX_ARTIFACT_TAG} resolves to {now}, not "
+                    f"{manifest.digest} after it was put",
+                    hint=f"check registry {t.name}'s storage, then rerun the release",
+                )
+        except ImagesmithError as exc:
+            left = []
+            for u in reversed(moved):
+                old = before[u.name, u.repo]
+                try:
+                    cu = clients[u.name]
+                    if old is not None:
+                        cu.put_manifest(u.repo, INDEX_ARTIFACT_TAG, cu.get_manifest(u.repo, old))
+                        continue
+                    if cu.delete_tag(u.repo, INDEX_ARTIFACT_TAG):
+                        continue
+                except ImagesmithError:
+                    pass
+                left.append(u.name)
+            state = (
+                f"the index stays published in {', '.join(reversed(left))} (the registry cannot delete a tag "
+                "alone)"
+                if left
+                else "the other registries' index was put back"
+            )
+            return (
+                [],
+                f"publishing the index to {t.name} failed: {_with_fix(exc)}; {state} (rerun to converge)",
+            )
+    return [f"{t.image}:{INDEX_ARTIFACT_TAG}" for t in repos], None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1069,26 +1149,12 @@ def release_cells(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
             "pick --verify-key will refuse it"
         )
-    done: set[tuple[str, str]] = set()
-    for cell in cells:
-        for t in cell.targets:
-            if (t.name, t.repo) in done:
-                continue
-            done.add((t.name, t.repo))
-            try:
-                publish_index(clients[t.name], t.repo, body, envelope)
-                outcome.index_published.append(f"{t.image}:{INDEX_ARTIFACT_TAG}")
-            except ImagesmithError as exc:
-                outcome.cells.append(
-                    CellResult(
-                        cell="(index)",
-                        tag=INDEX_ARTIFACT_TAG,
-                        status="failed",
-                        reasons=[
-                            f"publishing the index to {t.name} failed: {exc.message} (rerun to converge)"
-                        ],
-                    )
-                )
+    published, error = publish_index_everywhere(_index_repos(cells), clients, body, envelope)
+    outcome.index_published += published
+    if error is not None:
+        outcome.cells.append(
+            CellResult(cell="(index)", tag=INDEX_ARTIFACT_TAG, status="failed", reasons=[error])
+        )
     return outcome
 
 

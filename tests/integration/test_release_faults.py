@@ -179,3 +179,42 @@ def test_a_registry_that_takes_the_tag_then_forgets_it_fails_the_cell_and_the_ot
         # manifest unknown is an answer, not a fault: asked once per read, never retried
         assert proxy.count("HEAD", "manifest", "status") <= 4
         assert _tag(three[0], repo) == _tag(three[1], repo) == old
+
+
+def test_an_index_refused_by_one_registry_moves_no_registrys_index(
+    three: tuple[TempRegistry, TempRegistry, TempRegistry], repo: str, tmp_path: Path
+) -> None:
+    reports = tmp_path / "reports"
+    _candidate(three, repo, "old", reports)
+    broken = False
+
+    def index_put_fails(req: Request) -> Action | None:
+        bad = broken and req.method == "PUT" and req.path.endswith("/manifests/release-index")
+        return Action("status", status=500) if bad else None
+
+    with fault_proxy(three[2].addr, rules=[index_put_fails]) as proxy:
+        tgts, make = _setup(three, proxy, repo)
+        assert _release(tgts, make, reports).cells[0].status == "promoted"
+        published = {r.client().manifest_digest(repo, "release-index") for r in three}
+        assert len(published) == 1
+        assert None not in published
+
+        new = _candidate(three, repo, "new", reports)
+        broken = True
+        out = _release(tgts, make, reports)
+        assert out.cells[0].status == "promoted"  # the cell is released; its index is not published
+        (index_failure,) = [c for c in out.cells if c.cell == "(index)"]
+        text = " ".join(index_failure.reasons)
+        assert "publishing the index to r3 failed" in text
+        assert "put back" in text
+        assert out.index_published == []
+        # pick reads the same index from every registry: the one before this run
+        assert {r.client().manifest_digest(repo, "release-index") for r in three} == published
+
+        broken = False
+        out = _release(tgts, make, reports)
+        assert [c.status for c in out.cells] == ["up-to-date"]
+        after = {r.client().manifest_digest(repo, "release-index") for r in three}
+        assert len(after) == 1
+        assert after != published
+        assert load_index(reports / "index.json").images[0].digest == new
