@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -255,11 +256,18 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     """Parse and validate index JSON. *source* (file, URL or registry reference) is named in every error.
     The shape is :data:`imagesmith.schema.RELEASE_INDEX` (docs/schemas/release-index.schema.json)."""
     r = _Reader(source)
+    if len(text) > MAX_INDEX_BYTES:
+        raise _too_big(source, len(text))
     try:
         raw = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"release index {source}: not valid JSON ({exc})",
+            hint="regenerate it with imagesmith release, or point --index at the published index",
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"release index {source}: not a release index (JSON nested deeper than a parser follows)",
             hint="regenerate it with imagesmith release, or point --index at the published index",
         ) from None
     schema.RELEASE_INDEX.check(raw, checker=r)
@@ -324,8 +332,23 @@ def dump_index(index: ReleaseIndex) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
+#: the largest release index read (a file, a download, an artifact layer): thousands of images take a few
+#: MiB; anything past this is not an index, and is not read into memory
+MAX_INDEX_BYTES: Final[int] = 32 << 20
+
+
+def _too_big(source: str, size: int) -> ConfigError:
+    return ConfigError(
+        f"release index {source}: {size} bytes, more than the {MAX_INDEX_BYTES >> 20} MiB an index may have",
+        hint="point --index at the index imagesmith release writes (release/index.json) or publishes "
+        f"({INDEX_ARTIFACT_TAG})",
+    )
+
+
 def load_index(path: Path) -> ReleaseIndex:
     try:
+        if path.is_file() and path.stat().st_size > MAX_INDEX_BYTES:
+            raise _too_big(str(path), path.stat().st_size)
         text = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(
@@ -369,25 +392,50 @@ def read_signed_index_artifact(
     """(index JSON, its DSSE envelope or None): the layers of the artifact *repo:tag*, each checked against
     its digest."""
     manifest = client.get_manifest(repo, tag).json()
-    layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX_MEDIA_TYPE]
+    where = f"registry {client.name}: {repo}:{tag}"
+    raw_layers = manifest.get("layers")
+    if not isinstance(raw_layers, list) or not all(isinstance(x, dict) for x in raw_layers):
+        raw_layers = []
+    layers = [layer for layer in raw_layers if layer.get("mediaType") == INDEX_MEDIA_TYPE]
     if len(layers) != 1:
         raise RegistryError(
-            f"registry {client.name}: {repo}:{tag} is not an imagesmith release index artifact "
-            f"(expected one layer of type {INDEX_MEDIA_TYPE})",
+            f"{where} is not an imagesmith release index artifact (expected one layer of type "
+            f"{INDEX_MEDIA_TYPE})",
             hint="point --index at the tag imagesmith release publishes",
         )
-    sigs = [x for x in manifest.get("layers", []) if x.get("mediaType") == INDEX_SIGNATURE_MEDIA_TYPE]
-    body = _blob(client, repo, layers[0]["digest"], "index")
-    envelope = _blob(client, repo, sigs[0]["digest"], "index signature") if len(sigs) == 1 else None
+    sigs = [x for x in raw_layers if x.get("mediaType") == INDEX_SIGNATURE_MEDIA_TYPE]
+    body = _blob(client, repo, layers[0], "index", where)
+    envelope = _blob(client, repo, sigs[0], "index signature", where) if len(sigs) == 1 else None
     return body, envelope
 
 
-def _blob(client: Any, repo: str, digest: str, what: str) -> bytes:
-    with client.get_blob(repo, digest) as resp:
-        body: bytes = resp.content
-    if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
+def _blob(client: Any, repo: str, layer: Mapping[str, Any], what: str, where: str) -> bytes:
+    """The bytes of the artifact's *layer*: a sha256 digest and a size up to :data:`MAX_INDEX_BYTES` (read no
+    further than that), checked against the digest."""
+    digest, size = layer.get("digest"), layer.get("size")
+    if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
         raise RegistryError(
-            f"registry {client.name}: {what} blob {digest} arrived with a different sha256",
+            f"{where}: the {what} layer's digest is not a sha256 digest ({digest!r})",
+            hint="point --index at the tag imagesmith release publishes",
+        )
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_INDEX_BYTES:
+        raise RegistryError(
+            f"{where}: the {what} layer's size is {size!r}, not a byte count up to {MAX_INDEX_BYTES} "
+            f"({MAX_INDEX_BYTES >> 20} MiB)",
+            hint="point --index at the tag imagesmith release publishes",
+        )
+    h, parts, got = hashlib.sha256(), [], 0
+    with client.get_blob(repo, digest) as resp:
+        for chunk in resp.iter_content(1 << 16):
+            got += len(chunk)
+            if got > size:
+                break
+            h.update(chunk)
+            parts.append(chunk)
+    if got != size or "sha256:" + h.hexdigest() != digest:
+        raise RegistryError(
+            f"{where}: {what} blob {digest} arrived with a different "
+            + ("size" if got != size else "sha256"),
             hint="a proxy or mirror altered it: pull again, or read the index from another source (--index)",
         )
-    return body
+    return b"".join(parts)
