@@ -9,10 +9,8 @@ source, the field path (``images[2].min_driver.full``) and the fix.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -410,32 +408,9 @@ def read_signed_index_artifact(
 
 
 def _blob(client: Any, repo: str, layer: Mapping[str, Any], what: str, where: str) -> bytes:
-    """The bytes of the artifact's *layer*: a sha256 digest and a size up to :data:`MAX_INDEX_BYTES` (read no
-    further than that), checked against the digest."""
-    digest, size = layer.get("digest"), layer.get("size")
-    if not isinstance(digest, str) or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-        raise RegistryError(
-            f"{where}: the {what} layer's digest is not a sha256 digest ({digest!r})",
-            hint="point --index at the tag imagesmith release publishes",
-        )
-    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_INDEX_BYTES:
-        raise RegistryError(
-            f"{where}: the {what} layer's size is {size!r}, not a byte count up to {MAX_INDEX_BYTES} "
-            f"({MAX_INDEX_BYTES >> 20} MiB)",
-            hint="point --index at the tag imagesmith release publishes",
-        )
-    h, parts, got = hashlib.sha256(), [], 0
-    with client.get_blob(repo, digest) as resp:
-        for chunk in resp.iter_content(1 << 16):
-            got += len(chunk)
-            if got > size:
-                break
-            h.update(chunk)
-            parts.append(chunk)
-    if got != size or "sha256:" + h.hexdigest() != digest:
-        raise RegistryError(
-            f"{where}: {what} blob {digest} arrived with a different "
-            + ("size" if got != size else "sha256"),
-            hint="a proxy or mirror altered it: pull again, or read the index from another source (--index)",
-        )
-    return b"".join(parts)
+    """The bytes of the artifact's *layer*, at most :data:`MAX_INDEX_BYTES`, checked against its digest."""
+    from imagesmith.registry import read_small_blob
+
+    return read_small_blob(
+        client, repo, layer.get("digest"), layer.get("size"), limit=MAX_INDEX_BYTES, what=what, where=where
+    )

@@ -1575,6 +1575,73 @@ def _corrupt_at_destination(
     )
 
 
+def ensure_blob(client: RegistryApi, repo: str, data: bytes) -> str:
+    """Make *client* hold the small blob *data* (an artifact's layer or config): uploaded when missing; one
+    the registry already holds is trusted only when HEAD gives its size (and digest, when sent), else it is
+    deleted and uploaded again. Returns its digest; CorruptBlobError when the registry keeps a damaged one."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def chunks() -> Iterator[bytes]:
+        yield data
+
+    for attempt in range(2):
+        stat = client.stat_blob(repo, digest)
+        if stat is not None and stat.size == len(data) and stat.digest in (None, digest):
+            return digest
+        if stat is not None and not client.delete_blob(repo, digest):
+            break
+        if attempt == 0:
+            client.upload_blob(repo, digest, chunks)
+    raise _corrupt_at_destination(
+        client,
+        repo,
+        digest,
+        f"HEAD gives {stat.size if stat else 'nothing'} bytes, the blob has {len(data)}",
+        repaired=stat is not None,
+    )
+
+
+_FOREIGN_ARTIFACT = (
+    "the registry serves an artifact imagesmith did not write: republish it (imagesmith release)"
+)
+
+
+def read_small_blob(
+    client: RegistryApi, repo: str, digest: Any, size: Any, *, limit: int, what: str, where: str
+) -> bytes:
+    """The bytes of a small blob a descriptor names (an index, an attestation envelope): *digest* must be a
+    sha256 digest and *size* a byte count up to *limit*; nothing past *size* is read, and the bytes must hash
+    to *digest*. RegistryError naming *where* (the registry and reference) otherwise — a hostile registry's
+    descriptor is never a traceback nor an unbounded read."""
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise RegistryError(
+            f"{where}: the {what} layer's digest is not a sha256 digest ({digest!r})",
+            hint=_FOREIGN_ARTIFACT,
+        )
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= limit:
+        raise RegistryError(
+            f"{where}: the {what} layer's size is {size!r}, not a byte count up to {limit} "
+            f"({limit >> 20} MiB)",
+            hint=_FOREIGN_ARTIFACT,
+        )
+    h, parts, got = hashlib.sha256(), [], 0
+    with client.get_blob(repo, digest) as resp:
+        for chunk in resp.iter_content(1 << 16):
+            got += len(chunk)
+            if got > size:
+                break
+            h.update(chunk)
+            parts.append(chunk)
+    if got != size or "sha256:" + h.hexdigest() != digest:
+        raise CorruptBlobError(
+            f"{where}: {what} blob {digest} arrived with a different "
+            + ("size" if got != size else "sha256"),
+            hint="a proxy or mirror altered it, or the registry's copy is damaged: read it again, or from "
+            "another source",
+        )
+    return b"".join(parts)
+
+
 def verify_blobs(client: RegistryApi, repo: str, manifest: ManifestData, *, side: str) -> None:
     """Read every blob of *manifest* back from *client* and check digest and size (the nightly's verify)."""
     for child in _children(manifest):

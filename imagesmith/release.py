@@ -39,7 +39,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -78,6 +78,7 @@ from imagesmith.registry import (
     Verify,
     client_for,
     copy_manifest,
+    ensure_blob,
     verify_blobs,
 )
 from imagesmith.tags import (
@@ -388,14 +389,7 @@ default_client = client_for
 
 
 def _ensure_blob(client: RegistryApi, repo: str, data: bytes) -> str:
-    digest = _sha(data)
-    if client.blob_size(repo, digest) is None:
-
-        def chunks() -> Iterator[bytes]:
-            yield data
-
-        client.upload_blob(repo, digest, chunks)
-    return digest
+    return ensure_blob(client, repo, data)
 
 
 def artifact_manifest(
