@@ -162,13 +162,14 @@ class RetryPolicy:
 class _Transient(Exception):
     """A fault worth retrying (5xx, 429, timeout, reset). Carries the last description, the seconds the
     registry asked to wait (``Retry-After``), and the host at fault when it is not the registry's own (a token
-    service)."""
+    service, blob storage a redirect led to)."""
 
-    def __init__(self, what: str, *, retry_after: float | None = None, host: str | None = None) -> None:
+    def __init__(self, what: str, *, retry_after: float | None = None, elsewhere: str | None = None) -> None:
         super().__init__(what)
         self.what = what
         self.retry_after = retry_after
-        self.host = host
+        #: the host at fault when it is not the registry's own, as the fix line names it
+        self.elsewhere = elsewhere
 
 
 def _asked_wait(state: RetryCallState) -> float | None:
@@ -571,8 +572,8 @@ class RegistryClient:
 
     def _gave_up(self, exc: _Transient, attempts: int) -> RegistryError:
         where = f"registry {self.name} ({self.host})"
-        if exc.host and exc.host != self.api_host:
-            where = f"registry {self.name}'s token service {exc.host}"
+        if exc.elsewhere:
+            where = f"registry {self.name}'s {exc.elsewhere}"
         if exc.retry_after is not None and exc.retry_after > 0:
             return self._fail(
                 "rate limited or unavailable",
@@ -634,14 +635,15 @@ class RegistryClient:
             ) from exc
         except requests.RequestException as exc:
             raise _Transient(
-                f"token endpoint {_short(realm)}: {type(exc).__name__}", host=urlsplit(realm).netloc
+                f"token endpoint {_short(realm)}: {type(exc).__name__}",
+                elsewhere=f"token service {urlsplit(realm).netloc}",
             ) from exc
         if resp.status_code >= 500 or resp.status_code == 429:
             resp.close()
             raise _Transient(
                 f"token endpoint {_short(realm)} answered HTTP {resp.status_code}",
                 retry_after=retry_after_seconds(resp.headers.get("Retry-After")),
-                host=urlsplit(realm).netloc,
+                elsewhere=f"token service {urlsplit(realm).netloc}",
             )
         if resp.status_code in (401, 403):
             resp.close()
@@ -716,7 +718,13 @@ class RegistryClient:
                 requests.Timeout,
                 requests.exceptions.ChunkedEncodingError,
             ) as exc:
-                raise _Transient(f"{verb} {_short(target)}: {type(exc).__name__}") from exc
+                other = urlsplit(target).netloc
+                raise _Transient(
+                    f"{verb} {_short(target)}: {type(exc).__name__}",
+                    elsewhere=None
+                    if other.lower() == self.api_host.lower()
+                    else f"storage {other}, where the registry redirected the request",
+                ) from exc
 
         def attempt(auth: str | None) -> requests.Response:
             verb, target, body = method, full, data
@@ -854,7 +862,7 @@ class RegistryClient:
             return resp
         codes, message = _error_codes(resp)
         resp.close()
-        message = message or f"HTTP {resp.status_code} (no error body)"
+        message = message or "(no error body)"
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
             hint = self._hint()
             if self._withheld is not None:
@@ -880,7 +888,21 @@ class RegistryClient:
                 f"HTTP 405 {message}",
                 hint="the registry refuses writes (read-only/maintenance mode) or deletes are disabled",
             )
-        raise self._fail(what, f"HTTP {resp.status_code} {message}")
+        if resp.status_code in _REDIRECTS:
+            raise self._fail(
+                what,
+                f"HTTP {resp.status_code} redirect "
+                + (f"to {_short(resp.headers.get('Location', ''))} " if resp.headers.get("Location") else "")
+                + f"not followed (more than {_MAX_REDIRECTS} hops, a loop, or a redirect of an upload)",
+                hint=f"registry {self.name} (or a proxy in front of it) redirects in a loop: check its "
+                "configuration (http.host, the proxy's rewrite rules), then rerun",
+            )
+        raise self._fail(
+            what,
+            f"HTTP {resp.status_code} {message}",
+            hint=f"registry {self.name} answered what the registry API does not: check its host in the "
+            "registries file and any proxy in between, then rerun",
+        )
 
     @staticmethod
     def _scope(repo: str, actions: str = "pull") -> str:

@@ -420,3 +420,40 @@ def test_answers_that_are_no_registrys_are_errors_not_tracebacks(regs: LocalRegi
         with pytest.raises(RegistryError, match="without a Location header") as info:
             client.upload_blob(repo, _sha(b"x"), lambda: iter([b"x"]))
         assert px.addr in str(info.value)
+
+
+@pytest.mark.registry
+def test_a_redirect_to_storage_that_is_down_names_the_storage_and_a_loop_is_an_error(
+    regs: LocalRegistries, repo: str
+) -> None:
+    from tests.localinfra import free_port
+
+    image = push_layers(regs.plain_client(), repo, "t", [b"layer"])
+    layer = image.blobs()[1][0]
+    storage = f"127.0.0.2:{free_port()}"  # the registry's blob storage (a CDN), not answering
+
+    def away(r: Request) -> Action | None:
+        if r.kind == "blob" and r.method == "GET" and "loop" not in r.path:
+            return Action(
+                "status", status=307, body=b"", headers=(("Location", f"http://{storage}{r.path}"),)
+            )
+        return None
+
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(away)
+        with pytest.raises(RegistryError) as info:
+            b"".join(fast(px.addr, attempts=2).get_blob(repo, layer).iter_content(1 << 16))
+        text = str(info.value)
+        assert f"registry {px.addr}'s storage {storage}, where the registry redirected the request" in text
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(
+            lambda r: (
+                Action("status", status=302, body=b"", headers=(("Location", r.path),))
+                if r.kind == "blob"
+                else None
+            )
+        )
+        with pytest.raises(RegistryError, match=r"redirect .* not followed") as info:
+            fast(px.addr).get_blob(repo, layer)
+        assert "loop" in str(info.value.hint)
+        assert px.count("GET", "blob") == 11  # the first request and 10 hops, not retried
