@@ -862,7 +862,7 @@ class RegistryClient:
             return resp
         codes, message = _error_codes(resp)
         resp.close()
-        message = message or "(no error body)"
+        message = message or f"HTTP {resp.status_code} (no error body)"
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
             hint = self._hint()
             if self._withheld is not None:
@@ -899,7 +899,7 @@ class RegistryClient:
             )
         raise self._fail(
             what,
-            f"HTTP {resp.status_code} {message}",
+            message if message.startswith("HTTP ") else f"HTTP {resp.status_code} {message}",
             hint=f"registry {self.name} answered what the registry API does not: check its host in the "
             "registries file and any proxy in between, then rerun",
         )
