@@ -43,6 +43,7 @@ from typing import Any, Literal, Protocol, TypeVar, get_args
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import urllib3
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -696,17 +697,20 @@ class RegistryClient:
 
         def one(verb: str, target: str, h: dict[str, str], body: Any) -> requests.Response:
             try:
-                return self.session.request(
+                resp = self.session.request(
                     verb,
                     target,
                     headers=h,
                     data=body,
                     params=params if target == full else None,
-                    stream=stream,
+                    stream=True,
                     timeout=timeout,
                     verify=self.verify,
                     allow_redirects=False,
                 )
+                if not stream:  # the whole answer within the read timeout, not one byte per timeout
+                    _read_within(resp, time.monotonic() + timeout[1], f"{verb} {_short(target)}")
+                return resp
             except requests.exceptions.SSLError as exc:
                 raise self._fail(
                     "TLS",
@@ -1367,6 +1371,26 @@ def _pieces_from(pieces: list[bytes], pos: int) -> Iterator[bytes]:
             continue
         yield piece[pos:] if pos else piece
         pos = 0
+
+
+def _read_within(resp: requests.Response, until: float, what: str) -> None:
+    """Read *resp*'s body into it (as ``stream=False`` does), giving up at *until*: a registry that sends its
+    answer a byte at a time (each read quick, so no read timeout fires) is a transient fault, not a hang."""
+    parts: list[bytes] = []
+    try:
+        while chunk := resp.raw.read1(1 << 16):
+            parts.append(chunk)
+            if time.monotonic() > until:
+                resp.close()
+                raise _Transient(
+                    f"{what}: the answer arrived too slowly (not complete within the read timeout)"
+                )
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        resp.close()
+        raise requests.exceptions.ChunkedEncodingError(str(exc)) from exc
+    resp._content = b"".join(parts)
+    setattr(resp, "_content_consumed", True)  # noqa: B010 (requests' own flag, not in its type stubs)
+    resp.raw.release_conn()  # read to its end: the connection goes back to the pool
 
 
 def _length(resp: requests.Response) -> int:

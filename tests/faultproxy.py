@@ -32,7 +32,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Kind = Literal[
-    "forward", "error_before", "error_after", "drop_before", "drop_after", "cut", "stall", "status", "rewrite"
+    "forward",
+    "error_before",
+    "error_after",
+    "drop_before",
+    "drop_after",
+    "cut",
+    "stall",
+    "status",
+    "rewrite",
+    "trickle",
 ]
 
 
@@ -136,6 +145,28 @@ class FaultProxy:
                 with suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
 
+            def _trickle(
+                self, status: int, headers: list[tuple[str, str]], body: bytes, every: float
+            ) -> None:
+                """The answer with its full length, its body one byte every *every* seconds (each read is
+                quick: a read timeout never fires), until the proxy stops or the client hangs up."""
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(len(body)):
+                        if proxy._server is None:
+                            break
+                        self.wfile.write(body[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(every)
+                except OSError:
+                    pass
+                self._drop()
+
             def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes, *, cut: bool) -> None:
                 self.send_response(status)
                 for k, v in headers:
@@ -206,6 +237,8 @@ class FaultProxy:
                     return self._drop()
                 if action.kind == "error_after":
                     return self._error()
+                if action.kind == "trickle":
+                    return self._trickle(status, headers, data, action.seconds)
                 if action.kind == "rewrite" and action.rewrite is not None:
                     data = action.rewrite(data)
                 if action.kind == "rewrite" and action.headers:

@@ -457,3 +457,19 @@ def test_a_redirect_to_storage_that_is_down_names_the_storage_and_a_loop_is_an_e
             fast(px.addr).get_blob(repo, layer)
         assert "loop" in str(info.value.hint)
         assert px.count("GET", "blob") == 11  # the first request and 10 hops, not retried
+
+
+@pytest.mark.registry
+def test_an_answer_sent_a_byte_at_a_time_is_given_up_on_within_the_deadline(
+    regs: LocalRegistries, repo: str
+) -> None:
+    push_layers(regs.plain_client(), repo, "t", [b"layer"])
+    with fault_proxy(regs.plain, max_seconds=60) as px:
+        px.rules.append(
+            lambda r: Action("trickle", seconds=0.5) if r.kind == "manifest" and r.method == "GET" else None
+        )
+        t = time.monotonic()
+        with pytest.raises(RegistryError, match="arrived too slowly") as info:
+            fast(px.addr, attempts=2, timeout=2.0, deadline=5.0).get_manifest(repo, "t")
+        assert time.monotonic() - t < 10  # before: one byte per 0.5 s never trips a read timeout: minutes
+        assert "fix:" in str(info.value)
