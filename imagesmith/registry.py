@@ -626,7 +626,15 @@ class RegistryClient:
                 timeout=(self.policy.connect_timeout, self.policy.read_timeout),
                 verify=self.verify,
                 allow_redirects=False,  # a redirect must not carry the credentials on to another host
+                stream=True,
             )
+            try:
+                _read_within(
+                    resp, time.monotonic() + self.policy.read_timeout, f"token endpoint {_short(realm)}"
+                )
+            except _Transient as exc:
+                exc.elsewhere = f"token service {urlsplit(realm).netloc}"
+                raise
         except requests.exceptions.SSLError as exc:
             raise self._fail(
                 "auth",
