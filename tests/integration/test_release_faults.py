@@ -218,3 +218,90 @@ def test_an_index_refused_by_one_registry_moves_no_registrys_index(
         assert len(after) == 1
         assert after != published
         assert load_index(reports / "index.json").images[0].digest == new
+
+
+def test_cli_release_with_one_registry_failing_exits_8_naming_it_and_tags_none(
+    three: tuple[TempRegistry, TempRegistry, TempRegistry],
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The command a user runs: three registries of a copy of the smoke matrix, the third refusing every
+    manifest (HTTP 500) until it heals: exit 8 naming the registry and the fix, no traceback, no tag, no
+    index; then the same command finishes."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from tests.integration.test_release import KEY
+    from tests.repo import PROJECT
+
+    ns, name = repo.split("/")
+    broken = True
+
+    def manifest_puts_fail(req: Request) -> Action | None:
+        return (
+            Action("status", status=500)
+            if broken and req.kind == "manifest" and req.method == "PUT"
+            else None
+        )
+
+    with fault_proxy(three[2].addr, rules=[manifest_puts_fail]) as proxy:
+        matrix = tmp_path / "smoke.toml"
+        matrix.write_text(
+            (PROJECT.matrices_dir / "smoke.toml")
+            .read_text()
+            .replace('registries = ["local-plain", "local-tls"]', 'registries = ["r1", "r2", "r3"]')
+        )
+        registries = tmp_path / "registries.toml"
+        registries.write_text(
+            "schema = 1\n"
+            + "".join(
+                f'[registries.{n}]\nhost = "{h}"\nnamespace = "{ns}"\nrepository = "{name}"\n'
+                "insecure = true\n"
+                for n, h in (("r1", three[0].addr), ("r2", three[1].addr), ("r3", proxy.addr))
+            )
+        )
+        monkeypatch.delenv("IMAGESMITH_SIGNING_KEY", raising=False)
+        monkeypatch.setenv("IMAGESMITH_REGISTRY_ATTEMPTS", "2")
+        monkeypatch.setenv("IMAGESMITH_REGISTRY_DEADLINE", "10")
+        cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+        (digest,) = {push_image(r.client(), repo, f"{cid}-candidate", "cli") for r in three}
+        write_report(tmp_path / "reports" / cid, f"{three[0].addr}/{repo}@{digest}", "passed")
+        pub = tmp_path / "validation.pub"
+        pub.write_bytes(KEY.public.pem)
+        args = [
+            "release",
+            "--matrix",
+            str(matrix),
+            "--registries",
+            str(registries),
+            "--index-file",
+            str(tmp_path / "index.json"),
+            "--trusted-key",
+            str(pub),
+            "--reports",
+            str(tmp_path / "reports"),
+        ]
+        res = run_cli(*args)
+        assert res.exit_code == 8, res.stderr
+        assert "Traceback" not in res.stderr
+        assert f"promotion to r3 failed: registry r3 ({proxy.addr})" in res.stderr
+        assert "no release tag was moved" in res.stderr
+        assert "fix: a failed promotion converges when the command is rerun" in res.stderr
+        assert [_tag_of(r, repo, cid) for r in three] == [None, None, None]
+        assert not (tmp_path / "index.json").exists()
+
+        broken = False
+        res = run_cli(*args)
+        assert res.exit_code == 0, res.stderr
+        assert f"{cid}: promoted {digest}" in res.stdout
+        assert [_tag_of(r, repo, cid) for r in three] == [digest] * 3
+        assert sorted(c.name for c in load_index(tmp_path / "index.json").images[0].registries) == [
+            "r1",
+            "r2",
+            "r3",
+        ]
+
+
+def _tag_of(reg: TempRegistry, repo: str, tag: str) -> str | None:
+    return reg.client().manifest_digest(repo, tag)
