@@ -10,6 +10,7 @@ source, the field path (``images[2].min_driver.full``) and the fix.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -215,6 +216,20 @@ def _image(r: _Reader, obj: Mapping[str, Any], path: str) -> ReleasedImage:
     if len(set(names)) != len(names):
         raise r.fail(f"{path}.registries", f"registry names repeat: {names}", hint="list each registry once")
     shm = obj["shm"]
+    for j, v in enumerate(obj["validated_on"]):
+        where = f"{path}.validated_on[{j}]"
+        if v["count"] > MAX_GPUS:
+            raise r.fail(
+                f"{where}.count", f"{v['count']} GPUs in one host", hint=f"a host has 1 to {MAX_GPUS} GPUs"
+            )
+        for k, x in (v.get("figures") or {}).items():
+            if not math.isfinite(float(x)) or float(x) <= 0:
+                raise r.fail(
+                    f"{where}.figures.{k}",
+                    f"{x!r} is not a measured figure",
+                    hint="a figure is a positive, finite number (GB/s or TFLOP/s): regenerate the index with "
+                    "imagesmith release",
+                )
     return ReleasedImage(
         tag=obj["tag"],
         matrix=obj["matrix"],
@@ -329,6 +344,9 @@ def dump_index(index: ReleaseIndex) -> str:
     }
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
+
+#: the most GPUs a validated_on entry may name for one host (NVIDIA's largest nodes have 72)
+MAX_GPUS: Final[int] = 1024
 
 #: the largest release index read (a file, a download, an artifact layer): thousands of images take a few
 #: MiB; anything past this is not an index, and is not read into memory

@@ -115,6 +115,23 @@ def _bad(mutate: Any) -> str:
         (lambda d: d.update(schema="v0"), "schema:"),
         (lambda d: d["images"][0]["registries"][0].update(reference="pytorch"), "registries[0].reference"),
         (lambda d: d["images"][0]["shm"].update(size="lots"), "images[0].shm.size"),
+        # a fleet baseline validation compares hosts against: never NaN, infinite, zero or negative
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(figures={"hbm_copy_gbps": float("nan")}),
+            "images[0].validated_on[0].figures.hbm_copy_gbps: nan is not a measured figure",
+        ),
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(figures={"matmul_tflops": float("inf")}),
+            "figures.matmul_tflops: inf is not a measured figure",
+        ),
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(figures={"matmul_tflops": -3.0}),
+            "figures.matmul_tflops: -3.0 is not a measured figure",
+        ),
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(count=10**30),
+            "images[0].validated_on[0].count: 1000000000000000000000000000000 GPUs in one host",
+        ),
     ],
 )
 def test_bad_index_names_source_and_field(mutate: Any, expect: str) -> None:
