@@ -603,7 +603,12 @@ class RegistryClient:
         """A Bearer header value from the realm, or the status (401/403) it refused the credentials with."""
         realm = params.get("realm")
         if not realm:
-            raise self._fail("auth", "Bearer challenge without a realm")
+            raise self._fail(
+                "auth",
+                "Bearer challenge without a realm",
+                hint=f"registry {self.name} (or a proxy in front of it) asks for a token without saying "
+                "where to get one: check its auth configuration (token.realm)",
+            )
         query = {
             k: v
             for k, v in (("service", params.get("service")), ("scope", scope or params.get("scope")))
@@ -994,7 +999,10 @@ class RegistryClient:
         digest = resp.headers.get("Docker-Content-Digest", manifest.digest)
         if digest != manifest.digest:
             raise self._fail(
-                f"PUT manifest {repo}:{reference}", f"stored digest {digest} ≠ sent {manifest.digest}"
+                f"PUT manifest {repo}:{reference}",
+                f"stored digest {digest} ≠ sent {manifest.digest}",
+                hint=f"registry {self.name} rewrites manifests (or a proxy in front of it does): push to it "
+                "directly, or drop it from the cell's registries",
             )
         return digest
 

@@ -404,6 +404,10 @@ def test_a_wrong_docker_content_digest_is_refused_by_tag_and_by_digest(
         # HEAD by digest naming another digest is not believed: the manifest is read (and refused)
         with pytest.raises(CorruptBlobError):
             client.manifest_digest(repo, image.digest)
+        # a PUT answered with another digest than the one sent: the registry rewrote it; named with a fix
+        with pytest.raises(RegistryError, match=r"stored digest sha256:0+ ≠ sent") as info:
+            client.put_manifest(repo, "again", image)
+        assert "rewrites manifests" in str(info.value.hint)
 
 
 @pytest.mark.registry
