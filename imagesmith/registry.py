@@ -1394,7 +1394,7 @@ def _read_within(resp: requests.Response, until: float, what: str) -> None:
     answer a byte at a time (each read quick, so no read timeout fires) is a transient fault, not a hang."""
     parts: list[bytes] = []
     try:
-        while chunk := resp.raw.read1(1 << 16):
+        while chunk := resp.raw.read1(1 << 16, decode_content=True):
             parts.append(chunk)
             if time.monotonic() > until:
                 resp.close()

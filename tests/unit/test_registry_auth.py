@@ -480,3 +480,46 @@ def test_retry_after_seconds_reads_both_forms() -> None:
     assert retry_after_seconds("86400", now=now) == 86400.0  # named as asked; past the deadline: not waited
     for junk in (None, "", "soon", "-5", "1.5e3", "Tue, 99 Foo"):
         assert retry_after_seconds(junk, now=now) is None
+
+
+# -- answers read whole within the read timeout keep HTTP's encodings ----------------------------------------
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_small_answers_are_read_whole_through_chunking_and_gzip(framing: str, encoding: str) -> None:
+    import gzip
+
+    body = json.dumps({"name": "x", "tags": [f"t{i}" for i in range(5000)]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def do_GET(self) -> None:
+            data = gzip.compress(body) if encoding == "gzip" else body
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if encoding == "gzip":
+                self.send_header("Content-Encoding", "gzip")
+            if framing == "length":
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(0, len(data), 1000):
+                piece = data[i : i + 1000]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)
+        for _ in range(3):  # the connection goes back to the pool and is used again
+            assert len(client.list_tags("x")) == 5000
+    finally:
+        server.shutdown()
+        server.server_close()
