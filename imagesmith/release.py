@@ -625,11 +625,16 @@ def release_cell(
     res.digest = digest
     for_digest = [r for r in reports if r.evidence and r.digest == digest]
     store_problems: list[str] = []
+    unreadable: list[str] = []  # registries whose stored attestations could not be read (a fault: rerun)
     if not for_digest and trusted:  # no local attestation: one a previous run stored, verified again
         for t in cell.targets:
             try:
                 good, bad = attested_in_registry(clients[t.name], t.repo, digest, trusted)
-            except ImagesmithError:
+            except ImagesmithError as exc:
+                unreadable.append(
+                    f"the attestations stored in {t.name} ({t.image}:{cosign_attestation_tag(digest)}) "
+                    f"could not be read: {_with_fix(exc)}"
+                )
                 continue
             store_problems += bad
             for att in good:
@@ -644,6 +649,14 @@ def release_cell(
         for r in failing:
             detail = "; ".join(r.failed[:3]) or r.reason
             res.reasons.append(f"validation of {digest} failed ({r.path}): {detail}")
+        return res, []
+    if not passing and unreadable:  # the evidence may be there: a registry fault, not a refusal
+        res.status = "failed"
+        res.reasons += unreadable
+        res.reasons.append(
+            "no local attestation of the candidate digest: rerun when the registry answers, or pass the "
+            "validation folder with --reports"
+        )
         return res, []
     if not passing:
         res.status = "refused"

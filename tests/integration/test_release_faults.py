@@ -305,3 +305,53 @@ def test_cli_release_with_one_registry_failing_exits_8_naming_it_and_tags_none(
 
 def _tag_of(reg: TempRegistry, repo: str, tag: str) -> str | None:
     return reg.client().manifest_digest(repo, tag)
+
+
+def test_stored_evidence_that_cannot_be_read_is_a_failure_to_rerun_not_a_refusal(
+    three: tuple[TempRegistry, TempRegistry, TempRegistry], repo: str, tmp_path: Path
+) -> None:
+    """A fresh runner (no --reports) finishes an interrupted promotion from the attestations the first run
+    stored; when the registries cannot be read, the cell fails naming them (rerun), it is not refused as if
+    it had never been validated."""
+    reports = tmp_path / "reports"
+    digest = _candidate(three, repo, "stored", reports)
+    tag_fails, att_fails = True, False
+
+    def faults(req: Request) -> Action | None:
+        if tag_fails and req.method == "PUT" and req.path.endswith("/manifests/a"):
+            return Action("status", status=500)
+        if att_fails and req.kind == "manifest" and req.path.endswith(".att"):
+            return Action("status", status=503)
+        return None
+
+    with fault_proxy(three[2].addr, rules=[faults]) as proxy:
+        tgts, make = _setup(three, proxy, repo)
+        assert _release(tgts, make, reports).cells[0].status == "failed"  # stored evidence, no tag
+        tag_fails, att_fails = False, True
+        only_r3 = (tgts[2],)  # the cell as a fresh runner sees it in r3 alone, which cannot be read now
+        out = release_cells(
+            [cell("a", only_r3)],
+            matrix="t",
+            reports=[],
+            index_file=tmp_path / "fresh.json",
+            client_for=make,
+            trusted=TRUSTED,
+        )
+        res = out.cells[0]
+        assert res.status == "failed", res.reasons
+        text = " ".join(res.reasons)
+        assert f"the attestations stored in r3 ({proxy.addr}/{repo}:sha256-" in text
+        assert "could not be read" in text
+        assert "HTTP 503" in text
+        assert "no signed validation attestation" not in text  # before: told to validate again
+        att_fails = False
+        out = release_cells(
+            [cell("a", only_r3)],
+            matrix="t",
+            reports=[],
+            index_file=tmp_path / "fresh.json",
+            client_for=make,
+            trusted=TRUSTED,
+        )
+        assert out.cells[0].status == "promoted", out.cells[0].reasons
+        assert three[2].client().manifest_digest(repo, "a") == digest
