@@ -452,9 +452,10 @@ def attached_report_ok(client: RegistryApi, repo: str, digest: str) -> bool:
     if client.manifest_digest(repo, tag) is None:
         return False
     doc = client.get_manifest(repo, tag).json()
-    subject = doc.get("subject") or {}
-    verdict = (doc.get("annotations") or {}).get("io.imagesmith.verdict")
-    return bool(subject.get("digest") == digest and verdict == "passed")
+    subject, annotations = doc.get("subject"), doc.get("annotations")
+    if not isinstance(subject, dict) or not isinstance(annotations, dict):
+        return False  # not the artifact release writes (a foreign or damaged one): put ours again
+    return bool(subject.get("digest") == digest and annotations.get("io.imagesmith.verdict") == "passed")
 
 
 def index_signature_path(index_file: Path) -> Path:

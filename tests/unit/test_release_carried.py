@@ -330,3 +330,22 @@ def test_a_small_blob_the_registry_holds_damaged_is_uploaded_again_or_reported()
     missing = _SmallBlobRegistry(None)
     ensure_blob(missing, "r", data)
     assert missing.uploaded == [data]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"subject": "sha256:x", "annotations": {}},
+        {"subject": {"digest": "d"}, "annotations": ["io.imagesmith.verdict"]},
+        {"subject": None},
+        {},
+    ],
+)
+def test_a_foreign_report_artifact_is_put_again_not_a_traceback(doc: dict[str, Any]) -> None:
+    from imagesmith.release import attached_report_ok
+    from imagesmith.tags import attestation_tag
+
+    digest = "sha256:" + "c" * 64
+    client = FakeClient({("acme/torch", attestation_tag(digest)): "sha256:" + "e" * 64})
+    client.manifests[("acme/torch", attestation_tag(digest))] = json.dumps(doc).encode()
+    assert attached_report_ok(client, "acme/torch", digest) is False
