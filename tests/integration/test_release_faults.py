@@ -355,3 +355,29 @@ def test_stored_evidence_that_cannot_be_read_is_a_failure_to_rerun_not_a_refusal
         )
         assert out.cells[0].status == "promoted", out.cells[0].reasons
         assert three[2].client().manifest_digest(repo, "a") == digest
+
+
+def test_cli_candidates_when_a_registry_cannot_be_asked_says_so_not_build_first(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.localinfra import free_port
+    from tests.repo import PROJECT
+
+    down = f"127.0.0.1:{free_port()}"
+    matrix = tmp_path / "smoke.toml"
+    matrix.write_text(
+        (PROJECT.matrices_dir / "smoke.toml")
+        .read_text()
+        .replace('registries = ["local-plain", "local-tls"]', 'registries = ["gone"]')
+    )
+    registries = tmp_path / "registries.toml"
+    registries.write_text(
+        f'schema = 1\n[registries.gone]\nhost = "{down}"\nnamespace = "a"\nrepository = "b"\n'
+        "insecure = true\n"
+    )
+    monkeypatch.setenv("IMAGESMITH_REGISTRY_ATTEMPTS", "1")
+    res = run_cli("candidates", "--matrix", str(matrix), "--registries", str(registries), "--pinned")
+    assert res.exit_code == 9, res.stderr
+    assert f"registry gone ({down}): unreachable or failing" in res.stderr
+    assert "build" not in res.stderr.split("fix:", 1)[1]  # before: "run imagesmith build … --push first"
+    assert "Traceback" not in res.stderr
