@@ -23,8 +23,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from imagesmith.errors import ConfigError, ImagesmithError, SignatureError
-from imagesmith.registry import OCI_MANIFEST, ManifestData
+from imagesmith.errors import ConfigError, CorruptBlobError, ImagesmithError, RegistryError, SignatureError
+from imagesmith.registry import OCI_MANIFEST, ManifestData, ensure_blob, read_small_blob
 from imagesmith.tags import cosign_attestation_tag
 
 if TYPE_CHECKING:
@@ -188,28 +188,53 @@ def attestation_manifest(layers: Sequence[Mapping[str, Any]]) -> tuple[ManifestD
     return ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body)), config
 
 
+#: the largest attestation envelope read from a registry (a report of a large host takes well under 1 MiB)
+MAX_ENVELOPE_BYTES = 16 << 20
+
+
 def _existing_layers(client: RegistryApi, repo: str, tag: str) -> list[dict[str, Any]]:
     if client.manifest_digest(repo, tag) is None:
         return []
-    doc = client.get_manifest(repo, tag).json()
-    return [x for x in doc.get("layers") or [] if isinstance(x, dict) and isinstance(x.get("digest"), str)]
+    layers = client.get_manifest(repo, tag).json().get("layers")
+    if not isinstance(layers, list):
+        return []
+    return [x for x in layers if isinstance(x, dict) and isinstance(x.get("digest"), str)]
 
 
-def stored_envelopes(client: RegistryApi, repo: str, digest: str) -> Iterator[tuple[str, bytes]]:
-    """(where, envelope) of every DSSE layer with our predicateType in ``sha256-<hex>.att`` of *repo*;
-    blobs whose bytes do not hash to their descriptor are skipped (never trusted anyway: verify them)."""
+def stored_envelopes(client: RegistryApi, repo: str, digest: str) -> Iterator[tuple[str, bytes | str]]:
+    """(where, envelope) of every DSSE layer with our predicateType in ``sha256-<hex>.att`` of *repo*, or
+    (where, why it cannot be read) for a layer whose descriptor is unusable (no sha256 digest, a size that is
+    no byte count or past :data:`MAX_ENVELOPE_BYTES`) or whose bytes do not hash to it (never trusted anyway:
+    each envelope is verified)."""
     tag = cosign_attestation_tag(digest)
     for layer in _existing_layers(client, repo, tag):
-        ann = layer.get("annotations") or {}
+        ann = layer.get("annotations")
         if (
             layer.get("mediaType") != DSSE_MEDIA_TYPE
+            or not isinstance(ann, dict)
             or ann.get(PREDICATE_ANNOTATION) != VALIDATION_PREDICATE_TYPE
         ):
             continue
-        with client.get_blob(repo, layer["digest"]) as resp:
-            body: bytes = resp.content
-        if _sha(body) == layer["digest"]:
-            yield f"{client.host}/{repo}:{tag}#{layer['digest'][:19]}", body
+        where = f"{client.host}/{repo}:{tag}#{layer['digest'][:19]}"
+        try:
+            body = read_small_blob(
+                client,
+                repo,
+                layer["digest"],
+                layer.get("size"),
+                limit=MAX_ENVELOPE_BYTES,
+                what="attestation",
+                where=f"registry {client.name} ({client.host}) {repo}:{tag}",
+            )
+        except CorruptBlobError as exc:
+            yield where, exc.message
+            continue
+        except RegistryError as exc:
+            if "layer's" not in exc.message:  # the registry failed (not the descriptor): the caller says so
+                raise
+            yield where, exc.message
+            continue
+        yield where, body
 
 
 def attested_in_registry(
@@ -219,6 +244,9 @@ def attested_in_registry(
     good: list[Attested] = []
     bad: list[str] = []
     for where, envelope in stored_envelopes(client, repo, digest):
+        if isinstance(envelope, str):
+            bad.append(f"{where}: {envelope}")
+            continue
         try:
             good.append(verify_validation(envelope, trusted, digest=digest))
         except SignatureError as exc:
@@ -252,13 +280,7 @@ def attach_attestations(
 
 
 def _ensure_blob(client: RegistryApi, repo: str, data: bytes) -> None:
-    digest = _sha(data)
-    if client.blob_size(repo, digest) is None:
-
-        def chunks() -> Iterator[bytes]:
-            yield data
-
-        client.upload_blob(repo, digest, chunks)
+    ensure_blob(client, repo, data)
 
 
 def load_trusted_keys(paths: Sequence[Any], *, origin: str) -> list[PublicKey]:

@@ -61,9 +61,11 @@ def _device_request(request: GpuRequest) -> DeviceRequest:
 #: Debian's docker CLI (20.10) drives BuildKit with DOCKER_BUILDKIT=1 and needs no buildx plugin.
 DEFAULT_CLI = "/usr/bin/docker"
 _TRANSIENT_PUSH = re.compile(
-    r"connection refused|connection reset|i/o timeout|timeout|EOF|50[0-9]|broken pipe|TLS handshake",
+    r"connection refused|connection reset|i/o timeout|timeout|EOF|50[0-9]|broken pipe|TLS handshake"
+    r"|toomanyrequests|too many requests|\b429\b|service unavailable|bad gateway",
     re.IGNORECASE,
 )
+_RATE_LIMITED = re.compile(r"toomanyrequests|too many requests|\b429\b", re.IGNORECASE)
 
 
 @dataclass
@@ -873,6 +875,11 @@ def _push_hint(message: str, where: str) -> str:
         return "check the registry credentials (environment or docker config) and push rights"
     if "read-only" in message.lower() or "readonly" in message.lower() or "405" in message:
         return f"registry {where} refuses writes (read-only / maintenance mode)"
+    if _RATE_LIMITED.search(message):
+        return (
+            f"registry {where} rate-limits this account (HTTP 429): wait, or push with an account that has "
+            "a higher limit, then run the build again (layers already pushed are not sent again)"
+        )
     return f"check that registry {where} is up and reachable, then run the build again"
 
 

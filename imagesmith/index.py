@@ -9,8 +9,8 @@ source, the field path (``images[2].min_driver.full``) and the fix.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -216,6 +216,20 @@ def _image(r: _Reader, obj: Mapping[str, Any], path: str) -> ReleasedImage:
     if len(set(names)) != len(names):
         raise r.fail(f"{path}.registries", f"registry names repeat: {names}", hint="list each registry once")
     shm = obj["shm"]
+    for j, v in enumerate(obj["validated_on"]):
+        where = f"{path}.validated_on[{j}]"
+        if v["count"] > MAX_GPUS:
+            raise r.fail(
+                f"{where}.count", f"{v['count']} GPUs in one host", hint=f"a host has 1 to {MAX_GPUS} GPUs"
+            )
+        for k, x in (v.get("figures") or {}).items():
+            if not math.isfinite(float(x)) or float(x) <= 0:
+                raise r.fail(
+                    f"{where}.figures.{k}",
+                    f"{x!r} is not a measured figure",
+                    hint="a figure is a positive, finite number (GB/s or TFLOP/s): regenerate the index with "
+                    "imagesmith release",
+                )
     return ReleasedImage(
         tag=obj["tag"],
         matrix=obj["matrix"],
@@ -255,11 +269,18 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     """Parse and validate index JSON. *source* (file, URL or registry reference) is named in every error.
     The shape is :data:`imagesmith.schema.RELEASE_INDEX` (docs/schemas/release-index.schema.json)."""
     r = _Reader(source)
+    if len(text) > MAX_INDEX_BYTES:
+        raise _too_big(source, len(text))
     try:
         raw = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"release index {source}: not valid JSON ({exc})",
+            hint="regenerate it with imagesmith release, or point --index at the published index",
+        ) from None
+    except RecursionError:
+        raise ConfigError(
+            f"release index {source}: not a release index (JSON nested deeper than a parser follows)",
             hint="regenerate it with imagesmith release, or point --index at the published index",
         ) from None
     schema.RELEASE_INDEX.check(raw, checker=r)
@@ -324,8 +345,26 @@ def dump_index(index: ReleaseIndex) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
+#: the most GPUs a validated_on entry may name for one host (NVIDIA's largest nodes have 72)
+MAX_GPUS: Final[int] = 1024
+
+#: the largest release index read (a file, a download, an artifact layer): thousands of images take a few
+#: MiB; anything past this is not an index, and is not read into memory
+MAX_INDEX_BYTES: Final[int] = 32 << 20
+
+
+def _too_big(source: str, size: int) -> ConfigError:
+    return ConfigError(
+        f"release index {source}: {size} bytes, more than the {MAX_INDEX_BYTES >> 20} MiB an index may have",
+        hint="point --index at the index imagesmith release writes (release/index.json) or publishes "
+        f"({INDEX_ARTIFACT_TAG})",
+    )
+
+
 def load_index(path: Path) -> ReleaseIndex:
     try:
+        if path.is_file() and path.stat().st_size > MAX_INDEX_BYTES:
+            raise _too_big(str(path), path.stat().st_size)
         text = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError(
@@ -369,25 +408,27 @@ def read_signed_index_artifact(
     """(index JSON, its DSSE envelope or None): the layers of the artifact *repo:tag*, each checked against
     its digest."""
     manifest = client.get_manifest(repo, tag).json()
-    layers = [layer for layer in manifest.get("layers", []) if layer.get("mediaType") == INDEX_MEDIA_TYPE]
+    where = f"registry {client.name}: {repo}:{tag}"
+    raw_layers = manifest.get("layers")
+    if not isinstance(raw_layers, list) or not all(isinstance(x, dict) for x in raw_layers):
+        raw_layers = []
+    layers = [layer for layer in raw_layers if layer.get("mediaType") == INDEX_MEDIA_TYPE]
     if len(layers) != 1:
         raise RegistryError(
-            f"registry {client.name}: {repo}:{tag} is not an imagesmith release index artifact "
-            f"(expected one layer of type {INDEX_MEDIA_TYPE})",
+            f"{where} is not an imagesmith release index artifact (expected one layer of type "
+            f"{INDEX_MEDIA_TYPE})",
             hint="point --index at the tag imagesmith release publishes",
         )
-    sigs = [x for x in manifest.get("layers", []) if x.get("mediaType") == INDEX_SIGNATURE_MEDIA_TYPE]
-    body = _blob(client, repo, layers[0]["digest"], "index")
-    envelope = _blob(client, repo, sigs[0]["digest"], "index signature") if len(sigs) == 1 else None
+    sigs = [x for x in raw_layers if x.get("mediaType") == INDEX_SIGNATURE_MEDIA_TYPE]
+    body = _blob(client, repo, layers[0], "index", where)
+    envelope = _blob(client, repo, sigs[0], "index signature", where) if len(sigs) == 1 else None
     return body, envelope
 
 
-def _blob(client: Any, repo: str, digest: str, what: str) -> bytes:
-    with client.get_blob(repo, digest) as resp:
-        body: bytes = resp.content
-    if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
-        raise RegistryError(
-            f"registry {client.name}: {what} blob {digest} arrived with a different sha256",
-            hint="a proxy or mirror altered it: pull again, or read the index from another source (--index)",
-        )
-    return body
+def _blob(client: Any, repo: str, layer: Mapping[str, Any], what: str, where: str) -> bytes:
+    """The bytes of the artifact's *layer*, at most :data:`MAX_INDEX_BYTES`, checked against its digest."""
+    from imagesmith.registry import read_small_blob
+
+    return read_small_blob(
+        client, repo, layer.get("digest"), layer.get("size"), limit=MAX_INDEX_BYTES, what=what, where=where
+    )

@@ -921,7 +921,12 @@ def fetch_index(
         return from_cache(f"{source} (stale cache {cached})")
     if gone is not None:
         if not cached.is_file():
-            raise gone
+            raise type(gone)(
+                f"--index {source}: {gone.message}",
+                hint=gone.hint
+                or f"check --index {source}: the repository and tag (`imagesmith release` publishes the tag "
+                f"{INDEX_ARTIFACT_TAG})",
+            )
         raise type(gone)(
             gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
             "is not there)",
@@ -1023,16 +1028,29 @@ def _cache_age(path: Path) -> str:
 
 
 def _download_http(url: str) -> tuple[int, bytes]:
+    """(status, body) of *url*; a body past :data:`~imagesmith.index.MAX_INDEX_BYTES` is refused unread."""
     import requests
 
+    from imagesmith.index import MAX_INDEX_BYTES
+
     try:
-        resp = requests.get(url, timeout=30)
+        with requests.get(url, timeout=30, stream=True) as resp:
+            parts, got = [], 0
+            for chunk in resp.iter_content(1 << 16):
+                got += len(chunk)
+                if got > MAX_INDEX_BYTES:
+                    raise ConfigError(
+                        f"--index {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): not a "
+                        "release index",
+                        hint="point --index at the index imagesmith release writes or publishes",
+                    )
+                parts.append(chunk)
+            return resp.status_code, b"".join(parts)
     except requests.RequestException as exc:
         raise ConfigError(
             f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",
         ) from None
-    return resp.status_code, resp.content
 
 
 def parse_oci_source(source: str) -> tuple[str, str, str, bool]:

@@ -27,6 +27,7 @@ cross-repository mount, streamed copy between registries), with
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import os
@@ -36,18 +37,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, get_args
 from urllib.parse import urljoin, urlsplit
 
 import requests
+import urllib3
 from tenacity import (
+    RetryCallState,
     Retrying,
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
     wait_exponential_jitter,
 )
+from tenacity.stop import stop_base
 
 from imagesmith.credentials import (
     DOCKER_HUB_API,
@@ -71,6 +76,7 @@ OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 ACCEPT_MANIFESTS = ", ".join((MANIFEST_V2, MANIFEST_LIST_V2, OCI_MANIFEST, OCI_INDEX))
 INDEX_TYPES = frozenset({MANIFEST_LIST_V2, OCI_INDEX})
 _CHUNK = 8 << 20
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _MAX_REDIRECTS = 10
 #: bytes per upload PATCH: what a refused request costs to send again, and held in memory per upload (ECR
@@ -132,9 +138,18 @@ class RetryPolicy:
         return policy
 
     def retrying(self, retry: Any = None) -> Retrying:
+        backoff = wait_exponential_jitter(multiplier=self.backoff, max=self.max_wait, jitter=self.backoff)
+
+        def wait(state: RetryCallState) -> float:
+            # a registry that says how long to wait (429/503 with Retry-After) is waited for that long
+            asked = _asked_wait(state)
+            return max(float(backoff(state)), asked or 0.0)
+
         return Retrying(
-            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.deadline),
-            wait=wait_exponential_jitter(multiplier=self.backoff, max=self.max_wait, jitter=self.backoff),
+            stop=stop_after_attempt(self.attempts)
+            | stop_after_delay(self.deadline)
+            | _StopPastDeadline(self.deadline),
+            wait=wait,
             retry=retry or retry_if_exception_type(_Transient),
             reraise=True,
         )
@@ -146,11 +161,50 @@ class RetryPolicy:
 
 
 class _Transient(Exception):
-    """A fault worth retrying (5xx, 429, timeout, reset). Carries the last description."""
+    """A fault worth retrying (5xx, 429, timeout, reset). Carries the last description, the seconds the
+    registry asked to wait (``Retry-After``), and the host at fault when it is not the registry's own (a token
+    service, blob storage a redirect led to)."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, *, retry_after: float | None = None, elsewhere: str | None = None) -> None:
         super().__init__(what)
         self.what = what
+        self.retry_after = retry_after
+        #: the host at fault when it is not the registry's own, as the fix line names it
+        self.elsewhere = elsewhere
+
+
+def _asked_wait(state: RetryCallState) -> float | None:
+    """The ``Retry-After`` seconds of the attempt that just failed, or None."""
+    exc = state.outcome.exception() if state.outcome is not None and state.outcome.failed else None
+    return exc.retry_after if isinstance(exc, _Transient) else None
+
+
+class _StopPastDeadline(stop_base):
+    """Stop when the registry's ``Retry-After`` would end past the deadline: give up now, saying so."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: RetryCallState) -> bool:
+        asked = _asked_wait(retry_state)
+        return asked is not None and (retry_state.seconds_since_start or 0.0) + asked > self.deadline
+
+
+def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait: delta-seconds (``120``) or an HTTP-date (``Wed, 21 Oct
+    2015 07:28:00 GMT``, RFC 9110 10.2.3); None when absent or unreadable (then the backoff alone counts)."""
+    if not value or not value.strip():
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 @dataclass
@@ -518,10 +572,21 @@ class RegistryClient:
         return RegistryError(f"registry {self.name} ({self.host}): {what}: {message}", hint=hint)
 
     def _gave_up(self, exc: _Transient, attempts: int) -> RegistryError:
+        where = f"registry {self.name} ({self.host})"
+        if exc.elsewhere:
+            where = f"registry {self.name}'s {exc.elsewhere}"
+        if exc.retry_after is not None and exc.retry_after > 0:
+            return self._fail(
+                "rate limited or unavailable",
+                f"{exc.what}; it asks to retry after {exc.retry_after:.0f} s (Retry-After), which would pass "
+                f"the {self.policy.deadline:.0f} s deadline (gave up after {attempts} attempt(s))",
+                hint=f"wait until {where} takes requests again (a pull/push rate limit: use an account with "
+                "a higher limit), then rerun; IMAGESMITH_REGISTRY_DEADLINE gives a longer wait more time",
+            )
         return self._fail(
             "unreachable or failing",
             f"{exc.what} (gave up after {attempts} attempt(s) within {self.policy.deadline:.0f} s)",
-            hint=f"check that registry {self.name} ({self.host}) is up and reachable, then rerun (what is "
+            hint=f"check that {where} is up and reachable, then rerun (what is "
             "already copied is not sent again); IMAGESMITH_REGISTRY_DEADLINE gives a longer outage more time",
         )
 
@@ -538,7 +603,12 @@ class RegistryClient:
         """A Bearer header value from the realm, or the status (401/403) it refused the credentials with."""
         realm = params.get("realm")
         if not realm:
-            raise self._fail("auth", "Bearer challenge without a realm")
+            raise self._fail(
+                "auth",
+                "Bearer challenge without a realm",
+                hint=f"registry {self.name} (or a proxy in front of it) asks for a token without saying "
+                "where to get one: check its auth configuration (token.realm)",
+            )
         query = {
             k: v
             for k, v in (("service", params.get("service")), ("scope", scope or params.get("scope")))
@@ -561,21 +631,59 @@ class RegistryClient:
                 timeout=(self.policy.connect_timeout, self.policy.read_timeout),
                 verify=self.verify,
                 allow_redirects=False,  # a redirect must not carry the credentials on to another host
+                stream=True,
             )
+            try:
+                _read_within(
+                    resp, time.monotonic() + self.policy.read_timeout, f"token endpoint {_short(realm)}"
+                )
+            except _Transient as exc:
+                exc.elsewhere = f"token service {urlsplit(realm).netloc}"
+                raise
+        except requests.exceptions.SSLError as exc:
+            raise self._fail(
+                "auth",
+                f"token endpoint {_short(realm)}: certificate not trusted ({exc.__class__.__name__})",
+                hint=f"trust the token service's CA (the host's CA store), or fix registry {self.name}'s "
+                "host",
+            ) from exc
         except requests.RequestException as exc:
-            raise _Transient(f"token endpoint {realm}: {type(exc).__name__}") from exc
-        if resp.status_code >= 500:
-            raise _Transient(f"token endpoint {realm} answered HTTP {resp.status_code}")
+            raise _Transient(
+                f"token endpoint {_short(realm)}: {type(exc).__name__}",
+                elsewhere=f"token service {urlsplit(realm).netloc}",
+            ) from exc
+        if resp.status_code >= 500 or resp.status_code == 429:
+            resp.close()
+            raise _Transient(
+                f"token endpoint {_short(realm)} answered HTTP {resp.status_code}",
+                retry_after=retry_after_seconds(resp.headers.get("Retry-After")),
+                elsewhere=f"token service {urlsplit(realm).netloc}",
+            )
         if resp.status_code in (401, 403):
             resp.close()
             return resp.status_code
         if resp.status_code != 200:
-            raise self._fail("auth", f"token endpoint answered HTTP {resp.status_code}")
-        data = resp.json()
-        token = data.get("token") or data.get("access_token")
-        if not token:
-            raise self._fail("auth", "token endpoint answered without a token")
-        return f"Bearer {token}"
+            resp.close()
+            raise self._fail(
+                "auth",
+                f"token endpoint {_short(realm)} answered HTTP {resp.status_code}",
+                hint=f"check registry {self.name}'s host and kind in the registries file: its token service "
+                "does not answer as a registry token service does",
+            )
+        try:
+            data = resp.json()
+        except ValueError:
+            data = None
+        token = data.get("token") or data.get("access_token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or not token.strip():
+            raise self._fail(
+                "auth",
+                f"token endpoint {_short(realm)} answered without a token (not a JSON object with a "
+                '"token" or "access_token" string)',
+                hint=f"check registry {self.name}'s host and kind in the registries file; a proxy in front "
+                "of the token service may be answering instead of it",
+            )
+        return f"Bearer {token.strip()}"
 
     def _send(
         self,
@@ -602,17 +710,20 @@ class RegistryClient:
 
         def one(verb: str, target: str, h: dict[str, str], body: Any) -> requests.Response:
             try:
-                return self.session.request(
+                resp = self.session.request(
                     verb,
                     target,
                     headers=h,
                     data=body,
                     params=params if target == full else None,
-                    stream=stream,
+                    stream=True,
                     timeout=timeout,
                     verify=self.verify,
                     allow_redirects=False,
                 )
+                if not stream:  # the whole answer within the read timeout, not one byte per timeout
+                    _read_within(resp, time.monotonic() + timeout[1], f"{verb} {_short(target)}")
+                return resp
             except requests.exceptions.SSLError as exc:
                 raise self._fail(
                     "TLS",
@@ -624,7 +735,13 @@ class RegistryClient:
                 requests.Timeout,
                 requests.exceptions.ChunkedEncodingError,
             ) as exc:
-                raise _Transient(f"{verb} {_short(target)}: {type(exc).__name__}") from exc
+                other = urlsplit(target).netloc
+                raise _Transient(
+                    f"{verb} {_short(target)}: {type(exc).__name__}",
+                    elsewhere=None
+                    if other.lower() == self.api_host.lower()
+                    else f"storage {other}, where the registry redirected the request",
+                ) from exc
 
         def attempt(auth: str | None) -> requests.Response:
             verb, target, body = method, full, data
@@ -653,7 +770,10 @@ class RegistryClient:
                     resp._content = (msg or "").encode()  # read already: _check reports it
                     return resp
                 resp.close()
-                raise _Transient(f"{method} {_short(full)}: HTTP {resp.status_code} {msg}".strip())
+                raise _Transient(
+                    f"{method} {_short(full)}: HTTP {resp.status_code} {msg}".strip(),
+                    retry_after=retry_after_seconds(resp.headers.get("Retry-After")),
+                )
             return resp
 
         own = sends_credentials(self.base, full)
@@ -785,7 +905,21 @@ class RegistryClient:
                 f"HTTP 405 {message}",
                 hint="the registry refuses writes (read-only/maintenance mode) or deletes are disabled",
             )
-        raise self._fail(what, f"HTTP {resp.status_code} {message}")
+        if resp.status_code in _REDIRECTS:
+            raise self._fail(
+                what,
+                f"HTTP {resp.status_code} redirect "
+                + (f"to {_short(resp.headers.get('Location', ''))} " if resp.headers.get("Location") else "")
+                + f"not followed (more than {_MAX_REDIRECTS} hops, a loop, or a redirect of an upload)",
+                hint=f"registry {self.name} (or a proxy in front of it) redirects in a loop: check its "
+                "configuration (http.host, the proxy's rewrite rules), then rerun",
+            )
+        raise self._fail(
+            what,
+            message if message.startswith("HTTP ") else f"HTTP {resp.status_code} {message}",
+            hint=f"registry {self.name} answered what the registry API does not: check its host in the "
+            "registries file and any proxy in between, then rerun",
+        )
 
     @staticmethod
     def _scope(repo: str, actions: str = "pull") -> str:
@@ -808,27 +942,50 @@ class RegistryClient:
         if resp.status_code == 404:
             return None
         self._check(resp, f"HEAD manifest {repo}:{reference}", (200,))
-        digest = resp.headers.get("Docker-Content-Digest")
-        if digest:
+        digest = (resp.headers.get("Docker-Content-Digest") or "").strip()
+        # a header that is no sha256 digest, or names another digest than the one asked for, is not taken at
+        # its word: the manifest is read and hashed (get_manifest refuses content that does not match)
+        if _DIGEST.fullmatch(digest) and (not _DIGEST.fullmatch(reference) or digest == reference):
             return digest
         return self.get_manifest(repo, reference).digest
 
     def get_manifest(self, repo: str, reference: str) -> ManifestData:
-        resp = self._call(
-            "GET",
-            f"/v2/{repo}/manifests/{reference}",
-            scope=self._scope(repo),
-            headers={"Accept": ACCEPT_MANIFESTS},
+        """The manifest *reference* (tag or digest). Its content must hash to the digest asked for, and to
+        the ``Docker-Content-Digest`` the registry names: a body cut or altered on the way is read again
+        (twice more), then refused — never handed on to be copied or tagged."""
+        what = f"GET manifest {repo}:{reference}"
+        problem = ""
+        for _ in range(3):
+            resp = self._call(
+                "GET",
+                f"/v2/{repo}/manifests/{reference}",
+                scope=self._scope(repo),
+                headers={"Accept": ACCEPT_MANIFESTS},
+            )
+            self._check(resp, what, (200,))
+            body = resp.content
+            digest = "sha256:" + hashlib.sha256(body).hexdigest()
+            named = (resp.headers.get("Docker-Content-Digest") or "").strip()
+            if _DIGEST.fullmatch(reference) and digest != reference:
+                problem = f"its content hashes to {digest}, not the digest asked for"
+                continue
+            if named.startswith("sha256:") and named != digest:
+                problem = (
+                    f"the registry names it {named} (Docker-Content-Digest), its content hashes to {digest}"
+                )
+                continue
+            origin = f"registry {self.name} ({self.host}) {repo}@{reference}"
+            media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
+            if not media_type or media_type == "application/json":
+                doc = ManifestData(body=body, media_type="", digest=digest, origin=origin).json()
+                media_type = str(doc.get("mediaType") or MANIFEST_V2)
+            return ManifestData(body=body, media_type=media_type, digest=digest, origin=origin)
+        raise CorruptBlobError(
+            f"registry {self.name} ({self.host}): {what}: {problem} (3 reads); nothing was copied or tagged "
+            "from it",
+            hint=f"the manifest registry {self.name} serves (or a proxy in front of it) does not match its "
+            "digest: check the registry's storage and any proxy or cache in between, then rerun",
         )
-        self._check(resp, f"GET manifest {repo}:{reference}", (200,))
-        body = resp.content
-        digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        origin = f"registry {self.name} ({self.host}) {repo}@{reference}"
-        media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
-        if not media_type or media_type == "application/json":
-            doc = ManifestData(body=body, media_type="", digest=digest, origin=origin).json()
-            media_type = str(doc.get("mediaType") or MANIFEST_V2)
-        return ManifestData(body=body, media_type=media_type, digest=digest, origin=origin)
 
     def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:
         resp = self._call(
@@ -842,7 +999,10 @@ class RegistryClient:
         digest = resp.headers.get("Docker-Content-Digest", manifest.digest)
         if digest != manifest.digest:
             raise self._fail(
-                f"PUT manifest {repo}:{reference}", f"stored digest {digest} ≠ sent {manifest.digest}"
+                f"PUT manifest {repo}:{reference}",
+                f"stored digest {digest} ≠ sent {manifest.digest}",
+                hint=f"registry {self.name} rewrites manifests (or a proxy in front of it does): push to it "
+                "directly, or drop it from the cell's registries",
             )
         return digest
 
@@ -874,7 +1034,21 @@ class RegistryClient:
             if resp.status_code == 404:
                 return tags
             self._check(resp, f"list tags of {repo}", (200,))
-            tags += resp.json().get("tags") or []
+            try:
+                data = resp.json()
+            except ValueError:
+                data = None
+            page = data.get("tags") if isinstance(data, dict) else None
+            if page is not None and (not isinstance(page, list) or not all(isinstance(t, str) for t in page)):
+                data = None
+            if not isinstance(data, dict):
+                raise self._fail(
+                    f"list tags of {repo}",
+                    'the answer is not a tag list (a JSON object with a "tags" list of strings)',
+                    hint=f"check that {self.host} is a registry (not a web page or proxy error page) and "
+                    "rerun",
+                )
+            tags += page or []
             link = resp.headers.get("Link", "")
             m = re.match(r"<([^>]+)>", link)
             url = urljoin(self.base + "/", m.group(1)) if m else ""
@@ -886,10 +1060,7 @@ class RegistryClient:
         if resp.status_code == 404:
             return None
         self._check(resp, f"HEAD blob {repo}@{digest[:19]}", (200,))
-        return BlobStat(
-            size=int(resp.headers.get("Content-Length", "0")),
-            digest=resp.headers.get("Docker-Content-Digest") or None,
-        )
+        return BlobStat(size=_length(resp), digest=resp.headers.get("Docker-Content-Digest") or None)
 
     def blob_size(self, repo: str, digest: str) -> int | None:
         """HEAD the blob: its size, or None when absent."""
@@ -969,7 +1140,20 @@ class RegistryClient:
     def _start_upload(self, repo: str, digest: str, scope: str) -> _Upload:
         resp = self._call("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
         self._check(resp, f"start upload of {digest[:19]} to {repo}", (202,))
-        return _Upload(urljoin(self.base + "/", resp.headers["Location"]))
+        return _Upload(urljoin(self.base + "/", self._location(resp, f"start upload of {digest[:19]}")))
+
+    def _location(self, resp: requests.Response, what: str) -> str:
+        """The ``Location`` an upload answer must carry (a RegistryError naming the registry when absent)."""
+        location = resp.headers.get("Location", "").strip()
+        resp.close()
+        if not location:
+            raise self._fail(
+                what,
+                f"HTTP {resp.status_code} without a Location header (the registry API requires one)",
+                hint=f"registry {self.name} (or a proxy in front of it) drops the Location header: fix the "
+                "proxy, or push to the registry directly",
+            )
+        return location
 
     def _upload_status(self, up: _Upload, scope: str, started: float) -> int | None:
         """Bytes the registry holds for the session (its location updated), or None when it lost it."""
@@ -1140,7 +1324,7 @@ class RegistryClient:
         if resp.status_code != 200:
             resp.close()
             return None
-        return BlobStat(size=int(resp.headers.get("Content-Length", "0")), digest=None)
+        return BlobStat(size=_length(resp), digest=None)
 
     def _cancel_upload(self, up: _Upload | str | None, scope: str) -> None:
         """DELETE an upload session (best effort, one quick try): its bytes leave the registry's disk."""
@@ -1166,7 +1350,7 @@ class RegistryClient:
         try:
             resp = self._send("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)  # one try: a probe
             self._check(resp, f"write probe into {repo}", (202,))
-            up.location = urljoin(self.base + "/", resp.headers["Location"])
+            up.location = urljoin(self.base + "/", self._location(resp, f"write probe into {repo}"))
             resp = self._send(
                 "PATCH",
                 up.location,
@@ -1203,6 +1387,33 @@ def _pieces_from(pieces: list[bytes], pos: int) -> Iterator[bytes]:
             continue
         yield piece[pos:] if pos else piece
         pos = 0
+
+
+def _read_within(resp: requests.Response, until: float, what: str) -> None:
+    """Read *resp*'s body into it (as ``stream=False`` does), giving up at *until*: a registry that sends its
+    answer a byte at a time (each read quick, so no read timeout fires) is a transient fault, not a hang."""
+    parts: list[bytes] = []
+    try:
+        while chunk := resp.raw.read1(1 << 16, decode_content=True):
+            parts.append(chunk)
+            if time.monotonic() > until:
+                resp.close()
+                raise _Transient(
+                    f"{what}: the answer arrived too slowly (not complete within the read timeout)"
+                )
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        resp.close()
+        raise requests.exceptions.ChunkedEncodingError(str(exc)) from exc
+    resp._content = b"".join(parts)
+    setattr(resp, "_content_consumed", True)  # noqa: B010 (requests' own flag, not in its type stubs)
+    resp.raw.release_conn()  # read to its end: the connection goes back to the pool
+
+
+def _length(resp: requests.Response) -> int:
+    """A HEAD's ``Content-Length``; -1 when missing or not a byte count (never equal to a manifest's size)."""
+    text = resp.headers.get("Content-Length", "").strip()
+    resp.close()
+    return int(text) if text.isdigit() else -1
 
 
 def _same_host(a: str, b: str) -> bool:
@@ -1424,6 +1635,73 @@ def _corrupt_at_destination(
         hint=f"remove the blob from registry {dst.name}'s storage (Debian's docker-registry: delete it "
         "through the API, then run `docker-registry garbage-collect` on its config), then rerun",
     )
+
+
+def ensure_blob(client: RegistryApi, repo: str, data: bytes) -> str:
+    """Make *client* hold the small blob *data* (an artifact's layer or config): uploaded when missing; one
+    the registry already holds is trusted only when HEAD gives its size (and digest, when sent), else it is
+    deleted and uploaded again. Returns its digest; CorruptBlobError when the registry keeps a damaged one."""
+    digest = "sha256:" + hashlib.sha256(data).hexdigest()
+
+    def chunks() -> Iterator[bytes]:
+        yield data
+
+    for attempt in range(2):
+        stat = client.stat_blob(repo, digest)
+        if stat is not None and stat.size == len(data) and stat.digest in (None, digest):
+            return digest
+        if stat is not None and not client.delete_blob(repo, digest):
+            break
+        if attempt == 0:
+            client.upload_blob(repo, digest, chunks)
+    raise _corrupt_at_destination(
+        client,
+        repo,
+        digest,
+        f"HEAD gives {stat.size if stat else 'nothing'} bytes, the blob has {len(data)}",
+        repaired=stat is not None,
+    )
+
+
+_FOREIGN_ARTIFACT = (
+    "the registry serves an artifact imagesmith did not write: republish it (imagesmith release)"
+)
+
+
+def read_small_blob(
+    client: RegistryApi, repo: str, digest: Any, size: Any, *, limit: int, what: str, where: str
+) -> bytes:
+    """The bytes of a small blob a descriptor names (an index, an attestation envelope): *digest* must be a
+    sha256 digest and *size* a byte count up to *limit*; nothing past *size* is read, and the bytes must hash
+    to *digest*. RegistryError naming *where* (the registry and reference) otherwise — a hostile registry's
+    descriptor is never a traceback nor an unbounded read."""
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise RegistryError(
+            f"{where}: the {what} layer's digest is not a sha256 digest ({digest!r})",
+            hint=_FOREIGN_ARTIFACT,
+        )
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= limit:
+        raise RegistryError(
+            f"{where}: the {what} layer's size is {size!r}, not a byte count up to {limit} "
+            f"({limit >> 20} MiB)",
+            hint=_FOREIGN_ARTIFACT,
+        )
+    h, parts, got = hashlib.sha256(), [], 0
+    with client.get_blob(repo, digest) as resp:
+        for chunk in resp.iter_content(1 << 16):
+            got += len(chunk)
+            if got > size:
+                break
+            h.update(chunk)
+            parts.append(chunk)
+    if got != size or "sha256:" + h.hexdigest() != digest:
+        raise CorruptBlobError(
+            f"{where}: {what} blob {digest} arrived with a different "
+            + ("size" if got != size else "sha256"),
+            hint="a proxy or mirror altered it, or the registry's copy is damaged: read it again, or from "
+            "another source",
+        )
+    return b"".join(parts)
 
 
 def verify_blobs(client: RegistryApi, repo: str, manifest: ManifestData, *, side: str) -> None:

@@ -11,8 +11,9 @@ For every cell of a matrix (``--only`` globs narrow it):
    family in the nightly: any failure holds the digest back). A report file alone is never enough: unsigned,
    altered, unknown-key and other-digest evidence is named in the refusal with its reason. Without local
    evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again.
-3. **Promotion**, registry by registry, each step checked before it is done, so an interrupted run converges
-   when rerun and a finished one is a no-op:
+3. **Promotion**, each step checked before it is done, so an interrupted run converges when rerun and a
+   finished one is a no-op; a and b in every registry first, c only once a and b succeeded everywhere (a
+   registry that fails leaves no release tag anywhere; a tag that fails is rolled back elsewhere):
    a. the manifest D (and its blobs: cross-repository mount on one registry, streamed copy between
       registries; never a rebuild, never a second push from the engine) is copied from a registry holding the
       candidate, put by digest (tags nothing);
@@ -38,7 +39,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -77,6 +78,7 @@ from imagesmith.registry import (
     Verify,
     client_for,
     copy_manifest,
+    ensure_blob,
     verify_blobs,
 )
 from imagesmith.tags import (
@@ -364,11 +366,18 @@ class Outcome:
         bad = [c for c in self.cells if c.status in ("refused", "failed")]
         if bad:
             lines = [f"{c.cell}: {c.status}: {'; '.join(c.reasons)}" for c in bad]
+            evidence = (
+                "validate the candidate digest on a validation runner (imagesmith validate IMAGE@DIGEST "
+                "--report DIR --sign-key KEY, KEY's .pub in [release] trusted_keys) and pass --reports DIR"
+            )
+            registries = (
+                "a failed promotion converges when the command is rerun once the registry named above "
+                "answers (what was copied is not sent again)"
+            )
+            statuses = {c.status for c in bad}
             raise ReleaseError(
                 f"matrix {self.matrix}: {len(bad)} cell(s) not released:\n  " + "\n  ".join(lines),
-                hint="validate the candidate digest on a validation runner (imagesmith validate IMAGE@DIGEST "
-                "--report DIR --sign-key KEY, KEY's .pub in [release] trusted_keys) and pass --reports DIR; "
-                "a failed promotion converges when the command is rerun",
+                hint=registries if statuses == {"failed"} else evidence + "; " + registries,
             )
 
 
@@ -380,14 +389,7 @@ default_client = client_for
 
 
 def _ensure_blob(client: RegistryApi, repo: str, data: bytes) -> str:
-    digest = _sha(data)
-    if client.blob_size(repo, digest) is None:
-
-        def chunks() -> Iterator[bytes]:
-            yield data
-
-        client.upload_blob(repo, digest, chunks)
-    return digest
+    return ensure_blob(client, repo, data)
 
 
 def artifact_manifest(
@@ -450,9 +452,10 @@ def attached_report_ok(client: RegistryApi, repo: str, digest: str) -> bool:
     if client.manifest_digest(repo, tag) is None:
         return False
     doc = client.get_manifest(repo, tag).json()
-    subject = doc.get("subject") or {}
-    verdict = (doc.get("annotations") or {}).get("io.imagesmith.verdict")
-    return bool(subject.get("digest") == digest and verdict == "passed")
+    subject, annotations = doc.get("subject"), doc.get("annotations")
+    if not isinstance(subject, dict) or not isinstance(annotations, dict):
+        return False  # not the artifact release writes (a foreign or damaged one): put ours again
+    return bool(subject.get("digest") == digest and annotations.get("io.imagesmith.verdict") == "passed")
 
 
 def index_signature_path(index_file: Path) -> Path:
@@ -474,10 +477,9 @@ def _signed_same(signature: Path, body: bytes, key: SigningKey) -> bool:
     return verified.payload == body
 
 
-def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> str:
-    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
-    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once)."""
-    manifest = artifact_manifest(
+def index_manifest(body: bytes, envelope: bytes | None = None) -> ManifestData:
+    """The ``release-index`` artifact of the index JSON *body* (and its DSSE *envelope*, a second layer)."""
+    return artifact_manifest(
         artifact_type=INDEX_ARTIFACT_TYPE,
         layer_media_type=INDEX_MEDIA_TYPE,
         layer=body,
@@ -485,13 +487,87 @@ def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes |
         annotations={"org.opencontainers.image.title": "imagesmith release index"},
         extra_layers=[(DSSE_MEDIA_TYPE, envelope)] if envelope is not None else [],
     )
+
+
+def stage_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> ManifestData:
+    """Every blob of the index artifact, and its manifest by digest (which tags nothing), in *repo*."""
+    manifest = index_manifest(body, envelope)
+    if client.manifest_digest(repo, manifest.digest) != manifest.digest:
+        _ensure_blob(client, repo, EMPTY_BLOB)
+        _ensure_blob(client, repo, body)
+        if envelope is not None:
+            _ensure_blob(client, repo, envelope)
+        client.put_manifest(repo, manifest.digest, manifest)
+    return manifest
+
+
+def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> str:
+    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
+    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once)."""
+    manifest = index_manifest(body, envelope)
     if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
         return manifest.digest
-    _ensure_blob(client, repo, EMPTY_BLOB)
-    _ensure_blob(client, repo, body)
-    if envelope is not None:
-        _ensure_blob(client, repo, envelope)
+    stage_index(client, repo, body, envelope)
     return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
+
+
+def publish_index_everywhere(
+    repos: Sequence[Registry], clients: Mapping[str, RegistryApi], body: bytes, envelope: bytes | None
+) -> tuple[list[str], str | None]:
+    """Publish the index to every repository of *repos* as one step, as far as pick can see: its blobs and
+    manifest (by digest) go to every registry first; only then ``release-index`` is moved, registry by
+    registry, each read back; when one fails, the tags this run moved are put back on the index they held.
+    Returns (the references published, the error or None)."""
+    manifest = index_manifest(body, envelope)
+    before: dict[tuple[str, str], str | None] = {}
+    for t in repos:
+        try:
+            before[t.name, t.repo] = clients[t.name].manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
+            stage_index(clients[t.name], t.repo, body, envelope)
+        except ImagesmithError as exc:
+            return [], (
+                f"publishing the index to {t.name} failed: {_with_fix(exc)}; no registry's "
+                f"{INDEX_ARTIFACT_TAG} was moved (rerun to converge)"
+            )
+    moved: list[Registry] = []
+    for t in repos:
+        c = clients[t.name]
+        try:
+            if before[t.name, t.repo] != manifest.digest:
+                c.put_manifest(t.repo, INDEX_ARTIFACT_TAG, manifest)
+                moved.append(t)
+            now = c.manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
+            if now != manifest.digest:
+                raise ReleaseError(
+                    f"registry {t.name} ({t.host}): {t.image}:{INDEX_ARTIFACT_TAG} resolves to {now}, not "
+                    f"{manifest.digest} after it was put",
+                    hint=f"check registry {t.name}'s storage, then rerun the release",
+                )
+        except ImagesmithError as exc:
+            left = []
+            for u in reversed(moved):
+                old = before[u.name, u.repo]
+                try:
+                    cu = clients[u.name]
+                    if old is not None:
+                        cu.put_manifest(u.repo, INDEX_ARTIFACT_TAG, cu.get_manifest(u.repo, old))
+                        continue
+                    if cu.delete_tag(u.repo, INDEX_ARTIFACT_TAG):
+                        continue
+                except ImagesmithError:
+                    pass
+                left.append(u.name)
+            state = (
+                f"the index stays published in {', '.join(reversed(left))} (the registry cannot delete a tag "
+                "alone)"
+                if left
+                else "the other registries' index was put back"
+            )
+            return (
+                [],
+                f"publishing the index to {t.name} failed: {_with_fix(exc)}; {state} (rerun to converge)",
+            )
+    return [f"{t.image}:{INDEX_ARTIFACT_TAG}" for t in repos], None
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -550,11 +626,16 @@ def release_cell(
     res.digest = digest
     for_digest = [r for r in reports if r.evidence and r.digest == digest]
     store_problems: list[str] = []
+    unreadable: list[str] = []  # registries whose stored attestations could not be read (a fault: rerun)
     if not for_digest and trusted:  # no local attestation: one a previous run stored, verified again
         for t in cell.targets:
             try:
                 good, bad = attested_in_registry(clients[t.name], t.repo, digest, trusted)
-            except ImagesmithError:
+            except ImagesmithError as exc:
+                unreadable.append(
+                    f"the attestations stored in {t.name} ({t.image}:{cosign_attestation_tag(digest)}) "
+                    f"could not be read: {_with_fix(exc)}"
+                )
                 continue
             store_problems += bad
             for att in good:
@@ -570,6 +651,14 @@ def release_cell(
             detail = "; ".join(r.failed[:3]) or r.reason
             res.reasons.append(f"validation of {digest} failed ({r.path}): {detail}")
         return res, []
+    if not passing and unreadable:  # the evidence may be there: a registry fault, not a refusal
+        res.status = "failed"
+        res.reasons += unreadable
+        res.reasons.append(
+            "no local attestation of the candidate digest: rerun when the registry answers, or pass the "
+            "validation folder with --reports"
+        )
+        return res, []
     if not passing:
         res.status = "refused"
         res.reasons += _no_evidence_reasons(cell, digest, for_digest, reports, store_problems, trusted)
@@ -578,8 +667,9 @@ def release_cell(
     envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
-    def promote(t: Registry) -> tuple[list[str], str | None, str | None]:
-        """(steps, digest the tag now resolves to, error) for one registry; its own clients when parallel."""
+    def prepare(t: Registry) -> tuple[list[str], str | None, str | None]:
+        """Phase 1 in one registry (its own clients when parallel): copy the manifest by digest, store the
+        attestations and the report; never the release tag. (steps, what the tag resolves to now, error)."""
         c = clients[t.name] if client_for is None else client_for(t)
         src = clients[source.name] if client_for is None else client_for(source)
         try:
@@ -602,50 +692,119 @@ def release_cell(
             todo.append(
                 f"tag {t.image}:{cell.tag} → {digest[:19]}…" + (f" (was {tagged[:19]}…)" if tagged else "")
             )
-        if not todo:
-            return [], digest, None
-        if dry_run:
-            return todo, None, None
+        if dry_run or not todo:
+            return todo, tagged, None
         try:
             if not has_manifest:
                 copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
-            manifest = src.get_manifest(source.repo, digest)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
-                verify_blobs(c, t.repo, manifest, side="destination")
+                verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
             if not has_att:
                 attach_attestations(c, t.repo, digest, envelopes)
             if not has_report:
-                attach_report(c, t.repo, manifest, report)
-            if tagged != digest:
-                c.put_manifest(t.repo, cell.tag, manifest)
-            now = c.manifest_digest(t.repo, cell.tag)
-            if now != digest:
+                attach_report(c, t.repo, c.get_manifest(t.repo, digest), report)
+            if c.manifest_digest(t.repo, digest) != digest:  # served by digest, checked, before any tag
                 raise ReleaseError(
-                    f"{t.name}: {t.image}:{cell.tag} resolves to {now}, not {digest}",
-                    hint="another release moved the tag meanwhile: rerun the release to converge",
+                    f"{t.name}: {t.image}@{digest} is not served after the copy",
+                    hint=f"check registry {t.name}'s storage, then rerun the release",
                 )
         except ImagesmithError as exc:
-            return todo, None, f"promotion to {t.name} failed: {_with_fix(exc)} (rerun to converge)"
-        return todo, digest, None
+            return todo, tagged, f"promotion to {t.name} failed: {_with_fix(exc)}"
+        return todo, tagged, None
 
     if client_for is None or len(cell.targets) == 1:
-        results = [promote(t) for t in cell.targets]
+        results = [prepare(t) for t in cell.targets]
     else:  # registries are independent: one thread each, every thread with its own clients
         with ThreadPoolExecutor(max_workers=min(8, len(cell.targets))) as pool:
-            results = list(pool.map(promote, cell.targets))
-    for t, (steps, now, error) in zip(cell.targets, results, strict=True):
+            results = list(pool.map(prepare, cell.targets))
+    before = {t.name: tagged for t, (_, tagged, _) in zip(cell.targets, results, strict=True)}
+    for steps, _, error in results:
         res.steps += steps
-        if now is not None:
-            res.registries[t.name] = now
         if error is not None:
             res.status = "failed"
             res.reasons.append(error)
-    if res.status != "failed":
-        if dry_run:
-            res.status = "would-promote" if res.steps else "up-to-date"
-        else:
-            res.status = "promoted" if res.steps else "up-to-date"
+    if res.status == "failed":  # phase 1 failed somewhere: no release tag is moved anywhere
+        res.registries = {name: d for name, d in before.items() if d is not None}
+        res.reasons.append(
+            f"no release tag was moved: {cell.tag} is put only once every registry of the cell "
+            f"({', '.join(t.name for t in cell.targets)}) holds the image and its evidence; rerun when the "
+            "failing registry answers (what was copied is kept, untagged), or remove it from the cell's "
+            "registries"
+        )
+        return res, passing
+    if dry_run:
+        res.registries = {name: d for name, d in before.items() if d == digest}
+        res.status = "would-promote" if res.steps else "up-to-date"
+        return res, passing
+    moved, error = _tag_everywhere(cell, digest, clients, before)
+    res.registries = {t.name: digest for t in cell.targets}
+    if error is not None:
+        res.status = "failed"
+        res.reasons.append(error)
+        res.registries = {name: d for name, d in before.items() if d is not None} | {
+            t.name: digest for t in moved
+        }
+        return res, passing
+    res.status = "promoted" if res.steps else "up-to-date"
     return res, passing
+
+
+def _tag_everywhere(
+    cell: ReleaseCell, digest: str, clients: Mapping[str, RegistryApi], before: Mapping[str, str | None]
+) -> tuple[list[Registry], str | None]:
+    """Phase 2: put the release tag on *digest* in every registry of *cell*, then read each back. On a
+    failure, what this run moved is rolled back (a tag that pointed elsewhere is put back on its old manifest;
+    a new tag deleted where the registry can delete a tag alone). Returns (tags left moved, error or None)."""
+    moved: list[Registry] = []
+    error: str | None = None
+    for t in cell.targets:
+        if before.get(t.name) == digest:
+            continue
+        c = clients[t.name]
+        try:
+            c.put_manifest(t.repo, cell.tag, c.get_manifest(t.repo, digest))
+            moved.append(t)
+        except ImagesmithError as exc:
+            error = f"tagging {t.image}:{cell.tag} in {t.name} failed: {_with_fix(exc)}"
+            break
+    if error is None:
+        for t in cell.targets:
+            try:
+                now: str | None = clients[t.name].manifest_digest(t.repo, cell.tag)
+                why = "" if now == digest else f"resolves to {now}, not {digest}"
+            except ImagesmithError as exc:
+                why = f"cannot be read back: {_with_fix(exc)}"
+            if why:
+                error = (
+                    f"{t.name}: {t.image}:{cell.tag} {why} (a registry that does not keep what it was given, "
+                    "or another release moved the tag meanwhile)"
+                )
+                break
+    if error is None:
+        return moved, None
+    left = []
+    for t in reversed(moved):
+        c, old = clients[t.name], before.get(t.name)
+        try:
+            if old is not None:
+                c.put_manifest(t.repo, cell.tag, c.get_manifest(t.repo, old))
+                continue
+            if c.delete_tag(t.repo, cell.tag):
+                continue
+        except ImagesmithError:
+            pass
+        left.append(t)
+    if not left:
+        return [], error + (
+            "; the release tags this run had put were rolled back: no release tag moved (rerun to converge)"
+            if moved
+            else "; no release tag moved (rerun to converge)"
+        )
+    names = ", ".join(t.name for t in reversed(left))
+    return left, error + (
+        f"; the release tag stays moved to the validated digest in {names} (the registry cannot delete a "
+        "tag alone): rerun to tag the other registries"
+    )
 
 
 def _names_cell(target: str, cell: ReleaseCell) -> bool:
@@ -929,7 +1088,11 @@ def release_cells(
             cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify, trusted=trusted
         )
         outcome.cells.append(result)
-        if result.digest and result.registries:
+        if (
+            result.digest
+            and result.status in ("promoted", "up-to-date", "would-promote")
+            and result.registries
+        ):
             old = base.by_tag(cell.tag)
             if old is not None and old.digest == result.digest and result.status == "up-to-date":
                 entry = index_entry(cell, result, passing, old.released)
@@ -994,26 +1157,12 @@ def release_cells(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
             "pick --verify-key will refuse it"
         )
-    done: set[tuple[str, str]] = set()
-    for cell in cells:
-        for t in cell.targets:
-            if (t.name, t.repo) in done:
-                continue
-            done.add((t.name, t.repo))
-            try:
-                publish_index(clients[t.name], t.repo, body, envelope)
-                outcome.index_published.append(f"{t.image}:{INDEX_ARTIFACT_TAG}")
-            except ImagesmithError as exc:
-                outcome.cells.append(
-                    CellResult(
-                        cell="(index)",
-                        tag=INDEX_ARTIFACT_TAG,
-                        status="failed",
-                        reasons=[
-                            f"publishing the index to {t.name} failed: {exc.message} (rerun to converge)"
-                        ],
-                    )
-                )
+    published, error = publish_index_everywhere(_index_repos(cells), clients, body, envelope)
+    outcome.index_published += published
+    if error is not None:
+        outcome.cells.append(
+            CellResult(cell="(index)", tag=INDEX_ARTIFACT_TAG, status="failed", reasons=[error])
+        )
     return outcome
 
 

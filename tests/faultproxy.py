@@ -32,7 +32,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Kind = Literal[
-    "forward", "error_before", "error_after", "drop_before", "drop_after", "cut", "stall", "status", "rewrite"
+    "forward",
+    "error_before",
+    "error_after",
+    "drop_before",
+    "drop_after",
+    "cut",
+    "stall",
+    "status",
+    "rewrite",
+    "trickle",
 ]
 
 
@@ -44,6 +53,9 @@ class Action:
     seconds: float = 0.0
     #: for ``rewrite``: the upstream body → the body sent to the client
     rewrite: Callable[[bytes], bytes] | None = None
+    #: for ``status``: headers sent with the answer (``Retry-After``, ``Location``); for ``rewrite``: headers
+    #: that replace the upstream's of the same name (``Docker-Content-Digest``; an empty value removes it)
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,28 @@ class FaultProxy:
                 with suppress(OSError):
                     self.connection.shutdown(socket.SHUT_RDWR)
 
+            def _trickle(
+                self, status: int, headers: list[tuple[str, str]], body: bytes, every: float
+            ) -> None:
+                """The answer with its full length, its body one byte every *every* seconds (each read is
+                quick: a read timeout never fires), until the proxy stops or the client hangs up."""
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                try:
+                    for i in range(len(body)):
+                        if proxy._server is None:
+                            break
+                        self.wfile.write(body[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(every)
+                except OSError:
+                    pass
+                self._drop()
+
             def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes, *, cut: bool) -> None:
                 self.send_response(status)
                 for k, v in headers:
@@ -150,7 +184,9 @@ class FaultProxy:
                     self.wfile.flush()
                     self._drop()
 
-            def _error(self, status: int = 500, body: bytes | None = None) -> None:
+            def _error(
+                self, status: int = 500, body: bytes | None = None, extra: tuple[tuple[str, str], ...] = ()
+            ) -> None:
                 data = (
                     body
                     if body is not None
@@ -159,7 +195,7 @@ class FaultProxy:
                     ).encode()
                 )
                 headers = [("Content-Type", "application/json")] if data else []
-                self._reply(status, headers, data, cut=False)
+                self._reply(status, headers + list(extra), data, cut=False)
 
             def _forward(self, body: bytes) -> tuple[int, list[tuple[str, str]], bytes]:
                 conn = http.client.HTTPConnection(proxy.upstream, timeout=60)
@@ -189,7 +225,7 @@ class FaultProxy:
                 if action.kind == "error_before":
                     return self._error()
                 if action.kind == "status":
-                    return self._error(action.status, action.body)
+                    return self._error(action.status, action.body, action.headers)
                 if action.kind == "stall":
                     time.sleep(action.seconds)
                     return self._drop()
@@ -201,8 +237,14 @@ class FaultProxy:
                     return self._drop()
                 if action.kind == "error_after":
                     return self._error()
+                if action.kind == "trickle":
+                    return self._trickle(status, headers, data, action.seconds)
                 if action.kind == "rewrite" and action.rewrite is not None:
                     data = action.rewrite(data)
+                if action.kind == "rewrite" and action.headers:
+                    names = {k.lower() for k, _ in action.headers}
+                    headers = [(k, v) for k, v in headers if k.lower() not in names]
+                    headers += [(k, v) for k, v in action.headers if v]  # an empty value removes the header
                 self._reply(status, headers, data, cut=action.kind == "cut")
 
             do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _handle

@@ -340,7 +340,7 @@ def candidates(
     import json
 
     from imagesmith import release as releasing
-    from imagesmith.errors import ReleaseError
+    from imagesmith.errors import RegistryError, ReleaseError
 
     project = current_project(matrix)
     rows = releasing.candidates(
@@ -348,6 +348,12 @@ def candidates(
     )
     if pinned:
         missing = [r["cell"] for r in rows if not r["pinned"]]
+        unasked = [e for r in rows if not r["pinned"] for e in r["errors"]]
+        if unasked:  # the registries could not be asked: a fault to rerun, not a missing build
+            raise RegistryError(
+                f"no candidate found for {', '.join(missing)}: " + "; ".join(dict.fromkeys(unasked)),
+                hint="rerun when the registries answer (the errors above name them and their fix)",
+            )
         if missing:
             raise ReleaseError(
                 f"no candidate pushed for {', '.join(missing)}",

@@ -6,6 +6,7 @@ Each test names the failure of the issue it pins; every one of them failed befor
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import json
 import os
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -305,7 +307,9 @@ def test_a_manifest_without_config_size_is_a_clear_error(
         return json.dumps(doc).encode()
 
     with fault_proxy(regs.plain) as px, temp_registry(tmp_path) as reg:
-        px.rules.append(lambda r: Action("rewrite", rewrite=strip_size) if r.kind == "manifest" else None)
+        # a registry serving such a manifest names it by its own digest: the upstream's header goes
+        rewrite = Action("rewrite", rewrite=strip_size, headers=(("Docker-Content-Digest", ""),))
+        px.rules.append(lambda r: rewrite if r.kind == "manifest" else None)
         with pytest.raises(RegistryError) as info:
             copy_manifest(fast(px.addr), repo, "src", fast(reg.addr), repo)
         text = str(info.value)
@@ -325,3 +329,151 @@ def test_a_refused_head_says_what_the_registry_answered(regs: LocalRegistries, r
         assert "were refused ()" not in text
         assert "HTTP 401" in text
         assert "fix:" in text
+
+
+# -- 8. Retry-After, manifests that do not match their digest, answers that are no registry's ----------------
+TOO_MANY = b'{"errors":[{"code":"TOOMANYREQUESTS","message":"pull rate limit"}]}'
+
+
+@pytest.mark.registry
+@pytest.mark.parametrize(("status", "form"), [(429, "seconds"), (429, "http-date"), (503, "seconds")])
+def test_retry_after_is_waited_for_in_seconds_and_as_an_http_date(
+    regs: LocalRegistries, repo: str, status: int, form: str
+) -> None:
+    push_layers(regs.plain_client(), repo, "t", [b"layer"])
+    when = datetime.now(UTC) + timedelta(seconds=3)
+    value = "2" if form == "seconds" else email.utils.format_datetime(when, usegmt=True)
+    limited = Action("status", status=status, body=TOO_MANY, headers=(("Retry-After", value),))
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(lambda r: limited if r.kind == "manifest" and r.n == 0 else None)
+        t = time.monotonic()
+        assert fast(px.addr).manifest_digest(repo, "t") is not None
+        assert time.monotonic() - t >= 1.5  # before: the 0.02 s backoff alone, and the limit hit again
+        assert px.count("HEAD", "manifest") == 2
+
+
+@pytest.mark.registry
+def test_a_retry_after_past_the_deadline_gives_up_at_once_naming_it(regs: LocalRegistries, repo: str) -> None:
+    limited = Action("status", status=429, body=TOO_MANY, headers=(("Retry-After", "3600"),))
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(lambda r: limited)
+        t = time.monotonic()
+        with pytest.raises(RegistryError) as info:
+            fast(px.addr, deadline=10.0).manifest_digest(repo, "t")
+        assert time.monotonic() - t < 3
+        assert px.count("HEAD", "manifest") == 1
+        text = str(info.value)
+        for part in ("Retry-After", "3600 s", px.addr, "rate limit", "fix:"):
+            assert part in text
+
+
+@pytest.mark.registry
+def test_a_manifest_whose_bytes_do_not_match_its_digest_is_never_copied(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    image = push_layers(regs.plain_client(), repo, "src", [b"layer"])
+
+    def altered(body: bytes) -> bytes:  # same JSON, other bytes: another digest
+        return json.dumps(json.loads(body), indent=1).encode()
+
+    rewrite = Action("rewrite", rewrite=altered, headers=(("Docker-Content-Digest", ""),))
+    with fault_proxy(regs.plain) as px, temp_registry(tmp_path) as reg:
+        px.rules.append(lambda r: rewrite if r.kind == "manifest" and r.method == "GET" else None)
+        with pytest.raises(CorruptBlobError) as info:
+            copy_manifest(fast(px.addr), repo, image.digest, fast(reg.addr), repo)
+        text = str(info.value)
+        for part in (px.addr, image.digest, "not the digest asked for", "fix:"):
+            assert part in text
+        assert reg.client().list_tags(repo) == []
+        assert reg.client().manifest_digest(repo, image.digest) is None
+        assert reg.client().manifest_digest(repo, _sha(altered(image.body))) is None  # before: put there
+
+
+@pytest.mark.registry
+def test_a_wrong_docker_content_digest_is_refused_by_tag_and_by_digest(
+    regs: LocalRegistries, repo: str
+) -> None:
+    image = push_layers(regs.plain_client(), repo, "t", [b"layer"])
+    liar = Action("rewrite", rewrite=lambda b: b, headers=(("Docker-Content-Digest", "sha256:" + "0" * 64),))
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(lambda r: liar if r.kind == "manifest" else None)
+        client = fast(px.addr)
+        for ref in ("t", image.digest):
+            with pytest.raises(CorruptBlobError, match="Docker-Content-Digest"):
+                client.get_manifest(repo, ref)
+        # HEAD by digest naming another digest is not believed: the manifest is read (and refused)
+        with pytest.raises(CorruptBlobError):
+            client.manifest_digest(repo, image.digest)
+        # a PUT answered with another digest than the one sent: the registry rewrote it; named with a fix
+        with pytest.raises(RegistryError, match=r"stored digest sha256:0+ ≠ sent") as info:
+            client.put_manifest(repo, "again", image)
+        assert "rewrites manifests" in str(info.value.hint)
+
+
+@pytest.mark.registry
+def test_answers_that_are_no_registrys_are_errors_not_tracebacks(regs: LocalRegistries, repo: str) -> None:
+    page = Action("status", status=200, body=b"<html>captive portal</html>")
+    no_location = Action("status", status=202, body=b"")
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(lambda r: page if r.kind == "tags" else None)
+        px.rules.append(lambda r: no_location if r.kind == "upload" and r.method == "POST" else None)
+        client = fast(px.addr)
+        with pytest.raises(RegistryError, match="not a tag list") as info:
+            client.list_tags(repo)
+        assert "fix:" in str(info.value)
+        with pytest.raises(RegistryError, match="without a Location header") as info:
+            client.upload_blob(repo, _sha(b"x"), lambda: iter([b"x"]))
+        assert px.addr in str(info.value)
+
+
+@pytest.mark.registry
+def test_a_redirect_to_storage_that_is_down_names_the_storage_and_a_loop_is_an_error(
+    regs: LocalRegistries, repo: str
+) -> None:
+    from tests.localinfra import free_port
+
+    image = push_layers(regs.plain_client(), repo, "t", [b"layer"])
+    layer = image.blobs()[1][0]
+    storage = f"127.0.0.2:{free_port()}"  # the registry's blob storage (a CDN), not answering
+
+    def away(r: Request) -> Action | None:
+        if r.kind == "blob" and r.method == "GET" and "loop" not in r.path:
+            return Action(
+                "status", status=307, body=b"", headers=(("Location", f"http://{storage}{r.path}"),)
+            )
+        return None
+
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(away)
+        with pytest.raises(RegistryError) as info:
+            b"".join(fast(px.addr, attempts=2).get_blob(repo, layer).iter_content(1 << 16))
+        text = str(info.value)
+        assert f"registry {px.addr}'s storage {storage}, where the registry redirected the request" in text
+    with fault_proxy(regs.plain) as px:
+        px.rules.append(
+            lambda r: (
+                Action("status", status=302, body=b"", headers=(("Location", r.path),))
+                if r.kind == "blob"
+                else None
+            )
+        )
+        with pytest.raises(RegistryError, match=r"redirect .* not followed") as info:
+            fast(px.addr).get_blob(repo, layer)
+        assert "loop" in str(info.value.hint)
+        assert px.count("GET", "blob") == 11  # the first request and 10 hops, not retried
+
+
+@pytest.mark.registry
+def test_an_answer_sent_a_byte_at_a_time_is_given_up_on_within_the_deadline(
+    regs: LocalRegistries, repo: str
+) -> None:
+    push_layers(regs.plain_client(), repo, "t", [b"layer"])
+    with fault_proxy(regs.plain, max_seconds=60) as px:
+        px.rules.append(
+            lambda r: Action("trickle", seconds=0.5) if r.kind == "manifest" and r.method == "GET" else None
+        )
+        t = time.monotonic()
+        with pytest.raises(RegistryError, match="arrived too slowly") as info:
+            fast(px.addr, attempts=2, timeout=2.0, deadline=5.0).get_manifest(repo, "t")
+        assert time.monotonic() - t < 10  # before: one byte per 0.5 s never trips a read timeout: minutes
+        assert "fix:" in str(info.value)

@@ -428,12 +428,15 @@ def test_interrupted_promotion_converges(
     res = out.cells[0]
     assert res.status == "failed"
     assert "promotion to second failed" in res.reasons[0] or "second:" in res.reasons[0]
-    assert res.registries == {"plain": digest}
-    assert plain.manifest_digest(repo, "a") == digest
+    # nothing half-published: the release tag is put only once every registry holds the image and its
+    # evidence, so the healthy registry is not tagged either, and no index lists the cell
+    assert res.registries == {}
+    assert plain.manifest_digest(repo, "a") is None
+    assert plain.manifest_digest(repo, digest) == digest  # phase 1 did its part there: kept, untagged
+    assert "no release tag was moved" in res.reasons[-1]
     with pytest.raises(ReleaseError, match="a: failed"):
         out.raise_for_refusals()
-    # the index lists only where the release tag really points at the digest
-    assert [r.name for r in load_index(index_file).images[0].registries] == ["plain"]
+    assert not index_file.exists()
 
     second.start(readonly=True)  # back, but refusing writes
     out = release_cells(

@@ -525,3 +525,35 @@ def test_engine_push_never_retries_a_full_disk() -> None:
         engine.push("r.example/a/b:t", attempts=5, backoff=0.01)
     assert calls == [1]
     assert "fix: free space on the registry's storage" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "message",
+    ["toomanyrequests: too many requests", "received unexpected HTTP status: 429 Too Many Requests"],
+)
+def test_engine_push_rides_out_a_rate_limit_and_names_it_when_it_lasts(message: str) -> None:
+    engine, api = _engine(accept="always")
+    calls: list[int] = []
+
+    def push(*args: Any, **kw: Any) -> Iterator[dict[str, Any]]:
+        calls.append(1)
+        if len(calls) < 3:
+            yield {"errorDetail": {"message": message}}
+            return
+        yield {"status": "Pushed", "id": "abc"}
+        yield {"status": f"t: digest: sha256:{'d' * 64} size: 1"}
+
+    api.push = push  # type: ignore[method-assign]
+    assert engine.push("r.example/a/b:t", attempts=4, backoff=0.01).digest == "sha256:" + "d" * 64
+    assert len(calls) == 3  # before: given up at the first 429
+
+    def limited(*args: Any, **kw: Any) -> Iterator[dict[str, Any]]:
+        calls.append(1)
+        yield {"errorDetail": {"message": message}}
+
+    api.push = limited  # type: ignore[method-assign]
+    with pytest.raises(PushError) as info:
+        engine.push("r.example/a/b:t", attempts=2, backoff=0.01, registry_name="hub (r.example)")
+    text = str(info.value)
+    assert "gave up after 2 tries" in text
+    assert "registry hub (r.example) rate-limits this account" in text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,23 @@ def _bad(mutate: Any) -> str:
         (lambda d: d.update(schema="v0"), "schema:"),
         (lambda d: d["images"][0]["registries"][0].update(reference="pytorch"), "registries[0].reference"),
         (lambda d: d["images"][0]["shm"].update(size="lots"), "images[0].shm.size"),
+        # a fleet baseline validation compares hosts against: never NaN, infinite, zero or negative
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(figures={"hbm_copy_gbps": float("nan")}),
+            "images[0].validated_on[0].figures.hbm_copy_gbps: nan is not a measured figure",
+        ),
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(figures={"matmul_tflops": float("inf")}),
+            "figures.matmul_tflops: inf is not a measured figure",
+        ),
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(figures={"matmul_tflops": -3.0}),
+            "figures.matmul_tflops: -3.0 is not a measured figure",
+        ),
+        (
+            lambda d: d["images"][0]["validated_on"][0].update(count=10**30),
+            "images[0].validated_on[0].count: 1000000000000000000000000000000 GPUs in one host",
+        ),
     ],
 )
 def test_bad_index_names_source_and_field(mutate: Any, expect: str) -> None:
@@ -164,3 +182,174 @@ def test_cli_index_lists_and_checks(run_cli: Any, tmp_path: Path) -> None:
     res = run_cli("index", str(path))
     assert res.exit_code == ConfigError.exit_code
     assert "images[0].cuda: 'twelve' is not a CUDA version" in res.stderr
+
+
+# -- hostile indexes on a new rental: no traceback, nothing huge read into memory ----------------------------
+class _Stream:
+    def __init__(self, body: bytes) -> None:
+        self.body = body
+        self.read = 0
+
+    def iter_content(self, size: int) -> Any:
+        for i in range(0, len(self.body), size):
+            self.read += len(self.body[i : i + size])
+            yield self.body[i : i + size]
+
+    def __enter__(self) -> _Stream:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        return None
+
+
+class _ArtifactRegistry:
+    """A registry serving one artifact manifest *doc* and blobs by digest (as a hostile registry may)."""
+
+    name = "hostile"
+    host = "hostile.example"
+
+    def __init__(self, doc: Any, blobs: dict[str, bytes]) -> None:
+        self.doc, self.blobs, self.streams = doc, blobs, []
+
+    def get_manifest(self, repo: str, ref: str) -> Any:
+        from imagesmith.registry import OCI_MANIFEST, ManifestData
+
+        body = json.dumps(self.doc).encode()
+        return ManifestData(
+            body=body, media_type=OCI_MANIFEST, digest="sha256:" + hashlib.sha256(body).hexdigest()
+        )
+
+    def get_blob(self, repo: str, digest: str) -> _Stream:
+        stream = _Stream(self.blobs[digest])
+        self.streams.append(stream)
+        return stream
+
+
+def _layer(body: bytes, **over: Any) -> dict[str, Any]:
+    from imagesmith.index import INDEX_MEDIA_TYPE
+
+    return {
+        "mediaType": INDEX_MEDIA_TYPE,
+        "digest": "sha256:" + hashlib.sha256(body).hexdigest(),
+        "size": len(body),
+    } | over
+
+
+@pytest.mark.parametrize(
+    ("layers", "expect"),
+    [
+        ("abc", "is not an imagesmith release index artifact"),
+        ([1, 2], "is not an imagesmith release index artifact"),
+        ([_layer(b"{}", digest=None)], "digest is not a sha256 digest (None)"),
+        ([_layer(b"{}", digest=5)], "digest is not a sha256 digest (5)"),
+        ([_layer(b"{}", size="2")], "size is '2', not a byte count"),
+        ([_layer(b"{}", size=10**12)], "size is 1000000000000, not a byte count up to"),
+        ([_layer(b"{}", size=1)], "arrived with a different size"),
+    ],
+)
+def test_a_hostile_index_artifact_is_an_error_naming_the_registry(layers: Any, expect: str) -> None:
+    from imagesmith.errors import RegistryError
+    from imagesmith.index import read_signed_index_artifact
+
+    client = _ArtifactRegistry({"schemaVersion": 2, "layers": layers}, {_layer(b"{}")["digest"]: b"{}"})
+    with pytest.raises(RegistryError) as info:
+        read_signed_index_artifact(client, "acme/torch")
+    assert expect in info.value.message
+    assert "registry hostile: acme/torch:release-index" in info.value.message
+    assert info.value.hint
+
+
+def test_an_index_blob_larger_than_it_says_is_not_read_past_its_size() -> None:
+    from imagesmith.errors import RegistryError
+    from imagesmith.index import read_signed_index_artifact
+
+    small, big = b"{}", b"x" * (4 << 20)
+    client = _ArtifactRegistry({"layers": [_layer(small)]}, {_layer(small)["digest"]: big})
+    with pytest.raises(RegistryError, match="different size"):
+        read_signed_index_artifact(client, "acme/torch")
+    assert client.streams[0].read < 1 << 17  # one 64 KiB piece past the size at most, never the 4 MiB
+
+
+def test_a_huge_or_deeply_nested_index_file_is_refused_unread(tmp_path: Path) -> None:
+    from imagesmith.index import MAX_INDEX_BYTES
+
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as f:
+        f.truncate(MAX_INDEX_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(ConfigError, match="more than the 32 MiB an index may have") as info:
+        load_index(huge)
+    assert str(huge) in info.value.message
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ConfigError, match="nested deeper"):
+        load_index(deep)
+
+
+class _Server:
+    """A local HTTP server: GET answers *status* with *size* bytes of JSON-ish filler (streamed) or *body*."""
+
+    def __init__(self, status: int, *, size: int = 0, body: bytes = b"") -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def do_GET(self) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(size or len(body)))
+                self.end_headers()
+                try:
+                    if size:
+                        piece = b" " * (1 << 20)
+                        for _ in range(size >> 20):
+                            self.wfile.write(piece)
+                    else:
+                        self.wfile.write(body)
+                except OSError:  # the client stopped reading: what the test wants
+                    pass
+
+            do_HEAD = do_GET
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_huge_index_download_is_refused_without_reading_it_all(tmp_path: Path, monkeypatch: Any) -> None:
+    from imagesmith.pick import fetch_index
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    server = _Server(200, size=1 << 30)  # a GiB: read to the limit, not further
+    try:
+        with pytest.raises(ConfigError, match="more than 32 MiB") as info:
+            fetch_index(f"http://{server.addr}/index.json", insecure=True)
+        assert info.value.hint
+    finally:
+        server.close()
+
+
+def test_an_oci_index_that_is_not_there_says_which_source_and_what_to_check(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    from imagesmith.errors import ManifestUnknownError
+    from imagesmith.pick import fetch_index
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    body = b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown"}]}'
+    server = _Server(404, body=body)
+    try:
+        source = f"oci+http://{server.addr}/acme/torch:release-index"
+        with pytest.raises(ManifestUnknownError) as info:
+            fetch_index(source, insecure=True)
+        assert info.value.message.startswith(f"--index {source}: ")
+        assert info.value.hint is not None
+        assert "release-index" in info.value.hint
+    finally:
+        server.close()

@@ -349,3 +349,177 @@ def test_anonymous_pull_works_without_the_program_when_the_registry_allows_it(
 def test_the_http_client_is_the_registry_seam() -> None:
     client: RegistryApi = RegistryClient("r.example")
     assert (client.name, client.host) == ("r.example", "r.example")
+
+
+# -- a token service that is down, or answers something else than a token -----------------------------------
+class _ChallengeOnly:
+    """A registry that challenges every request for a Bearer token at *realm* (a token service elsewhere)."""
+
+    def __init__(self, realm: str) -> None:
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def do_GET(self) -> None:
+                body = b'{"errors":[{"code":"UNAUTHORIZED","message":"token needed"}]}'
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", f'Bearer realm="{realm}",service="t"')
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class _TokenService:
+    """A token service answering *status* with *body* (and counting requests)."""
+
+    def __init__(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+        self.requests = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def do_GET(self) -> None:
+                outer.requests += 1
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.addr = f"127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_a_token_service_that_is_down_is_named_in_the_error_and_the_fix() -> None:
+    down = f"127.0.0.1:{_closed_port()}"
+    reg = _ChallengeOnly(f"http://{down}/token")
+    try:
+        client = RegistryClient(
+            reg.addr, name="hub", insecure=True, credentials=Credentials("u", "p"), attempts=2, backoff=0.01
+        )
+        with pytest.raises(RegistryError) as info:
+            client.list_tags("org/app")
+        text = str(info.value)
+        assert f"token endpoint http://{down}/token" in text
+        assert f"registry hub's token service {down}" in text  # the fix names the host that is down
+        assert "gave up after 2 attempt(s)" in text
+    finally:
+        reg.close()
+
+
+@pytest.mark.parametrize(
+    "body", [b"<html>sign in to the proxy</html>", b'["token"]', b'{"token": 7}', b'{"token": ""}', b"{}"]
+)
+def test_a_token_service_answering_no_token_is_an_error_not_a_traceback(body: bytes) -> None:
+    service = _TokenService(200, body)
+    reg = _ChallengeOnly(f"http://{service.addr}/token")
+    try:
+        client = RegistryClient(
+            reg.addr, name="hub", insecure=True, credentials=Credentials("u", "p"), attempts=3
+        )
+        with pytest.raises(RegistryError, match="answered without a token") as info:
+            client.list_tags("org/app")
+        assert info.value.hint
+        assert service.requests == 1  # an answer, not a fault: not retried
+    finally:
+        reg.close()
+        service.close()
+
+
+def test_a_rate_limited_token_service_is_retried_after_what_it_asks() -> None:
+    service = _TokenService(429, b"", {"Retry-After": "3600"})
+    reg = _ChallengeOnly(f"http://{service.addr}/token")
+    try:
+        client = RegistryClient(
+            reg.addr, name="hub", insecure=True, credentials=Credentials("u", "p"), attempts=5, backoff=0.01
+        )
+        with pytest.raises(RegistryError) as info:
+            client.list_tags("org/app")
+        text = str(info.value)
+        assert "Retry-After" in text
+        assert service.requests == 1  # an hour is past the deadline: given up at once, saying why
+    finally:
+        reg.close()
+        service.close()
+
+
+def test_retry_after_seconds_reads_both_forms() -> None:
+    from datetime import UTC, datetime
+
+    from imagesmith.registry import retry_after_seconds
+
+    now = datetime(2026, 12, 1, 6, 0, 0, tzinfo=UTC)
+    assert retry_after_seconds("120", now=now) == 120.0
+    assert retry_after_seconds(" 0 ", now=now) == 0.0
+    assert retry_after_seconds("Tue, 01 Dec 2026 06:00:30 GMT", now=now) == 30.0
+    assert retry_after_seconds("Tue, 01 Dec 2026 05:00:00 GMT", now=now) == 0.0  # in the past: now
+    assert retry_after_seconds("86400", now=now) == 86400.0  # named as asked; past the deadline: not waited
+    for junk in (None, "", "soon", "-5", "1.5e3", "Tue, 99 Foo"):
+        assert retry_after_seconds(junk, now=now) is None
+
+
+# -- answers read whole within the read timeout keep HTTP's encodings ----------------------------------------
+@pytest.mark.parametrize("framing", ["chunked", "length"])
+@pytest.mark.parametrize("encoding", ["identity", "gzip"])
+def test_small_answers_are_read_whole_through_chunking_and_gzip(framing: str, encoding: str) -> None:
+    import gzip
+
+    body = json.dumps({"name": "x", "tags": [f"t{i}" for i in range(5000)]}).encode()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def do_GET(self) -> None:
+            data = gzip.compress(body) if encoding == "gzip" else body
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if encoding == "gzip":
+                self.send_header("Content-Encoding", "gzip")
+            if framing == "length":
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(0, len(data), 1000):
+                piece = data[i : i + 1000]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)
+        for _ in range(3):  # the connection goes back to the pool and is used again
+            assert len(client.list_tags("x")) == 5000
+    finally:
+        server.shutdown()
+        server.server_close()

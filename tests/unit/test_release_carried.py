@@ -50,6 +50,10 @@ class _Resp:
     def __init__(self, body: bytes) -> None:
         self.content = body
 
+    def iter_content(self, size: int) -> Any:
+        for i in range(0, len(self.content), size):
+            yield self.content[i : i + size]
+
     def json(self) -> Any:
         return json.loads(self.content)
 
@@ -64,6 +68,7 @@ class FakeClient:
     """Tags, and the attestations stored in cosign's layout (``sha256-<hex>.att``) for some digests."""
 
     host = "fake.example"
+    name = "fake"
 
     def __init__(
         self,
@@ -236,3 +241,111 @@ def test_the_project_names_its_release_index(tmp_path: Path) -> None:
     assert (
         load_project(tmp_path / "imagesmith.toml").release_index_file == tmp_path / "release" / "index.json"
     )
+
+
+# -- attestation layers are descriptors a hostile registry may write: read with care -------------------------
+@pytest.mark.parametrize(
+    ("damage", "expect"),
+    [
+        (lambda layer: layer | {"size": 10**12}, "size is 1000000000000, not a byte count up to"),
+        (lambda layer: layer | {"size": "big"}, "size is 'big'"),
+        (lambda layer: layer | {"digest": "sha256:../../etc"}, "digest is not a sha256 digest"),
+        (lambda layer: layer | {"size": layer["size"] - 1}, "arrived with a different size"),
+    ],
+)
+def test_a_hostile_attestation_layer_is_a_reason_not_a_traceback_nor_a_huge_read(
+    damage: Any, expect: str
+) -> None:
+    from imagesmith.attestation import attested_in_registry
+
+    digest = "sha256:" + "a" * 64
+    env = envelope(digest)
+    client = FakeClient({}, attested={digest: [env]})
+    tag = cosign_attestation_tag(digest)
+    doc = json.loads(client.manifests[("acme/torch", tag)])
+    doc["layers"] = [damage(layer) for layer in doc["layers"]]
+    client.manifests[("acme/torch", tag)] = json.dumps(doc).encode()
+    client.blobs["sha256:../../etc"] = env
+    good, bad = attested_in_registry(client, "acme/torch", digest, TRUSTED)
+    assert good == []
+    assert len(bad) == 1
+    assert expect in bad[0]
+
+
+def test_annotations_of_the_wrong_type_are_skipped() -> None:
+    from imagesmith.attestation import attested_in_registry
+
+    digest = "sha256:" + "b" * 64
+    client = FakeClient({}, attested={digest: [envelope(digest)]})
+    tag = cosign_attestation_tag(digest)
+    doc = json.loads(client.manifests[("acme/torch", tag)])
+    doc["layers"] = [layer | {"annotations": ["predicateType"]} for layer in doc["layers"]] + ["junk", 3]
+    client.manifests[("acme/torch", tag)] = json.dumps(doc).encode()
+    assert attested_in_registry(client, "acme/torch", digest, TRUSTED) == ([], [])
+
+
+class _SmallBlobRegistry:
+    """HEAD answers what *held* says of a blob; deletes and uploads are recorded."""
+
+    name, host = "dst", "dst.example"
+
+    def __init__(self, held: Any, *, deletes: bool = True, keeps_damage: bool = False) -> None:
+        self.held, self.deletes, self.keeps_damage = held, deletes, keeps_damage
+        self.uploaded: list[bytes] = []
+        self.deleted = 0
+
+    def stat_blob(self, repo: str, digest: str) -> Any:
+        return self.held
+
+    def delete_blob(self, repo: str, digest: str) -> bool:
+        self.deleted += 1
+        return self.deletes
+
+    def upload_blob(self, repo: str, digest: str, chunks: Any) -> None:
+        from imagesmith.registry import BlobStat
+
+        data = b"".join(chunks())
+        self.uploaded.append(data)
+        if not self.keeps_damage:
+            self.held = BlobStat(size=len(data), digest=digest)
+
+
+def test_a_small_blob_the_registry_holds_damaged_is_uploaded_again_or_reported() -> None:
+    from imagesmith.errors import CorruptBlobError
+    from imagesmith.registry import BlobStat, ensure_blob
+
+    data = b'{"verdict": "passed"}'
+    ok = _SmallBlobRegistry(BlobStat(size=len(data)))
+    ensure_blob(ok, "r", data)  # held with its size: trusted as is
+    assert ok.uploaded == []
+    assert ok.deleted == 0
+    cut = _SmallBlobRegistry(BlobStat(size=3))  # before: trusted because HEAD found it
+    ensure_blob(cut, "r", data)
+    assert cut.deleted == 1
+    assert cut.uploaded == [data]
+    stuck = _SmallBlobRegistry(BlobStat(size=3), keeps_damage=True)
+    with pytest.raises(CorruptBlobError, match="registry dst") as info:
+        ensure_blob(stuck, "r", data)
+    assert info.value.hint
+    missing = _SmallBlobRegistry(None)
+    ensure_blob(missing, "r", data)
+    assert missing.uploaded == [data]
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"subject": "sha256:x", "annotations": {}},
+        {"subject": {"digest": "d"}, "annotations": ["io.imagesmith.verdict"]},
+        {"subject": None},
+        {},
+    ],
+)
+def test_a_foreign_report_artifact_is_put_again_not_a_traceback(doc: dict[str, Any]) -> None:
+    from imagesmith.release import attached_report_ok
+    from imagesmith.tags import attestation_tag
+
+    digest = "sha256:" + "c" * 64
+    client = FakeClient({("acme/torch", attestation_tag(digest)): "sha256:" + "e" * 64})
+    client.manifests[("acme/torch", attestation_tag(digest))] = json.dumps(doc).encode()
+    assert attached_report_ok(client, "acme/torch", digest) is False
