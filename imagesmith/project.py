@@ -100,10 +100,11 @@ class Project:
     # -- paths ---------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
         """*path* relative to the project root when it is inside it, else as it is."""
-        try:
-            return path.resolve().relative_to(self.root).as_posix()
-        except ValueError:
-            return str(path)
+        lexical = Path(os.path.normpath(path if path.is_absolute() else Path.cwd() / path))
+        for candidate in (lexical, path.resolve()):
+            if candidate.is_relative_to(self.root):
+                return candidate.relative_to(self.root).as_posix()
+        return str(path)
 
     @property
     def dockerfiles_rel(self) -> str:
@@ -193,12 +194,49 @@ def _relative(file: Path, key: str, value: object, root: Path) -> Path:
             f"{file}: {key} must be a non-empty path string",
             hint=f'e.g. {leaf.split("[")[0]} = "{example}"',
         )
+    if not value.isprintable():
+        raise ProjectError(
+            f"{file}: {key} = {value[:200]!r} holds control characters (a NUL, a newline, an escape)",
+            hint=f'give a plain relative path, e.g. {leaf.split("[")[0]} = "{example}"',
+        )
     if Path(value).is_absolute() or value.startswith("~"):
         raise ProjectError(
             f"{file}: {key} = {value!r} is absolute: a project must work in any clone on any machine",
             hint=f"make it relative to {file.parent.name}/ (e.g. {example!r})",
         )
-    return (root / value).resolve()
+    # lexically, not resolved: a folder of the project may be a link (the link travels with the clone), and
+    # what plans and fingerprints show of it stays project-relative wherever the link points
+    resolved = Path(os.path.normpath(root / value))
+    if not resolved.is_relative_to(root):
+        raise ProjectError(
+            f"{file}: {key} = {value!r} leads outside the project ({resolved}): a project must work in any "
+            "clone, and a clone holds only what is inside its root",
+            hint=f"keep it inside {root.name}/ (e.g. {example!r}); copy or link what is shared into the "
+            "project",
+        )
+    return resolved
+
+
+#: which ``[paths]`` keys name a folder (the others name a file)
+_FOLDER_PATHS: Final[frozenset[str]] = frozenset({"matrices", "dockerfiles", "locks"})
+
+
+def _check_path_kinds(file: Path, resolved: Mapping[str, Path]) -> None:
+    """A ``[paths]`` folder that is a file (or a file that is a folder) is one error now, not a plan that
+    silently finds no lock or a registries file read from the wrong place later."""
+    for key, path in resolved.items():
+        want_folder = key in _FOLDER_PATHS
+        try:
+            wrong = path.is_file() if want_folder else path.is_dir()
+        except OSError:
+            wrong = False
+        if wrong:
+            raise ProjectError(
+                f"{file}: paths.{key} = {path} is a {'file' if want_folder else 'folder'}, "
+                f"not a {'folder' if want_folder else 'file'}",
+                hint=f'paths.{key} = "{DEFAULT_PATHS[key]}" (the default), or a path to a '
+                + ("folder" if want_folder else "file"),
+            )
 
 
 def check_mirror_template(template: str, origin: str) -> str:
@@ -258,6 +296,7 @@ def load_project(file: Path) -> Project:
         key: _relative(file, f"paths.{key}", paths.get(key, default), root)
         for key, default in DEFAULT_PATHS.items()
     }
+    _check_path_kinds(file, resolved)
     _check_dockerfiles_folder(file, root, resolved)
     mirrors = data.get("sources", {}).get("mirrors", [])
     checked = tuple(check_mirror_template(m, f"{file}: sources.mirrors") for m in mirrors)
@@ -265,6 +304,15 @@ def load_project(file: Path) -> Project:
         _relative(file, f"release.trusted_keys[{i}]", v, root)
         for i, v in enumerate(data.get("release", {}).get("trusted_keys", []))
     )
+    if default_matrix is not None and (
+        resolved["matrices"] / f"{default_matrix}.toml" == resolved["registries"]
+        or default_matrix == Path(REGISTRIES_FILE).stem
+    ):
+        raise ProjectError(
+            f"{file}: default_matrix = {default_matrix!r} names the registries file, not a matrix",
+            hint="name a matrix file of "
+            f"{resolved['matrices'].relative_to(root).as_posix() or '.'}/, or remove default_matrix",
+        )
     if default_matrix is not None and not is_file(resolved["matrices"] / f"{default_matrix}.toml"):
         raise ProjectError(
             f"{file}: default_matrix = {default_matrix!r} but "

@@ -347,6 +347,8 @@ def _example_value(spec: Field) -> Any:
 # the files
 
 _PATH = Field(kind="string", description="a path relative to imagesmith.toml's folder", example='"…"')
+#: a matrix name (the file's name without .toml)
+MATRIX_NAME: Final[str] = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _TEMPLATE = Field(
     kind="string",
     description="URL template: {url} {path} {host} {name} {version} {commit} {file}",
@@ -394,7 +396,12 @@ PROJECT: Schema = Schema(
                 example='"gpu-images"',
             ),
             "default_matrix": Field(
-                kind="string", description="--matrix when none is given", example='"smoke"'
+                kind="string",
+                pattern=MATRIX_NAME,
+                invalid="{value!r} is not a matrix name",
+                hint='the name of a file in the matrices folder without .toml, e.g. default_matrix = "h100"',
+                description="--matrix when none is given",
+                example='"smoke"',
             ),
             "paths": Field(
                 kind="table",
@@ -593,8 +600,6 @@ ABS_PATH: Final[str] = r"(?:/[A-Za-z0-9._+-]+)+/?"
 VERSION: Final[str] = r"v?[0-9]+(?:[._+-]?[A-Za-z0-9]+)*"
 #: an http(s) URL without a query, quotes, whitespace or shell metacharacters
 URL: Final[str] = rf"https?://{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9._~%/+=,@:-]*)?"
-#: a matrix name (the file's name without .toml)
-MATRIX_NAME: Final[str] = r"[A-Za-z0-9][A-Za-z0-9._-]*"
 _SAFE_HINT = "no spaces, quotes, backslashes or shell characters ($ ` ; & | < > ( ) …)"
 
 

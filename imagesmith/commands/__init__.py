@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 #: the root command's ``--project`` value of the invocation running now (set by imagesmith.cli's callback,
 #: which runs, and so resets it, on every invocation)
-_PROJECT_OPTION: list[Path | None] = [None]
+_PROJECT_OPTION: list[str | None] = [None]
 
 
 #: every command's help ends with its examples and exit statuses; 1 is never a handled error: it means
@@ -29,12 +29,22 @@ def epilog(examples: list[str], codes: list[str]) -> str:
 
 
 def set_project_option(value: str | None) -> None:
-    _PROJECT_OPTION[0] = Path(value) if value else None
+    _PROJECT_OPTION[0] = value
 
 
 def project_option() -> Path | None:
-    """The root command's ``--project`` value, when a CLI invocation is running."""
-    return _PROJECT_OPTION[0]
+    """The root command's ``--project`` value, when a CLI invocation is running. An empty or blank one is an
+    error (never "the working directory": ``-C "$UNSET_VAR"`` must not silently pick whatever project is
+    here)."""
+    from imagesmith.errors import ConfigError
+
+    value = _PROJECT_OPTION[0]
+    if value is not None and not value.strip():
+        raise ConfigError(
+            "--project is empty",
+            hint="give the project root (the folder with imagesmith.toml), or leave --project/-C out",
+        )
+    return Path(value) if value is not None else None
 
 
 def current_project(matrix: str | None = None) -> Project:

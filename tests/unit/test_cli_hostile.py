@@ -153,6 +153,9 @@ ROWS: list[tuple[str, list[str]]] = [
     ("root-unknown-command", ["frobnicate"]),
     ("root-project-missing", ["-C", "{tmp}/nowhere", "plan"]),
     ("root-project-binary", ["-C", BINF, "plan"]),
+    # re-check: an empty -C (an unset "$VAR") is an error, never "the project found from here"
+    ("root-project-empty", ["-C", "", "plan"]),
+    ("root-project-blank", ["--project", "  ", "render", "--check"]),
 ]
 
 

@@ -93,7 +93,17 @@ def test_a_matrix_file_named_by_path_finds_its_project(tmp_path: Path) -> None:
         ("[sources]\nmirror = []\n", "sources.mirror: unknown key 'mirror' ([sources] knows only mirrors)"),
         ("schema = 1\n[paths\n", "not valid TOML"),
         ("[paths]\ndockerfiles = '.'\n", "must be a folder inside the project, not its root"),
-        ("[paths]\ndockerfiles = '../elsewhere'\n", "must be a folder inside the project, not outside it"),
+        ("[paths]\ndockerfiles = '../elsewhere'\n", "dockerfiles = '../elsewhere' leads outside"),
+        # re-check (hostile inputs): a path that leaves the clone, control characters, a file for a folder
+        ("[paths]\nmatrices = '../../etc'\n", "paths.matrices = '../../etc' leads outside the project"),
+        ("[paths]\nlocks = 'x/../../shared'\n", "paths.locks = 'x/../../shared' leads outside the project"),
+        ("[release]\ntrusted_keys = ['../k.pub']\n", "release.trusted_keys[0] = '../k.pub' leads outside"),
+        ('[paths]\nrelease_index = "\\u0000"\n', "paths.release_index = '\\x00' holds control characters"),
+        ('[paths]\nlocks = "lo\\ncks"\n', "holds control characters"),
+        ("[paths]\nlocks = 'imagesmith.toml'\n", "paths.locks = "),
+        ("[paths]\nregistries = 'matrices'\n", "is a folder, not a file"),
+        ("default_matrix = '../matrices/m'\n", "default_matrix: '../matrices/m' is not a matrix name"),
+        ("default_matrix = 'registries'\n", "names the registries file, not a matrix"),
         ("[paths]\ndockerfiles = 'matrices'\n", "overlaps paths.matrices"),
         ("[paths]\ndockerfiles = 'gen'\nlocks = 'gen/locks'\n", "overlaps paths.locks"),
     ],
@@ -197,3 +207,30 @@ def test_render_prunes_only_folders_it_rendered(tmp_path: Path, run_cli: Callabl
     assert "left    dockerfiles/notes" in result.stdout
     assert mine.read_text() == "keep me"
     assert not stale.exists()
+
+
+def test_a_linked_locks_folder_plans_and_renders_as_a_plain_one(tmp_path: Path) -> None:
+    """Re-check finding: with ``locks`` a link to a folder outside the project, the plan showed (and the
+    Dockerfile carried) that folder's absolute path, so fingerprints and ``render --check`` depended on the
+    machine. Paths of the project are now taken lexically: the link is the project's ``locks/``."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from imagesmith.render import render_plan
+
+    plain = _project(tmp_path / "plain")
+    linked = _project(tmp_path / "linked")
+    shared = tmp_path / "shared-locks"
+    (linked / "locks").rename(shared)
+    (linked / "locks").symlink_to(shared, target_is_directory=True)
+
+    def planned(root: Path) -> tuple[list[str], list[str], list[str]]:
+        project = load_project(root / PROJECT_FILE)
+        plan = build_plan(load_matrix("smoke", project=project), project=project)
+        texts = [t for p, t in sorted(render_plan(plan, project).items()) if p.name == "Dockerfile"]
+        return [c.fingerprint for c in plan.cells], [c.lock_file for c in plan.cells], texts
+
+    fingerprints, lock_files, dockerfiles = planned(linked)
+    assert lock_files
+    assert all(f.startswith("locks/") for f in lock_files), lock_files
+    assert (fingerprints, lock_files, dockerfiles) == planned(plain)
+    assert all(str(shared) not in text for text in dockerfiles)
