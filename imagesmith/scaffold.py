@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -424,16 +425,62 @@ def _sizes_for(lock_text: str, lock_file: Path, key: LockKey) -> str | None:
     return sizes_toml(rows, missing, today=day)
 
 
-def write_project(root: Path, files: dict[str, str], lock: LockKey) -> list[Path]:
-    """Write *files* and the reference lock for *lock* under *root*. Refuses to overwrite any file."""
-    clash = [rel for rel in files if (root / rel).exists()]
-    if (root / PROJECT_FILE).exists() or clash:
+#: folders of a new project that must be absent or empty: what is in them already would join the project
+#: (a matrix `render` renders, a lock that orders the layer plan, files `render` prunes as stale)
+OWNED_FOLDERS: Final[tuple[str, ...]] = ("matrices", "locks", "dockerfiles")
+
+
+def _refuse_existing(root: Path, files: dict[str, str], lock: LockKey) -> None:
+    """ConfigError naming what *root* holds already that a new project would overwrite or take in."""
+    targets = [*files, f"locks/{lock.filename}", f"locks/{SIZES_FILE}", PROJECT_FILE]
+    clash = sorted({rel for rel in targets if (root / rel).exists() or (root / rel).is_symlink()})
+    for folder in OWNED_FOLDERS:
+        path = root / folder
+        if path.is_symlink() or (path.exists() and not path.is_dir()):
+            clash.append(f"{folder} (not a folder)")
+        elif path.is_dir() and any(path.iterdir()) and not any(c.startswith(f"{folder}/") for c in clash):
+            inside = sorted(p.name for p in path.iterdir())
+            clash.append(f"{folder}/ ({', '.join(inside[:3])}{', …' if len(inside) > 3 else ''})")
+    if clash:
         raise ConfigError(
-            f"{root}: {', '.join(clash or [PROJECT_FILE])} exists already; init writes only new projects",
-            hint="run `imagesmith init` in an empty folder (or one without these files)",
+            f"{root}: {', '.join(dict.fromkeys(clash))} exists already; init writes only new projects "
+            f"({', '.join(f'{f}/' for f in OWNED_FOLDERS)} must be new or empty: what is in them would "
+            "become part of the project)",
+            hint="run `imagesmith init` in an empty folder (or one without these files), or move them away "
+            "first",
         )
+
+
+def new_folders(root: Path, rels: Sequence[str]) -> list[Path]:
+    """The folders writing *rels* under *root* would create (deepest first): what a rollback removes."""
+    out: set[Path] = set()
+    for rel in rels:
+        for parent in (root / rel).parents:
+            if parent == root or not parent.is_relative_to(root):
+                break
+            if not parent.exists():
+                out.add(parent)
+    if not root.exists():
+        out.add(root)
+    return sorted(out, key=lambda p: len(p.parts), reverse=True)
+
+
+def remove_written(written: Sequence[Path], folders: Sequence[Path]) -> None:
+    """Undo a half-written project: the files this run wrote, then the folders it created (deepest first; a
+    created folder goes with whatever this run put in it, e.g. rendered dockerfiles/)."""
+    for path in written:
+        path.unlink(missing_ok=True)
+    for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_project(root: Path, files: dict[str, str], lock: LockKey) -> list[Path]:
+    """Write *files* and the reference lock for *lock* under *root*. Refuses to overwrite any file or to
+    write into a non-empty matrices/, locks/ or dockerfiles/; on a write error removes what it wrote."""
+    _refuse_existing(root, files, lock)
     source = reference_locks() / lock.filename
     written: list[Path] = []
+    created = new_folders(root, [*files, f"locks/{lock.filename}"])
     try:
         for rel, text in sorted(files.items()):
             path = root / rel
@@ -451,8 +498,7 @@ def write_project(root: Path, files: dict[str, str], lock: LockKey) -> list[Path
             sizes_file.write_text(sizes, encoding="utf-8")
             written.append(sizes_file)
     except OSError as exc:
-        for path in written:  # nothing half-done: what this call wrote goes again
-            path.unlink(missing_ok=True)
+        remove_written(written, [f for f in created if f != root])  # nothing half-done
         raise ConfigError(
             f"{root}: cannot write the project: {exc}", hint="choose a folder you can write to"
         ) from None

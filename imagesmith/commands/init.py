@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from imagesmith.commands import epilog
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, ImagesmithError
 
 EPILOG = epilog(
     [
@@ -80,7 +80,9 @@ def init_command(
         DEFAULT_REGISTRY,
         choose,
         default_matrix_name,
+        new_folders,
         project_files,
+        remove_written,
         resolve_gpus,
         write_project,
     )
@@ -118,15 +120,36 @@ def init_command(
                 "nothing was written",
                 hint="try another --gpu/--base/--driver, or report this as a bug of imagesmith's data",
             )
-    root.mkdir(parents=True, exist_ok=True)
+    _refuse_inside_project_folders(root)
+    created = new_folders(
+        root, [*files, f"locks/{choice.lock.filename}", f"dockerfiles/{matrix_name}/Dockerfile"]
+    )
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        remove_written([], [f for f in created if not f.exists() or not any(f.iterdir())])
+        raise ConfigError(
+            f"{root}: cannot create the project folder: {exc.strerror or exc}",
+            hint="give a folder you can write to",
+        ) from None
     written = write_project(root, files, choice.lock)
-    project = load_project(root / "imagesmith.toml")
-    m = load_matrix(matrix_name, project=project)
-    plan = build_plan(m, project=project)
+    try:
+        project = load_project(root / "imagesmith.toml")
+        m = load_matrix(matrix_name, project=project)
+        plan = build_plan(m, project=project)
+        drift = write_rendered(render_plan(plan, project), [matrix_dir(m, project)]) if render else None
+    except (ImagesmithError, OSError) as exc:
+        # nothing half-done: a project whose dockerfiles/ could not be rendered is not left behind
+        remove_written(written, created)
+        if isinstance(exc, ImagesmithError):
+            raise
+        raise ConfigError(
+            f"{root}: cannot write the project: {exc}; nothing was left behind",
+            hint="choose a folder you can write to (with room for dockerfiles/)",
+        ) from None
     for path in written:
         typer.echo(f"wrote   {project.rel(path)}")
-    if render:
-        drift = write_rendered(render_plan(plan, project), [matrix_dir(m, project)])
+    if drift is not None:
         typer.echo(f"wrote   {project.dockerfiles_rel}/{m.name}/ ({len(drift.missing)} files)")
     lock = choice.lock
     typer.echo(
@@ -138,9 +161,37 @@ def init_command(
     for passed in choice.passed_over:
         typer.echo(f"  passed over: {passed}")
     typer.echo(
-        "next: imagesmith plan --explain; imagesmith fetch-sources; imagesmith build --push"
-        + ("" if render else "; first imagesmith render")
+        "next: "
+        + ("" if render else "imagesmith render; ")
+        + "imagesmith plan --explain; imagesmith fetch-sources; imagesmith build --push"
     )
+
+
+def _refuse_inside_project_folders(root: Path) -> None:
+    """A new project inside the matrices/, locks/ or dockerfiles/ folder of the project above it would
+    become that project's files (its imagesmith.toml read as a matrix, its files pruned by render)."""
+    from imagesmith.project import find_project_file, load_project
+
+    if (root / "imagesmith.toml").exists():
+        return  # write_project names it
+    outer_file = find_project_file(root.parent)
+    if outer_file is None:
+        return
+    try:
+        outer = load_project(outer_file)
+    except ImagesmithError:
+        return
+    for key, folder in (
+        ("matrices", outer.matrices_dir),
+        ("locks", outer.locks_dir),
+        ("dockerfiles", outer.dockerfiles_dir),
+    ):
+        if root == folder or root.is_relative_to(folder):
+            raise ConfigError(
+                f"{root} is {'' if root == folder else 'inside '}paths.{key} ({folder}) of the project "
+                f"{outer_file}: a project there would become that project's files",
+                hint=f"run `imagesmith init` outside {folder}, e.g. in a folder beside {outer.root}",
+            )
 
 
 def register(app: typer.Typer) -> None:

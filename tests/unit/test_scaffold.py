@@ -277,3 +277,77 @@ def test_the_devel_images_comment_says_what_builds_nccl_tests(
     line = next(x for x in text.splitlines() if x.startswith("devel_images"))
     # noble's CUDA 12.0 toolkit builds nccl-tests (auto); the devel image is for devel cells
     assert "devel cells start FROM it; nccl-tests builds with noble's own CUDA 12.0 toolkit" in line
+
+
+# -- re-check (hostile inputs): init never takes in, overwrites or half-writes
+
+
+@pytest.mark.parametrize(
+    ("existing", "named"),
+    [
+        ("matrices/old.toml", "matrices/ (old.toml)"),  # would be rendered with the new project
+        ("dockerfiles/mine/Dockerfile", "dockerfiles/ (mine)"),  # in the folder render prunes
+        ("locks/2.11.0-cu130-py3.11.txt", "locks/2.11.0-cu130-py3.11.txt"),  # was overwritten silently
+        ("locks/other.txt", "locks/ (other.txt)"),  # would order the new project's layer plan
+    ],
+)
+def test_init_refuses_a_folder_whose_project_folders_hold_files(
+    tmp_path: Path, run_cli: Callable[..., Any], existing: str, named: str
+) -> None:
+    root = tmp_path / "p"
+    (root / existing).parent.mkdir(parents=True)
+    (root / existing).write_text("mine\n")
+    before = sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+    out = run_cli("init", str(root), "--gpu", "h200")
+    assert out.exit_code == 2, out.stdout
+    assert named in out.stderr
+    assert "fix:" in out.stderr
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == before
+    assert (root / existing).read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("folder", ["matrices", "locks/sub", "dockerfiles"])
+def test_init_refuses_a_folder_inside_another_projects_folders(
+    tmp_path: Path, run_cli: Callable[..., Any], folder: str
+) -> None:
+    outer = tmp_path / "outer"
+    assert run_cli("init", str(outer), "--gpu", "h200").exit_code == 0
+    out = run_cli("init", str(outer / folder), "--gpu", "h100")
+    assert out.exit_code == 2, out.stdout
+    assert f"paths.{folder.split('/')[0]}" in out.stderr
+    assert not (outer / folder / "imagesmith.toml").exists()
+    assert run_cli("--project", str(outer), "render", "--check").exit_code == 0
+
+
+def test_init_that_fails_to_render_leaves_nothing_behind(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A disk that fills (or a folder that turns read-only) half-way through rendering dockerfiles/: the
+    project files written before are removed again, and the error says so (root cannot be made to see a
+    read-only folder, so the render fails by injection after writing a first file)."""
+    import errno
+
+    import imagesmith.render as render
+
+    real = render.write_rendered
+
+    def fills_up(rendered: Any, dirs: Any) -> Any:
+        first = sorted(rendered)[0]
+        first.parent.mkdir(parents=True, exist_ok=True)
+        first.write_text(rendered[first])
+        raise OSError(errno.ENOSPC, "No space left on device", str(first))
+
+    monkeypatch.setattr(render, "write_rendered", fills_up)
+    fresh, emptied = tmp_path / "fresh", tmp_path / "existing"
+    (emptied / "dockerfiles").mkdir(parents=True)
+    (emptied / "notes.txt").write_text("mine\n")
+    for root in (fresh, emptied):
+        out = run_cli("init", str(root), "--gpu", "h200")
+        assert out.exit_code == 2, out.stdout
+        assert "No space left on device" in out.stderr
+        assert "nothing was left behind" in out.stderr
+    assert not fresh.exists()
+    left = sorted(p.relative_to(emptied).as_posix() for p in emptied.rglob("*"))
+    assert left == ["dockerfiles", "notes.txt"]
+    monkeypatch.setattr(render, "write_rendered", real)
+    assert run_cli("init", str(emptied), "--gpu", "h200").exit_code == 0
