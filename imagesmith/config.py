@@ -148,12 +148,23 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     source_mirrors: list[str] = []
     index_key: Path | None = None
     source = "defaults"
+    if path.exists() and not path.is_file():
+        raise ConfigError(
+            f"{path}: the user config is not a file"
+            + (" (IMAGESMITH_CONFIG)" if env.get("IMAGESMITH_CONFIG") else ""),
+            hint="point IMAGESMITH_CONFIG at a config.toml file (or unset it); docs/project.md",
+        )
     if path.is_file():
         source = str(path)
         try:
-            data: dict[str, Any] = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file or remove it") from exc
+            text = schema.check_toml_text(path.read_text(encoding="utf-8"), str(path))
+            data: dict[str, Any] = tomllib.loads(text)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"{path}: cannot read: {exc}", hint="make it a readable UTF-8 TOML file"
+            ) from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file or remove it") from None
         schema.CONFIG.check(data, source=str(path))
         table = data.get("registry_mirrors", {})
         mirrors.update(

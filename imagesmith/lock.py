@@ -230,6 +230,7 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
         target.append(last)
     if not pins:
         raise LockError(f"{path}: no pins", hint="regenerate it with `imagesmith lock`")
+    _check_lock_names_its_key(path, key, header, pins)
     overlap = {n for n, _ in interactive} & {n for n, _ in pins}
     if overlap:
         raise LockError(
@@ -248,12 +249,45 @@ def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
     )
 
 
+def _check_lock_names_its_key(
+    path: Path, key: LockKey, header: list[tuple[str, str]], pins: list[tuple[str, str]]
+) -> None:
+    """A lock file whose name says one torch and whose pins (or header) another would build a cell that
+    claims torch X and installs torch Y: refused, naming both (a lock copied or renamed by hand)."""
+    fix = f"regenerate it: imagesmith lock --force (lock {key}), or name the file after what it pins"
+    said = next((v for k, v in header if k == "imagesmith lock"), None)
+    if said is not None and key.torch != SUITE and said != str(key):
+        raise LockError(f"{path}: its header says `imagesmith lock: {said}`, its name {key}", hint=fix)
+    torch = next((v for n, v in pins if n == "torch"), None)
+    if torch is None or key.torch == SUITE:
+        return
+    public, _, local = torch.partition("+")
+    if public != key.torch or (local and local != key.variant):
+        raise LockError(
+            f"{path}: pins torch=={torch}, but its name says torch {key.torch} {key.variant}",
+            hint=fix,
+        )
+
+
 def read_lock(key: LockKey, lock_dir: Path) -> Lock | None:
     """The lock for *key* in *lock_dir* (a project's locks folder), or None when there is none."""
     path = lock_path(key, lock_dir)
     if not path.is_file():
         return None
-    return parse_lock(path.read_text(encoding="utf-8"), path, key)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LockError(
+            f"{path}: cannot read: {exc}",
+            hint="make it a readable UTF-8 text file, or regenerate it: "
+            f"imagesmith lock --force (lock {key})",
+        ) from None
+    if text.startswith("\ufeff"):
+        raise LockError(
+            f"{path}: starts with a byte-order mark (U+FEFF)",
+            hint="save it as UTF-8 without BOM, or regenerate it: imagesmith lock --force",
+        )
+    return parse_lock(text, path, key)
 
 
 # ------------------------------------------------------------------------------------------------------------

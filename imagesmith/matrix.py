@@ -283,6 +283,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise MatrixError(f"{path}: cannot read: {exc}", hint="make it a readable UTF-8 TOML file") from None
+    schema.check_toml_text(text, str(path), error=MatrixError)
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

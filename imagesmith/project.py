@@ -281,7 +281,8 @@ def load_project(file: Path) -> Project:
     file = file.resolve()
     root = file.parent
     try:
-        data: dict[str, Any] = tomllib.loads(file.read_text(encoding="utf-8"))
+        text = schema.check_toml_text(file.read_text(encoding="utf-8"), str(file), error=ProjectError)
+        data: dict[str, Any] = tomllib.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise ProjectError(f"{file}: cannot read: {exc}", hint="make the file readable UTF-8 TOML") from None
     except tomllib.TOMLDecodeError as exc:

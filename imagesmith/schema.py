@@ -120,6 +120,23 @@ class Schema:
         return out
 
 
+def check_toml_text(text: str, source: str, *, error: type[ConfigError] = ConfigError) -> str:
+    """*text* of the TOML file *source*, refused with the fix where TOML parsers would only say "invalid
+    statement at line 1": a UTF-8 byte-order mark (what some Windows editors save) or a UTF-16 file."""
+    if text.startswith("\ufeff"):
+        raise error(
+            f"{source}: starts with a byte-order mark (U+FEFF), which TOML does not allow",
+            hint="save the file as UTF-8 without BOM (e.g. `sed -i '1s/^\\xEF\\xBB\\xBF//' FILE`, "
+            'or the editor\'s "UTF-8" rather than "UTF-8 with BOM")',
+        )
+    if "\x00" in text[:2]:
+        raise error(
+            f"{source}: holds NUL bytes at its start: saved as UTF-16, not UTF-8",
+            hint="save the file as UTF-8 (e.g. `iconv -f UTF-16 -t UTF-8 FILE > FILE.new`)",
+        )
+    return text
+
+
 def _nearest(value: str, choices: list[str]) -> str | None:
     got = difflib.get_close_matches(value, choices, n=1, cutoff=0.0)
     return got[0] if got else None

@@ -60,7 +60,11 @@ nvidia-nccl-cu13==2.29.7
 torch==2.12.0
 triton==3.7.0
 """
-LOCK_B = LOCK_A.replace("torch==2.12.0", "torch==2.12.1").replace("triton==3.7.0", "triton==3.7.1")
+LOCK_B = (
+    LOCK_A.replace("torch==2.12.0", "torch==2.12.1")
+    .replace("triton==3.7.0", "triton==3.7.1")
+    .replace("lock: torch 2.12.0", "lock: torch 2.12.1")
+)
 SIZES = {
     "numpy==2.4.6": 16 * MB,
     "nvidia-cublas==13.1.1.3": 420 * MB,

@@ -1,0 +1,128 @@
+"""Re-check of every user input (hostile shapes a new user's editor or shell produces): each is one
+imagesmith error naming the file, the field and the fix — never a traceback, never silently taken."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from imagesmith.config import load_config
+from imagesmith.errors import ConfigError, ImagesmithError
+from imagesmith.matrix import load_matrix, load_registries
+from imagesmith.project import PROJECT_FILE, load_project
+from tests.repo import PROJECT
+
+BOM = b"\xef\xbb\xbf"
+
+
+def _copy_project(root: Path) -> Path:
+    (root / "matrices").mkdir(parents=True)
+    (root / PROJECT_FILE).write_text('schema = 1\ndefault_matrix = "smoke"\n')
+    shutil.copy(PROJECT.matrices_dir / "smoke.toml", root / "matrices" / "smoke.toml")
+    shutil.copy(PROJECT.registries_file, root / "matrices" / "registries.toml")
+    shutil.copytree(PROJECT.locks_dir, root / "locks")
+    return root
+
+
+def _load_all(root: Path) -> None:
+    project = load_project(root / PROJECT_FILE)
+    load_registries(project.registries_file)
+    load_matrix("smoke", project=project)
+
+
+@pytest.mark.parametrize("rel", [PROJECT_FILE, "matrices/smoke.toml", "matrices/registries.toml"])
+@pytest.mark.parametrize(
+    ("encode", "expected"),
+    [
+        (lambda text: BOM + text.encode(), "starts with a byte-order mark (U+FEFF)"),
+        (lambda text: text.encode("utf-16-le"), "saved as UTF-16"),
+    ],
+    ids=["utf8-bom", "utf16"],
+)
+def test_a_file_saved_with_a_bom_or_as_utf16_says_so(
+    tmp_path: Path, rel: str, encode: Callable[[str], bytes], expected: str
+) -> None:
+    root = _copy_project(tmp_path / "p")
+    path = root / rel
+    path.write_bytes(encode(path.read_text()))
+    with pytest.raises(ConfigError) as info:
+        _load_all(root)
+    assert expected in info.value.message
+    assert str(path.resolve()) in info.value.message or str(path) in info.value.message
+    assert info.value.hint
+    assert "UTF-8" in info.value.hint
+
+
+def test_crlf_line_ends_load_as_the_same_matrix(tmp_path: Path) -> None:
+    root = _copy_project(tmp_path / "p")
+    project = load_project(root / PROJECT_FILE)
+    plain = load_matrix("smoke", project=project)
+    for rel in (PROJECT_FILE, "matrices/smoke.toml", "matrices/registries.toml"):
+        (root / rel).write_bytes((root / rel).read_bytes().replace(b"\n", b"\r\n"))
+    project = load_project(root / PROJECT_FILE)
+    assert load_matrix("smoke", project=project) == plain
+
+
+def test_the_user_config_with_a_bom_or_as_a_folder_is_one_error(tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_bytes(BOM + b"[sources]\nmirrors = []\n")
+    with pytest.raises(ConfigError, match="byte-order mark"):
+        load_config({"IMAGESMITH_CONFIG": str(config)})
+    config.write_bytes(b"[sources]\nmirrors = []\n")
+    assert load_config({"IMAGESMITH_CONFIG": str(config)}).source_mirrors == ()
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(ImagesmithError) as info:
+        load_config({"IMAGESMITH_CONFIG": str(folder)})
+    assert "is not a file (IMAGESMITH_CONFIG)" in info.value.message
+    assert info.value.hint
+
+
+LOCK = "2.11.0-cu130-py3.11.txt"
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected"),
+    [
+        # a byte that is not UTF-8 crashed the plan with a UnicodeDecodeError traceback
+        (lambda b: b.replace(b"annotated-doc", b"annot\xe9ted-doc", 1), "cannot read: 'utf-8' codec"),
+        (lambda b: BOM + b, "starts with a byte-order mark"),
+        # a lock renamed or edited by hand: the cell said torch 2.11.0 and installed 2.10.0
+        (lambda b: b.replace(b"torch==2.11.0", b"torch==2.10.0"), "pins torch==2.10.0, but its name says"),
+        (lambda b: b.replace(b"torch==2.11.0", b"torch==2.11.0+cu128"), "pins torch==2.11.0+cu128, but"),
+        (
+            lambda b: b.replace(
+                b"lock: torch 2.11.0 cu130 python 3.11", b"lock: torch 2.10.0 cu128 python 3.12"
+            ),
+            "its header says `imagesmith lock: torch 2.10.0 cu128 python 3.12`",
+        ),
+    ],
+    ids=["latin1", "bom", "other-torch", "other-variant", "other-header"],
+)
+def test_a_hostile_lock_file_is_one_error_naming_it(
+    tmp_path: Path, edit: Callable[[bytes], bytes], expected: str
+) -> None:
+    from imagesmith.plan import build_plan
+
+    root = _copy_project(tmp_path / "p")
+    lock = root / "locks" / LOCK
+    lock.write_bytes(edit(lock.read_bytes()))
+    project = load_project(root / PROJECT_FILE)
+    with pytest.raises(ImagesmithError) as info:
+        build_plan(load_matrix("smoke", project=project), project=project)
+    assert expected in info.value.message
+    assert str(lock) in info.value.message
+    assert info.value.hint
+    assert "imagesmith lock" in info.value.hint
+
+
+def test_every_reference_lock_names_what_it_pins() -> None:
+    from imagesmith.lock import lock_keys_in, read_lock
+
+    keys = lock_keys_in(PROJECT.locks_dir)
+    assert len(keys) > 10
+    for key in keys:
+        assert read_lock(key, PROJECT.locks_dir) is not None
