@@ -267,6 +267,10 @@ def load_matrix(
     return loader.matrix(data)
 
 
+#: the longest image name (host/namespace/repository) registries take (the distribution reference grammar)
+MAX_IMAGE_NAME: Final[int] = 255
+
+
 def load_registries(path: Path) -> dict[str, Registry]:
     """Load ``registries.toml`` (``[registries.<name>]`` tables)."""
     data = _read_toml(path)
@@ -437,6 +441,7 @@ class _Loader(schema.Checker):
                 + "; ".join(f"{f.name} ({', '.join(p + '*' for p in f.os_prefixes)})" for f in families)
                 + " — a new family is a row in imagesmith/data/os_families.toml and a templates/os/ fragment",
             )
+        self.known_base(table)
         devel: list[tuple[str, str]] = []
         for cuda, img in table.get("devel_images", {}).items():
             try:
@@ -465,6 +470,24 @@ class _Loader(schema.Checker):
             devel_images=tuple(sorted(devel)),
             venv=venv,
         )
+
+    def known_base(self, table: Mapping[str, Any]) -> None:
+        """A base image imagesmith knows (``imagesmith/data/bases.toml``) must be given with its own OS tag
+        and distro Python: ``image = "debian:bookworm"`` with ``os = "ubuntu22.04"`` or ``python = "3.12"``
+        would tag the cells with another OS and install a Python the image does not have."""
+        image = str(table["image"]).removeprefix("docker.io/").removeprefix("library/")
+        row = next((b for b in compat.os_bases() if b.image == image), None)
+        if row is None:
+            return
+        for key, want in (("os", row.os), ("python", row.python)):
+            if table.get(key) != want:
+                raise self.fail(
+                    f"base.{key}",
+                    f"{table.get(key)!r} is not {row.image}'s {'OS tag' if key == 'os' else 'python3'} "
+                    f"({want!r}: {row.source})",
+                    hint=f'base.{key} = "{want}" for image = "{table["image"]}", or another image '
+                    "(imagesmith/data/bases.toml lists the ones imagesmith knows)",
+                )
 
     def python(self, table: Mapping[str, Any], base: BaseSpec) -> PythonSpec:
         versions = tuple(table["versions"])
@@ -559,6 +582,14 @@ class _Loader(schema.Checker):
         out: dict[str, Registry] = {}
         for name, entry in data["registries"].items():
             path = [entry["namespace"].strip("/"), entry.get("repository", "torch")]
+            full = "/".join([entry["host"], *(p for p in path if p)])
+            if len(full) > MAX_IMAGE_NAME:
+                raise self.fail(
+                    f"registries.{name}",
+                    f"{full[:60]}… is {len(full)} characters: an image name (host/namespace/repository) "
+                    f"holds at most {MAX_IMAGE_NAME}",
+                    hint="shorten the namespace or the repository",
+                )
             out[name] = Registry(
                 name=name,
                 host=entry["host"],

@@ -20,7 +20,7 @@ from typing import Final
 
 from packaging.version import Version
 
-from imagesmith import __version__, compat
+from imagesmith import __version__, compat, schema
 from imagesmith.errors import ConfigError
 from imagesmith.lock import LockKey, parse_lock, reference_lock_keys, reference_locks
 from imagesmith.project import PROJECT_FILE, project_name
@@ -176,12 +176,19 @@ def _split_registry(registry: str) -> tuple[str, str | None, bool]:
         or any(c.isspace() for c in text)
         # a DNS name: at most 253 characters, labels of at most 63 (RFC 1035); no control characters
         or not _DNS_NAME.fullmatch(hostname)
-        or (":" in host and not host.rpartition(":")[2].isdigit())
+        or not re.fullmatch(schema.HOST_PORT, host)  # a port 1–65535
         or not namespace.isprintable()
     ):
         raise ConfigError(
             f"--registry {registry!r} is not [http://]HOST[/NAMESPACE]",
-            hint="e.g. --registry ghcr.io/my-team, or --registry http://127.0.0.1:5000 for a plain-HTTP one",
+            hint="e.g. --registry ghcr.io/my-team, or --registry http://127.0.0.1:5000 for a plain-HTTP one "
+            "(a port is 1–65535)",
+        )
+    if namespace and not re.fullmatch(schema.REPO_PATH, namespace):
+        raise ConfigError(
+            f"--registry {registry!r}: namespace {namespace!r} is not a repository path",
+            hint="lowercase letters and digits joined by '/', '.', '_' or '-' "
+            f"(e.g. --registry {host}/{project_name(namespace).replace('.', '-') or 'team'})",
         )
     return host, namespace or None, bool(sep) and scheme == "http"
 

@@ -499,11 +499,14 @@ CONFIG: Schema = Schema(
     ),
 )
 
+#: a TCP port, 1–65535 (no leading zero): ``:99999`` is no port, and a registry or mirror with it is refused
+#: when the file is read, not by the first push
+PORT: Final[str] = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 #: a registry host as the credential lookup, URLs and image references need it (issue 17): a DNS name or IPv4
 #: address with an optional port, or a bracketed IPv6 literal — never user@host, a path or a query
 HOST_PORT: Final[str] = (
     r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
-    r"|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?"
+    r"|\[[0-9A-Fa-f:.]+\])(?::" + PORT + ")?"
 )
 #: a repository path inside a registry: lowercase parts joined by '/', '.', '_', '__' or '-'
 REPO_PATH: Final[str] = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
@@ -608,7 +611,7 @@ _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 #: an image reference as docker reads it: [host[:port]/]path[:tag][@sha256:digest]
 IMAGE_REF: Final[str] = (
-    rf"(?:{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?/)?{_PATH_PART}(?:/{_PATH_PART})*"
+    rf"(?:{_LABEL}(?:\.{_LABEL})*(?::{PORT})?/)?{_PATH_PART}(?:/{_PATH_PART})*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?"
 )
 #: an absolute POSIX path of safe characters: /opt/venv, /opt/torch/.venv
@@ -616,7 +619,7 @@ ABS_PATH: Final[str] = r"(?:/[A-Za-z0-9._+-]+)+/?"
 #: a version: digits first (a leading v allowed), then letters, digits and . _ + - : 2.17.6, v2.19.6, 0.9.5
 VERSION: Final[str] = r"v?[0-9]+(?:[._+-]?[A-Za-z0-9]+)*"
 #: an http(s) URL without a query, quotes, whitespace or shell metacharacters
-URL: Final[str] = rf"https?://{_LABEL}(?:\.{_LABEL})*(?::[0-9]{{1,5}})?(?:/[A-Za-z0-9._~%/+=,@:-]*)?"
+URL: Final[str] = rf"https?://{_LABEL}(?:\.{_LABEL})*(?::{PORT})?(?:/[A-Za-z0-9._~%/+=,@:-]*)?"
 _SAFE_HINT = "no spaces, quotes, backslashes or shell characters ($ ` ; & | < > ( ) …)"
 
 
@@ -816,8 +819,10 @@ MATRIX: Schema = Schema(
                     "os": Field(
                         kind="string",
                         required=True,
-                        pattern=r"[a-z][a-z0-9.]*",
+                        pattern=r"[a-z][a-z0-9.]{0,31}",
                         invalid="{value!r} is not a tag component",
+                        hint="a lowercase letter, then at most 31 of a-z, 0-9 and '.' (every image tag ends "
+                        'in it; a tag holds at most 128 characters), e.g. os = "ubuntu22.04"',
                         nearest="ubuntu22.04",
                         description="OS tag component",
                         example='"ubuntu22.04"',
@@ -973,7 +978,7 @@ RELEASE_INDEX: Schema = Schema(
                 description="the registry hosts the publisher releases to (written by imagesmith release): "
                 "pick takes an image only from a host listed here; absent in indexes written before it",
                 items=_text_field(
-                    pattern=r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?",
+                    pattern=r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:" + PORT + ")?",
                     what="a registry host[:port] (no scheme, no path)",
                 ),
             ),

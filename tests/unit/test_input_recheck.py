@@ -13,6 +13,7 @@ from imagesmith.config import load_config
 from imagesmith.errors import ConfigError, ImagesmithError
 from imagesmith.matrix import load_matrix, load_registries
 from imagesmith.project import PROJECT_FILE, load_project
+from tests.conftest import CliResult
 from tests.repo import PROJECT
 
 BOM = b"\xef\xbb\xbf"
@@ -126,3 +127,68 @@ def test_every_reference_lock_names_what_it_pins() -> None:
     assert len(keys) > 10
     for key in keys:
         assert read_lock(key, PROJECT.locks_dir) is not None
+
+
+def _edit(root: Path, rel: str, old: str, new: str) -> None:
+    path = root / rel
+    text = path.read_text()
+    assert old in text, (rel, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize(
+    ("rel", "old", "new", "expected"),
+    [
+        # a port out of range was taken, and only the first push found out
+        ("matrices/registries.toml", "127.0.0.1:5000", "127.0.0.1:99999", "is not a registry host[:port]"),
+        ("matrices/registries.toml", "127.0.0.1:5000", "127.0.0.1:0", "is not a registry host[:port]"),
+        # an image name longer than registries take
+        ("matrices/registries.toml", 'repository = "torch"', f'repository = "{"x" * 300}"', "at most 255"),
+        # an OS tag that makes every cell's tag longer than 128 characters
+        ("matrices/smoke.toml", 'os = "debian12"', f'os = "debian{"x" * 120}"', "is not a tag component"),
+        # a known base image with another OS tag or another Python than its own
+        ("matrices/smoke.toml", 'os = "debian12"', 'os = "ubuntu22.04"', "is not debian:bookworm's OS tag"),
+        ("matrices/smoke.toml", 'python = "3.11"', 'python = "3.12"', "is not debian:bookworm's python3"),
+    ],
+)
+def test_a_hostile_value_is_refused_when_the_file_is_read(
+    tmp_path: Path, rel: str, old: str, new: str, expected: str
+) -> None:
+    root = _copy_project(tmp_path / "p")
+    _edit(root, rel, old, new)
+    with pytest.raises(ConfigError) as info:
+        _load_all(root)
+    assert expected in info.value.message
+    assert str(root / rel) in info.value.message
+    assert info.value.hint
+
+
+def test_the_highest_port_and_a_mirrored_debian_are_still_taken(tmp_path: Path) -> None:
+    root = _copy_project(tmp_path / "p")
+    _edit(root, "matrices/registries.toml", "127.0.0.1:5000", "127.0.0.1:65535")
+    _edit(
+        root,
+        "matrices/smoke.toml",
+        'image = "debian:bookworm"',
+        'image = "docker.io/library/debian:bookworm"',
+    )
+    _load_all(root)
+
+
+@pytest.mark.parametrize(
+    ("registry", "expected"),
+    [
+        ("http://127.0.0.1:99999", "is not [http://]HOST[/NAMESPACE]"),
+        # these named the scratch copy (/tmp/imagesmith-init-…/matrices/registries.toml), not the flag
+        ("ghcr.io/Acme", "--registry 'ghcr.io/Acme': namespace 'Acme' is not a repository path"),
+        ("ghcr.io//x", "namespace '/x' is not a repository path"),
+    ],
+)
+def test_init_registry_flag_errors_name_the_flag(
+    tmp_path: Path, run_cli: Callable[..., CliResult], registry: str, expected: str
+) -> None:
+    out = run_cli("init", str(tmp_path / "p"), "--registry", registry, "--no-render")
+    assert out.exit_code == 2
+    assert expected in out.stderr
+    assert "imagesmith-init-" not in out.stderr
+    assert not (tmp_path / "p").exists()

@@ -188,7 +188,15 @@ def test_gpus_newer_than_the_distros_nvcc_get_ptx(tmp_path: Path) -> None:
     )
     assert nvcc_gencode(["10.0"], max_arch=90) == "-gencode=arch=compute_90,code=compute_90"
     assert nvcc_gencode(["8.0", "9.0"], max_arch=90) == nvcc_gencode(["8.0", "9.0"])
-    m = _matrix(tmp_path, torch="2.8.0", variant="cu128", python="3.12", gpus='["h200", "b200"]')
+    # a Debian 12 image of one's own whose python3 is 3.12 (debian:bookworm's is 3.11: refused as its base)
+    m = _matrix(
+        tmp_path,
+        torch="2.8.0",
+        variant="cu128",
+        python="3.12",
+        image="registry.example/debian-py312:bookworm",
+        gpus='["h200", "b200"]',
+    )
     plan = build_plan(m, lock_dir=PROJECT.locks_dir)
     if not plan.cells:  # no 2.8.0 cu128 py3.12 lock for debian12 in this project: plan the lock-free way
         pytest.fail(f"expected a cell: {plan.dropped}")
