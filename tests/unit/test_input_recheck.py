@@ -192,3 +192,20 @@ def test_init_registry_flag_errors_name_the_flag(
     assert expected in out.stderr
     assert "imagesmith-init-" not in out.stderr
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "cc"),
+    [("Tesla P100-PCIE-16GB", "6.0"), ("Tesla P40", "6.1"), ("Tesla P4", "6.1"), ("p100", "6.0")],
+)
+def test_pascal_gpus_are_known_and_capped_at_r580(name: str, cc: str) -> None:
+    """The Pascal ``[[arch]]`` row (last branch R580) matched no GPU of the table: a P100 (Kaggle's GPU) was
+    an unknown GPU for compat, pick and init."""
+    from imagesmith import compat
+
+    gpu = compat.gpu(name)
+    assert gpu.cc == cc
+    verdict = compat.verdict("580.95.05", name, "2.7.1", "cu126")
+    assert verdict.mode == "full"
+    assert any("R580 is NVIDIA's last driver branch for Pascal" in w for w in verdict.warnings)
+    assert compat.verdict("580.95.05", name, "2.11.0", "cu130").mode == "none"  # CUDA 13 wheels: no sm_6x
