@@ -105,6 +105,20 @@ def parse_mirror_items(items: Sequence[str], origin: str) -> dict[str, str]:
                 f"{origin}: {item!r} is not HOST=PREFIX",
                 hint="e.g. docker.io=127.0.0.1:5000/hub (base images from docker.io are pulled from there)",
             )
+        mirror_host, _, path = prefix.partition("/")
+        if not re.fullmatch(schema.HOST_PORT, host) or not re.fullmatch(schema.HOST_PORT, mirror_host):
+            bad = host if not re.fullmatch(schema.HOST_PORT, host) else mirror_host
+            raise ConfigError(
+                f"{origin}: {item!r}: {bad!r} is not a registry host[:port]",
+                hint="a DNS name or IPv4 address with an optional port 1-65535, no scheme: "
+                "e.g. docker.io=127.0.0.1:5000/hub",
+            )
+        if path and not re.fullmatch(schema.REPO_PATH, path):
+            raise ConfigError(
+                f"{origin}: {item!r}: {path!r} is not a repository path",
+                hint="lowercase letters and digits joined by '/', '.', '_' or '-': "
+                "e.g. docker.io=127.0.0.1:5000/hub",
+            )
         out[DOCKER_HUB if host in _HUB_ALIASES else host] = prefix
     return out
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import email.utils
 import hashlib
 import json
+import math
 import os
 import queue
 import re
@@ -64,7 +65,7 @@ from imagesmith.credentials import (
 )
 from imagesmith.credentials import Credentials as Credentials  # re-exported: callers may import it from here
 from imagesmith.credentials import lookup_credentials as lookup_credentials
-from imagesmith.errors import CorruptBlobError, ManifestUnknownError, RegistryError
+from imagesmith.errors import ConfigError, CorruptBlobError, ManifestUnknownError, RegistryError
 from imagesmith.schema import HOST_PORT
 
 T = TypeVar("T")
@@ -126,15 +127,26 @@ class RetryPolicy:
     def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
         env = os.environ if env is None else env
         policy = cls()
-        try:
-            if env.get("IMAGESMITH_REGISTRY_ATTEMPTS"):
-                policy = replace(policy, attempts=max(1, int(env["IMAGESMITH_REGISTRY_ATTEMPTS"])))
-            if env.get("IMAGESMITH_REGISTRY_DEADLINE"):
-                policy = replace(policy, deadline=max(1.0, float(env["IMAGESMITH_REGISTRY_DEADLINE"])))
-        except ValueError as exc:
-            raise RegistryError(
-                f"IMAGESMITH_REGISTRY_ATTEMPTS / _DEADLINE: {exc}", hint="give whole attempts and seconds"
-            ) from None
+        attempts = env.get("IMAGESMITH_REGISTRY_ATTEMPTS", "").strip()
+        if attempts:
+            if not attempts.isdigit() or not 1 <= int(attempts) <= 1000:
+                raise ConfigError(
+                    f"IMAGESMITH_REGISTRY_ATTEMPTS={attempts[:40]!r} is not a number of attempts",
+                    hint=f"a whole number from 1 to 1000 (default {cls.attempts}), or unset it",
+                )
+            policy = replace(policy, attempts=int(attempts))
+        deadline = env.get("IMAGESMITH_REGISTRY_DEADLINE", "").strip()
+        if deadline:
+            try:
+                seconds = float(deadline)
+            except ValueError:
+                seconds = math.nan
+            if not 1.0 <= seconds <= 86400.0:  # also refuses nan and inf
+                raise ConfigError(
+                    f"IMAGESMITH_REGISTRY_DEADLINE={deadline[:40]!r} is not a number of seconds",
+                    hint=f"seconds from 1 to 86400 (default {cls.deadline:g}), or unset it",
+                )
+            policy = replace(policy, deadline=seconds)
         return policy
 
     def retrying(self, retry: Any = None) -> Retrying:

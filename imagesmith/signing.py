@@ -228,13 +228,19 @@ def parse_public_key(data: bytes, *, source: str) -> PublicKey:
     )
 
 
-def load_public_key(path: Path) -> PublicKey:
+def load_public_key(path: Path, origin: str | None = None) -> PublicKey:
+    """The public key at *path*; *origin* (``--verify-key``, ``$IMAGESMITH_INDEX_KEY`` …) is what named it,
+    for the fix line (default: ``[release] trusted_keys`` of imagesmith.toml)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(
-            f"cannot read the public key {path}: {exc.strerror or exc}",
-            hint="check [release] trusted_keys in imagesmith.toml (paths relative to the project root)",
+            f"cannot read the public key {path}"
+            + (f" ({origin})" if origin else "")
+            + f": {exc.strerror or exc}",
+            hint=f"point {origin} at the PEM public key (`imagesmith keygen` writes one)"
+            if origin
+            else "check [release] trusted_keys in imagesmith.toml (paths relative to the project root)",
         ) from None
     return parse_public_key(data, source=str(path))
 

@@ -60,12 +60,19 @@ def _index_keys(flag: Path | None) -> list[Any]:
     ``[pick] verify_key`` of the user config; none → the index is not checked."""
     from imagesmith.config import load_config
 
-    path = flag or load_config().index_key
+    config = load_config()
+    path = flag or config.index_key
     if path is None:
         return []
     from imagesmith import signing
 
-    return [signing.load_public_key(path)]
+    if flag is not None:
+        origin = "--verify-key"
+    elif os.environ.get("IMAGESMITH_INDEX_KEY"):
+        origin = "$IMAGESMITH_INDEX_KEY"
+    else:
+        origin = f"[pick] verify_key of {config.source}"
+    return [signing.load_public_key(path, origin)]
 
 
 PICK_EPILOG = epilog(

@@ -209,3 +209,67 @@ def test_pascal_gpus_are_known_and_capped_at_r580(name: str, cc: str) -> None:
     assert verdict.mode == "full"
     assert any("R580 is NVIDIA's last driver branch for Pascal" in w for w in verdict.warnings)
     assert compat.verdict("580.95.05", name, "2.11.0", "cu130").mode == "none"  # CUDA 13 wheels: no sm_6x
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        # -1 became 1 attempt, nan a 1 s deadline, "abc" an error only at the first push (exit 9, not 2)
+        ("IMAGESMITH_REGISTRY_ATTEMPTS", "-1", "is not a number of attempts"),
+        ("IMAGESMITH_REGISTRY_ATTEMPTS", "abc", "is not a number of attempts"),
+        ("IMAGESMITH_REGISTRY_DEADLINE", "nan", "is not a number of seconds"),
+        ("IMAGESMITH_REGISTRY_DEADLINE", "inf", "is not a number of seconds"),
+        ("IMAGESMITH_REGISTRY_DEADLINE", "0", "is not a number of seconds"),
+    ],
+)
+def test_registry_retry_settings_out_of_range_are_one_error(name: str, value: str, expected: str) -> None:
+    from imagesmith.registry import RetryPolicy
+
+    with pytest.raises(ConfigError) as info:
+        RetryPolicy.from_env({name: value})
+    assert f"{name}={value!r} {expected}" in info.value.message
+    assert info.value.hint
+    assert info.value.exit_code == 2
+
+
+def test_registry_retry_settings_in_range_are_taken() -> None:
+    from imagesmith.registry import RetryPolicy
+
+    policy = RetryPolicy.from_env(
+        {"IMAGESMITH_REGISTRY_ATTEMPTS": "3", "IMAGESMITH_REGISTRY_DEADLINE": "2.5"}
+    )
+    assert (policy.attempts, policy.deadline) == (3, 2.5)
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        # a port out of range reached BuildKit ("dial tcp: address 99999: invalid port") after the build began
+        ("docker.io=127.0.0.1:99999/hub", "'127.0.0.1:99999' is not a registry host[:port]"),
+        ("docker.io=https://mirror.example/hub", "is not a registry host[:port]"),
+        ("docker.io=mirror.example/Hub", "'Hub' is not a repository path"),
+        ("dock er.io=mirror.example", "'dock er.io' is not a registry host[:port]"),
+    ],
+)
+def test_registry_mirror_items_are_checked_when_read(item: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config({"IMAGESMITH_CONFIG": "/nonexistent/config.toml", "IMAGESMITH_REGISTRY_MIRRORS": item})
+    assert expected in info.value.message
+    assert info.value.message.startswith("IMAGESMITH_REGISTRY_MIRRORS: ")
+    assert info.value.hint
+
+
+def test_an_index_key_that_cannot_be_read_names_where_it_came_from(
+    tmp_path: Path, run_cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fix line said "check [release] trusted_keys in imagesmith.toml" for a key named by
+    $IMAGESMITH_INDEX_KEY (pick and index read no imagesmith.toml)."""
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("IMAGESMITH_INDEX_KEY", str(tmp_path / "missing.pub"))
+    index = PROJECT.root / "docs" / "examples" / "release-index.json"
+    out = run_cli("index", str(index))
+    assert out.exit_code == 2
+    assert "($IMAGESMITH_INDEX_KEY)" in out.stderr
+    assert "fix: point $IMAGESMITH_INDEX_KEY at the PEM public key" in out.stderr
+    out = run_cli("index", str(index), "--verify-key", str(tmp_path / "missing.pub"))
+    assert "fix: point --verify-key at the PEM public key" in out.stderr
