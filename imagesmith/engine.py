@@ -35,7 +35,7 @@ from tenacity import (
 )
 
 from imagesmith.credentials import Credentials
-from imagesmith.errors import BuildError, EngineError, ImagesmithError, PushError
+from imagesmith.errors import BuildError, ConfigError, EngineError, ImagesmithError, PushError
 from imagesmith.refs import split_reference
 
 if TYPE_CHECKING:
@@ -195,7 +195,9 @@ def buildkit_cli(path: str | None = None) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     m = re.match(r"(\d+)\.", out.stdout.strip())
-    if m and int(m.group(1)) < 23:
+    if m is None:  # not a docker CLI (no client version)
+        return None
+    if int(m.group(1)) < 23:
         return exe
     buildx = subprocess.run(
         [exe, "buildx", "version"], capture_output=True, text=True, timeout=30, check=False
@@ -479,6 +481,20 @@ class Engine:
         self.cli: str | None = None
         if backend in ("auto", "buildkit"):
             self.cli = buildkit_cli()
+            named = os.environ.get("IMAGESMITH_DOCKER_CLI", "")
+            if named and self.cli is None:  # asked for by name: never a silent fall back to the sdk backend
+                found = shutil.which(named)
+                raise ConfigError(
+                    f"IMAGESMITH_DOCKER_CLI={named!r}: "
+                    + (
+                        "no such executable"
+                        if found is None
+                        else f"{found} is not a docker CLI that drives BuildKit"
+                    )
+                    + " (a docker CLI older than 23, or one with the buildx plugin)",
+                    hint=f"point it at one (e.g. Debian's docker.io: {DEFAULT_CLI}), set it empty for the "
+                    "sdk backend, or unset it",
+                )
             if backend == "buildkit" and self.cli is None:
                 raise EngineError(
                     "BuildKit was asked for, but no docker CLI that drives it was found",

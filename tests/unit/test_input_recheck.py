@@ -273,3 +273,27 @@ def test_an_index_key_that_cannot_be_read_names_where_it_came_from(
     assert "fix: point $IMAGESMITH_INDEX_KEY at the PEM public key" in out.stderr
     out = run_cli("index", str(index), "--verify-key", str(tmp_path / "missing.pub"))
     assert "fix: point --verify-key at the PEM public key" in out.stderr
+
+
+@pytest.mark.parametrize("named", ["/nonexistent/docker", "/bin/true"])
+def test_a_docker_cli_named_by_the_environment_that_is_none_is_an_error(
+    named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """IMAGESMITH_DOCKER_CLI naming a missing program fell back to the sdk backend silently (whose error then
+    blamed the Dockerfile's RUN --mount), and /bin/true passed for a BuildKit CLI (a build "failed" with
+    exit 0). The engine is faked: only the CLI lookup is under test."""
+    import imagesmith.engine as engine
+
+    class _Client:
+        def ping(self) -> bool:
+            return True
+
+    monkeypatch.setattr(engine.docker, "from_env", lambda **_: _Client())
+    monkeypatch.setenv("IMAGESMITH_DOCKER_CLI", named)
+    assert engine.buildkit_cli() is None
+    with pytest.raises(ConfigError) as info:
+        engine.Engine(backend="auto")
+    assert f"IMAGESMITH_DOCKER_CLI={named!r}" in info.value.message
+    assert info.value.hint
+    monkeypatch.setenv("IMAGESMITH_DOCKER_CLI", "")  # empty: the sdk backend, on purpose
+    assert engine.Engine(backend="auto").backend == "sdk"
