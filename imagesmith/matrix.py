@@ -219,6 +219,12 @@ def select(ids: Iterable[str], patterns: Sequence[str]) -> list[str]:
 #: label prefixes imagesmith writes itself (templates/Dockerfile.j2); a matrix may set only the ones below
 _RESERVED_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.", "org.opencontainers.image.")
 _USER_IMAGESMITH_LABELS: Final[tuple[str, ...]] = ("io.imagesmith.ulimits",)
+#: the ulimit names ``docker run --ulimit`` takes (the io.imagesmith.ulimits label names them)
+ULIMIT_NAMES: Final[tuple[str, ...]] = (
+    "core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss",
+    "rtprio", "rttime", "sigpending", "stack",
+)  # fmt: skip
+_ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,19})(?::(-1|[0-9]{1,19}))?")
 #: the most /dev/shm a matrix may ask for (it is host memory: 2 TiB is already more than rentals give)
 SHM_MAX_BYTES: Final[int] = 2048 * 1024**3
 _SHM_RE = re.compile(r"^(\d+)([kmgKMG]?)$")
@@ -548,6 +554,20 @@ class _Loader(schema.Checker):
                     hint=f"use your own prefix (e.g. com.example.{key.rsplit('.', 1)[-1]}); of "
                     f"io.imagesmith.* a matrix may set only {', '.join(_USER_IMAGESMITH_LABELS)}",
                 )
+        ulimits = table.get("io.imagesmith.ulimits")
+        if ulimits is not None:
+            for item in ulimits.split(","):
+                m = _ULIMIT.fullmatch(item.strip())
+                if m is None or m.group(1) not in ULIMIT_NAMES:
+                    raise self.fail(
+                        'labels."io.imagesmith.ulimits"',
+                        f"{item.strip()!r} is not NAME=SOFT[:HARD] of a ulimit docker knows (`imagesmith "
+                        "validate IMAGE` starts the image with these: a bad one fails only there)",
+                        nearest=None
+                        if item.partition("=")[0].strip() in ULIMIT_NAMES
+                        else _nearest_word(item.partition("=")[0].strip(), ULIMIT_NAMES),
+                        hint="e.g. memlock=-1,stack=67108864 (names: " + ", ".join(ULIMIT_NAMES) + ")",
+                    )
         return tuple(sorted(table.items()))
 
     def matrix_registries(self, names: Sequence[str]) -> tuple[Registry, ...]:

@@ -602,6 +602,9 @@ MIRROR_PROFILE_NAMES: Final[tuple[str, ...]] = ("none", "tuna", "aliyun", "ustc"
 #: characters a label value may not hold: quotes, backslashes, $ and `, and whatever can break a line
 #: (Unicode categories Cc, Zl and Zp)
 _LABEL_BREAKERS: Final[frozenset[str]] = frozenset({"Cc", "Zl", "Zp"})
+#: bidirectional controls ("Trojan Source", CVE-2021-42574): shown in review as other text than they are, so
+#: no generated file may hold one
+BIDI_CONTROLS: Final[str] = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 # -- values that reach a Dockerfile or a shell (issue 17): strict shapes, so none can hold whitespace, a
@@ -629,7 +632,13 @@ def _minor_guess(value: Any) -> str:
 
 
 def _label_value_problem(text: Any) -> str:
-    bad = sorted({c for c in str(text) if c in '"\\$`' or unicodedata.category(c) in _LABEL_BREAKERS})
+    bad = sorted(
+        {
+            c
+            for c in str(text)
+            if c in '"\\$`' or c in BIDI_CONTROLS or unicodedata.category(c) in _LABEL_BREAKERS
+        }
+    )
     return f"value {str(text)[:60]!r} contains {', '.join(repr(c) for c in bad)}"
 
 
@@ -754,9 +763,10 @@ MATRIX: Schema = Schema(
                 ),
                 items=Field(
                     kind="string",
-                    pattern=r'[^"\\$`\x00-\x1f\x7f-\x9f\u2028\u2029]*',
+                    pattern=r'[^"\\$`\x00-\x1f\x7f-\x9f\u2028\u2029\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]*',
                     invalid=_label_value_problem,
-                    hint="a label value is one line of text without quotes, backslashes, $ or `",
+                    hint="a label value is one line of text without quotes, backslashes, $, ` or "
+                    "bidirectional controls (U+202E …)",
                 ),
             ),
             "torch": Field(

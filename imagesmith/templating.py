@@ -32,6 +32,7 @@ from imagesmith.errors import RenderError
 from imagesmith.layerplan import LAYER_EPOCH, WheelLayer
 from imagesmith.matrix import MIRROR_PROFILES
 from imagesmith.model import NCCL_TESTS_BIN, Cell
+from imagesmith.schema import BIDI_CONTROLS
 
 TEMPLATES_PACKAGE: Final[tuple[str, str]] = ("imagesmith", "templates")
 HEADER: Final[str] = "GENERATED — do not edit; run `imagesmith render`"
@@ -233,7 +234,7 @@ def _single_line_text(cell: Cell) -> None:
 
     for f in fields(cell):
         for text, allowed in texts(getattr(cell, f.name), _RENDERED_AS.get(f.name, SHELL_WORD)):
-            bad = [c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp")]
+            bad = [c for c in text if unicodedata.category(c) in ("Cc", "Zl", "Zp") or c in BIDI_CONTROLS]
             if bad:
                 raise RenderError(
                     f"cell {cell.id}: {f.name} holds a control character ({bad[0]!r}) in {text[:60]!r}",

@@ -149,6 +149,11 @@ def _edit(root: Path, rel: str, old: str, new: str) -> None:
         # a known base image with another OS tag or another Python than its own
         ("matrices/smoke.toml", 'os = "debian12"', 'os = "ubuntu22.04"', "is not debian:bookworm's OS tag"),
         ("matrices/smoke.toml", 'python = "3.11"', 'python = "3.12"', "is not debian:bookworm's python3"),
+        # a ulimits label that only `imagesmith validate IMAGE` (after build and push) found wrong
+        ("matrices/smoke.toml", "memlock=-1,stack=67108864", "memlock=-1;x", "NAME=SOFT[:HARD]"),
+        ("matrices/smoke.toml", "memlock=-1,stack=67108864", "memlok=-1", "nearest valid value: 'memlock'"),
+        # a bidirectional control (Trojan Source) went into the generated Dockerfile's LABEL
+        ("matrices/smoke.toml", "[labels]", '[labels]\n"com.example.x" = "a\\u202eb"', "contains '\\u202e'"),
     ],
 )
 def test_a_hostile_value_is_refused_when_the_file_is_read(
