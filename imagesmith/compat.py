@@ -802,6 +802,8 @@ class Gpu:
     vgpu: str = ""
     #: True for a model not in gpus.toml, built from the compute capability nvidia-smi reported
     adhoc: bool = False
+    #: the CPU of the hosts this GPU comes in (GH200/GB200/GB300/GB10: aarch64, so linux/arm64 images only)
+    host_arch: Literal["x86_64", "aarch64"] = "x86_64"
 
     @property
     def sm(self) -> str:
@@ -828,6 +830,9 @@ def gpus() -> tuple[Gpu, ...]:
         if segment not in ("datacenter", "workstation", "consumer"):
             raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown segment {segment!r}")
         md = row.get("min_driver")
+        host_arch = row.get("host_arch", "x86_64")
+        if host_arch not in ("x86_64", "aarch64"):
+            raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown host_arch {host_arch!r}")
         out.append(
             Gpu(
                 key=key,
@@ -843,6 +848,7 @@ def gpus() -> tuple[Gpu, ...]:
                 family=str(row.get("family", key)),
                 min_driver=parse_driver(md) if isinstance(md, str) else None,
                 verified=bool(row.get("verified", True)),
+                host_arch=host_arch,
             )
         )
     return tuple(out)

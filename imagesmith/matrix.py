@@ -407,6 +407,14 @@ class _Loader(schema.Checker):
                 found = compat.gpu(found.key)
             if any(g.key == found.key for g in out):
                 raise self.fail(f"gpus[{i}]", f"{name!r} is {found.key!r}, which is listed already")
+            if found.host_arch != "x86_64":
+                raise self.fail(
+                    f"gpus[{i}]",
+                    f"{found.name} hosts are {found.host_arch} (linux/arm64 images only), and imagesmith "
+                    "builds and locks linux/amd64 images (x86_64-manylinux_2_28): an image of this matrix "
+                    "would not start there",
+                    hint=f"remove {name!r} (its x86 sibling, e.g. b200 for gb200, runs these images)",
+                )
             out.append(found)
         return tuple(out)
 

@@ -52,7 +52,17 @@ def resolve_gpus(names: list[str]) -> tuple[compat.Gpu, ...]:
     for name in names:
         folded = name.strip().casefold()
         found = compat.gpu_family(folded) if folded in families else (compat.gpu(name),)
-        out.extend(g for g in found if g.key not in {o.key for o in out})
+        # imagesmith builds linux/amd64 images: a family's aarch64-hosted SKUs (GB300 of b300) are left out,
+        # a model asked for by name is refused
+        usable = tuple(g for g in found if g.host_arch == "x86_64")
+        if not usable:
+            g = found[0]
+            raise ConfigError(
+                f"--gpu {name}: {g.name} hosts are {g.host_arch} (linux/arm64 images only), and imagesmith "
+                "builds and locks linux/amd64 images (x86_64-manylinux_2_28)",
+                hint="scaffold for an x86-hosted GPU (e.g. --gpu b200 for GB200, --gpu h200 for GH200)",
+            )
+        out.extend(g for g in usable if g.key not in {o.key for o in out})
     return tuple(out)
 
 

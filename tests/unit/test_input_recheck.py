@@ -302,3 +302,32 @@ def test_a_docker_cli_named_by_the_environment_that_is_none_is_an_error(
     assert info.value.hint
     monkeypatch.setenv("IMAGESMITH_DOCKER_CLI", "")  # empty: the sdk backend, on purpose
     assert engine.Engine(backend="auto").backend == "sdk"
+
+
+@pytest.mark.parametrize("gpu", ["gb200", "gh200", "gb10", "gb300", "NVIDIA GB200"])
+def test_gpus_of_aarch64_hosts_get_no_amd64_project(
+    tmp_path: Path, run_cli: Callable[..., CliResult], gpu: str
+) -> None:
+    """`init --gpu gb200` wrote a project of linux/amd64 images (x86_64 locks) "for gb200", whose Grace host
+    is aarch64: none of its images would start there."""
+    out = run_cli("init", str(tmp_path / "p"), "--gpu", gpu, "--no-render")
+    assert out.exit_code == 2
+    assert f"--gpu {gpu}: " in out.stderr
+    assert "aarch64" in out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_family_keeps_only_its_x86_hosted_skus(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None:
+    out = run_cli("init", str(tmp_path / "p"), "--gpu", "b300", "--no-render")
+    assert out.exit_code == 0, out.stderr
+    matrix = (tmp_path / "p" / "matrices" / "b300.toml").read_text()
+    assert 'gpus = ["b300"]' in matrix  # GB300 (family b300, Grace host) left out
+
+
+def test_a_matrix_listing_an_aarch64_hosted_gpu_is_one_error(tmp_path: Path) -> None:
+    root = _copy_project(tmp_path / "p")
+    _edit(root, "matrices/smoke.toml", "gpus = [", 'gpus = ["gb200", ')
+    with pytest.raises(ConfigError) as info:
+        _load_all(root)
+    assert "gpus[0]: NVIDIA GB200 hosts are aarch64" in info.value.message
+    assert info.value.hint
