@@ -318,6 +318,44 @@ def test_fuzz_binary_bytes(body: bytes) -> None:
     _result_or_fix(lambda: parse_index(body, source="fuzz"))
 
 
+LOCK_NAME = "2.11.0-cu130-py3.11.txt"
+LOCK_TEXT = (PROJECT.locks_dir / LOCK_NAME).read_text(encoding="utf-8")
+
+
+def _read_lock_file(data: bytes) -> None:
+    from imagesmith.lock import LockKey, read_lock
+
+    with tempfile.TemporaryDirectory(prefix="imagesmith-fuzz-") as tmp:
+        (Path(tmp) / LOCK_NAME).write_bytes(data)
+        _result_or_fix(lambda: read_lock(LockKey(torch="2.11.0", variant="cu130", python="3.11"), Path(tmp)))
+
+
+@FUZZ
+@given(text=_mutated([LOCK_TEXT]))
+def test_fuzz_lock_file(text: str) -> None:
+    """Lock files (input-recheck): a hand-edited lock is read by every plan of the project."""
+    _read_lock_file(text.encode("utf-8", "surrogatepass"))
+
+
+@FUZZ
+@given(body=st.one_of(st.binary(max_size=200), st.sampled_from([b"\xef\xbb\xbf", b"\xff\xfe", b"\xe9"])))
+def test_fuzz_binary_user_files(body: bytes) -> None:
+    """Bytes that are not UTF-8 (a BOM, UTF-16, Latin-1) in every file a user edits (they crashed the lock
+    reader)."""
+    seed = body + LOCK_TEXT.encode()[: len(body) % 64]
+    _read_lock_file(seed)
+    for name, call in (
+        ("smoke.toml", lambda p: load_matrix(p, project=PROJECT, registries_file=PROJECT.registries_file)),
+        ("registries.toml", load_registries),
+        ("imagesmith.toml", load_project),
+        ("config.toml", lambda p: load_config({"IMAGESMITH_CONFIG": str(p)})),
+    ):
+        with tempfile.TemporaryDirectory(prefix="imagesmith-fuzz-") as tmp:
+            path = Path(tmp) / name
+            path.write_bytes(seed)
+            _result_or_fix(lambda call=call, path=path: call(path))
+
+
 # what long runs found (kept as plain tests): paths longer than the file system allows raised OSError
 
 
