@@ -253,6 +253,23 @@ def check_mirror_template(template: str, origin: str) -> str:
                 hint=f"nearest field: {{{_nearest(fld, list(MIRROR_FIELDS))}}}; known: "
                 + ", ".join(f"{{{f}}}" for f in MIRROR_FIELDS),
             )
+    host = re.split(r"[/{]", template.split("://", 1)[1], maxsplit=1)[0]  # https://m.example{path} too
+    rest = _FIELD.sub("", template)
+    if (
+        not re.fullmatch(schema.HOST_PORT, host)
+        or any(c in rest for c in "{}")
+        or not rest.isprintable()
+        or any(c.isspace() for c in rest)
+    ):
+        raise ProjectError(
+            f"{origin}: {template[:200]!r} is not an http(s) URL template"
+            + (
+                f" (host {host!r}: a DNS name or IPv4 address, optional port 1-65535)"
+                if not re.fullmatch(schema.HOST_PORT, host)
+                else " (an unmatched { or }, a space or a control character)"
+            ),
+            hint="e.g. https://mirror.example/{url} or https://mirror.example/github{path}",
+        )
     return template
 
 

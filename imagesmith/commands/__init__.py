@@ -58,3 +58,30 @@ def current_project(matrix: str | None = None) -> Project:
         )
     near = Path(matrix) if matrix and ("/" in matrix or matrix.endswith(".toml")) else None
     return discover(project_option(), near=near)
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """A file a command writes when it ends (``build --summary``), checked when it starts: a folder, a path
+    under a file, or a folder nothing can be written to would otherwise fail only after the work was done.
+    Writes nothing that stays (a probe file in the nearest existing folder, removed at once)."""
+    import tempfile
+
+    from imagesmith.errors import ConfigError
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(
+            f"{flag} {str(path)[:200]}: {why}", hint=f"give {flag} a file in a folder you can write"
+        )
+
+    try:
+        if path.is_dir():
+            raise refuse("is a folder")
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise refuse(f"{folder} is not a folder")
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".imagesmith-probe-"):
+            pass
+    except OSError as exc:
+        raise refuse(f"cannot write there ({exc.strerror or exc})") from None

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from imagesmith.commands import current_project, epilog
+from imagesmith.commands import check_output_file, current_project, epilog
 from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError, MatrixError
 
@@ -122,6 +122,8 @@ def build_command(
             f"--backend {backend!r}: expected auto, buildkit or sdk", hint="--backend auto picks for you"
         )
     config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
+    if summary is not None:
+        check_output_file(summary, "--summary")
     project, m, plan = load_plan(matrix, only)
     if not plan.cells:
         raise MatrixError(

@@ -75,6 +75,10 @@ ROWS: list[tuple[str, list[str]]] = [
     ("build-mirror-junk", ["build", "--matrix", SMOKE, "--registry-mirror", CTRL]),
     ("build-wheels-binary", ["build", "--matrix", SMOKE, "--wheels", BINF]),
     ("build-missing-matrix", ["build", "--matrix", MISSING]),
+    # re-check: a --summary that cannot be written failed only after every cell was built and pushed
+    ("build-summary-is-dir", ["build", "--matrix", SMOKE, "--summary", DIR]),
+    ("build-summary-under-file", ["build", "--matrix", SMOKE, "--summary", BINF + "/s.json"]),
+    ("build-summary-proc", ["build", "--matrix", SMOKE, "--summary", "/proc/imagesmith-summary.json"]),
     ("fetch-both-sources", ["fetch-sources", "--from-git", DIR, "--from", DIR]),
     ("fetch-bad-mirror", ["fetch-sources", "--mirror", "{nope}"]),
     ("fetch-from-missing", ["fetch-sources", "--matrix", SMOKE, "--from", MISSING]),

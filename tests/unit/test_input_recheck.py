@@ -331,3 +331,46 @@ def test_a_matrix_listing_an_aarch64_hosted_gpu_is_one_error(tmp_path: Path) -> 
         _load_all(root)
     assert "gpus[0]: NVIDIA GB200 hosts are aarch64" in info.value.message
     assert info.value.hint
+
+
+def test_a_build_summary_that_cannot_be_written_fails_before_any_build(
+    tmp_path: Path, run_cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`build --summary DIR` built (and pushed) every cell, then failed writing the summary (exit 2)."""
+    import imagesmith.commands.plan as plan_commands
+
+    def no_plan(*_: object, **__: object) -> None:
+        raise AssertionError("the matrix was planned before --summary was checked")
+
+    monkeypatch.setattr(plan_commands, "load_plan", no_plan)
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "none.toml"))
+    (tmp_path / "file").write_text("x")
+    for summary, why in (
+        (tmp_path, "is a folder"),
+        (tmp_path / "file" / "s.json", "is not a folder"),
+        (Path("/proc/imagesmith-summary.json"), "cannot write there"),
+    ):
+        out = run_cli("-C", str(PROJECT.root), "build", "--matrix", "smoke", "--summary", str(summary))
+        assert out.exit_code == 2, out.stderr
+        assert f"--summary {summary}: " in out.stderr
+        assert why in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # the probe left nothing
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("https://m.example:99999/{url}", "optional port 1-65535"),
+        ("https://user@m.example/{url}", "host 'user@m.example'"),
+        ("https://m.example/{url}{url", "an unmatched { or }"),
+        ("https://m.example/a b{url}", "a space or a control character"),
+    ],
+)
+def test_a_source_mirror_template_that_is_no_url_is_refused_when_read(template: str, expected: str) -> None:
+    from imagesmith.project import check_mirror_template
+
+    with pytest.raises(ConfigError) as info:
+        check_mirror_template(template, "--mirror")
+    assert expected in info.value.message
+    assert info.value.hint
+    assert check_mirror_template("https://m.example:8443/gh{path}", "--mirror")  # a port in range is fine
