@@ -47,6 +47,8 @@ else:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
 PROJECT_FILE: Final[str] = "imagesmith.toml"
+#: the longest project name (it is the default registry namespace: image names hold 255 characters in all)
+PROJECT_NAME_MAX: Final[int] = 64
 PROJECT_ENV: Final[str] = "IMAGESMITH_PROJECT"
 SCHEMA: Final[int] = 1
 REGISTRIES_FILE: Final[str] = "registries.toml"
@@ -74,7 +76,7 @@ def _nearest(value: str, choices: tuple[str, ...] | list[str]) -> str:
 
 def project_name(text: str) -> str:
     """A folder name made into a registry-safe project name (lowercase, ``[a-z0-9._-]``)."""
-    name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")
+    name = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-._")[:PROJECT_NAME_MAX].strip("-._")
     return name or "imagesmith-project"
 
 

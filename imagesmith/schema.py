@@ -407,8 +407,9 @@ PROJECT: Schema = Schema(
             "schema": _VERSION,
             "name": Field(
                 kind="string",
-                pattern=r"[a-z0-9][a-z0-9._-]*",
-                message="{value!r} is not a project name (lowercase letters, digits, '.', '_', '-')",
+                pattern=r"[a-z0-9][a-z0-9._-]{0,63}",
+                message="{value!r} is not a project name "
+                "(at most 64 lowercase letters, digits, '.', '_', '-')",
                 description="project name (default: the folder's name)",
                 example='"gpu-images"',
             ),

@@ -99,6 +99,17 @@ def init_command(
             hint="give a plain name (letters, digits, . _ -), or leave --name out to use the folder's name",
         )
     proj_name = project_name(name or root.name)
+    if name is not None and name != proj_name:
+        raise ConfigError(
+            f"--name {name[:80]!r} is not a project name (at most 64 lowercase letters, digits, '.', '_', "
+            "'-': it is the registry namespace)",
+            hint=f"--name {proj_name}"
+            + (
+                " (or leave --name out: the folder's name is used)"
+                if proj_name == project_name("")  # the name of no letters
+                else ""
+            ),
+        )
     choice = choose(resolve_gpus(gpu_args), base, driver)
     matrix_name = default_matrix_name(gpu_args)
     files = project_files(

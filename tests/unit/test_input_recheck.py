@@ -374,3 +374,31 @@ def test_a_source_mirror_template_that_is_no_url_is_refused_when_read(template: 
     assert expected in info.value.message
     assert info.value.hint
     assert check_mirror_template("https://m.example:8443/gh{path}", "--mirror")  # a port in range is fine
+
+
+@pytest.mark.parametrize(
+    ("name", "fix"),
+    [
+        ("ÜÜÜ", "--name imagesmith-project"),  # became "imagesmith-project" without a word
+        ("My-Proj", "--name my-proj"),  # was lowercased without a word
+        ("a" * 300, "--name " + "a" * 64),  # the error named init's scratch copy of registries.toml
+    ],
+)
+def test_init_name_that_is_no_project_name_is_refused(
+    tmp_path: Path, run_cli: Callable[..., CliResult], name: str, fix: str
+) -> None:
+    out = run_cli("init", str(tmp_path / "p"), "--name", name, "--no-render")
+    assert out.exit_code == 2
+    assert "--name " in out.stderr
+    assert f"fix: {fix}" in out.stderr
+    assert "imagesmith-init-" not in out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_a_long_folder_name_makes_a_project_name_that_fits(
+    tmp_path: Path, run_cli: Callable[..., CliResult]
+) -> None:
+    root = tmp_path / ("b" * 200)
+    out = run_cli("init", str(root), "--no-render")
+    assert out.exit_code == 0, out.stderr
+    assert f'name = "{"b" * 64}"' in (root / PROJECT_FILE).read_text()
