@@ -22,7 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from imagesmith import compat, schema
 from imagesmith.errors import ConfigError, MatrixError
-from imagesmith.refs import Registry, matches
+from imagesmith.refs import Registry, expand_braces, matches
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -618,6 +618,11 @@ class _Loader(schema.Checker):
                     f"holds at most {MAX_IMAGE_NAME}",
                     hint="shorten the namespace or the repository",
                 )
+            for j, glob in enumerate(entry.get("cells", [])):
+                try:
+                    expand_braces(glob)
+                except ConfigError as exc:
+                    raise self.fail(f"registries.{name}.cells[{j}]", exc.message, hint=exc.hint) from None
             out[name] = Registry(
                 name=name,
                 host=entry["host"],
@@ -655,6 +660,10 @@ class _Loader(schema.Checker):
                     ("flavor", flavors),
                 ):
                     pattern = getattr(rule, name)
+                    try:
+                        expand_braces(pattern)
+                    except ConfigError as exc:
+                        raise self.fail(f"{prefix}.{name}", exc.message, hint=exc.hint) from None
                     if not any(matches(v, pattern) for v in pool):
                         raise self.fail(
                             f"{prefix}.{name}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
+from typing import Final
 
 from imagesmith.errors import ConfigError
 
@@ -30,16 +31,31 @@ def split_reference(reference: str) -> tuple[str, str | None, str | None]:
     return text, None, digest
 
 
+#: the most patterns one glob's ``{a,b}`` groups may expand to: 22 groups of two are 4 million patterns, and
+#: ``--only`` (or an exclude rule) spun for minutes before this bound
+MAX_BRACE_EXPANSIONS: Final[int] = 4096
+
+
 def expand_braces(pattern: str) -> list[str]:
-    """Expand simple ``{a,b}`` groups (nested allowed): ``2.{1,2}*`` → ``["2.1*", "2.2*"]``."""
-    match = re.search(r"\{([^{}]*)\}", pattern)
-    if match is None:
-        return [pattern]
-    head, tail = pattern[: match.start()], pattern[match.end() :]
-    out: list[str] = []
-    for option in match.group(1).split(","):
-        out.extend(expand_braces(head + option + tail))
-    return out
+    """Expand simple ``{a,b}`` groups (nested allowed): ``2.{1,2}*`` → ``["2.1*", "2.2*"]``. A glob that
+    expands to more than :data:`MAX_BRACE_EXPANSIONS` patterns is a ConfigError."""
+    done: list[str] = []
+    todo = [pattern]
+    while todo:
+        current = todo.pop()
+        match = re.search(r"\{([^{}]*)\}", current)
+        if match is None:
+            done.append(current)
+        else:
+            head, tail = current[: match.start()], current[match.end() :]
+            todo.extend(head + option + tail for option in reversed(match.group(1).split(",")))
+        if len(done) + len(todo) > MAX_BRACE_EXPANSIONS:
+            raise ConfigError(
+                f"glob {pattern[:120]!r} expands to more than {MAX_BRACE_EXPANSIONS} patterns "
+                "(every {a,b} group multiplies them)",
+                hint="use fewer {a,b} groups, or * and ? wildcards",
+            )
+    return list(dict.fromkeys(done))  # nested groups can repeat a pattern
 
 
 def matches(value: str, pattern: str) -> bool:

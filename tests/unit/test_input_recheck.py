@@ -402,3 +402,51 @@ def test_a_long_folder_name_makes_a_project_name_that_fits(
     out = run_cli("init", str(root), "--no-render")
     assert out.exit_code == 0, out.stderr
     assert f'name = "{"b" * 64}"' in (root / PROJECT_FILE).read_text()
+
+
+BRACES = "{a,b}" * 22  # 4 million patterns: `plan --only` spun for minutes
+
+
+def test_a_glob_of_too_many_brace_groups_is_one_error_at_once(
+    run_cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import time
+
+    from imagesmith.refs import expand_braces
+
+    assert expand_braces("2.{1,{2,3}}*") == ["2.1*", "2.2*", "2.3*"]  # order and nesting as before
+    started = time.monotonic()
+    out = run_cli("-C", str(PROJECT.root), "plan", "--matrix", "smoke", "--only", BRACES)
+    assert time.monotonic() - started < 10
+    assert out.exit_code == 2
+    assert "expands to more than 4096 patterns" in out.stderr
+    assert "fix: use fewer {a,b} groups" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("rel", "old", "new", "key"),
+    [
+        (
+            "matrices/smoke.toml",
+            "[labels]",
+            f'[[exclude]]\ntorch = "{BRACES}"\nreason = "x"\n\n[labels]',
+            "exclude[0]",
+        ),
+        (
+            "matrices/registries.toml",
+            'repository = "torch"',
+            f'repository = "torch"\ncells = ["{BRACES}"]',
+            "cells[0]",
+        ),
+    ],
+)
+def test_a_brace_bomb_in_a_file_names_the_file_and_key(
+    tmp_path: Path, rel: str, old: str, new: str, key: str
+) -> None:
+    root = _copy_project(tmp_path / "p")
+    _edit(root, rel, old, new)
+    with pytest.raises(ConfigError) as info:
+        _load_all(root)
+    assert str(root / rel) in info.value.message
+    assert key in info.value.message
+    assert "expands to more than 4096 patterns" in info.value.message
