@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from imagesmith.commands import current_project, epilog
-from imagesmith.errors import ConfigError, RenderError, UpstreamError
+from imagesmith.errors import ConfigError, RenderError, UpstreamError, join_hints
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -393,7 +393,7 @@ def lock_command(
                 keys.append(LockKey(torch=t, variant=v, python=p))
     # the interactive flavor's packages are a section of the same lock, resolved against its runtime pins
     interactive = "interactive" in m.flavors or any(r.flavor == "interactive" for r in m.include)
-    failures: list[str] = []
+    failures: list[LockError] = []
     written: list[LockKey] = []
     for key in keys:
         path = lock_path(key, project.locks_dir)
@@ -418,8 +418,10 @@ def lock_command(
             if interactive:
                 add_interactive(key, lock_dir=project.locks_dir)
         except LockError as exc:
-            failures.append(exc.message.splitlines()[0].rstrip(":"))
-            typer.echo(f"FAILED  {key}", err=True)
+            failures.append(exc)
+            # the whole answer (uv's last lines: an unreachable index, a conflict) under the cell it stopped
+            detail = "".join(f"\n        {line}" for line in exc.message.splitlines()[1:])
+            typer.echo(f"FAILED  {key}{detail}", err=True)
             continue
         typer.echo(f"wrote   {project.rel(path)}")
         written.append(key)
@@ -427,9 +429,11 @@ def lock_command(
         _record_sizes(project, keys=written, soft=True)
     if failures:
         raise ConfigError(
-            "could not lock " + "; ".join(failures),
-            hint="run `imagesmith lock` where the variants' wheel indexes are reachable; "
-            "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
+            "could not lock: " + "; ".join(e.message.splitlines()[0].rstrip(":") for e in failures),
+            hint=join_hints(
+                *(e.hint for e in failures),
+                "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
+            ),
         )
 
 

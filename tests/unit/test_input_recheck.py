@@ -450,3 +450,35 @@ def test_a_brace_bomb_in_a_file_names_the_file_and_key(
     assert str(root / rel) in info.value.message
     assert key in info.value.message
     assert "expands to more than 4096 patterns" in info.value.message
+
+
+def test_lock_failures_keep_their_reason_and_fix(
+    tmp_path: Path, run_cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`imagesmith lock` kept only the first line of a failure ("uv pip compile failed"), dropping uv's reason
+    (an index that does not resolve, a conflict), and always said "where the index is reachable" — also for a
+    lock file that is there but wrong, whose fix is another."""
+    import imagesmith.lock as lockmod
+    from imagesmith.lock import LockError
+
+    root = _copy_project(tmp_path / "p")
+    (root / "locks" / LOCK).unlink()
+
+    def unreachable(key: object, **_: object) -> None:
+        raise LockError(
+            f"cannot resolve {key}: uv pip compile failed:\ncause: dns error\ncause: no such host",
+            hint="run `imagesmith lock` where the variant's wheel index is reachable",
+        )
+
+    monkeypatch.setattr(lockmod, "compile_lock", unreachable)
+    out = run_cli("-C", str(root), "lock", "--matrix", "smoke", "--no-sizes")
+    assert out.exit_code == 2
+    assert "cause: dns error" in out.stderr
+    assert "cause: no such host" in out.stderr
+    assert "fix: run `imagesmith lock` where the variant's wheel index is reachable" in out.stderr
+    lock = root / "locks" / LOCK
+    lock.write_text(PROJECT.locks_dir.joinpath(LOCK).read_text().replace("torch==2.11.0", "torch==2.10.0"))
+    out = run_cli("-C", str(root), "lock", "--matrix", "smoke", "--keep-versions", "--no-sizes")
+    assert out.exit_code == 2
+    assert "pins torch==2.10.0, but its name says" in out.stderr
+    assert "fix: regenerate it: imagesmith lock --force" in out.stderr
