@@ -72,6 +72,23 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
     minimum driver of its CUDA release, ``imagesmith/data/cuda.toml``).
     """
     host = compat.parse_driver(driver) if driver is not None else None
+    # a GPU newer than CUDA alone implies (B200: 570.133.20) raises every cell's minimum driver; a driver
+    # older than that, or past the GPU's last branch (V100: R580), runs nothing of this project on it
+    gpu_floor = max((g.min_driver for g in gpus if g.min_driver is not None), default=None)
+    for g in gpus:
+        last = compat.gpu_last_branch(g)
+        if host is not None and g.min_driver is not None and host < g.min_driver:
+            raise ConfigError(
+                f"--driver {driver}: {g.name} ({g.sm}) needs driver >= {g.min_driver}: older drivers do not "
+                "support this GPU at all",
+                hint=f"give the oldest driver the hosts really run (>= {g.min_driver}), or another --gpu",
+            )
+        if host is not None and last is not None and host.branch > last.last_branch:
+            raise ConfigError(
+                f"--driver {driver}: R{host.branch} does not support {last.name} GPUs such as {g.name}: "
+                f"R{last.last_branch} is their last driver branch",
+                hint=f"give the driver the hosts run (R{last.last_branch} or older), or another --gpu",
+            )
     bases = compat.os_bases()
     if base_image is not None and not any(b.image == base_image for b in bases):
         raise ConfigError(
@@ -144,7 +161,7 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
             lock=key,
             base=base,
             cuda=variant.cuda,
-            min_driver=str(need),
+            min_driver=str(max(need, gpu_floor) if gpu_floor is not None else need),
             coverage=tuple((g.key, f"{c.kind}: {c.detail}") for g, c in coverage),
             passed_over=(),
         )

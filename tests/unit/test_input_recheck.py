@@ -482,3 +482,28 @@ def test_lock_failures_keep_their_reason_and_fix(
     assert out.exit_code == 2
     assert "pins torch==2.10.0, but its name says" in out.stderr
     assert "fix: regenerate it: imagesmith lock --force" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # B200 needs 570.133.20 (gpus.toml): init wrote a project for a host whose driver knows no B200
+        (["--gpu", "b200", "--driver", "570.124.06"], "NVIDIA B200 (sm_100) needs driver >= 570.133.20"),
+        # R590 has no Volta support (R580 is the last): init wrote a V100 project for a driver V100s never run
+        (["--gpu", "v100", "--driver", "590.44.01"], "R590 does not support Volta GPUs"),
+    ],
+)
+def test_init_driver_the_gpu_cannot_run_is_refused(
+    tmp_path: Path, run_cli: Callable[..., CliResult], args: list[str], expected: str
+) -> None:
+    out = run_cli("init", str(tmp_path / "p"), *args, "--no-render")
+    assert out.exit_code == 2, out.stdout
+    assert expected in out.stderr
+    assert not (tmp_path / "p").exists()
+
+
+def test_init_says_the_gpus_own_minimum_driver(tmp_path: Path, run_cli: Callable[..., CliResult]) -> None:
+    out = run_cli("init", str(tmp_path / "p"), "--gpu", "b200", "--driver", "570.133.20", "--no-render")
+    assert out.exit_code == 0, out.stderr
+    assert "(CUDA 12.8, driver >= 570.133.20)" in out.stdout  # not CUDA 12.8's 570.26: B200 needs more
+    assert "# Host driver needed: >= 570.133.20" in (tmp_path / "p" / "matrices" / "b200.toml").read_text()
