@@ -256,7 +256,8 @@ def _check_lock_names_its_key(
     claims torch X and installs torch Y: refused, naming both (a lock copied or renamed by hand)."""
     fix = f"regenerate it: imagesmith lock --force (lock {key}), or name the file after what it pins"
     said = next((v for k, v in header if k == "imagesmith lock"), None)
-    if said is not None and key.torch != SUITE and said != str(key):
+    # torch and variant: what the image installs (a lock of another Python may stand in, as its pins allow)
+    if said is not None and key.torch != SUITE and said.split()[:3] != ["torch", key.torch, key.variant]:
         raise LockError(f"{path}: its header says `imagesmith lock: {said}`, its name {key}", hint=fix)
     torch = next((v for n, v in pins if n == "torch"), None)
     if torch is None or key.torch == SUITE:
