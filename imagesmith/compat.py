@@ -80,9 +80,11 @@ __all__ = [
     "driver_branch_cuda",
     "driver_warnings",
     "gpu",
+    "gpu_arch",
     "gpu_candidates",
     "gpu_family",
     "gpu_last_branch",
+    "gpu_min_driver",
     "gpu_or_adhoc",
     "gpu_warnings",
     "gpus",
@@ -281,6 +283,11 @@ class _Branch:
 
 def _vkey(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
+
+
+def _major(version: str) -> int:
+    """13 for ``13.0``."""
+    return int(version.split(".")[0])
 
 
 @functools.cache
@@ -795,7 +802,12 @@ class Gpu:
     form_factor: str = ""
     segment: Literal["datacenter", "workstation", "consumer"] = "datacenter"
     family: str = ""
+    #: the first driver that drives this GPU at all: the row's own ``min_driver`` where NVIDIA names one for
+    #: the board, else its architecture's ``first_driver`` (``[[arch]]`` in gpus.toml); None for a model of no
+    #: known architecture
     min_driver: DriverVersion | None = None
+    #: where ``min_driver`` comes from ("derived: …" when inferred from the first CUDA toolkit of the arch)
+    min_driver_source: str = ""
     verified: bool = True
     #: the vGPU profile name nvidia-smi printed in a vGPU guest ("GRID A100-40C"); this Gpu is then the
     #: physical model the profile slices ("" on bare metal)
@@ -830,6 +842,25 @@ def gpus() -> tuple[Gpu, ...]:
         if segment not in ("datacenter", "workstation", "consumer"):
             raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown segment {segment!r}")
         md = row.get("min_driver")
+        md_source = row.get("min_driver_source")
+        if md is not None and (
+            not isinstance(md, str) or not isinstance(md_source, str) or not md_source.strip()
+        ):
+            raise DataError(
+                f"imagesmith/data/{name}: gpu {key}: `min_driver` needs a driver version and a "
+                "`min_driver_source` saying where it comes from"
+            )
+        if md is None:
+            arch = _arch_of(cc)
+            if arch is None:
+                raise DataError(
+                    f"imagesmith/data/{name}: gpu {key}: no [[arch]] row covers compute capability {cc}, so "
+                    "its first driver is unknown: add one (first_driver and its source) or give the row "
+                    "a min_driver"
+                )
+            floor, md_source = arch.first_driver, f"{arch.name}: {arch.first_driver_source}"
+        else:
+            floor = parse_driver(md)
         host_arch = row.get("host_arch", "x86_64")
         if host_arch not in ("x86_64", "aarch64"):
             raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown host_arch {host_arch!r}")
@@ -846,7 +877,8 @@ def gpus() -> tuple[Gpu, ...]:
                 form_factor=str(row.get("form_factor", "")),
                 segment=segment,
                 family=str(row.get("family", key)),
-                min_driver=parse_driver(md) if isinstance(md, str) else None,
+                min_driver=floor,
+                min_driver_source=str(md_source),
                 verified=bool(row.get("verified", True)),
                 host_arch=host_arch,
             )
@@ -1093,36 +1125,35 @@ _lookup_gpu = gpu  # verdict() has a parameter named ``gpu``
 
 @dataclass(frozen=True, kw_only=True)
 class ArchFamily:
-    """GPUs of compute capability ``cc_min`` … ``cc_max`` (Volta: 7.0 … 7.2) whose driver support ends with
-    branch ``last_branch`` (R580), so they top out at that branch's CUDA.
+    """GPUs of compute capability ``cc_min`` … ``cc_max`` (an ``[[arch]]`` row of gpus.toml): the first driver
+    that drives them at all, and, for an architecture whose support ended, its last driver branch (R580) and
+    last CUDA toolkit major (``12.x``).
     """
 
     name: str
     cc_min: tuple[int, int]
     cc_max: tuple[int, int]
-    last_branch: int
+    first_toolkit: str
+    first_driver: DriverVersion
+    first_driver_source: str
     source: str
+    last_branch: int | None = None
+    last_toolkit: str | None = None  # "12.x"
 
     def covers(self, cc: str) -> bool:
         return self.cc_min <= _parse_cc(cc) <= self.cc_max
 
     @property
-    def max_cuda(self) -> str:
-        """The newest CUDA X.Y its last branch runs (R580 → 13.0)."""
-        row = _branches().get(self.last_branch)
-        if row is None:
-            raise DataError(
-                f"imagesmith/data/gpus.toml: [[arch]] {self.name}: last_branch {self.last_branch} has no "
-                "[[branch]] row in imagesmith/data/cuda.toml"
-            )
-        return row.cuda_version
+    def last_cuda_major(self) -> int | None:
+        """12 for ``12.x``: no CUDA toolkit of a newer major targets these GPUs."""
+        return None if self.last_toolkit is None else int(self.last_toolkit.split(".")[0])
 
 
 @functools.cache
 def arch_families() -> tuple[ArchFamily, ...]:
-    """The GPU architectures whose driver support ends with a branch (``gpus.toml`` ``[[arch]]``)."""
+    """Every GPU architecture row of ``gpus.toml`` (``[[arch]]``), Kepler … Blackwell."""
     name = "gpus.toml"
-    out = []
+    out: list[ArchFamily] = []
     for row in _rows(name, "arch"):
         arch = _field(name, "arch", row, "name", str)
         bounds = []
@@ -1133,22 +1164,73 @@ def arch_families() -> tuple[ArchFamily, ...]:
             bounds.append(_parse_cc(cc))
         if bounds[0] > bounds[1]:
             raise DataError(f"imagesmith/data/{name}: [[arch]] {arch}: cc_min is above cc_max")
-        family = ArchFamily(
-            name=arch,
-            cc_min=bounds[0],
-            cc_max=bounds[1],
-            last_branch=int(_field(name, "arch", row, "last_branch", int)),
-            source=row["source"],
+        if any(a.cc_min <= bounds[1] and bounds[0] <= a.cc_max for a in out):
+            raise DataError(
+                f"imagesmith/data/{name}: [[arch]] {arch}: its compute capabilities overlap a row above"
+            )
+        first_source = _field(name, "arch", row, "first_driver_source", str)
+        if not first_source.strip():
+            raise DataError(f"imagesmith/data/{name}: [[arch]] {arch}: empty `first_driver_source`")
+        last_branch = row.get("last_branch")
+        last_toolkit = row.get("last_toolkit")
+        if (last_branch is None) != (last_toolkit is None) or (
+            last_branch is not None
+            and (not isinstance(last_branch, int) or not re.fullmatch(r"\d{1,2}\.x", str(last_toolkit)))
+        ):
+            raise DataError(
+                f"imagesmith/data/{name}: [[arch]] {arch}: `last_branch` (an integer such as 580) and "
+                '`last_toolkit` ("12.x") go together'
+            )
+        if last_branch is not None and last_branch not in _branches():
+            raise DataError(
+                f"imagesmith/data/{name}: [[arch]] {arch}: last_branch {last_branch} has no [[branch]] row "
+                "in imagesmith/data/cuda.toml"
+            )
+        out.append(
+            ArchFamily(
+                name=arch,
+                cc_min=bounds[0],
+                cc_max=bounds[1],
+                first_toolkit=_field(name, "arch", row, "first_toolkit", str),
+                first_driver=parse_driver(_field(name, "arch", row, "first_driver", str)),
+                first_driver_source=first_source,
+                source=row["source"],
+                last_branch=last_branch,
+                last_toolkit=last_toolkit,
+            )
         )
-        family.max_cuda  # noqa: B018 - a last branch without a [[branch]] row is broken data: say so at load
-        out.append(family)
     return tuple(out)
+
+
+def _arch_of(cc: str) -> ArchFamily | None:
+    try:
+        return next((a for a in arch_families() if a.covers(cc)), None)
+    except ConfigError:  # a compute capability that is no M.m: no architecture
+        return None
+
+
+def gpu_arch(g: Gpu | str) -> ArchFamily | None:
+    """The architecture row of *g* (H100 → Hopper), or None for a compute capability no row covers."""
+    model = g if isinstance(g, Gpu) else _lookup_gpu(g)
+    return _arch_of(model.cc)
 
 
 def gpu_last_branch(g: Gpu | str) -> ArchFamily | None:
     """The architecture row capping *g*'s driver branch (V100 → Volta, R580), or None."""
+    arch = gpu_arch(g)
+    return arch if arch is not None and arch.last_branch is not None else None
+
+
+def gpu_min_driver(g: Gpu | str) -> tuple[DriverVersion, str] | None:
+    """(the first driver that drives *g* at all, where that comes from): the GPU row's own ``min_driver``, or
+    for a model not in the table (ad hoc, from nvidia-smi's compute_cap) its architecture's first driver."""
     model = g if isinstance(g, Gpu) else _lookup_gpu(g)
-    return next((a for a in arch_families() if a.covers(model.cc)), None)
+    if model.min_driver is not None:
+        return model.min_driver, model.min_driver_source
+    arch = _arch_of(model.cc)
+    if arch is None:
+        return None
+    return arch.first_driver, f"{arch.name}: {arch.first_driver_source}"
 
 
 def gpu_warnings(g: Gpu | str) -> tuple[str, ...]:
@@ -1171,8 +1253,8 @@ def gpu_warnings(g: Gpu | str) -> tuple[str, ...]:
     if arch is not None:
         out.append(
             f"{model.name} ({arch.name}, {model.sm}): R{arch.last_branch} is NVIDIA's last driver branch for "
-            f"{arch.name} GPUs, so this GPU tops out at CUDA {arch.max_cuda}: no newer driver or CUDA will "
-            "run on it"
+            f"{arch.name} GPUs and CUDA {arch.last_toolkit} their last CUDA toolkit: no newer driver or CUDA "
+            "toolkit will run on it"
         )
     return tuple(out)
 
@@ -1342,9 +1424,10 @@ def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[st
     """The variants of *rel* that run on *g* with *drv*: a kernel for the GPU, a CUDA the GPU's last driver
     branch reaches, a driver new enough (full, or minor-version when the kernel is SASS)."""
     last = gpu_last_branch(g)
-    if last is not None and drv.branch > last.last_branch:
+    if last is not None and last.last_branch is not None and drv.branch > last.last_branch:
         return []
-    if g.min_driver is not None and drv < g.min_driver:
+    floor = gpu_min_driver(g)
+    if floor is not None and drv < floor[0]:
         return []
     out = []
     for var in rel.variants.values():
@@ -1352,7 +1435,7 @@ def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[st
             need = min_driver(var.cuda)
         except ConfigError:
             continue
-        if last is not None and _vkey(var.cuda) > _vkey(last.max_cuda):
+        if last is not None and last.last_cuda_major is not None and _major(var.cuda) > last.last_cuda_major:
             continue
         cov = arch_coverage(var.arch_list, g.cc).kind
         if cov == "none":
@@ -1421,6 +1504,14 @@ def verdict(
     reasons: list[str] = []
     blockers: list[str] = []
     hints: list[str] = []
+    # a driver branch older than the GPU cannot drive it at all, whatever the wheel: say that first
+    floor = gpu_min_driver(g)
+    too_old = floor is not None and drv < floor[0]
+    if floor is not None and too_old:
+        blockers.append(
+            f"{g.name} ({g.sm}) needs driver ≥ {floor[0]}: driver {drv} cannot drive it at all, the first "
+            f"driver for it is {floor[0]} ({floor[1]})"
+        )
 
     if drv >= md.full:
         mode: Literal["full", "minor-version", "none"] = "full"
@@ -1437,7 +1528,7 @@ def verdict(
             "newer than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver to "
             f"≥ {md.full} for the full feature set"
         )
-        if g.segment == "datacenter":
+        if g.segment == "datacenter" and not too_old:
             hints.append(_forward_compat_note(g, var.cuda, md.full))
     else:
         mode = "none"
@@ -1448,7 +1539,8 @@ def verdict(
         runnable = _runnable_variants(rel, drv, g)
         if runnable:
             hints.append(f"torch {rel.version} variants this driver runs on {g.name}: {', '.join(runnable)}")
-        hints.append(_forward_compat_note(g, var.cuda, md.full))
+        if not too_old:  # cuda-compat cannot make a driver drive a GPU newer than itself
+            hints.append(_forward_compat_note(g, var.cuda, md.full))
 
     runtime = wheel_runtime(rel.version, vname)
     if runtime is not None and runtime.runtime != md.toolkit:
@@ -1460,25 +1552,24 @@ def verdict(
         )
 
     needs: list[DriverVersion] = [] if mode != "none" else [md.minor_version]
-    if g.min_driver is not None and drv < g.min_driver:
-        needs.append(g.min_driver)
-        blockers.append(
-            f"{g.name} ({g.sm}) needs driver ≥ {g.min_driver}: older drivers do not support this GPU at all"
-        )
+    if floor is not None and too_old:
+        needs.append(floor[0])
+        if mode == "none":  # both: the GPU's floor, then the wheel's CUDA
+            needs.append(md.minor_version)
 
     arch_blocked = False
     last = gpu_last_branch(g)
-    if last is not None and drv.branch > last.last_branch:
+    if last is not None and last.last_branch is not None and drv.branch > last.last_branch:
         arch_blocked = True  # no driver fixes it
         blockers.append(
             f"driver {drv} (R{drv.branch}) does not support {last.name} GPUs such as {g.name}: "
             f"R{last.last_branch} is their last driver branch"
         )
-    if last is not None and _vkey(var.cuda) > _vkey(last.max_cuda):
+    if last is not None and last.last_cuda_major is not None and _major(var.cuda) > last.last_cuda_major:
         arch_blocked = True
         blockers.append(
-            f"{g.name} ({last.name}) cannot run CUDA {var.cuda}: R{last.last_branch}, NVIDIA's last driver "
-            f"branch for {last.name} GPUs, supports CUDA ≤ {last.max_cuda}"
+            f"{g.name} ({last.name}) cannot run CUDA {var.cuda}: CUDA {last.last_toolkit} is NVIDIA's last "
+            f"CUDA toolkit for {last.name} GPUs (R{last.last_branch} their last driver branch)"
         )
 
     cov = arch_coverage(var.arch_list, g.cc)

@@ -7,6 +7,7 @@ Unhappy paths first.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from pathlib import Path
 
@@ -780,12 +781,43 @@ def test_an_eol_branch_warns_but_does_not_change_the_verdict() -> None:
 
 @pytest.mark.parametrize(("name", "cc"), [("Maxwell", "5.2"), ("Pascal", "6.1"), ("Volta", "7.0")])
 def test_r580_is_the_last_branch_of_maxwell_pascal_volta(name: str, cc: str) -> None:
+    # NVIDIA's CUDA Toolkit, Driver, and Architecture Matrix: last toolkit CUDA 12.x, last driver R580 (R580
+    # reports CUDA 13.0, but no CUDA 13 toolkit targets them: the data said "tops out at CUDA 13.0")
     family = next(a for a in compat.arch_families() if a.covers(cc))
-    assert (family.name, family.last_branch, family.max_cuda) == (name, 580, "13.0")
-    assert not any(a.covers("7.5") for a in compat.arch_families())  # Turing goes on
+    assert (family.name, family.last_branch, family.last_toolkit, family.last_cuda_major) == (
+        name,
+        580,
+        "12.x",
+        12,
+    )
+    assert "Architecture Matrix" in family.source
+    turing = next(a for a in compat.arch_families() if a.covers("7.5"))
+    assert (turing.last_branch, turing.last_toolkit) == (None, None)  # Turing goes on
+    assert compat.gpu_last_branch("t4") is None
 
 
-def test_v100_tops_out_at_cuda_13_0_and_cu130_has_no_sm70() -> None:
+def test_kepler_ends_with_r470_and_cuda_11_x() -> None:
+    k80 = next(a for a in compat.arch_families() if a.covers("3.7"))
+    assert (k80.name, k80.last_branch, k80.last_toolkit) == ("Kepler", 470, "11.x")
+    assert next(a for a in compat.arch_families() if a.covers("3.0")).last_toolkit == "10.x"
+
+
+def test_v100_cannot_run_a_cuda_13_wheel_even_on_r580(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cu130 of 2.11 has no sm_70 either; a cu130 wheel that did carry sm_70 is still refused: no CUDA 13
+    # toolkit supports Volta (on main's data, "R580 supports CUDA ≤ 13.0" let it through)
+    rel = compat.torch_release("2.11.0")
+    with_sm70 = dataclasses.replace(rel.variants["cu130"], arch_list=("7.0", "9.0"))
+    fake = dataclasses.replace(rel, variants={**rel.variants, "cu130": with_sm70})
+    real = compat.torch_release
+    monkeypatch.setattr(compat, "torch_release", lambda v: fake if v == "2.11.0" else real(v))
+    v = compat.verdict("580.159.04", "v100", "2.11.0", "cu130", today=NOV_30)
+    assert v.mode == "none"
+    assert v.arch is not None
+    assert v.arch.kind == "native"  # the kernel is there; the toolkit is not
+    assert any("CUDA 12.x is NVIDIA's last CUDA toolkit for Volta GPUs" in b for b in v.blockers)
+
+
+def test_v100_tops_out_at_cuda_12_x_and_cu130_has_no_sm70() -> None:
     assert compat.gpu_last_branch("v100") is not None
     v = compat.verdict("580.159.04", "v100", "2.11.0", "cu130", today=NOV_30)
     assert v.mode == "none"
@@ -793,8 +825,8 @@ def test_v100_tops_out_at_cuda_13_0_and_cu130_has_no_sm70() -> None:
     assert any("the newest torch release with kernels for sm_70 is" in b for b in v.blockers)
     assert v.needs_driver is None  # no driver brings sm_70 back
     assert v.warnings == (
-        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs, so this "
-        "GPU tops out at CUDA 13.0: no newer driver or CUDA will run on it",
+        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs and CUDA "
+        "12.x their last CUDA toolkit: no newer driver or CUDA toolkit will run on it",
     )
     # cu126 still has sm_70: it runs, and still warns about the cap
     ok = compat.verdict("580.159.04", "v100", "2.14.0", "cu126", today=NOV_30)
@@ -804,7 +836,9 @@ def test_v100_tops_out_at_cuda_13_0_and_cu130_has_no_sm70() -> None:
 
 def test_v100_cannot_run_cuda_13_2_or_a_newer_branch() -> None:
     v = compat.verdict("580.159.04", "v100", "2.14.0", "cu132", today=NOV_30)
-    cap = "cannot run CUDA 13.2: R580, NVIDIA's last driver branch for Volta GPUs, supports CUDA ≤ 13.0"
+    cap = (
+        "cannot run CUDA 13.2: CUDA 12.x is NVIDIA's last CUDA toolkit for Volta GPUs (R580 their last driver"
+    )
     assert any(cap in b for b in v.blockers)
     newer = compat.verdict("595.71.05", "v100", "2.14.0", "cu126", today=NOV_30)
     assert newer.mode == "none"
