@@ -482,27 +482,44 @@ _MONTHS = (
 )
 
 
+Designation = Literal["long-term", "production", "new-feature"]
+_DESIGNATIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "long-term": "long-term support branch",
+        "production": "production branch",
+        "new-feature": "new feature branch",
+    }
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class BranchLifecycle:
-    """A driver branch in NVIDIA's data-center driver lifecycle: support ends in month ``end_of_life``."""
+    """A driver branch in NVIDIA's data-center driver lifecycle: a Long Term Support, Production or New
+    Feature Branch (NFB); support ends in month ``end_of_life`` (None: NVIDIA gives none, as for most NFBs)."""
 
     branch: int
-    designation: Literal["long-term", "production"]
-    end_of_life: tuple[int, int]  # (year, month)
+    designation: Designation
+    end_of_life: tuple[int, int] | None  # (year, month)
     source: str
 
     @property
+    def kind(self) -> str:
+        """``long-term support branch``, ``production branch`` or ``new feature branch``."""
+        return _DESIGNATIONS[self.designation]
+
+    @property
     def end_text(self) -> str:
-        """``June 2026``."""
+        """``June 2026`` (``no end-of-life date`` for an NFB without one)."""
+        if self.end_of_life is None:
+            return "no end-of-life date"
         return f"{_MONTHS[self.end_of_life[1] - 1]} {self.end_of_life[0]}"
 
     def ended(self, on: datetime.date) -> bool:
-        """True once the end-of-life month is over."""
-        return (on.year, on.month) > self.end_of_life
+        """True once the end-of-life month is over (never for a branch without one)."""
+        return self.end_of_life is not None and (on.year, on.month) > self.end_of_life
 
     def describe(self) -> str:
-        kind = "long-term support branch" if self.designation == "long-term" else "production branch"
-        return f"R{self.branch} ({kind}, supported to {self.end_text})"
+        return f"R{self.branch} ({self.kind}, supported to {self.end_text})"
 
 
 @functools.cache
@@ -512,23 +529,31 @@ def _lifecycles() -> Mapping[int, BranchLifecycle]:
     for row in _rows(name, "lifecycle"):
         branch = int(_field(name, "lifecycle", row, "branch", int))
         designation = _field(name, "lifecycle", row, "designation", str)
-        if designation not in ("long-term", "production"):
+        if designation not in _DESIGNATIONS:
             raise DataError(
                 f"imagesmith/data/{name}: [[lifecycle]] {branch}: designation {designation!r} is not "
-                "long-term or production"
+                "long-term, production or new-feature"
             )
-        eol = _field(name, "lifecycle", row, "end_of_life", str)
-        match = re.fullmatch(r"(\d{4})-(\d{2})", eol)
-        if match is None or not 1 <= int(match.group(2)) <= 12:
+        eol = row.get("end_of_life")
+        end: tuple[int, int] | None = None
+        if eol is None and designation != "new-feature":
             raise DataError(
-                f"imagesmith/data/{name}: [[lifecycle]] {branch}: end_of_life {eol!r} is not YYYY-MM"
+                f"imagesmith/data/{name}: [[lifecycle]] {branch}: a {_DESIGNATIONS[designation]} needs an "
+                "end_of_life (YYYY-MM); only a new feature branch may have none"
             )
+        if eol is not None:
+            match = re.fullmatch(r"(\d{4})-(\d{2})", eol) if isinstance(eol, str) else None
+            if match is None or not 1 <= int(match.group(2)) <= 12:
+                raise DataError(
+                    f"imagesmith/data/{name}: [[lifecycle]] {branch}: end_of_life {eol!r} is not YYYY-MM"
+                )
+            end = (int(match.group(1)), int(match.group(2)))
         if branch in out:
             raise DataError(f"imagesmith/data/{name}: [[lifecycle]] {branch} is listed twice")
         out[branch] = BranchLifecycle(
             branch=branch,
             designation=designation,
-            end_of_life=(int(match.group(1)), int(match.group(2))),
+            end_of_life=end,
             source=row["source"],
         )
     return MappingProxyType(dict(sorted(out.items())))
@@ -540,32 +565,65 @@ def branch_lifecycle(branch: int) -> BranchLifecycle | None:
 
 
 def _supported_branches(on: datetime.date) -> list[BranchLifecycle]:
-    return [row for row in _lifecycles().values() if not row.ended(on)]
+    """The Long Term Support and Production branches not past end of life on *on* (what NVIDIA's table lists
+    for production use; New Feature Branches are not among them)."""
+    return [row for row in _lifecycles().values() if not row.ended(on) and row.designation != "new-feature"]
+
+
+@functools.cache
+def _unlisted_ended_below() -> tuple[int, str]:
+    """(branch, source): NVIDIA called every branch older than this that its table did not list end of life."""
+    name = "cuda.toml"
+    table = _load(name).get("unlisted_branches")
+    if (
+        not isinstance(table, dict)
+        or not isinstance(table.get("ended_below"), int)
+        or not isinstance(table.get("source"), str)
+        or not table["source"].strip()
+    ):
+        raise DataError(
+            f"imagesmith/data/{name}: [unlisted_branches] needs `ended_below` (a branch) and `source`"
+        )
+    return int(table["ended_below"]), str(table["source"])
 
 
 def driver_warnings(driver: DriverVersion | str, *, today: datetime.date | None = None) -> tuple[str, ...]:
-    """Warnings about the driver's branch itself: past end of life in NVIDIA's data-center driver lifecycle
-    (a listed branch whose end-of-life month is over, or an unlisted branch older than the newest listed one:
-    NVIDIA calls every such branch end of life). Empty for a supported branch or one newer than the table.
+    """Warnings about the driver's branch itself, in the words of NVIDIA's data-center driver lifecycle:
+
+    * a listed branch whose end-of-life month is over (a Long Term Support, Production or New Feature Branch);
+    * an unlisted branch older than ``[unlisted_branches] ended_below`` (R580): NVIDIA's R580-era page called
+      every such branch end of life;
+    * a New Feature Branch without an end-of-life date (R590): not end of life, but short-lived and not what
+      NVIDIA lists for production.
+
+    Empty for a supported LTSB/PB, and for an unlisted branch from R580 on (R615): NVIDIA's current pages list
+    only Long Term Support and Production branches, so nothing is known about its end of life.
     """
     drv = _as_driver(driver)
     on = today if today is not None else _today()
     rows = _lifecycles()
     supported = ", ".join(row.describe() for row in _supported_branches(on))
-    move = f"; branches NVIDIA still supports on {on.isoformat()}: {supported}" if supported else ""
+    move = f"; branches NVIDIA supports for production on {on.isoformat()}: {supported}" if supported else ""
     row = rows.get(drv.branch)
     if row is not None:
-        if not row.ended(on):
-            return ()
-        kind = "long-term support branch" if row.designation == "long-term" else "production branch"
+        if row.ended(on):
+            return (
+                f"driver {drv} is on branch R{row.branch}, a {row.kind} that reached end of life in "
+                f"{row.end_text} (NVIDIA Data Center Driver lifecycle): no more bug or security fixes{move}",
+            )
+        if row.designation == "new-feature" and row.end_of_life is None:
+            return (
+                f"driver {drv} is on branch R{row.branch}, a new feature branch: NVIDIA calls these short-lived "
+                "and gives them no end-of-life date; it is not end of life, but not a branch NVIDIA's "
+                f"Data Center Driver lifecycle lists for production{move}",
+            )
+        return ()
+    ended_below, _ = _unlisted_ended_below()
+    if drv.branch < ended_below:
         return (
-            f"driver {drv} is on branch R{row.branch}, a {kind} that reached end of life in {row.end_text} "
-            f"(NVIDIA Data Center Driver lifecycle): no more bug or security fixes{move}",
-        )
-    if rows and drv.branch < max(rows):
-        return (
-            f"driver {drv} is on branch R{drv.branch}, which NVIDIA's Data Center Driver lifecycle does not "
-            f"list: NVIDIA calls every earlier branch it does not list end of life{move}",
+            f"driver {drv} is on branch R{drv.branch}, which NVIDIA's Data Center Driver lifecycle (R580 "
+            f"edition) counts among the end-of-life branches: every branch before R{ended_below} it did not list "
+            f"is end of life{move}",
         )
     return ()
 

@@ -719,7 +719,8 @@ def test_cuda_13_4_and_13_5_are_known_on_r615_and_r620() -> None:
         (570, "production", "February 2026"),
         (580, "long-term", "June 2028"),
         (595, "production", "March 2027"),
-        (610, "production", "August 2026"),
+        (610, "new-feature", "August 2026"),  # R615 page, table 2: a New Feature Branch (main: production)
+        (590, "new-feature", "no end-of-life date"),
         (620, "long-term", "September 2029"),
     ],
 )
@@ -727,7 +728,9 @@ def test_branch_lifecycle_rows(branch: int, designation: str, end: str) -> None:
     row = compat.branch_lifecycle(branch)
     assert row is not None
     assert (row.designation, row.end_text) == (designation, end)
-    assert "lifecycle" in row.source.lower()
+    assert (
+        "supported drivers and cuda toolkit versions" in row.source.lower() or "branch release" in row.source
+    )
 
 
 @pytest.mark.parametrize(
@@ -736,7 +739,11 @@ def test_branch_lifecycle_rows(branch: int, designation: str, end: str) -> None:
         ("535.104.05", True),  # R535 ended June 2026
         ("570.172.08", True),  # R570 ended February 2026
         ("610.43.02", True),  # R610 ended August 2026
-        ("550.54.15", True),  # not listed, older than the newest listed branch
+        ("550.54.15", True),  # not listed, older than R580: the R580-era page called every such branch EOL
+        (
+            "615.20.01",
+            False,
+        ),  # not listed, newer than R580: NVIDIA's pages say nothing of its end (main: EOL)
         ("580.159.04", False),  # long-term to June 2028
         ("595.71.05", False),  # to March 2027
         ("620.30.02", False),  # long-term to September 2029
@@ -749,6 +756,42 @@ def test_driver_warnings_on_2026_11_30(driver: str, eol: bool) -> None:
     if eol:
         assert "end of life" in warnings[0]
         assert "R580 (long-term support branch, supported to June 2028)" in warnings[0]
+
+
+def test_r610_is_a_new_feature_branch_with_nvidias_end_of_life() -> None:
+    (warning,) = compat.driver_warnings("610.43.02", today=NOV_30)
+    assert warning.startswith(
+        "driver 610.43.02 is on branch R610, a new feature branch that reached end of life in August 2026"
+    )
+    row = compat.branch_lifecycle(610)
+    assert row is not None
+    assert "New Feature Branch" in row.source
+
+
+def test_r590_new_feature_branch_is_not_called_end_of_life() -> None:
+    # main: "NVIDIA calls every earlier branch it does not list end of life" -- NVIDIA's R620 page says NFBs
+    # "do not have an end-of-life date"
+    (warning,) = compat.driver_warnings("590.48.01", today=NOV_30)
+    assert "end of life" not in warning.replace("end-of-life date", "").replace("not end of life", "")
+    assert "new feature branch" in warning
+    assert "no end-of-life date" in warning
+    assert "R580 (long-term support branch, supported to June 2028)" in warning
+    assert "R610" not in warning.split("production on")[1]  # NFBs are not offered as the branch to move to
+
+
+def test_lifecycle_rows_need_an_end_unless_new_feature(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = compat._load("cuda.toml")
+    broken = {**real, "lifecycle": [{"branch": 600, "designation": "production", "source": "x"}]}
+    monkeypatch.setattr(compat, "_load", lambda name: broken if name == "cuda.toml" else real)
+    compat._lifecycles.cache_clear()
+    try:
+        with pytest.raises(
+            compat.DataError, match=r"\[\[lifecycle\]\] 600: a production branch needs an end_of_life"
+        ):
+            compat.branch_lifecycle(600)
+    finally:
+        monkeypatch.undo()
+        compat._lifecycles.cache_clear()
 
 
 def test_end_of_life_is_relative_to_today() -> None:
