@@ -495,7 +495,7 @@ _DESIGNATIONS: Mapping[str, str] = MappingProxyType(
 @dataclass(frozen=True, kw_only=True)
 class BranchLifecycle:
     """A driver branch in NVIDIA's data-center driver lifecycle: a Long Term Support, Production or New
-    Feature Branch (NFB); support ends in month ``end_of_life`` (None: NVIDIA gives none, as for most NFBs)."""
+    Feature Branch (NFB); support ends in month ``end_of_life`` (None: NVIDIA gives none, as for NFBs)."""
 
     branch: int
     designation: Designation
@@ -572,7 +572,7 @@ def _supported_branches(on: datetime.date) -> list[BranchLifecycle]:
 
 @functools.cache
 def _unlisted_ended_below() -> tuple[int, str]:
-    """(branch, source): NVIDIA called every branch older than this that its table did not list end of life."""
+    """(branch, source): NVIDIA called every branch older than this that its table did not list EOL."""
     name = "cuda.toml"
     table = _load(name).get("unlisted_branches")
     if (
@@ -613,8 +613,8 @@ def driver_warnings(driver: DriverVersion | str, *, today: datetime.date | None 
             )
         if row.designation == "new-feature" and row.end_of_life is None:
             return (
-                f"driver {drv} is on branch R{row.branch}, a new feature branch: NVIDIA calls these short-lived "
-                "and gives them no end-of-life date; it is not end of life, but not a branch NVIDIA's "
+                f"driver {drv} is on branch R{row.branch}, a new feature branch: NVIDIA calls these "
+                "short-lived and gives them no end-of-life date; it is not end of life, but not a branch NVIDIA's "
                 f"Data Center Driver lifecycle lists for production{move}",
             )
         return ()
@@ -622,8 +622,8 @@ def driver_warnings(driver: DriverVersion | str, *, today: datetime.date | None 
     if drv.branch < ended_below:
         return (
             f"driver {drv} is on branch R{drv.branch}, which NVIDIA's Data Center Driver lifecycle (R580 "
-            f"edition) counts among the end-of-life branches: every branch before R{ended_below} it did not list "
-            f"is end of life{move}",
+            f"edition) counts among the end-of-life branches: every branch before R{ended_below} it did not "
+            f"list is end of life{move}",
         )
     return ()
 
