@@ -614,8 +614,8 @@ def driver_warnings(driver: DriverVersion | str, *, today: datetime.date | None 
         if row.designation == "new-feature" and row.end_of_life is None:
             return (
                 f"driver {drv} is on branch R{row.branch}, a new feature branch: NVIDIA calls these "
-                "short-lived and gives them no end-of-life date; it is not end of life, but not a branch NVIDIA's "
-                f"Data Center Driver lifecycle lists for production{move}",
+                "short-lived and gives them no end-of-life date; it is not end of life, but not a branch "
+                f"NVIDIA's Data Center Driver lifecycle lists for production{move}",
             )
         return ()
     ended_below, _ = _unlisted_ended_below()
