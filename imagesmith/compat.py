@@ -717,6 +717,19 @@ class TorchRelease:
     verified: bool
     #: False when ``torchaudio`` is one wheel for every CUDA variant (2.11.1, py3-none): pin it without +cuXYZ
     torchaudio_local: bool = True
+    #: the paired torchvision's Requires-Python where it is narrower than torch's (0.26 … 0.29: ``!=3.14.1``)
+    torchvision_python: SpecifierSet | None = None
+
+    def torchvision_refuses(self, python: str) -> str | None:
+        """Why the paired torchvision cannot be installed on Python *python* (``3.14.1``), or None."""
+        if self.torchvision_python is None or python.count(".") != 2:
+            return None
+        if self.torchvision_python.contains(python, prereleases=True):
+            return None
+        return (
+            f"torchvision {self.torchvision} (paired with torch {self.version}) requires Python "
+            f"{self.torchvision_python}: pip cannot install it on Python {python}"
+        )
 
     def variant(self, cuda: str) -> TorchVariant:
         """The variant for ``cu121`` / ``12.1``; :class:`ConfigError` when this release was never published
@@ -780,6 +793,11 @@ def torch_releases() -> tuple[TorchRelease, ...]:
                 f"imagesmith/data/{name}: release {version}: pypi_default {default} is not a variant"
             )
         torchaudio = row.get("torchaudio")
+        tv_python = row.get("torchvision_python")
+        try:
+            tv_spec = SpecifierSet(tv_python) if isinstance(tv_python, str) else None
+        except InvalidSpecifier as exc:
+            raise DataError(f"imagesmith/data/{name}: release {version}: torchvision_python: {exc}") from None
         torchaudio_local = row.get("torchaudio_local", True)
         if not isinstance(torchaudio_local, bool):
             raise DataError(
@@ -796,6 +814,7 @@ def torch_releases() -> tuple[TorchRelease, ...]:
                 source=row["source"],
                 verified=bool(row.get("verified", True)),
                 torchaudio_local=torchaudio_local,
+                torchvision_python=tv_spec,
             )
         )
     return tuple(sorted(out, key=lambda r: Version(r.version)))
@@ -1008,9 +1027,12 @@ def gpu_candidates(text: str) -> tuple[Gpu, ...]:
         if not prefix:
             return ()
         return tuple(g for g in gpus() if any(s.casefold().startswith(prefix) for s in g.smi_names))
-    for g in gpus():
-        if folded == g.name.casefold() or folded in (s.casefold() for s in g.smi_names):
-            return (g,)
+    # every row with that exact name: the H20 96 GB and 141 GB boards both print "NVIDIA H20" (memory tells)
+    exact = tuple(
+        g for g in gpus() if folded == g.name.casefold() or folded in (s.casefold() for s in g.smi_names)
+    )
+    if exact:
+        return exact
     keys = _name_index().get(_alnum(raw)) or _name_index().get(_alnum(_BRAND_WORDS.sub(" ", raw))) or ()
     return tuple(by_key[k] for k in keys)
 
@@ -1665,6 +1687,13 @@ def verdict(
         )
 
     notes = []
+    if rel.torchvision_python is not None:
+        excluded = [str(sp)[2:] for sp in rel.torchvision_python if sp.operator == "!="]
+        if excluded:
+            notes.append(
+                f"note: torchvision {rel.torchvision} (paired with torch {rel.version}) requires Python "
+                f"{rel.torchvision_python}: an image on Python {', '.join(excluded)} cannot install it"
+            )
     if not var.verified or not rel.verified:
         notes.append(
             f"note: imagesmith's data for torch {rel.version}+{vname} is partly unverified "
