@@ -1589,8 +1589,7 @@ def verdict(
     too_old = floor is not None and drv < floor[0]
     if floor is not None and too_old:
         blockers.append(
-            f"{g.name} ({g.sm}) needs driver ≥ {floor[0]}: driver {drv} cannot drive it at all, the first "
-            f"driver for it is {floor[0]} ({floor[1]})"
+            f"{g.name} ({g.sm}) needs driver ≥ {floor[0]}: driver {drv} cannot drive it at all ({floor[1]})"
         )
 
     if drv >= md.full:
@@ -1601,13 +1600,15 @@ def verdict(
         reasons.append(
             f"{supports}; {vname} needs ≥ {md.full} for full, ≥ {md.minor_version} under minor-version "
             "compatibility: CUDA minor-version compatibility applies"
+            + (" to the wheel, but not to a GPU the driver cannot drive" if too_old else "")
         )
-        reasons.append(
-            "minor-version compatibility limits: the driver cannot JIT-compile PTX newer than itself "
-            "(cudaErrorUnsupportedPtxVersion — PTX-only kernels, NVRTC/JIT-built extensions), and CUDA APIs "
-            "newer than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver to "
-            f"≥ {md.full} for the full feature set"
-        )
+        if not too_old:
+            reasons.append(
+                "minor-version compatibility limits: the driver cannot JIT-compile PTX newer than itself "
+                "(cudaErrorUnsupportedPtxVersion — PTX-only kernels, NVRTC/JIT-built extensions), and CUDA "
+                "APIs newer than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver "
+                f"to ≥ {md.full} for the full feature set"
+            )
         if g.segment == "datacenter" and not too_old:
             hints.append(_forward_compat_note(g, var.cuda, md.full))
     else:
