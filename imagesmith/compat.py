@@ -1532,6 +1532,7 @@ def verdict(
     cuda: str,
     *,
     today: datetime.date | None = None,
+    python: str | None = None,
 ) -> Verdict:
     """Can torch *torch* built for *cuda* (``12.1`` or ``cu121``) run on *gpu* with *driver*?
 
@@ -1540,6 +1541,10 @@ def verdict(
     limits listed in ``reasons``; a wheel whose only kernel for the GPU is PTX then cannot run. ``none``: it
     does not run; ``reasons`` says why and what to change. Unknown torch versions, GPUs, junk drivers or CUDA
     strings raise ConfigError.
+
+    *python* (``3.12`` or ``3.14.1``, the Python the image runs): an exact version the paired torchvision
+    cannot be installed on (``torchvision_python``) is a blocker; a minor with such a version gets a note.
+    Left out, the note names every excluded Python of that torchvision.
 
     ``warnings`` are about the host, whatever the wheel: a driver branch past end of life on *today* (default
     :func:`today`), a GPU whose last driver branch caps its CUDA. They never change ``mode``.
@@ -1688,8 +1693,17 @@ def verdict(
         )
 
     notes = []
-    if rel.torchvision_python is not None:
-        excluded = [str(sp)[2:] for sp in rel.torchvision_python if sp.operator == "!="]
+    refused = rel.torchvision_refuses(python) if python is not None else None
+    if python is not None and refused is not None:
+        arch_blocked = True  # no driver fixes it
+        blockers.append(f"{refused}: use another Python {'.'.join(python.split('.')[:2])}.x")
+    elif rel.torchvision_python is not None:
+        excluded = [
+            sp.version
+            for sp in rel.torchvision_python
+            if sp.operator == "!="
+            and (python is None or sp.version.split(".")[:2] == python.strip().split(".")[:2])
+        ]
         if excluded:
             notes.append(
                 f"note: torchvision {rel.torchvision} (paired with torch {rel.version}) requires Python "

@@ -702,7 +702,7 @@ def assess(image: ReleasedImage, host: Host, *, today: datetime.date | None = No
         seen.add(hg.name)
         try:
             gpu = _compat_gpu(hg)
-            v = compat.verdict(host.driver, gpu, image.torch, image.cuda, today=today)
+            v = compat.verdict(host.driver, gpu, image.torch, image.cuda, today=today, python=image.python)
         except ConfigError as exc:
             return Assessment(level=None, reasons=(f"cannot judge: {exc.message}",))
         if v.mode == "full":

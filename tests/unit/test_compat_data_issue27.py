@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable
 from typing import Any
@@ -159,3 +160,32 @@ def test_b300_first_driver_is_r580_per_the_mig_guide() -> None:
     v = compat.verdict("575.64.05", "b300", "2.9.0", "cu128", today=NOV_30)
     assert v.mode == "none"
     assert str(v.needs_driver) == "580.82.07"
+
+
+def test_a_verdict_for_python_3_14_1_is_none_and_other_pythons_are_not_bothered() -> None:
+    exact = compat.verdict("580.159.04", "h200", "2.14.0", "cu130", today=NOV_30, python="3.14.1")
+    assert exact.mode == "none"
+    assert any("torchvision 0.29.0" in b and "Python 3.14.1" in b for b in exact.blockers)
+    assert exact.needs_driver is None  # no driver fixes it
+    minor = compat.verdict("580.159.04", "h200", "2.14.0", "cu130", today=NOV_30, python="3.14")
+    assert minor.mode == "full"
+    assert any("3.14.1 cannot install it" in r for r in minor.reasons)
+    other = compat.verdict("580.159.04", "h200", "2.14.0", "cu130", today=NOV_30, python="3.12")
+    assert not any("torchvision" in r for r in other.reasons)
+
+
+def test_pick_warns_about_3_14_1_only_for_a_python_3_14_image() -> None:
+    from imagesmith.index import load_index
+    from imagesmith.pick import Host, assess
+
+    index = load_index(REPO / "docs" / "examples" / "release-index.json")
+    image = next(i for i in index.images if i.torch == "2.11.0")
+    from imagesmith.nvsmi import SmiGpu
+
+    host = Host(
+        driver="580.159.04", gpus=(SmiGpu(index=0, name="NVIDIA H200", memory_mib=143771),), source="t"
+    )
+    assert image.python != "3.14"
+    assert not any("torchvision" in w for w in assess(image, host, today=NOV_30).warnings)
+    on_314 = dataclasses.replace(image, python="3.14")
+    assert any("3.14.1 cannot install it" in w for w in assess(on_314, host, today=NOV_30).warnings)
