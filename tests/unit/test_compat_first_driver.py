@@ -205,3 +205,62 @@ def test_plan_cells_carry_the_first_driver_of_the_matrixs_newest_gpu() -> None:
         assert c.min_driver.minor_version == parse_driver("550.90.07")
         assert c.min_driver.full >= parse_driver("550.90.07")
         assert c.min_driver.toolkit  # provenance of the CUDA row kept
+
+
+def _with_gpus_toml(monkeypatch: pytest.MonkeyPatch, edit: Callable[[dict[str, Any]], None]) -> None:
+    import copy
+
+    real = compat._load("gpus.toml")
+    broken = copy.deepcopy(real)
+    edit(broken)
+    load = compat._load
+    monkeypatch.setattr(compat, "_load", lambda name: broken if name == "gpus.toml" else load(name))
+    for cached in (compat.gpus, compat.arch_families):
+        cached.cache_clear()
+
+
+@pytest.fixture
+def restore_caches() -> Any:
+    yield
+    for cached in (compat.gpus, compat.arch_families):
+        cached.cache_clear()
+
+
+def test_a_gpu_of_no_known_architecture_without_its_own_floor_is_broken_data(
+    monkeypatch: pytest.MonkeyPatch, restore_caches: None
+) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        row = dict(data["gpu"][0], key="future", cc="13.0")
+        row.pop("min_driver", None)
+        data["gpu"].append(row)
+
+    _with_gpus_toml(monkeypatch, edit)
+    with pytest.raises(
+        compat.DataError, match=r"gpu future: no \[\[arch\]\] row covers compute capability 13.0"
+    ):
+        compat.gpus()
+
+
+def test_a_min_driver_without_its_source_is_broken_data(
+    monkeypatch: pytest.MonkeyPatch, restore_caches: None
+) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        data["gpu"][0] = {k: v for k, v in data["gpu"][0].items() if k != "min_driver_source"}
+        data["gpu"][0]["min_driver"] = "450.80.02"
+
+    _with_gpus_toml(monkeypatch, edit)
+    with pytest.raises(
+        compat.DataError, match="`min_driver` needs a driver version and a `min_driver_source`"
+    ):
+        compat.gpus()
+
+
+def test_overlapping_architecture_rows_are_broken_data(
+    monkeypatch: pytest.MonkeyPatch, restore_caches: None
+) -> None:
+    def edit(data: dict[str, Any]) -> None:
+        data["arch"].append(dict(data["arch"][-1], name="Again"))
+
+    _with_gpus_toml(monkeypatch, edit)
+    with pytest.raises(compat.DataError, match=r"\[\[arch\]\] Again: its compute capabilities overlap"):
+        compat.arch_families()
