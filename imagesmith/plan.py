@@ -70,17 +70,6 @@ def _branch(driver: str) -> int:
     return int(driver.split(".")[0])
 
 
-def _with_gpu_floor(need: compat.MinDriver, gpus: Iterable[compat.Gpu]) -> compat.MinDriver:
-    """*need* (the CUDA release's minimum drivers) raised to the first driver of the matrix's newest GPU: a
-    driver older than a GPU cannot drive it at all (H200: 550.90.07 > CUDA 11.8's 520.61.05), so no cell
-    runs on every GPU of the matrix below it (as ``imagesmith init`` reports)."""
-    floors = [f[0] for g in gpus if (f := compat.gpu_min_driver(g)) is not None]
-    floor = max(floors, default=None)
-    if floor is None or floor <= need.minor_version:
-        return need
-    return replace(need, full=max(need.full, floor), minor_version=floor)
-
-
 def require_cuda(cuda: str) -> str:
     """``NVIDIA_REQUIRE_CUDA`` for an image whose CUDA libraries come from pip wheels (no cuda-compat
     package).
@@ -392,7 +381,7 @@ def build_plan(
                 f"run `imagesmith lock --matrix {matrix.name}` (it adds them, keeping the runtime pins)"
             )
             continue
-        need = _with_gpu_floor(compat.min_driver(variant.cuda), matrix.gpus)
+        need = compat.min_driver(variant.cuda)
         pypi_default = variant_name == release.pypi_default
         targets = tuple(r for r in matrix.registries if r.wants(cid))
         managed = matrix.python.managed_version(python)
