@@ -3,7 +3,9 @@
 Per cell: ``Dockerfile``, ``requirements.txt`` (every runtime pin), ``builder-requirements.txt`` (the
 nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``<OS family>-mirror.sh`` (the OS
 family's mirror script, ``apt-mirror.sh``), ``mirror/*`` when the run-time mirror profile is not ``none``, and
-a README in each of ``sources/`` and ``wheels/`` — the folders the build step fills from its caches.
+a README in each of ``sources/`` and ``wheels/`` — the folders the build step fills from its caches. A cell
+with a layer plan adds ``layers/NN-<name>.txt`` (one pin file per wheel layer), ``wheel-layer.sh`` (what every
+wheel layer's RUN runs, bind-mounted with the layer's pin file) and the two ``layers/etc`` placeholders.
 An interactive cell adds :data:`INTERACTIVE_FILES` (its pins, the start command, the sshd settings, the login
 shells' environment).
 
