@@ -134,8 +134,8 @@ def test_shared_wheel_layer_is_the_same_blob_across_builds(tmp_path: Path, regis
         lb = (engine.inspect(f"{name}:b") or {})["RootFS"]["Layers"]
         assert len(la) == len(lb)
         # the block: /etc placeholders, the mount targets, one RUN per layer (no COPY), then the final RUN
-        block = la[-(2 + planned) : -1]
-        block_b = lb[-(2 + planned) : -1]
+        block = la[-(3 + planned) : -1]
+        block_b = lb[-(3 + planned) : -1]
         cuda_run, torch_run, rest_run = block[2], block[3], block[4]
         assert cuda_run == block_b[2], "fakecuda's layer differs between two builds"
         assert rest_run == block_b[4], "the rest layer differs between two builds"
@@ -202,7 +202,7 @@ def test_a_changed_pin_rebuilds_its_layer_and_those_above_only(tmp_path: Path) -
         }, "\n".join(lines[-80:])
         la = (engine.inspect(f"{name}:a") or {})["RootFS"]["Layers"]
         lb = (engine.inspect(f"{name}:b") or {})["RootFS"]["Layers"]
-        block_a, block_b = la[-(2 + planned) : -1], lb[-(2 + planned) : -1]
+        block_a, block_b = la[-(3 + planned) : -1], lb[-(3 + planned) : -1]
         assert block_a[:3] == block_b[:3]  # placeholders, mount targets, fakecuda
         assert block_a[3] != block_b[3]  # faketorch 1.0 vs 2.0
         assert block_a[4] == block_b[4], "the rest layer, rebuilt above the changed one, differs"
