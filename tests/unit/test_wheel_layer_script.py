@@ -75,11 +75,9 @@ def test_shellcheck_passes_on_the_rendered_script(label: str, text: str, tmp_pat
 
 
 def test_shellcheck_finds_what_it_should(tmp_path: Path) -> None:
-    """The check can fail: a word-splitting bug in the same kind of script is reported."""
+    """The check can fail: an unquoted expansion (word splitting) added to the script is reported."""
     bad = tmp_path / WHEEL_LAYER_SCRIPT
-    bad.write_text(
-        wheel_layer_script("/opt/venv", "3.11", hashed=True).replace('"${layer}"', "$layer", 1) + "rm -f $1\n"
-    )
+    bad.write_text(wheel_layer_script("/opt/venv", "3.11", hashed=True) + "rm -f $1\n")
     proc = _shellcheck(bad)
     assert proc.returncode != 0
     assert "SC2086" in proc.stdout
