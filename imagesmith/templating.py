@@ -323,7 +323,8 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "layer_epoch": LAYER_EPOCH,
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
-    # requirements.txt and layer files, so each wheel layer is built once and pushed once.
+    # requirements.txt and mount the same layer files (and wheel-layer.sh), so each wheel layer is built once
+    # and pushed once.
     # The lock's name, not its path: the same pins render the same file (and share the wheel layers) in any
     # project.
     header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n" + _unhashed_note(cell)

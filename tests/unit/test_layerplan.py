@@ -356,7 +356,9 @@ def test_build_summary_names_wheel_layers_and_counts_pushed_ones() -> None:
     steps = [
         "/bin/sh -c #(nop) ADD file:base in /",
         "RUN /bin/bash -o pipefail -c install -d /var/cache/imagesmith/wheels # buildkit",
-        "RUN /bin/bash -o pipefail -c bash /tmp/ctx/wheel-layer.sh layers/01-nvidia-cublas.txt # buildkit",
+        # as dockerd 20.10's BuildKit writes it (the stage's ARGs first)
+        "RUN |3 IMAGESMITH_PIP_INDEX_URL= IMAGESMITH_APT_MIRROR= TORCH_INDEX_URL= /bin/bash -o pipefail -c "
+        "bash /tmp/ctx/wheel-layer.sh layers/01-nvidia-cublas.txt # buildkit",
         "RUN /bin/bash -o pipefail -c pip install imagesmith # buildkit",
     ]
     report = layer_report(Engine(), "r", manifest, pushed, steps)  # type: ignore[arg-type]
