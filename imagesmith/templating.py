@@ -72,8 +72,12 @@ INTERACTIVE_DEFAULTS: Final[dict[str, str]] = {
 }
 
 
+#: the build-context file every wheel layer's RUN runs (templates/wheel-layer.sh.j2; parts.wheel_layer)
+WHEEL_LAYER_SCRIPT: Final[str] = "wheel-layer.sh"
+
+
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader(*TEMPLATES_PACKAGE),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -81,6 +85,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.globals["wheel_layer_script"] = WHEEL_LAYER_SCRIPT
+    return env
 
 
 _ENV: jinja2.Environment | None = None
@@ -171,10 +177,6 @@ _RENDERED_AS: Final[dict[str, re.Pattern[str] | tuple[re.Pattern[str], ...] | No
     "arch_coverage": None,
     "toolkit_note": None,  # plan --explain only
 }
-
-
-#: the build-context file every wheel layer's RUN runs (templates/wheel-layer.sh.j2; parts.wheel_layer)
-WHEEL_LAYER_SCRIPT: Final[str] = "wheel-layer.sh"
 
 
 def wheel_layer_script(venv: str, python: str, *, hashed: bool) -> str:
