@@ -26,7 +26,7 @@ EPILOG = epilog(
         "imagesmith validate --expect-gpu 'H100 80GB' --expect-count 8 --report reports/h100",
         "imagesmith validate ssh://me@gpu-host --nccl-tests /opt/nccl-tests/build",
         "imagesmith validate ghcr.io/me/torch@sha256:<digest> --shm-size 16g",
-        "imagesmith validate local:// --soak 10m --report reports/soak   (10 minutes of load, then verdict)",
+        "imagesmith validate local:// --soak 10m --report reports/soak",
         "imagesmith-validate (inside an image: TARGET defaults to local://)",
     ],
     [

@@ -198,3 +198,17 @@ def test_the_index_records_soak_and_scaling_figures_and_pick_shows_them() -> Non
     doc["images"][0]["validated_on"][0]["figures"] = {"soak_minutes": -1.0}
     with pytest.raises(Exception, match="not a measured figure"):
         parse_index(json.dumps(doc), source="index.json")
+
+
+def test_release_reads_the_soak_figures_of_the_committed_report() -> None:
+    """What release copies into the index from the lent H200's 9-minute soak report."""
+    from imagesmith.validate.record import ValidationReport
+
+    path = REPO / "docs" / "evidence" / "h200x1-soak" / "healthy-soak-9m" / "report.json"
+    figures = ValidationReport.parse(path.read_bytes(), source=str(path)).figures
+    assert figures == {
+        "soak_minutes": 9.0,
+        "soak_matmul_tflops": 697.767,
+        "soak_copy_gbps": 4252.932,
+        "soak_worst_minute_ratio": 0.995,
+    }

@@ -93,7 +93,8 @@ def worker(rank, world, port, backend, duration, interval, start_barrier):
         c = torch.empty_like(a)
         src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=dev)
         dst = torch.empty_like(src)
-        buf = torch.ones(ALLREDUCE_BYTES // 4, dtype=torch.float32, device=dev) if dist else None
+        # zeros: a sum that never overflows, however many rounds (bandwidth does not depend on the values)
+        buf = torch.zeros(ALLREDUCE_BYTES // 4, dtype=torch.float32, device=dev) if dist else None
         events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
 
         def timed(fn, reps):
