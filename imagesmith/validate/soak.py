@@ -36,8 +36,6 @@ from typing import Any
 from imagesmith.validate.expected import (
     CLOCK_EVENTS_FAIL,
     CLOCK_EVENTS_WARN,
-    LABELS,
-    UNITS,
     Bands,
     Expected,
     Judgement,
@@ -712,7 +710,3 @@ def write_plots(
         plt.close(fig)
         written.append(name)
     return written, ", ".join(written)
-
-
-LABELS_ALL = {**LABELS, **SOAK_LABELS}
-UNITS_ALL = {**UNITS, **SOAK_UNITS}
