@@ -229,3 +229,15 @@ def test_csv_round_trip_and_the_timeline(tmp_path: Path, monkeypatch: pytest.Mon
 def test_settings_bands() -> None:
     series = changed(healthy(), lambda r: scaled(r, 0.90) if r.t0 >= 60 else r)
     assert judge_soak(series, settings=SoakSettings(fail_ratio=0.85, warn_ratio=0.95)).failures == []
+
+
+def test_the_healthy_raw_records_give_the_committed_series() -> None:
+    """docs/evidence/h200x1-soak: the 9-minute soak's raw records (soak-samples.jsonl) → its soak.csv."""
+    folder = REPO / "docs" / "evidence" / "h200x1-soak" / "healthy-soak-9m"
+    records = [json.loads(line) for line in (folder / "soak-samples.jsonl").read_text().splitlines()]
+    series = soak_series(records, smi_names={"GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685": 0})
+    committed = read_csv(folder / "soak.csv")
+    assert [round(r.copy_gbps or 0, 3) for r in series.rows[GPU]] == [
+        round(r.copy_gbps or 0, 3) for r in committed.rows[GPU]
+    ]
+    assert judge_soak(series, expected=EXPECTED).failures == []
