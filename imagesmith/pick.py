@@ -458,7 +458,14 @@ class Pick:
                 "source": self.host.source,
             },
             "validated_on": [
-                {"gpu": v.gpu, "count": v.count, "driver": v.driver, "date": v.date} for v in img.validated_on
+                {
+                    "gpu": v.gpu,
+                    "count": v.count,
+                    "driver": v.driver,
+                    "date": v.date,
+                    "figures": dict(v.figures),
+                }
+                for v in img.validated_on
             ],
             "pull": shlex.join(self.pull_argv()),
             "run": shlex.join(self.run_argv()),

@@ -35,6 +35,13 @@ PERF_FIGURES: tuple[str, ...] = (
     "h2d_gbps",
     "d2h_gbps",
     "allreduce_busbw_gbps",
+    # issue 28: the soak (median over GPUs of the sustained means, the worst minute / the first, its
+    # length) and the DDP scaling efficiency on all the host's GPUs
+    "soak_matmul_tflops",
+    "soak_copy_gbps",
+    "soak_worst_minute_ratio",
+    "soak_minutes",
+    "scaling_efficiency",
 )
 
 Kind = Literal["string", "integer", "number", "boolean", "array", "table", "map"]
@@ -1110,7 +1117,9 @@ RELEASE_INDEX: Schema = Schema(
                                             kind="string",
                                             enum=PERF_FIGURES,
                                         ),
-                                        items=Field(kind="number", description="GB/s or TFLOP/s"),
+                                        items=Field(
+                                            kind="number", description="GB/s, TFLOP/s, a ratio or minutes"
+                                        ),
                                     ),
                                 },
                             ),

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from imagesmith.pick import Pick
     from imagesmith.release import Outcome
+
+
+def endurance(figures: Mapping[str, float]) -> str:
+    """What a validated host showed beyond a minute (issue 28): its soak and its DDP scaling efficiency."""
+    parts = []
+    if figures.get("soak_minutes"):
+        soak = f"soak {figures['soak_minutes']:g} min"
+        if figures.get("soak_matmul_tflops"):
+            soak += f" at {figures['soak_matmul_tflops']:.0f} TFLOP/s"
+        if figures.get("soak_worst_minute_ratio"):
+            soak += f", worst minute {figures['soak_worst_minute_ratio']:.2f}× the first"
+        parts.append(soak)
+    if figures.get("scaling_efficiency"):
+        parts.append(f"DDP scaling {figures['scaling_efficiency']:.2f}")
+    return f" [{'; '.join(parts)}]" if parts else ""
 
 
 def pick_text(pick: Pick, *, verbose: bool = True) -> str:
@@ -22,7 +38,10 @@ def pick_text(pick: Pick, *, verbose: bool = True) -> str:
         f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "
         f"Python {img.python}  ({pick.mode} compatibility)",
         f"  digest {img.digest}; validated on "
-        + "; ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]})" for v in img.validated_on),
+        + "; ".join(
+            f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]}){endurance(v.figures)}"
+            for v in img.validated_on
+        ),
         f"  registry: {pick.registry_why}",
     ]
     if pick.alternatives:
