@@ -19,7 +19,7 @@ from imagesmith.registry.api import (
     ManifestData,
     RegistryApi,
 )
-from imagesmith.registry.faults import _error_codes, _Transient
+from imagesmith.registry.faults import _Transient, answer_codes
 from imagesmith.registry.transport import _length
 from imagesmith.registry.upload import Uploader, _Upload
 
@@ -176,7 +176,7 @@ class RegistryClient(Uploader):
         if resp.status_code in (200, 202, 404):
             resp.close()
             return True
-        codes, _ = _error_codes(resp)
+        codes, _ = answer_codes(resp)
         if resp.status_code in (400, 403, 405) or "UNSUPPORTED" in codes:
             resp.close()
             return False

@@ -231,6 +231,26 @@ def _error_codes(resp: requests.Response) -> tuple[list[str], str]:
     return codes, messages or resp.text[:300].strip()
 
 
+def lasting_fault(status: int, message: str) -> RegistryFault | None:
+    """The fault a 5xx answer's body names when waiting cannot help (storage full, quota, …): such an answer
+    is not retried but reported as that fault (:func:`answer_codes`); None otherwise (429 is waited for)."""
+    if status < 500:
+        return None
+    fault = registry_fault(message)
+    return fault if fault is not None and not fault.transient else None
+
+
+def answer_codes(resp: requests.Response) -> tuple[list[str], str]:
+    """The error codes and message of an answer, as :meth:`~imagesmith.registry.transport.Transport._check`
+    and the upload branch on them: a 5xx naming a lasting fault (:func:`lasting_fault`) has no codes (what
+    counts is the fault, not an ``UNAUTHORIZED`` or ``UNSUPPORTED`` beside it) and its message cut at 300
+    characters."""
+    codes, message = _error_codes(resp)
+    if lasting_fault(resp.status_code, message) is not None:
+        return [], message[:300].strip()
+    return codes, message
+
+
 def _detail(detail: Any) -> str:
     """An error's ``detail`` for a message: text as is; docker-registry's storage-driver errors
     (``{"DriverName": …, "Enclosed": {"Op": "write", "Err": 28}}``) as the errno's name."""

@@ -11,7 +11,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +35,8 @@ from imagesmith.registry.faults import (
     RetryPolicy,
     _error_codes,
     _Transient,
+    answer_codes,
+    lasting_fault,
     registry_fault,
     retry_after_seconds,
 )
@@ -389,10 +391,8 @@ class Transport:
             assert resp is not None
             if resp.status_code >= 500 or resp.status_code == 429:
                 _codes, msg = _error_codes(resp)
-                fault = registry_fault(msg)
-                if fault is not None and not fault.transient and resp.status_code != 429:
-                    resp._content = (msg or "").encode()  # read already: _check reports it
-                    return resp
+                if lasting_fault(resp.status_code, msg) is not None:
+                    return resp  # storage full, quota, …: waiting does not help; _check reports it
                 resp.close()
                 raise _Transient(
                     f"{method} {_short(full)}: HTTP {resp.status_code} {msg}".strip(),
@@ -501,7 +501,7 @@ class Transport:
     def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:
         if resp.status_code in ok:
             return resp
-        codes, message = _error_codes(resp)
+        codes, message = answer_codes(resp)
         resp.close()
         message = message or f"HTTP {resp.status_code} (no error body)"
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
@@ -550,24 +550,42 @@ class Transport:
         return f"repository:{repo}:{actions}"
 
 
+class _ReadBy:
+    """A response's raw stream that gives up at *until* (what :func:`_read_within` reads through): requests
+    reads it as it reads any urllib3 stream (``stream``), here chunk by chunk as the bytes arrive (``read1``),
+    raising _Transient once the deadline has passed and ChunkedEncodingError for a broken stream."""
+
+    def __init__(self, resp: requests.Response, until: float, what: str) -> None:
+        self._resp, self._raw, self._until, self._what = resp, resp.raw, until, what
+
+    def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
+        try:
+            while chunk := self._raw.read1(1 << 16, decode_content=True):
+                yield chunk
+                if time.monotonic() > self._until:
+                    self._resp.close()
+                    raise _Transient(
+                        f"{self._what}: the answer arrived too slowly (not complete within the read timeout)"
+                    )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            self._resp.close()
+            raise requests.exceptions.ChunkedEncodingError(str(exc)) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
 def _read_within(resp: requests.Response, until: float, what: str) -> None:
-    """Read *resp*'s body into it (as ``stream=False`` does), giving up at *until*: a registry that sends its
-    answer a byte at a time (each read quick, so no read timeout fires) is a transient fault, not a hang."""
-    parts: list[bytes] = []
+    """Read *resp*'s body into it (as ``stream=False`` does: ``resp.content``), giving up at *until*: a
+    registry that sends its answer a byte at a time (each read quick, so no read timeout fires) is a transient
+    fault, not a hang. requests itself reads and keeps the body; only its stream is the deadline's."""
+    raw = resp.raw
+    resp.raw = _ReadBy(resp, until, what)
     try:
-        while chunk := resp.raw.read1(1 << 16, decode_content=True):
-            parts.append(chunk)
-            if time.monotonic() > until:
-                resp.close()
-                raise _Transient(
-                    f"{what}: the answer arrived too slowly (not complete within the read timeout)"
-                )
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        resp.close()
-        raise requests.exceptions.ChunkedEncodingError(str(exc)) from exc
-    resp._content = b"".join(parts)
-    setattr(resp, "_content_consumed", True)  # noqa: B010 (requests' own flag, not in its type stubs)
-    resp.raw.release_conn()  # read to its end: the connection goes back to the pool
+        resp.content  # noqa: B018 (read and kept by requests)
+    finally:
+        resp.raw = raw
+    raw.release_conn()  # read to its end: the connection goes back to the pool
 
 
 def _length(resp: requests.Response) -> int:

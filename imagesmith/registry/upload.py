@@ -14,7 +14,7 @@ import requests
 
 from imagesmith.errors import RegistryError
 from imagesmith.registry.api import BlobStat
-from imagesmith.registry.faults import _error_codes, _Transient
+from imagesmith.registry.faults import _Transient, answer_codes
 from imagesmith.registry.transport import Transport, _length
 
 
@@ -231,7 +231,7 @@ class Uploader(Transport):
                     },
                 )
                 if resp.status_code in (404, 416):
-                    _codes, message = _error_codes(resp)
+                    _codes, message = answer_codes(resp)
                     resp.close()
                     raise _Restart(f"PATCH answered HTTP {resp.status_code} {message}")
                 self._check(resp, f"upload {digest[:19]} to {repo}", (202, 204))
@@ -255,7 +255,7 @@ class Uploader(Transport):
                     resp.close()
                     up.location = None
                     return
-                codes, message = _error_codes(resp)
+                codes, message = answer_codes(resp)
                 if (
                     "BLOB_UPLOAD_UNKNOWN" in codes
                     or "BLOB_UPLOAD_INVALID" in codes
