@@ -580,8 +580,10 @@ def choose(
         )
     copy, why, reg_warnings = choose_registry(best.registries, platform, region)
     if platform.name == "generic" and region is None:
-        in_china = [c.name for c in best.registries if c.kind in ("acr", "tcr", "swr")]
-        if in_china and copy.kind not in ("acr", "tcr", "swr"):
+        from imagesmith.kinds import china_kinds
+
+        in_china = [c.name for c in best.registries if c.kind in china_kinds()]
+        if in_china and copy.kind not in china_kinds():
             reg_warnings.append(
                 f"no --platform or --region given and none detected: {copy.name} ({copy.host}) comes first; "
                 f"on a mainland-China host (AutoDL, Aliyun, Tencent, Huawei) Docker Hub and GHCR are "
