@@ -53,8 +53,8 @@ DATA_HINT = (
 class DataError(ConfigError):
     """imagesmith's own data files (``imagesmith/data/*.toml``) are wrong: a packaging or editing bug."""
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint or DATA_HINT)
+    def __init__(self, message: str, *, hint: str | None = None, **fields: Any) -> None:
+        super().__init__(message, hint=hint or DATA_HINT, **fields)
 
 
 __all__ = [

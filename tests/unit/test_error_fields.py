@@ -109,3 +109,15 @@ def test_a_failed_check_is_a_pytest_failure_with_its_fields() -> None:
     assert isinstance(info.value, CheckFailed)
     assert (info.value.what, info.value.fix) == ("GPU 0 is hot", "cool it")
     assert info.value.msg == "GPU 0 is hot\nfix: cool it"  # what pytest prints, as before
+
+
+def test_a_file_error_names_its_file_and_field_as_fields(tmp_path: Any) -> None:
+    from imagesmith.errors import MatrixError
+    from imagesmith.matrix import load_registries
+
+    path = tmp_path / "registries.toml"
+    path.write_text('[registries.gl]\nhost = "ghcr.io"\nnamespace = "a"\nrepository = "b"\nkind = "nope"\n')
+    with pytest.raises(MatrixError) as info:
+        load_registries(path)
+    assert (info.value.file, info.value.field) == (str(path), "registries.gl.kind")
+    assert info.value.message.startswith(f"{path}: registries.gl.kind: ")  # the text as before
