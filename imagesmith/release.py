@@ -64,6 +64,7 @@ from imagesmith.index import (
     ReleaseIndex,
     Shm,
     ValidatedOn,
+    VulnRecord,
     dump_index,
     load_index,
     parse_index,
@@ -350,6 +351,7 @@ class CellResult:
     reasons: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
     registries: dict[str, str] = field(default_factory=dict)  # name -> digest the release tag now resolves to
+    vulnerabilities: VulnRecord | None = None  # the vulnerability gate's verdict (imagesmith.vulngate)
 
 
 @dataclass
@@ -597,6 +599,7 @@ def release_cell(
     client_for: Callable[[Registry], RegistryApi] | None = None,
     verify: Verify = "head",
     trusted: Sequence[PublicKey] = (),
+    gate: Gate | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest.
 
@@ -663,6 +666,15 @@ def release_cell(
         res.status = "refused"
         res.reasons += _no_evidence_reasons(cell, digest, for_digest, reports, store_problems, trusted)
         return res, []
+    if gate is not None:  # the vulnerability gate (imagesmith.vulngate): a scan of exactly this digest
+        try:
+            res.vulnerabilities, refusals = gate(digest)
+        except ImagesmithError as exc:  # an unreadable or hostile report refuses this cell, naming the file
+            res.vulnerabilities, refusals = None, [_with_fix(exc)]
+        if refusals:
+            res.status = "refused"
+            res.reasons += refusals
+            return res, []
     report = max(passing, key=lambda r: r.date)
     envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
@@ -880,6 +892,7 @@ def index_entry(
         validated_on=tuple(sorted({r.validated_on() for r in reports}, key=lambda v: (v.date, v.gpu))),
         fingerprint=cell.fingerprint,
         released=released,
+        vulnerabilities=result.vulnerabilities,
     )
 
 
@@ -1067,6 +1080,7 @@ def release_cells(
     extend_from: str | None = None,
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
+    gate: Gate | None = None,
 ) -> Outcome:
     """Release *cells* (see the module docstring) on the evidence of *reports* signed by *trusted* keys;
     write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
@@ -1085,7 +1099,14 @@ def release_cells(
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
-            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify, trusted=trusted
+            cell,
+            reports,
+            clients,
+            dry_run=dry_run,
+            client_for=client_for,
+            verify=verify,
+            trusted=trusted,
+            gate=gate,
         )
         outcome.cells.append(result)
         if (
@@ -1181,6 +1202,7 @@ def release_matrix(
     extend_from: str | None = None,
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
+    scan_dirs: Sequence[Path] = (),
 ) -> Outcome:
     """Load the matrix of *project*, plan it, and release its cells (see the module docstring). *trusted*:
     the keys whose attestations count (the project's ``[release] trusted_keys`` are added)."""
@@ -1204,6 +1226,7 @@ def release_matrix(
         keys += load_trusted_keys(project.trusted_keys, origin=f"{project.file}: release.trusted_keys")
     reports = collect_reports(report_dirs, keys)
     cells = [ReleaseCell.from_plan(c) for c in plan.cells]
+    gate = vulnerability_gate(scan_dirs, proj.file)
     return release_cells(
         cells,
         matrix=m.name,
@@ -1217,7 +1240,47 @@ def release_matrix(
         extend_from=extend_from,
         trusted=keys,
         sign_key=sign_key,
+        gate=gate,
     )
+
+
+#: the vulnerability gate of one digest: (what the index records, the refusal reasons)
+Gate = Callable[[str], tuple[VulnRecord | None, list[str]]]
+
+
+def vulnerability_gate(scan_dirs: Sequence[Path], project_file: Path | None) -> Gate | None:
+    """The gate of ``[release.vulnerabilities]`` (imagesmith.toml) over the reports in *scan_dirs*; None when
+    neither is given (the gate is off)."""
+    from imagesmith import vulngate
+    from imagesmith.compat import today
+
+    policy = vulngate.load_policy(project_file)
+    if policy is None and not scan_dirs:
+        return None
+    for d in scan_dirs:
+        if not d.is_dir():
+            raise ConfigError(
+                f"--scan-reports {d}: no such folder",
+                hint="pass the folder the scanner reports were saved in",
+            )
+    day = today()
+
+    def check(digest: str) -> tuple[VulnRecord | None, list[str]]:
+        verdict, reasons = vulngate.gate(scan_dirs, digest, policy, today=day)
+        if verdict is None or reasons:
+            return None, reasons
+        return (
+            VulnRecord(
+                scanner=verdict.scan.scanner,
+                report=", ".join(Path(p).name for p in verdict.scan.source.split(", ")),
+                report_digest=verdict.scan.sha,
+                fail_on=(policy.fail_on if policy else "critical"),
+                allowlisted=verdict.allowlisted_ids(),
+            ),
+            [],
+        )
+
+    return check
 
 
 def candidate_state(found: Mapping[str, str | None], errors: Sequence[str] = ()) -> str:
