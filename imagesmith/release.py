@@ -62,6 +62,7 @@ from imagesmith.index import (
     RegistryCopy,
     ReleasedImage,
     ReleaseIndex,
+    SbomRecord,
     Shm,
     ValidatedOn,
     VulnRecord,
@@ -94,6 +95,7 @@ from imagesmith.validate.redact import redact_report_bytes
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
+    from imagesmith.sbom import SignedSbom
     from imagesmith.signing import PublicKey, SigningKey
 
 REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
@@ -352,6 +354,7 @@ class CellResult:
     steps: list[str] = field(default_factory=list)
     registries: dict[str, str] = field(default_factory=dict)  # name -> digest the release tag now resolves to
     vulnerabilities: VulnRecord | None = None  # the vulnerability gate's verdict (imagesmith.vulngate)
+    sbom: SbomRecord | None = None  # the signed SBOM stored beside the validation attestation
 
 
 @dataclass
@@ -600,6 +603,7 @@ def release_cell(
     verify: Verify = "head",
     trusted: Sequence[PublicKey] = (),
     gate: Gate | None = None,
+    sbom_for: SbomFinder | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest.
 
@@ -675,6 +679,25 @@ def release_cell(
             res.status = "refused"
             res.reasons += refusals
             return res, []
+    sbom_envelopes: list[bytes] = []
+    if sbom_for is not None:  # a signed SBOM of the digest (imagesmith sbom --sign-key), stored beside
+        found = sbom_for(digest)
+        if isinstance(found, str):  # one that does not verify is never stored: refused, named
+            res.status = "refused"
+            res.reasons.append(
+                f"signed SBOM {found} (make it again: imagesmith sbom IMAGE@DIGEST --sign-key KEY)"
+            )
+            return res, []
+        if found is not None:
+            from imagesmith.sbom import SPDX_PREDICATE_TYPE
+
+            sbom_envelopes.append(found.envelope)
+            res.sbom = SbomRecord(
+                format="spdx",
+                predicate_type=SPDX_PREDICATE_TYPE,
+                digest=found.digest,
+                packages=found.packages,
+            )
     report = max(passing, key=lambda r: r.date)
     envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
@@ -687,7 +710,7 @@ def release_cell(
         try:
             has_manifest = c.manifest_digest(t.repo, digest) is not None
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
-            has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes)
+            has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes + sbom_envelopes)
             tagged = c.manifest_digest(t.repo, cell.tag)
         except ImagesmithError as exc:
             return [], None, f"{t.name}: {_with_fix(exc)}"
@@ -696,7 +719,9 @@ def release_cell(
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
         if not has_att:
             todo.append(
-                f"store {len(envelopes)} signed attestation(s) as {t.image}:{cosign_attestation_tag(digest)}"
+                f"store {len(envelopes)} signed attestation(s)"
+                + (" and the signed SBOM" if sbom_envelopes else "")
+                + f" as {t.image}:{cosign_attestation_tag(digest)}"
             )
         if not has_report:
             todo.append(f"attach {report.path} as {t.image}:{attestation_tag(digest)}")
@@ -713,6 +738,10 @@ def release_cell(
                 verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
             if not has_att:
                 attach_attestations(c, t.repo, digest, envelopes)
+                if sbom_envelopes:
+                    from imagesmith.sbom import SPDX_PREDICATE_TYPE
+
+                    attach_attestations(c, t.repo, digest, sbom_envelopes, SPDX_PREDICATE_TYPE)
             if not has_report:
                 attach_report(c, t.repo, c.get_manifest(t.repo, digest), report)
             if c.manifest_digest(t.repo, digest) != digest:  # served by digest, checked, before any tag
@@ -893,6 +922,7 @@ def index_entry(
         fingerprint=cell.fingerprint,
         released=released,
         vulnerabilities=result.vulnerabilities,
+        sbom=result.sbom,
     )
 
 
@@ -1081,6 +1111,7 @@ def release_cells(
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
     gate: Gate | None = None,
+    sbom_for: SbomFinder | None = None,
 ) -> Outcome:
     """Release *cells* (see the module docstring) on the evidence of *reports* signed by *trusted* keys;
     write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
@@ -1107,6 +1138,7 @@ def release_cells(
             verify=verify,
             trusted=trusted,
             gate=gate,
+            sbom_for=sbom_for,
         )
         outcome.cells.append(result)
         if (
@@ -1241,11 +1273,22 @@ def release_matrix(
         trusted=keys,
         sign_key=sign_key,
         gate=gate,
+        sbom_for=sbom_finder(scan_dirs, keys) if scan_dirs else None,
     )
 
 
 #: the vulnerability gate of one digest: (what the index records, the refusal reasons)
 Gate = Callable[[str], tuple[VulnRecord | None, list[str]]]
+#: the signed SBOM of one digest: None (none), the reason it does not count, or the SBOM
+SbomFinder = Callable[[str], "SignedSbom | str | None"]
+
+
+def sbom_finder(dirs: Sequence[Path], trusted: Sequence[PublicKey]) -> SbomFinder:
+    """The signed SBOMs (``sha256-<hex>.sbom.dsse.json``, imagesmith.sbom) in *dirs*, verified with
+    *trusted*."""
+    from imagesmith.sbom import find_signed_sbom
+
+    return lambda digest: find_signed_sbom(dirs, digest, trusted)
 
 
 def vulnerability_gate(scan_dirs: Sequence[Path], project_file: Path | None) -> Gate | None:

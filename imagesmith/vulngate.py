@@ -392,6 +392,9 @@ def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
                 purls.append(c["purl"])
     elif isinstance(doc.get("spdxVersion"), str):
         described = set(x for x in _list(doc.get("documentDescribes"), source, "documentDescribes"))
+        for r in _list(doc.get("relationships"), source, "relationships"):
+            if isinstance(r, Mapping) and r.get("relationshipType") == "DESCRIBES":
+                described.add(r.get("relatedSpdxElement"))
         heads: list[Any] = [doc.get("name"), doc.get("documentNamespace")]
         for i, p in enumerate(_list(doc.get("packages"), source, "packages")):
             p = _obj(p, source, f"packages[{i}]")
@@ -593,6 +596,10 @@ def find_scan(dirs: Sequence[Path], digest: str, policy: Policy | None) -> Scan 
                 hint="pass the folder the scanner reports were saved in",
             )
         for path in sorted(d.glob(f"{stem}.*.json")):
+            if path.name.endswith(".dsse.json"):
+                continue  # a signed attestation (the SBOM's), not a scan
+            if path.name.endswith((".cdx.json", ".spdx.json")) and (policy is None or policy.osv is None):
+                continue  # an SBOM is a scan only against OSV data
             scans.append(read_scan(path, digest, policy))
     if not scans:
         return None
