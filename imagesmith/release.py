@@ -1150,7 +1150,11 @@ def release_cells(
             if old is not None and old.digest == result.digest and result.status == "up-to-date":
                 entry = index_entry(cell, result, passing, old.released)
                 entry = replace(
-                    entry, validated_on=tuple(dict.fromkeys(old.validated_on + entry.validated_on))
+                    entry,
+                    validated_on=tuple(dict.fromkeys(old.validated_on + entry.validated_on)),
+                    # a rerun without --scan-reports keeps what the release recorded (same digest)
+                    vulnerabilities=entry.vulnerabilities or old.vulnerabilities,
+                    sbom=entry.sbom or old.sbom,
                 )
             else:
                 entry = index_entry(cell, result, passing, _now())

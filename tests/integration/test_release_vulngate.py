@@ -9,8 +9,11 @@ are recorded.
 
 from __future__ import annotations
 
+import json
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,10 +21,12 @@ from imagesmith import vulngate
 from imagesmith.index import load_index
 from imagesmith.release import collect_reports, release_cells, vulnerability_gate
 from tests.integration.test_release import (
+    KEY,
     TRUSTED,
     cell,
     clients_for,
     push_image,
+    smoke_setup,
     targets,
     write_report,
 )
@@ -143,3 +148,49 @@ def test_scan_of_another_digest_refuses_naming_the_file(
     )
     assert "(fix: " in res.reasons[0]
     assert regs.plain_client().manifest_digest(repo, "w") is None
+
+
+def test_cli_release_scan_reports(
+    regs: LocalRegistries,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The real command: --scan-reports turns the gate on (fail_on critical without a policy table); a
+    critical advisory is exit 8 naming it, a clean scan releases and the index records the scan;
+    a rerun without
+    --scan-reports keeps the record."""
+    repo = f"imagesmith-test/vulngate-{uuid.uuid4().hex[:10]}"
+    matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
+    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
+    write_report(tmp_path / "reports" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
+    pub = tmp_path / "validation.pub"
+    pub.write_bytes(KEY.public.pem)
+    index_file = tmp_path / "index.json"
+    args = [
+        "release", "--matrix", str(matrix), "--registries", str(registries), "--index-file", str(index_file),
+        "--trusted-key", str(pub), "--reports", str(tmp_path / "reports"),
+    ]  # fmt: skip
+    scans = tmp_path / "scans"
+    _scan(scans, digest, "trivy", f"{regs.plain}/{repo}")
+    res = run_cli(*args, "--scan-reports", str(scans))
+    assert res.exit_code == 8
+    named = "vulnerability libexpat1 2.5.0-1: CVE-2024-45491 (critical, fixed in 2.5.0-1+deb12u1)"
+    assert f"{cid}: refused: {named}" in res.stderr
+    assert "Traceback" not in res.stderr
+    assert regs.plain_client().manifest_digest(repo, cid) is None
+
+    clean = scans / f"{vulngate.digest_stem(digest)}.trivy.json"
+    doc = json.loads(clean.read_text())
+    doc["Results"] = [r for r in doc["Results"] if r["Class"] == "lang-pkgs"]  # only a medium advisory
+    clean.write_text(json.dumps(doc))
+    res = run_cli(*args, "--scan-reports", str(scans))
+    assert res.exit_code == 0, res.stderr
+    assert "vulnerabilities: none at or above critical (trivy report" in res.stdout
+    entry = load_index(index_file).images[0]
+    assert entry.vulnerabilities is not None
+    assert entry.vulnerabilities.allowlisted == ()
+    before = index_file.read_bytes()
+    res = run_cli(*args)
+    assert res.exit_code == 0, res.stderr
+    assert index_file.read_bytes() == before
