@@ -157,9 +157,8 @@ def test_cli_release_scan_reports(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The real command: --scan-reports turns the gate on (fail_on critical without a policy table); a
-    critical advisory is exit 8 naming it, a clean scan releases and the index records the scan;
-    a rerun without
-    --scan-reports keeps the record."""
+    critical advisory is exit 8 naming it, a clean scan releases and the index records the scan; a rerun
+    without --scan-reports keeps the record."""
     repo = f"imagesmith-test/vulngate-{uuid.uuid4().hex[:10]}"
     matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
     digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
