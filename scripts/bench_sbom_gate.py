@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,11 +41,11 @@ def bench_sbom(image: str, *, insecure: bool, rounds: int) -> dict[str, object]:
     return {"image": image, "median_s": round(statistics.median(times), 2), "packages": count, "runs": times}
 
 
-def _time(fn: object, rounds: int) -> float:
+def _time(fn: Callable[[], object], rounds: int) -> float:
     out = []
     for _ in range(rounds):
         start = time.perf_counter()
-        fn()  # type: ignore[operator]
+        fn()
         out.append(time.perf_counter() - start)
     return statistics.median(out)
 

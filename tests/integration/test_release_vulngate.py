@@ -19,7 +19,7 @@ import pytest
 
 from imagesmith import vulngate
 from imagesmith.index import load_index
-from imagesmith.release import collect_reports, release_cells, vulnerability_gate
+from imagesmith.release import Outcome, collect_reports, release_cells, vulnerability_gate
 from tests.integration.test_release import (
     KEY,
     TRUSTED,
@@ -72,7 +72,7 @@ def test_critical_refused_allowlisted_released_expired_refused(
     index_file = tmp_path / "index.json"
     monkeypatch.setenv("IMAGESMITH_TODAY", "2026-12-01")
 
-    def release(project: Path):  # type: ignore[no-untyped-def]
+    def release(project: Path) -> Outcome:
         return release_cells(
             cells,
             matrix="t",

@@ -5,9 +5,11 @@ release accepts of it."""
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,17 +23,18 @@ KEY = signing.generate_key()
 
 
 @pytest.fixture
-def doc() -> dict:  # type: ignore[type-arg]
-    return json.loads((DATA / "sbom.spdx.json").read_text())
+def doc() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((DATA / "sbom.spdx.json").read_text())
+    return loaded
 
 
-def test_the_document_describes_the_digest(doc: dict) -> None:  # type: ignore[type-arg]
+def test_the_document_describes_the_digest(doc: dict[str, Any]) -> None:
     assert sbom.described_digests(doc) == {RECORDED}
     doc["packages"][0] = json.loads(json.dumps(doc["packages"][0]).replace(RECORDED, OTHER))
     assert sbom.described_digests(doc) == {OTHER}
 
 
-def test_summary_and_locked_hashes(doc: dict) -> None:  # type: ignore[type-arg]
+def test_summary_and_locked_hashes(doc: dict[str, Any]) -> None:
     s = sbom.summarize(doc)
     assert {n for n, _ in s.os_packages} == {"apt", "base-files", "libc6", "libexpat1"}
     assert s.python_packages == (("requests", "2.31.0"), ("torch", "2.11.0"))
@@ -47,7 +50,7 @@ def test_summary_and_locked_hashes(doc: dict) -> None:  # type: ignore[type-arg]
     assert sbom.summarize(doc).hashed == 1
 
 
-def test_packages_only_drops_files_and_their_relationships(doc: dict) -> None:  # type: ignore[type-arg]
+def test_packages_only_drops_files_and_their_relationships(doc: dict[str, Any]) -> None:
     big = copy.deepcopy(doc)
     big["files"] = [{"SPDXID": "SPDXRef-File-x", "fileName": "/etc/x"}]
     big["relationships"].append(
@@ -62,7 +65,7 @@ def test_packages_only_drops_files_and_their_relationships(doc: dict) -> None:  
     assert small["relationships"] == doc["relationships"]
 
 
-def test_signed_sbom_round_trip_and_refusals(doc: dict, tmp_path: Path) -> None:  # type: ignore[type-arg]
+def test_signed_sbom_round_trip_and_refusals(doc: dict[str, Any], tmp_path: Path) -> None:
     env = sbom.sign_sbom(doc, repository="127.0.0.1:5000/imagesmith-test/torch", digest=RECORDED, key=KEY)
     statement = json.loads(
         signing.verify_envelope(env, [KEY.public], payload_type=signing.INTOTO_PAYLOAD_TYPE).payload
@@ -95,8 +98,7 @@ def test_make_sbom_refuses_a_tag(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_make_sbom_refuses_a_document_of_another_digest(
-    doc: dict,
-    monkeypatch: pytest.MonkeyPatch,  # type: ignore[type-arg]
+    doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sbom, "run_syft", lambda source, **kw: doc)
     with pytest.raises(sbom.SbomError, match=f"describes {RECORDED}, not {OTHER}"):
@@ -113,9 +115,7 @@ def test_spdx_sbom_matched_against_osv(tmp_path: Path) -> None:
     scans = tmp_path / "scans"
     scans.mkdir()
     shutil.copy(DATA / "sbom.spdx.json", scans / f"{sbom.stem(RECORDED)}.spdx.json")
-    verdict, reasons = vulngate.gate(
-        [scans], RECORDED, policy, today=__import__("datetime").date(2026, 12, 1)
-    )
+    verdict, reasons = vulngate.gate([scans], RECORDED, policy, today=datetime.date(2026, 12, 1))
     assert verdict is not None
     assert [f.id for f in verdict.blocking] == ["DEBIAN-CVE-2024-45491"]
     assert "libexpat1 2.5.0-1" in reasons[0]
