@@ -254,8 +254,7 @@ def find_signed_sbom(
 ) -> SignedSbom | str | None:
     """The signed SBOM of *digest* in *dirs* (``sha256-<hex>.sbom.dsse.json``): None when there is none, the
     reason it does not count when it does not verify."""
-    for d in dirs:
-        path = d / (stem(digest) + SBOM_ENVELOPE_SUFFIX)
+    for path in sorted(p for d in dirs for p in d.rglob(stem(digest) + SBOM_ENVELOPE_SUFFIX)):
         if not path.is_file():
             continue
         try:

@@ -595,7 +595,7 @@ def find_scan(dirs: Sequence[Path], digest: str, policy: Policy | None) -> Scan 
                 f"--scan-reports {d}: no such folder",
                 hint="pass the folder the scanner reports were saved in",
             )
-        for path in sorted(d.glob(f"{stem}.*.json")):
+        for path in sorted(d.rglob(f"{stem}.*.json")):  # searched recursively, like --reports
             if path.name.endswith(".dsse.json"):
                 continue  # a signed attestation (the SBOM's), not a scan
             if path.name.endswith((".cdx.json", ".spdx.json")) and (policy is None or policy.osv is None):

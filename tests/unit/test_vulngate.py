@@ -250,3 +250,16 @@ def test_index_entry_records_the_verdict_round_trip() -> None:
     base["images"][0]["vulnerabilities"]["fail_on"] = "sometimes"
     with pytest.raises(ConfigError, match=r"vulnerabilities\.fail_on"):
         parse_index(json.dumps(base), source="x")
+
+
+def test_scan_reports_are_searched_recursively(tmp_path: Path) -> None:
+    """The nightly's artifacts land as reports/report-CELL-GPU/scans/…: --scan-reports reports finds them."""
+    nested = tmp_path / "reports" / "report-c-h100" / "scans"
+    nested.parent.mkdir(parents=True)
+    _scans(tmp_path).rename(nested)
+    verdict, reasons = vulngate.gate(
+        [tmp_path / "reports"], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY
+    )
+    assert verdict is not None
+    assert verdict.scan.source.startswith(str(nested))
+    assert len(reasons) == 1
