@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from imagesmith.pick import Pick
@@ -67,6 +67,12 @@ def release_text(outcome: Outcome) -> str:
         lines.append(f"  {c.cell}: {c.status}" + (f" {c.digest}" if c.digest else ""))
         lines += [f"    - {s}" for s in c.steps]
         lines += [f"    ! {r}" for r in c.reasons]
+        if c.vulnerabilities is not None:
+            v = c.vulnerabilities
+            lines.append(
+                f"    vulnerabilities: none at or above {v.fail_on} ({v.scanner} report {v.report})"
+                + (f"; allowlisted: {', '.join(v.allowlisted)}" if v.allowlisted else "")
+            )
     if outcome.index_file:
         verb = "would update" if outcome.dry_run else ("updated" if outcome.index_changed else "unchanged")
         lines.append(f"index {outcome.index_file}: {verb}")
@@ -88,4 +94,14 @@ def release_json(outcome: Outcome) -> str:
             "index_signature": outcome.index_signature,
         },
         indent=2,
+        default=_record,
     )
+
+
+def _record(obj: Any) -> Any:
+    """A cell's records (its vulnerability verdict) as JSON objects."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
