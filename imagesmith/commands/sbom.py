@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from imagesmith import settings
 from imagesmith.commands import epilog
 
 SBOM_EPILOG = epilog(
@@ -83,7 +83,7 @@ def sbom(
         f"({s.hashed} with a locked sha256, {s.licensed} with a license), {seconds:.1f} s"
     )
     key_file = sign_key or (
-        Path(os.environ["IMAGESMITH_SIGNING_KEY"]) if os.environ.get("IMAGESMITH_SIGNING_KEY") else None
+        Path(str(settings.get("IMAGESMITH_SIGNING_KEY"))) if settings.get("IMAGESMITH_SIGNING_KEY") else None
     )
     if key_file is not None:
         from imagesmith import signing
