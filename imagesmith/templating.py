@@ -308,6 +308,8 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "interactive": INTERACTIVE_DEFAULTS,
         "layer_epoch": LAYER_EPOCH,
         "layer_fixed_dirs": _ancestors(site_packages(cell)),
+        # the torch wheel's TORCH_CUDA_ARCH_LIST: release reads the index entry's `arch` from this label
+        "torch_arch": ",".join(compat.torch_variant(cell.torch, cell.variant).arch_list),
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
     # requirements.txt and layer files, so each wheel layer is built once and pushed once.
