@@ -172,6 +172,26 @@ class RetryPolicy:
         return (min(self.connect_timeout, left), min(self.read_timeout, left))
 
 
+#: the largest manifest read: registries refuse to store larger ones (distribution and containerd: 4 MiB), so
+#: a larger answer is not an image manifest and is not read into memory
+MAX_MANIFEST_BYTES = 4 << 20
+#: the largest other answer read whole (a tag list, a token, an error body): the release index's cap
+MAX_ANSWER_BYTES = 32 << 20
+
+
+class _TooLarge(Exception):
+    """An answer past the size cap of what was asked for: never read further, never retried."""
+
+    def __init__(self, limit: int, size: int | None) -> None:
+        super().__init__(limit, size)
+        self.limit = limit
+        self.size = size
+
+    def describe(self) -> str:
+        said = f"{self.size} bytes (Content-Length)" if self.size is not None else "more bytes"
+        return f"the answer is {said}, past the {self.limit >> 20} MiB cap; it was not read"
+
+
 class _Transient(Exception):
     """A fault worth retrying (5xx, 429, timeout, reset). Carries the last description, the seconds the
     registry asked to wait (``Retry-After``), and the host at fault when it is not the registry's own (a token
@@ -322,7 +342,17 @@ def parse_challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), params
 
 
+#: the most of an error answer read (of a streamed request: a blob GET whose error body is endless)
+_ERROR_BODY_BYTES = 1 << 20
+
+
 def _error_codes(resp: requests.Response) -> tuple[list[str], str]:
+    if getattr(resp, "_content_consumed", True) is False and getattr(resp, "raw", None) is not None:
+        try:  # a streamed answer: its error body is read up to a cap, never whole
+            resp._content = resp.raw.read(_ERROR_BODY_BYTES, decode_content=True) or b""
+        except (urllib3.exceptions.HTTPError, OSError):
+            resp._content = b""
+        setattr(resp, "_content_consumed", True)  # noqa: B010 (requests' own flag)
     try:
         data = resp.json()
         errors = (data.get("errors") if isinstance(data, dict) else None) or []
@@ -709,6 +739,7 @@ class RegistryClient:
         stream: bool = False,
         allow_redirects: bool = True,
         started: float | None = None,
+        limit: int = MAX_ANSWER_BYTES,
     ) -> requests.Response:
         """One request with auth (challenge answered once). Raises _Transient on retryable faults; a 5xx whose
         body says the fault will not pass by itself (storage full, quota) is returned for :meth:`_check`.
@@ -734,7 +765,13 @@ class RegistryClient:
                     allow_redirects=False,
                 )
                 if not stream:  # the whole answer within the read timeout, not one byte per timeout
-                    _read_within(resp, time.monotonic() + timeout[1], f"{verb} {_short(target)}")
+                    _read_within(
+                        resp,
+                        time.monotonic() + timeout[1],
+                        f"{verb} {_short(target)}",
+                        limit,
+                        head=verb == "HEAD",
+                    )
                 return resp
             except requests.exceptions.SSLError as exc:
                 raise self._fail(
@@ -884,7 +921,16 @@ class RegistryClient:
         return attempt(token)
 
     def _call(self, method: str, url: str, **kw: Any) -> requests.Response:
-        return self._retrying(lambda started: self._send(method, url, started=started, **kw))
+        try:
+            return self._retrying(lambda started: self._send(method, url, started=started, **kw))
+        except _TooLarge as exc:
+            raise self._fail(
+                f"{method} {_short(url)}",
+                exc.describe(),
+                hint=f"registry {self.name} (or a proxy in front of it) serves something that is not what "
+                "the registry API answers there: check the reference and the registry, or drop it from the "
+                "registries file",
+            ) from None
 
     def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:
         if resp.status_code in ok:
@@ -968,12 +1014,26 @@ class RegistryClient:
         what = f"GET manifest {repo}:{reference}"
         problem = ""
         for _ in range(3):
-            resp = self._call(
-                "GET",
-                f"/v2/{repo}/manifests/{reference}",
-                scope=self._scope(repo),
-                headers={"Accept": ACCEPT_MANIFESTS},
-            )
+            try:
+                resp = self._retrying(
+                    lambda started: self._send(
+                        "GET",
+                        f"/v2/{repo}/manifests/{reference}",
+                        scope=self._scope(repo),
+                        headers={"Accept": ACCEPT_MANIFESTS},
+                        started=started,
+                        limit=MAX_MANIFEST_BYTES,
+                    )
+                )
+            except _TooLarge as exc:
+                raise self._fail(
+                    what,
+                    f"the manifest {exc.describe()} (a registry stores none past "
+                    f"{MAX_MANIFEST_BYTES >> 20} MiB)",
+                    hint=f"registry {self.name} (or a proxy in front of it) serves something that is not an "
+                    "image manifest there: check the reference, the registry's storage and any proxy in "
+                    "between, or drop that registry",
+                ) from None
             self._check(resp, what, (200,))
             body = resp.content
             digest = "sha256:" + hashlib.sha256(body).hexdigest()
@@ -1401,12 +1461,25 @@ def _pieces_from(pieces: list[bytes], pos: int) -> Iterator[bytes]:
         pos = 0
 
 
-def _read_within(resp: requests.Response, until: float, what: str) -> None:
+def _read_within(
+    resp: requests.Response, until: float, what: str, limit: int = MAX_ANSWER_BYTES, *, head: bool = False
+) -> None:
     """Read *resp*'s body into it (as ``stream=False`` does), giving up at *until*: a registry that sends its
-    answer a byte at a time (each read quick, so no read timeout fires) is a transient fault, not a hang."""
+    answer a byte at a time (each read quick, so no read timeout fires) is a transient fault, not a hang.
+    At most *limit* bytes: a larger ``Content-Length`` (not for a HEAD, which has no body) or body is
+    :class:`_TooLarge`, closed without reading on."""
     parts: list[bytes] = []
+    length = resp.headers.get("Content-Length", "").strip()
+    if not head and length.isdigit() and int(length) > limit:
+        resp.close()
+        raise _TooLarge(limit, int(length))
+    got = 0
     try:
         while chunk := resp.raw.read1(1 << 16, decode_content=True):
+            got += len(chunk)
+            if got > limit:
+                resp.close()
+                raise _TooLarge(limit, None)
             parts.append(chunk)
             if time.monotonic() > until:
                 resp.close()

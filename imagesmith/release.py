@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -77,7 +78,9 @@ from imagesmith.registry import (
     ManifestData,
     RegistryApi,
     Verify,
+    blob_digest,
     client_for,
+    copy_blob,
     copy_manifest,
     ensure_blob,
     read_small_blob,
@@ -848,6 +851,93 @@ def publish_index_everywhere(
 
 
 # ------------------------------------------------------------------------------------------------------------
+# blobs read back by content, remembered
+
+
+class VerifiedBlobs:
+    """The (registry host, blob digest) pairs release has read back in full and hashed: each blob it promotes
+    is verified by content at least once per registry, and a rerun (or a later cell sharing the layer) does
+    not read it again. A small JSON file under imagesmith's cache dir (``$IMAGESMITH_CACHE``,
+    ``~/.cache/imagesmith``): ``release/verified-blobs.json``. A missing, unreadable or foreign file is an
+    empty memory (everything is read again), never an error."""
+
+    #: the most pairs kept (the newest): a few MB of JSON
+    MAX_ENTRIES: Final[int] = 100_000
+
+    def __init__(self, path: Path | None) -> None:
+        import threading
+
+        self.path = path
+        self._lock = threading.Lock()
+        self._seen: dict[str, float] = {}
+        self._new = False
+        if path is None:
+            return
+        try:
+            doc = json.loads(path.read_bytes()) if path.stat().st_size < (64 << 20) else None
+        except (OSError, ValueError):
+            doc = None
+        verified = doc.get("verified") if isinstance(doc, dict) and doc.get("schema") == 1 else None
+        if isinstance(verified, dict):
+            self._seen = {
+                k: float(v)
+                for k, v in verified.items()
+                if isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            }
+
+    @classmethod
+    def default(cls) -> VerifiedBlobs:
+        from imagesmith.config import cache_root
+
+        return cls(cache_root() / "release" / "verified-blobs.json")
+
+    @staticmethod
+    def _key(host: str, digest: str) -> str:
+        return f"{host.lower()}@{digest}"
+
+    def has(self, host: str, digest: str) -> bool:
+        with self._lock:
+            return self._key(host, digest) in self._seen
+
+    def add(self, host: str, digest: str) -> None:
+        with self._lock:
+            self._seen[self._key(host, digest)] = time.time()
+            self._new = True
+
+    def save(self) -> None:
+        """Write the file atomically (merged with what another run wrote meanwhile); errors are ignored:
+        the next run reads those blobs again."""
+        if self.path is None or not self._new:
+            return
+        with self._lock:
+            merged = {**VerifiedBlobs(self.path)._seen, **self._seen}
+            newest = dict(sorted(merged.items(), key=lambda kv: kv[1])[-self.MAX_ENTRIES :])
+            body = json.dumps({"schema": 1, "verified": newest}, sort_keys=True).encode()
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(body)
+                tmp.replace(self.path)
+                self._new = False
+            except OSError:
+                pass
+
+
+def _blobs_of(client: RegistryApi, repo: str, digest: str) -> list[tuple[str, int]]:
+    """(digest, size) of every blob of the image *digest* (of each image of an image index)."""
+    manifest = client.get_manifest(repo, digest)
+    if manifest.media_type not in INDEX_TYPES:
+        return manifest.blobs()
+    out: list[tuple[str, int]] = []
+    children = manifest.json().get("manifests")
+    for i, child in enumerate(children if isinstance(children, list) else []):
+        if not isinstance(child, dict) or not isinstance(child.get("digest"), str):
+            raise manifest._invalid(f"manifests[{i}].digest is missing")
+        out += _blobs_of(client, repo, child["digest"])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
 # the release of one cell
 
 
@@ -874,8 +964,13 @@ def release_cell(
     client_for: Callable[[Registry], RegistryApi] | None = None,
     verify: Verify = "head",
     trusted: Sequence[PublicKey] = (),
+    verified: VerifiedBlobs | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest.
+
+    Every blob of the digest is read back and hashed in every registry of the cell once (remembered in
+    *verified*, by registry host and digest): a damaged blob a registry already held (even of the right size,
+    which the default ``--verify head`` trusts) is repaired or named, and no release tag moves.
 
     Evidence is a signed attestation that verifies with a *trusted* key and whose subject is the candidate's
     digest: from *reports* (read by :func:`collect_reports`), else stored in one of the cell's registries."""
@@ -975,6 +1070,13 @@ def release_cell(
         )
         return res, []
     res.facts = facts
+    memory = verified
+    try:
+        blobs = _blobs_of(clients[source.name], source.repo, digest) if verify != "off" else []
+    except ImagesmithError as exc:
+        res.status = "failed"
+        res.reasons.append(f"reading the manifest of {digest} from {source.name} failed: {_with_fix(exc)}")
+        return res, []
     differ = [
         f"{name} {said} (the plan's cell: {planned})"
         for name, said, planned in (
@@ -1009,11 +1111,16 @@ def release_cell(
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
             has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes)
             tagged = c.manifest_digest(t.repo, cell.tag)
+            unread = [(d, n) for d, n in blobs if memory is None or not memory.has(c.host, d)]
         except ImagesmithError as exc:
             return [], None, f"{t.name}: {_with_fix(exc)}"
         todo = []
         if not has_manifest:
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
+        if unread:
+            todo.append(
+                f"read back {len(unread)} blob(s) of {digest[:19]}… in {t.name} and check their sha256"
+            )
         if not has_att:
             todo.append(
                 f"store {len(envelopes)} signed attestation(s) as {t.image}:{cosign_attestation_tag(digest)}"
@@ -1031,6 +1138,13 @@ def release_cell(
                 copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
                 verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
+            for d, size in unread:  # once per (registry, blob): a damaged copy is repaired or named
+                if t.name == source.name:
+                    blob_digest(c, t.repo, d, side="source", size=size)
+                else:
+                    copy_blob(src, source.repo, c, t.repo, d, size=size, verify="read")
+                if memory is not None:
+                    memory.add(c.host, d)
             if not has_att:
                 attach_attestations(c, t.repo, digest, envelopes)
             if not has_report:
@@ -1516,6 +1630,7 @@ def release_cells(
     extend_from: str | None = None,
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
+    verified: VerifiedBlobs | None = None,
 ) -> Outcome:
     """Release *cells* (see the module docstring) on the evidence of *reports* signed by *trusted* keys;
     write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
@@ -1529,13 +1644,22 @@ def release_cells(
                 clients[t.name] = client_for(t)
     known = {r.name: r for r in known_registries} | {t.name: t for c in cells for t in c.targets}
     outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
+    verified = verified if verified is not None else VerifiedBlobs.default()
     entries: list[ReleasedImage] = []
     base = _base_index(index_file, cells, clients, extend_from=extend_from, echo=echo)
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
-            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify, trusted=trusted
+            cell,
+            reports,
+            clients,
+            dry_run=dry_run,
+            client_for=client_for,
+            verify=verify,
+            trusted=trusted,
+            verified=verified,
         )
+        verified.save()
         outcome.cells.append(result)
         if (
             result.digest
@@ -1543,7 +1667,12 @@ def release_cells(
             and result.registries
         ):
             old = base.by_tag(cell.tag)
-            kept = old is not None and old.digest == result.digest and result.status == "up-to-date"
+            # released: when the tag first moved to this digest (a rerun that moved no tag keeps it)
+            kept = (
+                old is not None
+                and old.digest == result.digest
+                and not any(step.startswith("tag ") for step in result.steps)
+            )
             entry = index_entry(cell, result, passing, old.released if old is not None and kept else _now())
             # validated_on: every verified, passing attestation of the digest (the local ones and those
             # stored by earlier runs), never a previous index's word
