@@ -187,9 +187,9 @@ class _TooLarge(Exception):
         self.limit = limit
         self.size = size
 
-    def describe(self) -> str:
-        said = f"{self.size} bytes (Content-Length)" if self.size is not None else "more bytes"
-        return f"the answer is {said}, past the {self.limit >> 20} MiB cap; it was not read"
+    def describe(self, what: str = "the answer") -> str:
+        said = f"{self.size} bytes (Content-Length)" if self.size is not None else "longer"
+        return f"{what} is {said}, past the {self.limit >> 20} MiB cap; it was not read"
 
 
 class _Transient(Exception):
@@ -1028,8 +1028,7 @@ class RegistryClient:
             except _TooLarge as exc:
                 raise self._fail(
                     what,
-                    f"the manifest {exc.describe()} (a registry stores none past "
-                    f"{MAX_MANIFEST_BYTES >> 20} MiB)",
+                    exc.describe("the manifest") + " (no registry stores a larger one)",
                     hint=f"registry {self.name} (or a proxy in front of it) serves something that is not an "
                     "image manifest there: check the reference, the registry's storage and any proxy in "
                     "between, or drop that registry",
