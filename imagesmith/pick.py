@@ -1071,11 +1071,13 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
 def _download_oci(source: str) -> tuple[bytes, bytes | None]:
     """(index JSON, its signature envelope or None) of the artifact."""
     from imagesmith.index import read_signed_index_artifact
-    from imagesmith.registry import RegistryClient
+    from imagesmith.refs import Registry
+    from imagesmith.registry import client_for
 
     host, repo, tag, insecure = parse_oci_source(source)
     # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
-    client = RegistryClient(host, insecure=insecure, attempts=2, backoff=0.2, timeout=20.0)
+    target = Registry(name=host, host=host, repository=repo, insecure=insecure)
+    client = client_for(target, attempts=2, backoff=0.2, timeout=20.0)
     try:
         return read_signed_index_artifact(client, repo, tag)
     except ManifestUnknownError:
