@@ -60,7 +60,7 @@ def run_index(source: str, pythonpath: Path) -> tuple[int, str, float, float]:
         capture_output=True,
         text=True,
         env=env,
-        cwd=str(REPO),
+        cwd=str(pythonpath),  # not the repository: `python -m` puts the working folder first on sys.path
     )
     took = time.monotonic() - started
     rss = next(int(x.split("=")[1]) for x in res.stderr.splitlines() if x.startswith("maxrss_kb="))
