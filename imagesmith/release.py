@@ -468,13 +468,12 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
             raise _facts_error(where, f"its image config has no label {name}")
         return value.strip()
 
+    torch, variant = label(LABEL_TORCH), label(LABEL_VARIANT)
+    full, minor = label(LABEL_MIN_FULL), label(LABEL_MIN_MINOR)
     try:
-        min_driver = MinDriver(
-            full=parse_driver(label(LABEL_MIN_FULL)), minor_version=parse_driver(label(LABEL_MIN_MINOR))
-        )
+        min_driver = MinDriver(full=parse_driver(full), minor_version=parse_driver(minor))
     except ConfigError as exc:
         raise _facts_error(where, f"a min-driver label: {exc.message}") from None
-    torch, variant = label(LABEL_TORCH), label(LABEL_VARIANT)
     if labels.get(LABEL_TORCH_ARCH):
         arch = tuple(a.strip() for a in str(labels[LABEL_TORCH_ARCH]).split(",") if a.strip())
     else:

@@ -169,7 +169,9 @@ def test_bound_entry_names_every_field_it_corrects() -> None:
     (forged,) = parse_index(json.dumps(doc | {"images": [forged_doc]}), source="t").images
     reg = _Images()
     facts = image_facts(reg, "r", reg.image(_labels()))  # type: ignore[arg-type]
-    honest = ValidatedOn(gpu="NVIDIA H100", count=8, driver="570.1.2", date="d", report_digest=DIGEST)
+    honest = ValidatedOn(
+        gpu="NVIDIA H100", count=8, driver="570.1.2", date="2026-11-29T10:00:00Z", report_digest=DIGEST
+    )
     new, changes = bound_entry(forged, facts, [honest])
     assert (new.torch, new.cuda, new.arch, new.validated_on) == ("2.5.1", "12.4", ("8.0", "9.0"), (honest,))
     text = "\n".join(changes)
@@ -351,3 +353,47 @@ def test_plan_explain_names_the_cells_whose_lock_has_no_hashes(run_cli: Callable
         r"fix: imagesmith lock --matrix a100 --force where its index is reachable",
         out,
     ), out
+
+
+# -- carried entries: rebuilt from their content, or dropped ---------------------------------------------
+def test_a_carried_entry_is_rebuilt_from_its_image_or_dropped_when_its_config_is_not_imagesmiths() -> None:
+    import dataclasses
+
+    from imagesmith.refs import Registry
+    from imagesmith.release import Carried, rebind_carried
+
+    reg = _Images()
+    good, foreign = reg.image(_labels()), reg.image({"maintainer": "someone"})
+    doc = {"schema": "imagesmith.release-index/v1", "generated": "2026-11-28T00:00:00Z"}
+    base = parse_index(json.dumps(doc | {"images": [image_doc("2.4.1", "12.1", "3.11")]}), source="t").images[
+        0
+    ]
+
+    def entry(tag: str, digest: str) -> Any:
+        copies = tuple(dataclasses.replace(c, tag=tag, digest=digest) for c in base.registries)
+        return dataclasses.replace(base, tag=tag, cell=tag, digest=digest, registries=copies)
+
+    honest = ValidatedOn(
+        gpu="NVIDIA H100", count=8, driver="570.1.2", date="2026-11-29T10:00:00Z", report_digest=DIGEST
+    )
+    carried = Carried(
+        images=(entry("a", good), entry("b", foreign)),
+        refusals=(),
+        unverified=(),
+        evidence={"a": (honest,), "b": (honest,)},
+    )
+    known = {
+        c.name: Registry(name=c.name, host=c.host, repository=c.registry.repository) for c in base.registries
+    }
+    out = rebind_carried(carried, known, lambda r: reg, {})  # type: ignore[arg-type,return-value]
+    assert [i.tag for i in out.images] == ["a"], out.refusals
+    assert (out.images[0].torch, out.images[0].validated_on) == ("2.5.1", (honest,))
+    assert "entry a: torch: 2.4.1 → 2.5.1 (from its image config and signed evidence)" in out.corrections
+    (refused,) = out.refusals
+    assert refused.tag == "b"
+    assert (
+        f"carried index entry b: registry fake (fake.example) imagesmith/torch@{foreign}"
+        in refused.reasons[0]
+    )
+    assert f"its image config has no label {LABEL_TORCH}" in refused.reasons[0]
+    assert refused.reasons[0].endswith("; the entry is dropped")
