@@ -1734,6 +1734,19 @@ def release_cells(
         return outcome
     if outcome.index_changed:
         merged = replace(merged, generated=_now())
+        try:  # what is written must read back: never leave a file the next release cannot load
+            parse_index(dump_index(merged), source=str(index_file))
+        except ConfigError as exc:
+            outcome.cells.append(
+                CellResult(
+                    cell="(index)",
+                    tag=INDEX_ARTIFACT_TAG,
+                    status="failed",
+                    reasons=[f"the index was neither written nor published: {_with_fix(exc)}"],
+                )
+            )
+            outcome.index_changed = False
+            return outcome
         save_index(merged, index_file)
     body = dump_index(load_index(index_file)).encode()
     signature = index_signature_path(index_file)
