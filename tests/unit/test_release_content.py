@@ -397,3 +397,15 @@ def test_a_carried_entry_is_rebuilt_from_its_image_or_dropped_when_its_config_is
     )
     assert f"its image config has no label {LABEL_TORCH}" in refused.reasons[0]
     assert refused.reasons[0].endswith("; the entry is dropped")
+
+
+def test_every_passing_report_of_a_real_gpu_host_in_docs_evidence_can_stand_behind_a_release() -> None:
+    passing = []
+    for f in sorted(REPO.glob("docs/evidence/**/report.json")):
+        r = parse_report(f.read_bytes(), source=str(f))
+        if r.passed:
+            passing.append(f)
+            assert r.unusable_pass() is None, r.unusable_pass()
+        else:
+            assert r.checks_verdict != "passed" or r.verdict == "not validated", f
+    assert len(passing) >= 3
