@@ -203,9 +203,18 @@ def test_a_passed_verdict_with_a_failing_check_is_refused_naming_the_report(
 
 
 def test_a_manifest_past_4_mib_is_one_error_naming_the_source(
-    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Callable[..., Any]
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from imagesmith import signing
+
     push_image(regs.plain_client(), repo, INDEX_ARTIFACT_TAG, "not really an index")
+    pub = tmp_path / "index.pub"  # a verify key, as a renter has one: the manifest is read before any check
+    pub.write_bytes(signing.generate_key().public.pem)
+    monkeypatch.setenv("IMAGESMITH_INDEX_KEY", str(pub))
     huge = json.dumps({"schemaVersion": 2, "annotations": {"x": "a" * (6 << 20)}}).encode()
 
     def swell(req: Request) -> Action | None:
