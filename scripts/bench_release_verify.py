@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +48,18 @@ def sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def pieces(blob: bytes) -> Callable[[], Iterator[bytes]]:
+    """The chunks of *blob* (8 MiB), as upload_blob takes them (callable again after a fault)."""
+    return lambda: iter([blob[i : i + (8 << 20)] for i in range(0, len(blob), 8 << 20)])
+
+
 def push_candidate(client: RegistryClient, layers: list[bytes]) -> tuple[str, list[tuple[str, int]]]:
     labels = image_labels(cell("a", ()))
     config = json.dumps(
         {"architecture": "amd64", "os": "linux", "config": {"Labels": labels}, "rootfs": {"type": "layers"}}
     ).encode()
     for blob in [*layers, config]:
-        client.upload_blob(
-            REPO_NAME,
-            sha(blob),
-            lambda b=blob: iter([b[i : i + (8 << 20)] for i in range(0, len(b), 8 << 20)]),
-        )
+        client.upload_blob(REPO_NAME, sha(blob), pieces(blob))
     descs = [
         {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": sha(x), "size": len(x)}
         for x in layers
