@@ -1572,23 +1572,31 @@ def rebind_carried(
     refusals: list[CellResult] = []
     unverified: list[str] = []
     for image in carried.images:
-        copy = image.registries[0]
-        reg = known[copy.name]
-        client = clients.get(reg.name) or client_for(reg)
-        try:
-            facts = image_facts(client, reg.repo, image.digest)
-        except ReleaseError as exc:
+        facts: ImageFacts | None = None
+        faults: list[str] = []
+        refused: ReleaseError | None = None
+        for copy in image.registries:  # the config is content-addressed: any registry that answers will do
+            reg = known[copy.name]
+            try:
+                facts = image_facts(clients.get(reg.name) or client_for(reg), reg.repo, image.digest)
+                break
+            except ReleaseError as exc:  # the image config is not imagesmith's: the same in every registry
+                refused = exc
+                break
+            except ImagesmithError as exc:
+                faults.append(f"{image.tag} in {copy.name}: {_with_fix(exc)}")
+        if refused is not None:
             refusals.append(
                 CellResult(
                     cell=image.cell,
                     tag=image.tag,
                     status="refused",
-                    reasons=[f"carried index entry {image.tag}: {_with_fix(exc)}; the entry is dropped"],
+                    reasons=[f"carried index entry {image.tag}: {_with_fix(refused)}; the entry is dropped"],
                 )
             )
             continue
-        except ImagesmithError as exc:
-            unverified.append(f"{image.tag} in {copy.name}: {_with_fix(exc)}")
+        if facts is None:
+            unverified += faults
             images.append(image)
             continue
         new, changes = bound_entry(image, facts, carried.evidence.get(image.tag, ()))

@@ -409,3 +409,38 @@ def test_every_passing_report_of_a_real_gpu_host_in_docs_evidence_can_stand_behi
         else:
             assert r.checks_verdict != "passed" or r.verdict == "not validated", f
     assert len(passing) >= 3
+
+
+def test_a_carried_entrys_image_is_read_from_the_next_registry_when_one_fails() -> None:
+    import dataclasses
+
+    from imagesmith.errors import RegistryError
+    from imagesmith.refs import Registry
+    from imagesmith.release import Carried, rebind_carried
+
+    class _Down(_Images):
+        def get_manifest(self, repo: str, reference: str) -> ManifestData:
+            raise RegistryError("registry down (127.0.0.1:1): unreachable", hint="rerun")
+
+    reg = _Images()
+    digest = reg.image(_labels())
+    doc = {"schema": "imagesmith.release-index/v1", "generated": "2026-11-28T00:00:00Z"}
+    base = parse_index(json.dumps(doc | {"images": [image_doc("2.4.1", "12.1", "3.11")]}), source="t").images[
+        0
+    ]
+    assert len(base.registries) >= 2
+    copies = tuple(dataclasses.replace(c, digest=digest) for c in base.registries)
+    image = dataclasses.replace(base, digest=digest, registries=copies)
+    honest = ValidatedOn(
+        gpu="NVIDIA H100", count=8, driver="570.1.2", date="2026-11-29T10:00:00Z", report_digest=DIGEST
+    )
+    carried = Carried(images=(image,), refusals=(), unverified=(), evidence={image.tag: (honest,)})
+    known = {c.name: Registry(name=c.name, host=c.host, repository=c.registry.repository) for c in copies}
+    first, second = copies[0].name, copies[1].name
+    clients: dict[str, Any] = {first: _Down(), second: reg}
+    out = rebind_carried(carried, known, lambda r: pytest.fail(r.name), clients)
+    assert out.unverified == ()
+    assert out.images[0].torch == "2.5.1"
+    every_down = rebind_carried(carried, known, lambda r: pytest.fail(r.name), dict.fromkeys(known, _Down()))
+    assert every_down.images == (image,)  # kept as it was; the index is not written (release_cells)
+    assert [u.split(":")[0] for u in every_down.unverified] == [f"{image.tag} in {c.name}" for c in copies]
