@@ -580,8 +580,10 @@ def choose(
         )
     copy, why, reg_warnings = choose_registry(best.registries, platform, region)
     if platform.name == "generic" and region is None:
-        in_china = [c.name for c in best.registries if c.kind in ("acr", "tcr", "swr")]
-        if in_china and copy.kind not in ("acr", "tcr", "swr"):
+        from imagesmith.kinds import china_kinds
+
+        in_china = [c.name for c in best.registries if c.kind in china_kinds()]
+        if in_china and copy.kind not in china_kinds():
             reg_warnings.append(
                 f"no --platform or --region given and none detected: {copy.name} ({copy.host}) comes first; "
                 f"on a mainland-China host (AutoDL, Aliyun, Tencent, Huawei) Docker Hub and GHCR are "
@@ -1083,7 +1085,7 @@ def _download_oci(source: str) -> tuple[bytes, bytes | None]:
     except ManifestUnknownError:
         raise
     except RegistryError as exc:
-        if exc.hint and "unreachable or failing" not in exc.message:
+        if exc.hint and exc.fault != "unreachable":
             raise  # denied, not found, …: the registry client's own fix applies
         raise RegistryError(
             f"--index {source}: {exc.message}",
@@ -1157,7 +1159,8 @@ def _pull_one(copy: RegistryCopy, engine: ContainerEngine, chain: CredentialChai
     try:
         image_id = engine.pull(reference, credentials=creds)
     except EngineError as exc:
-        fresh = chain.refresh(creds) if creds is not None and _refused(exc.message) else None
+        # what the engine said (its own words, not the reference pulled: a digest may hold "401")
+        fresh = chain.refresh(creds) if creds is not None and _refused(exc.said or "") else None
         if fresh is None:
             raise
         image_id = engine.pull(reference, credentials=fresh)  # an expired token (ECR 12 h, ACR 3 h)
