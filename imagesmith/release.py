@@ -417,11 +417,17 @@ class ImageFacts:
     platform: str
 
 
-def _facts_error(where: str, message: str) -> ReleaseError:
+def _facts_error(client: RegistryApi, repo: str, digest: str, message: str) -> ReleaseError:
     return ReleaseError(
-        f"{where}: {message}",
+        f"registry {client.name} ({client.host}) {repo}@{digest}: {message}",
         hint="the image was not built by imagesmith build (or its config was altered): rebuild and push it "
         "with imagesmith build --push, validate the new digest, then release it",
+        registry=client.name,
+        host=client.host,
+        repository=repo,
+        digest=digest,
+        fault="not an imagesmith image",
+        problem=message,
     )
 
 
@@ -443,11 +449,11 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
             and isinstance(m.get("digest"), str)
         ]
         if len(amd64) != 1:
-            raise _facts_error(where, "an image index without exactly one linux/amd64 image")
+            raise _facts_error(client, repo, digest, "an image index without exactly one linux/amd64 image")
         manifest = client.get_manifest(repo, amd64[0]["digest"])
     config = manifest.json().get("config")
     if not isinstance(config, dict):
-        raise _facts_error(where, "the manifest names no image config")
+        raise _facts_error(client, repo, digest, "the manifest names no image config")
     body = read_small_blob(
         client,
         repo,
@@ -460,7 +466,7 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
     try:
         doc = json.loads(body)
     except ValueError:
-        raise _facts_error(where, "its image config is not JSON") from None
+        raise _facts_error(client, repo, digest, "its image config is not JSON") from None
     inner = doc.get("config") if isinstance(doc, dict) else None
     labels = inner.get("Labels") if isinstance(inner, dict) else None
     labels = labels if isinstance(labels, dict) else {}
@@ -468,7 +474,7 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
     def label(name: str) -> str:
         value = labels.get(name)
         if not isinstance(value, str) or not value.strip():
-            raise _facts_error(where, f"its image config has no label {name}")
+            raise _facts_error(client, repo, digest, f"its image config has no label {name}")
         return value.strip()
 
     torch, variant = label(LABEL_TORCH), label(LABEL_VARIANT)
@@ -476,7 +482,7 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
     try:
         min_driver = MinDriver(full=parse_driver(full), minor_version=parse_driver(minor))
     except ConfigError as exc:
-        raise _facts_error(where, f"a min-driver label: {exc.message}") from None
+        raise _facts_error(client, repo, digest, f"a min-driver label: {exc.message}") from None
     if labels.get(LABEL_TORCH_ARCH):
         arch = tuple(a.strip() for a in str(labels[LABEL_TORCH_ARCH]).split(",") if a.strip())
     else:
@@ -486,7 +492,9 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
             arch = tuple(compat.torch_variant(torch, variant).arch_list)
         except ImagesmithError:
             raise _facts_error(
-                where,
+                client,
+                repo,
+                digest,
                 f"no label {LABEL_TORCH_ARCH}, and torch {torch} {variant} is not in "
                 "imagesmith/data/torch.toml",
             ) from None

@@ -77,6 +77,7 @@ class RegistryClient(Uploader):
                     hint=f"registry {self.name} (or a proxy in front of it) serves something that is not an "
                     "image manifest there: check the reference, the registry's storage and any proxy in "
                     "between, or drop that registry",
+                    fault="too large",
                 ) from None
             self._check(resp, what, (200,))
             body = resp.content

@@ -539,6 +539,7 @@ class Transport:
                 hint=f"registry {self.name} (or a proxy in front of it) serves something that is not what "
                 "the registry API answers there: check the reference and the registry, or drop it from the "
                 "registries file",
+                fault="too large",
             ) from None
 
     def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:

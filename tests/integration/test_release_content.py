@@ -229,6 +229,7 @@ def test_a_manifest_past_4_mib_is_one_error_naming_the_source(
         text = str(info.value)
         for part in (f"registry swollen ({proxy.addr})", f"{repo}:{INDEX_ARTIFACT_TAG}", "4 MiB", "fix:"):
             assert part in text, text
+        assert (info.value.registry, info.value.fault) == ("swollen", "too large")
         res = run_cli("index", f"oci+http://{proxy.addr}/{repo}:{INDEX_ARTIFACT_TAG}", "--insecure")
         assert res.exit_code == RegistryError.exit_code, res.stderr
         # (the proxy's own thread reports the connection the client closed unread: not the CLI's output)

@@ -158,6 +158,8 @@ def test_an_image_config_without_imagesmith_labels_is_refused_naming_it(
         image_facts(reg, "team/torch", digest)  # type: ignore[arg-type]
     assert f"registry fake (fake.example) team/torch@{digest}" in info.value.message
     assert expect in info.value.message
+    assert (info.value.registry, info.value.repository, info.value.digest) == ("fake", "team/torch", digest)
+    assert info.value.fault == "not an imagesmith image"
     assert "imagesmith build --push" in (info.value.hint or "")
 
 
