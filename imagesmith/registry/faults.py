@@ -28,6 +28,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from imagesmith import http
 from imagesmith.errors import ConfigError
 
 
@@ -39,12 +40,12 @@ class RetryPolicy:
     ``connect_timeout`` / ``read_timeout``. The defaults ride out an outage of about a minute;
     ``$IMAGESMITH_REGISTRY_ATTEMPTS`` and ``$IMAGESMITH_REGISTRY_DEADLINE`` change them."""
 
-    attempts: int = 10
-    backoff: float = 0.5
-    max_wait: float = 10.0
-    deadline: float = 180.0
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
+    attempts: int = http.REGISTRY.attempts
+    backoff: float = http.REGISTRY.backoff
+    max_wait: float = http.REGISTRY.max_wait
+    deadline: float = http.REGISTRY.deadline
+    connect_timeout: float = http.REGISTRY.connect_timeout
+    read_timeout: float = http.REGISTRY.read_timeout
     #: times one blob upload may restart from its first byte: the registry lost the session, or cannot resume
     #: it (docker-registry 2.8 cannot after a PATCH whose answer was lost: its signed session state is stale)
     restarts: int = 10
