@@ -99,21 +99,21 @@ class RetryPolicy:
         return (min(self.connect_timeout, left), min(self.read_timeout, left))
 
 
-#: the largest manifest read: registries refuse to store larger ones (distribution and containerd: 4 MiB), so
-#: a larger answer is not an image manifest and is not read into memory
-MAX_MANIFEST_BYTES = 4 << 20
-#: the largest other answer read whole (a tag list, a token, an error body): the release index's cap
-MAX_ANSWER_BYTES = 32 << 20
+#: the largest manifest read (:data:`imagesmith.http.REGISTRY_MANIFEST`): registries refuse to store larger
+#: ones, so a larger answer is not an image manifest and is not read into memory
+MAX_MANIFEST_BYTES: int = http.REGISTRY_MANIFEST.max_bytes or 0
+#: the largest other answer read whole, a tag list, a token (:data:`imagesmith.http.REGISTRY`)
+MAX_ANSWER_BYTES: int = http.REGISTRY.max_bytes or 0
 #: the most of an error answer read (of a streamed request: a blob GET whose error body is endless)
 ERROR_BODY_BYTES = 1 << 20
 
 
-class _TooLarge(Exception):
-    """An answer past the size cap of what was asked for: never read further, never retried."""
+class _TooLarge(http.TooLarge):
+    """An answer past the size cap of what was asked for: never read further, never retried; *size* is what
+    its ``Content-Length`` said, when it said it."""
 
     def __init__(self, limit: int, size: int | None) -> None:
-        super().__init__(limit, size)
-        self.limit = limit
+        super().__init__(limit)
         self.size = size
 
     def describe(self, what: str = "the answer") -> str:
