@@ -10,7 +10,12 @@ For every cell of a matrix (``--only`` globs narrow it):
    exactly D and whose predicate (the report) passed; and no signed attestation of D that failed (one per GPU
    family in the nightly: any failure holds the digest back). A report file alone is never enough: unsigned,
    altered, unknown-key and other-digest evidence is named in the refusal with its reason. Without local
-   evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again.
+   evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again. A
+   signed pass must prove something: its verdict is recomputed from its checks and it must record the GPU
+   host (:meth:`Report.unusable_pass`), else refused naming it (stored ones like that are never counted).
+   **Content.** The entry's fields come from D's image config (:func:`image_facts`: labels of the config the
+   manifest names, hash-checked) and the verified attestations; the entry must pass the index's own parser
+   (:func:`index_problem`) before anything moves.
 3. **Promotion**, each step checked before it is done, so an interrupted run converges when rerun and a
    finished one is a no-op; a and b in every registry first, c only once a and b succeeded everywhere (a
    registry that fails leaves no release tag anywhere; a tag that fails is rolled back elsewhere):
@@ -21,10 +26,13 @@ For every cell of a matrix (``--only`` globs narrow it):
       imagesmith/attestation.py), and a readable copy of the report as an OCI artifact tagged
       ``sha256-<hex of D>.validation`` (``subject`` = D: registries with the referrers API list it);
    c. only then the release tag ``<cell id>`` is put, and read back: it must resolve to D.
+   Every blob of D is read back and hashed in every registry once (:class:`VerifiedBlobs` remembers it by
+   registry host and digest), before c: a damaged copy is repaired or named, and no tag moves.
 4. **Index.** Released cells become entries of the release index (imagesmith/index.py, docs/release.md): the
    project's index file (``[paths].release_index`` / ``--index-file``, or the index of ``--extend-from
    REGISTRY``) is extended, every entry it carries over re-verified (:func:`verify_carried`: its tag and its
-   signed attestations, in each registry), the file is updated and the same JSON is pushed as the artifact
+   signed attestations, in each registry) and rebuilt from its content (:func:`rebind_carried`: every
+   correction is named in the summary), the file is updated and the same JSON is pushed as the artifact
    tag ``release-index`` to every registry repository of the matrix (what ``imagesmith pick --index
    oci://…`` reads); with a signing key, its DSSE envelope is written beside the file (``index.json.sig``)
    and added to the artifact.
