@@ -544,6 +544,14 @@ def bound_entry(
             ", ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.report_digest[:19]}…)" for v in vs) or "none"
         )
 
+    changes = entry_changes(image, new)
+    if {_val_key(v) for v in image.validated_on} != {_val_key(v) for v in vals}:
+        changes.append(f"validated_on: {hosts(image.validated_on)} → {hosts(vals)}")
+    return new, changes
+
+
+def entry_changes(image: ReleasedImage, new: ReleasedImage) -> list[str]:
+    """``field: old → new`` of every field pick decides on (but validated_on) where *new* differs."""
     changes = []
     for name, old, now in (
         ("torch", image.torch, new.torch),
@@ -559,9 +567,7 @@ def bound_entry(
     ):
         if old != now:
             changes.append(f"{name}: {old} → {now}")
-    if {_val_key(v) for v in image.validated_on} != {_val_key(v) for v in vals}:
-        changes.append(f"validated_on: {hosts(image.validated_on)} → {hosts(vals)}")
-    return new, changes
+    return changes
 
 
 def _val_key(v: ValidatedOn) -> tuple[str, int, str, str, str]:
@@ -1690,6 +1696,10 @@ def release_cells(
             stored = _stored_validated_on(cell, result, clients, trusted) if not dry_run else ()
             if result.facts is not None:
                 entry = bound_entry(entry, result.facts, (*entry.validated_on, *stored))[0]
+            if old is not None and old.digest == entry.digest:  # the index said otherwise of this digest
+                outcome.corrections += [
+                    f"entry {entry.tag}: {c} (from its image config)" for c in entry_changes(old, entry)
+                ]
             entries.append(entry)
     fresh = {e.tag for e in entries}
     carried = verify_carried(

@@ -287,3 +287,26 @@ def test_a_same_size_damaged_blob_in_the_destination_is_named_and_nothing_is_tag
         # remembered: the rerun reads no blob again
         again = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"], targets=tgts, client_for=make)
         assert again.cells[0].status == "up-to-date", again.cells[0].steps
+
+
+def test_an_index_file_rewritten_for_a_released_cell_is_corrected_on_its_rerun(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    from imagesmith.index import save_index
+
+    digest = _candidate(regs, repo, "a")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"]).raise_for_refusals()
+    index = load_index(tmp_path / "index.json")
+    (honest,) = index.images
+    save_index(
+        dataclasses.replace(index, images=(dataclasses.replace(honest, torch="2.99.0", python="3.13"),)),
+        tmp_path / "index.json",
+    )
+    out = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"])
+    out.raise_for_refusals()
+    assert out.cells[0].status == "up-to-date"
+    assert "entry a: torch: 2.99.0 → 2.11.0 (from its image config)" in out.corrections
+    assert "entry a: python: 3.13 → 3.11 (from its image config)" in out.corrections
+    (again,) = load_index(tmp_path / "index.json").images
+    assert (again.torch, again.python, again.released) == ("2.11.0", "3.11", honest.released)
