@@ -1152,6 +1152,10 @@ def release_cell(
                 copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
                 verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
+                if memory is not None:  # every blob was just read and hashed: not read twice
+                    for d, _ in unread:
+                        memory.add(c.host, d)
+                unread.clear()
             for d, size in unread:  # once per (registry, blob): a damaged copy is repaired or named
                 if t.name == source.name:
                     blob_digest(c, t.repo, d, side="source", size=size)

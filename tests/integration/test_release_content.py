@@ -310,3 +310,26 @@ def test_an_index_file_rewritten_for_a_released_cell_is_corrected_on_its_rerun(
     assert "entry a: python: 3.13 → 3.11 (from its image config)" in out.corrections
     (again,) = load_index(tmp_path / "index.json").images
     assert (again.torch, again.python, again.released) == ("2.11.0", "3.11", honest.released)
+
+
+def test_the_nightlys_full_verify_counts_as_the_read_back(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    digest = _candidate(regs, repo, "a")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"]).raise_for_refusals()
+    blobs = [d for d, _ in regs.plain_client().get_manifest(repo, digest).blobs()]
+    memory = VerifiedBlobs(tmp_path / "other-machine.json")  # a runner that never read them
+    out = release_cells(
+        [cell("a", targets(regs, repo))],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
+        index_file=tmp_path / "index.json",
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+        verified=memory,
+        verify="full",
+    )
+    out.raise_for_refusals()
+    assert all(memory.has(host, d) for host in (regs.plain, regs.auth) for d in blobs)
+    assert not out.index_changed
