@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -1115,6 +1116,10 @@ def release_cell(
         res.reasons.append(f"the index entry for {digest} would be invalid: {problem}; nothing was promoted")
         return res, []
 
+    streamed: set[str] = set()  # blobs a copy of this run read from the source in full, their sha256 checked
+    streamed_lock = threading.Lock()
+    deferred: list[tuple[str, int]] = []  # the source's blobs to read back once the copies are done
+
     def prepare(t: Registry) -> tuple[list[str], str | None, str | None]:
         """Phase 1 in one registry (its own clients when parallel): copy the manifest by digest, store the
         attestations and the report; never the release tag. (steps, what the tag resolves to now, error)."""
@@ -1148,7 +1153,19 @@ def release_cell(
         if dry_run or not todo:
             return todo, tagged, None
         try:
-            if not has_manifest:
+            if not has_manifest and t.name != source.name and c.host != src.host and unread:
+                # blobs first, one by one: a missing one is streamed from the source (whose bytes are hashed
+                # on the way) and read back here; one already here is read back; either way once
+                fresh = {d for d, _ in unread}
+                for d, size in blobs:
+                    level: Verify = "full" if d in fresh else verify
+                    if copy_blob(src, source.repo, c, t.repo, d, size=size, verify=level):
+                        with streamed_lock:
+                            streamed.add(d)
+                    if d in fresh and memory is not None:
+                        memory.add(c.host, d)
+                unread.clear()
+            if not has_manifest:  # (every blob there now, unless mounted within one registry: HEADs)
                 copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
                 verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
@@ -1156,11 +1173,11 @@ def release_cell(
                     for d, _ in unread:
                         memory.add(c.host, d)
                 unread.clear()
+            if t.name == source.name:
+                deferred.extend(unread)  # after the copies: what they streamed from here is not read again
+                unread.clear()
             for d, size in unread:  # once per (registry, blob): a damaged copy is repaired or named
-                if t.name == source.name:
-                    blob_digest(c, t.repo, d, side="source", size=size)
-                else:
-                    copy_blob(src, source.repo, c, t.repo, d, size=size, verify="read")
+                copy_blob(src, source.repo, c, t.repo, d, size=size, verify="read")
                 if memory is not None:
                     memory.add(c.host, d)
             if not has_att:
@@ -1199,6 +1216,20 @@ def release_cell(
     if dry_run:
         res.registries = {name: d for name, d in before.items() if d == digest}
         res.status = "would-promote" if res.steps else "up-to-date"
+        return res, passing
+    try:  # the source's own copy of each blob: read back unless a copy just streamed (and hashed) it
+        for d, size in deferred:
+            if d not in streamed:
+                blob_digest(clients[source.name], source.repo, d, side="source", size=size)
+            if memory is not None:
+                memory.add(clients[source.name].host, d)
+    except ImagesmithError as exc:
+        res.status = "failed"
+        res.registries = {name: d for name, d in before.items() if d is not None}
+        res.reasons.append(
+            f"promotion from {source.name} failed: {_with_fix(exc)}; no release tag was moved (rerun once "
+            "the registry's copy is repaired)"
+        )
         return res, passing
     try:
         _tag_everywhere(cell, digest, clients, before)

@@ -333,3 +333,44 @@ def test_the_nightlys_full_verify_counts_as_the_read_back(
     out.raise_for_refusals()
     assert all(memory.has(host, d) for host in (regs.plain, regs.auth) for d in blobs)
     assert not out.index_changed
+
+
+def test_a_same_size_damaged_blob_in_the_source_registry_is_named_and_nothing_is_tagged(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    from tests.integration.test_registry_faults import blob_file
+
+    plain = regs.plain_client()
+    with temp_registry(tmp_path / "first") as first_reg:
+        first = RegistryClient(first_reg.addr, name="first", insecure=True, credentials=None, attempts=2)
+        digest = push_image(first, repo, "a-candidate", f"source {repo} {os.urandom(8).hex()}")
+        layer = first.get_manifest(repo, digest).blobs()[1][0]
+        copy_manifest(first, repo, digest, plain, repo)  # the other registry already holds good blobs ...
+        plain.delete_manifest(repo, digest)
+        path = blob_file(first_reg, layer)
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF  # ... and the source's copy is damaged, same size: nothing streams it
+        path.write_bytes(bytes(data))
+        tgts = (
+            Registry(name="first", kind="generic", host=first_reg.addr, repository=repo, insecure=True),
+            Registry(name="plain", kind="generic", host=regs.plain, repository=repo, insecure=True),
+        )
+        local = clients_for(regs)
+
+        def make(t: Registry) -> Any:
+            if t.name == "first":
+                return RegistryClient(
+                    first_reg.addr, name="first", insecure=True, credentials=None, attempts=2
+                )
+            return local(t)
+
+        write_report(tmp_path / "r", f"{first_reg.addr}/{repo}@{digest}", "passed")
+        out = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"], targets=tgts, client_for=make)
+        (res,) = out.cells
+        assert res.status == "failed"
+        text = " ".join(res.reasons)
+        assert f"source registry first ({first_reg.addr}): blob {layer} in {repo} is corrupt" in text, text
+        assert "no release tag was moved" in text
+        assert first.manifest_digest(repo, "a") is None
+        assert plain.manifest_digest(repo, "a") is None
+        assert not (tmp_path / "index.json").exists()
