@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from imagesmith import kinds
+from imagesmith import kinds, settings
 from imagesmith.errors import RegistryError
 
 if sys.version_info >= (3, 11):
@@ -176,18 +176,20 @@ class EnvironmentProvider:
         return True
 
     def get(self, host: str, *, fresh: bool = False) -> Credentials | None:
-        env = os.environ if self.env is None else self.env
+        def read(name: str) -> str | None:
+            return settings.get(name, env=self.env)
+
         try:
             user_var, pass_var = credential_env_names(host)
         except RegistryError:
             return None  # a host no variable can name: the docker config's
-        if not (env.get(user_var) or env.get(pass_var)):
+        if not (read(user_var) or read(pass_var)):
             legacy = legacy_env_key(host)
             old_user, old_pass = (
                 f"IMAGESMITH_REGISTRY_{legacy}_USERNAME",
                 f"IMAGESMITH_REGISTRY_{legacy}_PASSWORD",
             )
-            if old_user != user_var and (env.get(old_user) or env.get(old_pass)):
+            if old_user != user_var and (read(old_user) or read(old_pass)):
                 raise RegistryError(
                     f"registry {host}: {old_user} / _PASSWORD are set, but names in that old form are no "
                     f"longer read for hosts with '-': they also match look-alike hosts (a '.' and a '-' "
@@ -195,11 +197,13 @@ class EnvironmentProvider:
                     hint=f"rename them to {user_var} and {pass_var} ('-' is now '__'), for the host you mean",
                 )
             return None
-        if not (env.get(user_var) and env.get(pass_var)):
+        if not (read(user_var) and read(pass_var)):
             raise RegistryError(
                 f"registry {host}: only one of {user_var} / {pass_var} is set", hint="set both or neither"
             )
-        return Credentials(env[user_var], env[pass_var], origin=f"${user_var}", provider=self.name)
+        return Credentials(
+            str(read(user_var)), str(read(pass_var)), origin=f"${user_var}", provider=self.name
+        )
 
 
 @dataclass(frozen=True)

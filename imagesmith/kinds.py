@@ -37,6 +37,7 @@ class TokenRow:
     valid_s: float
     install: str
     login: str
+    source: str
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ def parse(text: str) -> tuple[tuple[Kind, ...], tuple[HostHint, ...]]:
                 valid_s=float(t.get("valid_hours", 1)) * 3600.0,
                 install=_str(t, "install", f"{where} token[{j}]", required=True),
                 login=_str(t, "login", f"{where} token[{j}]", required=True),
+                source=_str(t, "source", f"{where} token[{j}]", required=True),
             )
             for j, t in enumerate(row.get("token", []))
         )

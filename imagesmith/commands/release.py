@@ -5,13 +5,13 @@ Heavy modules are imported inside the commands: ``imagesmith pick`` with a cache
 
 from __future__ import annotations
 
-import os
 import platform as _platform
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from imagesmith import settings
 from imagesmith.commands import current_project, epilog
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
@@ -68,7 +68,7 @@ def _index_keys(flag: Path | None) -> list[Any]:
 
     if flag is not None:
         origin = "--verify-key"
-    elif os.environ.get("IMAGESMITH_INDEX_KEY"):
+    elif settings.get("IMAGESMITH_INDEX_KEY"):
         origin = "$IMAGESMITH_INDEX_KEY"
     else:
         origin = f"[pick] verify_key of {config.source}"
@@ -192,7 +192,7 @@ def pick(
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
 
-    source = index or os.environ.get("IMAGESMITH_INDEX")
+    source = index or settings.get("IMAGESMITH_INDEX")
     if not source:
         raise ConfigError(
             "no release index given",
@@ -310,7 +310,7 @@ def release(
         trusted = [signing.load_public_key(p) for p in trusted_key]
     key = None
     key_file = sign_key or (
-        Path(os.environ["IMAGESMITH_SIGNING_KEY"]) if os.environ.get("IMAGESMITH_SIGNING_KEY") else None
+        Path(str(settings.get("IMAGESMITH_SIGNING_KEY"))) if settings.get("IMAGESMITH_SIGNING_KEY") else None
     )
     if key_file is not None:
         from imagesmith import signing
@@ -398,7 +398,7 @@ def index_show(
     from imagesmith import pick as picking
     from imagesmith.index import dump_index
 
-    src = source or os.environ.get("IMAGESMITH_INDEX")
+    src = source or settings.get("IMAGESMITH_INDEX")
     if not src:
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"

@@ -28,7 +28,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from imagesmith import http
+from imagesmith import http, settings
 from imagesmith.errors import ConfigError
 
 
@@ -54,7 +54,7 @@ class RetryPolicy:
     def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
         env = os.environ if env is None else env
         policy = cls()
-        attempts = env.get("IMAGESMITH_REGISTRY_ATTEMPTS", "").strip()
+        attempts = (settings.get("IMAGESMITH_REGISTRY_ATTEMPTS", env=env) or "").strip()
         if attempts:
             if not attempts.isdigit() or not 1 <= int(attempts) <= 1000:
                 raise ConfigError(
@@ -62,7 +62,7 @@ class RetryPolicy:
                     hint=f"a whole number from 1 to 1000 (default {cls.attempts}), or unset it",
                 )
             policy = replace(policy, attempts=int(attempts))
-        deadline = env.get("IMAGESMITH_REGISTRY_DEADLINE", "").strip()
+        deadline = (settings.get("IMAGESMITH_REGISTRY_DEADLINE", env=env) or "").strip()
         if deadline:
             try:
                 seconds = float(deadline)

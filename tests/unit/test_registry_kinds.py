@@ -35,6 +35,7 @@ username = "oauth2"
 valid_hours = 2
 install = "install the GitLab CLI (`glab`)"
 login = "run `glab auth login`"
+source = "GitLab docs, glab auth token"
 
 [[kind.realm]]
 registry = 'registry\.gitlab\.com'
