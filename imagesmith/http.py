@@ -59,7 +59,11 @@ REGISTRY = HttpPolicy(
     backoff=0.5,
     max_wait=10.0,
     deadline=180.0,
+    # an answer read whole (a tag list, a token, an error body); blobs are streamed, never read whole
+    max_bytes=32 << 20,
 )
+#: a manifest: registries store none past 4 MiB (distribution, containerd), so a larger answer is not one
+REGISTRY_MANIFEST = replace(REGISTRY, name="registry manifest", max_bytes=4 << 20)
 PACKAGE_INDEX = HttpPolicy(name="package index", connect_timeout=15.0, read_timeout=120.0)
 SOURCE_ARCHIVE = HttpPolicy(name="source archive", connect_timeout=10.0, read_timeout=60.0)
 RELEASE_INDEX = HttpPolicy(name="release index", connect_timeout=30.0, read_timeout=30.0)

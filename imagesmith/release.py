@@ -10,7 +10,12 @@ For every cell of a matrix (``--only`` globs narrow it):
    exactly D and whose predicate (the report) passed; and no signed attestation of D that failed (one per GPU
    family in the nightly: any failure holds the digest back). A report file alone is never enough: unsigned,
    altered, unknown-key and other-digest evidence is named in the refusal with its reason. Without local
-   evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again.
+   evidence, the attestations an earlier run stored beside D (``sha256-<hex>.att``) are verified again. A
+   signed pass must prove something: its verdict is recomputed from its checks and it must record the GPU
+   host (:meth:`Report.unusable_pass`), else refused naming it (stored ones like that are never counted).
+   **Content.** The entry's fields come from D's image config (:func:`image_facts`: labels of the config the
+   manifest names, hash-checked) and the verified attestations; the entry must pass the index's own parser
+   (:func:`index_problem`) before anything moves.
 3. **Promotion**, each step checked before it is done, so an interrupted run converges when rerun and a
    finished one is a no-op; a and b in every registry first, c only once a and b succeeded everywhere (a
    registry that fails leaves no release tag anywhere; a tag that fails is rolled back elsewhere):
@@ -21,10 +26,13 @@ For every cell of a matrix (``--only`` globs narrow it):
       imagesmith/attestation.py), and a readable copy of the report as an OCI artifact tagged
       ``sha256-<hex of D>.validation`` (``subject`` = D: registries with the referrers API list it);
    c. only then the release tag ``<cell id>`` is put, and read back: it must resolve to D.
+   Every blob of D is read back and hashed in every registry once (:class:`VerifiedBlobs` remembers it by
+   registry host and digest), before c: a damaged copy is repaired or named, and no tag moves.
 4. **Index.** Released cells become entries of the release index (imagesmith/index.py, docs/release.md): the
    project's index file (``[paths].release_index`` / ``--index-file``, or the index of ``--extend-from
    REGISTRY``) is extended, every entry it carries over re-verified (:func:`verify_carried`: its tag and its
-   signed attestations, in each registry), the file is updated and the same JSON is pushed as the artifact
+   signed attestations, in each registry) and rebuilt from its content (:func:`rebind_carried`: every
+   correction is named in the summary), the file is updated and the same JSON is pushed as the artifact
    tag ``release-index`` to every registry repository of the matrix (what ``imagesmith pick --index
    oci://…`` reads); with a signing key, its DSSE envelope is written beside the file (``index.json.sig``)
    and added to the artifact.
@@ -37,7 +45,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,7 +65,7 @@ from imagesmith.attestation import (
     has_attestations,
     verify_validation,
 )
-from imagesmith.compat import MinDriver
+from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError, SignatureError
 from imagesmith.index import (
     INDEX_MEDIA_TYPE,
@@ -74,16 +84,20 @@ from imagesmith.index import (
 )
 from imagesmith.refs import Registry
 from imagesmith.registry import (
+    INDEX_TYPES,
     OCI_MANIFEST,
     ManifestData,
     PromotionError,
     PromotionTarget,
     RegistryApi,
     Verify,
+    blob_digest,
     client_for,
+    copy_blob,
     copy_manifest,
     ensure_blob,
     promote,
+    read_small_blob,
     verify_blobs,
 )
 from imagesmith.tags import (
@@ -187,6 +201,9 @@ class Report:
     envelope: bytes | None = field(default=None, repr=False)  # the DSSE envelope (attached to registries)
     problem: str | None = None  # why this is not evidence (unsigned, bad signature, unknown key, …)
     claimed: str | None = None  # the digest the report.json file itself names (for messages only)
+    #: the verdict its checks give (validate's own rule, :func:`imagesmith.validate.report.verdict_of`):
+    #: the ``verdict`` field is never taken at its word
+    checks_verdict: str = ""
 
     @property
     def published_body(self) -> bytes:
@@ -211,6 +228,22 @@ class Report:
     def host_known(self) -> bool:
         """The GPU inventory check recorded model, count and driver (needed for the index's validated_on)."""
         return bool(self.gpu and self.gpu_count and self.driver)
+
+    def unusable_pass(self) -> str | None:
+        """Why this signed *passing* report cannot stand behind a release (None when it can): its checks do
+        not give "passed", or it records no GPU host (model, count and driver of the GPU inventory)."""
+        if self.checks_verdict != "passed":
+            detail = "; ".join(self.failed[:3]) or "no check passed"
+            return (
+                f"{self.path}: its verdict says passed, its checks say {self.checks_verdict} ({detail}): "
+                "the verdict is recomputed from the checks, never taken at its word"
+            )
+        if not self.host_known:
+            return (
+                f"{self.path}: a passing report that records no GPU host (its GPU inventory gives no model, "
+                "count and driver), so nothing says where it was validated"
+            )
+        return None
 
     def validated_on(self) -> ValidatedOn:
         return ValidatedOn(
@@ -252,7 +285,26 @@ def parse_report(body: bytes, *, source: str) -> Report:
         link=report.link,
         figures=report.figures,
         claimed=report.image_digest,
+        checks_verdict=_checks_verdict(report.checks),
     )
+
+
+def _checks_verdict(checks: Sequence[Mapping[str, Any]]) -> str:
+    """The verdict *checks* give by validate's own rule (any failure → failed; no check passed, or GPU checks
+    skipped for lack of a GPU → not validated; else passed)."""
+    from imagesmith.validate.report import CheckOutcome, verdict_of
+
+    outcomes = [
+        CheckOutcome(
+            name=str(c.get("name") or ""),
+            module=str(c.get("module") or ""),
+            status=str(c.get("status") or ""),
+            message=str(c.get("message") or ""),
+        )
+        for c in checks
+        if isinstance(c, Mapping)
+    ]
+    return verdict_of(outcomes)[0]
 
 
 def attested_report(attested: Attested, *, source: str, claimed: str | None = None) -> Report:
@@ -344,6 +396,252 @@ def collect_reports(dirs: Sequence[Path], trusted: Sequence[PublicKey] = ()) -> 
 
 
 # ------------------------------------------------------------------------------------------------------------
+# what the image itself says: the index's fields come from content bound to the digest
+
+#: the image-config labels (templates/Dockerfile.j2) each field of an index entry comes from
+LABEL_TORCH: Final[str] = "io.imagesmith.torch"
+LABEL_TORCHVISION: Final[str] = "io.imagesmith.torchvision"
+LABEL_VARIANT: Final[str] = "io.imagesmith.variant"
+LABEL_CUDA: Final[str] = "io.imagesmith.cuda"
+LABEL_PYTHON: Final[str] = "io.imagesmith.python"
+LABEL_MIN_FULL: Final[str] = "io.imagesmith.min-driver.full"
+LABEL_MIN_MINOR: Final[str] = "io.imagesmith.min-driver.minor-version"
+LABEL_SHM: Final[str] = "io.imagesmith.shm-min"
+#: the torch wheel's TORCH_CUDA_ARCH_LIST; an image built before it existed gets the list of its
+#: torch and variant labels from imagesmith/data/torch.toml
+LABEL_TORCH_ARCH: Final[str] = "io.imagesmith.torch-arch"
+#: the largest image config read (a config is a few KiB; the index's own cap)
+MAX_CONFIG_BYTES: Final[int] = 32 << 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageFacts:
+    """The fields of an index entry that ``pick`` decides on, as the image config of the digest states them
+    (the config blob is named by the manifest, which is named by the digest: read and hash-checked)."""
+
+    torch: str
+    torchvision: str
+    cuda: str
+    python: str
+    min_driver: MinDriver
+    arch: tuple[str, ...]
+    shm: Shm
+    platform: str
+
+
+def _facts_error(client: RegistryApi, repo: str, digest: str, message: str) -> ReleaseError:
+    return ReleaseError(
+        f"registry {client.name} ({client.host}) {repo}@{digest}: {message}",
+        hint="the image was not built by imagesmith build (or its config was altered): rebuild and push it "
+        "with imagesmith build --push, validate the new digest, then release it",
+        registry=client.name,
+        host=client.host,
+        repository=repo,
+        digest=digest,
+        fault="not an imagesmith image",
+        problem=message,
+    )
+
+
+def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
+    """What the image *digest* in *repo* says of itself: its config's labels and platform. The manifest is
+    read by digest (its content must hash to it) and the config by the digest the manifest gives (at most
+    :data:`MAX_CONFIG_BYTES`, hash-checked). ReleaseError naming the registry, the repository, the digest and
+    the label when a label is missing or not what imagesmith build writes."""
+    where = f"registry {client.name} ({client.host}) {repo}@{digest}"
+    manifest = client.get_manifest(repo, digest)
+    if manifest.media_type in INDEX_TYPES:
+        children = manifest.json().get("manifests")
+        amd64 = [
+            m
+            for m in (children if isinstance(children, list) else [])
+            if isinstance(m, dict)
+            and isinstance(m.get("platform"), dict)
+            and (m["platform"].get("os"), m["platform"].get("architecture")) == ("linux", "amd64")
+            and isinstance(m.get("digest"), str)
+        ]
+        if len(amd64) != 1:
+            raise _facts_error(client, repo, digest, "an image index without exactly one linux/amd64 image")
+        manifest = client.get_manifest(repo, amd64[0]["digest"])
+    config = manifest.json().get("config")
+    if not isinstance(config, dict):
+        raise _facts_error(client, repo, digest, "the manifest names no image config")
+    body = read_small_blob(
+        client,
+        repo,
+        config.get("digest"),
+        config.get("size"),
+        limit=MAX_CONFIG_BYTES,
+        what="image config",
+        where=where,
+    )
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        raise _facts_error(client, repo, digest, "its image config is not JSON") from None
+    inner = doc.get("config") if isinstance(doc, dict) else None
+    labels = inner.get("Labels") if isinstance(inner, dict) else None
+    labels = labels if isinstance(labels, dict) else {}
+
+    def label(name: str) -> str:
+        value = labels.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise _facts_error(client, repo, digest, f"its image config has no label {name}")
+        return value.strip()
+
+    torch, variant = label(LABEL_TORCH), label(LABEL_VARIANT)
+    full, minor = label(LABEL_MIN_FULL), label(LABEL_MIN_MINOR)
+    try:
+        min_driver = MinDriver(full=parse_driver(full), minor_version=parse_driver(minor))
+    except ConfigError as exc:
+        raise _facts_error(client, repo, digest, f"a min-driver label: {exc.message}") from None
+    if labels.get(LABEL_TORCH_ARCH):
+        arch = tuple(a.strip() for a in str(labels[LABEL_TORCH_ARCH]).split(",") if a.strip())
+    else:
+        from imagesmith import compat
+
+        try:
+            arch = tuple(compat.torch_variant(torch, variant).arch_list)
+        except ImagesmithError:
+            raise _facts_error(
+                client,
+                repo,
+                digest,
+                f"no label {LABEL_TORCH_ARCH}, and torch {torch} {variant} is not in "
+                "imagesmith/data/torch.toml",
+            ) from None
+    shm = labels.get(LABEL_SHM)
+    os_, cpu = (doc.get("os"), doc.get("architecture")) if isinstance(doc, dict) else (None, None)
+    return ImageFacts(
+        torch=torch,
+        torchvision=label(LABEL_TORCHVISION),
+        cuda=label(LABEL_CUDA),
+        python=label(LABEL_PYTHON),
+        min_driver=min_driver,
+        arch=arch,
+        shm=Shm(size=shm.strip().lower() if isinstance(shm, str) and shm.strip() else None, ipc_host=False),
+        platform=f"{os_}/{cpu}" if isinstance(os_, str) and isinstance(cpu, str) else "linux/amd64",
+    )
+
+
+def bound_entry(
+    image: ReleasedImage, facts: ImageFacts, validated_on: Sequence[ValidatedOn]
+) -> tuple[ReleasedImage, list[str]]:
+    """*image* with every field pick decides on taken from *facts* (the image config of its digest) and
+    *validated_on* (its verified, passing attestations); and what changed (``field: old → new``)."""
+    vals = tuple(sorted(set(validated_on), key=lambda v: (v.date, v.gpu, v.report_digest)))
+    new = replace(
+        image,
+        torch=facts.torch,
+        torchvision=facts.torchvision,
+        cuda=facts.cuda,
+        python=facts.python,
+        min_driver=facts.min_driver,
+        arch=facts.arch,
+        shm=facts.shm,
+        platform=facts.platform,
+        validated_on=vals,
+    )
+
+    def hosts(vs: Sequence[ValidatedOn]) -> str:
+        return (
+            ", ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.report_digest[:19]}…)" for v in vs) or "none"
+        )
+
+    changes = entry_changes(image, new)
+    if {_val_key(v) for v in image.validated_on} != {_val_key(v) for v in vals}:
+        changes.append(f"validated_on: {hosts(image.validated_on)} → {hosts(vals)}")
+    return new, changes
+
+
+def entry_changes(image: ReleasedImage, new: ReleasedImage) -> list[str]:
+    """``field: old → new`` of every field pick decides on (but validated_on) where *new* differs."""
+    changes = []
+    for name, old, now in (
+        ("torch", image.torch, new.torch),
+        ("torchvision", image.torchvision, new.torchvision),
+        ("cuda", image.cuda, new.cuda),
+        ("python", image.python, new.python),
+        ("min_driver.full", str(image.min_driver.full), str(new.min_driver.full)),
+        ("min_driver.minor", str(image.min_driver.minor_version), str(new.min_driver.minor_version)),
+        ("arch", ",".join(image.arch), ",".join(new.arch)),
+        ("shm.size", image.shm.size or "none", new.shm.size or "none"),
+        ("shm.ipc_host", str(image.shm.ipc_host).lower(), str(new.shm.ipc_host).lower()),
+        ("platform", image.platform, new.platform),
+    ):
+        if old != now:
+            changes.append(f"{name}: {old} → {now}")
+    return changes
+
+
+def _val_key(v: ValidatedOn) -> tuple[str, int, str, str, str]:
+    return (v.gpu, v.count, v.driver, v.date, v.report_digest)
+
+
+def index_problem(entry: ReleasedImage) -> str | None:
+    """What the index's own validation (:func:`imagesmith.index.parse_index`) says of an index holding only
+    *entry*, or None: nothing is promoted or written that the index writer would then refuse to read."""
+    probe = ReleaseIndex(generated=_now(), images=(entry,))
+    try:
+        parse_index(dump_index(probe), source=f"the entry release would write for {entry.tag}")
+    except ConfigError as exc:
+        return exc.message
+    return None
+
+
+def usable_evidence(attested: Sequence[Attested], *, source: str) -> tuple[list[Report], list[str]]:
+    """The passing reports among verified *attested* that can stand behind an index entry, and why each
+    other passing one cannot (verdict not borne out by its checks, no GPU host, a field the index refuses):
+    such stored evidence is named, never counted, so it cannot poison later releases."""
+    good: list[Report] = []
+    bad: list[str] = []
+    for att in attested:
+        try:
+            r = attested_report(att, source=source)
+        except ConfigError as exc:
+            bad.append(f"{source}: {exc.message}")
+            continue
+        if not r.passed:
+            continue
+        why = r.unusable_pass() or _validated_on_problem(r)
+        if why:
+            bad.append(why)
+        else:
+            good.append(r)
+    return good, bad
+
+
+def _validated_on_problem(r: Report) -> str | None:
+    probe = ReleasedImage(
+        tag="probe",
+        matrix="probe",
+        cell="probe",
+        digest=r.digest or "sha256:" + "0" * 64,
+        registries=(
+            RegistryCopy.parse(
+                name="probe", reference="probe.invalid/probe:probe", digest=r.digest or "sha256:" + "0" * 64
+            ),
+        ),
+        torch="2.5.1",
+        torchvision="0.20.1",
+        cuda="12.4",
+        python="3.11",
+        min_driver=MinDriver(full=parse_driver("450.80.02"), minor_version=parse_driver("450.80.02")),
+        arch=("8.0",),
+        shm=Shm(),
+        validated_on=(r.validated_on(),),
+        fingerprint="probe",
+        released=_now(),
+    )
+    problem = index_problem(probe)
+    if problem is None:
+        return None
+    return (
+        f"{r.path}: its validated-on record is not what a release index holds ({problem.split(': ', 2)[-1]})"
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
 # outcome
 
 
@@ -358,6 +656,8 @@ class CellResult:
     registries: dict[str, str] = field(default_factory=dict)  # name -> digest the release tag now resolves to
     vulnerabilities: VulnRecord | None = None  # the vulnerability gate's verdict (imagesmith.vulngate)
     sbom: SbomRecord | None = None  # the signed SBOM stored beside the validation attestation
+    #: what the image config of the digest says (the entry's fields come from it, not from the plan)
+    facts: ImageFacts | None = None
 
 
 @dataclass
@@ -369,6 +669,8 @@ class Outcome:
     index_changed: bool = False
     index_published: list[str] = field(default_factory=list)
     index_signature: str | None = None
+    #: carried entries rebuilt from their content: ``entry TAG: field: old → new``
+    corrections: list[str] = field(default_factory=list)
 
     def raise_for_refusals(self) -> None:
         bad = [c for c in self.cells if c.status in ("refused", "failed")]
@@ -569,6 +871,93 @@ class IndexPublicationError(ReleaseError):
 
 
 # ------------------------------------------------------------------------------------------------------------
+# blobs read back by content, remembered
+
+
+class VerifiedBlobs:
+    """The (registry host, blob digest) pairs release has read back in full and hashed: each blob it promotes
+    is verified by content at least once per registry, and a rerun (or a later cell sharing the layer) does
+    not read it again. A small JSON file under imagesmith's cache dir (``$IMAGESMITH_CACHE``,
+    ``~/.cache/imagesmith``): ``release/verified-blobs.json``. A missing, unreadable or foreign file is an
+    empty memory (everything is read again), never an error."""
+
+    #: the most pairs kept (the newest): a few MB of JSON
+    MAX_ENTRIES: Final[int] = 100_000
+
+    def __init__(self, path: Path | None) -> None:
+        import threading
+
+        self.path = path
+        self._lock = threading.Lock()
+        self._seen: dict[str, float] = {}
+        self._new = False
+        if path is None:
+            return
+        try:
+            doc = json.loads(path.read_bytes()) if path.stat().st_size < (64 << 20) else None
+        except (OSError, ValueError):
+            doc = None
+        verified = doc.get("verified") if isinstance(doc, dict) and doc.get("schema") == 1 else None
+        if isinstance(verified, dict):
+            self._seen = {
+                k: float(v)
+                for k, v in verified.items()
+                if isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+            }
+
+    @classmethod
+    def default(cls) -> VerifiedBlobs:
+        from imagesmith.config import cache_root
+
+        return cls(cache_root() / "release" / "verified-blobs.json")
+
+    @staticmethod
+    def _key(host: str, digest: str) -> str:
+        return f"{host.lower()}@{digest}"
+
+    def has(self, host: str, digest: str) -> bool:
+        with self._lock:
+            return self._key(host, digest) in self._seen
+
+    def add(self, host: str, digest: str) -> None:
+        with self._lock:
+            self._seen[self._key(host, digest)] = time.time()
+            self._new = True
+
+    def save(self) -> None:
+        """Write the file atomically (merged with what another run wrote meanwhile); errors are ignored:
+        the next run reads those blobs again."""
+        if self.path is None or not self._new:
+            return
+        with self._lock:
+            merged = {**VerifiedBlobs(self.path)._seen, **self._seen}
+            newest = dict(sorted(merged.items(), key=lambda kv: kv[1])[-self.MAX_ENTRIES :])
+            body = json.dumps({"schema": 1, "verified": newest}, sort_keys=True).encode()
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+                tmp.write_bytes(body)
+                tmp.replace(self.path)
+                self._new = False
+            except OSError:
+                pass
+
+
+def _blobs_of(client: RegistryApi, repo: str, digest: str) -> list[tuple[str, int]]:
+    """(digest, size) of every blob of the image *digest* (of each image of an image index)."""
+    manifest = client.get_manifest(repo, digest)
+    if manifest.media_type not in INDEX_TYPES:
+        return manifest.blobs()
+    out: list[tuple[str, int]] = []
+    children = manifest.json().get("manifests")
+    for i, child in enumerate(children if isinstance(children, list) else []):
+        if not isinstance(child, dict) or not isinstance(child.get("digest"), str):
+            raise manifest._invalid(f"manifests[{i}].digest is missing")
+        out += _blobs_of(client, repo, child["digest"])
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
 # the release of one cell
 
 
@@ -597,8 +986,13 @@ def release_cell(
     trusted: Sequence[PublicKey] = (),
     gate: Gate | None = None,
     sbom_for: SbomFinder | None = None,
+    verified: VerifiedBlobs | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest.
+
+    Every blob of the digest is read back and hashed in every registry of the cell once (remembered in
+    *verified*, by registry host and digest): a damaged blob a registry already held (even of the right size,
+    which the default ``--verify head`` trusts) is repaired or named, and no release tag moves.
 
     Evidence is a signed attestation that verifies with a *trusted* key and whose subject is the candidate's
     digest: from *reports* (read by :func:`collect_reports`), else stored in one of the cell's registries."""
@@ -638,13 +1032,32 @@ def release_cell(
                 )
                 continue
             store_problems += bad
+            where = f"{t.image}:{cosign_attestation_tag(digest)}"
+            usable, unusable = usable_evidence(good, source=where)
+            store_problems += (
+                unusable  # stored evidence that cannot stand behind an entry: named, not counted
+            )
+            for_digest += usable
             for att in good:
-                where = f"{t.image}:{cosign_attestation_tag(digest)}"
-                for_digest.append(attested_report(att, source=where))
-            if good:
+                r = attested_report(att, source=where)
+                if r.verdict == "failed" or r.checks_verdict == "failed":
+                    for_digest.append(r)
+            if usable:
                 break
     passing = [r for r in for_digest if r.passed]
-    failing = [r for r in for_digest if r.verdict == "failed"]
+    failing = [r for r in for_digest if r.verdict == "failed" or r.checks_verdict == "failed"]
+    unusable_passes = [why for r in passing if (why := r.unusable_pass())]
+    if (
+        unusable_passes
+    ):  # a signed pass that proves nothing: refused, naming the report, before anything moves
+        res.status = "refused"
+        res.reasons += unusable_passes
+        res.reasons.append(
+            f"validate {digest} again on a GPU host with this imagesmith (imagesmith validate "
+            f"{cell.targets[0].image}@{digest} --report DIR --sign-key KEY records the GPU inventory and "
+            "a verdict its checks bear out), and pass only that folder with --reports"
+        )
+        return res, []
     if failing:  # one failing host is enough to hold the digest back, whatever passed elsewhere
         res.status = "refused"
         for r in failing:
@@ -694,6 +1107,53 @@ def release_cell(
     report = max(passing, key=lambda r: r.date)
     envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
+    try:
+        facts = image_facts(clients[source.name], source.repo, digest)
+    except ReleaseError as exc:
+        res.status = "refused"
+        res.reasons.append(_with_fix(exc))
+        return res, []
+    except ImagesmithError as exc:
+        res.status = "failed"
+        res.reasons.append(
+            f"reading the image config of {digest} from {source.name} failed: {_with_fix(exc)}"
+        )
+        return res, []
+    res.facts = facts
+    memory = verified
+    try:
+        blobs = _blobs_of(clients[source.name], source.repo, digest) if verify != "off" else []
+    except ImagesmithError as exc:
+        res.status = "failed"
+        res.reasons.append(f"reading the manifest of {digest} from {source.name} failed: {_with_fix(exc)}")
+        return res, []
+    differ = [
+        f"{name} {said} (the plan's cell: {planned})"
+        for name, said, planned in (
+            ("torch", facts.torch, cell.torch),
+            ("torchvision", facts.torchvision, cell.torchvision),
+            ("cuda", facts.cuda, cell.cuda),
+            ("python", facts.python, cell.python),
+        )
+        if said != planned
+    ]
+    if differ:
+        res.status = "refused"
+        res.reasons.append(
+            f"the image config of the candidate {digest} says {', '.join(differ)}: it is not this cell's "
+            f"image; rebuild it: imagesmith build --matrix {cell.matrix} --only {cell.id} --push"
+        )
+        return res, []
+    probe = index_entry(cell, replace(res, registries=dict.fromkeys(held, digest)), passing, _now())
+    problem = index_problem(probe)
+    if problem is not None:  # never promote what the index writer would then refuse to read
+        res.status = "refused"
+        res.reasons.append(f"the index entry for {digest} would be invalid: {problem}; nothing was promoted")
+        return res, []
+
+    streamed: set[str] = set()  # blobs a copy of this run read from the source in full, their sha256 checked
+    streamed_lock = threading.Lock()
+    deferred: list[tuple[str, int]] = []  # the source's blobs to read back once the copies are done
 
     def prepare(t: Registry) -> tuple[list[str], str | None, ReleaseError | None]:
         """Phase 1 in one registry (its own clients when parallel): copy the manifest by digest, store the
@@ -705,11 +1165,16 @@ def release_cell(
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
             has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes + sbom_envelopes)
             tagged = c.manifest_digest(t.repo, cell.tag)
+            unread = [(d, n) for d, n in blobs if memory is None or not memory.has(c.host, d)]
         except ImagesmithError as exc:
             return [], None, _phase_one_error(f"{t.name}: {_with_fix(exc)}", t, cell, exc)
         todo = []
         if not has_manifest:
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
+        if unread:
+            todo.append(
+                f"read back {len(unread)} blob(s) of {digest[:19]}… in {t.name} and check their sha256"
+            )
         if not has_att:
             todo.append(
                 f"store {len(envelopes)} signed attestation(s)"
@@ -725,10 +1190,33 @@ def release_cell(
         if dry_run or not todo:
             return todo, tagged, None
         try:
-            if not has_manifest:
+            if not has_manifest and t.name != source.name and c.host != src.host and unread:
+                # blobs first, one by one: a missing one is streamed from the source (whose bytes are hashed
+                # on the way) and read back here; one already here is read back; either way once
+                fresh = {d for d, _ in unread}
+                for d, size in blobs:
+                    level: Verify = "full" if d in fresh else verify
+                    if copy_blob(src, source.repo, c, t.repo, d, size=size, verify=level):
+                        with streamed_lock:
+                            streamed.add(d)
+                    if d in fresh and memory is not None:
+                        memory.add(c.host, d)
+                unread.clear()
+            if not has_manifest:  # (every blob there now, unless mounted within one registry: HEADs)
                 copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
             if has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
                 verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
+                if memory is not None:  # every blob was just read and hashed: not read twice
+                    for d, _ in unread:
+                        memory.add(c.host, d)
+                unread.clear()
+            if t.name == source.name:
+                deferred.extend(unread)  # after the copies: what they streamed from here is not read again
+                unread.clear()
+            for d, size in unread:  # once per (registry, blob): a damaged copy is repaired or named
+                copy_blob(src, source.repo, c, t.repo, d, size=size, verify="read")
+                if memory is not None:
+                    memory.add(c.host, d)
             if not has_att:
                 attach_attestations(c, t.repo, digest, envelopes)
                 if sbom_envelopes:
@@ -773,6 +1261,20 @@ def release_cell(
     if dry_run:
         res.registries = {name: d for name, d in before.items() if d == digest}
         res.status = "would-promote" if res.steps else "up-to-date"
+        return res, passing
+    try:  # the source's own copy of each blob: read back unless a copy just streamed (and hashed) it
+        for d, size in deferred:
+            if d not in streamed:
+                blob_digest(clients[source.name], source.repo, d, side="source", size=size)
+            if memory is not None:
+                memory.add(clients[source.name].host, d)
+    except ImagesmithError as exc:
+        res.status = "failed"
+        res.registries = {name: d for name, d in before.items() if d is not None}
+        res.reasons.append(
+            f"promotion from {source.name} failed: {_with_fix(exc)}; no release tag was moved (rerun once "
+            "the registry's copy is repaired)"
+        )
         return res, passing
     try:
         _tag_everywhere(cell, digest, clients, before)
@@ -908,7 +1410,7 @@ def index_entry(
     cell: ReleaseCell, result: CellResult, reports: Sequence[Report], released: str
 ) -> ReleasedImage:
     assert result.digest is not None
-    return ReleasedImage(
+    entry = ReleasedImage(
         tag=cell.tag,
         matrix=cell.matrix,
         cell=cell.id,
@@ -925,12 +1427,17 @@ def index_entry(
         min_driver=cell.min_driver,
         arch=cell.arch,
         shm=Shm(size=cell.shm_size, ipc_host=False),
-        validated_on=tuple(sorted({r.validated_on() for r in reports}, key=lambda v: (v.date, v.gpu))),
+        validated_on=tuple(
+            sorted({r.validated_on() for r in reports}, key=lambda v: (v.date, v.gpu, v.report_digest))
+        ),
         fingerprint=cell.fingerprint,
         released=released,
         vulnerabilities=result.vulnerabilities,
         sbom=result.sbom,
     )
+    if result.facts is None:
+        return entry
+    return bound_entry(entry, result.facts, entry.validated_on)[0]
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -1010,20 +1517,33 @@ class Carried:
     images: tuple[ReleasedImage, ...]
     refusals: tuple[CellResult, ...]
     unverified: tuple[str, ...]
+    #: per tag: the validated-on records of the verified, passing attestations its kept copies hold
+    evidence: Mapping[str, tuple[ValidatedOn, ...]] = field(default_factory=dict)
 
 
-def _carried_evidence(client: RegistryApi, repo: str, digest: str, trusted: Sequence[PublicKey]) -> str:
+def _carried_evidence(
+    client: RegistryApi, repo: str, digest: str, trusted: Sequence[PublicKey]
+) -> tuple[str, tuple[ValidatedOn, ...]]:
     """Why the copy of *digest* in this registry lacks signed evidence today ("" when it has it): a stored
-    attestation of *digest* that verifies with a *trusted* key and passed, and none that failed."""
+    attestation of *digest* that verifies with a *trusted* key and passed — by its checks, with a GPU host —
+    and none that failed; and the validated-on records of those that count."""
     good, bad = attested_in_registry(client, repo, digest, trusted)
-    failed = [a for a in good if json.loads(a.report).get("verdict") == "failed"]
+    where = f"{client.host}/{repo}:{cosign_attestation_tag(digest)}"
+    failed = [
+        a
+        for a in good
+        if (r := attested_report(a, source=where)).verdict == "failed" or r.checks_verdict == "failed"
+    ]
     if failed:
-        return f"a signed validation attestation of {digest} ({failed[0].signer}) says failed"
-    if any(json.loads(a.report).get("verdict") == "passed" for a in good):
-        return ""
+        return f"a signed validation attestation of {digest} ({failed[0].signer}) says failed", ()
+    usable, unusable = usable_evidence(good, source=where)
+    if usable:
+        return "", tuple(r.validated_on() for r in usable)
+    why = (bad + unusable)[:1]
     return (
         f"no passing validation attestation of {digest} stored as {cosign_attestation_tag(digest)} verifies "
-        "with a trusted key" + (f" ({bad[0]})" if bad else "")
+        "with a trusted key" + (f" ({why[0]})" if why else ""),
+        (),
     )
 
 
@@ -1055,32 +1575,37 @@ def verify_carried(
                 )
             checks.append((image, copy, reg if not why else None, why))
 
-    def resolve(item: tuple[ReleasedImage, RegistryCopy, Registry | None, str]) -> tuple[str, str | None]:
+    def resolve(
+        item: tuple[ReleasedImage, RegistryCopy, Registry | None, str],
+    ) -> tuple[str, str | None, tuple[ValidatedOn, ...]]:
         _, copy, reg, why = item
         if reg is None:
-            return why, None
+            return why, None, ()
         if not trusted:
             return (
                 "error: no trusted public key is configured, so its signed attestation cannot be verified "
                 "(fix: add the validation runners' public key to [release] trusted_keys in imagesmith.toml, "
                 "or pass --trusted-key FILE)",
                 None,
+                (),
             )
         client = clients.get(reg.name) or client_for(reg)
         try:
             now = client.manifest_digest(reg.repo, copy.tag)
             if now != copy.digest:
-                return "", now
-            return _carried_evidence(client, reg.repo, copy.digest, trusted), now
+                return "", now, ()
+            why, vals = _carried_evidence(client, reg.repo, copy.digest, trusted)
+            return why, now, vals
         except ImagesmithError as exc:
-            return f"error: {_with_fix(exc)}", None
+            return f"error: {_with_fix(exc)}", None, ()
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(resolve, checks))
     keep: dict[str, list[RegistryCopy]] = {image.tag: [] for image in images}
     reasons: dict[str, list[str]] = {}
     unverified: list[str] = []
-    for (image, copy, _, _), (why, now) in zip(checks, answers, strict=True):
+    evidence: dict[str, set[ValidatedOn]] = {}
+    for (image, copy, _, _), (why, now, vals) in zip(checks, answers, strict=True):
         if why.startswith("error: "):
             unverified.append(f"{image.tag} in {copy.name}: {why.removeprefix('error: ')}")
             keep[image.tag].append(copy)
@@ -1094,13 +1619,115 @@ def verify_carried(
             )
         else:
             keep[image.tag].append(copy)
+            evidence.setdefault(image.tag, set()).update(vals)
     kept = tuple(replace(image, registries=tuple(keep[image.tag])) for image in images if keep[image.tag])
     refusals = tuple(
         CellResult(cell=image.cell, tag=image.tag, status="refused", reasons=reasons[image.tag])
         for image in images
         if image.tag in reasons
     )
-    return Carried(images=kept, refusals=refusals, unverified=tuple(unverified))
+    return Carried(
+        images=kept,
+        refusals=refusals,
+        unverified=tuple(unverified),
+        evidence={tag: tuple(vals) for tag, vals in evidence.items()},
+    )
+
+
+def _stored_validated_on(
+    cell: ReleaseCell, result: CellResult, clients: Mapping[str, RegistryApi], trusted: Sequence[PublicKey]
+) -> tuple[ValidatedOn, ...]:
+    """The validated-on records of the usable attestations of the released digest stored in the first of the
+    cell's registries that holds it (earlier runs' evidence: another GPU family's pass). A registry error
+    here leaves them out (the local evidence still stands behind the entry)."""
+    assert result.digest is not None
+    for t in cell.targets:
+        if result.registries.get(t.name) != result.digest:
+            continue
+        try:
+            good, _ = attested_in_registry(clients[t.name], t.repo, result.digest, trusted)
+        except ImagesmithError:
+            return ()
+        usable, _ = usable_evidence(good, source=f"{t.image}:{cosign_attestation_tag(result.digest)}")
+        return tuple(r.validated_on() for r in usable)
+    return ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rebound:
+    """Carried entries rebuilt from their content: what stays, the corrections made (``entry TAG: field: old →
+    new``), entries dropped (their image config is not imagesmith's) and images that could not be read."""
+
+    images: tuple[ReleasedImage, ...]
+    corrections: tuple[str, ...]
+    refusals: tuple[CellResult, ...]
+    unverified: tuple[str, ...]
+
+
+def rebind_carried(
+    carried: Carried,
+    known: Mapping[str, Registry],
+    client_for: Callable[[Registry], RegistryApi],
+    clients: Mapping[str, RegistryApi],
+) -> Rebound:
+    """Every field pick decides on, of every carried entry, from content bound to its digest: the image
+    config's labels (read from a registry whose copy was just re-verified; the config is content-addressed,
+    so any copy says the same) and the validated-on records of its verified attestations
+    (:attr:`Carried.evidence`). An entry that disagrees is rebuilt, and each change is named."""
+    images: list[ReleasedImage] = []
+    corrections: list[str] = []
+    refusals: list[CellResult] = []
+    unverified: list[str] = []
+    for image in carried.images:
+        facts: ImageFacts | None = None
+        faults: list[str] = []
+        refused: ReleaseError | None = None
+        for copy in image.registries:  # the config is content-addressed: any registry that answers will do
+            reg = known[copy.name]
+            try:
+                facts = image_facts(clients.get(reg.name) or client_for(reg), reg.repo, image.digest)
+                break
+            except ReleaseError as exc:  # the image config is not imagesmith's: the same in every registry
+                refused = exc
+                break
+            except ImagesmithError as exc:
+                faults.append(f"{image.tag} in {copy.name}: {_with_fix(exc)}")
+        if refused is not None:
+            refusals.append(
+                CellResult(
+                    cell=image.cell,
+                    tag=image.tag,
+                    status="refused",
+                    reasons=[f"carried index entry {image.tag}: {_with_fix(refused)}; the entry is dropped"],
+                )
+            )
+            continue
+        if facts is None:
+            unverified += faults
+            images.append(image)
+            continue
+        new, changes = bound_entry(image, facts, carried.evidence.get(image.tag, ()))
+        problem = index_problem(new)
+        if problem is not None:
+            refusals.append(
+                CellResult(
+                    cell=image.cell,
+                    tag=image.tag,
+                    status="refused",
+                    reasons=[f"carried index entry {image.tag}: {problem}; the entry is dropped"],
+                )
+            )
+            continue
+        corrections += [
+            f"entry {image.tag}: {c} (from its image config and signed evidence)" for c in changes
+        ]
+        images.append(new)
+    return Rebound(
+        images=tuple(images),
+        corrections=tuple(corrections),
+        refusals=tuple(refusals),
+        unverified=tuple(unverified),
+    )
 
 
 def release_cells(
@@ -1119,6 +1746,7 @@ def release_cells(
     sign_key: SigningKey | None = None,
     gate: Gate | None = None,
     sbom_for: SbomFinder | None = None,
+    verified: VerifiedBlobs | None = None,
 ) -> Outcome:
     """Release *cells* (see the module docstring) on the evidence of *reports* signed by *trusted* keys;
     write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
@@ -1132,6 +1760,7 @@ def release_cells(
                 clients[t.name] = client_for(t)
     known = {r.name: r for r in known_registries} | {t.name: t for c in cells for t in c.targets}
     outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
+    verified = verified if verified is not None else VerifiedBlobs.default()
     entries: list[ReleasedImage] = []
     base = _base_index(index_file, cells, clients, extend_from=extend_from, echo=echo)
     for cell in cells:
@@ -1146,7 +1775,9 @@ def release_cells(
             trusted=trusted,
             gate=gate,
             sbom_for=sbom_for,
+            verified=verified,
         )
+        verified.save()
         outcome.cells.append(result)
         if (
             result.digest
@@ -1154,17 +1785,29 @@ def release_cells(
             and result.registries
         ):
             old = base.by_tag(cell.tag)
-            if old is not None and old.digest == result.digest and result.status == "up-to-date":
-                entry = index_entry(cell, result, passing, old.released)
+            # released: when the tag first moved to this digest (a rerun that moved no tag keeps it)
+            kept = (
+                old is not None
+                and old.digest == result.digest
+                and not any(step.startswith("tag ") for step in result.steps)
+            )
+            entry = index_entry(cell, result, passing, old.released if old is not None and kept else _now())
+            # validated_on: every verified, passing attestation of the digest (the local ones and those
+            # stored by earlier runs), never a previous index's word
+            stored = _stored_validated_on(cell, result, clients, trusted) if not dry_run else ()
+            if result.facts is not None:
+                entry = bound_entry(entry, result.facts, (*entry.validated_on, *stored))[0]
+            if old is not None and old.digest == entry.digest:
+                # a rerun without --scan-reports keeps what the release recorded of the same digest
                 entry = replace(
                     entry,
-                    validated_on=tuple(dict.fromkeys(old.validated_on + entry.validated_on)),
-                    # a rerun without --scan-reports keeps what the release recorded (same digest)
                     vulnerabilities=entry.vulnerabilities or old.vulnerabilities,
                     sbom=entry.sbom or old.sbom,
                 )
-            else:
-                entry = index_entry(cell, result, passing, _now())
+                # the index said otherwise of this digest
+                outcome.corrections += [
+                    f"entry {entry.tag}: {c} (from its image config)" for c in entry_changes(old, entry)
+                ]
             entries.append(entry)
     fresh = {e.tag for e in entries}
     carried = verify_carried(
@@ -1189,7 +1832,25 @@ def release_cells(
         )
         outcome.index_changed = False
         return outcome
-    base_kept = replace(base, images=carried.images)
+    rebound = rebind_carried(carried, known, client_for, clients)
+    outcome.cells.extend(rebound.refusals)
+    outcome.corrections += rebound.corrections
+    if rebound.unverified:
+        outcome.cells.append(
+            CellResult(
+                cell="(index)",
+                tag=INDEX_ARTIFACT_TAG,
+                status="failed",
+                reasons=[
+                    "the image configs of carried index entries could not be read, so the index was neither "
+                    "written nor published (rerun when the registries answer): "
+                    + "; ".join(rebound.unverified)
+                ],
+            )
+        )
+        outcome.index_changed = False
+        return outcome
+    base_kept = replace(base, images=rebound.images)
     merged = base_kept.merged(entries, generated=base.generated)
     merged = replace(
         merged, registries=tuple(sorted({c.host for image in merged.images for c in image.registries}))
@@ -1203,6 +1864,19 @@ def release_cells(
         return outcome
     if outcome.index_changed:
         merged = replace(merged, generated=_now())
+        try:  # what is written must read back: never leave a file the next release cannot load
+            parse_index(dump_index(merged), source=str(index_file))
+        except ConfigError as exc:
+            outcome.cells.append(
+                CellResult(
+                    cell="(index)",
+                    tag=INDEX_ARTIFACT_TAG,
+                    status="failed",
+                    reasons=[f"the index was neither written nor published: {_with_fix(exc)}"],
+                )
+            )
+            outcome.index_changed = False
+            return outcome
         save_index(merged, index_file)
     body = dump_index(load_index(index_file)).encode()
     signature = index_signature_path(index_file)

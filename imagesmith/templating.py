@@ -323,6 +323,8 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "entrypoint_cell": _entrypoint_cell(cell),
         "interactive": INTERACTIVE_DEFAULTS,
         "layer_epoch": LAYER_EPOCH,
+        # the torch wheel's TORCH_CUDA_ARCH_LIST: release reads the index entry's `arch` from this label
+        "torch_arch": ",".join(compat.torch_variant(cell.torch, cell.variant).arch_list),
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
     # requirements.txt and mount the same layer files (and wheel-layer.sh), so each wheel layer is built once

@@ -79,6 +79,7 @@ def release_text(outcome: Outcome) -> str:
     if outcome.index_signature:
         lines.append(f"index signature: {outcome.index_signature}")
     lines += [f"index published: {p}" for p in outcome.index_published]
+    lines += [f"corrected: {c}" for c in outcome.corrections]
     return "\n".join(lines)
 
 
@@ -87,11 +88,12 @@ def release_json(outcome: Outcome) -> str:
         {
             "matrix": outcome.matrix,
             "dry_run": outcome.dry_run,
-            "cells": [vars(c) for c in outcome.cells],
+            "cells": [{k: v for k, v in vars(c).items() if k != "facts"} for c in outcome.cells],
             "index_file": outcome.index_file,
             "index_changed": outcome.index_changed,
             "index_published": outcome.index_published,
             "index_signature": outcome.index_signature,
+            "corrections": outcome.corrections,
         },
         indent=2,
         default=_record,

@@ -163,6 +163,19 @@ def plan_command(
         console.print("\nnccl-tests builder per cell:")
         for c in plan.cells:
             console.print(f"  {c.id}: {c.toolkit_note}", markup=False)
+        unhashed = [c for c in plan.cells if not c.hashed]
+        if unhashed:  # a hand-written lock (an index unreachable where it was made) says so, per cell
+            console.print(
+                f"\n{len(unhashed)} cell(s) whose lock has no sha256 for every pin (build refuses them "
+                "unless --allow-unhashed):"
+            )
+            for c in unhashed:
+                console.print(
+                    f"  {c.id}: lock {Path(c.lock_file).name}: "
+                    + (c.lock_note or "no hashes")
+                    + f"; fix: imagesmith lock --matrix {m.name} --force where its index is reachable",
+                    markup=False,
+                )
         console.print(f"\ndropped {len(plan.dropped)} combination(s):")
         for d in plan.dropped:
             console.print(f"  {d.combination}: {d.reason}", markup=False)

@@ -278,7 +278,8 @@ def release(
         typer.Option(
             "--verify",
             help="how far copies trust blobs: head (default), read, full (also read back blobs already "
-            "promoted; the nightly); default $IMAGESMITH_VERIFY",
+            "promoted; the nightly); default $IMAGESMITH_VERIFY. At every level, each promoted blob is read "
+            "back and hashed once per registry (remembered in the cache: a rerun reads nothing again)",
         ),
     ] = None,
     trusted_key: Annotated[

@@ -19,7 +19,7 @@ from imagesmith.registry.api import (
     ManifestData,
     RegistryApi,
 )
-from imagesmith.registry.faults import _Transient, answer_codes
+from imagesmith.registry.faults import MAX_MANIFEST_BYTES, _TooLarge, _Transient, answer_codes
 from imagesmith.registry.transport import _length
 from imagesmith.registry.upload import Uploader, _Upload
 
@@ -59,12 +59,26 @@ class RegistryClient(Uploader):
         what = f"GET manifest {repo}:{reference}"
         problem = ""
         for _ in range(3):
-            resp = self._call(
-                "GET",
-                f"/v2/{repo}/manifests/{reference}",
-                scope=self._scope(repo),
-                headers={"Accept": ACCEPT_MANIFESTS},
-            )
+            try:
+                resp = self._retrying(
+                    lambda started: self._send(
+                        "GET",
+                        f"/v2/{repo}/manifests/{reference}",
+                        scope=self._scope(repo),
+                        headers={"Accept": ACCEPT_MANIFESTS},
+                        started=started,
+                        limit=MAX_MANIFEST_BYTES,
+                    )
+                )
+            except _TooLarge as exc:
+                raise self._fail(
+                    what,
+                    exc.describe("the manifest") + " (no registry stores a larger one)",
+                    hint=f"registry {self.name} (or a proxy in front of it) serves something that is not an "
+                    "image manifest there: check the reference, the registry's storage and any proxy in "
+                    "between, or drop that registry",
+                    fault="too large",
+                ) from None
             self._check(resp, what, (200,))
             body = resp.content
             digest = "sha256:" + hashlib.sha256(body).hexdigest()

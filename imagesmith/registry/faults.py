@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import requests
+import urllib3
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -96,6 +97,28 @@ class RetryPolicy:
         """(connect, read) timeouts for a request of an operation that started at *started*."""
         left = max(1.0, self.deadline - (time.monotonic() - started))
         return (min(self.connect_timeout, left), min(self.read_timeout, left))
+
+
+#: the largest manifest read (:data:`imagesmith.http.REGISTRY_MANIFEST`): registries refuse to store larger
+#: ones, so a larger answer is not an image manifest and is not read into memory
+MAX_MANIFEST_BYTES: int = http.REGISTRY_MANIFEST.max_bytes or 0
+#: the largest other answer read whole, a tag list, a token (:data:`imagesmith.http.REGISTRY`)
+MAX_ANSWER_BYTES: int = http.REGISTRY.max_bytes or 0
+#: the most of an error answer read (of a streamed request: a blob GET whose error body is endless)
+ERROR_BODY_BYTES = 1 << 20
+
+
+class _TooLarge(http.TooLarge):
+    """An answer past the size cap of what was asked for: never read further, never retried; *size* is what
+    its ``Content-Length`` said, when it said it."""
+
+    def __init__(self, limit: int, size: int | None) -> None:
+        super().__init__(limit)
+        self.size = size
+
+    def describe(self, what: str = "the answer") -> str:
+        said = f"{self.size} bytes (Content-Length)" if self.size is not None else "longer"
+        return f"{what} is {said}, past the {self.limit >> 20} MiB cap; it was not read"
 
 
 class _Transient(Exception):
@@ -217,19 +240,37 @@ def registry_fault(text: str) -> RegistryFault | None:
     return None
 
 
-def _error_codes(resp: requests.Response) -> tuple[list[str], str]:
+def _error_body(resp: requests.Response) -> bytes:
+    """The error answer's body: what was read already, or (a streamed answer) at most
+    :data:`ERROR_BODY_BYTES` of it — never an endless body read whole."""
+    kept = getattr(resp, "imagesmith_error_body", None)
+    if isinstance(kept, bytes):
+        return kept
+    if getattr(resp, "_content_consumed", True) is not False or getattr(resp, "raw", None) is None:
+        return resp.content or b""
     try:
-        data = resp.json()
+        body = resp.raw.read(ERROR_BODY_BYTES, decode_content=True) or b""
+    except (urllib3.exceptions.HTTPError, OSError):
+        body = b""
+    resp.imagesmith_error_body = body  # type: ignore[attr-defined]  # read once: the next look gets it
+    return body
+
+
+def _error_codes(resp: requests.Response) -> tuple[list[str], str]:
+    body = _error_body(resp)
+    text = body.decode("utf-8", "replace")
+    try:
+        data = json.loads(body)
         errors = (data.get("errors") if isinstance(data, dict) else None) or []
     except ValueError:
-        return [], resp.text[:300].strip()
+        return [], text[:300].strip()
     codes = [str(e.get("code", "")) for e in errors if isinstance(e, dict)]
     messages = "; ".join(
         f"{e.get('code', '')}: {e.get('message', '')}" + _detail(e.get("detail"))
         for e in errors
         if isinstance(e, dict)
     )
-    return codes, messages or resp.text[:300].strip()
+    return codes, messages or text[:300].strip()
 
 
 def lasting_fault(status: int, message: str) -> RegistryFault | None:

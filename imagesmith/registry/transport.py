@@ -32,8 +32,10 @@ from imagesmith.credentials import (
 from imagesmith.errors import ManifestUnknownError, RegistryError
 from imagesmith.registry.api import UPLOAD_CHUNK
 from imagesmith.registry.faults import (
+    MAX_ANSWER_BYTES,
     RetryPolicy,
     _error_codes,
+    _TooLarge,
     _Transient,
     answer_codes,
     lasting_fault,
@@ -344,6 +346,7 @@ class Transport:
         stream: bool = False,
         allow_redirects: bool = True,
         started: float | None = None,
+        limit: int = MAX_ANSWER_BYTES,
     ) -> requests.Response:
         """One request with auth (challenge answered once). Raises _Transient on retryable faults; a 5xx whose
         body says the fault will not pass by itself (storage full, quota) is returned for :meth:`_check`.
@@ -369,7 +372,13 @@ class Transport:
                     allow_redirects=False,
                 )
                 if not stream:  # the whole answer within the read timeout, not one byte per timeout
-                    _read_within(resp, time.monotonic() + timeout[1], f"{verb} {_short(target)}")
+                    _read_within(
+                        resp,
+                        time.monotonic() + timeout[1],
+                        f"{verb} {_short(target)}",
+                        limit,
+                        head=verb == "HEAD",
+                    )
                 return resp
             except requests.exceptions.SSLError as exc:
                 raise self._fail(
@@ -519,7 +528,19 @@ class Transport:
         return attempt(token)
 
     def _call(self, method: str, url: str, **kw: Any) -> requests.Response:
-        return self._retrying(lambda started: self._send(method, url, started=started, **kw))
+        """:meth:`_send` with the policy's retries; an answer past its size cap (``limit``) is one error
+        naming the registry and the request, never retried."""
+        try:
+            return self._retrying(lambda started: self._send(method, url, started=started, **kw))
+        except _TooLarge as exc:
+            raise self._fail(
+                f"{method} {_short(url)}",
+                exc.describe(),
+                hint=f"registry {self.name} (or a proxy in front of it) serves something that is not what "
+                "the registry API answers there: check the reference and the registry, or drop it from the "
+                "registries file",
+                fault="too large",
+            ) from None
 
     def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:
         if resp.status_code in ok:
@@ -590,12 +611,20 @@ class _ReadBy:
     reads it as it reads any urllib3 stream (``stream``), here chunk by chunk as the bytes arrive (``read1``),
     raising _Transient once the deadline has passed and ChunkedEncodingError for a broken stream."""
 
-    def __init__(self, resp: requests.Response, until: float, what: str) -> None:
+    def __init__(
+        self, resp: requests.Response, until: float, what: str, limit: int = MAX_ANSWER_BYTES
+    ) -> None:
         self._resp, self._raw, self._until, self._what = resp, resp.raw, until, what
+        self._limit = limit
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
+        got = 0
         try:
             while chunk := self._raw.read1(1 << 16, decode_content=True):
+                got += len(chunk)
+                if got > self._limit:  # past the cap: closed, not read on
+                    self._resp.close()
+                    raise _TooLarge(self._limit, None)
                 yield chunk
                 if time.monotonic() > self._until:
                     self._resp.close()
@@ -610,12 +639,20 @@ class _ReadBy:
         return getattr(self._raw, name)
 
 
-def _read_within(resp: requests.Response, until: float, what: str) -> None:
+def _read_within(
+    resp: requests.Response, until: float, what: str, limit: int = MAX_ANSWER_BYTES, *, head: bool = False
+) -> None:
     """Read *resp*'s body into it (as ``stream=False`` does: ``resp.content``), giving up at *until*: a
     registry that sends its answer a byte at a time (each read quick, so no read timeout fires) is a transient
-    fault, not a hang. requests itself reads and keeps the body; only its stream is the deadline's."""
+    fault, not a hang. requests itself reads and keeps the body; only its stream is the deadline's. At most
+    *limit* bytes: a larger ``Content-Length`` (not of a HEAD, which has no body) or body is
+    :class:`~imagesmith.registry.faults._TooLarge`, closed without reading on."""
+    length = resp.headers.get("Content-Length", "").strip()
+    if not head and length.isdigit() and int(length) > limit:
+        resp.close()
+        raise _TooLarge(limit, int(length))
     raw = resp.raw
-    resp.raw = _ReadBy(resp, until, what)
+    resp.raw = _ReadBy(resp, until, what, limit)
     try:
         resp.content  # noqa: B018 (read and kept by requests)
     finally:

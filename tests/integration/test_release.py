@@ -53,8 +53,39 @@ def _sha(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def push_image(client: RegistryClient, repo: str, tag: str, content: str) -> str:
-    """Upload a one-layer image (real tar.gz layer, image config, OCI manifest); returns its digest."""
+def image_labels(rc: ReleaseCell) -> dict[str, str]:
+    """The labels imagesmith build gives the image of *rc* (templates/Dockerfile.j2): what release reads
+    the index entry's fields from."""
+    return {
+        "io.imagesmith.cell": rc.id,
+        "io.imagesmith.torch": rc.torch,
+        "io.imagesmith.torchvision": rc.torchvision,
+        "io.imagesmith.variant": "cu" + rc.cuda.replace(".", ""),
+        "io.imagesmith.cuda": rc.cuda,
+        "io.imagesmith.python": rc.python,
+        "io.imagesmith.torch-arch": ",".join(rc.arch),
+        "io.imagesmith.min-driver.full": str(rc.min_driver.full),
+        "io.imagesmith.min-driver.minor-version": str(rc.min_driver.minor_version),
+        "io.imagesmith.shm-min": rc.shm_size or "",
+        "io.imagesmith.fingerprint": rc.fingerprint,
+    }
+
+
+def smoke_labels(matrix: Path, registries: Path) -> dict[str, str]:
+    """:func:`image_labels` of the first cell of the smoke matrix copy *matrix*."""
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+
+    return image_labels(
+        ReleaseCell.from_plan(build_plan(load_matrix(matrix, registries_file=registries)).cells[0])
+    )
+
+
+def push_image(
+    client: RegistryClient, repo: str, tag: str, content: str, *, labels: dict[str, str] | None = None
+) -> str:
+    """Upload a one-layer image (real tar.gz layer, image config, OCI manifest); returns its digest. Its
+    config carries *labels* (default: those of :func:`cell`'s image, as imagesmith build writes them)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
         data = content.encode()
@@ -67,7 +98,12 @@ def push_image(client: RegistryClient, repo: str, tag: str, content: str) -> str
         {
             "architecture": "amd64",
             "os": "linux",
-            "config": {"Labels": {"io.imagesmith.test": content}},
+            "config": {
+                "Labels": {
+                    "io.imagesmith.test": content,
+                    **(image_labels(cell("x", ())) if labels is None else labels),
+                }
+            },
             "rootfs": {"type": "layers", "diff_ids": [_sha(raw.getvalue())]},
         }
     ).encode()
@@ -102,9 +138,11 @@ def write_report(
     failed: str | None = None,
     key: signing.SigningKey | None = KEY,
     digest: str | None = None,
+    gpus: int = 2,
 ) -> Path:
     """report.json as imagesmith validate writes it and, signed by *key* (None: unsigned), the attestation
-    of *digest* (default: the digest at the end of *target*, as the engine would report it)."""
+    of *digest* (default: the digest at the end of *target*, as the engine would report it). Its GPU
+    inventory lists *gpus* H200s (0: a report that records no GPU host)."""
     folder.mkdir(parents=True, exist_ok=True)
     checks: list[dict[str, Any]] = [
         {
@@ -113,10 +151,10 @@ def write_report(
             "status": "passed",
             "message": "",
             "figures": {
-                "count": 2,
+                "count": gpus,
                 "gpus": [
                     {"index": i, "name": "NVIDIA H200", "memory_mib": 143771, "driver": "580.159.04"}
-                    for i in range(2)
+                    for i in range(gpus)
                 ],
             },
         }
@@ -539,7 +577,13 @@ def test_cli_release_smoke_matrix(
     res = run_cli("candidates", "--matrix", str(matrix), "--registries", str(registries), "--pinned")
     assert res.exit_code == ReleaseError.exit_code
     assert f"no candidate pushed for {cid}" in res.stderr
-    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", "smoke candidate")
+    digest = push_image(
+        regs.plain_client(),
+        repo,
+        f"{cid}-candidate",
+        "smoke candidate",
+        labels=smoke_labels(matrix, registries),
+    )
     args = [
         "--matrix",
         str(matrix),
@@ -596,8 +640,9 @@ def test_cli_release_refuses_forged_and_tampered_evidence(
 
     matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
     plain, tls = regs.plain_client(), regs.auth_client()
-    digest = push_image(plain, repo, f"{cid}-candidate", "attested candidate")
-    assert push_image(tls, repo, f"{cid}-candidate", "attested candidate") == digest
+    labels = smoke_labels(matrix, registries)
+    digest = push_image(plain, repo, f"{cid}-candidate", "attested candidate", labels=labels)
+    assert push_image(tls, repo, f"{cid}-candidate", "attested candidate", labels=labels) == digest
     other = push_image(plain, repo, "other", "another image")
     pinned = f"{regs.plain}/{repo}@{digest}"
     pub = tmp_path / "keys" / "validation.pub"

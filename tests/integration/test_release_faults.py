@@ -18,7 +18,7 @@ from imagesmith.refs import Registry
 from imagesmith.registry import RegistryClient
 from imagesmith.release import collect_reports, release_cells
 from tests.faultproxy import Action, FaultProxy, Request, fault_proxy
-from tests.integration.test_release import TRUSTED, cell, push_image, write_report
+from tests.integration.test_release import TRUSTED, cell, push_image, smoke_labels, write_report
 from tests.localinfra import TempRegistry, temp_registry
 
 pytestmark = pytest.mark.registry
@@ -265,7 +265,8 @@ def test_cli_release_with_one_registry_failing_exits_8_naming_it_and_tags_none(
         monkeypatch.setenv("IMAGESMITH_REGISTRY_ATTEMPTS", "2")
         monkeypatch.setenv("IMAGESMITH_REGISTRY_DEADLINE", "10")
         cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
-        (digest,) = {push_image(r.client(), repo, f"{cid}-candidate", "cli") for r in three}
+        labels = smoke_labels(matrix, registries)
+        (digest,) = {push_image(r.client(), repo, f"{cid}-candidate", "cli", labels=labels) for r in three}
         write_report(tmp_path / "reports" / cid, f"{three[0].addr}/{repo}@{digest}", "passed")
         pub = tmp_path / "validation.pub"
         pub.write_bytes(KEY.public.pem)

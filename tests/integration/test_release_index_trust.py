@@ -24,6 +24,7 @@ from tests.integration.test_release import (
     cell,
     clients_for,
     push_image,
+    smoke_labels,
     smoke_setup,
     targets,
     write_report,
@@ -156,7 +157,9 @@ def test_cli_refuses_then_extends_the_named_registrys_index(
 ) -> None:
     """The real command on a copy of the smoke matrix whose registries are the local ones (own repository)."""
     matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
-    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
+    digest = push_image(
+        regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}", labels=smoke_labels(matrix, registries)
+    )
     write_report(tmp_path / "reports" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
     base = ["release", "--matrix", str(matrix), "--registries", str(registries)]
     (tmp_path / "validation.pub").write_bytes(TRUSTED[0].pem)

@@ -123,6 +123,21 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
         assert labels["io.imagesmith.suite"] == row["suite"]
         assert labels["io.imagesmith.torch"] == cell.torch
         assert labels["io.imagesmith.cuda"] == cell.cuda
+        # what release reads an index entry's fields from (issue 25): the plan's values, from the image itself
+        from imagesmith.release import ReleaseCell, image_facts
+
+        facts, planned = image_facts(client, repo, digest), ReleaseCell.from_plan(cell)
+        assert (facts.torch, facts.torchvision, facts.cuda, facts.python) == (
+            planned.torch,
+            planned.torchvision,
+            planned.cuda,
+            planned.python,
+        )
+        assert (facts.arch, facts.min_driver, facts.shm.size) == (
+            planned.arch,
+            planned.min_driver,
+            planned.shm_size,
+        )
 
     # 3. remove locally, pull back from the TLS registry, run torch
     engine, tls, ref = pull_back_from_tls(cell, str(row["suite"]), regs)
