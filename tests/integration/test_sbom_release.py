@@ -22,7 +22,14 @@ from imagesmith.attestation import DSSE_MEDIA_TYPE, PREDICATE_ANNOTATION, VALIDA
 from imagesmith.index import load_index
 from imagesmith.release import collect_reports, release_cells, sbom_finder
 from imagesmith.tags import cosign_attestation_tag
-from tests.integration.test_release import TRUSTED, cell, clients_for, targets, write_report
+from tests.integration.test_release import (
+    TRUSTED,
+    cell,
+    clients_for,
+    image_labels,
+    targets,
+    write_report,
+)
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
@@ -55,6 +62,8 @@ def image(regs: LocalRegistries) -> Iterator[str]:
         dist = f"{SITE}/{name.replace('-', '_')}-{version}.dist-info"
         meta = f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\nLicense: BSD-3-Clause\\n"
         lines.append(f"RUN mkdir -p {dist} && printf '{meta}' > {dist}/METADATA && touch {dist}/RECORD")
+    # the labels imagesmith build writes: release reads the index entry's fields from them (issue 25)
+    lines += [f"LABEL {k}={json.dumps(v)}" for k, v in image_labels(cell("c", ())).items()]
     tag = f"{repo}:c-candidate"
     _docker("build", "-q", "-t", tag, "-", stdin="\n".join(lines) + "\n")
     _docker("push", "-q", tag)
