@@ -18,8 +18,8 @@ build never silently lands on another base.
 
 ``origin = "local"`` marks a base made on each machine (this project's own CI imports a debootstrap of Debian
 on every machine, so its digest differs from one machine to the next) or one the lock's writer cannot reach:
-it is not pinned in the project (a lock must not depend on the machine that wrote it). The build resolves it
-on the machine, builds every stage from that one digest, and says so in its summary.
+it is not pinned in the project (a lock must not depend on the machine that wrote it): the plan and the build
+take it by name, exactly as without a lock, and the build summary says so.
 
 Escrow (``[bases] escrow = "<registry name>"`` in ``imagesmith.toml``): ``lock --bases`` copies every
 pinned base by digest into that registry of the project's registries file (the verified cross-registry copy
@@ -200,7 +200,7 @@ def _entry(shown: str, name: str, raw: object) -> BaseEntry:
             raise _bad(
                 shown,
                 f'{where}.{extra[0]}: a base made locally (origin = "local") carries no {extra[0]}: its '
-                "digest is resolved on each machine",
+                "it is taken by name on each machine",
                 f'write "{name}" = {{ origin = "local" }}, or drop origin to pin it',
             )
         return BaseEntry(name=name, origin="local")
@@ -232,7 +232,7 @@ def write_bases(lock_dir: Path, entries: Iterable[BaseEntry]) -> Path:
     path = bases_path(lock_dir)
     lines = [
         '# Base images by digest: `imagesmith lock --bases` (docs/build.md, "Base images by digest").',
-        '# One line per image; origin = "local": made on each machine, resolved where it is built.',
+        '# One line per image; origin = "local": made on each machine, taken by name.',
         "schema = 1",
         "",
         "[bases]",

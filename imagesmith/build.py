@@ -215,8 +215,9 @@ class BaseSources:
 
     A base the project's ``bases.toml`` pins: ``mirror/path:tag@digest`` when the registry (through the
     registry-mirror map) still serves that digest, else the escrow copy by digest (``[bases] escrow``), saying
-    so; neither → BuildError. A base marked ``origin = "local"``: its tag resolved on this machine, every
-    stage pulled by that digest. A base of a project without a base lock: by name, as the mirror map gives it.
+    so; neither → BuildError. A base marked ``origin = "local"`` (made on this machine): by name, as without
+    a lock, and the summary says so. A base of a project without a base lock: by name, through the mirror
+    map.
     """
 
     def __init__(
@@ -246,20 +247,11 @@ class BaseSources:
         mapped = self.config.apply_mirror(image)
         if digest is None and not local:
             return mapped, None
+        if local:  # made on this machine (or only the engine holds it): by name, exactly as without a lock
+            return mapped, f'base {image} is made locally (bases.toml origin = "local"): built by name'
+        assert digest is not None
         pull = bases.pull_ref(image, self.config)
         client = self.client_for(bases.endpoint(pull, self.known))
-        if local:
-            try:
-                got = bases.resolve(image, self.config, client=client)
-            except ImagesmithError as exc:  # an image only in the engine (imported or built on this host)
-                return mapped, (
-                    f'base {image} is made locally (bases.toml origin = "local") and no registry serves it '
-                    f"({exc.message.splitlines()[0]}): built by name from the engine's own copy"
-                )
-            return f"{mapped}@{got.digest}", (
-                f'base {image} is made locally (bases.toml origin = "local"): {got.digest} on this machine'
-            )
-        assert digest is not None
         try:
             served = client.manifest_digest(pull.path, digest)
             why = "" if served == digest else f"{pull.registry} no longer serves {pull.path}@{digest}"

@@ -99,7 +99,7 @@ class Cell:
     #: (image, digest) of each base/builder/devel image the project's ``bases.toml`` pins (hashed into the
     #: fingerprint, rendered as ``name@digest``); empty without a base lock (bases go by name)
     base_digests: tuple[tuple[str, str], ...] = ()
-    #: images of the cell the base lock marks ``origin = "local"`` (resolved on the machine at build time)
+    #: images of the cell the base lock marks ``origin = "local"`` (made on each machine: taken by name)
     base_local: tuple[str, ...] = ()
     #: (image, previous digest) of each pinned base whose lock entry records that it moved
     base_moves: tuple[tuple[str, str], ...] = ()

@@ -181,10 +181,7 @@ def _bases_line(cell: Any) -> str:
     pinned = dict(cell.base_digests)
     if not pinned and not cell.base_local:
         return ", ".join(images) + " by name (no locks/bases.toml: `imagesmith lock --bases` pins them)"
-    parts = [
-        f"{i}@{pinned[i][:19]}…" if i in pinned else f"{i} (made locally: resolved where it is built)"
-        for i in images
-    ]
+    parts = [f"{i}@{pinned[i][:19]}…" if i in pinned else f"{i} (made locally: by name)" for i in images]
     moved = cell.moved_notes()
     return ", ".join(parts) + (f"; rebuilt: {'; '.join(moved)}" if moved else "")
 
@@ -379,7 +376,7 @@ def lock_command(
         help="Only pin the base, builder and devel images of the matrices (all of the project's, or "
         "--matrix) "
         "to digests in locks/bases.toml: one manifest HEAD per image through the registry-mirror map; with "
-        "[bases] escrow, copies each pinned base there by digest. Resolves no wheels.",
+        "bases.escrow in imagesmith.toml, copies each pinned base there by digest. Resolves no wheels.",
     ),
     sizes: bool = typer.Option(
         False,
@@ -404,6 +401,14 @@ def lock_command(
     if sizes and no_sizes:
         raise ConfigError("--sizes and --no-sizes contradict each other", hint="give one of them")
     if bases:
+        other = [
+            f for f, on in (("--sizes", sizes), ("--force", force), ("--keep-versions", keep_versions)) if on
+        ]
+        if other:
+            raise ConfigError(
+                f"--bases and {other[0]} do not go together: --bases pins base images only",
+                hint="run `imagesmith lock --bases` and the wheel lock as two commands",
+            )
         _lock_bases(project, matrix)
         return
     if sizes:
@@ -491,7 +496,7 @@ def _lock_bases(project: Project, matrix: str | None) -> None:
     for image in images:
         old = entries.get(image)
         if old is not None and old.origin == "local":
-            typer.echo(f"local   {image} (made on each machine: resolved where it is built)")
+            typer.echo(f"local   {image} (made on each machine: taken by name, not pinned)")
             continue
         started = time.monotonic()
         try:

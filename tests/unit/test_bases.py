@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -270,3 +272,40 @@ def test_build_without_upstream_or_escrow_refuses(tmp_path: Path) -> None:
     sources = BaseSources(CONFIG, escrow=ESCROW, client_for=lambda r: _Reg({}))  # type: ignore[arg-type,return-value]
     with pytest.raises(BuildError, match="holds no proj/bases/library/debian@"):
         sources.ref(replace(cell), "debian:bookworm")
+
+
+def test_lock_bases_takes_no_wheel_flags(run_cli: Callable[..., Any]) -> None:
+    result = run_cli("lock", "--bases", "--force")
+    assert result.exit_code == 2
+    assert "--bases and --force do not go together" in result.stderr
+
+
+def test_escrow_must_name_a_registry_of_the_project(tmp_path: Path) -> None:
+    from imagesmith.bases import escrow_registry
+    from imagesmith.errors import ConfigError
+    from imagesmith.project import load_project
+
+    root = _smoke_project(tmp_path)
+    (root / "imagesmith.toml").write_text('schema = 1\nname = "t"\n[bases]\nescrow = "nowhere"\n')
+    with pytest.raises(
+        ConfigError, match=re.escape("bases.escrow = 'nowhere' is no registry of matrices/registries.toml")
+    ):
+        escrow_registry(load_project(root / "imagesmith.toml"))
+    (root / "imagesmith.toml").write_text('schema = 1\nname = "t"\n[bases]\nescrow = "local-plain"\n')
+    esc = escrow_registry(load_project(root / "imagesmith.toml"))
+    assert esc is not None
+    assert escrow_repo(esc, "debian:bookworm") == "imagesmith/bases/library/debian"
+
+
+def test_a_base_made_locally_is_built_by_name_without_a_request(tmp_path: Path) -> None:
+    root = _smoke_project(tmp_path)
+    write_bases(root / "locks", [BaseEntry(name="debian:bookworm", origin="local")])
+    (cell,) = _plan(root).cells
+
+    def no_registry(r: Registry) -> Any:
+        raise AssertionError(f"a registry was asked ({r.host}) for a base made locally")
+
+    sources = BaseSources(CONFIG, escrow=ESCROW, client_for=no_registry)
+    assert build_args(cell, CONFIG, sources)["BASE_IMAGE"] == "127.0.0.1:5000/hub/library/debian:bookworm"
+    _ref, note = sources.ref(cell, "debian:bookworm")
+    assert note == 'base debian:bookworm is made locally (bases.toml origin = "local"): built by name'
