@@ -247,9 +247,10 @@ class BaseSources:
         mapped = self.config.apply_mirror(image)
         if digest is None and not local:
             return mapped, None
-        if local:  # made on this machine (or only the engine holds it): by name, exactly as without a lock
+        if (
+            digest is None
+        ):  # made on this machine (or only the engine holds it): by name, exactly as without a lock
             return mapped, f'base {image} is made locally (bases.toml origin = "local"): built by name'
-        assert digest is not None
         pull = bases.pull_ref(image, self.config)
         client = self.client_for(bases.endpoint(pull, self.known))
         try:

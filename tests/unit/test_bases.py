@@ -309,3 +309,22 @@ def test_a_base_made_locally_is_built_by_name_without_a_request(tmp_path: Path) 
     assert build_args(cell, CONFIG, sources)["BASE_IMAGE"] == "127.0.0.1:5000/hub/library/debian:bookworm"
     _ref, note = sources.ref(cell, "debian:bookworm")
     assert note == 'base debian:bookworm is made locally (bases.toml origin = "local"): built by name'
+
+
+def test_planning_every_matrix_parses_each_lock_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached plan of every matrix stays well under a second: each wheel lock (read by every matrix's plan
+    for the layer order) and the size table are parsed once per content, not once per matrix."""
+    import imagesmith.lock as lock_mod
+    import imagesmith.wheelsizes as sizes_mod
+
+    lock_mod._parsed.cache_clear()
+    sizes_mod._parsed_sizes.cache_clear()
+    calls: list[str] = []
+    real_lock, real_sizes = lock_mod.parse_lock, sizes_mod.parse_sizes
+    monkeypatch.setattr(lock_mod, "parse_lock", lambda t, p, k: calls.append(str(p)) or real_lock(t, p, k))
+    monkeypatch.setattr(sizes_mod, "parse_sizes", lambda t, p: calls.append(str(p)) or real_sizes(t, p))
+    for name in PROJECT.matrix_names():
+        build_plan(load_matrix(name, project=PROJECT), project=PROJECT)
+    assert len(PROJECT.matrix_names()) >= 8
+    assert calls
+    assert len(calls) == len(set(calls)), "a lock or the size table was parsed twice"
