@@ -63,11 +63,15 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     smoke = (PROJECT.matrices_dir / "smoke.toml").read_text()
     smoke = smoke.replace('registries = ["local-plain", "local-tls"]', 'registries = ["local-plain"]')
     assert 'registries = ["local-plain"]' in smoke
-    (root / "matrices" / "smoke.toml").write_text(smoke)
-    other = smoke.replace('name = "smoke"', 'name = "other"').replace(
+    # matrix names of this test's own: the local image tag imagesmith/<matrix>:<cell> is shared by the engine
+    moved_name, other_name = f"{prefix}m", f"{prefix}o"
+    (root / "matrices" / f"{moved_name}.toml").write_text(
+        smoke.replace('name = "smoke"', f'name = "{moved_name}"')
+    )
+    other = smoke.replace('name = "smoke"', f'name = "{other_name}"').replace(
         'image = "debian:bookworm"', 'image = "debian:12"'
     )
-    (root / "matrices" / "other.toml").write_text(other)
+    (root / "matrices" / f"{other_name}.toml").write_text(other)
     (root / "matrices" / "registries.toml").write_text(
         f'schema = 1\n[registries.local-plain]\nhost = "{plain}"\nnamespace = "{prefix}"\n'
         'repository = "torch"\ninsecure = true\n'
@@ -80,16 +84,25 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
     monkeypatch.delenv("IMAGESMITH_PROJECT", raising=False)
     monkeypatch.chdir(root)
     made: list[str] = []
-    yield {"root": root, "prefix": prefix, "plain": plain, "client": client, "made": made}
+    yield {
+        "root": root,
+        "prefix": prefix,
+        "plain": plain,
+        "client": client,
+        "made": made,
+        "smoke": moved_name,
+        "other": other_name,
+    }
     for ref in made:
         subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
 
 
-def _cells(project: Project) -> dict[str, Any]:
+def _cells(project: Project, world: dict[str, Any]) -> dict[str, Any]:
+    """{"smoke": the cell on the base that moves, "other": the cell on the other name of the base}."""
     out = {}
-    for name in ("smoke", "other"):
-        (cell,) = build_plan(load_matrix(name, project=project), project=project).cells
-        out[name] = cell
+    for key in ("smoke", "other"):
+        (cell,) = build_plan(load_matrix(world[key], project=project), project=project).cells
+        out[key] = cell
     return out
 
 
@@ -127,7 +140,7 @@ def test_moved_base_one_line_new_fingerprints_rebuild_and_escrow(
 
     # both cells built and pushed on d1: their fingerprint and candidate tags are in the registry
     suite = suite_digest()
-    old = _cells(project)
+    old = _cells(project, world)
     for cell in old.values():
         for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
             copy_manifest(client, f"{prefix}/library/debian", d1, client, f"{prefix}/torch", put_as=tag)
@@ -143,20 +156,20 @@ def test_moved_base_one_line_new_fingerprints_rebuild_and_escrow(
     assert d2 not in (None, d1)
     assert "moved   base debian:bookworm moved" in again.stdout
 
-    new = _cells(project)
+    new = _cells(project, world)
     assert new["smoke"].fingerprint != old["smoke"].fingerprint
     assert new["other"].fingerprint == old["other"].fingerprint
-    explain = run_cli("plan", "--matrix", "smoke", "--explain")
+    explain = run_cli("plan", "--matrix", world["smoke"], "--explain")
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     reason = f"rebuilt: base debian:bookworm moved {d1[:19]}…→{d2[:19]}… (read {today})"  # type: ignore[index]
     assert reason in explain.stdout
-    assert "rebuilt:" not in run_cli("plan", "--matrix", "other", "--explain").stdout
+    assert "rebuilt:" not in run_cli("plan", "--matrix", world["other"], "--explain").stdout
 
     # build --push decisions against the real registry: the unmoved cell is skipped, the moved one rebuilt
     config = load_config()
     options = BuildOptions(push=True, project=project, config=config)
     skipped = build_cell(
-        new["other"], load_matrix("other", project=project), NoEngine(), options, root / "st"
+        new["other"], load_matrix(world["other"], project=project), NoEngine(), options, root / "st"
     )  # type: ignore[arg-type]
     assert skipped.status == "skipped"
     clients = {t.name: options.client_for(t) for t in new["smoke"].registries}
