@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 
 from imagesmith.bases import read_bases
-from imagesmith.build import suite_digest
 from imagesmith.project import load_project
 from imagesmith.registry import copy_manifest
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref
@@ -28,9 +27,11 @@ from tests.integration.test_bases_lock import _cells, _republish, world  # noqa:
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]
 
 
-def _imagesmith(args: list[str], cwd: Any, timeout: int = 1800) -> subprocess.CompletedProcess[str]:
+def _imagesmith(
+    args: list[str], cwd: Any, timeout: int = 1800, *, python: bool = False
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "imagesmith", *args],
+        [sys.executable, *([] if python else ["-m", "imagesmith"]), *args],
         cwd=cwd,
         env=dict(os.environ),
         capture_output=True,
@@ -57,7 +58,11 @@ def test_only_the_cell_on_the_moved_base_is_rebuilt(
     _imagesmith(["lock", "--bases"], root)
     project = load_project(root / "imagesmith.toml")
     d1 = read_bases(project.locks_dir).entries["debian:bookworm"].digest  # type: ignore[union-attr]
-    suite = suite_digest()
+    # the suite digest as the CLI computes it in the project (not this process's: with the checkout as working
+    # directory, its imagesmith.egg-info is the metadata imagesmith's own wheel is made with)
+    suite = _imagesmith(
+        ["-c", "from imagesmith.build import suite_digest; print(suite_digest())"], root, python=True
+    ).stdout.strip()
     for cell in _cells(project, world).values():  # both built on d1 (as the nightly left them)
         for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
             copy_manifest(client, f"{prefix}/library/debian", d1, client, f"{prefix}/torch", put_as=tag)  # type: ignore[arg-type]
@@ -66,10 +71,15 @@ def test_only_the_cell_on_the_moved_base_is_rebuilt(
     _imagesmith(["lock", "--bases"], root)
     _imagesmith(["render"], root)
     d2 = read_bases(project.locks_dir).entries["debian:bookworm"].digest  # type: ignore[union-attr]
-    _imagesmith(["build", "--matrix", world["other"], "--push", "--summary", "other.json"], root)
+    # what the CLI plans and bakes in is what this process seeded the registry with
+    planned = json.loads(_imagesmith(["plan", "--matrix", world["other"], "--json"], root).stdout)
+    assert planned["cells"][0]["fingerprint"] == _cells(project, world)["other"].fingerprint
+    extra_ca = os.environ.get("IMAGESMITH_TEST_EXTRA_CA") or os.environ.get("PIP_CERT")
+    ca = ["--extra-ca", extra_ca] if extra_ca else []  # pip in the build behind a TLS-intercepting proxy
+    _imagesmith(["build", "--matrix", world["other"], "--push", "--summary", "other.json", *ca], root)
     other = json.loads((root / "other.json").read_text())["cells"]
     assert [c["status"] for c in other] == ["skipped"]
-    done = _imagesmith(["build", "--matrix", world["smoke"], "--push", "--summary", "smoke.json"], root)
+    done = _imagesmith(["build", "--matrix", world["smoke"], "--push", "--summary", "smoke.json", *ca], root)
     (smoke,) = json.loads((root / "smoke.json").read_text())["cells"]
     world["made"].append(local_ref(_cells(project, world)["smoke"]))
     assert smoke["status"] == "pushed"
