@@ -32,10 +32,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -111,6 +112,10 @@ class CellOutcome:
     #: ("step": the Dockerfile instruction that made it, from the image config's history)
     layers: list[dict[str, Any]] = field(default_factory=list)
     registries: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: base image (as the matrix names it) → the reference the build pulled it by (``…@sha256:…``)
+    bases: dict[str, str] = field(default_factory=dict)
+    #: what the build says about its bases: a moved base, an escrow copy used, a base made locally
+    notes: list[str] = field(default_factory=list)
     error: str = ""
 
 
@@ -134,6 +139,8 @@ class BuildOptions:
     verify: Verify = field(default_factory=lambda: verify_level())
     #: build cells whose lock lacks sha256 hashes (installed without --require-hashes)
     allow_unhashed: bool = False
+    #: where each base image is pulled from (:class:`BaseSources`); made by run_build when not given
+    bases: BaseSources | None = None
 
     def project_of(self, matrix: Matrix) -> Project:
         if self.project is not None:
@@ -206,12 +213,89 @@ def build_secrets(config: UserConfig) -> dict[str, Path]:
     return {CA_SECRET: config.extra_ca} if config.extra_ca is not None else {}
 
 
-def build_args(cell: Cell, config: UserConfig) -> dict[str, str]:
+class BaseSources:
+    """Where this run pulls each base image from, decided once per image (a HEAD per base, thread-safe).
+
+    A base the project's ``bases.toml`` pins: ``mirror/path:tag@digest`` when the registry (through the
+    registry-mirror map) still serves that digest, else the escrow copy by digest (``[bases] escrow``), saying
+    so; neither → BuildError. A base marked ``origin = "local"`` (made on this machine): by name, as without
+    a lock, and the summary says so. A base of a project without a base lock: by name, through the mirror
+    map.
+    """
+
+    def __init__(
+        self,
+        config: UserConfig,
+        *,
+        escrow: Registry | None = None,
+        known: Sequence[Registry] = (),
+        client_for: Callable[[Registry], RegistryApi] = client_for,
+    ) -> None:
+        self.config, self.escrow, self.known, self.client_for = config, escrow, tuple(known), client_for
+        self._done: dict[str, tuple[str, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def ref(self, cell: Cell, image: str) -> tuple[str, str | None]:
+        """(reference to pull *image* by, a note for the summary or None)."""
+        with self._lock:
+            if image not in self._done:
+                self._done[image] = self._decide(
+                    image, dict(cell.base_digests).get(image), image in cell.base_local
+                )
+            return self._done[image]
+
+    def _decide(self, image: str, digest: str | None, local: bool) -> tuple[str, str | None]:
+        from imagesmith import bases
+
+        mapped = self.config.apply_mirror(image)
+        if digest is None and not local:
+            return mapped, None
+        if (
+            digest is None
+        ):  # made on this machine (or only the engine holds it): by name, exactly as without a lock
+            return mapped, f'base {image} is made locally (bases.toml origin = "local"): built by name'
+        pull = bases.pull_ref(image, self.config)
+        client = self.client_for(bases.endpoint(pull, self.known))
+        try:
+            served = client.manifest_digest(pull.path, digest)
+            why = "" if served == digest else f"{pull.registry} no longer serves {pull.path}@{digest}"
+        except ImagesmithError as exc:
+            why = f"{pull.registry} is unreachable ({exc.message.splitlines()[0]})"
+        if not why:
+            return f"{mapped}@{digest}", None
+        if self.escrow is None:
+            raise BuildError(
+                f"base {image}: {why}; the project has no escrow copy ([bases] escrow in imagesmith.toml)",
+                hint="run `imagesmith lock --bases` to pin the base the registry serves now (then "
+                '`imagesmith render`), or set [bases] escrow = "<registry>" so lock --bases keeps a copy of '
+                "every base",
+            )
+        repo = bases.escrow_repo(self.escrow, image)
+        try:
+            held = self.client_for(self.escrow).manifest_digest(repo, digest)
+        except ImagesmithError as exc:
+            held = None
+            why += f"; escrow registry {self.escrow.name} failed too ({exc.message.splitlines()[0]})"
+        if held != digest:
+            raise BuildError(
+                f"base {image}: {why}; escrow registry {self.escrow.name} ({self.escrow.host}) holds no "
+                f"{repo}@{digest}",
+                hint="run `imagesmith lock --bases` where the base's registry is reachable (it copies every "
+                "pinned base into the escrow), or pin the base the registry serves now",
+            )
+        ref = bases.escrow_ref(self.escrow, image, digest)
+        return ref, f"base {image}: {why}; built from the escrow copy {ref}"
+
+
+def build_args(cell: Cell, config: UserConfig, sources: BaseSources | None = None) -> dict[str, str]:
+    """The build args of *cell*: base images by the reference *sources* decides (by digest where the
+    project's base lock pins them), package mirrors, the torch index."""
     profile = MIRROR_PROFILES[cell.mirror_build]
-    args = {
-        "BASE_IMAGE": config.apply_mirror(cell.base_image),
-        "BUILDER_IMAGE": config.apply_mirror(cell.builder_image),
-    }
+    sources = sources or BaseSources(config)
+    images = {"BASE_IMAGE": cell.base_image, "BUILDER_IMAGE": cell.builder_image}
+    if cell.devel_image:
+        images["DEVEL_IMAGE"] = cell.devel_image
+    args = {arg: sources.ref(cell, image)[0] for arg, image in images.items()}
     if profile.pip_index_url:
         args["IMAGESMITH_PIP_INDEX_URL"] = profile.pip_index_url
     if profile.apt_root:
@@ -535,6 +619,8 @@ def _build_cell(
                 outcome.status = "retagged"
                 outcome.reason = "fingerprint already pushed; candidate tag re-pointed"
                 return
+        if cell.base_moves and not options.force:
+            outcome.reason = _moved_reason(cell, clients, suite)
     elif not options.force:
         data = engine.inspect(local_ref(cell))
         labels = ((data or {}).get("Config") or {}).get("Labels") or {}
@@ -551,11 +637,18 @@ def _build_cell(
     tags = [local_ref(cell)]
     if options.push:
         tags.append(f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}")
+    sources = options.bases or BaseSources(options.config)
+    args = build_args(cell, options.config, sources)
+    for image in dict.fromkeys(i for i in (cell.base_image, cell.builder_image, cell.devel_image) if i):
+        ref, note = sources.ref(cell, image)
+        outcome.bases[image] = ref
+        if note:
+            outcome.notes.append(note)
     b_start = time.monotonic()
     result = engine.build(
         context=context,
         tags=tags,
-        build_args=build_args(cell, options.config),
+        build_args=args,
         labels={SUITE_LABEL: suite},
         secrets=build_secrets(options.config),
         no_cache=False,
@@ -586,6 +679,20 @@ def _build_cell(
         outcome.status = "pushed"
 
 
+def _moved_reason(cell: Cell, clients: dict[str, RegistryApi], suite: str) -> str:
+    """ "rebuilt: base X moved a…→b… (read DATE)" when the cell's fingerprint with its bases' previous
+    digests is in its first registry (so the moved base is why it is built), else ""."""
+    from imagesmith.plan import with_fingerprint
+
+    before = dict(cell.base_digests)
+    before.update(dict(cell.base_moves))
+    old = with_fingerprint(replace(cell, base_digests=tuple(before.items()), fingerprint=""))
+    first = cell.registries[0]
+    if clients[first.name].manifest_digest(first.repo, fingerprint_tag(old.fingerprint, suite)) is None:
+        return ""
+    return "rebuilt: " + "; ".join(cell.moved_notes())
+
+
 def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
     """What must hold before any build starts: current dockerfiles/, sources in the cache, sane options."""
     if options.jobs < 1:
@@ -609,6 +716,19 @@ def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
             "--allow-unhashed, or leave them out with --only",
         )
     cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=matrix.name)
+
+
+def base_sources(project: Project, options: BuildOptions) -> BaseSources:
+    """The run's :class:`BaseSources`: the project's escrow registry and registries file (for the kind and
+    ``insecure`` of a mirror on one of their hosts)."""
+    from imagesmith.bases import escrow_registry
+    from imagesmith.matrix import load_registries
+
+    known = (
+        list(load_registries(project.registries_file).values()) if project.registries_file.is_file() else []
+    )
+    escrow = escrow_registry(project)
+    return BaseSources(options.config, escrow=escrow, known=known, client_for=options.client_for)
 
 
 def run_build(
@@ -641,6 +761,8 @@ def run_build(
                 hint="use the BuildKit backend: `--backend buildkit` (Debian's docker.io CLI, or "
                 "IMAGESMITH_DOCKER_CLI naming a docker CLI that drives BuildKit)",
             )
+    if options.bases is None:
+        options = replace(options, bases=base_sources(options.project_of(matrix), options))
     staging_root = options.staging_root or cache_root() / "contexts"
     staging_root.mkdir(parents=True, exist_ok=True)
     outcomes: list[CellOutcome] = []

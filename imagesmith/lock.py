@@ -25,6 +25,7 @@ Reading locks is pure (packaged data). Only :func:`compile_lock` runs a subproce
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 import shutil
 import subprocess
@@ -288,6 +289,14 @@ def read_lock(key: LockKey, lock_dir: Path) -> Lock | None:
             f"{path}: starts with a byte-order mark (U+FEFF)",
             hint="save it as UTF-8 without BOM, or regenerate it: imagesmith lock --force",
         )
+    return _parsed(text, path, key)
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str, path: Path, key: LockKey) -> Lock:
+    """:func:`parse_lock`, once per (content, path, key): a plan reads every lock of the folder for the layer
+    order, once per matrix (the cached plan of every matrix parsed the same files 200 times). Keyed by the
+    text itself, so an edited file is parsed again; a Lock is immutable."""
     return parse_lock(text, path, key)
 
 

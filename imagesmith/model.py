@@ -96,6 +96,28 @@ class Cell:
     fingerprint: str = ""
     #: the wheel layers of the final stage (:mod:`imagesmith.layerplan`); empty: torch comes from the base
     layers: tuple[WheelLayer, ...] = ()
+    #: (image, digest) of each base/builder/devel image the project's ``bases.toml`` pins (hashed into the
+    #: fingerprint, rendered as ``name@digest``); empty without a base lock (bases go by name)
+    base_digests: tuple[tuple[str, str], ...] = ()
+    #: images of the cell the base lock marks ``origin = "local"`` (made on each machine: taken by name)
+    base_local: tuple[str, ...] = ()
+    #: (image, previous digest) of each pinned base whose lock entry records that it moved
+    base_moves: tuple[tuple[str, str], ...] = ()
+    #: (image, read date) of each pinned base
+    base_read: tuple[tuple[str, str], ...] = ()
+
+    def pinned(self, image: str) -> str:
+        """*image* as the rendered Dockerfile names it: ``name@digest`` when the base lock pins it."""
+        digest = dict(self.base_digests).get(image)
+        return f"{image}@{digest}" if digest else image
+
+    def moved_notes(self) -> list[str]:
+        """``base debian:bookworm moved sha256:a…→sha256:b… (read DATE)`` per moved base of the cell."""
+        now, read = dict(self.base_digests), dict(self.base_read)
+        return [
+            f"base {image} moved {prev[:19]}…→{now[image][:19]}… (read {read.get(image, '?')})"
+            for image, prev in self.base_moves
+        ]
 
     @property
     def hashed(self) -> bool:
@@ -115,6 +137,8 @@ class Cell:
         data["interactive_pins"] = dict(self.interactive_pins)
         data["arch_coverage"] = dict(self.arch_coverage)
         data["labels"] = dict(self.labels)
+        for key in ("base_digests", "base_moves", "base_read"):
+            data[key] = dict(getattr(self, key))
         data["layers"] = [layer.to_json() for layer in self.layers]
         data["min_driver"] = {
             "full": str(self.min_driver.full),

@@ -24,9 +24,10 @@ import json
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith import __version__, compat
+from imagesmith.bases import BASES_FILE, BasesLock, read_bases
 from imagesmith.errors import ConfigError
 from imagesmith.layerplan import plan_layers, popularity
 from imagesmith.lock import Lock, LockKey, lock_keys_in, read_lock
@@ -239,6 +240,9 @@ def build_plan(
     cells: list[Cell] = []
     dropped: list[Dropped] = []
     sizes = read_sizes(locks)
+    base_lock = read_bases(locks, f"{locks_shown}/{BASES_FILE}")
+    if base_lock is not None:
+        base_lock.require(matrix_bases(matrix), f"{locks_shown}/{BASES_FILE}", matrix.name)
     # the layer order: a wheel more locks of the project pin comes earlier in its group
     shared = popularity(
         (k.python, lk.pins) for k in lock_keys_in(locks) if (lk := read_lock(k, locks)) is not None
@@ -390,6 +394,7 @@ def build_plan(
             python_source = "base"
         else:
             python_source = "distro" if python == matrix.base.python else "uv"
+        cell_devel = devel_image if flavor == "devel" and not pip_devel else None
         cells.append(
             Cell(
                 matrix=matrix.name,
@@ -410,7 +415,7 @@ def build_plan(
                 os=matrix.base.os,
                 base_image=matrix.base.image,
                 builder_image=builder_image,
-                devel_image=devel_image if flavor == "devel" and not pip_devel else None,
+                devel_image=cell_devel,
                 nccl_toolkit=toolkit,
                 distro_toolkit=distro_used,
                 toolkit_note=note,
@@ -449,12 +454,47 @@ def build_plan(
                 layers=()
                 if matrix.torch.source == "base"
                 else plan_layers(lock.pins, python, sizes, shared=shared),
+                **_base_fields(base_lock, matrix.base.image, builder_image, cell_devel),
             )
         )
     plan = BuildPlan(matrix=matrix.name, cells=tuple(cells), dropped=tuple(dropped))
     if with_fingerprints:
         plan = replace(plan, cells=tuple(with_fingerprint(c) for c in plan.cells))
     return plan
+
+
+def matrix_bases(matrix: Matrix) -> list[tuple[str, str]]:
+    """(field, image) of every base a cell of *matrix* may be built from, for the base lock's check."""
+    out = [("base.image", matrix.base.image)]
+    out += [(f"base.devel_images.{cuda}", image) for cuda, image in matrix.base.devel_images]
+    return out
+
+
+def _base_fields(lock: BasesLock | None, *images: str | None) -> dict[str, Any]:
+    """The cell's base_digests / base_local / base_moves / base_read from the project's base lock."""
+    if lock is None:
+        return {}
+    digests: dict[str, str] = {}
+    local: list[str] = []
+    moves: dict[str, str] = {}
+    read: dict[str, str] = {}
+    for image in dict.fromkeys(i for i in images if i):
+        entry = lock.get(image)
+        if entry is None:  # pragma: no cover - require() refused the matrix before
+            continue
+        if entry.pinned and entry.digest:
+            digests[image] = entry.digest
+            read[image] = entry.read or ""
+            if entry.previous:
+                moves[image] = entry.previous
+        else:
+            local.append(image)
+    return {
+        "base_digests": tuple(digests.items()),
+        "base_local": tuple(local),
+        "base_moves": tuple(moves.items()),
+        "base_read": tuple(read.items()),
+    }
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -485,6 +525,8 @@ def fingerprint(cell: Cell, files: dict[str, str]) -> str:
     }
     if cell.interactive_pins:  # only then: the other flavors' fingerprints stay what they were
         payload["interactive_pins"] = list(cell.interactive_pins)
+    if cell.base_digests:  # a base lock pins them: a re-published tag moves the fingerprint
+        payload["base_digests"] = [list(p) for p in cell.base_digests]
     h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()
 

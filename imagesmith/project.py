@@ -21,6 +21,10 @@ reference locks, the validation suite) is read only through :mod:`importlib.reso
     registries = "matrices/registries.toml"
     release_index = "release/index.json"   # the index release extends and rewrites (commit it)
 
+    [bases]
+    escrow = "local-plain"          # a registry of the registries file: lock --bases copies every pinned
+                                    # base there by digest; a build whose upstream tag is gone uses the copy
+
     [sources]
     # URL templates tried, in order, before a source archive's pinned URL (GitHub through a mirror):
     # {url} the pinned URL, {path} its path, {host} its host, {name} {version} {commit} {file}
@@ -98,6 +102,8 @@ class Project:
     release_index_file: Path = Path("release/index.json")
     #: ``[release] trusted_keys``: public keys whose validation attestations release accepts
     trusted_keys: tuple[Path, ...] = ()
+    #: ``[bases] escrow``: the registry (a name of the registries file) every pinned base is copied into
+    bases_escrow: str | None = None
 
     # -- paths ---------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -351,6 +357,7 @@ def load_project(file: Path) -> Project:
         source_mirrors=checked,
         release_index_file=resolved["release_index"],
         trusted_keys=trusted_keys,
+        bases_escrow=data.get("bases", {}).get("escrow"),
     )
 
 

@@ -445,6 +445,20 @@ PROJECT: Schema = Schema(
                 },
             ),
             "sources": _source_mirrors("tried in order before a source archive's pinned URL"),
+            "bases": Field(
+                kind="table",
+                description="base images by digest (locks/bases.toml, `imagesmith lock --bases`)",
+                fields={
+                    "escrow": Field(
+                        kind="string",
+                        pattern=r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}",
+                        message="{value!r} is not a registry name",
+                        description="a registry of the registries file: every pinned base is copied there by "
+                        "digest, and a build whose upstream tag is gone or unreachable uses that copy",
+                        example='"local-plain"',
+                    ),
+                },
+            ),
             "release": Field(
                 kind="table",
                 description="what `imagesmith release` trusts",

@@ -14,6 +14,7 @@ Reading is pure. :func:`collect_sizes` reads an index through a :class:`FileList
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -60,8 +61,8 @@ class SizeTable:
         want = (canonicalize_name(name), version, python)
         return self._index.get(want)
 
-    @property
-    def _index(self) -> dict[tuple[str, str, str], int]:
+    @functools.cached_property
+    def _index(self) -> dict[tuple[str, str, str], int]:  # built once per table, not once per look-up
         return {(r.name, r.version, r.python): r.size for r in self.rows}
 
 
@@ -75,6 +76,12 @@ def read_sizes(lock_dir: Path) -> SizeTable:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not TOML ({exc})", hint=fix) from None
+    return _parsed_sizes(text, path)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_sizes(text: str, path: Path) -> SizeTable:
+    """:func:`parse_sizes` once per (content, path): every plan of every matrix reads the same table."""
     return parse_sizes(text, path)
 
 

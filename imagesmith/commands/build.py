@@ -226,6 +226,9 @@ def build_command(
     if not out.is_terminal:  # logs and CI: do not squeeze the table into 80 columns
         out = Console(highlight=False, width=200)
     out.print(table)
+    for o in outcomes:  # why a cell was built when a base moved; a base from escrow or made locally
+        for line in ([o.reason] if o.reason.startswith("rebuilt:") else []) + o.notes:
+            out.print(f"{o.cell}: {line}", markup=False)
     if summary is not None:
         write_summary(summary, m.name, outcomes, engine.backend)
         console.print(f"summary written to {summary}")

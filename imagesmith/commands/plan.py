@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from imagesmith.commands import current_project, epilog
-from imagesmith.errors import ConfigError, RenderError, UpstreamError, join_hints
+from imagesmith.errors import ConfigError, ImagesmithError, RenderError, UpstreamError, join_hints
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -105,6 +105,7 @@ LOCK_EPILOG = epilog(
         "imagesmith lock --matrix a100 --force",
         "imagesmith lock --matrix a100 --keep-versions",
         "imagesmith lock --sizes",
+        "imagesmith lock --bases",
     ],
     ["0 = every lock written or kept", "2 = bad matrix or project, or a lock could not be resolved (uv)"],
 )
@@ -176,12 +177,26 @@ def plan_command(
                     + f"; fix: imagesmith lock --matrix {m.name} --force where its index is reachable",
                     markup=False,
                 )
+        console.print("\nbase images per cell:")
+        for c in plan.cells:
+            console.print(f"  {c.id}: {_bases_line(c)}", markup=False)
         console.print(f"\ndropped {len(plan.dropped)} combination(s):")
         for d in plan.dropped:
             console.print(f"  {d.combination}: {d.reason}", markup=False)
         _print_layers(console, plan)
     elif plan.dropped:
         console.print(f"({len(plan.dropped)} combination(s) dropped; --explain lists why)")
+
+
+def _bases_line(cell: Any) -> str:
+    """``plan --explain``: how the cell's bases are pinned; "rebuilt: base X moved a…→b…" when one moved."""
+    images = dict.fromkeys(i for i in (cell.base_image, cell.builder_image, cell.devel_image) if i)
+    pinned = dict(cell.base_digests)
+    if not pinned and not cell.base_local:
+        return ", ".join(images) + " by name (no locks/bases.toml: `imagesmith lock --bases` pins them)"
+    parts = [f"{i}@{pinned[i][:19]}…" if i in pinned else f"{i} (made locally: by name)" for i in images]
+    moved = cell.moved_notes()
+    return ", ".join(parts) + (f"; rebuilt: {'; '.join(moved)}" if moved else "")
 
 
 def _planned(plan: BuildPlan) -> list[PlannedCell]:
@@ -368,6 +383,14 @@ def lock_command(
         help="Re-resolve existing locks with their own pins as constraints: adds --hash lines and applies "
         "new constraints (imagesmith/data/lock_constraints.toml) without moving any other version.",
     ),
+    bases: bool = typer.Option(
+        False,
+        "--bases",
+        help="Only pin the base, builder and devel images of the matrices (all of the project's, or "
+        "--matrix) "
+        "to digests in locks/bases.toml: one manifest HEAD per image through the registry-mirror map; with "
+        "bases.escrow in imagesmith.toml, copies each pinned base there by digest. Resolves no wheels.",
+    ),
     sizes: bool = typer.Option(
         False,
         "--sizes",
@@ -390,6 +413,17 @@ def lock_command(
     project = current_project(matrix)
     if sizes and no_sizes:
         raise ConfigError("--sizes and --no-sizes contradict each other", hint="give one of them")
+    if bases:
+        other = [
+            f for f, on in (("--sizes", sizes), ("--force", force), ("--keep-versions", keep_versions)) if on
+        ]
+        if other:
+            raise ConfigError(
+                f"--bases and {other[0]} do not go together: --bases pins base images only",
+                hint="run `imagesmith lock --bases` and the wheel lock as two commands",
+            )
+        _lock_bases(project, matrix)
+        return
     if sizes:
         _record_sizes(project)
         return
@@ -447,6 +481,67 @@ def lock_command(
                 *(e.hint for e in failures),
                 "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
             ),
+        )
+
+
+def _lock_bases(project: Project, matrix: str | None) -> None:
+    """``imagesmith lock --bases``: re-read every base image of the matrices into bases.toml."""
+    import time
+
+    from imagesmith import bases as b
+    from imagesmith.config import load_config
+    from imagesmith.matrix import load_matrix, load_registries
+    from imagesmith.plan import matrix_bases
+
+    config = load_config()
+    known = (
+        list(load_registries(project.registries_file).values()) if project.registries_file.is_file() else []
+    )
+    shown = f"{project.rel(project.locks_dir)}/{b.BASES_FILE}"
+    lock = b.read_bases(project.locks_dir, shown)
+    entries = dict(lock.entries) if lock else {}
+    names = [matrix] if matrix else project.matrix_names()
+    images = list(
+        dict.fromkeys(image for n in names for _, image in matrix_bases(load_matrix(n, project=project)))
+    )
+    escrow = b.escrow_registry(project)
+    failures: list[str] = []
+    for image in images:
+        old = entries.get(image)
+        if old is not None and old.origin == "local":
+            typer.echo(f"local   {image} (made on each machine: taken by name, not pinned)")
+            continue
+        started = time.monotonic()
+        try:
+            got = b.resolve(image, config, known=known)
+        except ImagesmithError as exc:
+            failures.append(f"{image}: {exc.message.splitlines()[0]}")
+            typer.echo(f"FAILED  {image}: {exc.message.splitlines()[0]}", err=True)
+            continue
+        new = b.refreshed(old, image, got)
+        entries[image] = new
+        took = f"{(time.monotonic() - started) * 1000:.0f} ms"
+        if old is None:
+            typer.echo(f"pinned  {image} {got.digest} (read from {got.where}, {took})")
+        elif new is old:
+            typer.echo(f"kept    {image} {got.digest} ({took})")
+        else:
+            typer.echo(f"moved   {new.moved()} from {got.where} ({took})")
+        if escrow is not None:
+            try:
+                ref, sent = b.escrow_copy(new, config, escrow, known=known)
+            except ImagesmithError as exc:
+                failures.append(f"{image}: escrow copy: {exc.message.splitlines()[0]}")
+                typer.echo(f"FAILED  escrow copy of {image}: {exc.message.splitlines()[0]}", err=True)
+                continue
+            typer.echo(f"escrow  {ref} ({sent / 1e6:.1f} MB copied)")
+    path = b.write_bases(project.locks_dir, entries.values())
+    typer.echo(f"wrote   {project.rel(path)} ({len(entries)} base(s))")
+    if failures:
+        raise ConfigError(
+            "could not pin: " + "; ".join(failures),
+            hint=b.LOCK_FIX
+            + " (the other bases were written; the plan refuses a matrix with an unpinned base)",
         )
 
 

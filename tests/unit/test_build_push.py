@@ -561,3 +561,66 @@ def test_engine_push_rides_out_a_rate_limit_and_names_it_when_it_lasts(message: 
     text = str(info.value)
     assert "gave up after 2 tries" in text
     assert "registry hub (r.example) rate-limits this account" in text
+
+
+def test_a_cell_on_a_moved_base_is_built_by_digest_and_says_why(
+    cell: Cell, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 26: the base lock moved debian:bookworm from a to b; the image of the old fingerprint is in
+    the registry, so the moved base is why the cell is built, and the summary says so."""
+    from imagesmith.build import BaseSources
+    from imagesmith.config import UserConfig
+    from imagesmith.plan import with_fingerprint
+    from imagesmith.templating import render_cell_files
+
+    a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    moved = with_fingerprint(
+        replace(
+            cell,
+            base_digests=(("debian:bookworm", b),),
+            base_local=(),
+            base_moves=(("debian:bookworm", a),),
+            base_read=(("debian:bookworm", "2026-12-01"),),
+            fingerprint="",
+        )
+    )
+    old = with_fingerprint(replace(moved, base_digests=(("debian:bookworm", a),), fingerprint=""))
+    registries = {
+        "r1.example": MemoryRegistry("one", "r1.example"),
+        "r2.example": MemoryRegistry("two", "r2.example"),
+    }
+    body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {}, "layers": []}).encode()
+    was = ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body))
+    suite = suite_digest()
+    for registry in registries.values():
+        registry.manifests[was.digest] = was
+        registry.tags[fingerprint_tag(old.fingerprint, suite)] = was.digest
+
+    class Upstream:
+        def manifest_digest(self, repo: str, reference: str) -> str | None:
+            assert (repo, reference) == ("hub/library/debian", b)
+            return b
+
+    config = UserConfig(registry_mirrors=(("docker.io", "127.0.0.1:5000/hub"),))
+    by_name = {r.name: r for r in registries.values()}
+    options = BuildOptions(
+        push=True,
+        project=PROJECT,
+        config=config,
+        client_for=lambda t: by_name[t.name],
+        bases=BaseSources(config, client_for=lambda r: Upstream()),  # type: ignore[arg-type,return-value]
+    )
+
+    def staged(c: Cell, matrix: Any, cfg: Any, staging_root: Path, *args: Any, **kwargs: Any) -> Path:
+        dest = staging_root / c.id  # what `imagesmith render` writes after `lock --bases` moved the base
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "Dockerfile").write_text(render_cell_files(c)["Dockerfile"])
+        return dest
+
+    monkeypatch.setattr("imagesmith.build.stage_context", staged)
+    outcome = build_cell(
+        moved, load_matrix("smoke", project=PROJECT), MemoryEngine(registries), options, tmp_path
+    )
+    assert outcome.status == "pushed"
+    assert outcome.reason == f"rebuilt: base debian:bookworm moved {a[:19]}…→{b[:19]}… (read 2026-12-01)"
+    assert outcome.bases == {"debian:bookworm": f"127.0.0.1:5000/hub/library/debian:bookworm@{b}"}

@@ -123,6 +123,30 @@ def test_nightly_fans_out_and_selects_gpu_runners() -> None:
     assert order == sorted(order)
 
 
+def test_nightly_refreshes_the_base_lock_and_builds_from_it() -> None:
+    """Issue 26: the plan job re-reads every base (lock --bases), re-renders (a moved base changes the
+    Dockerfiles of the cells on it) and plans from that; each build job builds from the same lock and
+    Dockerfiles, so only the cells on a moved base get a new fingerprint and are rebuilt."""
+    jobs = _jobs(NIGHTLY.read_text())
+    plan = _steps(jobs["plan"])
+    at = {
+        what: next(i for i, s in enumerate(plan) if what in s)
+        for what in ("imagesmith render --check", "imagesmith lock --bases", "upload-artifact", "--github")
+    }
+    order = ["imagesmith render --check", "imagesmith lock --bases", "upload-artifact", "--github"]
+    assert [at[w] for w in order] == sorted(at.values())
+    refresh = _run(plan[at["imagesmith lock --bases"]])
+    assert refresh.index("imagesmith lock --bases") < refresh.index("imagesmith render\n")
+    upload = plan[at["upload-artifact"]]
+    assert "imagesmith/data/locks/bases.toml" in upload
+    assert "dockerfiles/" in upload
+    build = _steps(jobs["build"])
+    down = next(i for i, s in enumerate(build) if "download-artifact" in s)
+    assert "name: bases-lock" in build[down]
+    assert "name: bases-lock" in upload
+    assert down < next(i for i, s in enumerate(build) if "imagesmith build" in s)
+
+
 def _cli_commands() -> dict[str, typer.core.TyperCommand]:
     root = typer.main.get_command(app)
     assert isinstance(root, typer.core.TyperGroup)

@@ -1,0 +1,330 @@
+"""The base lock (``bases.toml``): reading, writing, validation, the plan's use of it (fingerprint, rendered
+``FROM name@digest``, plan --explain), and the build's choice of where each base is pulled from (escrow)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.bases import (
+    BaseEntry,
+    BaseLockError,
+    Resolved,
+    escrow_repo,
+    read_bases,
+    refreshed,
+    write_bases,
+)
+from imagesmith.build import BaseSources, build_args
+from imagesmith.config import UserConfig
+from imagesmith.errors import BuildError, RegistryError
+from imagesmith.matrix import load_matrix
+from imagesmith.plan import build_plan
+from imagesmith.refs import Registry
+from imagesmith.render import render_cell_files
+from tests.repo import PROJECT
+
+A = "sha256:" + "a" * 64
+B = "sha256:" + "b" * 64
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "bases.toml").write_text("schema = 1\n[bases]\n" + body + "\n")
+    return tmp_path
+
+
+def test_round_trip_one_line_per_base(tmp_path: Path) -> None:
+    entries = [
+        BaseEntry(name="debian:bookworm", digest=A, registry="127.0.0.1:5000/hub", read="2026-12-01"),
+        BaseEntry(name="ubuntu:24.04", origin="local"),
+    ]
+    path = write_bases(tmp_path, entries)
+    lock = read_bases(tmp_path)
+    assert lock is not None
+    assert dict(lock.entries) == {e.name: e for e in entries}
+    lines = path.read_text().splitlines()
+    assert (
+        f'"debian:bookworm" = {{ digest = "{A}", registry = "127.0.0.1:5000/hub", read = "2026-12-01" }}'
+        in lines
+    )
+    assert '"ubuntu:24.04" = { origin = "local" }' in lines
+
+
+def test_no_lock_reads_as_none(tmp_path: Path) -> None:
+    assert read_bases(tmp_path) is None
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ('"debian:bookworm" = { digest = "sha256:abc", registry = "r", read = "2026-12-01" }', ".digest"),
+        (
+            '"debian:bookworm" = { digest = "sha512:'
+            + "a" * 128
+            + '", registry = "r", read = "2026-12-01" }',
+            ".digest",
+        ),
+        ('"debian:bookworm" = { digest = "' + A + '\\n", registry = "r", read = "2026-12-01" }', ".digest"),
+        (
+            '"debian:bookworm" = { digest = "' + A.upper() + '", registry = "r", read = "2026-12-01" }',
+            ".digest",
+        ),
+        (
+            '"debian:bookworm" = { digest = "' + A + ' ; rm -rf /", registry = "r", read = "2026-12-01" }',
+            ".digest",
+        ),
+        ('"debian:bookworm" = { registry = "r", read = "2026-12-01" }', ".digest is missing"),
+        ('"debian:bookworm" = { digest = "' + A + '", read = "2026-12-01" }', ".registry is missing"),
+        ('"debian:bookworm" = { digest = "' + A + '", registry = "r" }', ".read is missing"),
+        ('"debian:bookworm" = { digest = "' + A + '", registry = "r", read = "2026-13-01" }', ".read"),
+        ('"debian:bookworm" = { digest = "' + A + '", registry = "a b", read = "2026-12-01" }', ".registry"),
+        ('"debian:bookworm" = { digest = "' + A + '", registry = "r", read = "2026-12-01", x = "1" }', ".x"),
+        (
+            '"debian:bookworm" = { digest = "'
+            + A
+            + '", registry = "r", read = "2026-12-01", previous = "1" }',
+            ".previous",
+        ),
+        ('"debian:bookworm" = { digest = 1, registry = "r", read = "2026-12-01" }', ".digest"),
+        ('"debian:bookworm" = { origin = "local", digest = "' + A + '" }', ".digest"),
+        ('"debian:bookworm" = { origin = "mirror" }', ".origin"),
+        ('"debian:bookworm@' + A + '" = { origin = "local" }', "carries a digest"),
+        ('"debian bookworm" = { origin = "local" }', "not an image reference"),
+        ('"debian:bookworm" = "' + A + '"', "must be a table"),
+    ],
+)
+def test_hostile_or_incomplete_entries_name_file_and_field(tmp_path: Path, body: str, field: str) -> None:
+    _write(tmp_path, body)
+    with pytest.raises(BaseLockError) as err:
+        read_bases(tmp_path, "locks/bases.toml")
+    assert err.value.message.startswith("locks/bases.toml: bases.")
+    assert field in err.value.message
+    assert err.value.hint
+    assert err.value.exit_code == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [("schema = 2\n[bases]\n", "schema = 2"), ("[bases\n", "not valid TOML"), ("schema = 1\nx = 1\n", "'x'")],
+)
+def test_malformed_file(tmp_path: Path, text: str, what: str) -> None:
+    (tmp_path / "bases.toml").write_text(text)
+    with pytest.raises(BaseLockError, match=what):
+        read_bases(tmp_path)
+
+
+def test_refresh_keeps_an_unmoved_line_and_records_a_move() -> None:
+    old = BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-11-01")
+    assert refreshed(old, old.name, Resolved(A, "m"), today="2026-12-01") is old
+    new = refreshed(old, old.name, Resolved(B, "m"), today="2026-12-01")
+    assert (new.digest, new.previous, new.read) == (B, A, "2026-12-01")
+    assert new.moved() == f"base debian:bookworm moved {A[:19]}…→{B[:19]}… (read 2026-12-01)"
+    assert refreshed(None, "x:1", Resolved(A, "m"), today="2026-12-01").previous is None
+
+
+# -- the plan ---------------------------------------------------------------------------------------------
+def _smoke_project(tmp_path: Path) -> Path:
+    """The smoke matrix and its locks in a project of its own."""
+    (tmp_path / "matrices").mkdir()
+    shutil.copy(PROJECT.matrices_dir / "smoke.toml", tmp_path / "matrices")
+    shutil.copy(PROJECT.registries_file, tmp_path / "matrices" / "registries.toml")
+    (tmp_path / "locks").mkdir()
+    for lock in PROJECT.locks_dir.glob("2.11.0-cu130-py3.11.txt"):
+        shutil.copy(lock, tmp_path / "locks")
+    (tmp_path / "imagesmith.toml").write_text('schema = 1\nname = "t"\n')
+    return tmp_path
+
+
+def _plan(root: Path):  # type: ignore[no-untyped-def]
+    from imagesmith.project import load_project
+
+    project = load_project(root / "imagesmith.toml")
+    return build_plan(load_matrix("smoke", project=project), project=project)
+
+
+def test_a_moved_base_moves_the_fingerprint_and_the_rendered_from(tmp_path: Path) -> None:
+    root = _smoke_project(tmp_path)
+    (by_name,) = _plan(root).cells
+    assert by_name.base_digests == ()
+    write_bases(root / "locks", [BaseEntry(name="debian:bookworm", origin="local")])
+    (local,) = _plan(root).cells
+    # made locally: nothing machine-specific in the plan, the fingerprint or the Dockerfile
+    assert local.base_local == ("debian:bookworm",)
+    assert local.fingerprint == by_name.fingerprint
+    write_bases(
+        root / "locks", [BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-12-01")]
+    )
+    (at_a,) = _plan(root).cells
+    assert at_a.fingerprint != by_name.fingerprint
+    assert f"ARG BASE_IMAGE=debian:bookworm@{A}\n" in render_cell_files(at_a)["Dockerfile"]
+    write_bases(
+        root / "locks",
+        [BaseEntry(name="debian:bookworm", digest=B, registry="m", read="2026-12-02", previous=A)],
+    )
+    (at_b,) = _plan(root).cells
+    assert at_b.fingerprint not in {at_a.fingerprint, by_name.fingerprint}
+    assert at_b.moved_notes() == [f"base debian:bookworm moved {A[:19]}…→{B[:19]}… (read 2026-12-02)"]
+
+
+def test_a_lock_without_the_matrix_base_is_one_error(tmp_path: Path) -> None:
+    root = _smoke_project(tmp_path)
+    write_bases(root / "locks", [BaseEntry(name="debian:trixie", origin="local")])
+    with pytest.raises(BaseLockError) as err:
+        _plan(root)
+    assert (
+        err.value.message
+        == "locks/bases.toml: no entry for base image debian:bookworm (base.image) of matrix smoke"
+    )
+    assert "imagesmith lock --bases --matrix smoke" in err.value.hint
+
+
+def test_plan_explain_says_the_base_moved(
+    tmp_path: Path, run_cli: Callable[..., object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _smoke_project(tmp_path)
+    write_bases(
+        root / "locks",
+        [BaseEntry(name="debian:bookworm", digest=B, registry="m", read="2026-12-02", previous=A)],
+    )
+    monkeypatch.chdir(root)
+    result = run_cli("plan", "--explain")
+    out: str = result.stdout  # type: ignore[attr-defined]
+    assert result.exit_code == 0, out  # type: ignore[attr-defined]
+    assert f"rebuilt: base debian:bookworm moved {A[:19]}…→{B[:19]}… (read 2026-12-02)" in out
+
+
+def test_this_projects_bases_are_all_made_locally() -> None:
+    """Its CI imports a debootstrap of Debian on each machine: the committed lock must not pin a digest of
+    the machine that wrote it, and every matrix's bases are in it (the plan refuses one that is not)."""
+    lock = read_bases(PROJECT.locks_dir)
+    assert lock is not None
+    assert all(e.origin == "local" for e in lock.entries.values())
+    for name in PROJECT.matrix_names():
+        for cell in build_plan(load_matrix(name, project=PROJECT), project=PROJECT).cells:
+            assert cell.base_digests == ()
+            assert cell.base_image in cell.base_local
+
+
+# -- the build: where each base is pulled from ------------------------------------------------------------
+class _Reg:
+    def __init__(self, held: dict[tuple[str, str], str] | None = None, down: bool = False) -> None:
+        self.held, self.down, self.asked = held or {}, down, 0
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        self.asked += 1
+        if self.down:
+            raise RegistryError("registry m (127.0.0.1:9): connection refused", hint="x")
+        return self.held.get((repo, reference))
+
+
+def _pinned_cell(tmp_path: Path):  # type: ignore[no-untyped-def]
+    root = _smoke_project(tmp_path)
+    write_bases(
+        root / "locks", [BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-12-01")]
+    )
+    (cell,) = _plan(root).cells
+    return cell
+
+
+CONFIG = UserConfig(registry_mirrors=(("docker.io", "127.0.0.1:5000/hub"),))
+ESCROW = Registry(name="esc", host="127.0.0.1:5000", repository="proj/torch", insecure=True)
+
+
+def test_build_pulls_a_pinned_base_by_digest_through_the_mirror(tmp_path: Path) -> None:
+    cell = _pinned_cell(tmp_path)
+    up = _Reg({("hub/library/debian", A): A})
+    sources = BaseSources(CONFIG, client_for=lambda r: up)  # type: ignore[arg-type,return-value]
+    args = build_args(cell, CONFIG, sources)
+    assert args["BASE_IMAGE"] == f"127.0.0.1:5000/hub/library/debian:bookworm@{A}"
+    assert args["BUILDER_IMAGE"] == args["BASE_IMAGE"]
+    assert up.asked == 1  # one HEAD per base per run
+
+
+@pytest.mark.parametrize("down", [False, True])
+def test_build_falls_back_to_escrow_by_digest_and_says_so(tmp_path: Path, down: bool) -> None:
+    cell = _pinned_cell(tmp_path)
+    up = _Reg({}, down=down)
+    esc = _Reg({(escrow_repo(ESCROW, "debian:bookworm"), A): A})
+    sources = BaseSources(
+        CONFIG,
+        escrow=ESCROW,
+        client_for=lambda r: esc if r.name == "esc" else up,  # type: ignore[arg-type,return-value]
+    )
+    ref, note = sources.ref(cell, "debian:bookworm")
+    assert ref == f"127.0.0.1:5000/proj/bases/library/debian@{A}"
+    assert note is not None
+    assert "built from the escrow copy" in note
+    assert ("unreachable" if down else "no longer serves") in note
+
+
+def test_build_without_upstream_or_escrow_refuses(tmp_path: Path) -> None:
+    cell = _pinned_cell(tmp_path)
+    sources = BaseSources(CONFIG, client_for=lambda r: _Reg({}))  # type: ignore[arg-type,return-value]
+    with pytest.raises(BuildError, match="no longer serves") as err:
+        sources.ref(cell, "debian:bookworm")
+    assert "imagesmith lock --bases" in err.value.hint
+    sources = BaseSources(CONFIG, escrow=ESCROW, client_for=lambda r: _Reg({}))  # type: ignore[arg-type,return-value]
+    with pytest.raises(BuildError, match="holds no proj/bases/library/debian@"):
+        sources.ref(replace(cell), "debian:bookworm")
+
+
+def test_lock_bases_takes_no_wheel_flags(run_cli: Callable[..., Any]) -> None:
+    result = run_cli("lock", "--bases", "--force")
+    assert result.exit_code == 2
+    assert "--bases and --force do not go together" in result.stderr
+
+
+def test_escrow_must_name_a_registry_of_the_project(tmp_path: Path) -> None:
+    from imagesmith.bases import escrow_registry
+    from imagesmith.errors import ConfigError
+    from imagesmith.project import load_project
+
+    root = _smoke_project(tmp_path)
+    (root / "imagesmith.toml").write_text('schema = 1\nname = "t"\n[bases]\nescrow = "nowhere"\n')
+    with pytest.raises(
+        ConfigError, match=re.escape("bases.escrow = 'nowhere' is no registry of matrices/registries.toml")
+    ):
+        escrow_registry(load_project(root / "imagesmith.toml"))
+    (root / "imagesmith.toml").write_text('schema = 1\nname = "t"\n[bases]\nescrow = "local-plain"\n')
+    esc = escrow_registry(load_project(root / "imagesmith.toml"))
+    assert esc is not None
+    assert escrow_repo(esc, "debian:bookworm") == "imagesmith/bases/library/debian"
+
+
+def test_a_base_made_locally_is_built_by_name_without_a_request(tmp_path: Path) -> None:
+    root = _smoke_project(tmp_path)
+    write_bases(root / "locks", [BaseEntry(name="debian:bookworm", origin="local")])
+    (cell,) = _plan(root).cells
+
+    def no_registry(r: Registry) -> Any:
+        raise AssertionError(f"a registry was asked ({r.host}) for a base made locally")
+
+    sources = BaseSources(CONFIG, escrow=ESCROW, client_for=no_registry)
+    assert build_args(cell, CONFIG, sources)["BASE_IMAGE"] == "127.0.0.1:5000/hub/library/debian:bookworm"
+    _ref, note = sources.ref(cell, "debian:bookworm")
+    assert note == 'base debian:bookworm is made locally (bases.toml origin = "local"): built by name'
+
+
+def test_planning_every_matrix_parses_each_lock_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cached plan of every matrix stays well under a second: each wheel lock (read by every matrix's plan
+    for the layer order) and the size table are parsed once per content, not once per matrix."""
+    import imagesmith.lock as lock_mod
+    import imagesmith.wheelsizes as sizes_mod
+
+    lock_mod._parsed.cache_clear()
+    sizes_mod._parsed_sizes.cache_clear()
+    calls: list[str] = []
+    real_lock, real_sizes = lock_mod.parse_lock, sizes_mod.parse_sizes
+    monkeypatch.setattr(lock_mod, "parse_lock", lambda t, p, k: calls.append(str(p)) or real_lock(t, p, k))
+    monkeypatch.setattr(sizes_mod, "parse_sizes", lambda t, p: calls.append(str(p)) or real_sizes(t, p))
+    for name in PROJECT.matrix_names():
+        build_plan(load_matrix(name, project=PROJECT), project=PROJECT)
+    assert len(PROJECT.matrix_names()) >= 8
+    assert calls
+    assert len(calls) == len(set(calls)), "a lock or the size table was parsed twice"
