@@ -42,8 +42,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
+from imagesmith import kinds
 from imagesmith.errors import ConfigError, ImagesmithError
-from imagesmith.refs import DOCKER_HUB, ImageRef, Registry
+from imagesmith.refs import ImageRef, Registry
 
 if TYPE_CHECKING:
     from imagesmith.config import UserConfig
@@ -115,18 +116,6 @@ class BasesLock:
 
     def get(self, image: str) -> BaseEntry | None:
         return self.entries.get(image)
-
-    def require(self, images: Iterable[tuple[str, str]], shown: str, matrix: str) -> None:
-        """BaseLockError naming every (field, image) of *matrix* the lock has no entry for."""
-        missing = [(field, image) for field, image in images if image not in self.entries]
-        if missing:
-            names = ", ".join(f"{image} ({field})" for field, image in dict.fromkeys(missing))
-            raise BaseLockError(
-                f"{shown}: no entry for base image {names} of matrix {matrix}",
-                hint=f"run `imagesmith lock --bases --matrix {matrix}` where its registry (or mirror) is "
-                f"reachable, or for a base made on each machine add "
-                f'"{missing[0][1]}" = {{ origin = "local" }} under [bases] in {shown}',
-            )
 
 
 def bases_path(lock_dir: Path) -> Path:
@@ -270,7 +259,7 @@ def endpoint(ref: ImageRef, known: Iterable[Registry] = ()) -> Registry:
     for reg in known:
         if reg.host == ref.registry:
             return replace(reg, name=reg.name, repository=ref.path)
-    kind = "dockerhub" if ref.registry == DOCKER_HUB else "generic"
+    kind = kinds.kind_of_host(ref.registry)  # docker.io → its kind's row (data/registry_kinds.toml)
     return Registry(
         name=ref.registry, host=ref.registry, repository=ref.path, kind=kind, insecure=_loopback(ref.registry)
     )

@@ -240,9 +240,8 @@ def build_plan(
     cells: list[Cell] = []
     dropped: list[Dropped] = []
     sizes = read_sizes(locks)
-    base_lock = read_bases(locks, f"{locks_shown}/{BASES_FILE}")
-    if base_lock is not None:
-        base_lock.require(matrix_bases(matrix), f"{locks_shown}/{BASES_FILE}", matrix.name)
+    bases_shown = f"{locks_shown}/{BASES_FILE}"
+    base_lock = read_bases(locks, bases_shown)
     # the layer order: a wheel more locks of the project pin comes earlier in its group
     shared = popularity(
         (k.python, lk.pins) for k in lock_keys_in(locks) if (lk := read_lock(k, locks)) is not None
@@ -395,6 +394,15 @@ def build_plan(
         else:
             python_source = "distro" if python == matrix.base.python else "uv"
         cell_devel = devel_image if flavor == "devel" and not pip_devel else None
+        unpinned = _unpinned(base_lock, matrix.base.image, builder_image, cell_devel)
+        if unpinned:  # a project that pins its bases builds none by a moving name (as no wheel floats)
+            drop(
+                f"base image {', '.join(unpinned)} has no entry in {bases_shown}: run "
+                f"`imagesmith lock --bases --matrix {matrix.name}` where its registry (or mirror) is "
+                f'reachable, or for a base made on each machine add "{unpinned[0]}" = {{ origin = "local" }} '
+                "under [bases] there"
+            )
+            continue
         cells.append(
             Cell(
                 matrix=matrix.name,
@@ -470,6 +478,13 @@ def matrix_bases(matrix: Matrix) -> list[tuple[str, str]]:
     return out
 
 
+def _unpinned(lock: BasesLock | None, *images: str | None) -> list[str]:
+    """The images of a cell that the project's base lock (when it has one) has no entry for."""
+    if lock is None:
+        return []
+    return [i for i in dict.fromkeys(i for i in images if i) if lock.get(i) is None]
+
+
 def _base_fields(lock: BasesLock | None, *images: str | None) -> dict[str, Any]:
     """The cell's base_digests / base_local / base_moves / base_read from the project's base lock."""
     if lock is None:
@@ -480,7 +495,7 @@ def _base_fields(lock: BasesLock | None, *images: str | None) -> dict[str, Any]:
     read: dict[str, str] = {}
     for image in dict.fromkeys(i for i in images if i):
         entry = lock.get(image)
-        if entry is None:  # pragma: no cover - require() refused the matrix before
+        if entry is None:  # pragma: no cover - _unpinned() dropped the cell before
             continue
         if entry.pinned and entry.digest:
             digests[image] = entry.digest

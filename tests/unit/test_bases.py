@@ -172,16 +172,17 @@ def test_a_moved_base_moves_the_fingerprint_and_the_rendered_from(tmp_path: Path
     assert at_b.moved_notes() == [f"base debian:bookworm moved {A[:19]}…→{B[:19]}… (read 2026-12-02)"]
 
 
-def test_a_lock_without_the_matrix_base_is_one_error(tmp_path: Path) -> None:
+def test_a_cell_whose_base_the_lock_lacks_is_dropped_naming_the_fix(tmp_path: Path) -> None:
+    """A project that pins its bases builds no cell by a moving name (as no wheel floats): the cell is
+    dropped with the file and the command that pins it; the matrix's other cells still plan."""
     root = _smoke_project(tmp_path)
     write_bases(root / "locks", [BaseEntry(name="debian:trixie", origin="local")])
-    with pytest.raises(BaseLockError) as err:
-        _plan(root)
-    assert (
-        err.value.message
-        == "locks/bases.toml: no entry for base image debian:bookworm (base.image) of matrix smoke"
-    )
-    assert "imagesmith lock --bases --matrix smoke" in err.value.hint
+    plan = _plan(root)
+    assert not plan.cells
+    (dropped,) = plan.dropped
+    assert dropped.reason.startswith("base image debian:bookworm has no entry in locks/bases.toml: run ")
+    assert "`imagesmith lock --bases --matrix smoke`" in dropped.reason
+    assert '"debian:bookworm" = { origin = "local" }' in dropped.reason
 
 
 def test_plan_explain_says_the_base_moved(

@@ -31,6 +31,13 @@ sha256 = "3c3b847c3ee4396d94defab52fef91ccc28c0e3a496e8e841cadd1870d9eb1c8"
 """
 
 
+@pytest.fixture(autouse=True)
+def _bases_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These matrices name made-up base images to test toolkit selection: plan them as a project without a
+    base lock (bases by name), not against this repository's bases.toml (tests/unit/test_bases.py)."""
+    monkeypatch.setattr(plan_module, "read_bases", lambda *_a, **_k: None)
+
+
 def _matrix(
     tmp_path: Path,
     *,
