@@ -1139,11 +1139,13 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
 def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes | None, bytes | None]:
     """(index JSON, its signature envelope or None, the published key or None) of the artifact."""
     from imagesmith.index import read_published_index
-    from imagesmith.registry import RegistryClient
+    from imagesmith.refs import Registry
+    from imagesmith.registry import client_for
 
     host, repo, tag, insecure = parse_oci_source(source)
     # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
-    client = RegistryClient(host, insecure=insecure, attempts=2, backoff=0.2, timeout=20.0)
+    target = Registry(name=host, host=host, repository=repo, insecure=insecure)
+    client = client_for(target, attempts=2, backoff=0.2, timeout=20.0)
     try:
         return read_published_index(client, repo, tag, with_key=with_key)
     except ManifestUnknownError:
