@@ -55,7 +55,9 @@ def test_an_unsigned_index_is_refused_naming_how_to_get_the_key(tmp_path: Path, 
         assert res.exit_code == IndexTrustError.exit_code == 2, res.stderr
         error, fix = _lines(res.stderr)
         assert error.startswith(f"error: --index {path}: no key to verify the release index with")
-        assert "--verify-key F.pub" in fix and "[release] index_key" in fix and "--no-verify" in fix
+        assert "--verify-key F.pub" in fix
+        assert "[release] index_key" in fix
+        assert "--no-verify" in fix
         assert res.stdout == ""
     again = run_cli("pick", "--index", str(path), *PICK, "--no-verify")  # the rerun the fix names works ...
     assert again.exit_code == 0, again.stderr
@@ -63,7 +65,8 @@ def test_an_unsigned_index_is_refused_naming_how_to_get_the_key(tmp_path: Path, 
     twice = run_cli("pick", "--index", str(path), *PICK, "--no-verify")  # ... and warns on every run
     assert "warning: --no-verify" in twice.stderr
     conflict = run_cli("pick", "--index", str(path), *PICK, "--no-verify", "--verify-key", "x.pub")
-    assert conflict.exit_code == 2 and "contradict" in conflict.stderr
+    assert conflict.exit_code == 2
+    assert "contradict" in conflict.stderr
 
 
 def test_first_use_pins_the_published_key_and_prints_its_fingerprint(tmp_path: Path, run_cli: Any) -> None:
@@ -81,9 +84,11 @@ def test_first_use_pins_the_published_key_and_prints_its_fingerprint(tmp_path: P
     swapped = run_cli("pick", "--index", str(path), *PICK)
     assert swapped.exit_code == 2
     error, fix = _lines(swapped.stderr)
-    assert other.public.fingerprint in error and KEY.public.fingerprint in error
+    assert other.public.fingerprint in error
+    assert KEY.public.fingerprint in error
     assert "the key pinned for this source on first use" in error
-    assert "--verify-key NEW.pub" in fix and "remove " in fix
+    assert "--verify-key NEW.pub" in fix
+    assert "remove " in fix
     # the fix: the new key named explicitly (after checking it with the publisher)
     new_pub = tmp_path / "new.pub"
     new_pub.write_bytes(other.public.pem)
@@ -97,7 +102,8 @@ def test_a_signature_by_another_key_than_the_published_one_is_refused(tmp_path: 
     path.with_name("index.json.pub").write_bytes(KEY.public.pem)  # a key beside it that did not sign it
     res = run_cli("pick", "--index", str(path), *PICK)
     assert res.exit_code == 2
-    assert "bad index signature" in res.stderr and "no signature verifies" in res.stderr
+    assert "bad index signature" in res.stderr
+    assert "no signature verifies" in res.stderr
 
 
 @pytest.mark.parametrize("form", ["path", "pem", "relative"])
@@ -117,7 +123,8 @@ def test_the_key_from_the_user_config(tmp_path: Path, run_cli: Any, form: str) -
     stranger = tmp_path / "stranger.pub"
     stranger.write_bytes(signing.generate_key().public.pem)
     refused = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(stranger))  # the flag wins
-    assert refused.exit_code == 2 and "bad index signature" in refused.stderr
+    assert refused.exit_code == 2
+    assert "bad index signature" in refused.stderr
 
 
 def test_the_key_from_the_project_and_the_order_of_sources(
@@ -137,7 +144,8 @@ def test_the_key_from_the_project_and_the_order_of_sources(
     assert run_cli("index", str(path)).exit_code == 2
     monkeypatch.setenv("IMAGESMITH_INDEX_KEY", str(tmp_path / "keys" / "release.pub"))  # env > user config
     ok = run_cli("index", str(path))
-    assert ok.exit_code == 0 and "from $IMAGESMITH_INDEX_KEY" in ok.stderr
+    assert ok.exit_code == 0
+    assert "from $IMAGESMITH_INDEX_KEY" in ok.stderr
 
 
 # -- serial and expiry ---------------------------------------------------------------------------------------
@@ -152,13 +160,15 @@ def test_a_replayed_older_index_is_refused_and_a_newer_one_accepted(tmp_path: Pa
     assert res.exit_code == 2
     error, fix = _lines(res.stderr)[-2:]
     assert f"error: --index {path}: the index served has serial 4" in error
-    assert "older than serial 5" in error and "a replayed older index" in error
+    assert "older than serial 5" in error
+    assert "a replayed older index" in error
     assert "another registry of the publisher" in fix
     save_signed_index(make_index(), path, serial=6)
     assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
     save_signed_index(make_index([("2.4.1", "12.1", "3.11")]), path, serial=6)  # same serial, other bytes
     res = run_cli("pick", "--index", str(path), *PICK)
-    assert res.exit_code == 2 and "two different indexes carry serial 6" in res.stderr
+    assert res.exit_code == 2
+    assert "two different indexes carry serial 6" in res.stderr
 
 
 def test_an_expired_index_is_refused_with_its_date(tmp_path: Path, run_cli: Any) -> None:
@@ -231,7 +241,7 @@ def test_refresh_does_not_replace_a_newer_cached_index_with_an_older_one(
     assert notes[0].startswith(f"note: first use of --index {url}: trusting the key published beside it")
     _serve(files, 3)  # the mirror now serves an older, validly signed index
     for _ in range(2):
-        with pytest.raises(IndexTrustError, match="serial 3 .* older than serial 7"):
+        with pytest.raises(IndexTrustError, match=r"serial 3 .* older than serial 7"):
             fetch_index(url, insecure=True, refresh=True)
     assert picking._cache_path(url).read_bytes() == newer  # the newer one stays cached
     assert fetch_index(url, insecure=True).serial == 7  # and answers within its hour
@@ -267,7 +277,8 @@ def test_the_sample_index_is_signed_by_the_sample_key_far_from_expiry(run_cli: A
     )  # committed = what the script writes, byte for byte
     sample = REPO / "docs" / "examples" / "release-index.json"
     index = parse_index(sample.read_bytes(), source="sample")
-    assert index.serial == 1 and index.expires >= "2099"
+    assert index.serial == 1
+    assert index.expires >= "2099"
     res = run_cli("pick", "--index", str(sample), "--verify-key", f"{sample}.pub", *PICK)
     assert res.exit_code == 0, res.stderr
     pub = signing.parse_public_key((REPO / "docs/examples/release-index.json.pub").read_bytes(), source="s")
@@ -307,7 +318,10 @@ def test_a_damaged_trust_record_is_one_error_with_a_fix(tmp_path: Path, run_cli:
     assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
     (record,) = (tmp_path / "cache" / "imagesmith" / "index").glob("*.trust.json")
     data = json.loads(record.read_text())
-    assert data["fingerprint"] == KEY.public.fingerprint and data["newest"]["serial"] == 1
+    assert data["fingerprint"] == KEY.public.fingerprint
+    assert data["newest"]["serial"] == 1
     record.write_text("{not json")
     res = run_cli("pick", "--index", str(path), *PICK)
-    assert res.exit_code == 2 and "cannot be read" in res.stderr and f"remove {record}" in res.stderr
+    assert res.exit_code == 2
+    assert "cannot be read" in res.stderr
+    assert f"remove {record}" in res.stderr

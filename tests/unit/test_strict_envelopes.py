@@ -34,7 +34,8 @@ def _envelope(payload_text: str, *, sig: str | None = None, raw: str | None = No
     """An envelope whose payload field is *payload_text* verbatim and whose signature signs PAYLOAD."""
     good_sig = base64.b64encode(KEY.sign(signing.pae(PTYPE, PAYLOAD))).decode()
     if raw is not None:
-        return raw.replace("PAYLOAD", payload_text).replace("SIG", good_sig).encode()
+        filled = raw.replace("PTYPE", PTYPE).replace("EVIL", base64.b64encode(b"evil").decode())
+        return filled.replace("PAYLOAD", payload_text).replace("SIG", good_sig).encode()
     doc = {
         "payloadType": PTYPE,
         "payload": payload_text,
@@ -46,7 +47,8 @@ def _envelope(payload_text: str, *, sig: str | None = None, raw: str | None = No
 def test_the_standard_envelope_verifies() -> None:
     env = _envelope(base64.b64encode(PAYLOAD).decode())
     assert signing.verify_envelope(env, [KEY.public], payload_type=PTYPE).payload == PAYLOAD
-    assert "+" in base64.b64encode(PAYLOAD).decode() and "/" in base64.b64encode(PAYLOAD).decode()
+    assert "+" in base64.b64encode(PAYLOAD).decode()
+    assert "/" in base64.b64encode(PAYLOAD).decode()
 
 
 _STD = base64.b64encode(PAYLOAD).decode()
@@ -95,28 +97,28 @@ EVIL = base64.b64encode(b"evil").decode()
     ("raw", "why"),
     [
         (
-            '{"payloadType": "%s", "payload": "%s", "payload": "PAYLOAD", "signatures": [{"keyid": "k", "sig": '
-            '"SIG"}]}' % (PTYPE, EVIL),
+            '{"payloadType": "PTYPE", "payload": "EVIL", "payload": "PAYLOAD", '
+            '"signatures": [{"keyid": "k", "sig": "SIG"}]}',
             "the key 'payload' appears twice",
         ),
         (
-            '{"payloadType": "%s", "PayloadType": "text/plain", "payload": "PAYLOAD", "signatures": '
-            '[{"keyid": "k", "sig": "SIG"}]}' % PTYPE,
+            '{"payloadType": "PTYPE", "PayloadType": "text/plain", "payload": "PAYLOAD", "signatures": '
+            '[{"keyid": "k", "sig": "SIG"}]}',
             "the keys 'payloadType' and 'PayloadType' differ only in case",
         ),
         (
-            '{"payloadType": "%s", "payload": "PAYLOAD", "signatures": [{"keyid": "k", "\u212aeyid": "x", '
-            '"sig": "SIG"}]}' % PTYPE,
+            '{"payloadType": "PTYPE", "payload": "PAYLOAD", "signatures": [{"keyid": "k", "\u212aeyid": "x", '
+            '"sig": "SIG"}]}',
             "differ only in case",
         ),
         (
-            '{"payloadType": "%s", "payload": "PAYLOAD", "Signatures": [], "signatures": [{"keyid": "k", '
-            '"sig": "SIG"}]}' % PTYPE,
+            '{"payloadType": "PTYPE", "payload": "PAYLOAD", "Signatures": [], "signatures": [{"keyid": "k", '
+            '"sig": "SIG"}]}',
             "the keys 'Signatures' and 'signatures' differ only in case",
         ),
         (
-            '{"payloadType": "%s", "payload": "PAYLOAD", "signatures": [{"keyid": "k", "sig": "SIG", '
-            '"\u017fig": "x"}]}' % PTYPE,
+            '{"payloadType": "PTYPE", "payload": "PAYLOAD", "signatures": [{"keyid": "k", "sig": "SIG", '
+            '"\u017fig": "x"}]}',
             "differ only in case",
         ),
     ],
@@ -171,8 +173,8 @@ def _statement(*digests: str, report: str = '{"verdict": "passed"}') -> str:
     ],
 )
 def test_statements_are_read_strictly(payload: str, why: str) -> None:
-    """A statement naming two digests counted for both (from a registry) before; a repeated key resolved to its
-    last value; a case variant was ignored here and read by Go."""
+    """A statement naming two digests counted for both (from a registry) before; a repeated key resolved to
+    its last value; a case variant was ignored here and read by Go."""
     with pytest.raises(SignatureError) as info:
         verify_validation(_signed_statement(payload), [KEY.public], digest=D)
     assert why in info.value.message
