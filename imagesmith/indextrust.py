@@ -22,11 +22,14 @@ and the fix. Nothing here imports a heavy module at import time: ``cryptography`
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -50,11 +53,56 @@ _HOW_TO_GET_A_KEY: Final[str] = (
 
 @dataclass(frozen=True)
 class IndexKey:
-    """A key the user named, and what named it (for messages): ``--verify-key F``, ``$IMAGESMITH_INDEX_KEY``
-    or a config file's ``release.index_key``."""
+    """A key the user named (its PEM text), and what named it (for messages): ``--verify-key F``,
+    ``$IMAGESMITH_INDEX_KEY`` or a config file's ``release.index_key``. Parsed (``cryptography``) only when a
+    signature must be checked: a pick from a cached index that this key verified before needs no crypto."""
 
-    key: PublicKey
+    pem: bytes
     origin: str
+    _parsed: list[PublicKey] = field(default_factory=list, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, key: PublicKey, origin: str) -> IndexKey:
+        return cls(key.pem, origin, [key])
+
+    @property
+    def key(self) -> PublicKey:
+        """The parsed key; ConfigError naming the origin when the text is no PEM public key imagesmith
+        takes."""
+        if not self._parsed:
+            from imagesmith import signing
+            from imagesmith.errors import ConfigError
+
+            try:
+                self._parsed.append(signing.parse_public_key(self.pem, source=self.origin))
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"{self.origin}: {exc.message}",
+                    hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it",
+                ) from None
+        return self._parsed[0]
+
+    @property
+    def fingerprint(self) -> str | None:
+        return pem_fingerprint(self.pem)
+
+
+def pem_fingerprint(pem: bytes) -> str | None:
+    """``sha256:<hex>`` of the DER inside a PEM public key (what :attr:`PublicKey.fingerprint` says of it),
+    computed without ``cryptography``; None when *pem* holds no such block."""
+    match = _PEM_PUBLIC.search(pem.decode("ascii", "replace"))
+    if match is None:
+        return None
+    try:
+        der = base64.b64decode("".join(match.group(1).split()), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+_PEM_PUBLIC: Final[re.Pattern[str]] = re.compile(
+    r"-----BEGIN PUBLIC KEY-----([A-Za-z0-9+/=\s]*)-----END PUBLIC KEY-----"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,24 +120,27 @@ class Trust:
 
 @dataclass(frozen=True)
 class Trusted:
-    """The key an index verified with, said in one line (:meth:`line`)."""
+    """The key an index verified with (its fingerprint and type), said in one line (:meth:`line`); *key* is
+    the parsed key when it was needed (to verify, or to pin on first use)."""
 
-    key: PublicKey
+    fingerprint: str
+    key_type: str
     how: str
     first_use: bool = False
+    key: PublicKey | None = None
+
+    @classmethod
+    def of(cls, key: PublicKey, how: str, *, first_use: bool = False) -> Trusted:
+        return cls(key.fingerprint, key.key_type, how, first_use, key)
 
     def line(self, source: str) -> str:
         if self.first_use:
             return (
                 f"note: first use of --index {source}: trusting the key published beside it, "
-                f"{self.key.fingerprint} ({self.key.key_type}), pinned in {self.how}: check this fingerprint "
-                "with the publisher"
+                f"{self.fingerprint} ({self.key_type}), pinned in {self.how}: check this fingerprint with "
+                "the publisher"
             )
-        return f"index key: {self.key.fingerprint} ({self.key.key_type}, {self.how})"
-
-
-def fingerprint(key: PublicKey) -> str:
-    return key.fingerprint
+        return f"index key: {self.fingerprint} ({self.key_type}, {self.how})"
 
 
 def parse_timestamp(text: str) -> datetime.datetime | None:
@@ -145,13 +196,15 @@ class TrustStore:
         seen = self.data().get("newest")
         return seen if isinstance(seen, dict) and isinstance(seen.get("serial"), int) else None
 
-    def record(self, index: ReleaseIndex, body: bytes, *, pin: PublicKey | None) -> None:
-        """Remember *index* as the newest seen (when it is) and *pin* as this source's key (first use)."""
+    def record(self, index: ReleaseIndex, body: bytes, trusted: Trusted) -> None:
+        """Remember *index* as the newest seen (when it is; with the key that verified it) and, on first use,
+        the key as this source's pin."""
         data = dict(self.data())
         data["source"] = self.source
-        if pin is not None:
-            data["key"] = pin.pem.decode()
-            data["fingerprint"] = pin.fingerprint
+        if trusted.first_use and trusted.key is not None:
+            data["key"] = trusted.key.pem.decode()
+            data["fingerprint"] = trusted.fingerprint
+            data["key_type"] = trusted.key_type
         newest = self.newest()
         if newest is None or index.serial > newest["serial"]:
             data["newest"] = {
@@ -159,6 +212,8 @@ class TrustStore:
                 "generated": index.generated,
                 "expires": index.expires,
                 "sha256": hashlib.sha256(body).hexdigest(),
+                "key": trusted.fingerprint,
+                "key_type": trusted.key_type,
             }
         if data == self.data():
             return
@@ -203,7 +258,7 @@ def choose_key(
 ) -> Trusted:
     """The key to verify with (see the module docstring for the order)."""
     if trust.key is not None:
-        return Trusted(key=trust.key.key, how=f"from {trust.key.origin}")
+        return Trusted.of(trust.key.key, f"from {trust.key.origin}")
     pinned = store.pinned()
     offered = _published_key(published, source=source, where=published_where) if published else None
     if pinned is not None:
@@ -218,9 +273,9 @@ def choose_key(
                 f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
                 "otherwise do not use this index",
             )
-        return Trusted(key=pinned, how=f"pinned on first use in {store.path}")
+        return Trusted.of(pinned, f"pinned on first use in {store.path}")
     if offered is not None:
-        return Trusted(key=offered, how=str(store.path), first_use=True)
+        return Trusted.of(offered, str(store.path), first_use=True)
     raise IndexTrustError(
         f"--index {source}: no key to verify the release index with (no --verify-key, "
         f"$IMAGESMITH_INDEX_KEY or [release] index_key, no key pinned for this source, none published beside "
@@ -240,6 +295,23 @@ def _published_key(data: bytes, *, source: str, where: str) -> PublicKey:
             f"--index {source}: the key published beside the index is unusable: {exc.message}",
             hint=_HOW_TO_GET_A_KEY,
         ) from None
+
+
+def verified_before(body: bytes, trust: Trust, store: TrustStore) -> Trusted | None:
+    """The key that verified exactly *body* before, when it is the key chosen now (the user's, else the
+    pinned one): then the signature need not be checked again (nor ``cryptography`` loaded) — the bytes are
+    those that passed. None when that is not known: verify as usual. Serial and expiry are checked either
+    way."""
+    newest = store.newest()
+    if newest is None or newest.get("sha256") != hashlib.sha256(body).hexdigest():
+        return None
+    if trust.key is not None:
+        fingerprint, how = trust.key.fingerprint, f"from {trust.key.origin}"
+    else:
+        fingerprint, how = store.data().get("fingerprint"), f"pinned on first use in {store.path}"
+    if fingerprint is None or fingerprint != newest.get("key"):
+        return None
+    return Trusted(fingerprint, str(newest.get("key_type", "")), how)
 
 
 def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustStore, trust: Trust) -> None:

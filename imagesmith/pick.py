@@ -896,7 +896,7 @@ def fetch_index(
             trust=trust,
             store=store,
         )
-        store.record(index, signed, pin=trusted.key if trusted.first_use else None)
+        store.record(index, signed, trusted)
         say(trusted.line(source))
         return index
     check_index_scheme(source, insecure=insecure)
@@ -1001,7 +1001,7 @@ def fetch_index(
         tmp.write_bytes(data)
         tmp.replace(path)
     if fresh is not None:
-        store.record(index, body, pin=fresh.key if fresh.first_use else None)
+        store.record(index, body, fresh)
         say(fresh.line(source))
     return index
 
@@ -1025,9 +1025,12 @@ def _verify_index(
     serial and expiry against what *store* saw: the checks of :mod:`imagesmith.indextrust`, in that order."""
     from imagesmith import indextrust
 
-    offered = published() if trust.key is None else None
-    trusted = indextrust.choose_key(trust, store, offered, source=source, published_where=published_where)
-    indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
+    trusted = indextrust.verified_before(body, trust, store)
+    if trusted is None:
+        offered = published() if trust.key is None else None
+        trusted = indextrust.choose_key(trust, store, offered, source=source, published_where=published_where)
+        assert trusted.key is not None
+        indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
     index = parse_index(body, source=source)
     indextrust.check_fresh(index, body, source=source, store=store, trust=trust)
     return index, trusted

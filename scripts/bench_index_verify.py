@@ -124,7 +124,7 @@ def main() -> None:
         for label, argv in rows:
             med, low = cli([*argv, *PICK], env, args.runs)
             print(f"{label:64} {med:8.3f} {low:8.3f}")
-        trust = Trust(key=IndexKey(key.public, "bench"))
+        trust = Trust(key=IndexKey.of(key.public, "bench"))
         n = max(50, args.runs * 10)
         verified = per_call(lambda: fetch_index(source, insecure=True, trust=trust), n)
         plain = per_call(lambda: fetch_index(source, insecure=True, trust=Trust(verify=False)), n)

@@ -70,11 +70,10 @@ def _index_trust(flag: Path | None, no_verify: bool) -> Any:
                 hint="drop --no-verify: the index is then checked with the key given",
             )
         return Trust(verify=False)
-    from imagesmith import signing
     from imagesmith.config import load_config
 
     if flag is not None:
-        return Trust(key=IndexKey(signing.load_public_key(flag, "--verify-key"), f"--verify-key {flag}"))
+        return Trust(key=IndexKey(_read_key(flag, "--verify-key"), f"--verify-key {flag}"))
     config = load_config()
     named: tuple[Path | str, str] | None = None
     if config.index_key is not None:
@@ -87,16 +86,24 @@ def _index_trust(flag: Path | None, no_verify: bool) -> Any:
         return Trust()
     value, origin = named
     if isinstance(value, Path):
-        key = signing.load_public_key(value, origin)
-        return Trust(key=IndexKey(key, f"{origin} ({value})"))
+        return Trust(key=IndexKey(_read_key(value, origin), f"{origin} ({value})"))
+    return Trust(key=IndexKey(value.encode(), origin))
+
+
+def _read_key(path: Path, origin: str) -> bytes:
+    """The PEM text of the key file *path* named by *origin*; parsed only when a signature is checked (a
+    pick from a cached index verified before loads no crypto), so an unusable file is said here already."""
+    from imagesmith.indextrust import pem_fingerprint
+
     try:
-        key = signing.parse_public_key(value.encode(), source=origin)
-    except ConfigError as exc:
-        raise ConfigError(
-            f"{origin}: {exc.message}",
-            hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it",
-        ) from None
-    return Trust(key=IndexKey(key, origin))
+        data = path.read_bytes()[: 1 << 20]
+    except OSError:
+        data = b""
+    if pem_fingerprint(data) is None:
+        from imagesmith import signing
+
+        signing.load_public_key(path, origin)  # says why: unreadable, not PEM, not a key imagesmith takes
+    return data
 
 
 def _project_quietly() -> Any:

@@ -318,7 +318,7 @@ def test_pick_reads_the_published_index_artifact(
     assert out.index_signature == str(tmp_path / "index.json.sig")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     source = f"oci+http://{regs.plain}/{repo}"
-    trust = Trust(key=IndexKey(release_key.public, "test"))
+    trust = Trust(key=IndexKey.of(release_key.public, "test"))
     with pytest.raises(ConfigError, match="plain HTTP"):  # a local registry: only with insecure
         fetch_index(source, trust=trust)
     fetched = fetch_index(source, insecure=True, trust=trust)
@@ -327,7 +327,7 @@ def test_pick_reads_the_published_index_artifact(
     assert fetch_index(str(index_file), trust=trust) == fetched
     assert fetch_index(source, insecure=True, trust=trust) == fetched
     with pytest.raises(ConfigError, match="bad index signature"):
-        fetch_index(source, insecure=True, trust=Trust(key=IndexKey(KEY.public, "test")), refresh=True)
+        fetch_index(source, insecure=True, trust=Trust(key=IndexKey.of(KEY.public, "test")), refresh=True)
     # a rerun signs nothing anew: same file, same artifact
     sig = (tmp_path / "index.json.sig").read_bytes()
     before = plain.manifest_digest(repo, "release-index")

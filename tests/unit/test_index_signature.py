@@ -22,7 +22,7 @@ KEY = signing.generate_key()
 
 
 def _trust(key: signing.PublicKey) -> Trust:
-    return Trust(key=IndexKey(key, "--verify-key test.pub"))
+    return Trust(key=IndexKey.of(key, "--verify-key test.pub"))
 
 
 @pytest.fixture(autouse=True)

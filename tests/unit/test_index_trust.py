@@ -325,3 +325,27 @@ def test_a_damaged_trust_record_is_one_error_with_a_fix(tmp_path: Path, run_cli:
     assert res.exit_code == 2
     assert "cannot be read" in res.stderr
     assert f"remove {record}" in res.stderr
+
+
+def test_a_pick_from_bytes_verified_before_loads_no_crypto(tmp_path: Path) -> None:
+    """The cached (or unchanged file) index whose exact bytes the same key verified before is not verified
+    again: no `cryptography` import on that path (tens of ms of pick's start-up); expiry still counts."""
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    code = (
+        "import sys; from imagesmith.pick import fetch_index; "
+        f"fetch_index({str(path)!r}, note=print); "
+        "print(any(m.startswith('cryptography') for m in sys.modules))"
+    )
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        for _ in range(2)
+    ]
+    first, second = (r.stdout.splitlines() for r in runs)
+    assert first[0].startswith("note: first use of --index")
+    assert first[1] == "True"
+    assert second[0].startswith(f"index key: {KEY.public.fingerprint} (ed25519, pinned on first use in ")
+    assert second[1] == "False"
+    path.write_bytes(path.read_bytes().replace(b"2.11.0", b"2.11.1"))  # other bytes: verified again, refused
+    with pytest.raises(IndexTrustError, match="signs another index"):
+        fetch_index(str(path))
