@@ -402,10 +402,15 @@ def issued(
     *previous* — the seconds since 1970 of *now*, or *previous* + 1 when that is higher, so that a release run
     from a checkout with an older index file still writes a serial above every index published before it."""
     stamp = "%Y-%m-%dT%H:%M:%SZ"
+    clock = int(now.timestamp())
+    # serials are times: one more than a day ahead of the clock was not written by a release run (an index
+    # planted where --extend-from reads it, unsigned or not): raising past it would run the serials up to
+    # MAX_SERIAL, where no later index could be newer
+    base = previous if previous <= clock + 86400 else 0
     return replace(
         index,
         generated=now.strftime(stamp),
-        serial=min(max(previous + 1, int(now.timestamp())), MAX_SERIAL),
+        serial=min(max(base + 1, clock), MAX_SERIAL),
         expires=(now + valid_for).strftime(stamp),
     )
 

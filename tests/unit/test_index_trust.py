@@ -297,6 +297,10 @@ def test_release_issues_a_higher_serial_and_renews_past_half_its_validity() -> N
     assert renewal_due(replace(first, serial=0, expires=""), week2, now)
     # a stale base (an older checkout's index file) still gets a serial above anything issued before now
     assert issued(replace(first, serial=3), previous=3, valid_for=week2, now=now).serial > 3
+    # a planted base serial far ahead of the clock does not run the serials up to the maximum
+    from imagesmith.index import MAX_SERIAL
+
+    assert issued(first, previous=MAX_SERIAL - 1, valid_for=week2, now=now).serial == int(now.timestamp())
 
 
 @pytest.mark.parametrize(("value", "ok"), [("14d", True), ("36h", True), ("0d", False), ("2w", False)])
