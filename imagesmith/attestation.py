@@ -230,7 +230,9 @@ def stored_envelopes(client: RegistryApi, repo: str, digest: str) -> Iterator[tu
             yield where, exc.message
             continue
         except RegistryError as exc:
-            if "layer's" not in exc.message:  # the registry failed (not the descriptor): the caller says so
+            if (
+                exc.field is None
+            ):  # the registry failed (not the descriptor's digest or size): the caller says so
                 raise
             yield where, exc.message
             continue

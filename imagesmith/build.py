@@ -33,11 +33,11 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
@@ -48,10 +48,13 @@ from imagesmith.plan import BuildPlan, Cell
 from imagesmith.refs import Registry
 from imagesmith.registry import (
     ManifestData,
+    PromotionError,
+    PromotionTarget,
     RegistryApi,
     Verify,
     client_for,
     copy_manifest,
+    promote,
     verify_blobs,
     verify_level,
 )
@@ -220,8 +223,10 @@ def build_args(cell: Cell, config: UserConfig) -> dict[str, str]:
 
 # -- registries ------------------------------------------------------------------------------------
 def _where(target: Registry, exc: ImagesmithError) -> str:
-    text = exc.message
-    return text if target.name in text else f"registry {target.name} ({target.host}): {text}"
+    """*exc*'s message, naming *target* in front unless the error is about it already (its ``registry``)."""
+    if exc.registry == target.name:
+        return exc.message
+    return f"registry {target.name} ({target.host}): {exc.message}"
 
 
 def _wrapped(target: Registry, exc: ImagesmithError, hint: str = "") -> PushError:
@@ -235,46 +240,37 @@ def put_final_tags(
     manifest: ManifestData,
     tags: Sequence[str],
 ) -> None:
-    """Put *tags* on *manifest* in every registry, all-or-nothing as far as users can see.
+    """Put *tags* on *manifest* in every registry, all-or-nothing as far as users can see
+    (:func:`imagesmith.registry.promote`).
 
     Each tag goes to every registry before the next tag is put, and everything is read back. When a step
     fails, what this run moved is rolled back (a tag that pointed elsewhere is put back on its old manifest; a
     new tag is deleted where the registry allows deleting a tag alone); what cannot be rolled back is named
     in the error — "tagged in r1, not in r2 — rerun converges" — and ``imagesmith candidates`` shows it.
     """
-    before: dict[tuple[str, str], str | None] = {}
-    for t in targets:
-        for tag in tags:
-            try:
-                before[t.name, tag] = clients[t.name].manifest_digest(t.repo, tag)
-            except ImagesmithError as exc:
-                raise _wrapped(t, exc) from exc
-    moved: list[tuple[Registry, str]] = []
+    by_target = [PromotionTarget(name=t.name, repo=t.repo, client=clients[t.name], ref=t) for t in targets]
     try:
-        for tag in tags:
-            for t in targets:
-                try:
-                    clients[t.name].put_manifest(t.repo, tag, manifest)
-                except ImagesmithError as exc:
-                    raise _wrapped(t, exc) from exc
-                if before[t.name, tag] != manifest.digest:
-                    moved.append((t, tag))
-        for t in targets:
-            for tag in tags:
-                got = clients[t.name].manifest_digest(t.repo, tag)
-                if got != manifest.digest:
-                    raise PushError(
-                        f"registry {t.name} ({t.host}): {t.image}:{tag} is {got}, expected {manifest.digest}",
-                        hint="another build moved the tag meanwhile; " + RETRY_HINT,
-                    )
-    except ImagesmithError as exc:
-        left = _roll_back(moved, before, clients, manifest)
-        if not left:
-            how = (
-                "the tags this run had put were rolled back: no final tag moved" if moved else "no tag moved"
+        promote(by_target, tags, manifest.digest, manifest=manifest)
+    except PromotionError as exc:
+        t = cast("Registry", exc.target.ref)
+        if exc.step == "before" and exc.cause is not None:  # read before anything moved
+            raise _wrapped(t, exc.cause) from exc
+        first: ImagesmithError
+        if exc.cause is None:
+            first = PushError(
+                f"registry {t.name} ({t.host}): {t.image}:{exc.tag} is {exc.got}, expected {manifest.digest}",
+                hint="another build moved the tag meanwhile; " + RETRY_HINT,
             )
-            raise PushError(f"{exc.message} ({how})", hint=join_hints(exc.hint, RETRY_HINT)) from exc
-        held = {t.name: [tag for u, tag in left if u.name == t.name] for t in targets}
+        else:
+            first = _wrapped(t, exc.cause) if exc.step == "put" else exc.cause
+        if not exc.left:
+            how = (
+                "the tags this run had put were rolled back: no final tag moved"
+                if exc.moved
+                else "no tag moved"
+            )
+            raise PushError(f"{first.message} ({how})", hint=join_hints(first.hint, RETRY_HINT)) from exc
+        held = {u.name: [tag for v, tag in exc.left if v.name == u.name] for u in targets}
         tagged = [f"{name} ({', '.join(ts)})" for name, ts in held.items() if ts]
         untagged = [name for name, ts in held.items() if len(ts) < len(tags)]
         state = (
@@ -283,37 +279,14 @@ def put_final_tags(
             else f"tagged in {', '.join(tagged)} — rerun converges"
         )
         raise PushError(
-            f"{exc.message}\n  final tags partly moved ({state}; the registries cannot delete a tag "
+            f"{first.message}\n  final tags partly moved ({state}; the registries cannot delete a tag "
             "alone, so it was not rolled back)",
             hint=join_hints(
-                exc.hint,
+                first.hint,
                 "run the same build again: it puts the missing tags (`imagesmith candidates` shows the mixed "
                 "state meanwhile; `imagesmith release` refuses a cell whose candidates differ)",
             ),
         ) from exc
-
-
-def _roll_back(
-    moved: Sequence[tuple[Registry, str]],
-    before: Mapping[tuple[str, str], str | None],
-    clients: dict[str, RegistryApi],
-    manifest: ManifestData,
-) -> list[tuple[Registry, str]]:
-    """Undo *moved* tags; the ones that stay moved."""
-    left = []
-    for t, tag in reversed(moved):
-        c = clients[t.name]
-        old = before[t.name, tag]
-        try:
-            if old is not None:
-                c.put_manifest(t.repo, tag, c.get_manifest(t.repo, old))
-                continue
-            if c.delete_tag(t.repo, tag):
-                continue
-        except ImagesmithError:
-            pass
-        left.append((t, tag))
-    return list(reversed(left))
 
 
 def registry_state(

@@ -101,8 +101,9 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         result = application(args=args, standalone_mode=False, prog_name=prog)
     except ImagesmithError as exc:
         # the message is plain text: build logs and TOML keys contain [brackets] that are not rich markup
-        hint = exc.hint or f"see `{_command_of(application, args, prog)} --help`"
-        err.print(f"[bold red]error:[/] {escape(exc.message)}\n  fix: {escape(hint)}", markup=True)
+        message, fix = exc.render()  # the one place an error becomes text
+        hint = fix or f"see `{_command_of(application, args, prog)} --help`"
+        err.print(f"[bold red]error:[/] {escape(message)}\n  fix: {escape(hint)}", markup=True)
         return exc.exit_code
     except typer.Exit as exc:
         return exc.exit_code

@@ -900,6 +900,7 @@ def gpu_family(family: str) -> tuple[Gpu, ...]:
         raise ConfigError(
             f"unknown GPU family {family!r}" + (f" did you mean {guess}?" if guess else ""),
             hint=f"families: {', '.join(sorted(_families()))}",
+            fault="unknown GPU",
         )
     return members
 
@@ -967,6 +968,7 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
     raise ConfigError(
         f"unknown GPU {key_or_smi_name!r}{board}" + (f" did you mean {guess}?" if guess else ""),
         hint=f"known keys: {', '.join(g.key for g in gpus())} (add new models to imagesmith/data/gpus.toml)",
+        fault="unknown GPU",
     )
 
 

@@ -553,27 +553,29 @@ class Engine:
             try:
                 return self._push_once(reference, repo, tag, _auth_config(creds), on_progress, start, probe)
             except PushError as exc:
-                last = exc.message
-                if _denied(last) and not state["refreshed"] and creds is not None and refresh is not None:
+                # what the engine (or, after a probe, the registry) said decides; the message is shown
+                last, said = exc.message, exc.said or ""
+                refused = _denied(said) or exc.fault in ("denied", "unauthorized")
+                if refused and not state["refreshed"] and creds is not None and refresh is not None:
                     state["refreshed"] = True  # once: never a loop of refusals
                     fresh = refresh(creds)
                     if fresh is not None:
                         state["credentials"] = fresh
-                        raise _PushRetry(last, immediate=True) from None
-                fault = _non_transient(last)
-                if fault is None and probe is not None and re.search(r"\b5\d\d\b", last):
+                        raise _PushRetry(last, said, immediate=True) from None
+                fault = (exc.fault, exc.hint or _PROBE_HINT) if exc.fault else _non_transient(said)
+                if fault is None and probe is not None and re.search(r"\b5\d\d\b", said):
                     fault = _probe_fault(probe)  # a bare "HTTP 500": ask the registry why
                 if fault is not None:
                     raise PushError(
                         f"push of {reference} to registry {where} failed: {last} ({fault[0]})",
                         hint=fault[1],
                     ) from None
-                if not _TRANSIENT_PUSH.search(last):
+                if not _TRANSIENT_PUSH.search(said):
                     raise PushError(
                         f"push of {reference} to registry {where} failed: {last}",
-                        hint=_push_hint(last, where),
+                        hint=_push_hint(said, where),
                     ) from None
-                raise _PushRetry(last) from None
+                raise _PushRetry(last, said) from None
 
         retrying = Retrying(
             stop=stop_after_attempt(attempts) | stop_after_delay(deadline),
@@ -587,7 +589,7 @@ class Engine:
             tries = retrying.statistics.get("attempt_number", attempts)
             raise PushError(
                 f"push of {reference} to registry {where} failed: {exc.last} (gave up after {tries} tries)",
-                hint=_push_hint(exc.last, where),
+                hint=_push_hint(exc.said, where),
             ) from None
 
     def _push_once(
@@ -611,7 +613,7 @@ class Engine:
                 detail = chunk.get("errorDetail")
                 if detail or "error" in chunk:
                     msg = (detail or {}).get("message") or chunk.get("error") or "unknown error"
-                    raise PushError(str(msg))
+                    raise PushError(str(msg), said=str(msg))
                 status = str(chunk.get("status", ""))
                 lid = str(chunk.get("id", ""))
                 if status == "Pushing":
@@ -625,12 +627,17 @@ class Engine:
                     existing.add(lid)
                 elif status.startswith("Retrying in") and probe is not None and not probed:
                     probed = True  # the engine retries a failed layer on its own (5 s, 10 s, … per layer)
-                    fault = _probe_fault(probe)
-                    if fault is not None:
+                    refused = _probe_error(probe)
+                    if refused is not None:
                         close = getattr(stream, "close", None)
                         if callable(close):
                             close()  # dropping the request cancels the engine's push
-                        raise PushError(f"the registry refused a layer upload ({fault[0]})")
+                        raise PushError(
+                            f"the registry refused a layer upload ({refused.message})",
+                            hint=refused.hint,
+                            fault=refused.fault,
+                            said=refused.said,
+                        )
                 aux = chunk.get("aux")
                 if isinstance(aux, dict) and aux.get("Digest"):
                     digest = str(aux["Digest"])
@@ -638,11 +645,14 @@ class Engine:
                 if m:
                     digest = m.group(1)
         except docker.errors.APIError as exc:
-            raise PushError(str(exc.explanation or exc)) from exc
+            said = str(exc.explanation or exc)
+            raise PushError(said, said=said) from exc
         except docker.errors.DockerException as exc:
-            raise PushError(str(exc)) from exc
+            said = str(exc)
+            raise PushError(said, said=said) from exc
         if not digest:
-            raise PushError("the engine's push stream ended without a manifest digest")
+            said = "the engine's push stream ended without a manifest digest"
+            raise PushError(said, said=said)
         return PushResult(
             reference=reference,
             digest=digest,
@@ -675,9 +685,10 @@ class Engine:
                     progress(chunk)
                 if chunk.get("errorDetail") or "error" in chunk:
                     msg = (chunk.get("errorDetail") or {}).get("message") or chunk.get("error")
-                    raise EngineError(f"pull of {reference} failed: {msg}")
+                    raise EngineError(f"pull of {reference} failed: {msg}", said=str(msg))
         except docker.errors.APIError as exc:
-            raise EngineError(f"pull of {reference} failed: {exc.explanation or exc}") from exc
+            said = str(exc.explanation or exc)
+            raise EngineError(f"pull of {reference} failed: {said}", said=said) from exc
         return str(self.client.images.get(reference).id)
 
     # -- images ---------------------------------------------------------------------------------------------
@@ -818,7 +829,8 @@ class Engine:
         except docker.errors.ImageNotFound as exc:
             raise EngineError(f"image {image} is not in the engine", hint="build or pull it first") from exc
         except docker.errors.APIError as exc:
-            raise EngineError(f"running {image}: {exc.explanation or exc}") from exc
+            said = str(exc.explanation or exc)
+            raise EngineError(f"running {image}: {said}", said=said) from exc
         finally:
             if container is not None:
                 with contextlib.suppress(docker.errors.NotFound):
@@ -843,9 +855,12 @@ def split_tag(reference: str) -> tuple[str, str]:
 
 
 class _PushRetry(Exception):
-    def __init__(self, last: str, *, immediate: bool = False) -> None:
+    """Push again: *last* is the failure as shown, *said* what the engine said (what decides)."""
+
+    def __init__(self, last: str, said: str, *, immediate: bool = False) -> None:
         super().__init__(last)
         self.last = last
+        self.said = said
         self.immediate = immediate
 
 
@@ -872,13 +887,22 @@ def _non_transient(message: str) -> tuple[str, str] | None:
     return None
 
 
-def _probe_fault(probe: Callable[[], None]) -> tuple[str, str] | None:
-    """Ask the registry (a small write through its API) why the engine's upload failed."""
+_PROBE_HINT = "check the registry, then rerun"
+
+
+def _probe_error(probe: Callable[[], None]) -> ImagesmithError | None:
+    """Ask the registry (a small write through its API) why the engine's upload failed: its error, or None."""
     try:
         probe()
     except ImagesmithError as exc:
-        return exc.message, exc.hint or "check the registry, then rerun"
+        return exc
     return None
+
+
+def _probe_fault(probe: Callable[[], None]) -> tuple[str, str] | None:
+    """(what the registry said was wrong, the fix) from :func:`_probe_error`, or None."""
+    refused = _probe_error(probe)
+    return None if refused is None else (refused.message, refused.hint or _PROBE_HINT)
 
 
 def _denied(message: str) -> bool:

@@ -6,21 +6,113 @@ the file, field, host or registry at fault and says what to do. Only ``imagesmit
 
 from __future__ import annotations
 
+import copy
+from typing import TypeVar
+
+_E = TypeVar("_E", bound="ImagesmithError")
+
 
 class ImagesmithError(Exception):
-    """Base class. ``exit_code`` is what the CLI exits with."""
+    """Base class. ``exit_code`` is what the CLI exits with.
+
+    Besides its text an error carries what it is about as fields, for the code that handles it to decide on
+    (never on the text): ``registry``/``host``/``repository``/``digest`` (and ``side``: ``source`` or
+    ``destination`` of a copy), ``fault`` (what went wrong, in a word: ``unreachable``, ``rate limited``,
+    ``unauthorized``, ``storage full``, ``unknown GPU``, …), ``transient`` (waiting may help), ``problem``
+    (what is wrong with the thing named, alone: a corrupt blob's hash), ``cell``, ``file``/``field`` (where in
+    a file), ``said`` (a program's or service's own words, verbatim: the engine's, a registry's), and the fix
+    as data: ``hint``. The text is rendered once, at the edge (:meth:`render`, ``imagesmith.cli``): the
+    ``side`` goes in front of it there.
+    """
 
     exit_code = 1
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        registry: str | None = None,
+        host: str | None = None,
+        repository: str | None = None,
+        digest: str | None = None,
+        side: str | None = None,
+        fault: str | None = None,
+        transient: bool = False,
+        problem: str | None = None,
+        cell: str | None = None,
+        file: str | None = None,
+        field: str | None = None,
+        said: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.message = message
+        self.text = message
         self.hint = hint.strip() if hint and hint.strip() else None
+        self.registry = registry
+        self.host = host
+        self.repository = repository
+        self.digest = digest
+        self.side = side
+        self.fault = fault
+        self.transient = transient
+        self.problem = problem
+        self.cell = cell
+        self.file = file
+        self.field = field
+        self.said = said
+
+    @property
+    def message(self) -> str:
+        """The error line: the text, with the side of a copy in front (``source registry r1 …``)."""
+        return f"{self.side} {self.text}" if self.side else self.text
+
+    @message.setter
+    def message(self, value: str) -> None:
+        self.text, self.side = value, None
+
+    def render(self) -> tuple[str, str | None]:
+        """(the ``error:`` line, the ``fix:`` line or None): what ``imagesmith.cli`` prints."""
+        return self.message, self.hint
+
+    def fields(self) -> dict[str, object]:
+        """The fields that are set (for logs, summaries and tests)."""
+        names = ("registry", "host", "repository", "digest", "side", "fault", "problem", "cell", "file")
+        out: dict[str, object] = {n: getattr(self, n) for n in (*names, "field", "said") if getattr(self, n)}
+        if self.transient:
+            out["transient"] = True
+        return out
+
+    def replace(self: _E, **changes: object) -> _E:
+        """A copy of this error (same class, fix and fields) with *changes* (fields, ``hint``,
+        ``message``)."""
+        twin = copy.copy(self)
+        for name, value in changes.items():
+            if name not in ("message", "hint", *_FIELDS):
+                raise TypeError(f"{type(self).__name__} has no field {name!r}")
+            setattr(twin, name, value)
+        twin.args = (twin.message,)
+        return twin
 
     def __str__(self) -> str:
         if self.hint:
             return f"{self.message}\n  fix: {self.hint}"
         return self.message
+
+
+_FIELDS = (
+    "registry",
+    "host",
+    "repository",
+    "digest",
+    "side",
+    "fault",
+    "transient",
+    "problem",
+    "cell",
+    "file",
+    "field",
+    "said",
+)
 
 
 def join_hints(*hints: str | None) -> str | None:

@@ -164,6 +164,7 @@ def known_failure(text: str, source: str) -> ParseError | None:
             f"{source}: nvidia-smi found no GPUs ('No devices were found')",
             hint="check that the GPUs are visible to this host or container "
             "(--gpus / NVIDIA_VISIBLE_DEVICES)",
+            fault="no devices",
         )
     return None
 

@@ -1154,7 +1154,7 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
     except ManifestUnknownError:
         raise
     except RegistryError as exc:
-        if exc.hint and "unreachable or failing" not in exc.message:
+        if exc.hint and exc.fault != "unreachable":
             raise  # denied, not found, …: the registry client's own fix applies
         raise RegistryError(
             f"--index {source}: {exc.message}",
@@ -1228,7 +1228,8 @@ def _pull_one(copy: RegistryCopy, engine: ContainerEngine, chain: CredentialChai
     try:
         image_id = engine.pull(reference, credentials=creds)
     except EngineError as exc:
-        fresh = chain.refresh(creds) if creds is not None and _refused(exc.message) else None
+        # what the engine said (its own words, not the reference pulled: a digest may hold "401")
+        fresh = chain.refresh(creds) if creds is not None and _refused(exc.said or "") else None
         if fresh is None:
             raise
         image_id = engine.pull(reference, credentials=fresh)  # an expired token (ECR 12 h, ACR 3 h)

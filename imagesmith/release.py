@@ -44,7 +44,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from imagesmith.attestation import (
     ATTESTATION_FILE,
@@ -79,11 +79,14 @@ from imagesmith.refs import Registry
 from imagesmith.registry import (
     OCI_MANIFEST,
     ManifestData,
+    PromotionError,
+    PromotionTarget,
     RegistryApi,
     Verify,
     client_for,
     copy_manifest,
     ensure_blob,
+    promote,
     verify_blobs,
 )
 from imagesmith.tags import (
@@ -531,61 +534,52 @@ def publish_index_everywhere(
     body: bytes,
     envelope: bytes | None,
     key: bytes | None = None,
-) -> tuple[list[str], str | None]:
+) -> list[str]:
     """Publish the index to every repository of *repos* as one step, as far as pick can see: its blobs and
     manifest (by digest) go to every registry first; only then ``release-index`` is moved, registry by
-    registry, each read back; when one fails, the tags this run moved are put back on the index they held.
-    Returns (the references published, the error or None)."""
+    registry, each read back (:func:`imagesmith.registry.promote`); when one fails, the tags this run moved
+    are put back on the index they held. Returns the references published; :class:`IndexPublicationError`.
+    *key*: the signer's public key, a layer of the artifact (issue 25)."""
     manifest = index_manifest(body, envelope, key)
-    before: dict[tuple[str, str], str | None] = {}
-    for t in repos:
+    targets = [PromotionTarget(name=t.name, repo=t.repo, client=clients[t.name], ref=t) for t in repos]
+    before: dict[tuple[PromotionTarget, str], str | None] = {}
+    for p in targets:
         try:
-            before[t.name, t.repo] = clients[t.name].manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
-            stage_index(clients[t.name], t.repo, body, envelope, key)
+            before[p, INDEX_ARTIFACT_TAG] = p.client.manifest_digest(p.repo, INDEX_ARTIFACT_TAG)
+            stage_index(p.client, p.repo, body, envelope, key)
         except ImagesmithError as exc:
-            return [], (
-                f"publishing the index to {t.name} failed: {_with_fix(exc)}; no registry's "
-                f"{INDEX_ARTIFACT_TAG} was moved (rerun to converge)"
-            )
-    moved: list[Registry] = []
-    for t in repos:
-        c = clients[t.name]
-        try:
-            if before[t.name, t.repo] != manifest.digest:
-                c.put_manifest(t.repo, INDEX_ARTIFACT_TAG, manifest)
-                moved.append(t)
-            now = c.manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
-            if now != manifest.digest:
-                raise ReleaseError(
-                    f"registry {t.name} ({t.host}): {t.image}:{INDEX_ARTIFACT_TAG} resolves to {now}, not "
-                    f"{manifest.digest} after it was put",
-                    hint=f"check registry {t.name}'s storage, then rerun the release",
-                )
-        except ImagesmithError as exc:
-            left = []
-            for u in reversed(moved):
-                old = before[u.name, u.repo]
-                try:
-                    cu = clients[u.name]
-                    if old is not None:
-                        cu.put_manifest(u.repo, INDEX_ARTIFACT_TAG, cu.get_manifest(u.repo, old))
-                        continue
-                    if cu.delete_tag(u.repo, INDEX_ARTIFACT_TAG):
-                        continue
-                except ImagesmithError:
-                    pass
-                left.append(u.name)
-            state = (
-                f"the index stays published in {', '.join(reversed(left))} (the registry cannot delete a tag "
-                "alone)"
-                if left
-                else "the other registries' index was put back"
-            )
-            return (
-                [],
-                f"publishing the index to {t.name} failed: {_with_fix(exc)}; {state} (rerun to converge)",
-            )
-    return [f"{t.image}:{INDEX_ARTIFACT_TAG}" for t in repos], None
+            raise IndexPublicationError(
+                f"publishing the index to {p.name} failed: {_with_fix(exc)}; no registry's "
+                f"{INDEX_ARTIFACT_TAG} was moved (rerun to converge)",
+                registry=p.name,
+                repository=p.repo,
+            ) from exc
+    try:
+        promote(targets, [INDEX_ARTIFACT_TAG], manifest.digest, manifest=manifest, before=before)
+    except PromotionError as exc:
+        t = cast("Registry", exc.target.ref)
+        cause = exc.cause or ReleaseError(
+            f"registry {t.name} ({t.host}): {t.image}:{INDEX_ARTIFACT_TAG} resolves to {exc.got}, not "
+            f"{manifest.digest} after it was put",
+            hint=f"check registry {t.name}'s storage, then rerun the release",
+        )
+        left = [u.name for u, _ in exc.left]
+        state = (
+            f"the index stays published in {', '.join(left)} (the registry cannot delete a tag alone)"
+            if left
+            else "the other registries' index was put back"
+        )
+        raise IndexPublicationError(
+            f"publishing the index to {t.name} failed: {_with_fix(cause)}; {state} (rerun to converge)",
+            registry=t.name,
+            repository=t.repo,
+            digest=manifest.digest,
+        ) from exc
+    return [f"{t.image}:{INDEX_ARTIFACT_TAG}" for t in repos]
+
+
+class IndexPublicationError(ReleaseError):
+    """The release index could not be published to every registry; the message says where it stands."""
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -754,75 +748,70 @@ def release_cell(
         res.registries = {name: d for name, d in before.items() if d == digest}
         res.status = "would-promote" if res.steps else "up-to-date"
         return res, passing
-    moved, error = _tag_everywhere(cell, digest, clients, before)
-    res.registries = {t.name: digest for t in cell.targets}
-    if error is not None:
+    try:
+        _tag_everywhere(cell, digest, clients, before)
+    except TagPromotionError as exc:
         res.status = "failed"
-        res.reasons.append(error)
+        res.reasons.append(exc.message)
         res.registries = {name: d for name, d in before.items() if d is not None} | {
-            t.name: digest for t in moved
+            t.name: digest for t in exc.left
         }
         return res, passing
+    res.registries = {t.name: digest for t in cell.targets}
     res.status = "promoted" if res.steps else "up-to-date"
     return res, passing
 
 
 def _tag_everywhere(
     cell: ReleaseCell, digest: str, clients: Mapping[str, RegistryApi], before: Mapping[str, str | None]
-) -> tuple[list[Registry], str | None]:
-    """Phase 2: put the release tag on *digest* in every registry of *cell*, then read each back. On a
-    failure, what this run moved is rolled back (a tag that pointed elsewhere is put back on its old manifest;
-    a new tag deleted where the registry can delete a tag alone). Returns (tags left moved, error or None)."""
-    moved: list[Registry] = []
-    error: str | None = None
-    for t in cell.targets:
-        if before.get(t.name) == digest:
-            continue
-        c = clients[t.name]
-        try:
-            c.put_manifest(t.repo, cell.tag, c.get_manifest(t.repo, digest))
-            moved.append(t)
-        except ImagesmithError as exc:
-            error = f"tagging {t.image}:{cell.tag} in {t.name} failed: {_with_fix(exc)}"
-            break
-    if error is None:
-        for t in cell.targets:
-            try:
-                now: str | None = clients[t.name].manifest_digest(t.repo, cell.tag)
-                why = "" if now == digest else f"resolves to {now}, not {digest}"
-            except ImagesmithError as exc:
-                why = f"cannot be read back: {_with_fix(exc)}"
-            if why:
-                error = (
-                    f"{t.name}: {t.image}:{cell.tag} {why} (a registry that does not keep what it was given, "
-                    "or another release moved the tag meanwhile)"
-                )
-                break
-    if error is None:
-        return moved, None
-    left = []
-    for t in reversed(moved):
-        c, old = clients[t.name], before.get(t.name)
-        try:
-            if old is not None:
-                c.put_manifest(t.repo, cell.tag, c.get_manifest(t.repo, old))
-                continue
-            if c.delete_tag(t.repo, cell.tag):
-                continue
-        except ImagesmithError:
-            pass
-        left.append(t)
-    if not left:
-        return [], error + (
-            "; the release tags this run had put were rolled back: no release tag moved (rerun to converge)"
-            if moved
-            else "; no release tag moved (rerun to converge)"
-        )
-    names = ", ".join(t.name for t in reversed(left))
-    return left, error + (
-        f"; the release tag stays moved to the validated digest in {names} (the registry cannot delete a "
-        "tag alone): rerun to tag the other registries"
-    )
+) -> None:
+    """Phase 2: put the release tag on *digest* in every registry of *cell* and read each back
+    (:func:`imagesmith.registry.promote`, the manifest each registry holds for the digest). On a failure,
+    what this run moved is rolled back (a tag that pointed elsewhere is put back on its old manifest; a new
+    tag deleted where the registry can delete a tag alone): :class:`TagPromotionError` names what stays
+    moved."""
+    targets = [PromotionTarget(name=t.name, repo=t.repo, client=clients[t.name], ref=t) for t in cell.targets]
+    try:
+        promote(targets, [cell.tag], digest, before={(p, cell.tag): before.get(p.name) for p in targets})
+    except PromotionError as exc:
+        raise TagPromotionError(cell, digest, exc) from exc
+
+
+class TagPromotionError(ReleaseError):
+    """The release tag of a cell could not be moved everywhere (phase 2). ``left``: the registries where it
+    stays moved to the validated digest; the message words the failure as the release summary shows it."""
+
+    def __init__(self, cell: ReleaseCell, digest: str, failed: PromotionError) -> None:
+        t = cast("Registry", failed.target.ref)
+        where = f"{t.image}:{cell.tag}"
+        if failed.step == "put" and failed.cause is not None:
+            error = f"tagging {where} in {t.name} failed: {_with_fix(failed.cause)}"
+        else:
+            why = (
+                f"cannot be read back: {_with_fix(failed.cause)}"
+                if failed.cause is not None
+                else f"resolves to {failed.got}, not {digest}"
+            )
+            error = (
+                f"{t.name}: {where} {why} (a registry that does not keep what it was given, or another "
+                "release moved the tag meanwhile)"
+            )
+        self.left = [cast("Registry", u.ref) for u, _ in reversed(failed.left)]
+        if not self.left:
+            error += (
+                "; the release tags this run had put were rolled back: no release tag moved (rerun to "
+                "converge)"
+                if failed.moved
+                else "; no release tag moved (rerun to converge)"
+            )
+        else:
+            names = ", ".join(u.name for u in reversed(self.left))
+            error += (
+                f"; the release tag stays moved to the validated digest in {names} (the registry cannot "
+                "delete a tag alone): rerun to tag the other registries"
+            )
+        super().__init__(error, registry=t.name, host=t.host, repository=t.repo, digest=digest, cell=cell.id)
+        self.failed = failed
 
 
 def _names_cell(target: str, cell: ReleaseCell) -> bool:
@@ -1186,11 +1175,13 @@ def release_cells(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
             "pick and imagesmith index refuse it (unless --no-verify)"
         )
-    published, error = publish_index_everywhere(_index_repos(cells), clients, body, envelope, public)
-    outcome.index_published += published
-    if error is not None:
+    try:
+        outcome.index_published += publish_index_everywhere(
+            _index_repos(cells), clients, body, envelope, public
+        )
+    except IndexPublicationError as exc:
         outcome.cells.append(
-            CellResult(cell="(index)", tag=INDEX_ARTIFACT_TAG, status="failed", reasons=[error])
+            CellResult(cell="(index)", tag=INDEX_ARTIFACT_TAG, status="failed", reasons=[exc.message])
         )
     return outcome
 

@@ -119,7 +119,7 @@ def _targets(
             )
         except ConfigError as exc:
             hint = exc.hint
-            if smi_gpu.compute_cap is None and "unknown GPU" in exc.message:
+            if smi_gpu.compute_cap is None and exc.fault == "unknown GPU":
                 hint = (
                     "save `nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version "
                     "--format=csv`: with compute_cap imagesmith judges a GPU it does not know; or add the "

@@ -5,7 +5,8 @@
 - :mod:`.transport` — credentials, auth challenges, redirects, TLS, the answer checked;
 - :mod:`.upload` — chunked, resumable blob uploads;
 - :mod:`.client` — :class:`RegistryClient`, the HTTP implementation of the seam;
-- :mod:`.copy` — verified copies between registries.
+- :mod:`.copy` — verified copies between registries;
+- :mod:`.promote` — tags moved across registries, read back, rolled back on failure.
 
 Everything a caller imports comes from here (``from imagesmith.registry import …``).
 
@@ -69,6 +70,8 @@ from imagesmith.registry.copy import (
     verify_level,
 )
 from imagesmith.registry.faults import RegistryFault, RetryPolicy, registry_fault, retry_after_seconds
+from imagesmith.registry.promote import Promotion, PromotionError, promote
+from imagesmith.registry.promote import Target as PromotionTarget
 from imagesmith.registry.transport import Transport, docker_ca_file, parse_challenge
 from imagesmith.registry.upload import SizedChunks, Uploader
 
@@ -87,6 +90,9 @@ __all__ = [
     "Credentials",
     "Endpoint",
     "ManifestData",
+    "Promotion",
+    "PromotionError",
+    "PromotionTarget",
     "RegistryApi",
     "RegistryClient",
     "RegistryFault",
@@ -103,6 +109,7 @@ __all__ = [
     "ensure_blob",
     "lookup_credentials",
     "parse_challenge",
+    "promote",
     "read_blob",
     "read_small_blob",
     "registry_fault",

@@ -31,6 +31,8 @@ class ManifestData:
     digest: str
     #: where it was read (``registry NAME (HOST) REPO@REF``), named in errors about its content
     origin: str = field(default="", compare=False)
+    #: the name of the registry it was read from (the ``registry`` of errors about its content)
+    registry: str = field(default="", compare=False)
 
     def _invalid(self, what: str) -> RegistryError:
         where = self.origin or f"manifest {self.digest}"
@@ -38,6 +40,9 @@ class ManifestData:
             f"{where}: not a valid image manifest: {what}",
             hint="the registry serves a manifest that breaks the image spec (every descriptor needs a digest "
             "and a size): push the image again, or drop this registry from the cell",
+            registry=self.registry or None,
+            digest=self.digest,
+            fault="invalid manifest",
         )
 
     def json(self) -> dict[str, Any]:

@@ -80,14 +80,24 @@ class RegistryClient(Uploader):
             origin = f"registry {self.name} ({self.host}) {repo}@{reference}"
             media_type = resp.headers.get("Content-Type", "").split(";")[0].strip()
             if not media_type or media_type == "application/json":
-                doc = ManifestData(body=body, media_type="", digest=digest, origin=origin).json()
+                doc = ManifestData(
+                    body=body, media_type="", digest=digest, origin=origin, registry=self.name
+                ).json()
                 media_type = str(doc.get("mediaType") or MANIFEST_V2)
-            return ManifestData(body=body, media_type=media_type, digest=digest, origin=origin)
+            return ManifestData(
+                body=body, media_type=media_type, digest=digest, origin=origin, registry=self.name
+            )
         raise CorruptBlobError(
             f"registry {self.name} ({self.host}): {what}: {problem} (3 reads); nothing was copied or tagged "
             "from it",
             hint=f"the manifest registry {self.name} serves (or a proxy in front of it) does not match its "
             "digest: check the registry's storage and any proxy or cache in between, then rerun",
+            registry=self.name,
+            host=self.host,
+            repository=repo,
+            digest=reference,
+            fault="corrupt",
+            problem=problem,
         )
 
     def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:

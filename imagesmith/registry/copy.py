@@ -45,10 +45,7 @@ def verify_level(value: str | None = None, *, allow_off: bool = False) -> Verify
 # -- copies -------------------------------------------------------------------------------------------------
 def _sided(side: str, exc: RegistryError) -> RegistryError:
     """*exc* with the side of the copy that failed in front (``source registry r1 …``), its fix kept."""
-    if exc.message.startswith(("source ", "destination ")):
-        return exc
-    cls = type(exc)
-    return cls(f"{side} {exc.message}", hint=exc.hint)
+    return exc if exc.side else exc.replace(side=side)
 
 
 def read_blob(
@@ -88,19 +85,35 @@ def read_blob(
             cuts += 1
             if cuts >= policy.attempts or time.monotonic() - started > policy.deadline:
                 raise RegistryError(
-                    f"{side} registry {client.name} ({client.host}): GET blob {repo}@{digest[:19]}: the "
+                    f"registry {client.name} ({client.host}): GET blob {repo}@{digest[:19]}: the "
                     f"download broke {cuts} time(s), last at byte {got} ({type(exc).__name__})",
                     hint=f"check that registry {client.name} is up and reachable, then rerun (blobs already "
                     "copied are not sent again)",
+                    side=side,
+                    registry=client.name,
+                    host=client.host,
+                    repository=repo,
+                    digest=digest,
+                    fault="unreachable",
+                    transient=True,
                 ) from None
             time.sleep(min(policy.max_wait, policy.backoff * 2 ** (cuts - 1)))
     actual = "sha256:" + h.hexdigest()
     if actual != digest or (size is not None and got != size):
+        problem = f"its content hashes to {actual} ({got} bytes" + (
+            f", the manifest says {size})" if size else ")"
+        )
         raise CorruptBlobError(
-            f"{side} registry {client.name} ({client.host}): blob {digest} in {repo} is corrupt: its "
-            f"content hashes to {actual} ({got} bytes" + (f", the manifest says {size})" if size else ")"),
+            f"registry {client.name} ({client.host}): blob {digest} in {repo} is corrupt: {problem}",
             hint="the registry's copy of the blob is damaged: delete it there (and run the registry's "
             "garbage collection, which removes the stored file), then rerun to copy it again",
+            side=side,
+            registry=client.name,
+            host=client.host,
+            repository=repo,
+            digest=digest,
+            fault="corrupt",
+            problem=problem,
         )
 
 
@@ -171,7 +184,7 @@ def _dst_problem(dst: RegistryApi, repo: str, digest: str, size: int | None, ver
         try:
             blob_digest(dst, repo, digest, side="destination", size=size)
         except CorruptBlobError as exc:
-            return exc.message.split(" is corrupt: ", 1)[-1]
+            return exc.problem if exc.problem is not None else exc.message
     return None
 
 
@@ -247,10 +260,17 @@ def _corrupt_at_destination(
         else "the registry does not allow deleting it"
     )
     return CorruptBlobError(
-        f"destination registry {dst.name} ({dst.host}): blob {digest} in {repo} is corrupt ({problem}); "
+        f"registry {dst.name} ({dst.host}): blob {digest} in {repo} is corrupt ({problem}); "
         f"{tried}; nothing was tagged",
         hint=f"remove the blob from registry {dst.name}'s storage (Debian's docker-registry: delete it "
         "through the API, then run `docker-registry garbage-collect` on its config), then rerun",
+        side="destination",
+        registry=dst.name,
+        host=dst.host,
+        repository=repo,
+        digest=digest,
+        fault="corrupt",
+        problem=problem,
     )
 
 
@@ -296,12 +316,16 @@ def read_small_blob(
         raise RegistryError(
             f"{where}: the {what} layer's digest is not a sha256 digest ({digest!r})",
             hint=_FOREIGN_ARTIFACT,
+            fault="foreign artifact",
+            field="digest",
         )
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= limit:
         raise RegistryError(
             f"{where}: the {what} layer's size is {size!r}, not a byte count up to {limit} "
             f"({limit >> 20} MiB)",
             hint=_FOREIGN_ARTIFACT,
+            fault="foreign artifact",
+            field="size",
         )
     h, parts, got = hashlib.sha256(), [], 0
     with client.get_blob(repo, digest) as resp:
@@ -317,6 +341,8 @@ def read_small_blob(
             + ("size" if got != size else "sha256"),
             hint="a proxy or mirror altered it, or the registry's copy is damaged: read it again, or from "
             "another source",
+            digest=digest,
+            fault="corrupt",
         )
     return b"".join(parts)
 

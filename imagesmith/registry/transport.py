@@ -194,8 +194,25 @@ class Transport:
     def base(self) -> str:
         return f"{self.scheme}://{self.api_host}"
 
-    def _fail(self, what: str, message: str, hint: str | None = None) -> RegistryError:
-        return RegistryError(f"registry {self.name} ({self.host}): {what}: {message}", hint=hint)
+    def _fail(
+        self,
+        what: str,
+        message: str,
+        hint: str | None = None,
+        *,
+        fault: str | None = None,
+        transient: bool = False,
+        said: str | None = None,
+    ) -> RegistryError:
+        return RegistryError(
+            f"registry {self.name} ({self.host}): {what}: {message}",
+            hint=hint,
+            registry=self.name,
+            host=self.host,
+            fault=fault,
+            transient=transient,
+            said=said,
+        )
 
     def _gave_up(self, exc: _Transient, attempts: int) -> RegistryError:
         where = f"registry {self.name} ({self.host})"
@@ -208,12 +225,16 @@ class Transport:
                 f"the {self.policy.deadline:.0f} s deadline (gave up after {attempts} attempt(s))",
                 hint=f"wait until {where} takes requests again (a pull/push rate limit: use an account with "
                 "a higher limit), then rerun; IMAGESMITH_REGISTRY_DEADLINE gives a longer wait more time",
+                fault="rate limited",
+                transient=True,
             )
         return self._fail(
             "unreachable or failing",
             f"{exc.what} (gave up after {attempts} attempt(s) within {self.policy.deadline:.0f} s)",
             hint=f"check that {where} is up and reachable, then rerun (what is "
             "already copied is not sent again); IMAGESMITH_REGISTRY_DEADLINE gives a longer outage more time",
+            fault="unreachable",
+            transient=True,
         )
 
     def _retrying(self, fn: Callable[[float], T]) -> T:
@@ -431,11 +452,13 @@ class Transport:
                     "the token endpoint refused an anonymous request; credentials were not sent: "
                     + self._withheld,
                     hint=self._withheld_hint(),
+                    fault="unauthorized",
                 )
             raise self._fail(
                 "unauthorized",
                 f"token endpoint refused the credentials (HTTP {answered})",
                 hint=self._hint(),
+                fault="unauthorized",
             )
         return answered
 
@@ -504,6 +527,7 @@ class Transport:
         codes, message = answer_codes(resp)
         resp.close()
         message = message or f"HTTP {resp.status_code} (no error body)"
+        said = f"HTTP {resp.status_code} {message}"  # the registry's own words, for callers to classify
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
             hint = self._hint()
             if self._withheld is not None:
@@ -511,23 +535,33 @@ class Transport:
                 hint = self._withheld_hint()
             elif self._credentials:
                 message = f"credentials from {self._credentials.origin} were refused ({message})"
-            raise self._fail(what, f"unauthorized: {message}", hint=hint)
+            raise self._fail(what, f"unauthorized: {message}", hint=hint, fault="unauthorized", said=said)
         if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and "manifest" in what and not codes):
             raise ManifestUnknownError(
-                f"registry {self.name} ({self.host}): {what}: manifest unknown ({message})"
+                f"registry {self.name} ({self.host}): {what}: manifest unknown ({message})",
+                registry=self.name,
+                host=self.host,
+                fault="manifest unknown",
+                said=said,
             )
         fault = registry_fault(" ".join(codes) + " " + message)
         if fault is not None:
-            raise self._fail(what, f"{fault.label}: {message}", hint=fault.hint)
+            raise self._fail(what, f"{fault.label}: {message}", hint=fault.hint, fault=fault.label, said=said)
         if resp.status_code == 403:
             raise self._fail(
-                what, f"denied: {message}", hint="check the account's push/pull rights on this repository"
+                what,
+                f"denied: {message}",
+                hint="check the account's push/pull rights on this repository",
+                fault="denied",
+                said=said,
             )
         if resp.status_code == 405:
             raise self._fail(
                 what,
                 f"HTTP 405 {message}",
                 hint="the registry refuses writes (read-only/maintenance mode) or deletes are disabled",
+                fault="read-only",
+                said=said,
             )
         if resp.status_code in _REDIRECTS:
             raise self._fail(
@@ -543,6 +577,7 @@ class Transport:
             message if message.startswith("HTTP ") else f"HTTP {resp.status_code} {message}",
             hint=f"registry {self.name} answered what the registry API does not: check its host in the "
             "registries file and any proxy in between, then rerun",
+            said=said,
         )
 
     @staticmethod

@@ -363,7 +363,7 @@ def run_with_plan(
     try:
         return run(plan.ulimits), ""
     except EngineError as exc:
-        if "rlimit" not in str(exc):
+        if "rlimit" not in (exc.said or ""):  # the engine's own words
             raise
         note = f"the engine refused the ulimits ({exc.message.splitlines()[0][-160:]}); ran without them"
         return run({}), note
@@ -447,7 +447,8 @@ def run_in_image(
                 mounts=[BindMount(source=str(scratch), target=REPORT_MOUNT, read_only=False)],
             )
         except EngineError as exc:
-            if "imagesmith-validate" in str(exc) and "not found" in str(exc):
+            said = exc.said or ""  # the engine's own words
+            if "imagesmith-validate" in said and "not found" in said:
                 raise ConfigError(
                     f"image {image} has no imagesmith-validate on its PATH: it was not built by imagesmith",
                     hint="validate an image built by `imagesmith build`, or start a container of it and use "

@@ -146,9 +146,23 @@ def decoded(result: Any) -> Result:
     )
 
 
+_Failed = pytest.fail.Exception
+
+
+class CheckFailed(_Failed):  # type: ignore[valid-type,misc]  # pytest's public name for its Failed
+    """A check failed: what is wrong and the fix, as fields. pytest reports it as any ``pytest.fail`` (no
+    traceback; the text is ``what`` and ``fix: …``); the plugin (:mod:`imagesmith.validate.plugin`) takes the
+    fields from the call's excinfo, as pytest's own skipping plugin does."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(f"{what}\nfix: {fix}", pytrace=False)
+        self.what = what
+        self.fix = fix
+
+
 def fail(what: str, fix: str) -> NoReturn:
     """Fail the current check with what is wrong and what to do (no traceback in the report)."""
-    pytest.fail(f"{what}\nfix: {fix}", pytrace=False)
+    raise CheckFailed(what, fix)
 
 
 class Context:

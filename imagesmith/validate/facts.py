@@ -141,7 +141,7 @@ def _judge_smi(args: str, r: Result) -> Result:
             HUNG_FIX,
         )
     known = nvsmi.known_failure(r.output, f"nvidia-smi {args}".strip())
-    if known is not None and "No devices were found" not in known.message:
+    if known is not None and known.fault != "no devices":
         fail(known.message, known.hint or BROKEN_FIX)
     return r
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Generator
 from typing import Any
 
 import pytest
 
-from imagesmith.validate.context import OPTIONS_ENV, Context, SuiteOptions, target_host
+from imagesmith.validate.context import OPTIONS_ENV, CheckFailed, Context, SuiteOptions, target_host
 from imagesmith.validate.report import CheckOutcome, write_bundle
 
 
@@ -35,22 +36,35 @@ class ValidatePlugin:
         module = report.nodeid.split("::")[0].rsplit("/", 1)[-1]
         return self.outcomes.setdefault(name, CheckOutcome(name=name, module=module))
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+        """What a failed or skipped check says, from the call's excinfo (as pytest's skipping plugin reads
+        it): a :class:`~imagesmith.validate.context.CheckFailed`'s fields, a skip's reason (a ``skip`` call,
+        a skip marker: both raise pytest's Skipped in the call)."""
+        report = yield
+        raised = call.excinfo.value if call.excinfo is not None else None
+        if isinstance(raised, CheckFailed):
+            report.imagesmith_failure = (raised.what.strip(), raised.fix.strip())  # type: ignore[attr-defined]
+        elif isinstance(raised, pytest.skip.Exception):
+            report.imagesmith_skip = str(raised.msg or "")  # type: ignore[attr-defined]
+        return report
+
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         out = self._outcome(report)
         out.duration_s += report.duration
         if report.skipped and out.status in ("", "passed"):
-            reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
             out.status = "skipped"
-            out.message = reason.removeprefix("Skipped: ")
+            out.message = getattr(report, "imagesmith_skip", "")
         elif report.failed:
             out.status = "failed"
-            text = report.longreprtext.strip()
-            if "\nfix: " in text:
-                what, fix = text.rsplit("\nfix: ", 1)
-                out.message, out.fix = what.strip(), fix.strip()
+            failure = getattr(report, "imagesmith_failure", None)
+            if failure is not None:
+                out.message, out.fix = failure
             else:
-                out.message = text[-1500:]
+                out.message = report.longreprtext.strip()[-1500:]
                 out.fix = "this is a failure of the check itself: report it with the log above"
         elif report.passed and report.when == "call" and out.status == "":
             out.status = "passed"

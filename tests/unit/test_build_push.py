@@ -417,7 +417,9 @@ def test_a_registry_fix_line_survives_wrapping_as_push_error(
     two = registries["r2.example"]
 
     def refuse(repo: str, reference: str, manifest: ManifestData) -> str:
-        raise RegistryError("registry two (r2.example): PUT manifest: quota exceeded", hint="raise the quota")
+        raise RegistryError(
+            "registry two (r2.example): PUT manifest: quota exceeded", hint="raise the quota", registry="two"
+        )
 
     monkeypatch.setattr(two, "put_manifest", refuse)
     with pytest.raises(PushError) as info:
@@ -441,7 +443,9 @@ def test_a_tag_phase_failure_rolls_back_where_the_registry_can_delete_a_tag(
 
     def refuse_candidate(repo: str, reference: str, manifest: ManifestData) -> str:
         if reference == candidate_tag(cell):
-            raise RegistryError("registry two (r2.example): PUT manifest: denied", hint="check rights")
+            raise RegistryError(
+                "registry two (r2.example): PUT manifest: denied", hint="check rights", registry="two"
+            )
         return original(repo, reference, manifest)
 
     monkeypatch.setattr(two, "put_manifest", refuse_candidate)

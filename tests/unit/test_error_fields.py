@@ -1,0 +1,111 @@
+"""Errors carry fields (issue 24): code decides on them, never on the text; the text is rendered once."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from imagesmith.errors import ConfigError, CorruptBlobError, EngineError, RegistryError
+
+
+def test_a_copy_with_a_side_keeps_class_fix_and_fields_and_renders_the_side_in_front() -> None:
+    exc = CorruptBlobError("registry r1 (h): blob x is corrupt: y", hint="repair", registry="r1", problem="y")
+    sided = exc.replace(side="destination")
+    assert type(sided) is CorruptBlobError
+    assert sided.render() == ("destination registry r1 (h): blob x is corrupt: y", "repair")
+    assert str(sided) == "destination registry r1 (h): blob x is corrupt: y\n  fix: repair"
+    assert sided.fields() == {"registry": "r1", "side": "destination", "problem": "y"}
+    assert exc.side is None  # the original is not changed
+    with pytest.raises(TypeError, match="no field"):
+        exc.replace(colour="red")
+
+
+def test_appending_to_the_message_keeps_what_was_rendered() -> None:
+    exc = RegistryError("registry r (h): x", side="source")
+    exc.message += "\n  (2 more)"
+    assert exc.render() == ("source registry r (h): x\n  (2 more)", None)
+
+
+def test_an_unknown_gpu_says_so_as_a_field() -> None:
+    from imagesmith import compat
+
+    with pytest.raises(ConfigError) as info:
+        compat.gpu_or_adhoc("Quantum GPU 9000")
+    assert info.value.fault == "unknown GPU"
+
+
+def test_the_registry_an_error_is_about_decides_whether_build_names_the_target() -> None:
+    from imagesmith.build import _where
+    from imagesmith.refs import Registry
+
+    target = Registry(name="r", host="r.example", repository="a/b")
+    # the text happens to contain "r" (every word does): the field, not the text, says it is about another one
+    other = RegistryError("registry primary (p.example): PUT manifest: denied", registry="primary")
+    assert (
+        _where(target, other) == "registry r (r.example): registry primary (p.example): PUT manifest: denied"
+    )
+    own = RegistryError("registry r (r.example): PUT manifest: denied", registry="r")
+    assert _where(target, own) == own.message
+
+
+class _Chain:
+    def __init__(self) -> None:
+        self.refreshed = 0
+
+    def resolve(self) -> Any:
+        from imagesmith.credentials import Credentials
+
+        return Credentials("u", "old", origin="test", provider="docker config")
+
+    def refresh(self, refused: Any) -> Any:
+        from imagesmith.credentials import Credentials
+
+        self.refreshed += 1
+        return Credentials("u", "new", origin="test", provider="docker config")
+
+
+class _Engine:
+    def __init__(self, said: str) -> None:
+        self.said, self.calls = said, 0
+
+    def pull(self, reference: str, *, credentials: Any = None, progress: Any = None) -> str:
+        self.calls += 1
+        if self.calls == 1:
+            raise EngineError(f"pull of {reference} failed: {self.said}", said=self.said)
+        return "sha256:" + "e" * 64
+
+    def inspect(self, reference: str) -> dict[str, Any]:
+        return {"RepoDigests": [reference]}
+
+
+@pytest.mark.parametrize(
+    ("said", "refreshed"),
+    [("unauthorized: authentication required", 1), ("dial tcp: i/o timeout", 0)],
+)
+def test_pull_refreshes_credentials_on_what_the_engine_said_not_on_the_reference(
+    said: str, refreshed: int
+) -> None:
+    """A digest full of "401" and "403" no longer reads as a refusal: what the engine said decides."""
+    from imagesmith.index import RegistryCopy
+    from imagesmith.pick import _pull_one
+
+    digest = "sha256:" + "401403" * 10 + "abcd"
+    copy = RegistryCopy.parse(name="hub", kind="generic", reference="r.example/a/b:t", digest=digest)
+    chain, engine = _Chain(), _Engine(said)
+    if refreshed:
+        _pull_one(copy, engine, chain, lambda _: None)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(EngineError):
+            _pull_one(copy, engine, chain, lambda _: None)  # type: ignore[arg-type]
+    assert chain.refreshed == refreshed
+
+
+def test_a_failed_check_is_a_pytest_failure_with_its_fields() -> None:
+    from imagesmith.validate.context import CheckFailed, fail
+
+    with pytest.raises(pytest.fail.Exception) as info:
+        fail("GPU 0 is hot", "cool it")
+    assert isinstance(info.value, CheckFailed)
+    assert (info.value.what, info.value.fix) == ("GPU 0 is hot", "cool it")
+    assert info.value.msg == "GPU 0 is hot\nfix: cool it"  # what pytest prints, as before
