@@ -171,6 +171,7 @@ class TrustStore:
             except (OSError, ValueError):
                 raise IndexTrustError(
                     f"--index {self.source}: the trust record {self.path} cannot be read",
+                    fault="trust record unreadable",
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
                 ) from None
@@ -189,6 +190,7 @@ class TrustStore:
         except ConfigError:
             raise IndexTrustError(
                 f"--index {self.source}: the key pinned in {self.path} is damaged",
+                fault="trust record unreadable",
                 hint=f"remove {self.path} and check the fingerprint the next run prints with the publisher",
             ) from None
 
@@ -237,17 +239,22 @@ def check_signature(
     )
     if envelope is None:
         raise IndexTrustError(
-            f"--index {source}: the index is not signed (no {where}), but a key is set", hint=hint
+            f"--index {source}: the index is not signed (no {where}), but a key is set",
+            fault="not signed",
+            hint=hint,
         )
     try:
         verified = signing.verify_envelope(envelope, keys, payload_type=signing.INDEX_PAYLOAD_TYPE)
     except SignatureError as exc:
         raise IndexTrustError(
-            f"--index {source}: bad index signature ({where}): {exc.message}", hint=hint
+            f"--index {source}: bad index signature ({where}): {exc.message}",
+            fault="bad signature",
+            hint=hint,
         ) from None
     if verified.payload != body:
         raise IndexTrustError(
             f"--index {source}: the signature ({where}) is valid but signs another index than the one served",
+            fault="bad signature",
             hint=hint,
         )
     return verified.key
@@ -268,6 +275,7 @@ def choose_key(
                 f"{offered.fingerprint}, not {pinned.fingerprint}, the key pinned for this source on first "
                 f"use ({store.path}): the publisher replaced its key, or someone replaced the index and its "
                 "key",
+                fault="key changed",
                 hint="ask the publisher which key is theirs; if the new one is, pass --verify-key NEW.pub "
                 "(or "
                 f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
@@ -280,6 +288,7 @@ def choose_key(
         f"--index {source}: no key to verify the release index with (no --verify-key, "
         f"$IMAGESMITH_INDEX_KEY or [release] index_key, no key pinned for this source, none published beside "
         f"it at {published_where})",
+        fault="no key",
         hint=_HOW_TO_GET_A_KEY,
     )
 
@@ -293,6 +302,7 @@ def _published_key(data: bytes, *, source: str, where: str) -> PublicKey:
     except ConfigError as exc:
         raise IndexTrustError(
             f"--index {source}: the key published beside the index is unusable: {exc.message}",
+            fault="bad key",
             hint=_HOW_TO_GET_A_KEY,
         ) from None
 
@@ -320,6 +330,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
         raise IndexTrustError(
             f"--index {source}: the index carries no serial or expiry (written by an imagesmith before issue "
             "25), so a replayed or frozen copy cannot be told from the current one",
+            fault="no serial",
             hint="the publisher reruns imagesmith release, which adds both and signs them; --no-verify uses "
             "this index unchecked",
         )
@@ -330,6 +341,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             f"--index {source}: the index expired on {index.expires} (serial {index.serial}, written "
             f"{index.generated}); it is now {timestamp(now)}: its publisher has not renewed it, or a "
             "mirror serves a frozen copy",
+            fault="expired",
             hint="the publisher's release run (the nightly) renews and re-signs the index: check that it "
             "runs "
             "and publishes; read the index from another registry of the publisher, or pass --refresh to ask "
@@ -345,6 +357,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             "older "
             f"than serial {newest['serial']} (written {newest.get('generated', '?')}) already seen for this "
             "source: a replayed older index (its signature is valid, but it may list images since withdrawn)",
+            fault="replayed",
             hint="ask another registry of the publisher, or wait until the mirror has the current index (the "
             "newer one stays cached); if the publisher really started its index over, remove "
             f"{store.path}",
@@ -353,5 +366,6 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
         raise IndexTrustError(
             f"--index {source}: two different indexes carry serial {index.serial} (the one served now and "
             "the one seen before): the publisher's key signed both, or its release ran twice from one base",
+            fault="serial reused",
             hint=f"report it to the publisher; if they confirm the one served now, remove {store.path}",
         )

@@ -241,8 +241,9 @@ def test_refresh_does_not_replace_a_newer_cached_index_with_an_older_one(
     assert notes[0].startswith(f"note: first use of --index {url}: trusting the key published beside it")
     _serve(files, 3)  # the mirror now serves an older, validly signed index
     for _ in range(2):
-        with pytest.raises(IndexTrustError, match=r"serial 3 .* older than serial 7"):
+        with pytest.raises(IndexTrustError, match=r"serial 3 .* older than serial 7") as info:
             fetch_index(url, insecure=True, refresh=True)
+        assert info.value.fault == "replayed"  # what it is about, as a field (never decided on the text)
     assert picking._cache_path(url).read_bytes() == newer  # the newer one stays cached
     assert fetch_index(url, insecure=True).serial == 7  # and answers within its hour
     _serve(files, 8)
@@ -258,8 +259,9 @@ def test_an_expired_cached_copy_is_not_used_when_the_source_is_down(
     fetch_index(url, insecure=True)
     later = Trust(now=soon + datetime.timedelta(seconds=1))
     files["/down"] = b""  # the source fails (HTTP 503): the cached copy would answer, but it has expired
-    with pytest.raises(IndexTrustError, match="the index expired on"):
+    with pytest.raises(IndexTrustError, match="the index expired on") as info:
         fetch_index(url, insecure=True, trust=later, ttl_s=0, warn=lambda _: None)
+    assert info.value.fault == "expired"
 
 
 # -- the sample index, and what release writes ---------------------------------------------------------------
