@@ -198,7 +198,9 @@ class TrustStore:
         seen = self.data().get("newest")
         return seen if isinstance(seen, dict) and isinstance(seen.get("serial"), int) else None
 
-    def record(self, index: ReleaseIndex, body: bytes, trusted: Trusted) -> None:
+    def record(
+        self, index: ReleaseIndex, body: bytes, trusted: Trusted, envelope: bytes | None = None
+    ) -> None:
         """Remember *index* as the newest seen (when it is; with the key that verified it) and, on first use,
         the key as this source's pin."""
         data = dict(self.data())
@@ -214,6 +216,7 @@ class TrustStore:
                 "generated": index.generated,
                 "expires": index.expires,
                 "sha256": hashlib.sha256(body).hexdigest(),
+                "envelope_sha256": hashlib.sha256(envelope or b"").hexdigest(),
                 "key": trusted.fingerprint,
                 "key_type": trusted.key_type,
             }
@@ -307,13 +310,18 @@ def _published_key(data: bytes, *, source: str, where: str) -> PublicKey:
         ) from None
 
 
-def verified_before(body: bytes, trust: Trust, store: TrustStore) -> Trusted | None:
-    """The key that verified exactly *body* before, when it is the key chosen now (the user's, else the
-    pinned one): then the signature need not be checked again (nor ``cryptography`` loaded) — the bytes are
-    those that passed. None when that is not known: verify as usual. Serial and expiry are checked either
-    way."""
+def verified_before(body: bytes, envelope: bytes | None, trust: Trust, store: TrustStore) -> Trusted | None:
+    """The key that verified exactly *body* and its signature *envelope* before, when it is the key chosen
+    now (the user's, else the pinned one): then the signature need not be checked again (nor ``cryptography``
+    loaded) — these are the bytes that passed. None when that is not known: verify as usual. Serial and
+    expiry are checked either way."""
     newest = store.newest()
-    if newest is None or newest.get("sha256") != hashlib.sha256(body).hexdigest():
+    if (
+        newest is None
+        or envelope is None  # served without its signature now: checked as such (refused)
+        or newest.get("sha256") != hashlib.sha256(body).hexdigest()
+        or newest.get("envelope_sha256") != hashlib.sha256(envelope).hexdigest()
+    ):
         return None
     if trust.key is not None:
         fingerprint, how = trust.key.fingerprint, f"from {trust.key.origin}"

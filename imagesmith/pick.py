@@ -886,9 +886,10 @@ def fetch_index(
             return load_index(path)
         store = TrustStore(_trust_dir(), "file:" + str(path.resolve()))
         sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
+        signature = _read_or_none(sig)
         index, trusted = _verify_index(
             signed,
-            _read_or_none(sig),
+            signature,
             lambda: _read_or_none(pub),
             source=source,
             where=str(sig),
@@ -896,7 +897,7 @@ def fetch_index(
             trust=trust,
             store=store,
         )
-        store.record(index, signed, trusted)
+        store.record(index, signed, trusted, signature)
         say(trusted.line(source))
         return index
     check_index_scheme(source, insecure=insecure)
@@ -1001,7 +1002,7 @@ def fetch_index(
         tmp.write_bytes(data)
         tmp.replace(path)
     if fresh is not None:
-        store.record(index, body, fresh)
+        store.record(index, body, fresh, envelope)
         say(fresh.line(source))
     return index
 
@@ -1025,7 +1026,7 @@ def _verify_index(
     serial and expiry against what *store* saw: the checks of :mod:`imagesmith.indextrust`, in that order."""
     from imagesmith import indextrust
 
-    trusted = indextrust.verified_before(body, trust, store)
+    trusted = indextrust.verified_before(body, envelope, trust, store)
     if trusted is None:
         offered = published() if trust.key is None else None
         trusted = indextrust.choose_key(trust, store, offered, source=source, published_where=published_where)

@@ -355,3 +355,12 @@ def test_a_pick_from_bytes_verified_before_loads_no_crypto(tmp_path: Path) -> No
     path.write_bytes(path.read_bytes().replace(b"2.11.0", b"2.11.1"))  # other bytes: verified again, refused
     with pytest.raises(IndexTrustError, match="signs another index"):
         fetch_index(str(path))
+
+
+def test_bytes_verified_before_but_served_without_their_signature_are_refused(tmp_path: Path) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    assert fetch_index(str(path)).serial == 1
+    path.with_name("index.json.sig").unlink()  # the same index, its signature gone
+    with pytest.raises(IndexTrustError, match="the index is not signed") as info:
+        fetch_index(str(path))
+    assert info.value.fault == "not signed"
