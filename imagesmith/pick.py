@@ -866,7 +866,8 @@ def fetch_index(
     (``INDEX.sig`` beside a file or URL, the signature layer of the artifact) by the user's key, else the key
     pinned for the source, else (first use) the key published beside it (``INDEX.pub``, the key layer), which
     is then pinned; a serial no lower than the newest seen for the source; an expiry in the future. A cached
-    copy is checked again each time it is used. *note* gets one line naming the key trusted.
+    copy is checked again each time it is used (bytes and signature the same key verified before, by their
+    sha256: the signature is not computed again). *note* gets one line naming the key trusted.
     ``Trust(verify=False)`` (``--no-verify``) skips all of it.
     """
     from imagesmith.indextrust import KEY_SUFFIX, Trust, TrustStore
