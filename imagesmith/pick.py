@@ -870,7 +870,7 @@ def fetch_index(
     sha256: the signature is not computed again). *note* gets one line naming the key trusted.
     ``Trust(verify=False)`` (``--no-verify``) skips all of it.
     """
-    from imagesmith.indextrust import KEY_SUFFIX, Trust, TrustStore
+    from imagesmith.indextrust import KEY_SUFFIX, MAX_KEY_BYTES, Trust, TrustStore
 
     trust = trust if trust is not None else Trust()
     say = note or (lambda _: None)
@@ -891,7 +891,7 @@ def fetch_index(
         index, trusted = _verify_index(
             signed,
             signature,
-            lambda: _read_or_none(pub),
+            lambda: _read_or_none(pub, MAX_KEY_BYTES),
             source=source,
             where=str(sig),
             published_where=str(pub),
@@ -1072,9 +1072,15 @@ def allowed_copies(
     return keep, skipped
 
 
-def _read_or_none(path: Path) -> bytes | None:
+def _read_or_none(path: Path, limit: int | None = None) -> bytes | None:
+    """The bytes of *path*, None when it cannot be read; at most *limit* bytes (default: an index's
+    :data:`~imagesmith.index.MAX_INDEX_BYTES`) plus one, so a device or a huge file beside the index
+    (``.sig``, ``.pub``) is never read into memory — what is cut off then fails its check."""
+    from imagesmith.index import MAX_INDEX_BYTES
+
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            return f.read((limit or MAX_INDEX_BYTES) + 1)
     except OSError:
         return None
 
