@@ -144,10 +144,16 @@ class Trusted:
 
 
 def parse_timestamp(text: str) -> datetime.datetime | None:
+    """``YYYY-MM-DDTHH:MM:SSZ`` as a UTC time (through fromisoformat: strptime would cost pick an import)."""
+    if not _TIMESTAMP.fullmatch(text):
+        return None
     try:
-        return datetime.datetime.strptime(text, _STAMP).replace(tzinfo=datetime.timezone.utc)
+        return datetime.datetime.fromisoformat(text[:-1]).replace(tzinfo=datetime.timezone.utc)
     except ValueError:
         return None
+
+
+_TIMESTAMP: Final[re.Pattern[str]] = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 
 
 def timestamp(when: datetime.datetime) -> str:

@@ -58,7 +58,9 @@ def cli(args: list[str], env: dict[str, str]) -> tuple[float, float]:
     exe = str(Path(sys.executable).with_name("imagesmith"))
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
-    done = subprocess.run([exe, *args], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [exe, *args], env=env, capture_output=True, text=True, check=False, cwd=env["XDG_CACHE_HOME"]
+    )
     took = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -96,6 +98,7 @@ def main() -> None:
         file.write_bytes(body)
         file.with_name("index.json.sig").write_bytes(envelope)
         file.with_name("index.json.pub").write_bytes(key.public.pem)
+        (folder / "cache").mkdir()
         env = {
             **os.environ,
             "XDG_CACHE_HOME": str(folder / "cache"),
@@ -129,10 +132,9 @@ def main() -> None:
         for _ in range(args.runs):  # interleaved: a busy moment of the machine hits every row alike
             for label, argv in rows:
                 times[label].append(cli([*argv, *PICK], env))
-        print(f"load average before: {os.getloadavg()[0]:.1f}")
-        print(
-            f"{'imagesmith pick … (seconds)':60} {'wall med':>9} {'wall min':>9} {'CPU med':>8} {'CPU min':>8}"
-        )
+        print(f"load average (1 min) after the runs: {os.getloadavg()[0]:.1f}")
+        head = f"{'wall med':>9} {'wall min':>9} {'CPU med':>8} {'CPU min':>8}"
+        print(f"{'imagesmith pick … (seconds)':60} {head}")
         for label, _ in rows:
             wall = [w for w, _ in times[label]]
             cpu = [c for _, c in times[label]]

@@ -70,10 +70,10 @@ def _index_trust(flag: Path | None, no_verify: bool) -> Any:
                 hint="drop --no-verify: the index is then checked with the key given",
             )
         return Trust(verify=False)
-    from imagesmith.config import load_config
-
     if flag is not None:
         return Trust(key=IndexKey(_read_key(flag, "--verify-key"), f"--verify-key {flag}"))
+    from imagesmith.config import load_config
+
     config = load_config()
     named: tuple[Path | str, str] | None = None
     if config.index_key is not None:
