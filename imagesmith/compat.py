@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime
 import difflib
 import functools
-import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +35,7 @@ from typing import Any, Literal, TypedDict
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from imagesmith import settings
 from imagesmith.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -53,8 +53,8 @@ DATA_HINT = (
 class DataError(ConfigError):
     """imagesmith's own data files (``imagesmith/data/*.toml``) are wrong: a packaging or editing bug."""
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint or DATA_HINT)
+    def __init__(self, message: str, *, hint: str | None = None, **fields: Any) -> None:
+        super().__init__(message, hint=hint or DATA_HINT, **fields)
 
 
 __all__ = [
@@ -444,7 +444,7 @@ def today() -> datetime.date:
     """The date end-of-life checks are made against: ``$IMAGESMITH_TODAY`` (``YYYY-MM-DD``) when set, else the
     real date. Tests and reproducible runs set it (or pass ``today=`` to the functions that take it).
     """
-    raw = os.environ.get(TODAY_ENV, "").strip()
+    raw = (settings.get(TODAY_ENV) or "").strip()
     if not raw:
         return datetime.date.today()
     try:

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from imagesmith import schema
+from imagesmith import schema, settings
 from imagesmith.errors import ConfigError
 from imagesmith.project import check_mirror_template
 from imagesmith.refs import _HUB_ALIASES, DOCKER_HUB, ImageRef
@@ -83,8 +83,8 @@ class UserConfig:
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
-    if env.get("IMAGESMITH_CONFIG"):
-        return Path(env["IMAGESMITH_CONFIG"])
+    if settings.get("IMAGESMITH_CONFIG", env=env):
+        return Path(str(settings.get("IMAGESMITH_CONFIG", env=env)))
     base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
     return base / "imagesmith" / "config.toml"
 
@@ -92,8 +92,8 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
     """``$IMAGESMITH_CACHE`` or ``~/.cache/imagesmith`` (``$XDG_CACHE_HOME`` respected)."""
     env = os.environ if env is None else env
-    if env.get("IMAGESMITH_CACHE"):
-        return Path(env["IMAGESMITH_CACHE"])
+    if settings.get("IMAGESMITH_CACHE", env=env):
+        return Path(str(settings.get("IMAGESMITH_CACHE", env=env)))
     base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
     return base / "imagesmith"
 
@@ -169,7 +169,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     if path.exists() and not path.is_file():
         raise ConfigError(
             f"{path}: the user config is not a file"
-            + (" (IMAGESMITH_CONFIG)" if env.get("IMAGESMITH_CONFIG") else ""),
+            + (" (IMAGESMITH_CONFIG)" if settings.get("IMAGESMITH_CONFIG", env=env) else ""),
             hint="point IMAGESMITH_CONFIG at a config.toml file (or unset it); docs/project.md",
         )
     if path.is_file():
@@ -202,16 +202,16 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             if isinstance(index_key, Path) and not index_key.is_absolute():
                 index_key = path.parent / index_key  # relative to the config file, as a project's are
             index_key_origin = f"{path}: release.index_key"
-    if env.get("IMAGESMITH_INDEX_KEY"):
-        index_key = Path(env["IMAGESMITH_INDEX_KEY"]).expanduser()
+    if value := settings.get("IMAGESMITH_INDEX_KEY", env=env):
+        index_key = Path(value).expanduser()
         index_key_origin = "$IMAGESMITH_INDEX_KEY"
-    if env.get("IMAGESMITH_REGISTRY_MIRRORS"):
-        items = [i for i in env["IMAGESMITH_REGISTRY_MIRRORS"].split(",") if i.strip()]
+    if value := settings.get("IMAGESMITH_REGISTRY_MIRRORS", env=env):
+        items = [i for i in value.split(",") if i.strip()]
         mirrors.update(parse_mirror_items(items, "IMAGESMITH_REGISTRY_MIRRORS"))
-    if env.get("IMAGESMITH_EXTRA_CA"):
-        extra_ca = _checked_ca(Path(env["IMAGESMITH_EXTRA_CA"]), "IMAGESMITH_EXTRA_CA")
-    if env.get("IMAGESMITH_SOURCE_MIRRORS"):
-        items = env["IMAGESMITH_SOURCE_MIRRORS"].replace(",", " ").split()
+    if value := settings.get("IMAGESMITH_EXTRA_CA", env=env):
+        extra_ca = _checked_ca(Path(value), "IMAGESMITH_EXTRA_CA")
+    if value := settings.get("IMAGESMITH_SOURCE_MIRRORS", env=env):
+        items = value.replace(",", " ").split()
         source_mirrors = [check_mirror_template(t, "IMAGESMITH_SOURCE_MIRRORS") for t in items]
     return UserConfig(
         registry_mirrors=tuple(sorted(mirrors.items())),

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from imagesmith import kinds, settings
 from imagesmith.errors import RegistryError
 
 if sys.version_info >= (3, 11):
@@ -58,13 +59,6 @@ DOCKER_HUB_API = "registry-1.docker.io"
 DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
 #: refresh a token this long before it expires (a build's push and copies take minutes)
 EXPIRY_MARGIN_S = 300.0
-ECR_USERNAME = "AWS"
-ECR_VALID_S = 12 * 3600.0
-ACR_USERNAME = "00000000-0000-0000-0000-000000000000"
-ACR_VALID_S = 3 * 3600.0
-_ECR_HOST = re.compile(r"^(\d{12})\.dkr\.ecr(-fips)?\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
-_ECR_PUBLIC_HOST = "public.ecr.aws"
-_ACR_HOST = re.compile(r"^([a-z0-9]+)\.azurecr\.io$")
 _TOKEN_TIMEOUT_S = 120
 
 
@@ -182,18 +176,20 @@ class EnvironmentProvider:
         return True
 
     def get(self, host: str, *, fresh: bool = False) -> Credentials | None:
-        env = os.environ if self.env is None else self.env
+        def read(name: str) -> str | None:
+            return settings.get(name, env=self.env)
+
         try:
             user_var, pass_var = credential_env_names(host)
         except RegistryError:
             return None  # a host no variable can name: the docker config's
-        if not (env.get(user_var) or env.get(pass_var)):
+        if not (read(user_var) or read(pass_var)):
             legacy = legacy_env_key(host)
             old_user, old_pass = (
                 f"IMAGESMITH_REGISTRY_{legacy}_USERNAME",
                 f"IMAGESMITH_REGISTRY_{legacy}_PASSWORD",
             )
-            if old_user != user_var and (env.get(old_user) or env.get(old_pass)):
+            if old_user != user_var and (read(old_user) or read(old_pass)):
                 raise RegistryError(
                     f"registry {host}: {old_user} / _PASSWORD are set, but names in that old form are no "
                     f"longer read for hosts with '-': they also match look-alike hosts (a '.' and a '-' "
@@ -201,11 +197,13 @@ class EnvironmentProvider:
                     hint=f"rename them to {user_var} and {pass_var} ('-' is now '__'), for the host you mean",
                 )
             return None
-        if not (env.get(user_var) and env.get(pass_var)):
+        if not (read(user_var) and read(pass_var)):
             raise RegistryError(
                 f"registry {host}: only one of {user_var} / {pass_var} is set", hint="set both or neither"
             )
-        return Credentials(env[user_var], env[pass_var], origin=f"${user_var}", provider=self.name)
+        return Credentials(
+            str(read(user_var)), str(read(pass_var)), origin=f"${user_var}", provider=self.name
+        )
 
 
 @dataclass(frozen=True)
@@ -394,56 +392,27 @@ def _jwt_expiry(token: str) -> float | None:
     return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
 
 
-def ecr_region(host: str) -> str | None:
-    """``123456789012.dkr.ecr.eu-west-1.amazonaws.com`` → ``eu-west-1``; None for other hosts."""
-    m = _ECR_HOST.match(host.lower())
-    return m.group(3) if m else None
-
-
-def acr_name(host: str) -> str | None:
-    """``myreg.azurecr.io`` → ``myreg``; None for other hosts."""
-    m = _ACR_HOST.match(host.lower())
-    return m.group(1) if m else None
-
-
-def ecr_provider(host: str, registry: str) -> TokenCommandProvider:
-    install = "install the AWS CLI v2 (`aws`)"
-    login = "check `aws sts get-caller-identity` (run `aws configure` or `aws sso login`, or set AWS_PROFILE)"
-    if host.lower() == _ECR_PUBLIC_HOST:
-        argv: tuple[str, ...] = ("aws", "ecr-public", "get-login-password", "--region", "us-east-1")
-        return TokenCommandProvider(registry, host, argv, ECR_USERNAME, ECR_VALID_S, install, login)
-    region = ecr_region(host)
-    argv = ("aws", "ecr", "get-login-password", "--region", region or "?")
-    problem = (
-        ""
-        if region
-        else f"kind ecr, but host {host} is not ACCOUNT.dkr.ecr.REGION.amazonaws.com[.cn]: the region for "
-        "`aws ecr get-login-password` cannot be read from it"
+def token_provider(host: str, kind: str, registry: str) -> TokenCommandProvider | None:
+    """The token command of a registry of *kind* at *host* (``[[kind.token]]`` rows of
+    ``imagesmith/data/registry_kinds.toml``), or None when its kind has none for that host."""
+    command = kinds.token_command(host, kind)
+    if command is None:
+        return None
+    return TokenCommandProvider(
+        registry,
+        host,
+        command.argv,
+        command.username,
+        command.valid_s,
+        command.install,
+        command.login,
+        command.problem,
     )
-    return TokenCommandProvider(registry, host, argv, ECR_USERNAME, ECR_VALID_S, install, login, problem)
-
-
-def acr_provider(host: str, registry: str) -> TokenCommandProvider | None:
-    name = acr_name(host)
-    if name is None:
-        return None  # an ACR of another cloud (Aliyun), or a custom domain: no token command
-    argv: tuple[str, ...] = ("az", "acr", "login", "--name", name, "--expose-token")
-    argv += ("--output", "tsv", "--query", "accessToken")
-    install = "install the Azure CLI (`az`)"
-    login = f"run `az login` (an identity with AcrPull/AcrPush on {name})"
-    return TokenCommandProvider(registry, host, argv, ACR_USERNAME, ACR_VALID_S, install, login)
 
 
 def token_kind(host: str, kind: str) -> str:
     """The kind whose token command applies: *kind*, or for ``generic`` the kind its host reveals."""
-    if kind not in ("", "generic"):
-        return kind
-    low = host.lower()
-    if ecr_region(low) or low == _ECR_PUBLIC_HOST:
-        return "ecr"
-    if acr_name(low):
-        return "acr"
-    return kind or "generic"
+    return kinds.token_kind(host, kind)
 
 
 # -- the chain -----------------------------------------------------------------------------------------------
@@ -492,12 +461,7 @@ def credential_chain(
     """The chain for a registry: environment, docker config, then the kind's token command (ecr, acr)."""
     registry = f"registry {name} ({host})" if name and name != host else f"registry {host}"
     providers: list[CredentialProvider] = [EnvironmentProvider(env), DockerConfigProvider(env)]
-    effective = token_kind(host, kind)
-    token: TokenCommandProvider | None = None
-    if effective == "ecr":
-        token = ecr_provider(host, registry)
-    elif effective == "acr":
-        token = acr_provider(host, registry)
+    token = token_provider(host, kind, registry)
     if token is not None:
         providers.append(token)
     return CredentialChain(host, kind, tuple(providers))
@@ -512,27 +476,11 @@ def lookup_credentials(host: str, env: Mapping[str, str] | None = None) -> Crede
 
 
 def auth_hint(host: str, kind: str, token_command: str | None = None) -> str:
-    """The fix line of an ``unauthorized`` answer: where credentials come from, and what expires."""
+    """The fix line of an ``unauthorized`` answer: where credentials come from, and what expires (the kind's
+    ``hint`` in ``imagesmith/data/registry_kinds.toml``)."""
     base = f"{env_hint(host)}, or `docker login {host}`"
-    effective = token_kind(host, kind)
-    if effective == "ecr":
-        run = token_command or "aws ecr get-login-password --region REGION"
-        return (
-            base + f" — ECR passwords expire after 12 h; with nothing else set imagesmith runs `{run}` "
-            "(AWS CLI and an identity allowed to push/pull)"
-        )
-    if "aliyuncs.com" in host:
-        return (
-            base
-            + " — Aliyun ACR temporary passwords expire: set a fixed registry password in the ACR console"
-        )
-    if effective == "acr":
-        run = token_command or "az acr login --name NAME --expose-token"
-        return (
-            base + f" — ACR tokens expire after 3 h; with nothing else set imagesmith runs `{run}` "
-            "(Azure CLI after `az login`), or use a token/robot account"
-        )
-    return base
+    tail = kinds.auth_tail(host, kind, token_command)
+    return f"{base} — {tail}" if tail else base
 
 
 # -- where credentials may go --------------------------------------------------------------------------------
@@ -609,6 +557,9 @@ def realm_rules() -> tuple[RealmRule, ...]:
                 source=str(row["source"]),
             )
             for row in rows
+        ) + tuple(
+            RealmRule(kinds=names, registry=re.compile(registry), realm=realm, source=source)
+            for names, registry, realm, source in kinds.realm_rows()
         )
         _REALMS.append(rules)
     return _REALMS[0]

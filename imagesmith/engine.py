@@ -34,6 +34,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from imagesmith import settings
 from imagesmith.credentials import Credentials
 from imagesmith.errors import BuildError, ConfigError, EngineError, ImagesmithError, PushError
 from imagesmith.refs import split_reference
@@ -182,7 +183,7 @@ def buildkit_cli(path: str | None = None) -> str | None:
     ``$IMAGESMITH_DOCKER_CLI`` (or *path*) wins; an empty value disables the CLI. Default: Debian's
     ``/usr/bin/docker`` when its client version is < 23 (built-in BuildKit) or it has the buildx plugin.
     """
-    candidate = path if path is not None else os.environ.get("IMAGESMITH_DOCKER_CLI", DEFAULT_CLI)
+    candidate = path if path is not None else settings.get("IMAGESMITH_DOCKER_CLI", DEFAULT_CLI)
     if not candidate:
         return None
     exe = shutil.which(candidate)
@@ -481,7 +482,7 @@ class Engine:
         self.cli: str | None = None
         if backend in ("auto", "buildkit"):
             self.cli = buildkit_cli()
-            named = os.environ.get("IMAGESMITH_DOCKER_CLI", "")
+            named = settings.get("IMAGESMITH_DOCKER_CLI", "") or ""
             if named and self.cli is None:  # asked for by name: never a silent fall back to the sdk backend
                 found = shutil.which(named)
                 raise ConfigError(

@@ -6,7 +6,6 @@ the file, field, host or registry at fault and says what to do. Only ``imagesmit
 
 from __future__ import annotations
 
-import copy
 from typing import TypeVar
 
 _E = TypeVar("_E", bound="ImagesmithError")
@@ -85,7 +84,10 @@ class ImagesmithError(Exception):
     def replace(self: _E, **changes: object) -> _E:
         """A copy of this error (same class, fix and fields) with *changes* (fields, ``hint``,
         ``message``)."""
-        twin = copy.copy(self)
+        twin = type(self).__new__(type(self))  # not __init__: subclasses take other arguments
+        twin.__dict__.update(self.__dict__)
+        twin.__cause__, twin.__context__ = self.__cause__, self.__context__
+        twin.__suppress_context__ = self.__suppress_context__
         for name, value in changes.items():
             if name not in ("message", "hint", *_FIELDS):
                 raise TypeError(f"{type(self).__name__} has no field {name!r}")

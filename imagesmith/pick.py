@@ -582,8 +582,10 @@ def choose(
         )
     copy, why, reg_warnings = choose_registry(best.registries, platform, region)
     if platform.name == "generic" and region is None:
-        in_china = [c.name for c in best.registries if c.kind in ("acr", "tcr", "swr")]
-        if in_china and copy.kind not in ("acr", "tcr", "swr"):
+        from imagesmith.kinds import china_kinds
+
+        in_china = [c.name for c in best.registries if c.kind in china_kinds()]
+        if in_china and copy.kind not in china_kinds():
             reg_warnings.append(
                 f"no --platform or --region given and none detected: {copy.name} ({copy.host}) comes first; "
                 f"on a mainland-China host (AutoDL, Aliyun, Tencent, Huawei) Docker Hub and GHCR are "
@@ -1110,21 +1112,20 @@ def _download_http(url: str) -> tuple[int, bytes]:
     """(status, body) of *url*; a body past :data:`~imagesmith.index.MAX_INDEX_BYTES` is refused unread."""
     import requests
 
+    from imagesmith import http
     from imagesmith.index import MAX_INDEX_BYTES
 
+    policy = replace(http.RELEASE_INDEX, max_bytes=MAX_INDEX_BYTES)
     try:
-        with requests.get(url, timeout=30, stream=True) as resp:
-            parts, got = [], 0
-            for chunk in resp.iter_content(1 << 16):
-                got += len(chunk)
-                if got > MAX_INDEX_BYTES:
-                    raise ConfigError(
-                        f"--index {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): not a "
-                        "release index",
-                        hint="point --index at the index imagesmith release writes or publishes",
-                    )
-                parts.append(chunk)
-            return resp.status_code, b"".join(parts)
+        with http.get(url, policy, stream=True) as resp:
+            try:
+                return resp.status_code, b"".join(http.capped(resp.iter_content(1 << 16), policy))
+            except http.TooLarge:
+                raise ConfigError(
+                    f"--index {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): not a "
+                    "release index",
+                    hint="point --index at the index imagesmith release writes or publishes",
+                ) from None
     except requests.RequestException as exc:
         raise ConfigError(
             f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
@@ -1155,8 +1156,10 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
 
     host, repo, tag, insecure = parse_oci_source(source)
     # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
+    from imagesmith.http import INDEX_ARTIFACT as quick
+
     target = Registry(name=host, host=host, repository=repo, insecure=insecure)
-    client = client_for(target, attempts=2, backoff=0.2, timeout=20.0)
+    client = client_for(target, attempts=quick.attempts, backoff=quick.backoff, timeout=quick.read_timeout)
     try:
         return read_published_index(client, repo, tag, with_key=with_key)
     except ManifestUnknownError:

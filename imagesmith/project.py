@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from imagesmith import schema
+from imagesmith import schema, settings
 from imagesmith.errors import ConfigError, MatrixError
 
 if sys.version_info >= (3, 11):
@@ -403,7 +403,7 @@ def discover(
     ``imagesmith.toml`` walking up from *cwd*, then from *near* (a matrix file named by path).
     """
     env = os.environ if env is None else env
-    for origin, given in (("--project", explicit), (PROJECT_ENV, env.get(PROJECT_ENV) or None)):
+    for origin, given in (("--project", explicit), (PROJECT_ENV, settings.get(PROJECT_ENV, env=env) or None)):
         if given is None:
             continue
         path = Path(given).expanduser()

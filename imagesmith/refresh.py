@@ -40,7 +40,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat
+from imagesmith import compat, http
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.fatbin import FatbinReport, FatbinScanner
 
@@ -48,7 +48,6 @@ from imagesmith.fatbin import FatbinReport, FatbinScanner
 EXIT_DIFFERENCES = 11
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 CUDA_LIBRARY = "torch/lib/libtorch_cuda.so"
-_TIMEOUT = (15.0, 120.0)
 _CHUNK = 1 << 20
 #: the platform PyPI's default CUDA build is published for
 LINUX_X86 = {"platform_system": "Linux", "sys_platform": "linux", "platform_machine": "x86_64"}
@@ -141,8 +140,13 @@ class Http:
     def _get(self, url: str, headers: Mapping[str, str], *, stream: bool = False) -> requests.Response:
         self.requests += 1
         try:
-            resp = self.session.get(
-                url, headers=dict(headers), timeout=_TIMEOUT, stream=stream, verify=self.verify
+            resp = http.get(
+                url,
+                http.PACKAGE_INDEX,
+                headers=headers,
+                stream=stream,
+                verify=self.verify,
+                session=self.session,
             )
         except requests.RequestException as exc:
             raise UpstreamError(f"cannot read {url}: {exc}", hint=self.fix) from None

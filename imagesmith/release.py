@@ -679,7 +679,7 @@ def release_cell(
     envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
 
-    def prepare(t: Registry) -> tuple[list[str], str | None, str | None]:
+    def prepare(t: Registry) -> tuple[list[str], str | None, ReleaseError | None]:
         """Phase 1 in one registry (its own clients when parallel): copy the manifest by digest, store the
         attestations and the report; never the release tag. (steps, what the tag resolves to now, error)."""
         c = clients[t.name] if client_for is None else client_for(t)
@@ -690,7 +690,7 @@ def release_cell(
             has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes)
             tagged = c.manifest_digest(t.repo, cell.tag)
         except ImagesmithError as exc:
-            return [], None, f"{t.name}: {_with_fix(exc)}"
+            return [], None, _phase_one_error(f"{t.name}: {_with_fix(exc)}", t, cell, exc)
         todo = []
         if not has_manifest:
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
@@ -721,7 +721,11 @@ def release_cell(
                     hint=f"check registry {t.name}'s storage, then rerun the release",
                 )
         except ImagesmithError as exc:
-            return todo, tagged, f"promotion to {t.name} failed: {_with_fix(exc)}"
+            return (
+                todo,
+                tagged,
+                _phase_one_error(f"promotion to {t.name} failed: {_with_fix(exc)}", t, cell, exc),
+            )
         return todo, tagged, None
 
     if client_for is None or len(cell.targets) == 1:
@@ -734,7 +738,7 @@ def release_cell(
         res.steps += steps
         if error is not None:
             res.status = "failed"
-            res.reasons.append(error)
+            res.reasons.append(error.message)
     if res.status == "failed":  # phase 1 failed somewhere: no release tag is moved anywhere
         res.registries = {name: d for name, d in before.items() if d is not None}
         res.reasons.append(
@@ -775,6 +779,21 @@ def _tag_everywhere(
         promote(targets, [cell.tag], digest, before={(p, cell.tag): before.get(p.name) for p in targets})
     except PromotionError as exc:
         raise TagPromotionError(cell, digest, exc) from exc
+
+
+def _phase_one_error(text: str, t: Registry, cell: ReleaseCell, cause: ImagesmithError) -> ReleaseError:
+    """Phase 1 failed in registry *t* (copy, evidence, or reading what is there): a ReleaseError about it,
+    worded as the release summary shows it, its fields from the registry's error."""
+    return ReleaseError(
+        text,
+        registry=t.name,
+        host=t.host,
+        repository=t.repo,
+        digest=cause.digest,
+        cell=cell.id,
+        fault=cause.fault,
+        transient=cause.transient,
+    )
 
 
 class TagPromotionError(ReleaseError):

@@ -221,22 +221,11 @@ def _split_registry(registry: str) -> tuple[str, str | None, bool]:
 
 
 def registry_kind(host: str) -> str:
-    """What imagesmith knows a registry as, from its host (login hints and token flows)."""
-    if host in ("docker.io", "index.docker.io", "registry-1.docker.io"):
-        return "dockerhub"
-    if host == "ghcr.io":
-        return "ghcr"
-    if host == "quay.io":
-        return "quay"
-    if host.endswith(".aliyuncs.com") or host.endswith(".azurecr.io"):
-        return "acr"
-    if ".dkr.ecr." in host:
-        return "ecr"
-    if host.endswith(".tencentcloudcr.com") or host.startswith("ccr.ccs.tencentyun.com"):
-        return "tcr"
-    if host.endswith("-docker.pkg.dev"):
-        return "artifact-registry"
-    return "generic"
+    """What imagesmith knows a registry as, from its host (login hints and token flows): the ``hosts`` of
+    the kinds in imagesmith/data/registry_kinds.toml."""
+    from imagesmith.kinds import kind_of_host
+
+    return kind_of_host(host)
 
 
 def _registry_tables(registries: Sequence[str], project: str) -> tuple[list[str], str]:

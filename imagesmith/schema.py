@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
+from imagesmith import kinds
 from imagesmith.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -170,7 +171,7 @@ class Checker:
         text = f"{self.source}: {key}: {message}" if key else f"{self.source}: {message}"
         if nearest is not None:
             text += f"; nearest valid value: {nearest!r}"
-        return self.error(text, hint=hint or f"see {self.docs}")
+        return self.error(text, hint=hint or f"see {self.docs}", file=self.source, field=key or None)
 
     def keys(
         self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]
@@ -541,18 +542,9 @@ HOST_PORT: Final[str] = (
 #: a repository path inside a registry: lowercase parts joined by '/', '.', '_', '__' or '-'
 REPO_PATH: Final[str] = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
 
-#: registry kinds: what imagesmith knows of a registry beyond its host (login hints, token flows)
-REGISTRY_KINDS: tuple[str, ...] = (
-    "generic",
-    "dockerhub",
-    "ghcr",
-    "acr",
-    "tcr",
-    "swr",
-    "ecr",
-    "quay",
-    "artifact-registry",
-)
+#: registry kinds: what imagesmith knows of a registry beyond its host (login hints, token flows), one row
+#: each in imagesmith/data/registry_kinds.toml
+REGISTRY_KINDS: tuple[str, ...] = kinds.kind_names()
 
 REGISTRIES: Schema = Schema(
     title="imagesmith registries (matrices/registries.toml)",

@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import requests
 
+from imagesmith import http
 from imagesmith.config import cache_root
 from imagesmith.errors import SourceCacheError
 
@@ -216,7 +217,7 @@ def fetch_from_url(
     writer = _HashingWriter(directory)
     try:
         # a short connect timeout: an unreachable host (a blocked forge) fails fast, the next mirror is tried
-        with requests.get(source, stream=True, timeout=(min(10.0, timeout), timeout)) as resp:
+        with http.get(source, http.SOURCE_ARCHIVE.with_timeout(timeout), stream=True) as resp:
             if resp.status_code != 200:
                 raise SourceCacheError(
                     f"GET {source} answered HTTP {resp.status_code} for {archive.label}",

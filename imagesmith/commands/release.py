@@ -5,13 +5,13 @@ Heavy modules are imported inside the commands: ``imagesmith pick`` with a cache
 
 from __future__ import annotations
 
-import os
 import platform as _platform
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from imagesmith import settings
 from imagesmith.commands import current_project, epilog
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
@@ -112,7 +112,7 @@ def _project_quietly() -> Any:
     from imagesmith.commands import project_option
     from imagesmith.project import PROJECT_ENV, discover, find_project_file, load_project
 
-    if project_option() is not None or os.environ.get(PROJECT_ENV):
+    if project_option() is not None or settings.get(PROJECT_ENV):
         return discover(project_option())
     found = find_project_file(Path.cwd())
     return load_project(found) if found is not None else None
@@ -258,7 +258,7 @@ def pick(
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
 
-    source = index or os.environ.get("IMAGESMITH_INDEX")
+    source = index or settings.get("IMAGESMITH_INDEX")
     if not source:
         raise ConfigError(
             "no release index given",
@@ -382,7 +382,7 @@ def release(
         trusted = [signing.load_public_key(p) for p in trusted_key]
     key = None
     key_file = sign_key or (
-        Path(os.environ["IMAGESMITH_SIGNING_KEY"]) if os.environ.get("IMAGESMITH_SIGNING_KEY") else None
+        Path(str(settings.get("IMAGESMITH_SIGNING_KEY"))) if settings.get("IMAGESMITH_SIGNING_KEY") else None
     )
     if key_file is not None:
         from imagesmith import signing
@@ -477,7 +477,7 @@ def index_show(
     from imagesmith import pick as picking
     from imagesmith.index import dump_index
 
-    src = source or os.environ.get("IMAGESMITH_INDEX")
+    src = source or settings.get("IMAGESMITH_INDEX")
     if not src:
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"

@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
+from imagesmith import settings
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ValidationFailed
 
@@ -183,7 +184,7 @@ def validate_command(
             f"--shm-min {shm_min}: more than {SHM_MAX_BYTES // 1024**3}g, which no GPU host gives /dev/shm",
             hint="ask for what DataLoader workers and NCCL need (8g–64g on 8-GPU training hosts)",
         )
-    env_shm = os.environ.get("IMAGESMITH_SHM_MIN_BYTES", "")
+    env_shm = settings.get("IMAGESMITH_SHM_MIN_BYTES", "") or ""
     if shm_min_bytes is None and t.kind != "image" and env_shm.isdigit():
         shm_min_bytes, shm_min_source = (
             int(env_shm),
@@ -266,7 +267,7 @@ def _signer(t: Any, sign_key: str | None) -> Any:
     from imagesmith.validate.target import Target
 
     assert isinstance(t, Target)
-    env_key = os.environ.get("IMAGESMITH_SIGNING_KEY", "").strip()
+    env_key = (settings.get("IMAGESMITH_SIGNING_KEY") or "").strip()
     if sign_key is None and not env_key:
         return None
     if t.kind != "image":

@@ -5,7 +5,6 @@ cut in the middle is resumed, a damaged blob is repaired or reported as
 from __future__ import annotations
 
 import hashlib
-import os
 import queue
 import threading
 import time
@@ -14,6 +13,7 @@ from typing import Any, Literal, get_args
 
 import requests
 
+from imagesmith import settings
 from imagesmith.errors import CorruptBlobError, RegistryError
 from imagesmith.registry.api import _DIGEST, INDEX_TYPES, UPLOAD_CHUNK, ManifestData, RegistryApi
 from imagesmith.registry.faults import RetryPolicy
@@ -33,7 +33,7 @@ VERIFY_ENV = "IMAGESMITH_VERIFY"
 def verify_level(value: str | None = None, *, allow_off: bool = False) -> Verify:
     """*value*, else ``$IMAGESMITH_VERIFY``, else ``head``; RegistryError for an unknown level (``off`` only
     with *allow_off*: benchmarks)."""
-    level = (value or os.environ.get(VERIFY_ENV) or "head").strip().lower()
+    level = (value or settings.get(VERIFY_ENV) or "head").strip().lower()
     if level not in VERIFY_LEVELS or (level == "off" and not allow_off):
         raise RegistryError(
             f"verify level {level!r} is not one of head, read, full",

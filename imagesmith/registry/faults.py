@@ -27,6 +27,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from imagesmith import http, settings
 from imagesmith.errors import ConfigError
 
 
@@ -38,12 +39,12 @@ class RetryPolicy:
     ``connect_timeout`` / ``read_timeout``. The defaults ride out an outage of about a minute;
     ``$IMAGESMITH_REGISTRY_ATTEMPTS`` and ``$IMAGESMITH_REGISTRY_DEADLINE`` change them."""
 
-    attempts: int = 10
-    backoff: float = 0.5
-    max_wait: float = 10.0
-    deadline: float = 180.0
-    connect_timeout: float = 10.0
-    read_timeout: float = 60.0
+    attempts: int = http.REGISTRY.attempts
+    backoff: float = http.REGISTRY.backoff
+    max_wait: float = http.REGISTRY.max_wait
+    deadline: float = http.REGISTRY.deadline
+    connect_timeout: float = http.REGISTRY.connect_timeout
+    read_timeout: float = http.REGISTRY.read_timeout
     #: times one blob upload may restart from its first byte: the registry lost the session, or cannot resume
     #: it (docker-registry 2.8 cannot after a PATCH whose answer was lost: its signed session state is stale)
     restarts: int = 10
@@ -52,7 +53,7 @@ class RetryPolicy:
     def from_env(cls, env: Mapping[str, str] | None = None) -> RetryPolicy:
         env = os.environ if env is None else env
         policy = cls()
-        attempts = env.get("IMAGESMITH_REGISTRY_ATTEMPTS", "").strip()
+        attempts = (settings.get("IMAGESMITH_REGISTRY_ATTEMPTS", env=env) or "").strip()
         if attempts:
             if not attempts.isdigit() or not 1 <= int(attempts) <= 1000:
                 raise ConfigError(
@@ -60,7 +61,7 @@ class RetryPolicy:
                     hint=f"a whole number from 1 to 1000 (default {cls.attempts}), or unset it",
                 )
             policy = replace(policy, attempts=int(attempts))
-        deadline = env.get("IMAGESMITH_REGISTRY_DEADLINE", "").strip()
+        deadline = (settings.get("IMAGESMITH_REGISTRY_DEADLINE", env=env) or "").strip()
         if deadline:
             try:
                 seconds = float(deadline)

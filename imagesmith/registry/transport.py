@@ -7,7 +7,6 @@ an answer turned into a :class:`~imagesmith.errors.RegistryError` naming the reg
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -20,6 +19,7 @@ from urllib.parse import urljoin, urlsplit
 import requests
 import urllib3
 
+from imagesmith import settings
 from imagesmith.credentials import (
     DOCKER_HUB_API,
     CredentialChain,
@@ -51,7 +51,7 @@ _MAX_REDIRECTS = 10
 def docker_ca_file(host: str) -> Path | None:
     """dockerd's per-registry CA: ``/etc/docker/certs.d/<host>/ca.crt`` (also under ``$DOCKER_CERT_DIR``)."""
     roots = [
-        Path(os.environ.get("IMAGESMITH_CERTS_D", "/etc/docker/certs.d")),
+        Path(settings.get("IMAGESMITH_CERTS_D") or "/etc/docker/certs.d"),
         Path.home() / ".docker/certs.d",
     ]
     for root in roots:

@@ -7,13 +7,13 @@ starts.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Generator
 from typing import Any
 
 import pytest
 
+from imagesmith import settings
 from imagesmith.validate.context import OPTIONS_ENV, CheckFailed, Context, SuiteOptions, target_host
 from imagesmith.validate.report import CheckOutcome, write_bundle
 
@@ -93,7 +93,7 @@ class ValidatePlugin:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    raw = os.environ.get(OPTIONS_ENV)
+    raw = settings.get(OPTIONS_ENV)
     if raw is None:
         raise pytest.UsageError(f"{OPTIONS_ENV} is not set: run the suite through imagesmith validate")
     config.pluginmanager.register(ValidatePlugin(SuiteOptions.from_json(raw)), "imagesmith-validate")

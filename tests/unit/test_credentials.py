@@ -13,20 +13,18 @@ from pathlib import Path
 import pytest
 
 from imagesmith.credentials import (
-    ACR_USERNAME,
     CredentialChain,
     Credentials,
     DockerConfigProvider,
     EnvironmentProvider,
-    acr_name,
     auth_hint,
     clear_token_cache,
     credential_chain,
-    ecr_region,
     lookup_credentials,
     token_kind,
 )
 from imagesmith.errors import RegistryError
+from imagesmith.kinds import host_part
 
 ECR = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
 ACR = "myreg.azurecr.io"
@@ -105,7 +103,7 @@ def _jwt(exp: float) -> str:
     ],
 )
 def test_ecr_region_is_read_from_the_host(host: str, region: str | None) -> None:
-    assert ecr_region(host) == region
+    assert host_part("ecr", host, "region") == region
 
 
 def test_the_token_kind_is_the_registry_kind_or_what_a_generic_host_reveals() -> None:
@@ -114,8 +112,8 @@ def test_the_token_kind_is_the_registry_kind_or_what_a_generic_host_reveals() ->
     assert token_kind(ACR, "generic") == "acr"
     assert token_kind(ACR, "ghcr") == "ghcr"  # a declared kind is never second-guessed
     assert token_kind("ghcr.io", "generic") == "generic"
-    assert acr_name(ACR) == "myreg"
-    assert acr_name("registry.cn-hangzhou.aliyuncs.com") is None
+    assert host_part("acr", ACR, "name") == "myreg"
+    assert host_part("acr", "registry.cn-hangzhou.aliyuncs.com", "name") is None
     names = [p.name for p in credential_chain(ECR, "ecr").providers]
     assert names == ["environment", "docker config", "token command"]
     assert [p.name for p in credential_chain("ghcr.io", "ghcr").providers] == ["environment", "docker config"]
@@ -160,7 +158,7 @@ def test_acr_runs_az_and_takes_the_tokens_own_expiry(bin_dir: Path, no_config: d
     az = FakeCli(bin_dir, "az", body=f"echo {_jwt(exp)}")
     creds = credential_chain(ACR, "acr", name="azure", env=no_config).resolve()
     assert creds is not None
-    assert creds.username == ACR_USERNAME == "00000000-0000-0000-0000-000000000000"
+    assert creds.username == "00000000-0000-0000-0000-000000000000"
     assert creds.password == _jwt(exp)
     assert az.args == ["acr login --name myreg --expose-token --output tsv --query accessToken"]
     assert creds.expires_at == int(exp)

@@ -109,3 +109,26 @@ def test_a_failed_check_is_a_pytest_failure_with_its_fields() -> None:
     assert isinstance(info.value, CheckFailed)
     assert (info.value.what, info.value.fix) == ("GPU 0 is hot", "cool it")
     assert info.value.msg == "GPU 0 is hot\nfix: cool it"  # what pytest prints, as before
+
+
+def test_a_file_error_names_its_file_and_field_as_fields(tmp_path: Any) -> None:
+    from imagesmith.errors import MatrixError
+    from imagesmith.matrix import load_registries
+
+    path = tmp_path / "registries.toml"
+    path.write_text('[registries.gl]\nhost = "ghcr.io"\nnamespace = "a"\nrepository = "b"\nkind = "nope"\n')
+    with pytest.raises(MatrixError) as info:
+        load_registries(path)
+    assert (info.value.file, info.value.field) == (str(path), "registries.gl.kind")
+    assert info.value.message.startswith(f"{path}: registries.gl.kind: ")  # the text as before
+
+
+def test_an_error_whose_class_takes_other_arguments_is_copied_too() -> None:
+    from imagesmith.registry import PromotionError, PromotionTarget
+
+    target = PromotionTarget(name="r1", repo="a/b", client=None)  # type: ignore[arg-type]
+    exc = PromotionError(step="put", target=target, tag="v1", digest="sha256:x", cause=RegistryError("down"))
+    sided = exc.replace(side="destination")
+    assert type(sided) is PromotionError
+    assert (sided.step, sided.target, sided.side) == ("put", target, "destination")
+    assert sided.message == "destination r1: a/b:v1: put failed: down"

@@ -20,9 +20,8 @@ from imagesmith.credentials import (
     Credentials,
     DockerConfigProvider,
     EnvironmentProvider,
-    acr_provider,
     clear_token_cache,
-    ecr_provider,
+    token_provider,
 )
 from imagesmith.errors import RegistryError
 from imagesmith.registry import RegistryApi, RegistryClient, parse_challenge
@@ -193,7 +192,7 @@ def _runs(count: Path) -> int:
 def _chain(addr: str, tmp_path: Path, token: str) -> CredentialChain:
     """The real providers of an ECR / ACR registry, for a fake registry listening on *addr*."""
     env = {"DOCKER_CONFIG": str(tmp_path / "no-docker-config")}
-    provider = ecr_provider(ECR, "registry fake") if token == "ecr" else acr_provider(ACR, "registry fake")
+    provider = token_provider(ECR if token == "ecr" else ACR, token, "registry fake")
     assert provider is not None
     return CredentialChain(addr, token, (EnvironmentProvider(env), DockerConfigProvider(env), provider))
 

@@ -1,0 +1,88 @@
+"""The configuration layer of the environment: every ``IMAGESMITH_*`` variable the host tool reads is declared
+here (:data:`VARIABLES`) and read through :func:`get` — no other module reads one from ``os.environ``
+(``tests/unit/test_settings.py``). What a value means is checked where it is used (the retry policy, the
+verify level, the config file's rules …), each with its own error naming the variable; a variable read here
+that is not declared is a programming error.
+
+Variables that only pass *through* imagesmith into an image or a child process
+(``IMAGESMITH_APT_MIRROR``, ``IMAGESMITH_PIP_INDEX_URL`` as build arguments, ``IMAGESMITH_NCCL_LIBDIR`` and
+``IMAGESMITH_HOST_ROOT`` of the validation target, labels, the probe markers) are not configuration of this
+process and are not listed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable: its name (or, for a family, a regular expression over names), what it
+    sets, and where it is documented."""
+
+    name: str
+    what: str
+    docs: str
+    pattern: str = ""
+
+    def matches(self, name: str) -> bool:
+        return name == self.name or bool(self.pattern and re.fullmatch(self.pattern, name))
+
+
+VARIABLES: tuple[Variable, ...] = (
+    Variable("IMAGESMITH_PROJECT", "the project root (folder with imagesmith.toml)", "docs/project.md"),
+    Variable("IMAGESMITH_CONFIG", "the user config file", "imagesmith/config.py"),
+    Variable("IMAGESMITH_CACHE", "the cache folder (source archives, index copies)", "docs/build.md"),
+    Variable("IMAGESMITH_REGISTRY_MIRRORS", "registry mirrors for builds (HOST=MIRROR,…)", "docs/build.md"),
+    Variable("IMAGESMITH_EXTRA_CA", "a CA bundle trusted by pip/apt inside builds", "docs/build.md"),
+    Variable(
+        "IMAGESMITH_SOURCE_MIRRORS", "URL templates tried before a source's pinned URL", "docs/build.md"
+    ),
+    Variable("IMAGESMITH_INDEX_KEY", "the public key a release index must be signed with", "docs/release.md"),
+    Variable("IMAGESMITH_INDEX", "the release index pick and keys read", "docs/release.md"),
+    Variable("IMAGESMITH_INDEX_URL", "the package index refresh-compat reads", "docs/compat.md"),
+    Variable("IMAGESMITH_SIGNING_KEY", "the private key release and validate sign with", "docs/release.md"),
+    Variable("IMAGESMITH_VERIFY", "how far copies trust blobs: head, read, full", "docs/build.md"),
+    Variable("IMAGESMITH_REGISTRY_ATTEMPTS", "tries of one registry request (1-1000)", "docs/build.md"),
+    Variable("IMAGESMITH_REGISTRY_DEADLINE", "seconds one registry operation may take", "docs/build.md"),
+    Variable(
+        "IMAGESMITH_CERTS_D",
+        "where registry CAs live (default /etc/docker/certs.d)",
+        "imagesmith/registry/transport.py",
+    ),
+    Variable(
+        "IMAGESMITH_REGISTRY_<HOST>_USERNAME / _PASSWORD",
+        "a registry's credentials",
+        "docs/build.md",
+        pattern=r"IMAGESMITH_REGISTRY_.+_(USERNAME|PASSWORD)",
+    ),
+    Variable(
+        "IMAGESMITH_DOCKER_CLI", "the docker CLI that drives BuildKit (empty: the SDK)", "docs/build.md"
+    ),
+    Variable("IMAGESMITH_SHM_MIN_BYTES", "the /dev/shm size validation asks for", "docs/validation.md"),
+    Variable(
+        "IMAGESMITH_VALIDATE_OPTIONS",
+        "the suite's options (set by imagesmith validate)",
+        "imagesmith/validate/context.py",
+    ),
+    Variable("IMAGESMITH_TODAY", "the date support windows are judged on (tests)", "docs/compat.md"),
+)
+
+
+def variable(name: str) -> Variable:
+    """The declaration of *name*; KeyError when it is not declared (a bug: declare it in VARIABLES)."""
+    for v in VARIABLES:
+        if v.matches(name):
+            return v
+    raise KeyError(f"{name} is not a declared IMAGESMITH_* variable (imagesmith/settings.py)")
+
+
+def get(name: str, default: str | None = None, *, env: Mapping[str, str] | None = None) -> str | None:
+    """The value of the declared variable *name* in *env* (default: this process's environment), else
+    *default*; the value as it is (callers treat an empty one as unset, as they did)."""
+    variable(name)
+    value = (os.environ if env is None else env).get(name)
+    return default if value is None else value

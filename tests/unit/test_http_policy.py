@@ -1,0 +1,98 @@
+"""One HTTP policy (imagesmith/http.py): every HTTP path takes its timeouts, retries and caps from a named
+policy there; no other module sets them inline or calls requests' module functions."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from imagesmith import http
+from imagesmith.registry import RetryPolicy
+from tests.repo import REPO
+
+HTTP_CALLS = frozenset({"get", "head", "post", "put", "patch", "delete", "request", "options"})
+#: calls whose numeric keywords are an HTTP policy
+POLICY_KEYWORDS = {"timeout", "attempts", "backoff", "deadline", "max_bytes"}
+
+
+def _numeric(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, int | float) and not isinstance(node.value, bool)
+    return isinstance(node, ast.Tuple) and any(_numeric(e) for e in node.elts)
+
+
+def findings(source: str, path: str) -> list[str]:
+    out = []
+    for node in ast.walk(ast.parse(source, path)):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute | ast.Name):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        owner = node.func.value if isinstance(node.func, ast.Attribute) else None
+        if isinstance(owner, ast.Name) and owner.id == "requests" and name in HTTP_CALLS:
+            out.append(f"{path}:{node.lineno}: requests.{name}(…) outside imagesmith/http.py")
+        spoken = owner is not None and any(w in ast.unparse(owner) for w in ("session", "requests", "http"))
+        if name in {"client_for", "RegistryClient"} or (name in HTTP_CALLS and spoken):
+            for kw in node.keywords:
+                if kw.arg in POLICY_KEYWORDS and _numeric(kw.value):
+                    out.append(f"{path}:{node.lineno}: {name}({kw.arg}={ast.unparse(kw.value)}) inline")
+    return out
+
+
+def test_no_http_path_sets_its_own_policy() -> None:
+    found = []
+    for path in sorted((REPO / "imagesmith").rglob("*.py")):
+        if path.name == "http.py" and path.parent.name == "imagesmith":
+            continue
+        found += findings(path.read_text(), str(path.relative_to(REPO)))
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "import requests\nrequests.get(url, timeout=30, stream=True)\n",
+        "client = client_for(target, attempts=2, backoff=0.2, timeout=20.0)\n",
+        "self.session.get(url, timeout=(15.0, 120.0))\n",
+    ],
+)
+def test_the_guard_finds_an_inline_policy(snippet: str) -> None:
+    """What pick (`requests.get(url, timeout=30)`, `client_for(…, attempts=2, …)`), sources and refresh did
+    before issue 24."""
+    assert findings(snippet, "x.py") != []
+
+
+def test_each_path_keeps_the_timeouts_it_had() -> None:
+    assert http.PACKAGE_INDEX.timeout == (15.0, 120.0)  # refresh-compat, lock --sizes
+    assert http.SOURCE_ARCHIVE.with_timeout(60.0).timeout == (10.0, 60.0)  # fetch-sources
+    assert http.SOURCE_ARCHIVE.with_timeout(5.0).timeout == (5.0, 5.0)
+    assert http.RELEASE_INDEX.timeout == (30.0, 30.0)  # pick --index https://
+    quick = http.INDEX_ARTIFACT  # pick --index oci://
+    assert (quick.attempts, quick.backoff, quick.read_timeout) == (2, 0.2, 20.0)
+    policy = RetryPolicy()  # the registry API
+    assert (policy.attempts, policy.deadline, policy.connect_timeout, policy.read_timeout) == (
+        10,
+        180.0,
+        10.0,
+        60.0,
+    )
+
+
+def test_an_answer_past_its_cap_is_refused_without_reading_on() -> None:
+    read: list[int] = []
+
+    def chunks() -> Iterator[bytes]:
+        for i in range(10):
+            read.append(i)
+            yield b"x" * 100
+
+    policy = http.HttpPolicy(name="t", connect_timeout=1, read_timeout=1, max_bytes=250)
+    with pytest.raises(http.TooLarge):
+        b"".join(http.capped(chunks(), policy))
+    assert read == [0, 1, 2]
+
+
+def test_the_module_is_the_one_named_in_the_docs() -> None:
+    assert "| `http.py` |" in Path(REPO / "docs/architecture.md").read_text()

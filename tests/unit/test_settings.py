@@ -1,0 +1,152 @@
+"""One configuration layer for the environment (imagesmith/settings.py): every IMAGESMITH_* variable the tool
+reads is declared there and read through settings.get; no other module reads one from the environment."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagesmith import settings
+from tests.repo import REPO
+
+ENV_NAMES = frozenset({"environ", "env", "environment"})
+
+
+def _constants(trees: dict[str, ast.AST]) -> dict[str, str]:
+    """Module-level NAME = "IMAGESMITH_…" constants of every module (VERIFY_ENV, TODAY_ENV, …)."""
+    out: dict[str, str] = {}
+    for tree in trees.values():
+        for node in getattr(tree, "body", []):
+            target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+            value = getattr(node, "value", None)
+            if (
+                isinstance(target, ast.Name)
+                and isinstance(value, ast.Constant)
+                and isinstance(value.value, str)
+                and value.value.startswith("IMAGESMITH_")
+            ):
+                out[target.id] = value.value
+    return out
+
+
+def _env_like(node: ast.expr) -> bool:
+    """``os.environ``, ``env``, ``environ``, ``self.env`` …: a mapping of environment variables."""
+    if isinstance(node, ast.Attribute):
+        return node.attr in ENV_NAMES
+    return isinstance(node, ast.Name) and node.id in ENV_NAMES
+
+
+def findings(trees: dict[str, ast.AST]) -> list[str]:
+    constants = _constants(trees)
+
+    def imagesmith_name(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value if node.value.startswith("IMAGESMITH_") else None
+        if isinstance(node, ast.JoinedStr):
+            head = node.values[0] if node.values else None
+            if isinstance(head, ast.Constant) and str(head.value).startswith("IMAGESMITH_"):
+                return ast.unparse(node)
+        name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+        return constants.get(name)
+
+    out = []
+    for path, tree in trees.items():
+        if path == "imagesmith/settings.py" or path.startswith("imagesmith/validate/suite/"):
+            continue  # the suite reads the validation target's environment (what the image sets), not ours
+        for node in ast.walk(tree):
+            key: ast.expr | None = None
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _env_like(node.value):
+                key = node.slice
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.args
+                and ((node.func.attr == "get" and _env_like(node.func.value)) or node.func.attr == "getenv")
+            ):
+                key = node.args[0]
+            if key is not None and (name := imagesmith_name(key)) is not None:
+                out.append(f"{path}:{node.lineno}: reads {name} from the environment")
+    return out
+
+
+def _trees(read: dict[str, str]) -> dict[str, ast.AST]:
+    return {path: ast.parse(text, path) for path, text in read.items()}
+
+
+def test_no_module_but_settings_reads_an_imagesmith_variable() -> None:
+    read = {str(p.relative_to(REPO)): p.read_text() for p in sorted((REPO / "imagesmith").rglob("*.py"))}
+    assert findings(_trees(read)) == []
+
+
+def test_the_guard_finds_the_reads_of_7f0dc7b() -> None:
+    """Before issue 24, 12 modules read IMAGESMITH_* variables themselves (git show 7f0dc7b)."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(REPO), "ls-tree", "-r", "--name-only", "7f0dc7b", "imagesmith"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout.split()
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"no 7f0dc7b in this checkout: {exc}")
+    read = {}
+    for path in listed:
+        if path.endswith(".py"):
+            show = ["git", "-C", str(REPO), "show", f"7f0dc7b:{path}"]
+            read[path] = subprocess.run(show, capture_output=True, text=True, check=True, timeout=30).stdout
+    found = findings(_trees(read))
+    modules = {f.split(":")[0] for f in found}
+    for module in (
+        "imagesmith/config.py",
+        "imagesmith/engine.py",
+        "imagesmith/registry.py",
+        "imagesmith/compat.py",
+        "imagesmith/commands/release.py",
+        "imagesmith/commands/validate.py",
+        "imagesmith/project.py",
+        "imagesmith/validate/plugin.py",
+    ):
+        assert module in modules, found
+
+
+def test_every_name_the_code_reads_is_declared() -> None:
+    """settings.get("…") and typer's envvar= name declared variables (settings.get refuses others)."""
+    names = set()
+    for path in sorted((REPO / "imagesmith").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                if isinstance(fn, ast.Attribute) and fn.attr == "get" and ast.unparse(fn.value) == "settings":
+                    arg = node.args[0]
+                    if isinstance(arg, ast.Constant):
+                        names.add(arg.value)
+                for kw in node.keywords:
+                    if kw.arg == "envvar" and isinstance(kw.value, ast.Constant):
+                        names.add(kw.value.value)
+    assert names
+    for name in sorted(names):
+        settings.variable(name)  # KeyError when not declared
+
+
+def test_each_variable_is_documented_where_it_says() -> None:
+    for v in settings.VARIABLES:
+        text = (REPO / v.docs).read_text()
+        assert (v.pattern and "IMAGESMITH_REGISTRY_" in text) or v.name in text, (v.name, v.docs)
+
+
+def test_an_undeclared_variable_is_refused_and_values_come_back_as_they_are() -> None:
+    with pytest.raises(KeyError, match="not a declared"):
+        settings.get("IMAGESMITH_NOPE", env={})
+    assert settings.get("IMAGESMITH_VERIFY", env={"IMAGESMITH_VERIFY": " full "}) == " full "
+    assert settings.get("IMAGESMITH_VERIFY", "head", env={}) == "head"
+    assert settings.get(
+        "IMAGESMITH_REGISTRY_GHCR_IO_USERNAME", env={"IMAGESMITH_REGISTRY_GHCR_IO_USERNAME": "u"}
+    )
+
+
+def test_the_layer_is_the_one_named_in_the_docs() -> None:
+    assert "| `settings.py` |" in Path(REPO / "docs/architecture.md").read_text()
