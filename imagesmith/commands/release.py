@@ -233,7 +233,7 @@ def pick(
         typer.Option(
             "--verify-key",
             help="public key the release index must be signed with (the .pub of release --sign-key). "
-            "Default: $IMAGESMITH_INDEX_KEY, else [release] index_key of the user config, then of the "
+            "Default: $IMAGESMITH_INDEX_KEY, else \\[release] index_key of the user config, then of the "
             "project, else the key pinned for this index source, else (first use) the key published beside "
             "it, pinned then; without any the index is refused. Its fingerprint is printed on stderr",
         ),
@@ -461,7 +461,7 @@ def index_show(
         Path | None,
         typer.Option(
             "--verify-key",
-            help="public key the index must be signed with (default: $IMAGESMITH_INDEX_KEY, else [release] "
+            help="public key the index must be signed with (default: $IMAGESMITH_INDEX_KEY, else \\[release] "
             "index_key of the user config, then of the project, else the key pinned for the source, else "
             "the key published beside it, pinned on first use)",
         ),
