@@ -906,7 +906,7 @@ def fetch_index(
     check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
     cached_sig = cached.with_suffix(".sig")
-    store = TrustStore(_trust_dir(), source)
+    store = TrustStore(_trust_dir(), _trust_key(source))
 
     def from_cache(label: str) -> ReleaseIndex:
         body = cached.read_bytes()
@@ -1012,6 +1012,15 @@ def fetch_index(
 
 def _trust_dir() -> Path:
     return cache_dir() / "index"
+
+
+def _trust_key(source: str) -> str:
+    """What the pinned key and the newest serial are kept under: one index, however its source is spelled
+    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact)."""
+    if source.startswith(("oci://", "oci+http://")):
+        host, repo, tag, _ = parse_oci_source(source)
+        return f"oci://{host.lower()}/{repo}:{tag}"
+    return source
 
 
 def _verify_index(

@@ -374,3 +374,15 @@ def test_a_device_beside_the_index_is_not_read_into_memory(tmp_path: Path, besid
     with pytest.raises(IndexTrustError) as info:
         fetch_index(str(path))
     assert info.value.fault == ("bad key" if beside.endswith(".pub") else "bad signature")
+
+
+def test_one_artifact_is_one_trust_record_however_its_source_is_spelled() -> None:
+    from imagesmith.pick import _trust_key
+
+    spellings = {
+        "oci://Registry.example:5000/acme/torch",
+        "oci://registry.example:5000/acme/torch:release-index",
+        "oci+http://registry.example:5000/acme/torch",
+    }
+    assert {_trust_key(s) for s in spellings} == {"oci://registry.example:5000/acme/torch:release-index"}
+    assert _trust_key("oci://r.example/acme/torch:other") != _trust_key("oci://r.example/acme/torch")
