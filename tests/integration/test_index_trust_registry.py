@@ -275,3 +275,46 @@ def test_release_publishes_serial_expiry_and_key_and_pick_trusts_it_on_first_use
     assert res.exit_code == 0, res.stderr
     assert release_key.public.fingerprint in res.stderr
     assert f", serial {doc['serial']}, expires {doc['expires']}" in res.stdout
+
+
+def test_a_rerun_past_half_the_validity_renews_and_re_signs_the_index(
+    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
+) -> None:
+    """What the nightly relies on: a release run with nothing new to release re-issues the index once less
+    than half of its validity is left (serial up, expiry moved, signed again, published), so renters never see it
+    expire while the nightly runs; a run before that changes nothing."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"renew {uuid.uuid4()}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index_file = tmp_path / "release" / "index.json"
+    release_key = signing.generate_key()
+
+    def release() -> None:
+        release_cells(
+            [cell("a", targets(regs, repo)[:1])],
+            matrix="t",
+            reports=collect_reports([tmp_path / "r"], TRUSTED),
+            index_file=index_file,
+            client_for=clients_for(regs),
+            trusted=TRUSTED,
+            sign_key=release_key,
+        ).raise_for_refusals()
+
+    release()
+    first = json.loads(index_file.read_text())
+    before = index_file.read_bytes(), plain.manifest_digest(repo, "release-index")
+    release()  # the same day: nothing to renew, byte for byte
+    assert (index_file.read_bytes(), plain.manifest_digest(repo, "release-index")) == before
+    source = _source(regs, repo)
+    assert run_cli("index", source, "--insecure").exit_code == 0  # a renter has seen this one
+    # ten days later (as far as the index can tell): less than half of its 14 days is left
+    aged = dict(first, expires="2000-01-01T00:00:00Z")
+    index_file.write_text(json.dumps(aged, indent=2) + "\n")
+    release()
+    renewed = json.loads(index_file.read_text())
+    assert renewed["serial"] > first["serial"]
+    assert renewed["expires"] > first["generated"]
+    assert renewed["images"] == first["images"]
+    res = run_cli("index", source, "--insecure", "--refresh")
+    assert res.exit_code == 0, res.stderr
+    assert f"serial {renewed['serial']}, expires {renewed['expires']}" in res.stdout
