@@ -281,8 +281,8 @@ def test_a_rerun_past_half_the_validity_renews_and_re_signs_the_index(
     regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
 ) -> None:
     """What the nightly relies on: a release run with nothing new to release re-issues the index once less
-    than half of its validity is left (serial up, expiry moved, signed again, published), so renters never see it
-    expire while the nightly runs; a run before that changes nothing."""
+    than half of its validity is left (serial up, expiry moved, signed again, published), so renters never
+    see it expire while the nightly runs; a run before that changes nothing."""
     plain = regs.plain_client()
     digest = push_image(plain, repo, "a-candidate", f"renew {uuid.uuid4()}")
     write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
