@@ -473,7 +473,8 @@ def index_show(
         ),
     ] = False,
 ) -> None:
-    """Load and check a release index (schema, digests, its signature when a key is set) and list it."""
+    """Load, verify (signature by the trusted or pinned key, serial, expiry; as pick does) and list a release
+    index."""
     from imagesmith import pick as picking
     from imagesmith.index import dump_index
 
