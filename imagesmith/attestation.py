@@ -262,7 +262,11 @@ def has_attestations(client: RegistryApi, repo: str, digest: str, envelopes: Seq
 
 
 def attach_attestations(
-    client: RegistryApi, repo: str, digest: str, envelopes: Sequence[bytes]
+    client: RegistryApi,
+    repo: str,
+    digest: str,
+    envelopes: Sequence[bytes],
+    predicate_type: str = VALIDATION_PREDICATE_TYPE,
 ) -> str | None:
     """Add *envelopes* to ``sha256-<hex>.att`` of *repo* (layers already there are kept, cosign's or ours).
 
@@ -275,7 +279,7 @@ def attach_attestations(
         return None
     for envelope in new:
         _ensure_blob(client, repo, envelope)
-        layers.append(envelope_layer(envelope))
+        layers.append(envelope_layer(envelope, predicate_type))
     manifest, config = attestation_manifest(layers)
     _ensure_blob(client, repo, config)
     return client.put_manifest(repo, tag, manifest)

@@ -433,29 +433,24 @@ def _history(client: RegistryApi, repo: str, manifest: ManifestData) -> list[str
     ]
 
 
-_LAYER_FILE = re.compile(r"COPY (layers/\d+-[A-Za-z0-9._-]+\.txt)")
+#: a wheel layer's RUN in the image history: the context's wheel-layer.sh run on the layer's pin file
+_WHEEL_LAYER_RUN = re.compile(r"^RUN .*\bwheel-layer\.sh (layers/\d+-[A-Za-z0-9._-]+\.txt)\b")
 
 
 def layer_report(
     engine: ContainerEngine, ref: str, manifest: ManifestData, pushed: PushResult, steps: Sequence[str]
 ) -> list[dict[str, Any]]:
     """Each manifest layer: compressed size, whether this push uploaded it, and the step that made it (a
-    wheel layer is named by the layer file COPYed just before its RUN: ``layers/NN-name.txt``)."""
+    wheel layer is named by the pin file its RUN hands wheel-layer.sh: ``layers/NN-name.txt``)."""
     diff_ids = ((engine.inspect(ref) or {}).get("RootFS") or {}).get("Layers") or []
     layers = manifest.json().get("layers", [])
     short = set(pushed.pushed_ids)
     out: list[dict[str, Any]] = []
-    wheel_file = ""
     for i, layer in enumerate(layers):
         step = steps[i] if len(steps) == len(layers) else ""
-        m = _LAYER_FILE.search(step)
+        m = _WHEEL_LAYER_RUN.search(step)
         if m:
-            wheel_file = m.group(1)
-        elif "RUN" in step and wheel_file:
-            step = f"wheel layer {wheel_file}"
-            wheel_file = ""
-        else:
-            wheel_file = ""
+            step = f"wheel layer {m.group(1)}"
         out.append(
             {
                 "index": i + 1,

@@ -23,6 +23,7 @@ from imagesmith.commands import keys as keys_commands
 from imagesmith.commands import plan as plan_commands
 from imagesmith.commands import refresh as refresh_commands
 from imagesmith.commands import release as release_commands
+from imagesmith.commands import sbom as sbom_commands
 from imagesmith.commands import schema as schema_commands
 from imagesmith.commands import set_project_option
 from imagesmith.commands import validate as validate_commands
@@ -78,6 +79,7 @@ for _module in (
     validate_commands,
     release_commands,
     keys_commands,
+    sbom_commands,
     schema_commands,
     refresh_commands,
 ):

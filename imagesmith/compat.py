@@ -80,9 +80,11 @@ __all__ = [
     "driver_branch_cuda",
     "driver_warnings",
     "gpu",
+    "gpu_arch",
     "gpu_candidates",
     "gpu_family",
     "gpu_last_branch",
+    "gpu_min_driver",
     "gpu_or_adhoc",
     "gpu_warnings",
     "gpus",
@@ -283,6 +285,11 @@ def _vkey(version: str) -> tuple[int, ...]:
     return tuple(int(p) for p in version.split("."))
 
 
+def _major(version: str) -> int:
+    """13 for ``13.0``."""
+    return int(version.split(".")[0])
+
+
 @functools.cache
 def cuda_releases() -> tuple[CudaRelease, ...]:
     """Every CUDA toolkit release in the data, oldest first."""
@@ -475,27 +482,44 @@ _MONTHS = (
 )
 
 
+Designation = Literal["long-term", "production", "new-feature"]
+_DESIGNATIONS: Mapping[str, str] = MappingProxyType(
+    {
+        "long-term": "long-term support branch",
+        "production": "production branch",
+        "new-feature": "new feature branch",
+    }
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class BranchLifecycle:
-    """A driver branch in NVIDIA's data-center driver lifecycle: support ends in month ``end_of_life``."""
+    """A driver branch in NVIDIA's data-center driver lifecycle: a Long Term Support, Production or New
+    Feature Branch (NFB); support ends in month ``end_of_life`` (None: NVIDIA gives none, as for NFBs)."""
 
     branch: int
-    designation: Literal["long-term", "production"]
-    end_of_life: tuple[int, int]  # (year, month)
+    designation: Designation
+    end_of_life: tuple[int, int] | None  # (year, month)
     source: str
 
     @property
+    def kind(self) -> str:
+        """``long-term support branch``, ``production branch`` or ``new feature branch``."""
+        return _DESIGNATIONS[self.designation]
+
+    @property
     def end_text(self) -> str:
-        """``June 2026``."""
+        """``June 2026`` (``no end-of-life date`` for an NFB without one)."""
+        if self.end_of_life is None:
+            return "no end-of-life date"
         return f"{_MONTHS[self.end_of_life[1] - 1]} {self.end_of_life[0]}"
 
     def ended(self, on: datetime.date) -> bool:
-        """True once the end-of-life month is over."""
-        return (on.year, on.month) > self.end_of_life
+        """True once the end-of-life month is over (never for a branch without one)."""
+        return self.end_of_life is not None and (on.year, on.month) > self.end_of_life
 
     def describe(self) -> str:
-        kind = "long-term support branch" if self.designation == "long-term" else "production branch"
-        return f"R{self.branch} ({kind}, supported to {self.end_text})"
+        return f"R{self.branch} ({self.kind}, supported to {self.end_text})"
 
 
 @functools.cache
@@ -505,23 +529,31 @@ def _lifecycles() -> Mapping[int, BranchLifecycle]:
     for row in _rows(name, "lifecycle"):
         branch = int(_field(name, "lifecycle", row, "branch", int))
         designation = _field(name, "lifecycle", row, "designation", str)
-        if designation not in ("long-term", "production"):
+        if designation not in _DESIGNATIONS:
             raise DataError(
                 f"imagesmith/data/{name}: [[lifecycle]] {branch}: designation {designation!r} is not "
-                "long-term or production"
+                "long-term, production or new-feature"
             )
-        eol = _field(name, "lifecycle", row, "end_of_life", str)
-        match = re.fullmatch(r"(\d{4})-(\d{2})", eol)
-        if match is None or not 1 <= int(match.group(2)) <= 12:
+        eol = row.get("end_of_life")
+        end: tuple[int, int] | None = None
+        if eol is None and designation != "new-feature":
             raise DataError(
-                f"imagesmith/data/{name}: [[lifecycle]] {branch}: end_of_life {eol!r} is not YYYY-MM"
+                f"imagesmith/data/{name}: [[lifecycle]] {branch}: a {_DESIGNATIONS[designation]} needs an "
+                "end_of_life (YYYY-MM); only a new feature branch may have none"
             )
+        if eol is not None:
+            match = re.fullmatch(r"(\d{4})-(\d{2})", eol) if isinstance(eol, str) else None
+            if match is None or not 1 <= int(match.group(2)) <= 12:
+                raise DataError(
+                    f"imagesmith/data/{name}: [[lifecycle]] {branch}: end_of_life {eol!r} is not YYYY-MM"
+                )
+            end = (int(match.group(1)), int(match.group(2)))
         if branch in out:
             raise DataError(f"imagesmith/data/{name}: [[lifecycle]] {branch} is listed twice")
         out[branch] = BranchLifecycle(
             branch=branch,
             designation=designation,
-            end_of_life=(int(match.group(1)), int(match.group(2))),
+            end_of_life=end,
             source=row["source"],
         )
     return MappingProxyType(dict(sorted(out.items())))
@@ -533,32 +565,65 @@ def branch_lifecycle(branch: int) -> BranchLifecycle | None:
 
 
 def _supported_branches(on: datetime.date) -> list[BranchLifecycle]:
-    return [row for row in _lifecycles().values() if not row.ended(on)]
+    """The Long Term Support and Production branches not past end of life on *on* (what NVIDIA's table lists
+    for production use; New Feature Branches are not among them)."""
+    return [row for row in _lifecycles().values() if not row.ended(on) and row.designation != "new-feature"]
+
+
+@functools.cache
+def _unlisted_ended_below() -> tuple[int, str]:
+    """(branch, source): NVIDIA called every branch older than this that its table did not list EOL."""
+    name = "cuda.toml"
+    table = _load(name).get("unlisted_branches")
+    if (
+        not isinstance(table, dict)
+        or not isinstance(table.get("ended_below"), int)
+        or not isinstance(table.get("source"), str)
+        or not table["source"].strip()
+    ):
+        raise DataError(
+            f"imagesmith/data/{name}: [unlisted_branches] needs `ended_below` (a branch) and `source`"
+        )
+    return int(table["ended_below"]), str(table["source"])
 
 
 def driver_warnings(driver: DriverVersion | str, *, today: datetime.date | None = None) -> tuple[str, ...]:
-    """Warnings about the driver's branch itself: past end of life in NVIDIA's data-center driver lifecycle
-    (a listed branch whose end-of-life month is over, or an unlisted branch older than the newest listed one:
-    NVIDIA calls every such branch end of life). Empty for a supported branch or one newer than the table.
+    """Warnings about the driver's branch itself, in the words of NVIDIA's data-center driver lifecycle:
+
+    * a listed branch whose end-of-life month is over (a Long Term Support, Production or New Feature Branch);
+    * an unlisted branch older than ``[unlisted_branches] ended_below`` (R580): NVIDIA's R580-era page called
+      every such branch end of life;
+    * a New Feature Branch without an end-of-life date (R590): not end of life, but short-lived and not what
+      NVIDIA lists for production.
+
+    Empty for a supported LTSB/PB, and for an unlisted branch from R580 on (R615): NVIDIA's current pages list
+    only Long Term Support and Production branches, so nothing is known about its end of life.
     """
     drv = _as_driver(driver)
     on = today if today is not None else _today()
     rows = _lifecycles()
     supported = ", ".join(row.describe() for row in _supported_branches(on))
-    move = f"; branches NVIDIA still supports on {on.isoformat()}: {supported}" if supported else ""
+    move = f"; branches NVIDIA supports for production on {on.isoformat()}: {supported}" if supported else ""
     row = rows.get(drv.branch)
     if row is not None:
-        if not row.ended(on):
-            return ()
-        kind = "long-term support branch" if row.designation == "long-term" else "production branch"
+        if row.ended(on):
+            return (
+                f"driver {drv} is on branch R{row.branch}, a {row.kind} that reached end of life in "
+                f"{row.end_text} (NVIDIA Data Center Driver lifecycle): no more bug or security fixes{move}",
+            )
+        if row.designation == "new-feature" and row.end_of_life is None:
+            return (
+                f"driver {drv} is on branch R{row.branch}, a new feature branch: NVIDIA calls these "
+                "short-lived and gives them no end-of-life date; it is not end of life, but not a branch "
+                f"NVIDIA's Data Center Driver lifecycle lists for production{move}",
+            )
+        return ()
+    ended_below, _ = _unlisted_ended_below()
+    if drv.branch < ended_below:
         return (
-            f"driver {drv} is on branch R{row.branch}, a {kind} that reached end of life in {row.end_text} "
-            f"(NVIDIA Data Center Driver lifecycle): no more bug or security fixes{move}",
-        )
-    if rows and drv.branch < max(rows):
-        return (
-            f"driver {drv} is on branch R{drv.branch}, which NVIDIA's Data Center Driver lifecycle does not "
-            f"list: NVIDIA calls every earlier branch it does not list end of life{move}",
+            f"driver {drv} is on branch R{drv.branch}, which NVIDIA's Data Center Driver lifecycle (R580 "
+            f"edition) counts among the end-of-life branches: every branch before R{ended_below} it did not "
+            f"list is end of life{move}",
         )
     return ()
 
@@ -652,6 +717,19 @@ class TorchRelease:
     verified: bool
     #: False when ``torchaudio`` is one wheel for every CUDA variant (2.11.1, py3-none): pin it without +cuXYZ
     torchaudio_local: bool = True
+    #: the paired torchvision's Requires-Python where it is narrower than torch's (0.26 … 0.29: ``!=3.14.1``)
+    torchvision_python: SpecifierSet | None = None
+
+    def torchvision_refuses(self, python: str) -> str | None:
+        """Why the paired torchvision cannot be installed on Python *python* (``3.14.1``), or None."""
+        if self.torchvision_python is None or python.count(".") != 2:
+            return None
+        if self.torchvision_python.contains(python, prereleases=True):
+            return None
+        return (
+            f"torchvision {self.torchvision} (paired with torch {self.version}) requires Python "
+            f"{self.torchvision_python}: pip cannot install it on Python {python}"
+        )
 
     def variant(self, cuda: str) -> TorchVariant:
         """The variant for ``cu121`` / ``12.1``; :class:`ConfigError` when this release was never published
@@ -715,6 +793,11 @@ def torch_releases() -> tuple[TorchRelease, ...]:
                 f"imagesmith/data/{name}: release {version}: pypi_default {default} is not a variant"
             )
         torchaudio = row.get("torchaudio")
+        tv_python = row.get("torchvision_python")
+        try:
+            tv_spec = SpecifierSet(tv_python) if isinstance(tv_python, str) else None
+        except InvalidSpecifier as exc:
+            raise DataError(f"imagesmith/data/{name}: release {version}: torchvision_python: {exc}") from None
         torchaudio_local = row.get("torchaudio_local", True)
         if not isinstance(torchaudio_local, bool):
             raise DataError(
@@ -731,6 +814,7 @@ def torch_releases() -> tuple[TorchRelease, ...]:
                 source=row["source"],
                 verified=bool(row.get("verified", True)),
                 torchaudio_local=torchaudio_local,
+                torchvision_python=tv_spec,
             )
         )
     return tuple(sorted(out, key=lambda r: Version(r.version)))
@@ -795,7 +879,12 @@ class Gpu:
     form_factor: str = ""
     segment: Literal["datacenter", "workstation", "consumer"] = "datacenter"
     family: str = ""
+    #: the first driver that drives this GPU at all: the row's own ``min_driver`` where NVIDIA names one for
+    #: the board, else its architecture's ``first_driver`` (``[[arch]]`` in gpus.toml); None for a model of no
+    #: known architecture
     min_driver: DriverVersion | None = None
+    #: where ``min_driver`` comes from ("derived: …" when inferred from the first CUDA toolkit of the arch)
+    min_driver_source: str = ""
     verified: bool = True
     #: the vGPU profile name nvidia-smi printed in a vGPU guest ("GRID A100-40C"); this Gpu is then the
     #: physical model the profile slices ("" on bare metal)
@@ -830,6 +919,25 @@ def gpus() -> tuple[Gpu, ...]:
         if segment not in ("datacenter", "workstation", "consumer"):
             raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown segment {segment!r}")
         md = row.get("min_driver")
+        md_source = row.get("min_driver_source")
+        if md is not None and (
+            not isinstance(md, str) or not isinstance(md_source, str) or not md_source.strip()
+        ):
+            raise DataError(
+                f"imagesmith/data/{name}: gpu {key}: `min_driver` needs a driver version and a "
+                "`min_driver_source` saying where it comes from"
+            )
+        if md is None:
+            arch = _arch_of(cc)
+            if arch is None:
+                raise DataError(
+                    f"imagesmith/data/{name}: gpu {key}: no [[arch]] row covers compute capability {cc}, so "
+                    "its first driver is unknown: add one (first_driver and its source) or give the row "
+                    "a min_driver"
+                )
+            floor, md_source = arch.first_driver, f"{arch.name}: {arch.first_driver_source}"
+        else:
+            floor = parse_driver(md)
         host_arch = row.get("host_arch", "x86_64")
         if host_arch not in ("x86_64", "aarch64"):
             raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown host_arch {host_arch!r}")
@@ -846,7 +954,8 @@ def gpus() -> tuple[Gpu, ...]:
                 form_factor=str(row.get("form_factor", "")),
                 segment=segment,
                 family=str(row.get("family", key)),
-                min_driver=parse_driver(md) if isinstance(md, str) else None,
+                min_driver=floor,
+                min_driver_source=str(md_source),
                 verified=bool(row.get("verified", True)),
                 host_arch=host_arch,
             )
@@ -919,9 +1028,12 @@ def gpu_candidates(text: str) -> tuple[Gpu, ...]:
         if not prefix:
             return ()
         return tuple(g for g in gpus() if any(s.casefold().startswith(prefix) for s in g.smi_names))
-    for g in gpus():
-        if folded == g.name.casefold() or folded in (s.casefold() for s in g.smi_names):
-            return (g,)
+    # every row with that exact name: the H20 96 GB and 141 GB boards both print "NVIDIA H20" (memory tells)
+    exact = tuple(
+        g for g in gpus() if folded == g.name.casefold() or folded in (s.casefold() for s in g.smi_names)
+    )
+    if exact:
+        return exact
     keys = _name_index().get(_alnum(raw)) or _name_index().get(_alnum(_BRAND_WORDS.sub(" ", raw))) or ()
     return tuple(by_key[k] for k in keys)
 
@@ -1095,36 +1207,35 @@ _lookup_gpu = gpu  # verdict() has a parameter named ``gpu``
 
 @dataclass(frozen=True, kw_only=True)
 class ArchFamily:
-    """GPUs of compute capability ``cc_min`` … ``cc_max`` (Volta: 7.0 … 7.2) whose driver support ends with
-    branch ``last_branch`` (R580), so they top out at that branch's CUDA.
+    """GPUs of compute capability ``cc_min`` … ``cc_max`` (an ``[[arch]]`` row of gpus.toml): the first driver
+    that drives them at all, and, for an architecture whose support ended, its last driver branch (R580) and
+    last CUDA toolkit major (``12.x``).
     """
 
     name: str
     cc_min: tuple[int, int]
     cc_max: tuple[int, int]
-    last_branch: int
+    first_toolkit: str
+    first_driver: DriverVersion
+    first_driver_source: str
     source: str
+    last_branch: int | None = None
+    last_toolkit: str | None = None  # "12.x"
 
     def covers(self, cc: str) -> bool:
         return self.cc_min <= _parse_cc(cc) <= self.cc_max
 
     @property
-    def max_cuda(self) -> str:
-        """The newest CUDA X.Y its last branch runs (R580 → 13.0)."""
-        row = _branches().get(self.last_branch)
-        if row is None:
-            raise DataError(
-                f"imagesmith/data/gpus.toml: [[arch]] {self.name}: last_branch {self.last_branch} has no "
-                "[[branch]] row in imagesmith/data/cuda.toml"
-            )
-        return row.cuda_version
+    def last_cuda_major(self) -> int | None:
+        """12 for ``12.x``: no CUDA toolkit of a newer major targets these GPUs."""
+        return None if self.last_toolkit is None else int(self.last_toolkit.split(".")[0])
 
 
 @functools.cache
 def arch_families() -> tuple[ArchFamily, ...]:
-    """The GPU architectures whose driver support ends with a branch (``gpus.toml`` ``[[arch]]``)."""
+    """Every GPU architecture row of ``gpus.toml`` (``[[arch]]``), Kepler … Blackwell."""
     name = "gpus.toml"
-    out = []
+    out: list[ArchFamily] = []
     for row in _rows(name, "arch"):
         arch = _field(name, "arch", row, "name", str)
         bounds = []
@@ -1135,22 +1246,73 @@ def arch_families() -> tuple[ArchFamily, ...]:
             bounds.append(_parse_cc(cc))
         if bounds[0] > bounds[1]:
             raise DataError(f"imagesmith/data/{name}: [[arch]] {arch}: cc_min is above cc_max")
-        family = ArchFamily(
-            name=arch,
-            cc_min=bounds[0],
-            cc_max=bounds[1],
-            last_branch=int(_field(name, "arch", row, "last_branch", int)),
-            source=row["source"],
+        if any(a.cc_min <= bounds[1] and bounds[0] <= a.cc_max for a in out):
+            raise DataError(
+                f"imagesmith/data/{name}: [[arch]] {arch}: its compute capabilities overlap a row above"
+            )
+        first_source = _field(name, "arch", row, "first_driver_source", str)
+        if not first_source.strip():
+            raise DataError(f"imagesmith/data/{name}: [[arch]] {arch}: empty `first_driver_source`")
+        last_branch = row.get("last_branch")
+        last_toolkit = row.get("last_toolkit")
+        if (last_branch is None) != (last_toolkit is None) or (
+            last_branch is not None
+            and (not isinstance(last_branch, int) or not re.fullmatch(r"\d{1,2}\.x", str(last_toolkit)))
+        ):
+            raise DataError(
+                f"imagesmith/data/{name}: [[arch]] {arch}: `last_branch` (an integer such as 580) and "
+                '`last_toolkit` ("12.x") go together'
+            )
+        if last_branch is not None and last_branch not in _branches():
+            raise DataError(
+                f"imagesmith/data/{name}: [[arch]] {arch}: last_branch {last_branch} has no [[branch]] row "
+                "in imagesmith/data/cuda.toml"
+            )
+        out.append(
+            ArchFamily(
+                name=arch,
+                cc_min=bounds[0],
+                cc_max=bounds[1],
+                first_toolkit=_field(name, "arch", row, "first_toolkit", str),
+                first_driver=parse_driver(_field(name, "arch", row, "first_driver", str)),
+                first_driver_source=first_source,
+                source=row["source"],
+                last_branch=last_branch,
+                last_toolkit=last_toolkit,
+            )
         )
-        family.max_cuda  # noqa: B018 - a last branch without a [[branch]] row is broken data: say so at load
-        out.append(family)
     return tuple(out)
+
+
+def _arch_of(cc: str) -> ArchFamily | None:
+    try:
+        return next((a for a in arch_families() if a.covers(cc)), None)
+    except ConfigError:  # a compute capability that is no M.m: no architecture
+        return None
+
+
+def gpu_arch(g: Gpu | str) -> ArchFamily | None:
+    """The architecture row of *g* (H100 → Hopper), or None for a compute capability no row covers."""
+    model = g if isinstance(g, Gpu) else _lookup_gpu(g)
+    return _arch_of(model.cc)
 
 
 def gpu_last_branch(g: Gpu | str) -> ArchFamily | None:
     """The architecture row capping *g*'s driver branch (V100 → Volta, R580), or None."""
+    arch = gpu_arch(g)
+    return arch if arch is not None and arch.last_branch is not None else None
+
+
+def gpu_min_driver(g: Gpu | str) -> tuple[DriverVersion, str] | None:
+    """(the first driver that drives *g* at all, where that comes from): the GPU row's own ``min_driver``, or
+    for a model not in the table (ad hoc, from nvidia-smi's compute_cap) its architecture's first driver."""
     model = g if isinstance(g, Gpu) else _lookup_gpu(g)
-    return next((a for a in arch_families() if a.covers(model.cc)), None)
+    if model.min_driver is not None:
+        return model.min_driver, model.min_driver_source
+    arch = _arch_of(model.cc)
+    if arch is None:
+        return None
+    return arch.first_driver, f"{arch.name}: {arch.first_driver_source}"
 
 
 def gpu_warnings(g: Gpu | str) -> tuple[str, ...]:
@@ -1173,8 +1335,8 @@ def gpu_warnings(g: Gpu | str) -> tuple[str, ...]:
     if arch is not None:
         out.append(
             f"{model.name} ({arch.name}, {model.sm}): R{arch.last_branch} is NVIDIA's last driver branch for "
-            f"{arch.name} GPUs, so this GPU tops out at CUDA {arch.max_cuda}: no newer driver or CUDA will "
-            "run on it"
+            f"{arch.name} GPUs and CUDA {arch.last_toolkit} their last CUDA toolkit: no newer driver or CUDA "
+            "toolkit will run on it"
         )
     return tuple(out)
 
@@ -1344,9 +1506,10 @@ def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[st
     """The variants of *rel* that run on *g* with *drv*: a kernel for the GPU, a CUDA the GPU's last driver
     branch reaches, a driver new enough (full, or minor-version when the kernel is SASS)."""
     last = gpu_last_branch(g)
-    if last is not None and drv.branch > last.last_branch:
+    if last is not None and last.last_branch is not None and drv.branch > last.last_branch:
         return []
-    if g.min_driver is not None and drv < g.min_driver:
+    floor = gpu_min_driver(g)
+    if floor is not None and drv < floor[0]:
         return []
     out = []
     for var in rel.variants.values():
@@ -1354,7 +1517,7 @@ def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[st
             need = min_driver(var.cuda)
         except ConfigError:
             continue
-        if last is not None and _vkey(var.cuda) > _vkey(last.max_cuda):
+        if last is not None and last.last_cuda_major is not None and _major(var.cuda) > last.last_cuda_major:
             continue
         cov = arch_coverage(var.arch_list, g.cc).kind
         if cov == "none":
@@ -1371,6 +1534,7 @@ def verdict(
     cuda: str,
     *,
     today: datetime.date | None = None,
+    python: str | None = None,
 ) -> Verdict:
     """Can torch *torch* built for *cuda* (``12.1`` or ``cu121``) run on *gpu* with *driver*?
 
@@ -1379,6 +1543,10 @@ def verdict(
     limits listed in ``reasons``; a wheel whose only kernel for the GPU is PTX then cannot run. ``none``: it
     does not run; ``reasons`` says why and what to change. Unknown torch versions, GPUs, junk drivers or CUDA
     strings raise ConfigError.
+
+    *python* (``3.12`` or ``3.14.1``, the Python the image runs): an exact version the paired torchvision
+    cannot be installed on (``torchvision_python``) is a blocker; a minor with such a version gets a note.
+    Left out, the note names every excluded Python of that torchvision.
 
     ``warnings`` are about the host, whatever the wheel: a driver branch past end of life on *today* (default
     :func:`today`), a GPU whose last driver branch caps its CUDA. They never change ``mode``.
@@ -1423,6 +1591,13 @@ def verdict(
     reasons: list[str] = []
     blockers: list[str] = []
     hints: list[str] = []
+    # a driver branch older than the GPU cannot drive it at all, whatever the wheel: say that first
+    floor = gpu_min_driver(g)
+    too_old = floor is not None and drv < floor[0]
+    if floor is not None and too_old:
+        blockers.append(
+            f"{g.name} ({g.sm}) needs driver ≥ {floor[0]}: driver {drv} cannot drive it at all ({floor[1]})"
+        )
 
     if drv >= md.full:
         mode: Literal["full", "minor-version", "none"] = "full"
@@ -1432,14 +1607,16 @@ def verdict(
         reasons.append(
             f"{supports}; {vname} needs ≥ {md.full} for full, ≥ {md.minor_version} under minor-version "
             "compatibility: CUDA minor-version compatibility applies"
+            + (" to the wheel, but not to a GPU the driver cannot drive" if too_old else "")
         )
-        reasons.append(
-            "minor-version compatibility limits: the driver cannot JIT-compile PTX newer than itself "
-            "(cudaErrorUnsupportedPtxVersion — PTX-only kernels, NVRTC/JIT-built extensions), and CUDA APIs "
-            "newer than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver to "
-            f"≥ {md.full} for the full feature set"
-        )
-        if g.segment == "datacenter":
+        if not too_old:
+            reasons.append(
+                "minor-version compatibility limits: the driver cannot JIT-compile PTX newer than itself "
+                "(cudaErrorUnsupportedPtxVersion — PTX-only kernels, NVRTC/JIT-built extensions), and CUDA "
+                "APIs newer than the driver fail with cudaErrorCallRequiresNewerDriver; upgrade the driver "
+                f"to ≥ {md.full} for the full feature set"
+            )
+        if g.segment == "datacenter" and not too_old:
             hints.append(_forward_compat_note(g, var.cuda, md.full))
     else:
         mode = "none"
@@ -1450,7 +1627,8 @@ def verdict(
         runnable = _runnable_variants(rel, drv, g)
         if runnable:
             hints.append(f"torch {rel.version} variants this driver runs on {g.name}: {', '.join(runnable)}")
-        hints.append(_forward_compat_note(g, var.cuda, md.full))
+        if not too_old:  # cuda-compat cannot make a driver drive a GPU newer than itself
+            hints.append(_forward_compat_note(g, var.cuda, md.full))
 
     runtime = wheel_runtime(rel.version, vname)
     if runtime is not None and runtime.runtime != md.toolkit:
@@ -1462,25 +1640,24 @@ def verdict(
         )
 
     needs: list[DriverVersion] = [] if mode != "none" else [md.minor_version]
-    if g.min_driver is not None and drv < g.min_driver:
-        needs.append(g.min_driver)
-        blockers.append(
-            f"{g.name} ({g.sm}) needs driver ≥ {g.min_driver}: older drivers do not support this GPU at all"
-        )
+    if floor is not None and too_old:
+        needs.append(floor[0])
+        if mode == "none":  # both: the GPU's floor, then the wheel's CUDA
+            needs.append(md.minor_version)
 
     arch_blocked = False
     last = gpu_last_branch(g)
-    if last is not None and drv.branch > last.last_branch:
+    if last is not None and last.last_branch is not None and drv.branch > last.last_branch:
         arch_blocked = True  # no driver fixes it
         blockers.append(
             f"driver {drv} (R{drv.branch}) does not support {last.name} GPUs such as {g.name}: "
             f"R{last.last_branch} is their last driver branch"
         )
-    if last is not None and _vkey(var.cuda) > _vkey(last.max_cuda):
+    if last is not None and last.last_cuda_major is not None and _major(var.cuda) > last.last_cuda_major:
         arch_blocked = True
         blockers.append(
-            f"{g.name} ({last.name}) cannot run CUDA {var.cuda}: R{last.last_branch}, NVIDIA's last driver "
-            f"branch for {last.name} GPUs, supports CUDA ≤ {last.max_cuda}"
+            f"{g.name} ({last.name}) cannot run CUDA {var.cuda}: CUDA {last.last_toolkit} is NVIDIA's last "
+            f"CUDA toolkit for {last.name} GPUs (R{last.last_branch} their last driver branch)"
         )
 
     cov = arch_coverage(var.arch_list, g.cc)
@@ -1518,6 +1695,22 @@ def verdict(
         )
 
     notes = []
+    refused = rel.torchvision_refuses(python) if python is not None else None
+    if python is not None and refused is not None:
+        arch_blocked = True  # no driver fixes it
+        blockers.append(f"{refused}: use another Python {'.'.join(python.split('.')[:2])}.x")
+    elif rel.torchvision_python is not None:
+        excluded = [
+            sp.version
+            for sp in rel.torchvision_python
+            if sp.operator == "!="
+            and (python is None or sp.version.split(".")[:2] == python.strip().split(".")[:2])
+        ]
+        if excluded:
+            notes.append(
+                f"note: torchvision {rel.torchvision} (paired with torch {rel.version}) requires Python "
+                f"{rel.torchvision_python}: an image on Python {', '.join(excluded)} cannot install it"
+            )
     if not var.verified or not rel.verified:
         notes.append(
             f"note: imagesmith's data for torch {rel.version}+{vname} is partly unverified "

@@ -97,6 +97,28 @@ class ValidatedOn:
 
 
 @dataclass(frozen=True, kw_only=True)
+class VulnRecord:
+    """The vulnerability gate's verdict on the digest (imagesmith.vulngate): which scan, which advisories the
+    allowlist let through."""
+
+    scanner: str
+    report: str
+    report_digest: str
+    fail_on: str
+    allowlisted: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SbomRecord:
+    """The SBOM attested beside the validation attestation (imagesmith.sbom)."""
+
+    format: str
+    predicate_type: str
+    digest: str
+    packages: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReleasedImage:
     tag: str
     matrix: str
@@ -114,6 +136,8 @@ class ReleasedImage:
     fingerprint: str
     released: str
     platform: str = "linux/amd64"
+    vulnerabilities: VulnRecord | None = None
+    sbom: SbomRecord | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,6 +292,31 @@ def _image(r: _Reader, obj: Mapping[str, Any], path: str) -> ReleasedImage:
         fingerprint=obj["fingerprint"],
         released=obj["released"],
         platform=obj.get("platform", "linux/amd64"),
+        vulnerabilities=_vuln(obj.get("vulnerabilities")),
+        sbom=_sbom(obj.get("sbom")),
+    )
+
+
+def _vuln(v: Mapping[str, Any] | None) -> VulnRecord | None:
+    if v is None:
+        return None
+    return VulnRecord(
+        scanner=v["scanner"],
+        report=v["report"],
+        report_digest=v["report_digest"],
+        fail_on=v["fail_on"],
+        allowlisted=tuple(v.get("allowlisted") or ()),
+    )
+
+
+def _sbom(v: Mapping[str, Any] | None) -> SbomRecord | None:
+    if v is None:
+        return None
+    return SbomRecord(
+        format=v["format"],
+        predicate_type=v["predicate_type"],
+        digest=v["digest"],
+        packages=v.get("packages", 0),
     )
 
 
@@ -353,6 +402,31 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
         "fingerprint": image.fingerprint,
         "released": image.released,
         "platform": image.platform,
+        **(
+            {
+                "vulnerabilities": {
+                    "scanner": image.vulnerabilities.scanner,
+                    "report": image.vulnerabilities.report,
+                    "report_digest": image.vulnerabilities.report_digest,
+                    "fail_on": image.vulnerabilities.fail_on,
+                    "allowlisted": list(image.vulnerabilities.allowlisted),
+                }
+            }
+            if image.vulnerabilities is not None
+            else {}
+        ),
+        **(
+            {
+                "sbom": {
+                    "format": image.sbom.format,
+                    "predicate_type": image.sbom.predicate_type,
+                    "digest": image.sbom.digest,
+                    "packages": image.sbom.packages,
+                }
+            }
+            if image.sbom is not None
+            else {}
+        ),
     }
 
 

@@ -460,7 +460,14 @@ class Pick:
                 "source": self.host.source,
             },
             "validated_on": [
-                {"gpu": v.gpu, "count": v.count, "driver": v.driver, "date": v.date} for v in img.validated_on
+                {
+                    "gpu": v.gpu,
+                    "count": v.count,
+                    "driver": v.driver,
+                    "date": v.date,
+                    "figures": dict(v.figures),
+                }
+                for v in img.validated_on
             ],
             "pull": shlex.join(self.pull_argv()),
             "run": shlex.join(self.run_argv()),
@@ -706,7 +713,7 @@ def assess(image: ReleasedImage, host: Host, *, today: datetime.date | None = No
         seen.add(hg.name)
         try:
             gpu = _compat_gpu(hg)
-            v = compat.verdict(host.driver, gpu, image.torch, image.cuda, today=today)
+            v = compat.verdict(host.driver, gpu, image.torch, image.cuda, today=today, python=image.python)
         except ConfigError as exc:
             return Assessment(level=None, reasons=(f"cannot judge: {exc.message}",))
         if v.mode == "full":

@@ -265,7 +265,12 @@ def build_plan(
         if not _python_in_range(release, python):
             drop(f"torch {torch} supports Python {release.python}, not {python}")
             continue
-        if python != matrix.base.python and matrix.python.managed_version(python) is None:
+        managed_full = matrix.python.managed_version(python)
+        refused = release.torchvision_refuses(managed_full) if managed_full else None
+        if refused is not None:
+            drop(f"{refused} (the matrix's uv-managed {python}); pin another {python}.x in python.managed")
+            continue
+        if python != matrix.base.python and managed_full is None:
             drop(f"Python {python} is neither {matrix.base.os}'s ({matrix.base.python}) nor uv-managed")
             continue
         coverage: list[tuple[str, str]] = []

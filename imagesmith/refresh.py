@@ -36,7 +36,7 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 from packaging.requirements import InvalidRequirement, Requirement
-from packaging.specifiers import SpecifierSet
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
@@ -603,6 +603,8 @@ class Draft:
     arch: FatbinReport | None = None
     torchvision: tuple[str, DistFile, SpecifierSet | None] | None = None
     torchaudio: tuple[str, DistFile, SpecifierSet | None] | None = None
+    #: the paired torchvision's Requires-Python (0.26 …: ``>=3.10,!=3.14.1``)
+    torchvision_python: str | None = None
 
     @property
     def variant(self) -> str | None:
@@ -677,6 +679,8 @@ def draft(
         d.arch = source.fatbin(wheel)
     upload = min(w.upload_time for w in wheels)
     d.torchvision = _companion(source, "torchvision", version, upload, data.torchvision if data else None)
+    if d.torchvision is not None:
+        d.torchvision_python = parse_metadata(source.metadata(d.torchvision[1])).requires_python
     d.torchaudio = _companion(
         source, "torchaudio", version, upload, data.torchaudio if data and data.torchaudio else None
     )
@@ -747,6 +751,31 @@ def _companion_row(
     return Row(rel, None, name, data, pin, "match", wheel.url, note=note)
 
 
+def _excluded(spec: SpecifierSet | str | None) -> list[str]:
+    """The exact Pythons a Requires-Python excludes (``!=3.14.1``): what ``torchvision_python`` records."""
+    if spec is None:
+        return []
+    try:
+        parsed = spec if isinstance(spec, SpecifierSet) else SpecifierSet(spec)
+    except InvalidSpecifier:
+        return [str(spec)]
+    return sorted(sp.version for sp in parsed if sp.operator == "!=")
+
+
+def _torchvision_python_row(version: str, data: SpecifierSet | None, d: Draft, *, new: bool = False) -> Row:
+    """The paired torchvision's Requires-Python exclusions against ``torchvision_python`` (a person edits it:
+    ``--write`` leaves this field alone)."""
+    have = str(data) if data is not None else None
+    if d.torchvision is None or d.torchvision_python is None:
+        return Row(version, None, "torchvision_python", have, None, "not-checked", note="no Requires-Python")
+    url = d.torchvision[1].url
+    note = f"torchvision {d.torchvision[0]} Requires-Python"
+    if _excluded(data) == _excluded(d.torchvision_python):
+        return Row(version, None, "torchvision_python", have, d.torchvision_python, "match", url, note)
+    status = "new" if new else "differs"
+    return Row(version, None, "torchvision_python", have, d.torchvision_python, status, url, note)
+
+
 def compare(data: compat.TorchRelease | None, d: Draft | None, version: str) -> list[Row]:
     """The rows for one release."""
     if d is None:
@@ -765,6 +794,7 @@ def compare(data: compat.TorchRelease | None, d: Draft | None, version: str) -> 
             Row(version, d.variant, "cudnn", None, d.pins.cudnn, "new", url),
             Row(version, d.variant, "arch_list", None, _fmt(arch), "new", url, note=arch_note),
             _companion_row(version, "torchvision", None, d.torchvision),
+            _torchvision_python_row(version, None, d, new=True),
             _companion_row(version, "torchaudio", None, d.torchaudio),
         ]
         return rows
@@ -809,6 +839,7 @@ def compare(data: compat.TorchRelease | None, d: Draft | None, version: str) -> 
         ]
     rows += [
         _companion_row(version, "torchvision", data.torchvision, d.torchvision),
+        _torchvision_python_row(version, data.torchvision_python, d),
         _companion_row(version, "torchaudio", data.torchaudio, d.torchaudio),
     ]
     for other in data.variants:
@@ -903,6 +934,8 @@ def release_toml(d: Draft, today: str) -> str:
     """A ``[[release]]`` block for a release the data lacks: ``verified = false``, the file in ``source``."""
     tv = d.torchvision[0] if d.torchvision else "?"
     lines = ["", "[[release]]", f"version = {_q(d.version)}", f"torchvision = {_q(tv)}"]
+    if _excluded(d.torchvision_python):
+        lines.append(f"torchvision_python = {_q(d.torchvision_python or '')}")
     if d.torchaudio:
         lines.append(f"torchaudio = {_q(d.torchaudio[0])}")
         if not any(t.platform != "any" for t in d.torchaudio[1].tags) or d.torchaudio[1].cpython is None:
@@ -1003,7 +1036,7 @@ def write(result: Result, path: Path, today: str | None = None) -> list[str]:
         if (
             row.status != "differs"
             or row.pypi is None
-            or row.field in ("variant", "torchvision", "torchaudio")
+            or row.field in ("variant", "torchvision", "torchvision_python", "torchaudio")
         ):
             continue
         if row.field == "pypi_default" and row.release in missing:

@@ -64,8 +64,10 @@ from imagesmith.index import (
     RegistryCopy,
     ReleasedImage,
     ReleaseIndex,
+    SbomRecord,
     Shm,
     ValidatedOn,
+    VulnRecord,
     dump_index,
     issued,
     load_index,
@@ -101,6 +103,7 @@ from imagesmith.validate.redact import redact_report_bytes
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
+    from imagesmith.sbom import SignedSbom
     from imagesmith.signing import PublicKey, SigningKey
 
 REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
@@ -358,6 +361,8 @@ class CellResult:
     reasons: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
     registries: dict[str, str] = field(default_factory=dict)  # name -> digest the release tag now resolves to
+    vulnerabilities: VulnRecord | None = None  # the vulnerability gate's verdict (imagesmith.vulngate)
+    sbom: SbomRecord | None = None  # the signed SBOM stored beside the validation attestation
 
 
 @dataclass
@@ -609,6 +614,8 @@ def release_cell(
     client_for: Callable[[Registry], RegistryApi] | None = None,
     verify: Verify = "head",
     trusted: Sequence[PublicKey] = (),
+    gate: Gate | None = None,
+    sbom_for: SbomFinder | None = None,
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not). Returns the result and the passing reports of the digest.
 
@@ -675,6 +682,34 @@ def release_cell(
         res.status = "refused"
         res.reasons += _no_evidence_reasons(cell, digest, for_digest, reports, store_problems, trusted)
         return res, []
+    if gate is not None:  # the vulnerability gate (imagesmith.vulngate): a scan of exactly this digest
+        try:
+            res.vulnerabilities, refusals = gate(digest)
+        except ImagesmithError as exc:  # an unreadable or hostile report refuses this cell, naming the file
+            res.vulnerabilities, refusals = None, [_with_fix(exc)]
+        if refusals:
+            res.status = "refused"
+            res.reasons += refusals
+            return res, []
+    sbom_envelopes: list[bytes] = []
+    if sbom_for is not None:  # a signed SBOM of the digest (imagesmith sbom --sign-key), stored beside
+        found = sbom_for(digest)
+        if isinstance(found, str):  # one that does not verify is never stored: refused, named
+            res.status = "refused"
+            res.reasons.append(
+                f"signed SBOM {found} (make it again: imagesmith sbom IMAGE@DIGEST --sign-key KEY)"
+            )
+            return res, []
+        if found is not None:
+            from imagesmith.sbom import SPDX_PREDICATE_TYPE
+
+            sbom_envelopes.append(found.envelope)
+            res.sbom = SbomRecord(
+                format="spdx",
+                predicate_type=SPDX_PREDICATE_TYPE,
+                digest=found.digest,
+                packages=found.packages,
+            )
     report = max(passing, key=lambda r: r.date)
     envelopes = [r.envelope for r in passing if r.envelope is not None]
     source = next(t for t in cell.targets if held.get(t.name) == digest)
@@ -687,7 +722,7 @@ def release_cell(
         try:
             has_manifest = c.manifest_digest(t.repo, digest) is not None
             has_report = has_manifest and attached_report_ok(c, t.repo, digest)
-            has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes)
+            has_att = has_manifest and has_attestations(c, t.repo, digest, envelopes + sbom_envelopes)
             tagged = c.manifest_digest(t.repo, cell.tag)
         except ImagesmithError as exc:
             return [], None, _phase_one_error(f"{t.name}: {_with_fix(exc)}", t, cell, exc)
@@ -696,7 +731,9 @@ def release_cell(
             todo.append(f"copy manifest {digest[:19]}… and its blobs from {source.name} to {t.name}")
         if not has_att:
             todo.append(
-                f"store {len(envelopes)} signed attestation(s) as {t.image}:{cosign_attestation_tag(digest)}"
+                f"store {len(envelopes)} signed attestation(s)"
+                + (" and the signed SBOM" if sbom_envelopes else "")
+                + f" as {t.image}:{cosign_attestation_tag(digest)}"
             )
         if not has_report:
             todo.append(f"attach {report.path} as {t.image}:{attestation_tag(digest)}")
@@ -713,6 +750,10 @@ def release_cell(
                 verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
             if not has_att:
                 attach_attestations(c, t.repo, digest, envelopes)
+                if sbom_envelopes:
+                    from imagesmith.sbom import SPDX_PREDICATE_TYPE
+
+                    attach_attestations(c, t.repo, digest, sbom_envelopes, SPDX_PREDICATE_TYPE)
             if not has_report:
                 attach_report(c, t.repo, c.get_manifest(t.repo, digest), report)
             if c.manifest_digest(t.repo, digest) != digest:  # served by digest, checked, before any tag
@@ -906,6 +947,8 @@ def index_entry(
         validated_on=tuple(sorted({r.validated_on() for r in reports}, key=lambda v: (v.date, v.gpu))),
         fingerprint=cell.fingerprint,
         released=released,
+        vulnerabilities=result.vulnerabilities,
+        sbom=result.sbom,
     )
 
 
@@ -1094,6 +1137,8 @@ def release_cells(
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
     index_valid_for: datetime.timedelta | None = None,
+    gate: Gate | None = None,
+    sbom_for: SbomFinder | None = None,
 ) -> Outcome:
     """Release *cells* (see the module docstring) on the evidence of *reports* signed by *trusted* keys;
     write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
@@ -1112,7 +1157,15 @@ def release_cells(
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
-            cell, reports, clients, dry_run=dry_run, client_for=client_for, verify=verify, trusted=trusted
+            cell,
+            reports,
+            clients,
+            dry_run=dry_run,
+            client_for=client_for,
+            verify=verify,
+            trusted=trusted,
+            gate=gate,
+            sbom_for=sbom_for,
         )
         outcome.cells.append(result)
         if (
@@ -1124,7 +1177,11 @@ def release_cells(
             if old is not None and old.digest == result.digest and result.status == "up-to-date":
                 entry = index_entry(cell, result, passing, old.released)
                 entry = replace(
-                    entry, validated_on=tuple(dict.fromkeys(old.validated_on + entry.validated_on))
+                    entry,
+                    validated_on=tuple(dict.fromkeys(old.validated_on + entry.validated_on)),
+                    # a rerun without --scan-reports keeps what the release recorded (same digest)
+                    vulnerabilities=entry.vulnerabilities or old.vulnerabilities,
+                    sbom=entry.sbom or old.sbom,
                 )
             else:
                 entry = index_entry(cell, result, passing, _now())
@@ -1220,6 +1277,7 @@ def release_matrix(
     extend_from: str | None = None,
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
+    scan_dirs: Sequence[Path] = (),
 ) -> Outcome:
     """Load the matrix of *project*, plan it, and release its cells (see the module docstring). *trusted*:
     the keys whose attestations count (the project's ``[release] trusted_keys`` are added)."""
@@ -1243,6 +1301,7 @@ def release_matrix(
         keys += load_trusted_keys(project.trusted_keys, origin=f"{project.file}: release.trusted_keys")
     reports = collect_reports(report_dirs, keys)
     cells = [ReleaseCell.from_plan(c) for c in plan.cells]
+    gate = vulnerability_gate(scan_dirs, proj.file)
     return release_cells(
         cells,
         matrix=m.name,
@@ -1257,7 +1316,58 @@ def release_matrix(
         trusted=keys,
         sign_key=sign_key,
         index_valid_for=proj.index_valid_for,
+        gate=gate,
+        sbom_for=sbom_finder(scan_dirs, keys) if scan_dirs else None,
     )
+
+
+#: the vulnerability gate of one digest: (what the index records, the refusal reasons)
+Gate = Callable[[str], tuple[VulnRecord | None, list[str]]]
+#: the signed SBOM of one digest: None (none), the reason it does not count, or the SBOM
+SbomFinder = Callable[[str], "SignedSbom | str | None"]
+
+
+def sbom_finder(dirs: Sequence[Path], trusted: Sequence[PublicKey]) -> SbomFinder:
+    """The signed SBOMs (``sha256-<hex>.sbom.dsse.json``, imagesmith.sbom) in *dirs*, verified with
+    *trusted*."""
+    from imagesmith.sbom import find_signed_sbom
+
+    return lambda digest: find_signed_sbom(dirs, digest, trusted)
+
+
+def vulnerability_gate(scan_dirs: Sequence[Path], project_file: Path | None) -> Gate | None:
+    """The gate of ``[release.vulnerabilities]`` (imagesmith.toml) over the reports in *scan_dirs*; None when
+    neither is given (the gate is off)."""
+    from imagesmith import vulngate
+    from imagesmith.compat import today
+
+    policy = vulngate.load_policy(project_file)
+    if policy is None and not scan_dirs:
+        return None
+    for d in scan_dirs:
+        if not d.is_dir():
+            raise ConfigError(
+                f"--scan-reports {d}: no such folder",
+                hint="pass the folder the scanner reports were saved in",
+            )
+    day = today()
+
+    def check(digest: str) -> tuple[VulnRecord | None, list[str]]:
+        verdict, reasons = vulngate.gate(scan_dirs, digest, policy, today=day)
+        if verdict is None or reasons:
+            return None, reasons
+        return (
+            VulnRecord(
+                scanner=verdict.scan.scanner,
+                report=", ".join(Path(p).name for p in verdict.scan.source.split(", ")),
+                report_digest=verdict.scan.sha,
+                fail_on=(policy.fail_on if policy else "critical"),
+                allowlisted=verdict.allowlisted_ids(),
+            ),
+            [],
+        )
+
+    return check
 
 
 def candidate_state(found: Mapping[str, str | None], errors: Sequence[str] = ()) -> str:

@@ -80,10 +80,15 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
         if host is not None and g.min_driver is not None and host < g.min_driver:
             raise ConfigError(
                 f"--driver {driver}: {g.name} ({g.sm}) needs driver >= {g.min_driver}: older drivers do not "
-                "support this GPU at all",
+                f"support this GPU at all ({g.min_driver_source})",
                 hint=f"give the oldest driver the hosts really run (>= {g.min_driver}), or another --gpu",
             )
-        if host is not None and last is not None and host.branch > last.last_branch:
+        if (
+            host is not None
+            and last is not None
+            and last.last_branch is not None
+            and host.branch > last.last_branch
+        ):
             raise ConfigError(
                 f"--driver {driver}: R{host.branch} does not support {last.name} GPUs such as {g.name}: "
                 f"R{last.last_branch} is their last driver branch",

@@ -36,6 +36,13 @@ PERF_FIGURES: tuple[str, ...] = (
     "h2d_gbps",
     "d2h_gbps",
     "allreduce_busbw_gbps",
+    # issue 28: the soak (median over GPUs of the sustained means, the worst minute / the first, its
+    # length) and the DDP scaling efficiency on all the host's GPUs
+    "soak_matmul_tflops",
+    "soak_copy_gbps",
+    "soak_worst_minute_ratio",
+    "soak_minutes",
+    "scaling_efficiency",
 )
 
 Kind = Literal["string", "integer", "number", "boolean", "array", "table", "map"]
@@ -472,6 +479,46 @@ PROJECT: Schema = Schema(
                         "default 14d): pick and index refuse it afterwards; release renews it once less than "
                         "half is left (the nightly's run)",
                         example='"14d"',
+                    ),
+                    "vulnerabilities": Field(
+                        kind="table",
+                        description="the vulnerability gate (imagesmith.vulngate, docs/release.md): a cell "
+                        "whose scan shows an advisory at or above fail_on is refused",
+                        fields={
+                            "fail_on": Field(
+                                kind="string",
+                                enum=("critical", "high", "medium", "low"),
+                                description="the lowest severity that refuses a cell (default critical)",
+                                example='"high"',
+                            ),
+                            "osv": replace(
+                                _PATH,
+                                description="OSV data file an SBOM (sha256-<hex>.cdx.json / .spdx.json in "
+                                "--scan-reports) is matched against",
+                            ),
+                            "allowlist": Field(
+                                kind="array",
+                                description="advisories let through, each with a reason and an expiry date "
+                                "(an expired entry counts as none)",
+                                items=Field(
+                                    kind="table",
+                                    fields={
+                                        "id": Field(
+                                            kind="string", required=True, min=1, example='"CVE-2024-1"'
+                                        ),
+                                        "reason": Field(kind="string", required=True, min=1),
+                                        "expires": Field(
+                                            kind="string",
+                                            required=True,
+                                            pattern=r"\d{4}-\d{2}-\d{2}",
+                                            message='{value!r} is not a quoted date "YYYY-MM-DD"',
+                                            hint='write expires = "2027-03-31" (the last day it counts)',
+                                            example='"2027-03-31"',
+                                        ),
+                                    },
+                                ),
+                            ),
+                        },
                     ),
                 },
             ),
@@ -1147,7 +1194,9 @@ RELEASE_INDEX: Schema = Schema(
                                             kind="string",
                                             enum=PERF_FIGURES,
                                         ),
-                                        items=Field(kind="number", description="GB/s or TFLOP/s"),
+                                        items=Field(
+                                            kind="number", description="GB/s, TFLOP/s, a ratio or minutes"
+                                        ),
                                     ),
                                 },
                             ),
@@ -1157,6 +1206,41 @@ RELEASE_INDEX: Schema = Schema(
                             "when it was released", _DATE, "an ISO date like 2026-11-29", required=True
                         ),
                         "platform": _text_field("OCI platform (default: linux/amd64)"),
+                        "vulnerabilities": Field(
+                            kind="table",
+                            description="the vulnerability gate's verdict (imagesmith.vulngate)",
+                            fields={
+                                "scanner": _text_field(
+                                    "grype, trivy or osv (SBOM × OSV data)", required=True
+                                ),
+                                "report": _text_field("the scan report's file name", required=True),
+                                "report_digest": _text_field(
+                                    pattern=r"sha256:[0-9a-f]{64}(,sha256:[0-9a-f]{64})*",
+                                    what="sha256:<64 hex> of the report file(s)",
+                                    required=True,
+                                ),
+                                "fail_on": Field(
+                                    kind="string", required=True, enum=("critical", "high", "medium", "low")
+                                ),
+                                "allowlisted": Field(
+                                    kind="array",
+                                    description="advisories at or above fail_on let through by the allowlist",
+                                    items=_text_field(what="an advisory id"),
+                                ),
+                            },
+                        ),
+                        "sbom": Field(
+                            kind="table",
+                            description="the SBOM attested beside the validation attestation",
+                            fields={
+                                "format": Field(kind="string", required=True, enum=("spdx", "cyclonedx")),
+                                "predicate_type": _text_field("the in-toto predicateType", required=True),
+                                "digest": _text_field(
+                                    pattern=_DIGEST, what="sha256 of the SBOM document", required=True
+                                ),
+                                "packages": Field(kind="integer", min=0, description="packages it lists"),
+                            },
+                        ),
                     },
                 ),
             ),

@@ -3,7 +3,9 @@
 Per cell: ``Dockerfile``, ``requirements.txt`` (every runtime pin), ``builder-requirements.txt`` (the
 nccl-tests builder's pins), ``entrypoint.sh`` (the /dev/shm guard), ``<OS family>-mirror.sh`` (the OS
 family's mirror script, ``apt-mirror.sh``), ``mirror/*`` when the run-time mirror profile is not ``none``, and
-a README in each of ``sources/`` and ``wheels/`` — the folders the build step fills from its caches.
+a README in each of ``sources/`` and ``wheels/`` — the folders the build step fills from its caches. A cell
+with a layer plan adds ``layers/NN-<name>.txt`` (one pin file per wheel layer), ``wheel-layer.sh`` (what every
+wheel layer's RUN runs, bind-mounted with the layer's pin file) and the two ``layers/etc`` placeholders.
 An interactive cell adds :data:`INTERACTIVE_FILES` (its pins, the start command, the sshd settings, the login
 shells' environment).
 
@@ -70,8 +72,12 @@ INTERACTIVE_DEFAULTS: Final[dict[str, str]] = {
 }
 
 
+#: the build-context file every wheel layer's RUN runs (templates/wheel-layer.sh.j2; parts.wheel_layer)
+WHEEL_LAYER_SCRIPT: Final[str] = "wheel-layer.sh"
+
+
 def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.PackageLoader(*TEMPLATES_PACKAGE),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -79,6 +85,8 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,
     )
+    env.globals["wheel_layer_script"] = WHEEL_LAYER_SCRIPT
+    return env
 
 
 _ENV: jinja2.Environment | None = None
@@ -171,10 +179,26 @@ _RENDERED_AS: Final[dict[str, re.Pattern[str] | tuple[re.Pattern[str], ...] | No
 }
 
 
-def wheel_layer_files(layers: Sequence[WheelLayer], cell: Cell | None = None) -> dict[str, str]:
-    """The build-context files of a layer plan: one requirements file per layer (the lock's pin lines) and the
-    two /etc placeholders its Dockerfile block COPYs. A layer file names no lock and no cell: cells that share
-    a wheel layer COPY the same bytes, so BuildKit's cache serves the layer to all of them."""
+def wheel_layer_script(venv: str, python: str, *, hashed: bool) -> str:
+    """The body every wheel layer of a venv *venv* of CPython *python* runs (``wheel-layer.sh``): no cell
+    id, no lock name, so cells with the same venv, Python and hash mode share its bytes and their layers'
+    cache."""
+    return _render(
+        "wheel-layer.sh.j2",
+        venv=venv,
+        hashed=hashed,
+        fixed_dirs=_ancestors(f"{venv}/lib/python{python}/site-packages"),
+        layer_epoch=LAYER_EPOCH,
+    )
+
+
+def wheel_layer_files(
+    layers: Sequence[WheelLayer], *, venv: str, python: str, hashed: bool, cell: Cell | None = None
+) -> dict[str, str]:
+    """The build-context files of a layer plan: one requirements file per layer (the lock's pin lines, with
+    their hashes when *cell* is given), the script every layer's RUN runs (:data:`WHEEL_LAYER_SCRIPT`), and
+    the two /etc placeholders its Dockerfile block COPYs. A layer file names no lock and no cell: cells that
+    share a wheel layer mount the same bytes, so BuildKit's cache serves the layer to all of them."""
     files: dict[str, str] = {}
     for layer in layers:
         files[layer.file] = f"# {HEADER}\n# one layer of the layer plan (`imagesmith plan --explain`)\n" + (
@@ -183,6 +207,7 @@ def wheel_layer_files(layers: Sequence[WheelLayer], cell: Cell | None = None) ->
             else "".join(f"{n}=={v}\n" for n, v in layer.pins)
         )
     if layers:
+        files[WHEEL_LAYER_SCRIPT] = wheel_layer_script(venv, python, hashed=hashed)
         for stub in ("hosts", "resolv.conf"):
             files[f"layers/etc/{stub}"] = (
                 f"# {HEADER}\n# a placeholder: docker mounts its own /etc/{stub} at run time "
@@ -191,21 +216,12 @@ def wheel_layer_files(layers: Sequence[WheelLayer], cell: Cell | None = None) ->
     return files
 
 
-def wheel_layers_block(venv: str, python: str, layers: Sequence[WheelLayer]) -> str:
-    """The Dockerfile lines that install *layers* into the venv *venv* of CPython *python* (the block a cell's
-    Dockerfile has; ``parts.wheel_layers``)."""
-    template = '{% import "parts.j2" as parts with context %}{{ parts.wheel_layers(venv, layers, fixed) }}'
+def wheel_layers_block(layers: Sequence[WheelLayer]) -> str:
+    """The Dockerfile lines that install *layers* (the block a cell's Dockerfile has; ``parts.wheel_layers``):
+    each layer one RUN of :data:`WHEEL_LAYER_SCRIPT` (:func:`wheel_layer_files` writes it) on its pin file."""
+    template = '{% import "parts.j2" as parts with context %}{{ parts.wheel_layers(layers) }}'
     try:
-        return (
-            _env()
-            .from_string(template)
-            .render(
-                venv=venv,
-                layers=layers,
-                fixed=_ancestors(f"{venv}/lib/python{python}/site-packages"),
-                layer_epoch=LAYER_EPOCH,
-            )
-        )
+        return _env().from_string(template).render(layers=layers, layer_epoch=LAYER_EPOCH)
     except jinja2.TemplateError as exc:
         raise RenderError(f"imagesmith/templates/parts.j2: {exc}", hint="fix the template") from exc
 
@@ -307,10 +323,10 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "entrypoint_cell": _entrypoint_cell(cell),
         "interactive": INTERACTIVE_DEFAULTS,
         "layer_epoch": LAYER_EPOCH,
-        "layer_fixed_dirs": _ancestors(site_packages(cell)),
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
-    # requirements.txt and layer files, so each wheel layer is built once and pushed once.
+    # requirements.txt and mount the same layer files (and wheel-layer.sh), so each wheel layer is built once
+    # and pushed once.
     # The lock's name, not its path: the same pins render the same file (and share the wheel layers) in any
     # project.
     header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n" + _unhashed_note(cell)
@@ -321,7 +337,9 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "requirements.txt": header + _pin_lines(cell, cell.pins),
         "builder-requirements.txt": header + _pin_lines(cell, cell.builder_pins),
     }
-    files.update(wheel_layer_files(cell.layers, cell))
+    files.update(
+        wheel_layer_files(cell.layers, venv=cell.venv, python=cell.python, hashed=cell.hashed, cell=cell)
+    )
     if cell.flavor == "interactive":
         files["interactive-requirements.txt"] = (
             f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "

@@ -4,11 +4,27 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from imagesmith.pick import Pick
     from imagesmith.release import Outcome
+
+
+def endurance(figures: Mapping[str, float]) -> str:
+    """What a validated host showed beyond a minute (issue 28): its soak and its DDP scaling efficiency."""
+    parts = []
+    if figures.get("soak_minutes"):
+        soak = f"soak {figures['soak_minutes']:g} min"
+        if figures.get("soak_matmul_tflops"):
+            soak += f" at {figures['soak_matmul_tflops']:.0f} TFLOP/s"
+        if figures.get("soak_worst_minute_ratio"):
+            soak += f", worst minute {figures['soak_worst_minute_ratio']:.2f}× the first"
+        parts.append(soak)
+    if figures.get("scaling_efficiency"):
+        parts.append(f"DDP scaling {figures['scaling_efficiency']:.2f}")
+    return f" [{'; '.join(parts)}]" if parts else ""
 
 
 def pick_text(pick: Pick, *, verbose: bool = True) -> str:
@@ -22,7 +38,10 @@ def pick_text(pick: Pick, *, verbose: bool = True) -> str:
         f"picked: {img.tag}  torch {img.torch}, torchvision {img.torchvision}, CUDA {img.cuda}, "
         f"Python {img.python}  ({pick.mode} compatibility)",
         f"  digest {img.digest}; validated on "
-        + "; ".join(f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]})" for v in img.validated_on),
+        + "; ".join(
+            f"{v.count}x {v.gpu} driver {v.driver} ({v.date[:10]}){endurance(v.figures)}"
+            for v in img.validated_on
+        ),
         f"  registry: {pick.registry_why}",
     ]
     if pick.alternatives:
@@ -48,6 +67,12 @@ def release_text(outcome: Outcome) -> str:
         lines.append(f"  {c.cell}: {c.status}" + (f" {c.digest}" if c.digest else ""))
         lines += [f"    - {s}" for s in c.steps]
         lines += [f"    ! {r}" for r in c.reasons]
+        if c.vulnerabilities is not None:
+            v = c.vulnerabilities
+            lines.append(
+                f"    vulnerabilities: none at or above {v.fail_on} ({v.scanner} report {v.report})"
+                + (f"; allowlisted: {', '.join(v.allowlisted)}" if v.allowlisted else "")
+            )
     if outcome.index_file:
         verb = "would update" if outcome.dry_run else ("updated" if outcome.index_changed else "unchanged")
         lines.append(f"index {outcome.index_file}: {verb}")
@@ -69,4 +94,14 @@ def release_json(outcome: Outcome) -> str:
             "index_signature": outcome.index_signature,
         },
         indent=2,
+        default=_record,
     )
+
+
+def _record(obj: Any) -> Any:
+    """A cell's records (its vulnerability verdict) as JSON objects."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return dataclasses.asdict(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")

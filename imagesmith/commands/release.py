@@ -21,13 +21,15 @@ RELEASE_EPILOG = epilog(
     [
         "imagesmith release --matrix a100 --reports reports/ --dry-run",
         "imagesmith release --matrix a100 --reports reports/h100 --reports reports/a100 --json",
+        "imagesmith release --matrix a100 --reports reports/ --scan-reports scans/",
     ],
     [
         "0 = every cell promoted or up to date (or would be, --dry-run)",
         "2 = bad matrix, project or flags (--reports is required)",
         "3 = --only matched no cell",
         "6 = a copy to a registry failed",
-        "8 = a cell was refused (no passing attestation of its exact digest signed by a trusted key)",
+        "8 = a cell was refused (no passing attestation of its exact digest signed by a trusted key, or a "
+        "vulnerability at or above [release.vulnerabilities] fail_on that no valid allowlist entry covers)",
         "9 = a registry refused (auth, denied, unreachable)",
     ],
 )
@@ -368,6 +370,16 @@ def release(
             "default $IMAGESMITH_SIGNING_KEY",
         ),
     ] = None,
+    scan_reports: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--scan-reports",
+            metavar="DIR",
+            help="folder(s) with vulnerability scans named by digest: sha256-<hex>.grype.json (grype -o "
+            "json), .trivy.json (trivy -f json), or an SBOM .cdx.json/.spdx.json matched against the OSV "
+            "file of [release.vulnerabilities]; a cell with an advisory at or above fail_on is refused",
+        ),
+    ] = None,
 ) -> None:
     """Promote candidates whose exact digest has a passing validation attestation, signed by a trusted key,
     to every registry of their cell."""
@@ -401,6 +413,7 @@ def release(
         verify=verify_level(verify or None),
         trusted=trusted,
         sign_key=key,
+        scan_dirs=scan_reports or [],
     )
     typer.echo(release_json(outcome) if as_json else release_text(outcome))
     outcome.raise_for_refusals()

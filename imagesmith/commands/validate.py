@@ -27,6 +27,7 @@ EPILOG = epilog(
         "imagesmith validate --expect-gpu 'H100 80GB' --expect-count 8 --report reports/h100",
         "imagesmith validate ssh://me@gpu-host --nccl-tests /opt/nccl-tests/build",
         "imagesmith validate ghcr.io/me/torch@sha256:<digest> --shm-size 16g",
+        "imagesmith validate local:// --soak 10m --report reports/soak",
         "imagesmith-validate (inside an image: TARGET defaults to local://)",
     ],
     [
@@ -60,6 +61,20 @@ def _writable_report_dir(path: Path) -> None:
         for folder in missing:  # deepest first
             with contextlib.suppress(OSError):
                 folder.rmdir()
+
+
+def parse_duration(text: str, *, what: str) -> float:
+    """``10m``, ``90s``, ``1h``, ``1h30m``, ``600`` (seconds) → seconds."""
+    t = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", t)
+    if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([hms])", "", t).strip():
+        raise ConfigError(
+            f"{what} {text!r}: not a duration",
+            hint="give e.g. 10m, 90s, 1h or 1h30m (a bare number is seconds)",
+        )
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
 
 
 def _default_report_dir() -> str:
@@ -129,6 +144,28 @@ def validate_command(
     perf_seconds: float = typer.Option(
         0.4, "--perf-seconds", min=0.05, max=30, help="Seconds per bandwidth measure (matmul: 3×)."
     ),
+    foreign_memory_max: str = typer.Option(
+        "3%",
+        "--foreign-memory-max",
+        help="Memory other processes may hold on a GPU before the free check fails: a % of the board or a "
+        "size (4g); less than that, or any process seen, warns.",
+    ),
+    soak: str | None = typer.Option(
+        None,
+        "--soak",
+        help="Also load every GPU for this long (10m, 90s, 1h; at least 2m): bf16 matmul, memory copies and, "
+        "with 2+ GPUs, NCCL all_reduce, sampled every few seconds; fails on a sustained drop against the "
+        "first minute or the expected figures, and on hardware/thermal slowdown or a new Xid.",
+    ),
+    soak_interval: float = typer.Option(
+        5.0, "--soak-interval", min=1, max=20, help="Seconds per soak window (each a point of the series)."
+    ),
+    soak_fail_ratio: float = typer.Option(
+        0.92, "--soak-fail-ratio", min=0.01, max=1.0, help="Fail a soak minute below this × the first minute."
+    ),
+    soak_warn_ratio: float = typer.Option(
+        0.96, "--soak-warn-ratio", min=0.01, max=1.0, help="Warn below this × the first minute."
+    ),
     select: str | None = typer.Option(
         None, "-k", "--select", help="pytest -k expression: run only matching checks."
     ),
@@ -195,6 +232,23 @@ def validate_command(
             f"--perf-fail-ratio {perf_fail_ratio:g} is above --perf-warn-ratio {perf_warn_ratio:g}",
             hint="the fail band must be at or below the warn band: e.g. 0.8 and 0.9",
         )
+    from imagesmith.validate.free import check_limit_spec
+
+    check_limit_spec(foreign_memory_max)
+    soak_s = parse_duration(soak, what="--soak") if soak else 0.0
+    if soak is not None and soak_s < 120:
+        raise ConfigError(
+            f"--soak {soak}: shorter than 2 minutes: the first minute is the reference the rest is judged "
+            "against",
+            hint="give --soak 2m or longer (10m catches what throttles or a neighbour's load after minutes)",
+        )
+    if soak_s > 24 * 3600:
+        raise ConfigError(f"--soak {soak}: longer than a day", hint="give e.g. --soak 10m or --soak 1h")
+    if soak_fail_ratio > soak_warn_ratio:
+        raise ConfigError(
+            f"--soak-fail-ratio {soak_fail_ratio:g} is above --soak-warn-ratio {soak_warn_ratio:g}",
+            hint="the fail band must be at or below the warn band: e.g. 0.92 and 0.96",
+        )
     baseline_figures = _figures(baseline_figure or [])
     if baseline is not None:
         found_busbw, baseline_source, baseline_figures = load_baseline(Path(baseline))
@@ -224,6 +278,11 @@ def validate_command(
         perf_fail_ratio=perf_fail_ratio,
         perf_warn_ratio=perf_warn_ratio,
         perf_seconds=perf_seconds,
+        foreign_memory_max=foreign_memory_max,
+        soak_s=soak_s,
+        soak_interval_s=soak_interval,
+        soak_fail_ratio=soak_fail_ratio,
+        soak_warn_ratio=soak_warn_ratio,
         ssh_config=str(Path(ssh_config).resolve()) if ssh_config else None,
         ssh_identity_file=str(Path(ssh_identity).resolve()) if ssh_identity else None,
     )
@@ -253,6 +312,11 @@ def validate_command(
     where = Path(options.report_dir) / "report.md"
     if signer is not None and subject is not None:
         _attest(t.spec, subject, data, Path(options.report_dir), signer)
+    from imagesmith.validate.record import soak_sentence_of
+
+    sentence = soak_sentence_of(data.get("checks") or [])
+    if sentence:
+        typer.echo(f"soak: {sentence}")
     typer.echo(f"verdict: {data['verdict']} — {data['verdict_reason']} (report: {where})")
     if data["verdict"] != PASSED:
         raise ValidationFailed(

@@ -317,9 +317,15 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         ("--perf-fail-ratio", options.perf_fail_ratio, defaults.perf_fail_ratio),
         ("--perf-warn-ratio", options.perf_warn_ratio, defaults.perf_warn_ratio),
         ("--perf-seconds", options.perf_seconds, defaults.perf_seconds),
+        ("--soak", options.soak_s, defaults.soak_s),
+        ("--soak-interval", options.soak_interval_s, defaults.soak_interval_s),
+        ("--soak-fail-ratio", options.soak_fail_ratio, defaults.soak_fail_ratio),
+        ("--soak-warn-ratio", options.soak_warn_ratio, defaults.soak_warn_ratio),
     ):
         if value != default:
             argv += [flag, f"{value:g}"]
+    if options.foreign_memory_max != defaults.foreign_memory_max:
+        argv += ["--foreign-memory-max", options.foreign_memory_max]
     if select:
         argv += ["-k", select]
     return argv

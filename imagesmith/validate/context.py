@@ -67,6 +67,13 @@ class SuiteOptions:
     perf_warn_ratio: float = 0.90
     perf_seconds: float = 0.4
     command_timeout_s: int = 300
+    #: ``--foreign-memory-max``: memory other processes may hold on a GPU before the free check fails
+    foreign_memory_max: str = "3%"
+    #: ``--soak DURATION`` in seconds (0: no soak), its window, and its bands against the first minute
+    soak_s: float = 0.0
+    soak_interval_s: float = 5.0
+    soak_fail_ratio: float = 0.92
+    soak_warn_ratio: float = 0.96
     ssh_config: str | None = None
     ssh_identity_file: str | None = None
 

@@ -35,6 +35,7 @@ UNITS = {
     "h2d_gbps": "GB/s",
     "d2h_gbps": "GB/s",
     "allreduce_busbw_gbps": "GB/s",
+    "scaling_efficiency": "×",
 }
 LABELS = {
     "hbm_copy_gbps": "device-memory copy bandwidth",
@@ -42,6 +43,7 @@ LABELS = {
     "h2d_gbps": "host-to-device bandwidth",
     "d2h_gbps": "device-to-host bandwidth",
     "allreduce_busbw_gbps": "all_reduce bus bandwidth at 1 GiB",
+    "scaling_efficiency": "DDP scaling efficiency",
 }
 
 Kind = Literal["baseline", "estimate"]
@@ -186,6 +188,20 @@ class AllreduceRow:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScalingRow:
+    """The expected DDP scaling efficiency over one class of link (``topo``: nvidia-smi topo -m codes)."""
+
+    link: str
+    topo: tuple[str, ...]
+    efficiency: float
+    source: str
+    date: str
+
+    def covers(self, code: str) -> bool:
+        return code in self.topo or ("NV#" in self.topo and code.startswith("NV") and code[2:].isdigit())
+
+
+@dataclass(frozen=True, kw_only=True)
 class PerfData:
     hbm_copy_efficiency: float
     matmul_efficiency: float
@@ -194,6 +210,7 @@ class PerfData:
     pcie_gbps_per_lane: Mapping[int, float]
     gpus: Mapping[str, GpuPerf]
     allreduce: tuple[AllreduceRow, ...]
+    scaling: tuple[ScalingRow, ...] = ()
 
 
 def _num(row: Mapping[str, Any], key: str, where: str, *, required: bool = False) -> float | None:
@@ -267,7 +284,26 @@ def parse_perf(data: Mapping[str, Any], *, known_gpus: Iterable[str]) -> PerfDat
                 date=_text(row, "date", where),
             )
         )
+    scaling = []
+    for i, row in enumerate(data.get("scaling", [])):
+        where = f"scaling[{i}]"
+        topo = row.get("topo")
+        if not isinstance(topo, list) or not topo or not all(isinstance(t, str) and t for t in topo):
+            raise PerfDataError(f"{DATA_FILE}: {where}.topo must be a list of nvidia-smi topo codes")
+        eff_value = _num(row, "efficiency", where, required=True) or 0.0
+        if eff_value > 1:
+            raise PerfDataError(f"{DATA_FILE}: {where}.efficiency {eff_value} is above 1")
+        scaling.append(
+            ScalingRow(
+                link=_text(row, "link", where),
+                topo=tuple(topo),
+                efficiency=eff_value,
+                source=_text(row, "source", where),
+                date=_text(row, "date", where),
+            )
+        )
     return PerfData(
+        scaling=tuple(scaling),
         hbm_copy_efficiency=float(eff["hbm_copy_efficiency"] or 0),
         matmul_efficiency=float(eff["matmul_efficiency"] or 0),
         pcie_efficiency=float(eff["pcie_efficiency"] or 0),
@@ -355,6 +391,20 @@ def allreduce_expected(
         value=row.busbw_gbps,
         kind="baseline",
         source=f"{row.count}×{row.gpu} {row.link}: {row.source} ({row.date}){note}",
+    )
+
+
+def scaling_expected(link: str | None, data: PerfData | None = None) -> Expected | None:
+    """The DDP scaling efficiency a healthy host whose weakest GPU pair is *link* (``NV18``, ``PXB``, ``SYS``)
+    reaches with the suite's step (perf.toml ``[[scaling]]``)."""
+    data = data or perf_data()
+    row = next((r for r in data.scaling if link and r.covers(link)), None)
+    if row is None:
+        return None
+    return Expected(
+        value=row.efficiency,
+        kind="baseline",
+        source=f"{row.link} ({link}): {row.source} ({row.date})",
     )
 
 
@@ -487,3 +537,38 @@ def fleet_expected(
             + f" in {source}{note}",
         )
     return None
+
+
+def chosen_expected(
+    figure: str,
+    fallback: Expected | None,
+    *,
+    baseline_figures: Mapping[str, float],
+    baseline_source: str,
+    fleet: Iterable[Mapping[str, Any]],
+    fleet_source: str,
+    host_kind: tuple[str, int, str],
+) -> Expected | None:
+    """--baseline report, else the fleet of --baseline-from (same GPU model, count and link), else
+    *fallback* (imagesmith/data/perf.toml)."""
+    value = baseline_figures.get(figure)
+    if value:
+        return Expected(value=value, kind="baseline", source=baseline_source or "--baseline")
+    gpu, count, link = host_kind
+    found = fleet_expected(fleet, gpu=gpu, count=count, link=link, figure=figure, source=fleet_source)
+    return found or fallback
+
+
+def options_expected(
+    options: Any, figure: str, fallback: Expected | None, host_kind: tuple[str, int, str]
+) -> Expected | None:
+    """:func:`chosen_expected` with the baselines of a run's SuiteOptions."""
+    return chosen_expected(
+        figure,
+        fallback,
+        baseline_figures=options.baseline_figures,
+        baseline_source=options.baseline_source,
+        fleet=options.fleet,
+        fleet_source=options.fleet_source,
+        host_kind=host_kind,
+    )

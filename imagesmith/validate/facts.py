@@ -35,6 +35,8 @@ IDLE_CLOCK_EVENTS = {
     "hw_thermal_slowdown": "hardware thermal slowdown",
     "hw_power_brake_slowdown": "hardware power brake",
 }
+#: where the kernel log is read from, first that works (dmesg needs CAP_SYSLOG where dmesg_restrict is 1)
+KERNEL_LOG_COMMANDS = ("dmesg", "journalctl -k -b --no-pager -q -o short")
 SMI_TIMEOUT_S = 60
 HUNG_FIX = (
     "nvidia-smi must answer within seconds: one that hangs means a stuck driver or GPU (dmesg shows Xid "

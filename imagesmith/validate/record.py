@@ -93,7 +93,39 @@ def report_figures(checks: Sequence[Any]) -> dict[str, float]:
                 value = _positive(j.get("measured"))
                 if value is not None:
                     per.setdefault(str(j["figure"]), []).append(value)
-    return {k: round(statistics.median(v), 3) for k, v in per.items()}
+    return {k: round(statistics.median(v), 3) for k, v in per.items()} | _summary_figures(checks)
+
+
+#: figures other checks record as they are (issue 28): the soak's summary and the DDP scaling efficiency
+SUMMARY_FIGURES: dict[str, tuple[str, ...]] = {
+    "test_soak": ("soak_matmul_tflops", "soak_copy_gbps", "soak_worst_minute_ratio", "soak_minutes"),
+    "test_scaling_efficiency": ("scaling_efficiency",),
+}
+
+
+def _summary_figures(checks: Sequence[Any]) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for c in checks:
+        if not isinstance(c, dict):
+            continue
+        f = c.get("figures")
+        if not isinstance(f, dict):
+            continue
+        for key in SUMMARY_FIGURES.get(str(c.get("name")), ()):
+            value = _positive(
+                (f.get("summary") or {}).get(key) if isinstance(f.get("summary"), dict) else None
+            )
+            if value is not None:
+                found[key] = round(value, 4)
+    return found
+
+
+def soak_sentence_of(checks: Sequence[Any]) -> str:
+    """The one sentence the soak check recorded (empty without a soak)."""
+    for c in checks:
+        if isinstance(c, dict) and c.get("name") == "test_soak" and isinstance(c.get("figures"), dict):
+            return str(c["figures"].get("sentence") or "")
+    return ""
 
 
 def report_link(checks: Sequence[Any]) -> str:

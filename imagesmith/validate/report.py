@@ -205,6 +205,7 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
         for g in inv.figures["gpus"]:
             mem = f"{g['memory_mib']} MiB" if g.get("memory_mib") else "?"
             L.append(f"| {g['index']} | {g['name']} | {mem} | {g.get('compute_cap')} | {g['bus_id']} |")
+    L += _free_section(_by_name(checks, "test_gpus_free"))
     if topo is not None:
         L.append("")
         L.append("## Topology (`nvidia-smi topo -m`)")
@@ -228,6 +229,12 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
     nccl = _by_name(checks, "test_nccl_allreduce")
     if nccl and isinstance(nccl.figures.get("judgement"), dict):
         perf_rows.append(nccl.figures["judgement"])
+    scaling = _by_name(checks, "test_scaling_efficiency")
+    if scaling and isinstance(scaling.figures.get("judgement"), dict):
+        perf_rows.append(scaling.figures["judgement"])
+    soak = _by_name(checks, "test_soak")
+    if soak:
+        perf_rows += [j for j in soak.figures.get("judgements") or [] if isinstance(j, dict)]
     if perf_rows:
         L.append("")
         L.append("## Performance against a healthy host")
@@ -264,6 +271,8 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
                 + " | ".join(f"{r['busbw'].get(s, float('nan')):.2f}" for r in rounds)
                 + " |"
             )
+    L += _scaling_section(scaling)
+    L += _soak_section(soak)
     L.append("")
     plot = report.get("plot", "")
     L.append(f"Plot: ![busbw]({plot})" if plot.endswith(".png") else f"Plot: {plot}")
@@ -279,3 +288,80 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
     L.append("Raw logs: " + ", ".join([*(f"`{n}`" for n in report["logs"]), "`junit.xml`"]) + ".")
     L.append("")
     return "\n".join(L)
+
+
+def _free_section(free: CheckOutcome | None) -> list[str]:
+    """Is each GPU free (test_gpus_free): what others held and did before the suite loaded anything."""
+    rows = free.figures.get("gpus") if free else None
+    if not free or not isinstance(rows, list) or not rows:
+        return []
+    L = ["", "## Is each GPU free (before the suite loaded anything)", ""]
+    L.append(
+        "| GPU | memory in use by others | --foreign-memory-max | utilization at idle (mean; samples) | "
+        "compute mode | MIG | processes seen | verdict |"
+    )
+    L.append("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        procs = "; ".join(
+            f"pid {p.get('pid')} {p.get('name')} ({p.get('mib')} MiB)" for p in r.get("processes") or []
+        )
+        samples = ", ".join(f"{u:g}" for u in r.get("utilization_samples") or [])
+        L.append(
+            f"| {r.get('gpu')} ({r.get('name')}) | {r.get('memory_used_mib', 0):.0f} of "
+            f"{r.get('memory_total_mib', 0):.0f} MiB | {free.figures.get('limit')} "
+            f"({r.get('limit_mib', 0):.0f} MiB) | {r.get('utilization_mean')} % ({samples}) | "
+            f"{r.get('compute_mode')} | {r.get('mig')} | {(procs or 'none').replace('|', '/')} | "
+            f"{r.get('verdict')} |"
+        )
+    return L
+
+
+def _scaling_section(scaling: CheckOutcome | None) -> list[str]:
+    if not scaling:
+        return []
+    L = ["", "## DDP scaling efficiency", ""]
+    f = scaling.figures
+    if not f.get("efficiency"):
+        L.append(
+            f"{_status_icon(scaling.status)}: {scaling.message.splitlines()[0] if scaling.message else ''}"
+        )
+        return L
+    j = f.get("judgement") or {}
+    L.append(
+        f"Step: {f.get('step')}. One GPU: {f.get('samples_per_s_1gpu')} samples/s "
+        f"({f.get('step_ms_1gpu')} ms a step); all {f.get('gpus')} GPUs: {f.get('samples_per_s_all')} "
+        f"samples/s ({f.get('step_ms_all')} ms a step); efficiency **{f.get('efficiency'):.3f}** over "
+        f"{f.get('link') or '?'} — expected "
+        f"{j.get('expected')} ({j.get('source')}), verdict {j.get('verdict')}."
+    )
+    return L
+
+
+def _soak_section(soak: CheckOutcome | None) -> list[str]:
+    if not soak or not soak.figures.get("sentence"):
+        return []
+    f = soak.figures
+    L = ["", "## Soak", "", str(f["sentence"]), ""]
+    minutes = [m for m in f.get("minutes") or [] if isinstance(m, dict)]
+    if minutes:
+        count = max(len(m.get("minutes") or []) for m in minutes)
+        L.append("Mean of each minute ÷ the first minute:")
+        L.append("")
+        L.append("| GPU | figure | first minute | " + " | ".join(f"min {i + 1}" for i in range(count)) + " |")
+        L.append("|---" * (count + 3) + "|")
+        for m in minutes:
+            cells = [f"{x.get('ratio', 0):.3f}" for x in m.get("minutes") or []]
+            cells += [""] * (count - len(cells))
+            L.append(
+                f"| {m.get('gpu')} | {m.get('figure')} | {m.get('first_minute'):.4g} {m.get('unit')} | "
+                + " | ".join(cells)
+                + " |"
+            )
+        L.append("")
+    plots = f.get("plots") or []
+    L.append(
+        "Time series: `soak.csv` (one row per GPU and window), raw records `soak-samples.jsonl`; timeline: "
+        + (", ".join(f"![{p}]({p})" for p in plots) if plots else str(f.get("plot") or "none"))
+        + f"; kernel log: {f.get('kernel_log')}."
+    )
+    return L

@@ -144,6 +144,17 @@ ROWS: list[tuple[str, list[str]]] = [
     ("validate-report-long", ["validate", "--report", "{tmp}/" + LONG]),
     ("validate-baseline-long", ["validate", "--baseline", "{tmp}/" + LONG]),
     ("release-reports-long", ["release", "--matrix", SMOKE, "--reports", "{tmp}/" + LONG, "--dry-run"]),
+    (
+        "release-scan-reports-missing",
+        ["release", "--matrix", SMOKE, "--reports", DIR, "--scan-reports", MISSING, "--dry-run"],
+    ),
+    ("release-scan-reports-binary", ["release", "--matrix", SMOKE, "--reports", DIR, "--scan-reports", BINF]),
+    # sbom: refused before syft runs
+    ("sbom-tag-not-digest", ["sbom", "127.0.0.1:5000/team/torch:latest", "--out", "{tmp}/o"]),
+    ("sbom-control", ["sbom", CTRL, "--out", "{tmp}/o"]),
+    ("sbom-long", ["sbom", LONG, "--out", "{tmp}/o"]),
+    ("sbom-lock-binary", ["sbom", "h/r@sha256:" + "a" * 64, "--out", "{tmp}/o", "--lock", BINF]),
+    ("sbom-lock-dir", ["sbom", "h/r@sha256:" + "a" * 64, "--out", "{tmp}/o", "--lock", DIR]),
     ("index-long", ["index", "{tmp}/" + LONG]),
     ("schema-out-long", ["schema", "--out", "{tmp}/" + LONG]),
     ("plan-matrix-long-path", ["plan", "--matrix", "{tmp}/" + LONG + ".toml"]),

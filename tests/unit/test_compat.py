@@ -7,6 +7,7 @@ Unhappy paths first.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from pathlib import Path
 
@@ -718,7 +719,8 @@ def test_cuda_13_4_and_13_5_are_known_on_r615_and_r620() -> None:
         (570, "production", "February 2026"),
         (580, "long-term", "June 2028"),
         (595, "production", "March 2027"),
-        (610, "production", "August 2026"),
+        (610, "new-feature", "August 2026"),  # R615 page, table 2: a New Feature Branch (main: production)
+        (590, "new-feature", "no end-of-life date"),
         (620, "long-term", "September 2029"),
     ],
 )
@@ -726,7 +728,9 @@ def test_branch_lifecycle_rows(branch: int, designation: str, end: str) -> None:
     row = compat.branch_lifecycle(branch)
     assert row is not None
     assert (row.designation, row.end_text) == (designation, end)
-    assert "lifecycle" in row.source.lower()
+    assert (
+        "supported drivers and cuda toolkit versions" in row.source.lower() or "branch release" in row.source
+    )
 
 
 @pytest.mark.parametrize(
@@ -735,7 +739,11 @@ def test_branch_lifecycle_rows(branch: int, designation: str, end: str) -> None:
         ("535.104.05", True),  # R535 ended June 2026
         ("570.172.08", True),  # R570 ended February 2026
         ("610.43.02", True),  # R610 ended August 2026
-        ("550.54.15", True),  # not listed, older than the newest listed branch
+        ("550.54.15", True),  # not listed, older than R580: the R580-era page called every such branch EOL
+        (
+            "615.20.01",
+            False,
+        ),  # not listed, newer than R580: NVIDIA's pages say nothing of its end (main: EOL)
         ("580.159.04", False),  # long-term to June 2028
         ("595.71.05", False),  # to March 2027
         ("620.30.02", False),  # long-term to September 2029
@@ -748,6 +756,42 @@ def test_driver_warnings_on_2026_11_30(driver: str, eol: bool) -> None:
     if eol:
         assert "end of life" in warnings[0]
         assert "R580 (long-term support branch, supported to June 2028)" in warnings[0]
+
+
+def test_r610_is_a_new_feature_branch_with_nvidias_end_of_life() -> None:
+    (warning,) = compat.driver_warnings("610.43.02", today=NOV_30)
+    assert warning.startswith(
+        "driver 610.43.02 is on branch R610, a new feature branch that reached end of life in August 2026"
+    )
+    row = compat.branch_lifecycle(610)
+    assert row is not None
+    assert "New Feature Branch" in row.source
+
+
+def test_r590_new_feature_branch_is_not_called_end_of_life() -> None:
+    # main: "NVIDIA calls every earlier branch it does not list end of life" -- NVIDIA's R620 page says NFBs
+    # "do not have an end-of-life date"
+    (warning,) = compat.driver_warnings("590.48.01", today=NOV_30)
+    assert "end of life" not in warning.replace("end-of-life date", "").replace("not end of life", "")
+    assert "new feature branch" in warning
+    assert "no end-of-life date" in warning
+    assert "R580 (long-term support branch, supported to June 2028)" in warning
+    assert "R610" not in warning.split("production on")[1]  # NFBs are not offered as the branch to move to
+
+
+def test_lifecycle_rows_need_an_end_unless_new_feature(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = compat._load("cuda.toml")
+    broken = {**real, "lifecycle": [{"branch": 600, "designation": "production", "source": "x"}]}
+    monkeypatch.setattr(compat, "_load", lambda name: broken if name == "cuda.toml" else real)
+    compat._lifecycles.cache_clear()
+    try:
+        with pytest.raises(
+            compat.DataError, match=r"\[\[lifecycle\]\] 600: a production branch needs an end_of_life"
+        ):
+            compat.branch_lifecycle(600)
+    finally:
+        monkeypatch.undo()
+        compat._lifecycles.cache_clear()
 
 
 def test_end_of_life_is_relative_to_today() -> None:
@@ -780,12 +824,43 @@ def test_an_eol_branch_warns_but_does_not_change_the_verdict() -> None:
 
 @pytest.mark.parametrize(("name", "cc"), [("Maxwell", "5.2"), ("Pascal", "6.1"), ("Volta", "7.0")])
 def test_r580_is_the_last_branch_of_maxwell_pascal_volta(name: str, cc: str) -> None:
+    # NVIDIA's CUDA Toolkit, Driver, and Architecture Matrix: last toolkit CUDA 12.x, last driver R580 (R580
+    # reports CUDA 13.0, but no CUDA 13 toolkit targets them: the data said "tops out at CUDA 13.0")
     family = next(a for a in compat.arch_families() if a.covers(cc))
-    assert (family.name, family.last_branch, family.max_cuda) == (name, 580, "13.0")
-    assert not any(a.covers("7.5") for a in compat.arch_families())  # Turing goes on
+    assert (family.name, family.last_branch, family.last_toolkit, family.last_cuda_major) == (
+        name,
+        580,
+        "12.x",
+        12,
+    )
+    assert "Architecture Matrix" in family.source
+    turing = next(a for a in compat.arch_families() if a.covers("7.5"))
+    assert (turing.last_branch, turing.last_toolkit) == (None, None)  # Turing goes on
+    assert compat.gpu_last_branch("t4") is None
 
 
-def test_v100_tops_out_at_cuda_13_0_and_cu130_has_no_sm70() -> None:
+def test_kepler_ends_with_r470_and_cuda_11_x() -> None:
+    k80 = next(a for a in compat.arch_families() if a.covers("3.7"))
+    assert (k80.name, k80.last_branch, k80.last_toolkit) == ("Kepler", 470, "11.x")
+    assert next(a for a in compat.arch_families() if a.covers("3.0")).last_toolkit == "10.x"
+
+
+def test_v100_cannot_run_a_cuda_13_wheel_even_on_r580(monkeypatch: pytest.MonkeyPatch) -> None:
+    # cu130 of 2.11 has no sm_70 either; a cu130 wheel that did carry sm_70 is still refused: no CUDA 13
+    # toolkit supports Volta (on main's data, "R580 supports CUDA ≤ 13.0" let it through)
+    rel = compat.torch_release("2.11.0")
+    with_sm70 = dataclasses.replace(rel.variants["cu130"], arch_list=("7.0", "9.0"))
+    fake = dataclasses.replace(rel, variants={**rel.variants, "cu130": with_sm70})
+    real = compat.torch_release
+    monkeypatch.setattr(compat, "torch_release", lambda v: fake if v == "2.11.0" else real(v))
+    v = compat.verdict("580.159.04", "v100", "2.11.0", "cu130", today=NOV_30)
+    assert v.mode == "none"
+    assert v.arch is not None
+    assert v.arch.kind == "native"  # the kernel is there; the toolkit is not
+    assert any("CUDA 12.x is NVIDIA's last CUDA toolkit for Volta GPUs" in b for b in v.blockers)
+
+
+def test_v100_tops_out_at_cuda_12_x_and_cu130_has_no_sm70() -> None:
     assert compat.gpu_last_branch("v100") is not None
     v = compat.verdict("580.159.04", "v100", "2.11.0", "cu130", today=NOV_30)
     assert v.mode == "none"
@@ -793,8 +868,8 @@ def test_v100_tops_out_at_cuda_13_0_and_cu130_has_no_sm70() -> None:
     assert any("the newest torch release with kernels for sm_70 is" in b for b in v.blockers)
     assert v.needs_driver is None  # no driver brings sm_70 back
     assert v.warnings == (
-        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs, so this "
-        "GPU tops out at CUDA 13.0: no newer driver or CUDA will run on it",
+        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs and CUDA "
+        "12.x their last CUDA toolkit: no newer driver or CUDA toolkit will run on it",
     )
     # cu126 still has sm_70: it runs, and still warns about the cap
     ok = compat.verdict("580.159.04", "v100", "2.14.0", "cu126", today=NOV_30)
@@ -804,7 +879,9 @@ def test_v100_tops_out_at_cuda_13_0_and_cu130_has_no_sm70() -> None:
 
 def test_v100_cannot_run_cuda_13_2_or_a_newer_branch() -> None:
     v = compat.verdict("580.159.04", "v100", "2.14.0", "cu132", today=NOV_30)
-    cap = "cannot run CUDA 13.2: R580, NVIDIA's last driver branch for Volta GPUs, supports CUDA ≤ 13.0"
+    cap = (
+        "cannot run CUDA 13.2: CUDA 12.x is NVIDIA's last CUDA toolkit for Volta GPUs (R580 their last driver"
+    )
     assert any(cap in b for b in v.blockers)
     newer = compat.verdict("595.71.05", "v100", "2.14.0", "cu126", today=NOV_30)
     assert newer.mode == "none"

@@ -363,8 +363,8 @@ def test_v100_cu130_says_no_sm70_and_the_cuda_cap(run_cli: Run, monkeypatch: pyt
     )
     data = json.loads(run_cli(*args, "--json").stdout)
     assert data["warnings"] == [
-        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs, so this "
-        "GPU tops out at CUDA 13.0: no newer driver or CUDA will run on it"
+        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs and CUDA "
+        "12.x their last CUDA toolkit: no newer driver or CUDA toolkit will run on it"
     ]
     cu126 = run_cli(
         "compat", "--driver", "580.159.04", "--gpu", "v100", "--torch", "2.14.0", "--cuda", "cu126"

@@ -268,7 +268,7 @@ def test_collect_sizes_from_an_index_listing() -> None:
     assert sorted(lister.asked) == ["mystery", "torch"]  # each project listed once
 
 
-def test_smoke_cell_renders_one_copy_and_run_per_layer() -> None:
+def test_smoke_cell_renders_one_run_per_layer_on_its_pin_file() -> None:
     plan = build_plan(load_matrix(PROJECT.matrix_path("smoke")), project=PROJECT)
     cell = plan.cells[0]
     assert len(cell.layers) >= 10
@@ -279,7 +279,13 @@ def test_smoke_cell_renders_one_copy_and_run_per_layer() -> None:
     dockerfile = files["Dockerfile"]
     pins_in_layers: list[str] = []
     for layer in cell.layers:
-        assert f"COPY {layer.file} /tmp/ctx/layer.txt\nRUN " in dockerfile
+        # one RUN: the context's wheel-layer.sh on the layer's pin file, both bind-mounted (no COPY)
+        assert (
+            f"RUN --mount=type=bind,source={layer.file},target=/tmp/ctx/layer.txt \\\n"
+            "    --mount=type=bind,source=wheel-layer.sh,target=/tmp/ctx/wheel-layer.sh \\\n"
+        ) in dockerfile
+        assert f"    bash /tmp/ctx/wheel-layer.sh {layer.file}\n" in dockerfile
+        assert f"COPY {layer.file}" not in dockerfile
         # the lock's pin lines, each with its sha256 lines (pip's hash-checking mode), as in requirements.txt
         lines = [ln for ln in files[layer.file].splitlines() if not ln.startswith("#")]
         pins = [ln.removesuffix(" \\") for ln in lines if not ln.lstrip().startswith("--hash=")]
@@ -289,9 +295,10 @@ def test_smoke_cell_renders_one_copy_and_run_per_layer() -> None:
         pins_in_layers += lines
     requirements = [ln for ln in files["requirements.txt"].splitlines() if not ln.startswith("#")]
     assert sorted(pins_in_layers) == sorted(requirements)
-    assert dockerfile.count("--no-deps") >= len(cell.layers)
+    assert dockerfile.count("bash /tmp/ctx/wheel-layer.sh layers/") == len(cell.layers)
     assert "pip check" in dockerfile
-    assert "SOURCE_DATE_EPOCH=315532800" in dockerfile
+    assert "SOURCE_DATE_EPOCH=315532800" in files["wheel-layer.sh"]
+    assert "--no-deps --require-hashes" in files["wheel-layer.sh"]
     assert "COPY layers/etc/hosts layers/etc/resolv.conf /etc/" in dockerfile
     # the layers come before anything cell-specific (requirements.txt, the suite wheel)
     assert dockerfile.index(cell.layers[-1].file) < dockerfile.index("COPY requirements.txt")
@@ -348,14 +355,17 @@ def test_build_summary_names_wheel_layers_and_counts_pushed_ones() -> None:
     )
     steps = [
         "/bin/sh -c #(nop) ADD file:base in /",
-        "COPY layers/01-nvidia-cublas.txt /tmp/ctx/layer.txt # buildkit",
-        "RUN /bin/bash -o pipefail -c cat /etc/ssl/certs/ca-certificates.crt # buildkit",
+        "RUN /bin/bash -o pipefail -c install -d /var/cache/imagesmith/wheels # buildkit",
+        # as dockerd 20.10's BuildKit writes it (the stage's ARGs first)
+        "RUN |3 IMAGESMITH_PIP_INDEX_URL= IMAGESMITH_APT_MIRROR= TORCH_INDEX_URL= /bin/bash -o pipefail -c "
+        "bash /tmp/ctx/wheel-layer.sh layers/01-nvidia-cublas.txt # buildkit",
         "RUN /bin/bash -o pipefail -c pip install imagesmith # buildkit",
     ]
     report = layer_report(Engine(), "r", manifest, pushed, steps)  # type: ignore[arg-type]
     assert [r["pushed"] for r in report] == [False, False, False, True]
     assert report[2]["step"] == "wheel layer layers/01-nvidia-cublas.txt"
-    assert report[3]["step"].startswith("RUN /bin/bash")  # not a wheel layer: no layer file before it
+    assert report[1]["step"].startswith("RUN /bin/bash -o pipefail -c install")  # not a wheel layer
+    assert report[3]["step"].startswith("RUN /bin/bash")  # not a wheel layer: no wheel-layer.sh
     assert [r["size"] for r in report] == [10, 20, 30, 40]
     # a history that does not match the manifest names nothing rather than the wrong step
     assert all(r["step"] == "" for r in layer_report(Engine(), "r", manifest, pushed, steps[:2]))  # type: ignore[arg-type]
@@ -363,7 +373,8 @@ def test_build_summary_names_wheel_layers_and_counts_pushed_ones() -> None:
 
 def test_cells_of_two_torch_releases_share_the_chain_of_cuda_layers() -> None:
     """BuildKit serves a layer from its cache only when every step before it is the same: the Dockerfile text
-    and the COPYed layer files up to the first differing wheel must be byte-identical."""
+    and the files its RUNs bind-mount (wheel-layer.sh, the layer files) up to the first differing wheel must
+    be byte-identical."""
     plan = build_plan(load_matrix(PROJECT.matrix_path("a100")), project=PROJECT)
     a = plan.cell("2.2.2-cu121-py3.10-runtime-ubuntu22.04")
     b = plan.cell("2.3.1-cu121-py3.10-runtime-ubuntu22.04")
@@ -375,6 +386,7 @@ def test_cells_of_two_torch_releases_share_the_chain_of_cuda_layers() -> None:
     fa, fb = render_cell_files(a), render_cell_files(b)
     for layer in a.layers[:same]:
         assert fa[layer.file] == fb[layer.file]
+    assert fa["wheel-layer.sh"] == fb["wheel-layer.sh"]
     stage = "# Stage 2"
     cut = f"# layer {same + 1}: "  # the comment above the first differing layer
     da = fa["Dockerfile"][fa["Dockerfile"].index(stage) : fa["Dockerfile"].index(cut)]

@@ -613,12 +613,12 @@ def test_a_supported_branch_has_no_host_warning() -> None:
     assert before.host_warnings == ()  # today is injectable: still in its last month
 
 
-def test_v100_host_gets_an_sm70_image_and_the_cuda_13_0_cap_warning() -> None:
+def test_v100_host_gets_an_sm70_image_and_the_cuda_12_x_cap_warning() -> None:
     pick = choose(make_index(), host("580.159.04", "v100"), Constraints(), platform=GENERIC, today=NOV_30)
     assert pick.image.tag == "2.7.1-cu126-py3.11"
     assert pick.host_warnings == (
-        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs, so this "
-        "GPU tops out at CUDA 13.0: no newer driver or CUDA will run on it",
+        "Tesla V100-SXM2-32GB (Volta, sm_70): R580 is NVIDIA's last driver branch for Volta GPUs and CUDA "
+        "12.x their last CUDA toolkit: no newer driver or CUDA toolkit will run on it",
     )
     reasons = {r.tag: r.reason for r in pick.rejected}
     assert "cu130 wheels of torch 2.11.0 carry no sm_70 kernels" in reasons["2.11.0-cu130-py3.11"]

@@ -370,3 +370,22 @@ def test_cli_default_matrix_is_the_projects(run_cli: Callable[..., object]) -> N
     result = run_cli("plan", "--json")
     assert result.exit_code == 0  # type: ignore[attr-defined]
     assert json.loads(result.stdout)["cells"][0]["matrix"] == "smoke"  # type: ignore[attr-defined]
+
+
+def test_min_driver_is_the_cuda_runtimes_not_the_newest_gpus_floor() -> None:
+    """A cell's min driver (its label, the index entry `pick` filters by) is what its CUDA runtime needs: an
+    A100 on 535 runs the smoke-cu12 cu124 image although the same matrix lists the H200, whose first driver
+    (550.90.07) is applied per GPU by compat/pick, never folded into the image for every GPU."""
+    plan = build_plan(load_matrix("smoke-cu12"))
+    assert plan.cells
+    h200_floor = compat.gpu_min_driver(compat.gpu("h200"))
+    assert h200_floor is not None
+    for cell in plan.cells:
+        need = compat.min_driver(cell.cuda)
+        assert cell.min_driver == need, cell.id
+        assert need.minor_version < h200_floor[0]
+    a100 = compat.verdict("535.104.05", "a100-80gb-sxm4", "2.5.1", "12.4")
+    h200 = compat.verdict("535.104.05", "h200", "2.5.1", "12.4")
+    assert a100.compatible
+    assert not h200.compatible
+    assert h200.needs_driver is not None

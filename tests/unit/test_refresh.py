@@ -316,6 +316,29 @@ def test_a_wrong_field_is_reported_with_both_values_and_the_file(monkeypatch: py
     assert result.exit_code == refresh.EXIT_DIFFERENCES
 
 
+def test_torchvision_python_is_checked_against_torchvisions_requires_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # issue 27: torchvision 0.26 … Requires-Python >=3.10,!=3.14.1: the data records it, the sweep checks it
+    rows = {
+        r.release: r
+        for r in refresh.run(refresh.RecordedSource(DATA), "2.10-2.15").rows
+        if r.field == "torchvision_python"
+    }
+    assert rows["2.11.0"].status == "match"
+    assert rows["2.11.0"].pypi == ">=3.10,!=3.14.1"
+    assert rows["2.10.0"].status == "match"  # torchvision 0.25.0 excludes nothing, nor does the data
+
+    def edit(rel: compat.TorchRelease) -> compat.TorchRelease:
+        return dataclasses.replace(rel, torchvision_python=None) if rel.version == "2.13.0" else rel
+
+    _patched(monkeypatch, edit)
+    dropped = [
+        r for r in refresh.run(refresh.RecordedSource(DATA), "2.13").rows if r.field == "torchvision_python"
+    ]
+    assert [(r.status, r.data, r.pypi) for r in dropped] == [("differs", None, ">=3.10,!=3.14.1")]
+
+
 def test_a_default_variant_the_data_lacks_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
     def edit(rel: compat.TorchRelease) -> compat.TorchRelease:
         if rel.version == "2.10.0":
@@ -395,7 +418,7 @@ def test_write_appends_a_new_release_and_edits_a_field(
 def test_the_command_replays_a_recording(run_cli: Callable[..., object]) -> None:
     res = run_cli("refresh-compat", "--offline", str(DATA), "--releases", "2.10-2.15")
     assert res.exit_code == 0, res.stderr  # type: ignore[attr-defined]
-    assert "64 match, 0 differ, 0 new" in res.stdout  # type: ignore[attr-defined]
+    assert "72 match, 0 differ, 0 new" in res.stdout  # type: ignore[attr-defined]
     assert "torch 2.10.0 (PyPI file torch-2.10.0-3-cp312-cp312-manylinux_2_28_x86_64.whl)" in res.stdout  # type: ignore[attr-defined]
 
 

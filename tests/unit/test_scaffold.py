@@ -58,11 +58,29 @@ def test_old_driver_picks_a_cuda_it_runs() -> None:
 
 def test_nothing_fits_is_one_error_naming_why() -> None:
     with pytest.raises(ConfigError) as info:
-        choose(resolve_gpus(["h100"]), driver="470.82.01")  # (rtx5090: its own minimum driver says it first)
+        choose(resolve_gpus(["a100"]), driver="450.80.02")  # drives A100, older than every lock's CUDA
     text = str(info.value)
     assert "no reference lock of this imagesmith fits" in text
     assert "needs driver >=" in text or "no kernels for" in text
     assert "fix:" in text
+
+
+@pytest.mark.parametrize(
+    ("gpu", "driver", "first"),
+    [
+        ("h100", "470.82.01", "520.61.05"),
+        ("h200", "535.104.05", "550.90.07"),
+        ("rtx4090", "515.43.04", "520.61.05"),
+    ],
+)
+def test_a_driver_older_than_the_gpu_is_refused_naming_its_first_driver(
+    gpu: str, driver: str, first: str
+) -> None:
+    # issue 27 finding 3: a branch older than the GPU's architecture cannot drive it (h100: PCIe SKU first)
+    with pytest.raises(ConfigError) as info:
+        choose(resolve_gpus([gpu]), driver=driver)
+    assert f"needs driver >= {first}" in info.value.message
+    assert f">= {first}" in (info.value.hint or "")
 
 
 def test_unknown_base_and_gpu_are_clear_errors() -> None:

@@ -54,8 +54,12 @@ def findings(trees: dict[str, ast.AST]) -> list[str]:
 
     out = []
     for path, tree in trees.items():
-        if path == "imagesmith/settings.py" or path.startswith("imagesmith/validate/suite/"):
-            continue  # the suite reads the validation target's environment (what the image sets), not ours
+        if path == "imagesmith/settings.py" or path.startswith(
+            ("imagesmith/validate/suite/", "imagesmith/validate/probes/")
+        ):
+            # the suite and its probes run in the validation target's Python and read the target's environment
+            # (what the image or the probe's caller sets), not this tool's configuration
+            continue
         for node in ast.walk(tree):
             key: ast.expr | None = None
             if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _env_like(node.value):

@@ -243,3 +243,22 @@ def test_the_credential_steps_write_a_private_folder_and_the_always_step_removes
     )
     assert not folder.exists()
     subprocess.run(["bash", "-c", _run(remove)], env=env, check=True, timeout=30)  # nothing set: no-op
+
+
+def test_weekly_refresh_compat_sweeps_every_torch_row() -> None:
+    """Issue 27: the default checks only the newest minor; the weekly job must cover every torch row."""
+    from imagesmith import compat
+    from imagesmith.refresh import _in, parse_releases
+
+    text = (WORKFLOWS / "refresh-compat.yml").read_text(encoding="utf-8")
+    calls = [
+        line.strip()
+        for line in text.splitlines()
+        if line.strip().startswith("imagesmith refresh-compat") and "--write" in line
+    ]
+    assert len(calls) == 1, calls
+    match = re.search(r"--releases\s+(\S+)", calls[0])
+    assert match is not None, "refresh-compat without --releases checks only the newest minor"
+    lo, hi = parse_releases(match.group(1), "9.9")
+    left_out = [r.version for r in compat.torch_releases() if not _in(r.version, lo, hi)]
+    assert left_out == [], f"--releases {match.group(1)} leaves out torch {left_out}"

@@ -8,7 +8,7 @@ import pytest
 
 from imagesmith.errors import ParseError
 from imagesmith.validate.context import CheckRecord, Context, fail
-from imagesmith.validate.criteria import Gpu
+from imagesmith.validate.criteria import Gpu, weakest_link
 from imagesmith.validate.facts import GpuFacts, gather_gpus
 from imagesmith.validate.parsers import P2PMatrix, TopoMatrix, parse_topo_matrix, parse_topo_p2p
 
@@ -90,3 +90,10 @@ def topology(ctx: Context, gpu_facts: GpuFacts) -> tuple[TopoMatrix, P2PMatrix |
                 fail(f"cannot parse `nvidia-smi topo -p2p n`: {problem.message}", "see topo-p2p-nvlink.txt")
     ctx.facts["topology"] = topo
     return topo, p2p
+
+
+@pytest.fixture(scope="session")
+def host_kind(gpu_facts: GpuFacts, topology: tuple[TopoMatrix, P2PMatrix | None]) -> tuple[str, int, str]:
+    """GPU model (as a release index's validated_on names it), count and weakest link: the fleet's key."""
+    model = " + ".join(sorted({g.name for g in gpu_facts.gpus if g.name}))
+    return model, len(gpu_facts.gpus), weakest_link(topology[0]) or ""

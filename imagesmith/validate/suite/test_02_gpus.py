@@ -9,11 +9,8 @@ import pytest
 from imagesmith.errors import ParseError
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu, gpu_mismatches, reference_power_w
-from imagesmith.validate.facts import GpuFacts
+from imagesmith.validate.facts import KERNEL_LOG_COMMANDS, GpuFacts
 from imagesmith.validate.parsers import XidEvent, parse_nvlink_status, parse_xid
-
-#: where the kernel log is read from, first that works (dmesg needs CAP_SYSLOG where dmesg_restrict is 1)
-KERNEL_LOG_COMMANDS = ("dmesg", "journalctl -k -b --no-pager -q -o short")
 
 
 def test_gpu_inventory(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:

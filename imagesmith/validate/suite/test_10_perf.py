@@ -14,21 +14,20 @@ from typing import Any
 import pytest
 
 from imagesmith.validate.context import CheckRecord, Context, fail
-from imagesmith.validate.criteria import Gpu, weakest_link
+from imagesmith.validate.criteria import Gpu
 from imagesmith.validate.expected import (
     Bands,
     Expected,
     Judgement,
     clock_events,
-    fleet_expected,
     gpu_expected,
     judge,
     link_expected,
     match_device,
+    options_expected,
     pcie_link,
 )
 from imagesmith.validate.facts import GpuFacts
-from imagesmith.validate.parsers import P2PMatrix, TopoMatrix
 
 SLOW_FIX = (
     "this host delivers less than a healthy one: check for other processes on the GPU (nvidia-smi), "
@@ -68,24 +67,11 @@ def _where(device: dict[str, Any], gpu: Gpu | None) -> str:
     return f"GPU {gpu.index} ({gpu.name})"
 
 
-@pytest.fixture(scope="module")
-def host_kind(gpu_facts: GpuFacts, topology: tuple[TopoMatrix, P2PMatrix | None]) -> tuple[str, int, str]:
-    """GPU model (as a release index's validated_on names it), count and weakest link: the fleet's key."""
-    model = " + ".join(sorted({g.name for g in gpu_facts.gpus if g.name}))
-    return model, len(gpu_facts.gpus), weakest_link(topology[0]) or ""
-
-
 def _expected(
     ctx: Context, figure: str, fallback: Expected | None, host_kind: tuple[str, int, str]
 ) -> Expected | None:
     """--baseline report, else the fleet of --baseline-from, else imagesmith/data/perf.toml."""
-    o = ctx.options
-    value = o.baseline_figures.get(figure)
-    if value:
-        return Expected(value=value, kind="baseline", source=o.baseline_source or "--baseline")
-    gpu, count, link = host_kind
-    fleet = fleet_expected(o.fleet, gpu=gpu, count=count, link=link, figure=figure, source=o.fleet_source)
-    return fleet or fallback
+    return options_expected(ctx.options, figure, fallback, host_kind)
 
 
 def _verdict(

@@ -1,0 +1,681 @@
+"""The vulnerability gate of ``imagesmith release`` (issue 26).
+
+A candidate digest is released only when a scan of *that digest* shows no advisory at or above the project's
+``fail_on`` severity, except those on the allowlist (each entry with a reason and an expiry date; an expired
+entry counts as none). The scan is read, never run: the nightly runs the scanner where its database is
+reachable and leaves its report beside the validation reports.
+
+What is read for a digest ``sha256:<hex>`` (``release --scan-reports DIR``; files named by the digest):
+
+- ``DIR/sha256-<hex>.grype.json`` — grype's JSON output (``grype -o json registry:IMAGE@DIGEST``);
+  ``source.target.manifestDigest`` or one of ``source.target.repoDigests`` must be the digest.
+- ``DIR/sha256-<hex>.trivy.json`` — trivy's JSON output (``trivy image -f json IMAGE@DIGEST``);
+  one of ``Metadata.RepoDigests`` must name the digest.
+- ``DIR/sha256-<hex>.cdx.json`` / ``.spdx.json`` — an SBOM of the digest (CycloneDX or SPDX JSON, e.g. the one
+  ``imagesmith`` attaches), whose packages are matched against the OSV data file ``[release.vulnerabilities]
+  osv`` (OSV JSON: one record, a list of records, or ``{"vulns": [...]}``). Debian versions are compared with
+  dpkg's ordering (:func:`dpkg_compare`), PyPI versions with PEP 440 (``packaging``).
+
+A report is untrusted input: a file larger than :data:`MAX_REPORT_BYTES`, not JSON, of the wrong shape or
+about another digest is one :class:`~imagesmith.errors.ConfigError` naming the file and the fix.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from imagesmith.errors import ConfigError
+from imagesmith.project import ProjectError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+#: severities, lowest first; ``unknown`` (a report that rates nothing) sits below ``low``
+SEVERITIES: Final[tuple[str, ...]] = ("unknown", "negligible", "low", "medium", "high", "critical")
+FAIL_ON: Final[tuple[str, ...]] = ("critical", "high", "medium", "low")
+#: the largest scan report or SBOM read (the smoke image's grype report is a few MiB)
+MAX_REPORT_BYTES: Final[int] = 64 << 20
+#: the largest OSV data file read
+MAX_OSV_BYTES: Final[int] = 256 << 20
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DOCS = "docs/release.md (The vulnerability gate)"
+
+
+def _rank(severity: str) -> int:
+    return SEVERITIES.index(severity) if severity in SEVERITIES else 0
+
+
+def normalize_severity(raw: Any) -> str:
+    s = str(raw or "").strip().lower()
+    if s in ("moderate",):
+        return "medium"
+    if s in ("important",):
+        return "high"
+    return s if s in SEVERITIES else "unknown"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finding:
+    package: str
+    version: str
+    id: str
+    severity: str
+    fixed: str = ""  # the fixed version(s), "" when the advisory has no fix
+    ecosystem: str = ""
+
+    def describe(self) -> str:
+        fix = f"fixed in {self.fixed}" if self.fixed else "no fixed version"
+        return f"{self.package} {self.version}: {self.id} ({self.severity}, {fix})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllowEntry:
+    id: str
+    reason: str
+    expires: datetime.date
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    fail_on: str
+    allowlist: tuple[AllowEntry, ...] = ()
+    osv: Path | None = None
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scan:
+    """What a scan report (or SBOM × OSV match) says about one digest."""
+
+    digest: str
+    source: str  # the file read
+    sha: str  # sha256 of its bytes
+    scanner: str  # grype | trivy | osv
+    findings: tuple[Finding, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    scan: Scan
+    blocking: tuple[Finding, ...] = ()
+    allowlisted: tuple[tuple[Finding, AllowEntry], ...] = ()
+    expired: tuple[tuple[Finding, AllowEntry], ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def passed(self) -> bool:
+        return not self.blocking
+
+    def reasons(self, policy: Policy) -> list[str]:
+        out = []
+        expired = {f: e for f, e in self.expired}
+        for f in self.blocking:
+            line = f"vulnerability {f.describe()} is at or above fail_on = {policy.fail_on!r}"
+            if f in expired:
+                line += (
+                    f"; its allowlist entry expired on {expired[f].expires.isoformat()} (an expired entry "
+                    "counts as none)"
+                )
+            out.append(line + f" [{self.scan.scanner} report {self.scan.source}]")
+        return out
+
+    def allowlisted_ids(self) -> tuple[str, ...]:
+        return tuple(sorted({f.id for f, _ in self.allowlisted}))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# policy
+
+
+def load_policy(project_file: Path | None) -> Policy | None:
+    """``[release.vulnerabilities]`` of imagesmith.toml (None when the table is absent). A missing reason or
+    expiry, or a date that is not YYYY-MM-DD, is a ProjectError naming the file and the field."""
+    if project_file is None or not project_file.is_file():
+        return None
+    try:
+        data = tomllib.loads(project_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ProjectError(f"{project_file}: cannot read: {exc}", hint="fix imagesmith.toml") from None
+    table = data.get("release", {}).get("vulnerabilities")
+    if table is None:
+        return None
+    return parse_policy(table, source=str(project_file), root=project_file.parent)
+
+
+def parse_policy(table: Any, *, source: str, root: Path) -> Policy:
+    where = f"{source}: release.vulnerabilities"
+    if not isinstance(table, Mapping):
+        raise ProjectError(f"{where}: expected a table", hint="write [release.vulnerabilities]")
+    unknown = sorted(set(table) - {"fail_on", "allowlist", "osv"})
+    if unknown:
+        raise ProjectError(
+            f"{where}.{unknown[0]}: unknown field", hint="known: fail_on, allowlist, osv (see " + _DOCS + ")"
+        )
+    fail_on = table.get("fail_on", "critical")
+    if fail_on not in FAIL_ON:
+        raise ProjectError(
+            f"{where}.fail_on: {fail_on!r} is not a severity", hint=f"write one of {', '.join(FAIL_ON)}"
+        )
+    raw = table.get("allowlist", [])
+    if not isinstance(raw, list):
+        raise ProjectError(
+            f"{where}.allowlist: expected a list of tables",
+            hint='write [[release.vulnerabilities.allowlist]] with id, reason and expires = "YYYY-MM-DD"',
+        )
+    entries = []
+    for i, e in enumerate(raw):
+        key = f"{where}.allowlist[{i}]"
+        if not isinstance(e, Mapping):
+            raise ProjectError(f"{key}: expected a table with id, reason, expires", hint=_allow_hint())
+        for name in ("id", "reason", "expires"):
+            if name not in e:
+                raise ProjectError(
+                    f"{key}.{name}: missing (every allowlist entry needs an id, a reason and an expiry date)",
+                    hint=_allow_hint(),
+                )
+        for name in ("id", "reason"):
+            if not isinstance(e[name], str) or not e[name].strip():
+                raise ProjectError(f"{key}.{name}: expected a non-empty string", hint=_allow_hint())
+        unknown = sorted(set(e) - {"id", "reason", "expires"})
+        if unknown:
+            raise ProjectError(f"{key}.{unknown[0]}: unknown field", hint=_allow_hint())
+        expires = e["expires"]
+        if isinstance(expires, datetime.date) and not isinstance(expires, datetime.datetime):
+            date = expires
+        elif isinstance(expires, str) and _DATE.fullmatch(expires):
+            try:
+                date = datetime.date.fromisoformat(expires)
+            except ValueError:
+                raise ProjectError(f"{key}.expires: {expires!r} is not a date", hint=_allow_hint()) from None
+        else:
+            raise ProjectError(f"{key}.expires: {expires!r} is not a date (YYYY-MM-DD)", hint=_allow_hint())
+        entries.append(AllowEntry(id=e["id"].strip(), reason=e["reason"].strip(), expires=date))
+    osv = table.get("osv")
+    if osv is not None and not isinstance(osv, str):
+        raise ProjectError(f"{where}.osv: expected a relative path", hint='write osv = "vuln/osv.json"')
+    return Policy(
+        fail_on=fail_on,
+        allowlist=tuple(entries),
+        osv=(root / osv) if osv else None,
+        source=source,
+    )
+
+
+def _allow_hint() -> str:
+    return (
+        'write each entry as { id = "CVE-…", reason = "why it does not apply", expires = "YYYY-MM-DD" } '
+        f"(see {_DOCS})"
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------
+# reading reports
+
+
+def _bad(source: str, problem: str) -> ConfigError:
+    return ConfigError(
+        f"scan report {source}: {problem}",
+        hint="pass the JSON report grype (-o json) or trivy (-f json) wrote for this exact digest, named "
+        f"sha256-<hex>.grype.json / .trivy.json in --scan-reports (see {_DOCS})",
+    )
+
+
+def _read(path: Path, limit: int | None = None) -> bytes:
+    limit = limit or MAX_REPORT_BYTES
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise _bad(str(path), f"{size} bytes, more than the {limit >> 20} MiB a report may have")
+        with path.open("rb") as fh:
+            body = fh.read(limit + 1)
+    except OSError as exc:
+        raise _bad(str(path), f"cannot read ({exc.strerror})") from None
+    if len(body) > limit:
+        raise _bad(str(path), f"more than the {limit >> 20} MiB a report may have")
+    return body
+
+
+def _json(body: bytes, source: str) -> Any:
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise _bad(source, f"not valid JSON ({exc})") from None
+    except RecursionError:
+        raise _bad(source, "JSON nested deeper than a parser follows") from None
+
+
+def _str(obj: Mapping[str, Any], key: str, source: str, where: str, *, required: bool = True) -> str:
+    v = obj.get(key)
+    if v is None and not required:
+        return ""
+    if not isinstance(v, str) or (required and not v):
+        raise _bad(source, f"{where}.{key}: expected a string, got {type(v).__name__}")
+    return v
+
+
+def _obj(v: Any, source: str, where: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise _bad(source, f"{where}: expected an object, got {type(v).__name__}")
+    return v
+
+
+def _list(v: Any, source: str, where: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise _bad(source, f"{where}: expected a list, got {type(v).__name__}")
+    return v
+
+
+def _digests_in(values: Iterable[Any]) -> set[str]:
+    out = set()
+    for v in values:
+        if isinstance(v, str):
+            out |= set(re.findall(r"sha256:[0-9a-f]{64}", v))
+    return out
+
+
+def _check_digest(found: set[str], digest: str, source: str, field_name: str) -> None:
+    if not found:
+        raise _bad(
+            source,
+            f"names no image digest ({field_name}): it cannot be bound to {digest}; scan the image by digest "
+            "(IMAGE@sha256:…)",
+        )
+    if digest not in found:
+        raise _bad(
+            source,
+            f"is a scan of {', '.join(sorted(found))}, not of the candidate digest {digest} (a report of "
+            "another image, or a stale one)",
+        )
+
+
+def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
+    doc = _obj(doc, source, "(top level)")
+    src = _obj(doc.get("source"), source, "source")
+    target = _obj(src.get("target"), source, "source.target")
+    found = _digests_in([target.get("manifestDigest"), *_list(target.get("repoDigests"), source, "x")])
+    _check_digest(found, digest, source, "source.target.manifestDigest / repoDigests")
+    out = []
+    for i, m in enumerate(_list(doc.get("matches"), source, "matches")):
+        where = f"matches[{i}]"
+        m = _obj(m, source, where)
+        vuln = _obj(m.get("vulnerability"), source, f"{where}.vulnerability")
+        art = _obj(m.get("artifact"), source, f"{where}.artifact")
+        fix = vuln.get("fix")
+        fixed: list[Any] = []
+        if fix is not None:
+            fixed = _list(_obj(fix, source, f"{where}.vulnerability.fix").get("versions"), source, "fix")
+        out.append(
+            Finding(
+                package=_str(art, "name", source, f"{where}.artifact"),
+                version=_str(art, "version", source, f"{where}.artifact"),
+                id=_str(vuln, "id", source, f"{where}.vulnerability"),
+                severity=normalize_severity(vuln.get("severity")),
+                fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
+                ecosystem=str(art.get("type") or ""),
+            )
+        )
+    return out
+
+
+def parse_trivy(doc: Any, *, source: str, digest: str) -> list[Finding]:
+    doc = _obj(doc, source, "(top level)")
+    meta = _obj(doc.get("Metadata"), source, "Metadata")
+    found = _digests_in(_list(meta.get("RepoDigests"), source, "Metadata.RepoDigests"))
+    _check_digest(found, digest, source, "Metadata.RepoDigests")
+    out = []
+    for i, r in enumerate(_list(doc.get("Results"), source, "Results")):
+        r = _obj(r, source, f"Results[{i}]")
+        for j, v in enumerate(_list(r.get("Vulnerabilities"), source, f"Results[{i}].Vulnerabilities")):
+            where = f"Results[{i}].Vulnerabilities[{j}]"
+            v = _obj(v, source, where)
+            out.append(
+                Finding(
+                    package=_str(v, "PkgName", source, where),
+                    version=_str(v, "InstalledVersion", source, where),
+                    id=_str(v, "VulnerabilityID", source, where),
+                    severity=normalize_severity(v.get("Severity")),
+                    fixed=_str(v, "FixedVersion", source, where, required=False),
+                    ecosystem=str(r.get("Type") or ""),
+                )
+            )
+    return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# SBOM packages × OSV records
+
+
+@dataclass(frozen=True)
+class Package:
+    ecosystem: str  # "Debian" | "PyPI" | … (OSV's ecosystem names, without the release suffix)
+    name: str
+    version: str
+
+
+def _purl(purl: str) -> Package | None:
+    m = re.fullmatch(r"pkg:([a-z]+)/(?:[^/@]+/)?([^/@?#]+)@([^?#]+)(?:[?#].*)?", purl)
+    if not m:
+        return None
+    from urllib.parse import unquote
+
+    kind, name, version = m.group(1), unquote(m.group(2)), unquote(m.group(3))
+    eco = {"deb": "Debian", "pypi": "PyPI"}.get(kind)
+    return Package(eco, name, version) if eco else None
+
+
+def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
+    """The Debian and PyPI packages of a CycloneDX or SPDX JSON SBOM of *digest* (by their purls). The SBOM
+    must name the digest (CycloneDX ``metadata.component``; SPDX: the described package or the document)."""
+    doc = _obj(doc, source, "(top level)")
+    purls: list[str] = []
+    if doc.get("bomFormat") == "CycloneDX":
+        meta = _obj(doc.get("metadata", {}), source, "metadata")
+        comp = meta.get("component") or {}
+        _check_digest(
+            _digests_in(json.dumps(comp).replace("%3A", ":").split('"')), digest, source, "metadata.component"
+        )
+        for i, c in enumerate(_list(doc.get("components"), source, "components")):
+            c = _obj(c, source, f"components[{i}]")
+            if isinstance(c.get("purl"), str):
+                purls.append(c["purl"])
+    elif isinstance(doc.get("spdxVersion"), str):
+        described = set(x for x in _list(doc.get("documentDescribes"), source, "documentDescribes"))
+        for r in _list(doc.get("relationships"), source, "relationships"):
+            if isinstance(r, Mapping) and r.get("relationshipType") == "DESCRIBES":
+                described.add(r.get("relatedSpdxElement"))
+        heads: list[Any] = [doc.get("name"), doc.get("documentNamespace")]
+        for i, p in enumerate(_list(doc.get("packages"), source, "packages")):
+            p = _obj(p, source, f"packages[{i}]")
+            refs = _list(p.get("externalRefs"), source, f"packages[{i}].externalRefs")
+            locs = [r.get("referenceLocator") for r in refs if isinstance(r, Mapping)]
+            if p.get("SPDXID") in described:
+                heads += [p.get("versionInfo"), p.get("name"), *locs]
+            purls += [x for x in locs if isinstance(x, str) and x.startswith("pkg:")]
+        _check_digest(
+            _digests_in(str(h).replace("%3A", ":") for h in heads if h), digest, source, "described package"
+        )
+    else:
+        raise _bad(source, "is neither CycloneDX (bomFormat) nor SPDX (spdxVersion) JSON")
+    return [p for p in (_purl(u) for u in purls) if p is not None]
+
+
+def load_osv(path: Path) -> list[Mapping[str, Any]]:
+    """OSV records: one record, a list of them, or ``{"vulns": [...]}`` (osv.dev's query answer)."""
+    source = str(path)
+    doc = _json(_read(path, MAX_OSV_BYTES), source)
+    if isinstance(doc, Mapping) and "vulns" in doc:
+        doc = doc["vulns"]
+    records = doc if isinstance(doc, list) else [doc]
+    out = []
+    for i, r in enumerate(records):
+        r = _obj(r, source, f"[{i}]")
+        _str(r, "id", source, f"[{i}]")
+        _list(r.get("affected"), source, f"[{i}].affected")
+        out.append(r)
+    return out
+
+
+def _osv_severity(rec: Mapping[str, Any], affected: Mapping[str, Any]) -> str:
+    for holder in (affected.get("ecosystem_specific"), affected.get("database_specific")):
+        if isinstance(holder, Mapping) and holder.get("severity"):
+            return normalize_severity(holder["severity"])
+    db = rec.get("database_specific")
+    if isinstance(db, Mapping) and db.get("severity"):
+        return normalize_severity(db["severity"])
+    return "unknown"
+
+
+def compare(ecosystem: str, a: str, b: str) -> int:
+    """-1, 0, 1: *a* against *b* in *ecosystem*'s version ordering."""
+    if ecosystem == "Debian":
+        return dpkg_compare(a, b)
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        va, vb = Version(a), Version(b)
+    except InvalidVersion:
+        return (a > b) - (a < b)
+    return (va > vb) - (va < vb)
+
+
+def _affected(pkg: Package, affected: Mapping[str, Any], source: str, where: str) -> tuple[bool, str]:
+    """(is *pkg* affected, the fixed versions)."""
+    versions = _list(affected.get("versions"), source, f"{where}.versions")
+    fixed: list[str] = []
+    hit = pkg.version in versions
+    for k, rng in enumerate(_list(affected.get("ranges"), source, f"{where}.ranges")):
+        rng = _obj(rng, source, f"{where}.ranges[{k}]")
+        if rng.get("type") not in ("ECOSYSTEM", "SEMVER"):
+            continue
+        inside = False
+        for ev in _list(rng.get("events"), source, f"{where}.ranges[{k}].events"):
+            ev = _obj(ev, source, f"{where}.ranges[{k}].events")
+            if "introduced" in ev:
+                intro = str(ev["introduced"])
+                if intro == "0" or compare(pkg.ecosystem, pkg.version, intro) >= 0:
+                    inside = True
+            elif "fixed" in ev:
+                fixed.append(str(ev["fixed"]))
+                if inside and compare(pkg.ecosystem, pkg.version, str(ev["fixed"])) >= 0:
+                    inside = False
+            elif (
+                "last_affected" in ev
+                and inside
+                and compare(pkg.ecosystem, pkg.version, str(ev["last_affected"])) > 0
+            ):
+                inside = False
+        hit = hit or inside
+    return hit, ", ".join(fixed)
+
+
+def match_osv(
+    packages: Sequence[Package], records: Sequence[Mapping[str, Any]], source: str
+) -> list[Finding]:
+    by_key: dict[tuple[str, str], list[Package]] = {}
+    for p in packages:
+        by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.name)), []).append(p)
+    out = []
+    for i, rec in enumerate(records):
+        for j, aff in enumerate(_list(rec.get("affected"), source, f"[{i}].affected")):
+            where = f"[{i}].affected[{j}]"
+            aff = _obj(aff, source, where)
+            pkg = _obj(aff.get("package"), source, f"{where}.package")
+            eco = _str(pkg, "ecosystem", source, f"{where}.package").split(":")[0]
+            name = _str(pkg, "name", source, f"{where}.package")
+            for p in by_key.get((eco, _norm(eco, name)), []):
+                hit, fixed = _affected(p, aff, source, where)
+                if hit:
+                    out.append(
+                        Finding(
+                            package=p.name,
+                            version=p.version,
+                            id=str(rec["id"]),
+                            severity=_osv_severity(rec, aff),
+                            fixed=fixed,
+                            ecosystem=eco,
+                        )
+                    )
+    return out
+
+
+def _norm(ecosystem: str, name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower() if ecosystem == "PyPI" else name
+
+
+# ------------------------------------------------------------------------------------------------------------
+# dpkg's version ordering (deb-version(7); lib/dpkg/version.c verrevcmp)
+
+
+def _order(c: str) -> int:
+    if c == "~":
+        return -1
+    if c.isdigit():
+        return 0
+    if c.isalpha():
+        return ord(c)
+    return ord(c) + 256
+
+
+def _verrevcmp(a: str, b: str) -> int:
+    i = j = 0
+    while i < len(a) or j < len(b):
+        first_diff = 0
+        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+            ac = _order(a[i]) if i < len(a) else 0
+            bc = _order(b[j]) if j < len(b) else 0
+            if ac != bc:
+                return ac - bc
+            i += 1
+            j += 1
+        while i < len(a) and a[i] == "0":
+            i += 1
+        while j < len(b) and b[j] == "0":
+            j += 1
+        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
+            if not first_diff:
+                first_diff = ord(a[i]) - ord(b[j])
+            i += 1
+            j += 1
+        if i < len(a) and a[i].isdigit():
+            return 1
+        if j < len(b) and b[j].isdigit():
+            return -1
+        if first_diff:
+            return first_diff
+    return 0
+
+
+def _split_deb(v: str) -> tuple[int, str, str]:
+    epoch = 0
+    if ":" in v:
+        e, v = v.split(":", 1)
+        epoch = int(e) if e.isdigit() else 0
+    upstream, _, revision = v.rpartition("-") if "-" in v else (v, "", "")
+    return epoch, upstream, revision
+
+
+def dpkg_compare(a: str, b: str) -> int:
+    """-1, 0 or 1 as dpkg --compare-versions orders Debian versions *a* and *b*."""
+    ea, ua, ra = _split_deb(a)
+    eb, ub, rb = _split_deb(b)
+    if ea != eb:
+        return -1 if ea < eb else 1
+    r = _verrevcmp(ua, ub) or _verrevcmp(ra, rb)
+    return (r > 0) - (r < 0)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the gate
+
+
+def digest_stem(digest: str) -> str:
+    return digest.replace(":", "-")
+
+
+def find_scan(dirs: Sequence[Path], digest: str, policy: Policy | None) -> Scan | None:
+    """The scan of *digest* in *dirs* (None when no file is named by it). Several files for one digest are
+    read together: every finding of every report counts."""
+    stem = digest_stem(digest)
+    scans: list[Scan] = []
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError(
+                f"--scan-reports {d}: no such folder",
+                hint="pass the folder the scanner reports were saved in",
+            )
+        for path in sorted(d.rglob(f"{stem}.*.json")):  # searched recursively, like --reports
+            if path.name.endswith(".dsse.json"):
+                continue  # a signed attestation (the SBOM's), not a scan
+            if path.name.endswith((".cdx.json", ".spdx.json")) and (policy is None or policy.osv is None):
+                continue  # an SBOM is a scan only against OSV data
+            scans.append(read_scan(path, digest, policy))
+    if not scans:
+        return None
+    if len(scans) == 1:
+        return scans[0]
+    return Scan(
+        digest=digest,
+        source=", ".join(s.source for s in scans),
+        sha=",".join(s.sha for s in scans),
+        scanner="+".join(s.scanner for s in scans),
+        findings=tuple(f for s in scans for f in s.findings),
+    )
+
+
+def read_scan(path: Path, digest: str, policy: Policy | None) -> Scan:
+    source = str(path)
+    body = _read(path)
+    doc = _json(body, source)
+    kind = path.name.removeprefix(digest_stem(digest) + ".").removesuffix(".json")
+    if kind == "grype":
+        findings = parse_grype(doc, source=source, digest=digest)
+    elif kind == "trivy":
+        findings = parse_trivy(doc, source=source, digest=digest)
+    elif kind in ("cdx", "spdx"):
+        if policy is None or policy.osv is None:
+            raise ConfigError(
+                f"scan report {source}: an SBOM is matched against an OSV data file, and none is configured",
+                hint='set osv = "path/to/osv.json" in [release.vulnerabilities] of imagesmith.toml',
+            )
+        packages = sbom_packages(doc, source=source, digest=digest)
+        findings = match_osv(packages, load_osv(policy.osv), str(policy.osv))
+        kind = "osv"
+    else:
+        raise _bad(source, f"unknown report kind {kind!r} in the file name (grype, trivy, cdx, spdx)")
+    return Scan(
+        digest=digest,
+        source=source,
+        sha="sha256:" + hashlib.sha256(body).hexdigest(),
+        scanner=kind,
+        findings=tuple(findings),
+    )
+
+
+def judge(scan: Scan, policy: Policy, *, today: datetime.date) -> Verdict:
+    """Which findings block (at or above ``fail_on``, not allowlisted by an entry that is still valid)."""
+    floor = _rank(policy.fail_on)
+    allow = {e.id: e for e in policy.allowlist}
+    blocking, allowed, expired = [], [], []
+    for f in dict.fromkeys(scan.findings):
+        if _rank(f.severity) < floor:
+            continue
+        entry = allow.get(f.id)
+        if entry is not None and entry.expires >= today:
+            allowed.append((f, entry))
+            continue
+        if entry is not None:
+            expired.append((f, entry))
+        blocking.append(f)
+    return Verdict(scan=scan, blocking=tuple(blocking), allowlisted=tuple(allowed), expired=tuple(expired))
+
+
+def gate(
+    dirs: Sequence[Path], digest: str, policy: Policy | None, *, today: datetime.date
+) -> tuple[Verdict | None, list[str]]:
+    """(the verdict, the refusal reasons) for *digest*. No policy and no --scan-reports → (None, []): the
+    gate is off. A policy without a report of the digest refuses the cell."""
+    if policy is None and not dirs:
+        return None, []
+    policy = policy or Policy(fail_on="critical")
+    scan = find_scan(dirs, digest, policy)
+    if scan is None:
+        where = ", ".join(str(d) for d in dirs) or "(no --scan-reports given)"
+        return None, [
+            f"no vulnerability scan of {digest} in {where}: the gate ([release.vulnerabilities], fail_on = "
+            f"{policy.fail_on!r}) needs one (save grype -o json or trivy -f json of the image by digest as "
+            f"{digest_stem(digest)}.grype.json or .trivy.json, and pass --scan-reports DIR)"
+        ]
+    verdict = judge(scan, policy, today=today)
+    return verdict, verdict.reasons(policy)

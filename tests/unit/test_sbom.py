@@ -1,0 +1,121 @@
+"""imagesmith.sbom without syft: the recorded syft-shaped SPDX document tests/data/vuln/sbom.spdx.json (the
+local debian:bookworm's document, trimmed, with two Python packages), its signed attestation, and what
+release accepts of it."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith import sbom, signing, vulngate
+from imagesmith.errors import SignatureError
+
+DATA = Path(__file__).parent.parent / "data" / "vuln"
+RECORDED = "sha256:" + "ab" * 32
+OTHER = "sha256:" + "cd" * 32
+KEY = signing.generate_key()
+
+
+@pytest.fixture
+def doc() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads((DATA / "sbom.spdx.json").read_text())
+    return loaded
+
+
+def test_the_document_describes_the_digest(doc: dict[str, Any]) -> None:
+    assert sbom.described_digests(doc) == {RECORDED}
+    doc["packages"][0] = json.loads(json.dumps(doc["packages"][0]).replace(RECORDED, OTHER))
+    assert sbom.described_digests(doc) == {OTHER}
+
+
+def test_summary_and_locked_hashes(doc: dict[str, Any]) -> None:
+    s = sbom.summarize(doc)
+    assert {n for n, _ in s.os_packages} == {"apt", "base-files", "libc6", "libexpat1"}
+    assert s.python_packages == (("requests", "2.31.0"), ("torch", "2.11.0"))
+    assert s.hashed == 0
+    assert s.licensed == 6
+    h = "1" * 64
+    # a lock pin of another version adds nothing; names compare canonicalized
+    assert sbom.add_locked_hashes(doc, [("Torch", "2.11.0", [h]), ("requests", "2.32.0", ["2" * 64])]) == 1
+    torch = next(p for p in doc["packages"] if p["name"] == "torch")
+    assert torch["checksums"] == [{"algorithm": "SHA256", "checksumValue": h}]
+    assert sbom.add_locked_hashes(doc, [("torch", "2.11.0", [h])]) == 1  # idempotent: no second entry
+    assert len(torch["checksums"]) == 1
+    assert sbom.summarize(doc).hashed == 1
+
+
+def test_packages_only_drops_files_and_their_relationships(doc: dict[str, Any]) -> None:
+    big = copy.deepcopy(doc)
+    big["files"] = [{"SPDXID": "SPDXRef-File-x", "fileName": "/etc/x"}]
+    big["relationships"].append(
+        {
+            "spdxElementId": "SPDXRef-DOCUMENT",
+            "relatedSpdxElement": "SPDXRef-File-x",
+            "relationshipType": "CONTAINS",
+        }
+    )
+    small = sbom.packages_only(big)
+    assert "files" not in small
+    assert small["relationships"] == doc["relationships"]
+
+
+def test_signed_sbom_round_trip_and_refusals(doc: dict[str, Any], tmp_path: Path) -> None:
+    env = sbom.sign_sbom(doc, repository="127.0.0.1:5000/imagesmith-test/torch", digest=RECORDED, key=KEY)
+    statement = json.loads(
+        signing.verify_envelope(env, [KEY.public], payload_type=signing.INTOTO_PAYLOAD_TYPE).payload
+    )
+    assert statement["predicateType"] == "https://spdx.dev/Document"  # cosign's --type spdxjson
+    assert sbom.verify_sbom(env, [KEY.public], digest=RECORDED)["packages"] == doc["packages"]
+    with pytest.raises(SignatureError, match="not " + OTHER):
+        sbom.verify_sbom(env, [KEY.public], digest=OTHER)
+    with pytest.raises(SignatureError):
+        sbom.verify_sbom(env, [signing.generate_key().public], digest=RECORDED)
+    # what release finds in --scan-reports
+    (tmp_path / f"{sbom.stem(RECORDED)}.sbom.dsse.json").write_bytes(env)
+    found = sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public])
+    assert isinstance(found, sbom.SignedSbom)
+    assert found.packages == 6
+    assert sbom.find_signed_sbom([tmp_path], OTHER, [KEY.public]) is None
+    tampered = json.loads(env)
+    tampered["payload"] = tampered["payload"][:-8] + "AAAAAAA="
+    (tmp_path / f"{sbom.stem(RECORDED)}.sbom.dsse.json").write_text(json.dumps(tampered))
+    why = sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public])
+    assert isinstance(why, str)
+    assert f"{sbom.stem(RECORDED)}.sbom.dsse.json" in why
+
+
+def test_make_sbom_refuses_a_tag(monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagesmith.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="IMAGE@sha256"):
+        sbom.make_sbom("127.0.0.1:5000/x/y:latest")
+
+
+def test_make_sbom_refuses_a_document_of_another_digest(
+    doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sbom, "run_syft", lambda source, **kw: doc)
+    with pytest.raises(sbom.SbomError, match=f"describes {RECORDED}, not {OTHER}"):
+        sbom.make_sbom(f"h/r@{OTHER}")
+    got, digest = sbom.make_sbom(f"h/r@{RECORDED}", hashes=[("requests", "2.31.0", ["3" * 64])])
+    assert digest == RECORDED
+    assert sbom.summarize(got).hashed == 1
+
+
+def test_spdx_sbom_matched_against_osv(tmp_path: Path) -> None:
+    shutil.copy(DATA / "osv.json", tmp_path / "osv.json")
+    (tmp_path / "imagesmith.toml").write_text('[release.vulnerabilities]\nosv = "osv.json"\n')
+    policy = vulngate.load_policy(tmp_path / "imagesmith.toml")
+    scans = tmp_path / "scans"
+    scans.mkdir()
+    shutil.copy(DATA / "sbom.spdx.json", scans / f"{sbom.stem(RECORDED)}.spdx.json")
+    verdict, reasons = vulngate.gate([scans], RECORDED, policy, today=datetime.date(2026, 12, 1))
+    assert verdict is not None
+    assert [f.id for f in verdict.blocking] == ["DEBIAN-CVE-2024-45491"]
+    assert "libexpat1 2.5.0-1" in reasons[0]

@@ -1,0 +1,214 @@
+"""The soak and the scaling checks through the real suite (``imagesmith validate local://``) on the fake
+2×H200 host of test_validate_host_faults, with a fake target Python that replays what the probes printed on
+the lent 1×H200 (the soak's raw records) or a DDP step timing for a healthy and a cut interconnect. No GPU
+needed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith.validate.container import inner_argv
+from imagesmith.validate.context import SuiteOptions
+from imagesmith.validate.record import report_figures, soak_sentence_of
+from tests.repo import REPO
+from tests.unit.test_validate_host_faults import host  # noqa: F401 - the fake 2×H200 host
+
+CAPTURE = REPO / "tests" / "data" / "validate" / "h200x1" / "soak" / "cotenant-20pct-samples.jsonl"
+LENT_UUID = "GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685"
+FAKE_UUID = "GPU-9bcd1a27-c06f-dec0-9201-0123d30f4101"  # GPU 0 of the fake host
+
+FAKE_PY = r'''#!@PYTHON@
+"""fake target python: a free port, torchrun of the scaling probe, or the soak probe's records."""
+import json, os, sys
+D = "@DIR@"
+a = sys.argv[1:]
+if a[:1] == ["-c"]:
+    print(29500)
+    sys.exit(0)
+if a[:2] == ["-m", "torch.distributed.run"]:
+    n = int(next(x for x in a if x.startswith("--nproc_per_node=")).split("=")[1])
+    eff = float(open(os.path.join(D, "efficiency")).read()) if n > 1 else 1.0
+    for rank in range(n):
+        # the real one-GPU step on the lent H200: 20 steps of 16384 rows in 0.4436 s
+        elapsed = 0.44364 / eff
+        print("IMAGESMITH_PROBE " + json.dumps({"rank": rank, "world": n, "name": "NVIDIA H200",
+              "dtype": "bfloat16", "steps": 20, "rows": 16384, "params": 134250496,
+              "grad_bytes": 537001984, "elapsed_s": elapsed,
+              "samples_per_s": 16384 * 20 / elapsed, "step_ms": 1000 * elapsed / 20, "loss": 1.0}))
+    sys.exit(0)
+if a and os.path.basename(a[0]) == "soak.py":
+    for line in open(os.path.join(D, "soak.jsonl")):
+        print("IMAGESMITH_PROBE " + line.strip())
+    sys.exit(0)
+sys.exit(3)
+'''
+
+
+@pytest.fixture
+def python(host: Path) -> str:  # noqa: F811
+    script = host.parent / "bin" / "python-fake"
+    script.write_text(FAKE_PY.replace("@PYTHON@", sys.executable).replace("@DIR@", str(host)))
+    script.chmod(0o755)
+    (host / "soak.jsonl").write_text(CAPTURE.read_text().replace(LENT_UUID, FAKE_UUID))
+    return str(script)
+
+
+def run(run_cli: Callable[..., Any], tmp_path: Path, python: str, *args: str) -> tuple[Any, dict[str, Any]]:
+    report = tmp_path / "report"
+    r = run_cli("validate", "local://", "--python", python, "--report", str(report), *args)
+    data = json.loads((report / "report.json").read_text())
+    assert r.exit_code == (0 if data["verdict"] == "passed" else 7), r.stderr
+    for c in data["checks"]:
+        assert "failure of the check itself" not in c["fix"], c
+    return r, data
+
+
+def test_the_soak_check_judges_the_captured_cotenant_run(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """The lent H200's 4-minute soak with a 20 %-duty co-tenant from ~2:05, replayed: the check fails naming
+    GPU 0, minute 4 and 0.89×, writes soak.csv and the timeline, and the report keeps the sentence."""
+    r, data = run(run_cli, tmp_path, python, "-k", "test_soak", "--soak", "4m")
+    soak = next(c for c in data["checks"] if c["name"] == "test_soak")
+    assert soak["status"] == "failed"
+    assert (
+        "GPU 0 (NVIDIA H200): dense matmul throughput fell to 0.89× the first minute in minute 4"
+        in soak["message"]
+    )
+    assert "soak.csv and soak-gpu*.png show when" in soak["fix"]
+    sentence = soak["figures"]["sentence"]
+    assert sentence.startswith(
+        "Soak of 4.0 min on 1 GPU(s) (NVIDIA H200), 5 s windows; matmul 620–703 TFLOP/s"
+    )
+    assert f"soak: {sentence}" in r.stdout
+    assert soak_sentence_of(data["checks"]) == sentence
+    report = tmp_path / "report"
+    assert (report / "soak.csv").read_text().splitlines()[0].startswith("gpu,name,window,t_start_s")
+    assert "soak.csv" in data["logs"]
+    assert "soak-samples.jsonl" in data["logs"]
+    md = (report / "report.md").read_text()
+    assert "## Soak" in md
+    assert sentence in md
+    assert "| GPU 0 (NVIDIA H200) | matmul_tflops | 700.5 TFLOP/s | 1.000 | 1.001 | 0.895 | 0.892 |" in md
+    figures = report_figures(data["checks"])
+    assert figures["soak_minutes"] == 4.0
+    assert figures["soak_worst_minute_ratio"] == pytest.approx(0.8821, abs=1e-4)
+
+
+def test_the_soak_runs_only_when_asked_for(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    _, without = run(run_cli, tmp_path, python, "-k", "test_gpu_inventory")
+    assert "test_soak" not in without["verdict_reason"]  # not a check of a run without --soak
+    _, with_soak = run(run_cli, tmp_path, python, "-k", "test_gpu_inventory", "--soak", "2m")
+    assert "test_soak" in with_soak["verdict_reason"]  # left out by -k: named as such
+
+
+@pytest.mark.parametrize(("efficiency", "status"), [(0.96, "passed"), (0.80, "passed"), (0.55, "failed")])
+def test_scaling_efficiency_against_the_nvlink_expectation(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+    efficiency: float,
+    status: str,
+) -> None:
+    """2×H200 over NV18: expected 0.93 (perf.toml [[scaling]] nvlink); a cut interconnect (0.55) fails,
+    0.80 (0.86× the expected) warns."""
+    (host / "efficiency").write_text(str(efficiency))
+    _, data = run(run_cli, tmp_path, python, "-k", "test_scaling_efficiency")
+    c = next(c for c in data["checks"] if c["name"] == "test_scaling_efficiency")
+    assert c["status"] == status, c["message"]
+    assert c["figures"]["efficiency"] == pytest.approx(efficiency, abs=1e-3)
+    assert c["figures"]["link"] == "NV18"
+    assert c["figures"]["judgement"]["expected"] == 0.93
+    assert report_figures(data["checks"])["scaling_efficiency"] == pytest.approx(efficiency, abs=1e-3)
+    if status == "failed":
+        assert c["message"].startswith(
+            "2× NVIDIA H200 over NV18: DDP scaling efficiency 0.55 × = 0.59 × the expected 0.93 ×"
+        )
+        assert "2 GPUs train" in c["message"]
+        assert "interconnect is slower than the topology says" in c["fix"]
+    elif efficiency < 0.9 * 0.93:
+        assert any("DDP scaling efficiency 0.8" in w for w in c["warnings"])
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## DDP scaling efficiency" in md
+
+
+def test_soak_flags(run_cli: Callable[..., Any], tmp_path: Path) -> None:
+    for args, words in (
+        (["--soak", "1m"], "shorter than 2 minutes"),
+        (["--soak", "ten minutes"], "not a duration"),
+        (["--soak", "2d"], "not a duration"),
+        (["--soak", "25h"], "longer than a day"),
+        (["--soak", "10m", "--soak-fail-ratio", "0.97"], "--soak-fail-ratio 0.97 is above --soak-warn-ratio"),
+        (["--foreign-memory-max", "lots"], "not a percentage of the board or a size"),
+        (["--foreign-memory-max", "150%"], "a percentage from 0 to 100"),
+    ):
+        r = run_cli("validate", "local://", *args, "--report", str(tmp_path / "r"))
+        assert r.exit_code == 2, (args, r.stderr)
+        assert words in r.stderr, (args, r.stderr)
+        assert "fix:" in r.stderr
+
+
+def test_the_image_run_passes_the_soak_flags_on() -> None:
+    """imagesmith validate IMAGE --soak 10m runs imagesmith-validate --soak 600 inside the image."""
+    argv = inner_argv(SuiteOptions(soak_s=600, foreign_memory_max="2g", soak_fail_ratio=0.9), select=None)
+    assert argv[argv.index("--soak") + 1] == "600"
+    assert argv[argv.index("--foreign-memory-max") + 1] == "2g"
+    assert argv[argv.index("--soak-fail-ratio") + 1] == "0.9"
+    assert "--soak" not in inner_argv(SuiteOptions(), select=None)  # an older image knows no such flag
+
+
+def test_the_index_records_soak_and_scaling_figures_and_pick_shows_them() -> None:
+    """release copies report_figures into validated_on[].figures; the index keeps the new names and pick's
+    text shows them beside the host they were measured on."""
+    from imagesmith.commands.output import endurance
+    from imagesmith.index import dump_index, parse_index
+    from tests.unit.test_index import image, index_doc
+
+    figures = {
+        "matmul_tflops": 685.7,
+        "soak_minutes": 9.0,
+        "soak_matmul_tflops": 698.3,
+        "soak_worst_minute_ratio": 0.9921,
+        "scaling_efficiency": 0.951,
+    }
+    doc = index_doc(image())
+    doc["images"][0]["validated_on"][0]["figures"] = figures
+    parsed = parse_index(json.dumps(doc), source="index.json")
+    assert dict(parsed.images[0].validated_on[0].figures) == figures
+    assert parse_index(dump_index(parsed), source="again") == parsed
+    assert endurance(parsed.images[0].validated_on[0].figures) == (
+        " [soak 9 min at 698 TFLOP/s, worst minute 0.99× the first; DDP scaling 0.95]"
+    )
+    assert endurance({"matmul_tflops": 685.7}) == ""
+    doc["images"][0]["validated_on"][0]["figures"] = {"soak_minutes": -1.0}
+    with pytest.raises(Exception, match="not a measured figure"):
+        parse_index(json.dumps(doc), source="index.json")
+
+
+def test_release_reads_the_soak_figures_of_the_committed_report() -> None:
+    """What release copies into the index from the lent H200's 9-minute soak report."""
+    from imagesmith.validate.record import ValidationReport
+
+    path = REPO / "docs" / "evidence" / "h200x1-soak" / "healthy-soak-9m" / "report.json"
+    figures = ValidationReport.parse(path.read_bytes(), source=str(path)).figures
+    assert figures == {
+        "soak_minutes": 9.0,
+        "soak_matmul_tflops": 697.767,
+        "soak_copy_gbps": 4252.932,
+        "soak_worst_minute_ratio": 0.995,
+    }

@@ -1,0 +1,265 @@
+"""The vulnerability gate (imagesmith.vulngate): recorded grype/trivy/OSV files under tests/data/vuln/."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from imagesmith import vulngate
+from imagesmith.errors import ConfigError
+from imagesmith.index import VulnRecord, dump_index, parse_index
+from imagesmith.project import ProjectError
+
+DATA = Path(__file__).parent.parent / "data" / "vuln"
+RECORDED = "sha256:" + "ab" * 32  # the digest the recorded reports name
+OTHER = "sha256:" + "cd" * 32
+TODAY = datetime.date(2026, 12, 1)
+
+
+def _scans(tmp_path: Path, digest: str = RECORDED, kinds: tuple[str, ...] = ("grype",)) -> Path:
+    d = tmp_path / "scans"
+    d.mkdir(exist_ok=True)
+    for kind in kinds:
+        src = {"cdx": "sbom.cdx.json"}.get(kind, f"{kind}.json")
+        text = (DATA / src).read_text().replace(RECORDED, digest)
+        (d / f"{vulngate.digest_stem(digest)}.{kind}.json").write_text(text)
+    return d
+
+
+def _policy(tmp_path: Path, body: str) -> vulngate.Policy:
+    f = tmp_path / "imagesmith.toml"
+    f.write_text("[release.vulnerabilities]\n" + body)
+    policy = vulngate.load_policy(f)
+    assert policy is not None
+    return policy
+
+
+def test_grype_report_findings_named_with_package_version_id_severity_fix() -> None:
+    findings = vulngate.parse_grype(
+        json.loads((DATA / "grype.json").read_text()), source="g", digest=RECORDED
+    )
+    assert findings[0] == vulngate.Finding(
+        package="libexpat1",
+        version="2.5.0-1",
+        id="CVE-2024-45491",
+        severity="critical",
+        fixed="2.5.0-1+deb12u1",
+        ecosystem="deb",
+    )
+    assert findings[1].severity == "medium"
+    assert findings[1].package == "requests"
+
+
+def test_trivy_report_findings() -> None:
+    findings = vulngate.parse_trivy(
+        json.loads((DATA / "trivy.json").read_text()), source="t", digest=RECORDED
+    )
+    assert [(f.package, f.id, f.severity, f.fixed) for f in findings] == [
+        ("libexpat1", "CVE-2024-45491", "critical", "2.5.0-1+deb12u1"),
+        ("apt", "CVE-2011-3374", "low", ""),
+        ("requests", "CVE-2024-35195", "medium", "2.32.0"),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["grype", "trivy"])
+def test_critical_refuses_with_package_version_id_severity_fixed(tmp_path: Path, kind: str) -> None:
+    verdict, reasons = vulngate.gate(
+        [_scans(tmp_path, kinds=(kind,))], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY
+    )
+    assert verdict is not None
+    assert not verdict.passed
+    assert len(reasons) == 1
+    assert "libexpat1 2.5.0-1: CVE-2024-45491 (critical, fixed in 2.5.0-1+deb12u1)" in reasons[0]
+
+
+def test_fail_on_medium_blocks_more(tmp_path: Path) -> None:
+    _, reasons = vulngate.gate(
+        [_scans(tmp_path, kinds=("trivy",))], RECORDED, vulngate.Policy(fail_on="medium"), today=TODAY
+    )
+    assert len(reasons) == 2
+    assert "requests 2.31.0" in reasons[1]
+
+
+def test_allowlist_future_expiry_lets_through_and_records_it(tmp_path: Path) -> None:
+    policy = _policy(
+        tmp_path,
+        '[[release.vulnerabilities.allowlist]]\nid = "CVE-2024-45491"\nreason = "no XML parsing"\n'
+        'expires = "2027-01-31"\n',
+    )
+    verdict, reasons = vulngate.gate([_scans(tmp_path)], RECORDED, policy, today=TODAY)
+    assert reasons == []
+    assert verdict is not None
+    assert verdict.allowlisted_ids() == ("CVE-2024-45491",)
+
+
+def test_expired_allowlist_entry_counts_as_none_and_says_so(tmp_path: Path) -> None:
+    policy = _policy(
+        tmp_path,
+        'allowlist = [{ id = "CVE-2024-45491", reason = "no XML parsing", expires = 2026-11-30 }]\n',
+    )
+    _, reasons = vulngate.gate([_scans(tmp_path)], RECORDED, policy, today=TODAY)
+    assert len(reasons) == 1
+    assert "expired on 2026-11-30" in reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("entry", "field"),
+    [
+        ('{ id = "CVE-1", expires = "2027-01-01" }', "allowlist[0].reason"),
+        ('{ id = "CVE-1", reason = "x" }', "allowlist[0].expires"),
+        ('{ id = "CVE-1", reason = "x", expires = "soon" }', "allowlist[0].expires"),
+        ('{ id = "CVE-1", reason = "", expires = "2027-01-01" }', "allowlist[0].reason"),
+    ],
+)
+def test_allowlist_entry_without_reason_or_expiry_is_a_config_error(
+    tmp_path: Path, entry: str, field: str
+) -> None:
+    with pytest.raises(ProjectError) as err:
+        _policy(tmp_path, f"allowlist = [{entry}]\n")
+    assert str(tmp_path / "imagesmith.toml") in err.value.message
+    assert f"release.vulnerabilities.{field}" in err.value.message
+    assert err.value.hint
+
+
+def test_report_of_another_digest_is_refused(tmp_path: Path) -> None:
+    scans = _scans(tmp_path)
+    other = scans / f"{vulngate.digest_stem(OTHER)}.grype.json"
+    (scans / f"{vulngate.digest_stem(RECORDED)}.grype.json").rename(other)  # named OTHER, about RECORDED
+    with pytest.raises(ConfigError) as err:
+        vulngate.gate([scans], OTHER, vulngate.Policy(fail_on="critical"), today=TODAY)
+    assert str(other) in err.value.message
+    assert "not of the candidate digest" in err.value.message
+
+
+def test_no_report_for_the_digest_refuses_when_a_policy_is_set(tmp_path: Path) -> None:
+    _, reasons = vulngate.gate([_scans(tmp_path)], OTHER, vulngate.Policy(fail_on="high"), today=TODAY)
+    assert reasons
+    assert "no vulnerability scan of " + OTHER in reasons[0]
+
+
+def test_gate_off_without_policy_or_reports() -> None:
+    assert vulngate.gate([], RECORDED, None, today=TODAY) == (None, [])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[1, 2]",
+        b'{"matches": "x", "source": {"target": {"manifestDigest": "' + RECORDED.encode() + b'"}}}',
+        b'{"matches": [{"vulnerability": {"id": 7}, "artifact": {"name": "a", "version": "1"}}], '
+        b'"source": {"target": {"manifestDigest": "' + RECORDED.encode() + b'"}}}',
+        b'{"matches": [], "source": {"target": {"manifestDigest": null}}}',
+        b"[" * 100000 + b"]" * 100000,
+    ],
+)
+def test_hostile_report_is_one_error_naming_the_file(tmp_path: Path, body: bytes) -> None:
+    d = tmp_path / "scans"
+    d.mkdir()
+    f = d / f"{vulngate.digest_stem(RECORDED)}.grype.json"
+    f.write_bytes(body)
+    with pytest.raises(ConfigError) as err:
+        vulngate.gate([d], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY)
+    assert str(f) in err.value.message
+    assert err.value.hint
+
+
+def test_oversized_report_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vulngate, "MAX_REPORT_BYTES", 1000)
+    scans = _scans(tmp_path)
+    with pytest.raises(ConfigError, match="more than"):
+        vulngate.gate([scans], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY)
+
+
+def test_sbom_matched_against_osv_data(tmp_path: Path) -> None:
+    shutil.copy(DATA / "osv.json", tmp_path / "osv.json")
+    policy = _policy(tmp_path, 'fail_on = "medium"\nosv = "osv.json"\n')
+    verdict, reasons = vulngate.gate([_scans(tmp_path, kinds=("cdx",))], RECORDED, policy, today=TODAY)
+    assert verdict is not None
+    assert verdict.scan.scanner == "osv"
+    ids = sorted(f.id for f in verdict.blocking)
+    # PYSEC-2099-1 covers requests 2.0 to 2.10.0 only: 2.31.0 is outside (PEP 440 ordering, not strings)
+    assert ids == ["DEBIAN-CVE-2024-45491", "GHSA-9wx4-h78v-vm56"]
+    assert any(
+        "libexpat1 2.5.0-1: DEBIAN-CVE-2024-45491 (critical, fixed in 2.5.0-1+deb12u1)" in r for r in reasons
+    )
+
+
+def test_sbom_of_another_digest_is_refused(tmp_path: Path) -> None:
+    shutil.copy(DATA / "osv.json", tmp_path / "osv.json")
+    policy = _policy(tmp_path, 'osv = "osv.json"\n')
+    scans = _scans(tmp_path, kinds=("cdx",))
+    (scans / f"{vulngate.digest_stem(RECORDED)}.cdx.json").rename(
+        scans / f"{vulngate.digest_stem(OTHER)}.cdx.json"
+    )
+    with pytest.raises(ConfigError, match="not of the candidate digest"):
+        vulngate.gate([scans], OTHER, policy, today=TODAY)
+
+
+DPKG_PAIRS = [
+    ("2.5.0-1", "2.5.0-1+deb12u1", -1),
+    ("1.0~rc1", "1.0", -1),
+    ("1:1.0", "2.0", 1),
+    ("1.0-1", "1.0-1", 0),
+    ("1.10", "1.9", 1),
+    ("1.0a", "1.0+", -1),
+    ("2.36-9+deb12u7", "2.36-9+deb12u10", -1),
+    ("1.0", "1.0-0", 0),
+    ("3.0.11-1~deb12u2", "3.0.11-1", -1),
+    ("0:1.2", "1.2", 0),
+]
+
+
+@pytest.mark.parametrize(("a", "b", "want"), DPKG_PAIRS)
+def test_dpkg_ordering(a: str, b: str, want: int) -> None:
+    assert vulngate.dpkg_compare(a, b) == want
+    assert vulngate.dpkg_compare(b, a) == -want
+
+
+@pytest.mark.skipif(shutil.which("dpkg") is None, reason="dpkg is not installed")
+@pytest.mark.parametrize(("a", "b", "want"), DPKG_PAIRS)
+def test_dpkg_ordering_agrees_with_dpkg(a: str, b: str, want: int) -> None:
+    op = {-1: "lt", 0: "eq", 1: "gt"}[want]
+    assert subprocess.run(["dpkg", "--compare-versions", a, op, b], check=False).returncode == 0
+
+
+def test_index_entry_records_the_verdict_round_trip() -> None:
+    base = json.loads((Path(__file__).parent.parent.parent / "docs/examples/release-index.json").read_text())
+    base["images"][0]["vulnerabilities"] = {
+        "scanner": "grype",
+        "report": "sha256-ab.grype.json",
+        "report_digest": "sha256:" + "0" * 64,
+        "fail_on": "critical",
+        "allowlisted": ["CVE-2024-45491"],
+    }
+    index = parse_index(json.dumps(base), source="x")
+    tagged = {i.tag: i for i in index.images}[base["images"][0]["tag"]]
+    assert tagged.vulnerabilities == VulnRecord(
+        scanner="grype",
+        report="sha256-ab.grype.json",
+        report_digest="sha256:" + "0" * 64,
+        fail_on="critical",
+        allowlisted=("CVE-2024-45491",),
+    )
+    assert parse_index(dump_index(index), source="y") == index
+    base["images"][0]["vulnerabilities"]["fail_on"] = "sometimes"
+    with pytest.raises(ConfigError, match=r"vulnerabilities\.fail_on"):
+        parse_index(json.dumps(base), source="x")
+
+
+def test_scan_reports_are_searched_recursively(tmp_path: Path) -> None:
+    """The nightly's artifacts land as reports/report-CELL-GPU/scans/…: --scan-reports reports finds them."""
+    nested = tmp_path / "reports" / "report-c-h100" / "scans"
+    nested.parent.mkdir(parents=True)
+    _scans(tmp_path).rename(nested)
+    verdict, reasons = vulngate.gate(
+        [tmp_path / "reports"], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY
+    )
+    assert verdict is not None
+    assert verdict.scan.source.startswith(str(nested))
+    assert len(reasons) == 1
