@@ -46,8 +46,11 @@ class UserConfig:
     registry_mirrors: tuple[tuple[str, str], ...] = ()
     extra_ca: Path | None = None
     source_mirrors: tuple[str, ...] = ()
-    #: ``[pick] verify_key`` / $IMAGESMITH_INDEX_KEY: the public key the release index must be signed with
-    index_key: Path | None = None
+    #: ``[release] index_key`` (a path or the PEM text; the older ``[pick] verify_key``: a path) /
+    #: $IMAGESMITH_INDEX_KEY: the public key the release index must be signed with
+    index_key: Path | str | None = None
+    #: what named :attr:`index_key`, for messages: ``$IMAGESMITH_INDEX_KEY`` or ``<file>: release.index_key``
+    index_key_origin: str = ""
     source: str = "defaults"
 
     def mirror_for(self, registry: str) -> str | None:
@@ -160,7 +163,8 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     mirrors: dict[str, str] = {}
     extra_ca: Path | None = None
     source_mirrors: list[str] = []
-    index_key: Path | None = None
+    index_key: Path | str | None = None
+    index_key_origin = ""
     source = "defaults"
     if path.exists() and not path.is_file():
         raise ConfigError(
@@ -191,8 +195,16 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         source_mirrors = [check_mirror_template(t, f"{path}: sources.mirrors") for t in raw]
         if data.get("pick", {}).get("verify_key"):
             index_key = Path(data["pick"]["verify_key"]).expanduser()
+            index_key_origin = f"{path}: pick.verify_key"
+        if data.get("release", {}).get("index_key"):
+            raw_key: str = data["release"]["index_key"]
+            index_key = raw_key if raw_key.lstrip().startswith("-----BEGIN") else Path(raw_key).expanduser()
+            if isinstance(index_key, Path) and not index_key.is_absolute():
+                index_key = path.parent / index_key  # relative to the config file, as a project's are
+            index_key_origin = f"{path}: release.index_key"
     if value := settings.get("IMAGESMITH_INDEX_KEY", env=env):
         index_key = Path(value).expanduser()
+        index_key_origin = "$IMAGESMITH_INDEX_KEY"
     if value := settings.get("IMAGESMITH_REGISTRY_MIRRORS", env=env):
         items = [i for i in value.split(",") if i.strip()]
         mirrors.update(parse_mirror_items(items, "IMAGESMITH_REGISTRY_MIRRORS"))
@@ -206,6 +218,7 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         extra_ca=extra_ca,
         source_mirrors=tuple(source_mirrors),
         index_key=index_key,
+        index_key_origin=index_key_origin,
         source=source,
     )
 

@@ -132,6 +132,12 @@ class ConfigError(ImagesmithError):
     exit_code = 2
 
 
+class IndexTrustError(ConfigError):
+    """A release index is not trusted (pick, index): no key to check it with, a missing or bad signature, a
+    key other than the one pinned for its source, a replayed older index, an expired one. Exit 2, as any
+    unusable index."""
+
+
 class MatrixError(ConfigError):
     """A matrix file is malformed: syntax, unknown key, wrong type, unknown GPU or version."""
 

@@ -9,6 +9,7 @@ source, the field path (``images[2].min_driver.full``) and the fix.
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
@@ -147,6 +148,11 @@ class ReleaseIndex:
     #: the registry hosts (``host[:port]``) the publisher releases to: pick takes a copy only from one of
     #: these; empty in an index written before the field existed (pick then warns)
     registries: tuple[str, ...] = ()
+    #: issue 25, inside the signed bytes: a number every new index of the publisher raises (pick refuses one
+    #: lower than the newest it has seen for the source: a replay), and the time after which the index is no
+    #: longer valid (pick refuses it: a frozen mirror). 0 / "" in an index written before they existed
+    serial: int = 0
+    expires: str = ""
 
     def by_tag(self, tag: str) -> ReleasedImage | None:
         return next((image for image in self.images if image.tag == tag), None)
@@ -317,11 +323,18 @@ def _sbom(v: Mapping[str, Any] | None) -> SbomRecord | None:
 def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     """Parse and validate index JSON. *source* (file, URL or registry reference) is named in every error.
     The shape is :data:`imagesmith.schema.RELEASE_INDEX` (docs/schemas/release-index.schema.json)."""
+    from imagesmith import strictjson
+
     r = _Reader(source)
     if len(text) > MAX_INDEX_BYTES:
         raise _too_big(source, len(text))
     try:
-        raw = json.loads(text)
+        raw = strictjson.loads(text)
+    except strictjson.StrictJSONError as exc:
+        raise ConfigError(
+            f"release index {source}: {exc}",
+            hint="regenerate it with imagesmith release, or point --index at the published index",
+        ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(
             f"release index {source}: not valid JSON ({exc})",
@@ -341,7 +354,16 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     hosts = tuple(raw.get("registries") or ())
     if len(set(hosts)) != len(hosts):
         raise r.fail("registries", f"hosts repeat: {list(hosts)}", hint="list each registry host once")
-    return ReleaseIndex(generated=raw["generated"], images=images, registries=hosts)
+    serial = raw.get("serial", 0)
+    if serial > MAX_SERIAL:
+        raise r.fail("serial", f"{serial} is past {MAX_SERIAL}", hint="regenerate it with imagesmith release")
+    return ReleaseIndex(
+        generated=raw["generated"],
+        images=images,
+        registries=hosts,
+        serial=serial,
+        expires=raw.get("expires", ""),
+    )
 
 
 def _image_json(image: ReleasedImage) -> dict[str, Any]:
@@ -411,6 +433,10 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
 def dump_index(index: ReleaseIndex) -> str:
     """Canonical JSON text (sorted images, two-space indent, trailing newline): same index → same bytes."""
     doc: dict[str, Any] = {"schema": index.schema, "generated": index.generated}
+    if index.serial:
+        doc["serial"] = index.serial
+    if index.expires:
+        doc["expires"] = index.expires
     if index.registries:
         doc["registries"] = sorted(index.registries)
     doc |= {
@@ -419,12 +445,48 @@ def dump_index(index: ReleaseIndex) -> str:
     return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
 
 
+#: the highest serial an index may carry (the largest integer every JSON reader holds exactly, 2**53 - 1)
+MAX_SERIAL: Final[int] = (1 << 53) - 1
+
 #: the most GPUs a validated_on entry may name for one host (NVIDIA's largest nodes have 72)
 MAX_GPUS: Final[int] = 1024
 
 #: the largest release index read (a file, a download, an artifact layer): thousands of images take a few
 #: MiB; anything past this is not an index, and is not read into memory
 MAX_INDEX_BYTES: Final[int] = 32 << 20
+
+
+def renewal_due(index: ReleaseIndex, valid_for: datetime.timedelta, now: datetime.datetime) -> bool:
+    """Whether release must issue *index* again although nothing in it changed: it has no serial or expiry
+    (written before issue 25), or less than half of *valid_for* is left (the nightly's run renews it long
+    before pick would refuse it)."""
+    if not index.serial or not index.expires:
+        return True
+    try:
+        expires = datetime.datetime.strptime(index.expires, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return True
+    return expires.replace(tzinfo=datetime.timezone.utc) - now < valid_for / 2
+
+
+def issued(
+    index: ReleaseIndex, *, previous: int, valid_for: datetime.timedelta, now: datetime.datetime
+) -> ReleaseIndex:
+    """*index* as release writes it now: generated *now*, valid for *valid_for*, and a serial above
+    *previous* — the seconds since 1970 of *now*, or *previous* + 1 when that is higher, so that a release run
+    from a checkout with an older index file still writes a serial above every index published before it."""
+    stamp = "%Y-%m-%dT%H:%M:%SZ"
+    clock = int(now.timestamp())
+    # serials are times: one more than a day ahead of the clock was not written by a release run (an index
+    # planted where --extend-from reads it, unsigned or not): raising past it would run the serials up to
+    # MAX_SERIAL, where no later index could be newer
+    base = previous if previous <= clock + 86400 else 0
+    return replace(
+        index,
+        generated=now.strftime(stamp),
+        serial=min(max(base + 1, clock), MAX_SERIAL),
+        expires=(now + valid_for).strftime(stamp),
+    )
 
 
 def _too_big(source: str, size: int) -> ConfigError:
@@ -476,11 +538,25 @@ def read_index_artifact(client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG) -
 INDEX_SIGNATURE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
 
 
+#: the media type of the layer that publishes the release key's public half beside the index (PEM): what
+#: pick pins on first use when the user names no key (issue 25)
+INDEX_KEY_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.release-index.key.v1+pem"
+
+
 def read_signed_index_artifact(
     client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG
 ) -> tuple[bytes, bytes | None]:
     """(index JSON, its DSSE envelope or None): the layers of the artifact *repo:tag*, each checked against
     its digest."""
+    body, envelope, _ = read_published_index(client, repo, tag)
+    return body, envelope
+
+
+def read_published_index(
+    client: Any, repo: str, tag: str = INDEX_ARTIFACT_TAG, *, with_key: bool = False
+) -> tuple[bytes, bytes | None, bytes | None]:
+    """(index JSON, its DSSE envelope or None, the published public key or None — read only *with_key*): the
+    layers of the artifact *repo:tag*, each checked against its digest."""
     manifest = client.get_manifest(repo, tag).json()
     where = f"registry {client.name}: {repo}:{tag}"
     raw_layers = manifest.get("layers")
@@ -496,7 +572,9 @@ def read_signed_index_artifact(
     sigs = [x for x in raw_layers if x.get("mediaType") == INDEX_SIGNATURE_MEDIA_TYPE]
     body = _blob(client, repo, layers[0], "index", where)
     envelope = _blob(client, repo, sigs[0], "index signature", where) if len(sigs) == 1 else None
-    return body, envelope
+    keys = [x for x in raw_layers if x.get("mediaType") == INDEX_KEY_MEDIA_TYPE] if with_key else []
+    key = _blob(client, repo, keys[0], "index key", where) if len(keys) == 1 else None
+    return body, envelope, key
 
 
 def _blob(client: Any, repo: str, layer: Mapping[str, Any], what: str, where: str) -> bytes:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from imagesmith.errors import (
     ConfigError,
     EngineError,
+    IndexTrustError,
     ManifestUnknownError,
     NoImageFitsError,
     NothingToDoError,
@@ -55,6 +56,7 @@ from imagesmith.tags import INDEX_ARTIFACT_TAG
 if TYPE_CHECKING:
     from imagesmith.credentials import CredentialChain
     from imagesmith.engine import ContainerEngine
+    from imagesmith.indextrust import Trust, Trusted, TrustStore
     from imagesmith.nvsmi import SmiGpu
     from imagesmith.signing import PublicKey
 
@@ -858,7 +860,8 @@ def fetch_index(
     ttl_s: int = DEFAULT_TTL_S,
     warn: Callable[[str], None] | None = None,
     insecure: bool = False,
-    verify_keys: Sequence[PublicKey] = (),
+    trust: Trust | None = None,
+    note: Callable[[str], None] | None = None,
 ) -> ReleaseIndex:
     """Load the release index from a file, an ``https://`` URL (``http://`` with *insecure*) or
     ``oci://host/repo[:tag]`` (the artifact ``imagesmith release`` publishes). Remote sources are cached for
@@ -868,37 +871,76 @@ def fetch_index(
     404/410, MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one. Plain HTTP
     (``http://``, ``oci+http://``) only with *insecure* (:func:`check_index_scheme`).
 
-    With *verify_keys* the index must carry a DSSE signature by one of them (``release --sign-key``: the
-    file ``INDEX.sig`` beside a file or URL, the signature layer of the artifact) over exactly these bytes;
-    a cached copy is checked again each time it is used.
+    Verified by default (*trust*; :mod:`imagesmith.indextrust`): a DSSE signature over exactly these bytes
+    (``INDEX.sig`` beside a file or URL, the signature layer of the artifact) by the user's key, else the key
+    pinned for the source, else (first use) the key published beside it (``INDEX.pub``, the key layer), which
+    is then pinned; a serial no lower than the newest seen for the source; an expiry in the future. A cached
+    copy is checked again each time it is used (bytes and signature the same key verified before, by their
+    sha256: the signature is not computed again). *note* gets one line naming the key trusted.
+    ``Trust(verify=False)`` (``--no-verify``) skips all of it.
     """
+    from imagesmith.indextrust import KEY_SUFFIX, MAX_KEY_BYTES, Trust, TrustStore
+
+    trust = trust if trust is not None else Trust()
+    say = note or (lambda _: None)
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
-        from imagesmith.index import load_index
+        from imagesmith.index import MAX_INDEX_BYTES, load_index
 
         path = Path(source).expanduser()
-        signed_bytes = _read_or_none(path) if verify_keys else None
-        if signed_bytes is not None:  # (an unreadable file: load_index says why)
-            sig = path.with_name(path.name + ".sig")
-            check_index_signature(
-                signed_bytes, _read_or_none(sig), verify_keys, source=source, where=str(sig)
-            )
-        return load_index(path)
+        try:
+            small = path.is_file() and path.stat().st_size <= MAX_INDEX_BYTES
+        except OSError:
+            small = False
+        signed = _read_or_none(path) if small and trust.verify else None
+        if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
+            return load_index(path)
+        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()))
+        sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
+        signature = _read_or_none(sig)
+        index, trusted = _verify_index(
+            signed,
+            signature,
+            lambda: _read_or_none(pub, MAX_KEY_BYTES),
+            source=source,
+            where=str(sig),
+            published_where=str(pub),
+            trust=trust,
+            store=store,
+        )
+        store.record(index, signed, trusted, signature)
+        say(trusted.line(source))
+        return index
     check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
     cached_sig = cached.with_suffix(".sig")
+    store = TrustStore(_trust_dir(), _trust_key(source))
 
     def from_cache(label: str) -> ReleaseIndex:
         body = cached.read_bytes()
-        if verify_keys:
-            check_index_signature(
-                body, _read_or_none(cached_sig), verify_keys, source=label, where=str(cached_sig)
-            )
-        return parse_index(body, source=label)
+        if not trust.verify:
+            return parse_index(body, source=label)
+        index, trusted = _verify_index(
+            body,
+            _read_or_none(cached_sig),
+            lambda: None,  # a cached copy is checked against the user's or the pinned key only
+            source=label,
+            where=str(cached_sig),
+            published_where="(not read for a cached copy)",
+            trust=trust,
+            store=store,
+        )
+        say(trusted.line(source))
+        return index
 
     if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
-        return from_cache(f"{source} (cached {cached})")
+        try:
+            return from_cache(f"{source} (cached {cached})")
+        except IndexTrustError:
+            pass  # a copy cached unverified, or expired since: read the source again
     gone: ConfigError | RegistryError | None = None
     envelope: bytes | None = None
+    published: bytes | None = None
+    want_key = trust.verify and trust.key is None
     try:
         if source.startswith(("http://", "https://")):
             status, body = _download_http(source)
@@ -906,15 +948,18 @@ def fetch_index(
                 gone = ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
             elif status != 200:
                 raise ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
-            elif verify_keys:
+            elif trust.verify:
                 sig_status, sig_body = _download_http(source + ".sig")
                 envelope = sig_body if sig_status == 200 else None
+                if want_key:
+                    key_status, key_body = _download_http(source + KEY_SUFFIX)
+                    published = key_body if key_status == 200 else None
         else:
-            body, envelope = _download_oci(source)
+            body, envelope, published = _download_oci(source, with_key=want_key)
     except ManifestUnknownError as exc:
         gone = exc
     except (RegistryError, ConfigError) as exc:
-        if not cached.is_file():
+        if isinstance(exc, IndexTrustError) or not cached.is_file():
             raise
         when = _cache_age(cached)
         if refresh:
@@ -941,9 +986,23 @@ def fetch_index(
             "is not there)",
             hint=f"check --index {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
         )
-    if verify_keys:
-        check_index_signature(body, envelope, verify_keys, source=source, where=f"{source} signature")
-    index = parse_index(body, source=source)
+    fresh: Trusted | None = None
+    if trust.verify:
+        where = f"{source}.sig" if source.startswith(("http://", "https://")) else f"{source} signature layer"
+        index, fresh = _verify_index(
+            body,
+            envelope,
+            lambda: published,
+            source=source,
+            where=where,
+            published_where=f"{source}{KEY_SUFFIX}"
+            if source.startswith(("http://", "https://"))
+            else f"{source} key layer",
+            trust=trust,
+            store=store,
+        )
+    else:
+        index = parse_index(body, source=source)
     cached.parent.mkdir(parents=True, exist_ok=True)
     for path, data in ((cached_sig, envelope), (cached, body)):
         if data is None:
@@ -952,7 +1011,49 @@ def fetch_index(
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_bytes(data)
         tmp.replace(path)
+    if fresh is not None:
+        store.record(index, body, fresh, envelope)
+        say(fresh.line(source))
     return index
+
+
+def _trust_dir() -> Path:
+    return cache_dir() / "index"
+
+
+def _trust_key(source: str) -> str:
+    """What the pinned key and the newest serial are kept under: one index, however its source is spelled
+    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact)."""
+    if source.startswith(("oci://", "oci+http://")):
+        host, repo, tag, _ = parse_oci_source(source)
+        return f"oci://{host.lower()}/{repo}:{tag}"
+    return source
+
+
+def _verify_index(
+    body: bytes,
+    envelope: bytes | None,
+    published: Callable[[], bytes | None],
+    *,
+    source: str,
+    where: str,
+    published_where: str,
+    trust: Trust,
+    store: TrustStore,
+) -> tuple[ReleaseIndex, Trusted]:
+    """Signature (by the key :func:`~imagesmith.indextrust.choose_key` names), then the index, then its
+    serial and expiry against what *store* saw: the checks of :mod:`imagesmith.indextrust`, in that order."""
+    from imagesmith import indextrust
+
+    trusted = indextrust.verified_before(body, envelope, trust, store)
+    if trusted is None:
+        offered = published() if trust.key is None else None
+        trusted = indextrust.choose_key(trust, store, offered, source=source, published_where=published_where)
+        assert trusted.key is not None
+        indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
+    index = parse_index(body, source=source)
+    indextrust.check_fresh(index, body, source=source, store=store, trust=trust)
+    return index, trusted
 
 
 def check_index_scheme(source: str, *, insecure: bool) -> None:
@@ -989,9 +1090,15 @@ def allowed_copies(
     return keep, skipped
 
 
-def _read_or_none(path: Path) -> bytes | None:
+def _read_or_none(path: Path, limit: int | None = None) -> bytes | None:
+    """The bytes of *path*, None when it cannot be read; at most *limit* bytes (default: an index's
+    :data:`~imagesmith.index.MAX_INDEX_BYTES`) plus one, so a device or a huge file beside the index
+    (``.sig``, ``.pub``) is never read into memory — what is cut off then fails its check."""
+    from imagesmith.index import MAX_INDEX_BYTES
+
     try:
-        return path.read_bytes()
+        with path.open("rb") as f:
+            return f.read((limit or MAX_INDEX_BYTES) + 1)
     except OSError:
         return None
 
@@ -1000,28 +1107,9 @@ def check_index_signature(
     body: bytes, envelope: bytes | None, keys: Sequence[PublicKey], *, source: str, where: str
 ) -> None:
     """Refuse the index unless *envelope* is a DSSE signature by one of *keys* over exactly *body*."""
-    from imagesmith import signing
-    from imagesmith.errors import SignatureError
+    from imagesmith.indextrust import check_signature
 
-    hint = (
-        "use the index the release publishes with its signature (release --sign-key), or check the key "
-        "(--verify-key / $IMAGESMITH_INDEX_KEY / [pick] verify_key in the user config)"
-    )
-    if envelope is None:
-        raise ConfigError(
-            f"--index {source}: the index is not signed (no {where}), but a key is set", hint=hint
-        )
-    try:
-        verified = signing.verify_envelope(envelope, keys, payload_type=signing.INDEX_PAYLOAD_TYPE)
-    except SignatureError as exc:
-        raise ConfigError(
-            f"--index {source}: bad index signature ({where}): {exc.message}", hint=hint
-        ) from None
-    if verified.payload != body:
-        raise ConfigError(
-            f"--index {source}: the signature ({where}) is valid but signs another index than the one served",
-            hint=hint,
-        )
+    check_signature(body, envelope, list(keys), source=source, where=where)
 
 
 def _stderr_warning(message: str) -> None:
@@ -1076,9 +1164,9 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
 
 
-def _download_oci(source: str) -> tuple[bytes, bytes | None]:
-    """(index JSON, its signature envelope or None) of the artifact."""
-    from imagesmith.index import read_signed_index_artifact
+def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes | None, bytes | None]:
+    """(index JSON, its signature envelope or None, the published key or None) of the artifact."""
+    from imagesmith.index import read_published_index
     from imagesmith.refs import Registry
     from imagesmith.registry import client_for
 
@@ -1089,7 +1177,7 @@ def _download_oci(source: str) -> tuple[bytes, bytes | None]:
     target = Registry(name=host, host=host, repository=repo, insecure=insecure)
     client = client_for(target, attempts=quick.attempts, backoff=quick.backoff, timeout=quick.read_timeout)
     try:
-        return read_signed_index_artifact(client, repo, tag)
+        return read_published_index(client, repo, tag, with_key=with_key)
     except ManifestUnknownError:
         raise
     except RegistryError as exc:

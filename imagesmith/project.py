@@ -33,6 +33,7 @@ reference locks, the validation suite) is read only through :mod:`importlib.reso
 
 from __future__ import annotations
 
+import datetime
 import difflib
 import os
 import re
@@ -51,6 +52,8 @@ else:  # pragma: no cover - python 3.10
     import tomli as tomllib
 
 PROJECT_FILE: Final[str] = "imagesmith.toml"
+#: how long a release index is valid by default (``[release] index_valid_for``; the nightly renews it)
+DEFAULT_INDEX_VALID_DAYS: Final[int] = 14
 #: the longest project name (it is the default registry namespace: image names hold 255 characters in all)
 PROJECT_NAME_MAX: Final[int] = 64
 PROJECT_ENV: Final[str] = "IMAGESMITH_PROJECT"
@@ -104,6 +107,11 @@ class Project:
     trusted_keys: tuple[Path, ...] = ()
     #: ``[bases] escrow``: the registry (a name of the registries file) every pinned base is copied into
     bases_escrow: str | None = None
+    #: ``[release] index_key``: the public key the release index must be signed with (pick, index): a path
+    #: inside the project, or the PEM text itself (a str starting with ``-----BEGIN``)
+    index_key: Path | str | None = None
+    #: ``[release] index_valid_for``: how long an index release writes stays valid (default 14 days)
+    index_valid_for: datetime.timedelta = datetime.timedelta(days=DEFAULT_INDEX_VALID_DAYS)
 
     # -- paths ---------------------------------------------------------------------------------------
     def rel(self, path: Path) -> str:
@@ -330,6 +338,16 @@ def load_project(file: Path) -> Project:
         _relative(file, f"release.trusted_keys[{i}]", v, root)
         for i, v in enumerate(data.get("release", {}).get("trusted_keys", []))
     )
+    release = data.get("release", {})
+    index_key: Path | str | None = None
+    if "index_key" in release:
+        raw_key = release["index_key"]
+        index_key = (
+            raw_key
+            if raw_key.lstrip().startswith("-----BEGIN")
+            else _relative(file, "release.index_key", raw_key, root)
+        )
+    valid_for = parse_valid_for(release.get("index_valid_for"))
     if default_matrix is not None and (
         resolved["matrices"] / f"{default_matrix}.toml" == resolved["registries"]
         or default_matrix == Path(REGISTRIES_FILE).stem
@@ -358,7 +376,17 @@ def load_project(file: Path) -> Project:
         release_index_file=resolved["release_index"],
         trusted_keys=trusted_keys,
         bases_escrow=data.get("bases", {}).get("escrow"),
+        index_key=index_key,
+        index_valid_for=valid_for,
     )
+
+
+def parse_valid_for(value: str | None) -> datetime.timedelta:
+    """``[release] index_valid_for`` (``14d``, ``36h``; the schema checked its shape) as a duration."""
+    if not value:
+        return datetime.timedelta(days=DEFAULT_INDEX_VALID_DAYS)
+    number, unit = int(value[:-1]), value[-1]
+    return datetime.timedelta(days=number) if unit == "d" else datetime.timedelta(hours=number)
 
 
 def find_project_file(start: Path) -> Path | None:

@@ -43,6 +43,7 @@ the command exits with ``ReleaseError`` (exit 8) at the end.
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import os
@@ -68,6 +69,7 @@ from imagesmith.attestation import (
 from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError, SignatureError
 from imagesmith.index import (
+    INDEX_KEY_MEDIA_TYPE,
     INDEX_MEDIA_TYPE,
     RegistryCopy,
     ReleasedImage,
@@ -77,11 +79,14 @@ from imagesmith.index import (
     ValidatedOn,
     VulnRecord,
     dump_index,
+    issued,
     load_index,
     parse_index,
     read_index_artifact,
+    renewal_due,
     save_index,
 )
+from imagesmith.project import DEFAULT_INDEX_VALID_DAYS
 from imagesmith.refs import Registry
 from imagesmith.registry import (
     INDEX_TYPES,
@@ -787,54 +792,68 @@ def _signed_same(signature: Path, body: bytes, key: SigningKey) -> bool:
     return verified.payload == body
 
 
-def index_manifest(body: bytes, envelope: bytes | None = None) -> ManifestData:
-    """The ``release-index`` artifact of the index JSON *body* (and its DSSE *envelope*, a second layer)."""
+def index_manifest(body: bytes, envelope: bytes | None = None, key: bytes | None = None) -> ManifestData:
+    """The ``release-index`` artifact of the index JSON *body* (and its DSSE *envelope*, a second layer, and
+    the signing key's public PEM *key*, a third: what pick pins on first use)."""
+    extra = [(DSSE_MEDIA_TYPE, envelope)] if envelope is not None else []
+    extra += [(INDEX_KEY_MEDIA_TYPE, key)] if key is not None else []
     return artifact_manifest(
         artifact_type=INDEX_ARTIFACT_TYPE,
         layer_media_type=INDEX_MEDIA_TYPE,
         layer=body,
         subject=None,
         annotations={"org.opencontainers.image.title": "imagesmith release index"},
-        extra_layers=[(DSSE_MEDIA_TYPE, envelope)] if envelope is not None else [],
+        extra_layers=extra,
     )
 
 
-def stage_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> ManifestData:
+def stage_index(
+    client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None, key: bytes | None = None
+) -> ManifestData:
     """Every blob of the index artifact, and its manifest by digest (which tags nothing), in *repo*."""
-    manifest = index_manifest(body, envelope)
+    manifest = index_manifest(body, envelope, key)
     if client.manifest_digest(repo, manifest.digest) != manifest.digest:
         _ensure_blob(client, repo, EMPTY_BLOB)
         _ensure_blob(client, repo, body)
-        if envelope is not None:
-            _ensure_blob(client, repo, envelope)
+        for extra in (envelope, key):
+            if extra is not None:
+                _ensure_blob(client, repo, extra)
         client.put_manifest(repo, manifest.digest, manifest)
     return manifest
 
 
-def publish_index(client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None) -> str:
+def publish_index(
+    client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None, key: bytes | None = None
+) -> str:
     """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
-    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once)."""
-    manifest = index_manifest(body, envelope)
+    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once), and
+    with *key* the signer's public key a third."""
+    manifest = index_manifest(body, envelope, key)
     if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
         return manifest.digest
-    stage_index(client, repo, body, envelope)
+    stage_index(client, repo, body, envelope, key)
     return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
 
 
 def publish_index_everywhere(
-    repos: Sequence[Registry], clients: Mapping[str, RegistryApi], body: bytes, envelope: bytes | None
+    repos: Sequence[Registry],
+    clients: Mapping[str, RegistryApi],
+    body: bytes,
+    envelope: bytes | None,
+    key: bytes | None = None,
 ) -> list[str]:
     """Publish the index to every repository of *repos* as one step, as far as pick can see: its blobs and
     manifest (by digest) go to every registry first; only then ``release-index`` is moved, registry by
     registry, each read back (:func:`imagesmith.registry.promote`); when one fails, the tags this run moved
-    are put back on the index they held. Returns the references published; :class:`IndexPublicationError`."""
-    manifest = index_manifest(body, envelope)
+    are put back on the index they held. Returns the references published; :class:`IndexPublicationError`.
+    *key*: the signer's public key, a layer of the artifact (issue 25)."""
+    manifest = index_manifest(body, envelope, key)
     targets = [PromotionTarget(name=t.name, repo=t.repo, client=clients[t.name], ref=t) for t in repos]
     before: dict[tuple[PromotionTarget, str], str | None] = {}
     for p in targets:
         try:
             before[p, INDEX_ARTIFACT_TAG] = p.client.manifest_digest(p.repo, INDEX_ARTIFACT_TAG)
-            stage_index(p.client, p.repo, body, envelope)
+            stage_index(p.client, p.repo, body, envelope, key)
         except ImagesmithError as exc:
             raise IndexPublicationError(
                 f"publishing the index to {p.name} failed: {_with_fix(exc)}; no registry's "
@@ -1744,6 +1763,7 @@ def release_cells(
     extend_from: str | None = None,
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
+    index_valid_for: datetime.timedelta | None = None,
     gate: Gate | None = None,
     sbom_for: SbomFinder | None = None,
     verified: VerifiedBlobs | None = None,
@@ -1862,8 +1882,12 @@ def release_cells(
         return outcome
     if dry_run:
         return outcome
-    if outcome.index_changed:
-        merged = replace(merged, generated=_now())
+    # issue 25: a changed index, or one past half its validity, gets a new serial and expiry (signed below)
+    valid_for = index_valid_for or datetime.timedelta(days=DEFAULT_INDEX_VALID_DAYS)
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    if outcome.index_changed or renewal_due(merged, valid_for, now):
+        outcome.index_changed = True
+        merged = issued(merged, previous=base.serial, valid_for=valid_for, now=now)
         try:  # what is written must read back: never leave a file the next release cannot load
             parse_index(dump_index(merged), source=str(index_file))
         except ConfigError as exc:
@@ -1881,6 +1905,7 @@ def release_cells(
     body = dump_index(load_index(index_file)).encode()
     signature = index_signature_path(index_file)
     envelope: bytes | None = None
+    public: bytes | None = None
     if sign_key is not None:
         from imagesmith import signing
 
@@ -1890,13 +1915,20 @@ def release_cells(
         else:
             envelope = signature.read_bytes().strip()
         outcome.index_signature = str(signature)
+        # the public half beside it (index.json.pub, the artifact's key layer): what pick pins on first use
+        public = sign_key.public.pem
+        published_key = index_file.with_name(index_file.name + ".pub")
+        if not published_key.is_file() or published_key.read_bytes() != public:
+            published_key.write_bytes(public)
     else:
         echo(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
-            "pick --verify-key will refuse it"
+            "pick and imagesmith index refuse it (unless --no-verify)"
         )
     try:
-        outcome.index_published += publish_index_everywhere(_index_repos(cells), clients, body, envelope)
+        outcome.index_published += publish_index_everywhere(
+            _index_repos(cells), clients, body, envelope, public
+        )
     except IndexPublicationError as exc:
         outcome.cells.append(
             CellResult(cell="(index)", tag=INDEX_ARTIFACT_TAG, status="failed", reasons=[exc.message])
@@ -1957,6 +1989,7 @@ def release_matrix(
         extend_from=extend_from,
         trusted=keys,
         sign_key=sign_key,
+        index_valid_for=proj.index_valid_for,
         gate=gate,
         sbom_for=sbom_finder(scan_dirs, keys) if scan_dirs else None,
     )

@@ -406,6 +406,18 @@ def _source_mirrors(description: str) -> Field:
     )
 
 
+def _index_key(path: str, example: str) -> Field:
+    return Field(
+        kind="string",
+        min=1,
+        message=f"release.index_key must be {path} or an inline PEM public key",
+        description="the public key the release index must be signed with (pick, index; the .pub of the "
+        f"release's --sign-key): {path}, or the PEM text itself; --verify-key and $IMAGESMITH_INDEX_KEY "
+        "override it",
+        example=example,
+    )
+
+
 PROJECT: Schema = Schema(
     title="imagesmith project (imagesmith.toml)",
     file_name="imagesmith.toml",
@@ -470,6 +482,17 @@ PROJECT: Schema = Schema(
                         "release accepts; a report without one is never enough",
                         message="release.trusted_keys must be a list of relative paths to .pub files",
                         example='["keys/validation.pub"]',
+                    ),
+                    "index_key": _index_key("a relative path to a .pub file", '"keys/release.pub"'),
+                    "index_valid_for": Field(
+                        kind="string",
+                        pattern=r"[1-9][0-9]{0,3}[dh]",
+                        message="release.index_valid_for must be a duration like 14d or 36h",
+                        hint='e.g. index_valid_for = "14d" (days, d, or hours, h; at most 9999)',
+                        description="how long an index release writes stays valid (its expires field; "
+                        "default 14d): pick and index refuse it afterwards; release renews it once less than "
+                        "half is left (the nightly's run)",
+                        example='"14d"',
                     ),
                     "vulnerabilities": Field(
                         kind="table",
@@ -546,6 +569,12 @@ CONFIG: Schema = Schema(
                 },
             ),
             "sources": _source_mirrors("source-archive mirror templates, before the project's"),
+            "release": Field(
+                kind="table",
+                fields={
+                    "index_key": _index_key("a path to a .pub file", '"~/.config/imagesmith/release.pub"')
+                },
+            ),
             "pick": Field(
                 kind="table",
                 fields={
@@ -1005,6 +1034,8 @@ RELEASE_INDEX_SCHEMA: Final[str] = "imagesmith.release-index/v1"
 _DIGEST = r"sha256:[0-9a-f]{64}"
 _DRIVER = r"\d{3}(\.\d{1,3}){1,2}"
 _DATE = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
+#: a full UTC timestamp (an index's expiry: compared to the clock, so no date alone, no zone but Z)
+_TIMESTAMP = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z"
 
 
 def _text_field(description: str = "", pattern: str | None = None, what: str = "", **more: Any) -> Field:
@@ -1037,6 +1068,20 @@ RELEASE_INDEX: Schema = Schema(
                 hint="this imagesmith reads only that schema; upgrade imagesmith or regenerate the index",
             ),
             "generated": _text_field("when the index was written", _DATE, "an ISO timestamp", required=True),
+            "serial": Field(
+                kind="integer",
+                min=1,
+                description="raised by every index the publisher writes (imagesmith release): pick and index "
+                "refuse one lower than the newest they have seen for the source (a replayed older index); "
+                "absent in indexes written before issue 25",
+                example="1764385920",
+            ),
+            "expires": _text_field(
+                "until when the index is valid ([release] index_valid_for after it was written, renewed by "
+                "release): pick and index refuse it afterwards; absent in indexes written before issue 25",
+                _TIMESTAMP,
+                "a UTC timestamp like 2026-12-13T03:12:00Z",
+            ),
             "registries": Field(
                 kind="array",
                 description="the registry hosts the publisher releases to (written by imagesmith release): "

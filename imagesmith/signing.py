@@ -25,6 +25,7 @@ import binascii
 import hashlib
 import json
 import os
+import re
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -91,6 +92,11 @@ class PublicKey:
     def describe(self) -> str:
         return f"{self.source} ({self.key_type}, id {self.key_id[:16]})"
 
+    @property
+    def fingerprint(self) -> str:
+        """``sha256:<hex>`` of the DER public key: what pick prints and pins (the full key id)."""
+        return f"sha256:{self.key_id}"
+
 
 @dataclass(frozen=True)
 class SigningKey:
@@ -140,6 +146,13 @@ def generate_key(key_type: KeyType = DEFAULT_KEY_TYPE, *, source: str = "<new ke
     if key_type == "ecdsa-p256":
         return _wrap_private(ec.generate_private_key(ec.SECP256R1()), source)
     raise ConfigError(f"unknown key type {key_type!r}", hint=f"use one of: {', '.join(KEY_TYPES)}")
+
+
+def ed25519_from_seed(seed: bytes, *, source: str) -> SigningKey:
+    """The Ed25519 key of a 32-byte *seed* (RFC 8032): the same seed, the same key and, Ed25519 being
+    deterministic, the same signatures. Only for the documentation's sample key
+    (scripts/sign_sample_index.py), whose seed is public: never for a key anything should trust."""
+    return _wrap_private(ed25519.Ed25519PrivateKey.from_private_bytes(seed), source)
 
 
 def write_keypair(private_path: Path, public_path: Path, key_type: KeyType = DEFAULT_KEY_TYPE) -> SigningKey:
@@ -275,15 +288,44 @@ class Verified:
 
 
 def _b64(value: Any, what: str) -> bytes:
+    """Standard base64 (RFC 4648 section 4, with its padding) and nothing else: no character outside the
+    alphabet (json would keep a newline or a junk byte the signature never covered), no URL-safe ``-_``, no
+    missing or extra padding. The text must be exactly what encoding the decoded bytes gives back, so the
+    stored envelope and the signed bytes cannot differ."""
     if not isinstance(value, str):
         raise SignatureError(f"the envelope's {what} is not a base64 string")
     try:
-        return base64.b64decode(value, validate=True)
+        decoded = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
-        try:  # DSSE allows URL-safe base64 too
-            return base64.urlsafe_b64decode(value.encode())
-        except (binascii.Error, ValueError):
-            raise SignatureError(f"the envelope's {what} is not valid base64") from None
+        decoded = None
+    if decoded is None or base64.b64encode(decoded).decode("ascii") != value:
+        bad = sorted({c for c in value if c not in _B64_ALPHABET})
+        why = (
+            f"characters outside standard base64 ({', '.join(repr(c) for c in bad[:5])})"
+            if bad
+            else "wrong or missing padding, or bits past the last byte"
+        )
+        raise SignatureError(f"the envelope's {what} is not standard base64: {why}")
+    return decoded
+
+
+_B64_ALPHABET: Final[frozenset[str]] = frozenset(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/="
+)
+#: the keys of a DSSE envelope and of one of its signatures (DSSE envelope.md)
+_ENVELOPE_KEYS: Final[tuple[str, ...]] = ("payloadType", "payload", "signatures")
+_SIGNATURE_KEYS: Final[tuple[str, ...]] = ("keyid", "sig")
+
+
+def _strict_json(data: bytes | str, what: str) -> Any:
+    from imagesmith import strictjson
+
+    try:
+        return strictjson.loads(data)
+    except strictjson.StrictJSONError as exc:
+        raise SignatureError(f"{what}: {exc}") from None
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        raise SignatureError(f"{what} is not JSON") from None
 
 
 def verify_envelope(envelope: bytes, trusted: Sequence[PublicKey], *, payload_type: str) -> Verified:
@@ -293,12 +335,18 @@ def verify_envelope(envelope: bytes, trusted: Sequence[PublicKey], *, payload_ty
     *payload_type* (it is signed too: PAE covers it)."""
     if not trusted:
         raise SignatureError("no trusted public key is configured, so no signature can be accepted")
-    try:
-        doc = json.loads(envelope)
-    except (ValueError, UnicodeDecodeError):
-        raise SignatureError("the envelope is not JSON") from None
+    from imagesmith import strictjson
+
+    doc = _strict_json(envelope, "the envelope")
     if not isinstance(doc, dict):
         raise SignatureError("the envelope is not a JSON object")
+    try:
+        strictjson.exact_keys(doc, _ENVELOPE_KEYS, "the envelope")
+        for entry in doc.get("signatures") or []:
+            if isinstance(entry, dict):
+                strictjson.exact_keys(entry, _SIGNATURE_KEYS, "a signature of the envelope")
+    except strictjson.StrictJSONError as exc:
+        raise SignatureError(str(exc)) from None
     ptype = doc.get("payloadType")
     if not isinstance(ptype, str):
         raise SignatureError("the envelope has no payloadType")
@@ -309,11 +357,8 @@ def verify_envelope(envelope: bytes, trusted: Sequence[PublicKey], *, payload_ty
     message = pae(ptype, payload)
     for entry in sigs:
         if not isinstance(entry, dict):
-            continue
-        try:
-            sig = _b64(entry.get("sig"), "signature")
-        except SignatureError:
-            continue
+            raise SignatureError("a signature of the envelope is not a JSON object")
+        sig = _b64(entry.get("sig"), "signature")
         for key in trusted:
             if key.verify(sig, message):
                 if ptype != payload_type:
@@ -359,27 +404,44 @@ def statement(subject_name: str, digest: str, predicate_type: str, predicate: Ma
 
 
 def parse_statement(payload: bytes) -> Statement:
-    try:
-        doc = json.loads(payload)
-    except (ValueError, UnicodeDecodeError):
-        raise SignatureError("the signed payload is not JSON") from None
+    """The in-toto statement of a verified payload, read strictly: no repeated or case-colliding key
+    (:mod:`imagesmith.strictjson`), and exactly one subject with a sha256 digest — a validation is about one
+    image, and a statement naming two would count for both."""
+    from imagesmith import strictjson
+
+    doc = _strict_json(payload, "the signed payload")
     if not isinstance(doc, dict) or doc.get("_type") not in STATEMENT_TYPES:
         raise SignatureError("the signed payload is not an in-toto statement")
-    subjects: list[tuple[str, str]] = []
     raw = doc.get("subject")
-    if isinstance(raw, list):
-        for s in raw:
-            if isinstance(s, dict) and isinstance(s.get("digest"), dict):
-                hexpart = s["digest"].get("sha256")
-                if isinstance(hexpart, str):
-                    subjects.append((str(s.get("name", "")), "sha256:" + hexpart))
-    if not subjects:
-        raise SignatureError("the statement names no sha256 subject")
+    try:
+        strictjson.exact_keys(doc, _STATEMENT_KEYS, "the statement")
+        for s in raw if isinstance(raw, list) else []:
+            if isinstance(s, dict):
+                strictjson.exact_keys(s, ("name", "digest"), "the statement's subject")
+    except strictjson.StrictJSONError as exc:
+        raise SignatureError(str(exc)) from None
+    if not isinstance(raw, list) or len(raw) != 1:
+        count = len(raw) if isinstance(raw, list) else 0
+        raise SignatureError(
+            f"the statement names {count} subjects; an attestation imagesmith accepts names exactly one"
+        )
+    subject = raw[0]
+    digest = subject.get("digest") if isinstance(subject, dict) else None
+    hexpart = digest.get("sha256") if isinstance(digest, dict) else None
+    if not isinstance(hexpart, str) or not _SHA256_HEX.fullmatch(hexpart):
+        raise SignatureError("the statement's subject has no sha256 digest (64 lowercase hex digits)")
+    name = subject.get("name", "")
+    subjects = ((name if isinstance(name, str) else str(name), "sha256:" + hexpart),)
     ptype = doc.get("predicateType")
     predicate = doc.get("predicate")
     if not isinstance(ptype, str) or not isinstance(predicate, dict):
         raise SignatureError("the statement has no predicateType or no object predicate")
-    return Statement(subjects=tuple(subjects), predicate_type=ptype, predicate=predicate)
+    return Statement(subjects=subjects, predicate_type=ptype, predicate=predicate)
+
+
+#: the keys of an in-toto statement (v0.1 and v1)
+_STATEMENT_KEYS: Final[tuple[str, ...]] = ("_type", "subject", "predicateType", "predicate")
+_SHA256_HEX: Final[re.Pattern[str]] = re.compile(r"[0-9a-f]{64}")
 
 
 def sign_statement(

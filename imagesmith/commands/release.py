@@ -46,8 +46,9 @@ CANDIDATES_EPILOG = epilog(
 INDEX_EPILOG = epilog(
     ["imagesmith index release/index.json", "imagesmith index oci://ghcr.io/me/torch:release-index --json"],
     [
-        "0 = the index is valid (and signed by --verify-key, when a key is set)",
-        "2 = no index given, or it is not a valid release index",
+        "0 = the index is valid, signed by the trusted key, not older than one seen before and not expired",
+        "2 = no index given, or it is not a valid release index, or not trusted (no key to check it with, a "
+        "missing or bad signature, a key other than the pinned one, a replayed older or an expired index)",
         "9 = its registry refused (auth, denied, unreachable)",
     ],
 )
@@ -57,36 +58,91 @@ def _warn(message: str) -> None:
     typer.echo(f"warning: {message}", err=True)
 
 
-def _index_keys(flag: Path | None) -> list[Any]:
-    """The key the release index must be signed with: --verify-key, else $IMAGESMITH_INDEX_KEY, else
-    ``[pick] verify_key`` of the user config; none → the index is not checked."""
+def _index_trust(flag: Path | None, no_verify: bool) -> Any:
+    """How pick and index trust the release index (:class:`imagesmith.indextrust.Trust`): the key of
+    --verify-key, else $IMAGESMITH_INDEX_KEY, else ``[release] index_key`` of the user config (or its older
+    ``[pick] verify_key``), else of the project's imagesmith.toml; none → the key pinned for the source, or
+    published beside it (first use). ``--no-verify``: nothing is checked (the caller warns)."""
+    from imagesmith.indextrust import IndexKey, Trust
+
+    if no_verify:
+        if flag is not None:
+            raise ConfigError(
+                "--verify-key and --no-verify contradict each other",
+                hint="drop --no-verify: the index is then checked with the key given",
+            )
+        return Trust(verify=False)
+    if flag is not None:
+        return Trust(key=IndexKey(_read_key(flag, "--verify-key"), f"--verify-key {flag}"))
     from imagesmith.config import load_config
 
     config = load_config()
-    path = flag or config.index_key
-    if path is None:
-        return []
-    from imagesmith import signing
-
-    if flag is not None:
-        origin = "--verify-key"
-    elif settings.get("IMAGESMITH_INDEX_KEY"):
-        origin = "$IMAGESMITH_INDEX_KEY"
+    named: tuple[Path | str, str] | None = None
+    if config.index_key is not None:
+        named = (config.index_key, config.index_key_origin or config.source)
     else:
-        origin = f"[pick] verify_key of {config.source}"
-    return [signing.load_public_key(path, origin)]
+        project = _project_quietly()
+        if project is not None and project.index_key is not None:
+            named = (project.index_key, f"{project.file}: release.index_key")
+    if named is None:
+        return Trust()
+    value, origin = named
+    if isinstance(value, Path):
+        return Trust(key=IndexKey(_read_key(value, origin), f"{origin} ({value})"))
+    return Trust(key=IndexKey(value.encode(), origin))
+
+
+def _read_key(path: Path, origin: str) -> bytes:
+    """The PEM text of the key file *path* named by *origin*; parsed only when a signature is checked (a
+    pick from a cached index verified before loads no crypto), so an unusable file is said here already."""
+    from imagesmith.indextrust import pem_fingerprint
+
+    try:
+        data = path.read_bytes()[: 1 << 20]
+    except OSError:
+        data = b""
+    if pem_fingerprint(data) is None:
+        from imagesmith import signing
+
+        signing.load_public_key(path, origin)  # says why: unreadable, not PEM, not a key imagesmith takes
+    return data
+
+
+def _project_quietly() -> Any:
+    """The project here, when there is one (``--project``, ``$IMAGESMITH_PROJECT``, or an imagesmith.toml
+    above the working directory); None where there is none — pick runs on rentals without one."""
+    from imagesmith.commands import project_option
+    from imagesmith.project import PROJECT_ENV, discover, find_project_file, load_project
+
+    if project_option() is not None or settings.get(PROJECT_ENV):
+        return discover(project_option())
+    found = find_project_file(Path.cwd())
+    return load_project(found) if found is not None else None
+
+
+def _no_verify_warning(source: str) -> None:
+    _warn(
+        f"--no-verify: the release index {source} is used without checking its signature, serial or expiry: "
+        "whoever can change it chooses the image this host runs"
+    )
+
+
+def _note(line: str) -> None:
+    typer.echo(line, err=True)
 
 
 PICK_EPILOG = epilog(
     [
-        "imagesmith pick --index docs/examples/release-index.json --driver 535.104.05 --gpu a100",
+        "imagesmith pick --index docs/examples/release-index.json --verify-key "
+        "docs/examples/release-index.json.pub --driver 535.104.05 --gpu a100",
         "nvidia-smi | imagesmith pick --nvidia-smi - --platform autodl --pull",
     ],
     [
         "0 = picked (warnings such as an end-of-life driver or a stale cached index do not change it)",
         "2 = bad input (flags, unknown GPU/platform/region, an --nvidia-smi FILE that cannot be read, an "
         "index file or https URL that cannot be read or is not a release index, a plain-HTTP index without "
-        "--insecure, an index whose signature is missing or bad while a verify key is set)",
+        "--insecure; an index that is not trusted: no key to check it with, a missing or bad signature, a "
+        "key other than the one pinned for the source, a replayed older or an expired index)",
         "3 = --torch/--cuda/--python match no image of the index",
         "5 = --pull: no Docker engine",
         "7 = the nvidia-smi output is unusable (not nvidia-smi output, nvidia-smi failed, -L output without "
@@ -178,10 +234,20 @@ def pick(
         Path | None,
         typer.Option(
             "--verify-key",
-            help="public key the release index must be signed with (release --sign-key); a missing or bad "
-            "signature is refused. Default: $IMAGESMITH_INDEX_KEY, else [pick] verify_key of the user config",
+            help="public key the release index must be signed with (the .pub of release --sign-key). "
+            "Default: $IMAGESMITH_INDEX_KEY, else \\[release] index_key of the user config, then of the "
+            "project, else the key pinned for this index source, else (first use) the key published beside "
+            "it, pinned then; without any the index is refused. Its fingerprint is printed on stderr",
         ),
     ] = None,
+    no_verify: Annotated[
+        bool,
+        typer.Option(
+            "--no-verify",
+            help="use the index without checking its signature, serial or expiry (warned on every run): "
+            "whoever can change the index then chooses what this host runs",
+        ),
+    ] = False,
     flavor: Annotated[
         str | None,
         typer.Option(
@@ -202,8 +268,15 @@ def pick(
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
     idx = picking.fetch_index(
-        source, refresh=refresh, warn=_warn, insecure=insecure, verify_keys=_index_keys(verify_key)
+        source,
+        refresh=refresh,
+        warn=_warn,
+        insecure=insecure,
+        trust=_index_trust(verify_key, no_verify),
+        note=_note,
     )
+    if no_verify:
+        _no_verify_warning(source)
     live = nvidia_smi is None and driver is None
     if platform is None and region is None and (live or pull):
         # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
@@ -402,12 +475,20 @@ def index_show(
         Path | None,
         typer.Option(
             "--verify-key",
-            help="public key the index must be signed with (default: $IMAGESMITH_INDEX_KEY, else [pick] "
-            "verify_key of the user config)",
+            help="public key the index must be signed with (default: $IMAGESMITH_INDEX_KEY, else \\[release] "
+            "index_key of the user config, then of the project, else the key pinned for the source, else "
+            "the key published beside it, pinned on first use)",
         ),
     ] = None,
+    no_verify: Annotated[
+        bool,
+        typer.Option(
+            "--no-verify", help="do not check the signature, serial or expiry (warned on every run)"
+        ),
+    ] = False,
 ) -> None:
-    """Load and check a release index (schema, digests, its signature when a key is set) and list it."""
+    """Load, verify (signature by the trusted or pinned key, serial, expiry; as pick does) and list a release
+    index."""
     from imagesmith import pick as picking
     from imagesmith.index import dump_index
 
@@ -417,12 +498,22 @@ def index_show(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
     idx = picking.fetch_index(
-        src, refresh=refresh, warn=_warn, insecure=insecure, verify_keys=_index_keys(verify_key)
+        src,
+        refresh=refresh,
+        warn=_warn,
+        insecure=insecure,
+        trust=_index_trust(verify_key, no_verify),
+        note=_note,
     )
+    if no_verify:
+        _no_verify_warning(src)
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return
-    typer.echo(f"{src}: {len(idx.images)} image(s), generated {idx.generated}")
+    typer.echo(
+        f"{src}: {len(idx.images)} image(s), generated {idx.generated}"
+        + (f", serial {idx.serial}, expires {idx.expires}" if idx.serial else "")
+    )
     typer.echo(
         "  registries (the publisher's hosts): "
         + (", ".join(idx.registries) or "not listed (an index written before issue 17)")

@@ -10,12 +10,21 @@ from typing import Any
 
 import pytest
 
+from imagesmith import signing
 from imagesmith.engine import Engine
 from imagesmith.release import collect_reports, release_cells
 from tests.integration.test_release import TRUSTED, cell, clients_for, push_image, targets, write_report
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
+#: the release key of these tests: release signs the index and publishes its .pub beside it (issue 25), which
+#: pick pins on first use
+RELEASE_KEY = signing.generate_key("ed25519")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def released_index(regs: LocalRegistries, tmp_path: Path, what: str) -> tuple[str, str, Path]:
@@ -32,6 +41,7 @@ def released_index(regs: LocalRegistries, tmp_path: Path, what: str) -> tuple[st
         index_file=index,
         client_for=clients_for(regs),
         trusted=TRUSTED,
+        sign_key=RELEASE_KEY,
     ).raise_for_refusals()
     return repo, digest, index
 
@@ -76,6 +86,10 @@ def test_pick_pull_falls_back_to_a_reachable_registry(tmp_path: Path, run_cli: C
     doc["images"][0]["registries"].insert(0, dead)  # Docker Hub kind: the generic platform's first choice
     doc["registries"] = sorted([*doc["registries"], "127.0.0.1:9"])  # the publisher lists it (issue 17)
     index.write_text(json.dumps(doc))
+    body = index.read_bytes()  # the publisher's edited index, signed again
+    index.with_name("index.json.sig").write_bytes(
+        signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, RELEASE_KEY)
+    )
     ref = f"{regs.plain}/{repo}@{digest}"
     engine = Engine()
     try:

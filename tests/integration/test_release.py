@@ -31,6 +31,7 @@ from imagesmith.attestation import (
 )
 from imagesmith.errors import ConfigError, ReleaseError
 from imagesmith.index import load_index
+from imagesmith.indextrust import IndexKey, Trust
 from imagesmith.pick import fetch_index
 from imagesmith.refs import Registry
 from imagesmith.registry import OCI_MANIFEST, ManifestData, RegistryClient
@@ -355,15 +356,16 @@ def test_pick_reads_the_published_index_artifact(
     assert out.index_signature == str(tmp_path / "index.json.sig")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     source = f"oci+http://{regs.plain}/{repo}"
+    trust = Trust(key=IndexKey.of(release_key.public, "test"))
     with pytest.raises(ConfigError, match="plain HTTP"):  # a local registry: only with insecure
-        fetch_index(source, verify_keys=[release_key.public])
-    fetched = fetch_index(source, insecure=True, verify_keys=[release_key.public])
+        fetch_index(source, trust=trust)
+    fetched = fetch_index(source, insecure=True, trust=trust)
     assert fetched == load_index(index_file)
     # the file and its signature verify too, and a cached copy is checked again
-    assert fetch_index(str(index_file), verify_keys=[release_key.public]) == fetched
-    assert fetch_index(source, insecure=True, verify_keys=[release_key.public]) == fetched
+    assert fetch_index(str(index_file), trust=trust) == fetched
+    assert fetch_index(source, insecure=True, trust=trust) == fetched
     with pytest.raises(ConfigError, match="bad index signature"):
-        fetch_index(source, insecure=True, verify_keys=[KEY.public], refresh=True)
+        fetch_index(source, insecure=True, trust=Trust(key=IndexKey.of(KEY.public, "test")), refresh=True)
     # a rerun signs nothing anew: same file, same artifact
     sig = (tmp_path / "index.json.sig").read_bytes()
     before = plain.manifest_digest(repo, "release-index")
@@ -383,7 +385,7 @@ def test_pick_reads_the_published_index_artifact(
 
     publish_index(plain, repo, index_file.read_bytes())
     with pytest.raises(ConfigError, match="the index is not signed"):
-        fetch_index(source, insecure=True, verify_keys=[release_key.public], refresh=True)
+        fetch_index(source, insecure=True, trust=trust, refresh=True)
 
 
 def test_missing_and_stale_reports_refuse(regs: LocalRegistries, repo: str, tmp_path: Path) -> None:

@@ -168,18 +168,19 @@ def test_save_then_load_and_merge(tmp_path: Path) -> None:
 def test_cli_index_lists_and_checks(run_cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "index.json"
     path.write_text(json.dumps(index_doc(image(tag="t1"), image(tag="t2", torch="2.5.0"))))
-    res = run_cli("index", str(path))
+    res = run_cli("index", str(path), "--no-verify")  # an unsigned index (issue 25: only with --no-verify)
     assert res.exit_code == 0, res.stderr
+    assert res.stderr.startswith("warning: --no-verify: the release index")
     assert res.stdout.splitlines()[0].endswith("2 image(s), generated 2026-11-28T03:00:00Z")
     assert (
         res.stdout.splitlines()[1]
         == "  registries (the publisher's hosts): not listed (an index written before issue 17)"
     )
     assert "  t2  torch 2.5.0 CUDA 12.4 py3.11  driver >= 550.54.14 (minor 525.60.13)" in res.stdout
-    res = run_cli("index", str(path), "--json")
+    res = run_cli("index", str(path), "--json", "--no-verify")
     assert json.loads(res.stdout)["images"][1]["tag"] == "t2"
     path.write_text(json.dumps(index_doc(image(tag="t1", cuda="twelve"))))
-    res = run_cli("index", str(path))
+    res = run_cli("index", str(path), "--no-verify")
     assert res.exit_code == ConfigError.exit_code
     assert "images[0].cuda: 'twelve' is not a CUDA version" in res.stderr
 

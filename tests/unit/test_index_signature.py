@@ -1,5 +1,6 @@
 """The release index signed by release --sign-key and checked by pick/index --verify-key (file sources;
-tests/integration/test_release.py covers the registry artifact)."""
+tests/integration/test_release.py covers the registry artifact; tests/unit/test_index_trust.py the key
+sources, serial and expiry of issue 25)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,22 @@ import pytest
 
 from imagesmith import signing
 from imagesmith.cli import main
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, IndexTrustError
+from imagesmith.indextrust import IndexKey, Trust
 from imagesmith.pick import fetch_index
 from tests.repo import REPO
 
 EXAMPLE = REPO / "docs" / "examples" / "release-index.json"
 KEY = signing.generate_key()
+
+
+def _trust(key: signing.PublicKey) -> Trust:
+    return Trust(key=IndexKey.of(key, "--verify-key test.pub"))
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 @pytest.fixture
@@ -29,12 +40,16 @@ def signed(tmp_path: Path) -> Path:
 
 
 def test_a_signed_index_verifies(signed: Path) -> None:
-    assert fetch_index(str(signed), verify_keys=[KEY.public]).images
+    assert fetch_index(str(signed), trust=_trust(KEY.public)).images
 
 
-def test_without_a_key_the_signature_is_not_needed(signed: Path) -> None:
+def test_without_a_key_an_unsigned_index_is_refused_unless_no_verify(signed: Path) -> None:
+    """Issue 25: verification is the default; main took an unsigned index without a word."""
     signed.with_name("index.json.sig").unlink()
-    assert fetch_index(str(signed)).images
+    with pytest.raises(IndexTrustError, match="no key to verify the release index with") as info:
+        fetch_index(str(signed))
+    assert "--verify-key" in (info.value.hint or "")
+    assert fetch_index(str(signed), trust=Trust(verify=False)).images
 
 
 @pytest.mark.parametrize(
@@ -61,7 +76,7 @@ def test_a_missing_or_bad_signature_is_refused(signed: Path, damage: str, why: s
             signing.sign_envelope(signed.read_bytes(), signing.INDEX_PAYLOAD_TYPE, signing.generate_key())
         )
     with pytest.raises(ConfigError, match=why) as info:
-        fetch_index(str(signed), verify_keys=[KEY.public])
+        fetch_index(str(signed), trust=_trust(KEY.public))
     assert str(signed) in str(info.value)
 
 
@@ -90,6 +105,6 @@ def test_pick_and_index_take_the_key_from_flag_env_or_config(
 
 def test_a_missing_index_file_is_named_as_such_even_with_a_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        fetch_index(str(tmp_path / "absent.json"), verify_keys=[KEY.public])
+        fetch_index(str(tmp_path / "absent.json"), trust=_trust(KEY.public))
     assert "not signed" not in str(info.value)
     assert "absent.json" in str(info.value)

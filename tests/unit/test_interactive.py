@@ -166,9 +166,10 @@ def _index_file(tmp_path: Path) -> Path:
         r["reference"] += "-interactive"
         r["digest"] = inter["digest"]
     doc = {"schema": SCHEMA, "generated": "2026-11-28T00:00:00Z", "images": [runtime, inter]}
-    path = tmp_path / "index.json"
-    path.write_text(json.dumps(doc))
-    return path
+    from imagesmith.index import parse_index
+    from tests.indexkey import save_signed_index
+
+    return save_signed_index(parse_index(json.dumps(doc), source="t"), tmp_path / "index.json")
 
 
 def test_platform_data_the_image_defaults_and_autodl() -> None:
@@ -187,7 +188,10 @@ def test_platform_data_the_image_defaults_and_autodl() -> None:
     assert interactive_access("aws").platform == "generic"  # no table of its own: the image's defaults
 
 
-def test_pick_flavor_interactive_prints_ports_and_variables(tmp_path: Path, run_cli: Any) -> None:
+def test_pick_flavor_interactive_prints_ports_and_variables(
+    tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the key pinned on first use stays here
     index = _index_file(tmp_path)
     args = ["pick", "--index", str(index), "--driver", "580.95.05", "--gpu", "h100-sxm"]
     r = run_cli(*args, "--flavor", "interactive", "--platform", "autodl")
@@ -217,13 +221,26 @@ def test_image_flavor_reads_the_cell_id() -> None:
     assert image_flavor(replace(image, cell="2.11.0-cu130-py3.11-interactive-debian12")) == "interactive"
 
 
-def test_pick_without_flavor_prefers_the_runtime_image(run_cli: Any) -> None:
+def test_pick_without_flavor_prefers_the_runtime_image(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The shipped sample index holds a runtime and an interactive image of torch 2.11 cu130: the plain one is
     picked unless --flavor asks for another."""
     from tests.repo import REPO
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     index = str(REPO / "docs/examples/release-index.json")
-    args = ["pick", "--index", index, "--driver", "580.159.04", "--gpu", "h200"]
+    args = [
+        "pick",
+        "--index",
+        index,
+        "--verify-key",
+        index + ".pub",
+        "--driver",
+        "580.159.04",
+        "--gpu",
+        "h200",
+    ]
     plain = run_cli(*args)
     assert plain.exit_code == 0, plain.stderr
     assert "picked: 2.11.0-cu130-py3.12-runtime-" in plain.stdout

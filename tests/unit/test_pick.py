@@ -22,6 +22,7 @@ from imagesmith import compat
 from imagesmith.commands.output import pick_text
 from imagesmith.errors import ConfigError, NoImageFitsError, NothingToDoError, ParseError
 from imagesmith.index import SCHEMA, ReleaseIndex, parse_index
+from imagesmith.indextrust import Trust
 from imagesmith.pick import (
     Constraints,
     Host,
@@ -36,6 +37,18 @@ from imagesmith.pick import (
 from tests.repo import REPO
 
 DATA = REPO / "tests" / "data" / "pick"
+#: the caching tests below are about the cache, not about trust (tests/unit/test_index_trust.py is)
+NO_VERIFY = Trust(verify=False)
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys pinned on first use and the newest index seen stay in this test's folder (issue 25)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "no-config.toml"))
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY", raising=False)
+
+
 REGISTRIES = [
     ("dockerhub", "dockerhub", "docker.io/imagesmith/torch"),
     ("ghcr", "ghcr", "ghcr.io/imagesmith/torch"),
@@ -236,13 +249,14 @@ def test_constraint_that_nothing_meets() -> None:
 def test_cli_filter_that_matches_no_image_names_it_and_lists_the_index(
     run_cli: Callable[..., Any], tmp_path: Path, flag: str, value: str, listed: str, fix: str
 ) -> None:
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
     res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", flag, value)
     assert res.exit_code == NothingToDoError.exit_code == 3, res.stderr
-    first, fix_line = res.stderr.strip().splitlines()
+    key_line, first, fix_line = res.stderr.strip().splitlines()
+    assert key_line.startswith("note: first use of --index")  # issue 25: the key it trusted, then the error
     assert (
         first
         == f"error: {flag} {value} matches no image of the release index: its " + first.split("its ", 1)[1]
@@ -448,34 +462,34 @@ def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytes
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
     try:
-        first = fetch_index(url, insecure=True)
-        second = fetch_index(url, insecure=True)
+        first = fetch_index(url, insecure=True, trust=NO_VERIFY)
+        second = fetch_index(url, insecure=True, trust=NO_VERIFY)
         assert hits == ["/index.json"]  # the second came from the cache
         assert first == second
-        fetch_index(url, insecure=True, refresh=True)
+        fetch_index(url, insecure=True, refresh=True, trust=NO_VERIFY)
         assert len(hits) == 2
     finally:
         server.shutdown()
         server.server_close()
     # source gone: the (stale) cache still answers
-    again = fetch_index(url, insecure=True, ttl_s=0)
+    again = fetch_index(url, insecure=True, ttl_s=0, trust=NO_VERIFY)
     assert again == first
     path = tmp_path / "index.json"
     path.write_bytes(body)
-    assert fetch_index(str(path)) == first
+    assert fetch_index(str(path), trust=NO_VERIFY) == first
 
 
 def test_fetch_index_unreachable_without_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with pytest.raises(ConfigError, match="cannot download"):
-        fetch_index("http://127.0.0.1:9/index.json", insecure=True)
+        fetch_index("http://127.0.0.1:9/index.json", insecure=True, trust=NO_VERIFY)
 
 
 # -- CLI --------------------------------------------------------------------------------------------------
 
 
 def test_cli_pick_offline(run_cli: Callable[..., Any], tmp_path: Path) -> None:
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
@@ -503,7 +517,7 @@ def test_cli_pick_offline(run_cli: Callable[..., Any], tmp_path: Path) -> None:
 
 
 def test_cli_pick_nothing_fits(run_cli: Callable[..., Any], tmp_path: Path) -> None:
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index([r for r in RELEASED if r[1].startswith("13.")]), path)
@@ -516,7 +530,7 @@ def test_cli_pick_nothing_fits(run_cli: Callable[..., Any], tmp_path: Path) -> N
 def test_cli_pick_bad_index(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     path = tmp_path / "index.json"
     path.write_text('{"schema": "imagesmith.release-index/v1", "generated": "2026-01-01", "images": [{}]}')
-    res = run_cli("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "h100-sxm")
+    res = run_cli("pick", "--index", str(path), "--driver", "535.104.05", "--gpu", "h100-sxm", "--no-verify")
     assert res.exit_code == ConfigError.exit_code
     assert f"release index {path}: images[0]." in res.stderr
 
@@ -624,7 +638,7 @@ def test_nothing_fits_still_says_the_host_warnings() -> None:
 def test_cli_pick_warns_about_an_eol_branch(
     run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     monkeypatch.setenv("IMAGESMITH_TODAY", "2026-11-30")
     path = tmp_path / "index.json"
@@ -646,7 +660,7 @@ NVSMI = REPO / "tests" / "data" / "nvsmi"
 
 
 def test_cli_pick_nvidia_smi_L_with_driver(run_cli: Callable[..., Any], tmp_path: Path) -> None:
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
@@ -674,7 +688,7 @@ def test_cli_pick_nvidia_smi_from_stdin(
 ) -> None:
     import io
 
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
@@ -706,15 +720,16 @@ def index_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     import http.server
     import threading
 
-    from imagesmith.index import dump_index
+    from tests.indexkey import KEY, signed_bytes
 
-    body = dump_index(make_index()).encode()
+    body, envelope = signed_bytes(make_index())  # issue 25: signed, the key published beside it
+    files = {"/index.json": body, "/index.json.sig": envelope, "/index.json.pub": KEY.public.pem}
     state = {"status": 200}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             self.send_response(state["status"])
-            payload = body if state["status"] == 200 else b"{}"
+            payload = files.get(self.path, b"") if state["status"] == 200 else b"{}"
             self.send_header("Content-Length", str(len(payload)))
             self.end_headers()
             self.wfile.write(payload)
@@ -794,22 +809,25 @@ def test_oci_manifest_unknown_is_not_replaced_by_the_cache(
     cached.write_text(dump_index(make_index()))
     os.utime(cached, (0, 0))  # stale
 
-    def unknown(src: str) -> bytes:
+    def unknown(src: str, **_: Any) -> bytes:
         raise ManifestUnknownError("registry registry.example: manifest unknown", hint="check the tag")
 
     monkeypatch.setattr(picking, "_download_oci", unknown)
     with pytest.raises(ManifestUnknownError, match="source says the index is not there"):
-        fetch_index(source, warn=lambda m: pytest.fail(m))
+        fetch_index(source, warn=lambda m: pytest.fail(m), trust=NO_VERIFY)
 
-    def down(src: str) -> bytes:
+    def down(src: str, **_: Any) -> bytes:
         raise RegistryError("registry registry.example: unreachable or failing", hint="check the network")
 
     monkeypatch.setattr(picking, "_download_oci", down)
     said: list[str] = []
-    assert fetch_index(source, warn=said.append).images == parse_index(cached.read_bytes(), source="x").images
+    assert (
+        fetch_index(source, warn=said.append, trust=NO_VERIFY).images
+        == parse_index(cached.read_bytes(), source="x").images
+    )
     assert "1970-01-01 00:00 UTC" in said[0]
     with pytest.raises(RegistryError, match="--refresh: the cached copy"):
-        fetch_index(source, refresh=True, warn=said.append)
+        fetch_index(source, refresh=True, warn=said.append, trust=NO_VERIFY)
 
 
 # -- issue 12, item 12: exit codes as documented -------------------------------------------------------------
@@ -879,7 +897,7 @@ def test_cloud_regions_are_accepted(region: str) -> None:
 
 
 def test_one_term_for_minor_version_compatibility(run_cli: Callable[..., Any], tmp_path: Path) -> None:
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
@@ -897,7 +915,7 @@ def test_one_term_for_minor_version_compatibility(run_cli: Callable[..., Any], t
 
 
 def test_pick_on_a_mig_host_warns(run_cli: Callable[..., Any], tmp_path: Path) -> None:
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
@@ -1030,7 +1048,7 @@ def test_cli_pull_exit_9_names_the_registries(
 ) -> None:
     import imagesmith.engine
     from imagesmith import pick as picking
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
@@ -1070,7 +1088,7 @@ def test_cli_pull_on_a_detected_autodl_host_starts_with_acr(
 
     import imagesmith.engine
     from imagesmith import pick as picking
-    from imagesmith.index import save_index
+    from tests.indexkey import save_signed_index as save_index
 
     path = tmp_path / "index.json"
     save_index(make_index(), path)
@@ -1115,7 +1133,7 @@ def test_plain_http_index_is_refused_without_insecure(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     fetched: list[str] = []
     monkeypatch.setattr(picking, "_download_http", lambda u: fetched.append(u) or (200, b"{}"))
-    monkeypatch.setattr(picking, "_download_oci", lambda u: fetched.append(u) or (b"{}", None))
+    monkeypatch.setattr(picking, "_download_oci", lambda u, **_: fetched.append(u) or (b"{}", None, None))
     with pytest.raises(ConfigError, match="plain HTTP") as err:
         fetch_index(source)
     assert f"use {secure}, or pass --insecure" in (err.value.hint or "")
@@ -1125,7 +1143,7 @@ def test_plain_http_index_is_refused_without_insecure(
     assert "fix: use " in res.stderr
     assert fetched == []  # refused before a byte was asked for
     with pytest.raises(ConfigError, match="release index"):  # --insecure: fetched (and this body is no index)
-        fetch_index(source, insecure=True)
+        fetch_index(source, insecure=True, trust=NO_VERIFY)
     assert fetched == [source]
 
 

@@ -1,0 +1,385 @@
+"""Trust in a release index, the renter's end (``imagesmith pick``, ``imagesmith index``; issue 25).
+
+An index is used only when
+
+1. **a known key signed exactly its bytes** (a DSSE envelope, :mod:`imagesmith.signing`). The key is, in
+   this order: ``--verify-key F.pub``; ``$IMAGESMITH_INDEX_KEY``; ``[release] index_key`` of the user config,
+   then of the project's ``imagesmith.toml`` (a path or the PEM text); else the key **pinned** for this index
+   source on first use; else, on first use, the key the publisher puts beside the index (``INDEX.pub``
+   beside a file or URL, a layer of the ``release-index`` artifact), pinned then with its fingerprint
+   printed, as ssh does with a host key. A later index whose published key differs from the pinned one is
+   refused naming both fingerprints. No key at all: refused, unless the user passes ``--no-verify`` (then
+   warned on every run);
+2. **it is not older than one already seen** for the source: the signed ``serial`` must be at least the newest
+   one recorded (a lower one is a replayed index; the same serial with other bytes is refused too);
+3. **it has not expired**: the signed ``expires`` lies in the future.
+
+Per source, one JSON file under the cache (``~/.cache/imagesmith/index/<hash>.trust.json``) keeps the pinned
+key and the newest index seen (serial, generated, expires, sha256). It is written only after an index passed
+all three checks. Every failure is one :class:`~imagesmith.errors.IndexTrustError` (exit 2) naming the source
+and the fix. Nothing here imports a heavy module at import time: ``cryptography`` is loaded only to verify.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from imagesmith.errors import IndexTrustError
+
+if TYPE_CHECKING:
+    from imagesmith.index import ReleaseIndex
+    from imagesmith.signing import PublicKey
+
+#: the suffix of the public key the publisher puts beside an index file or URL (``index.json.pub``)
+KEY_SUFFIX: Final[str] = ".pub"
+#: the largest published key read (a PEM public key takes a few hundred bytes)
+MAX_KEY_BYTES: Final[int] = 64 << 10
+_STAMP: Final[str] = "%Y-%m-%dT%H:%M:%SZ"
+_HOW_TO_GET_A_KEY: Final[str] = (
+    "get the publisher's public key (the .pub of its `imagesmith release --sign-key`) and pass --verify-key "
+    "F.pub, or set it once: [release] index_key in ~/.config/imagesmith/config.toml (a path or the PEM "
+    "text) or $IMAGESMITH_INDEX_KEY; --no-verify uses the index unchecked (not for a real rental)"
+)
+
+
+@dataclass(frozen=True)
+class IndexKey:
+    """A key the user named (its PEM text), and what named it (for messages): ``--verify-key F``,
+    ``$IMAGESMITH_INDEX_KEY`` or a config file's ``release.index_key``. Parsed (``cryptography``) only when a
+    signature must be checked: a pick from a cached index that this key verified before needs no crypto."""
+
+    pem: bytes
+    origin: str
+    _parsed: list[PublicKey] = field(default_factory=list, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, key: PublicKey, origin: str) -> IndexKey:
+        return cls(key.pem, origin, [key])
+
+    @property
+    def key(self) -> PublicKey:
+        """The parsed key; ConfigError naming the origin when the text is no PEM public key imagesmith
+        takes."""
+        if not self._parsed:
+            from imagesmith import signing
+            from imagesmith.errors import ConfigError
+
+            try:
+                self._parsed.append(signing.parse_public_key(self.pem, source=self.origin))
+            except ConfigError as exc:
+                raise ConfigError(
+                    f"{self.origin}: {exc.message}",
+                    hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it",
+                ) from None
+        return self._parsed[0]
+
+    @property
+    def fingerprint(self) -> str | None:
+        return pem_fingerprint(self.pem)
+
+
+def pem_fingerprint(pem: bytes) -> str | None:
+    """``sha256:<hex>`` of the DER inside a PEM public key (what :attr:`PublicKey.fingerprint` says of it),
+    computed without ``cryptography``; None when *pem* holds no such block."""
+    match = _PEM_PUBLIC.search(pem.decode("ascii", "replace"))
+    if match is None:
+        return None
+    try:
+        der = base64.b64decode("".join(match.group(1).split()), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return "sha256:" + hashlib.sha256(der).hexdigest()
+
+
+_PEM_PUBLIC: Final[re.Pattern[str]] = re.compile(
+    r"-----BEGIN PUBLIC KEY-----([A-Za-z0-9+/=\s]*)-----END PUBLIC KEY-----"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trust:
+    """What the user decided: a key (None: the pinned or published one), or ``verify=False`` (--no-verify).
+    *now*: the clock expiry is judged by (None: the system's, in UTC)."""
+
+    key: IndexKey | None = None
+    verify: bool = True
+    now: datetime.datetime | None = None
+
+    def clock(self) -> datetime.datetime:
+        return self.now or datetime.datetime.now(datetime.timezone.utc)
+
+
+@dataclass(frozen=True)
+class Trusted:
+    """The key an index verified with (its fingerprint and type), said in one line (:meth:`line`); *key* is
+    the parsed key when it was needed (to verify, or to pin on first use)."""
+
+    fingerprint: str
+    key_type: str
+    how: str
+    first_use: bool = False
+    key: PublicKey | None = None
+
+    @classmethod
+    def of(cls, key: PublicKey, how: str, *, first_use: bool = False) -> Trusted:
+        return cls(key.fingerprint, key.key_type, how, first_use, key)
+
+    def line(self, source: str) -> str:
+        if self.first_use:
+            return (
+                f"note: first use of --index {source}: trusting the key published beside it, "
+                f"{self.fingerprint} ({self.key_type}), pinned in {self.how}: check this fingerprint with "
+                "the publisher"
+            )
+        return f"index key: {self.fingerprint} ({self.key_type}, {self.how})"
+
+
+def parse_timestamp(text: str) -> datetime.datetime | None:
+    """``YYYY-MM-DDTHH:MM:SSZ`` as a UTC time (through fromisoformat: strptime would cost pick an import)."""
+    if not _TIMESTAMP.fullmatch(text):
+        return None
+    try:
+        return datetime.datetime.fromisoformat(text[:-1]).replace(tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None
+
+
+_TIMESTAMP: Final[re.Pattern[str]] = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+
+
+def timestamp(when: datetime.datetime) -> str:
+    return when.astimezone(datetime.timezone.utc).strftime(_STAMP)
+
+
+class TrustStore:
+    """The pinned key and the newest index seen, for one index source (one JSON file under *folder*)."""
+
+    def __init__(self, folder: Path, source: str) -> None:
+        self.source = source
+        self.path = folder / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".trust.json")
+        self._data: dict[str, Any] | None = None
+
+    def data(self) -> dict[str, Any]:
+        if self._data is None:
+            try:
+                raw = json.loads(self.path.read_bytes())
+            except FileNotFoundError:
+                raw = {}
+            except (OSError, ValueError):
+                raise IndexTrustError(
+                    f"--index {self.source}: the trust record {self.path} cannot be read",
+                    fault="trust record unreadable",
+                    hint=f"remove {self.path}: the next run pins the published key again (check its "
+                    "fingerprint)",
+                ) from None
+            self._data = raw if isinstance(raw, dict) and raw.get("source") == self.source else {}
+        return self._data
+
+    def pinned(self) -> PublicKey | None:
+        pem = self.data().get("key")
+        if not isinstance(pem, str):
+            return None
+        from imagesmith import signing
+        from imagesmith.errors import ConfigError
+
+        try:
+            return signing.parse_public_key(pem.encode(), source=f"the key pinned in {self.path}")
+        except ConfigError:
+            raise IndexTrustError(
+                f"--index {self.source}: the key pinned in {self.path} is damaged",
+                fault="trust record unreadable",
+                hint=f"remove {self.path} and check the fingerprint the next run prints with the publisher",
+            ) from None
+
+    def newest(self) -> dict[str, Any] | None:
+        seen = self.data().get("newest")
+        return seen if isinstance(seen, dict) and isinstance(seen.get("serial"), int) else None
+
+    def record(
+        self, index: ReleaseIndex, body: bytes, trusted: Trusted, envelope: bytes | None = None
+    ) -> None:
+        """Remember *index* as the newest seen (when it is; with the key that verified it) and, on first use,
+        the key as this source's pin."""
+        data = dict(self.data())
+        data["source"] = self.source
+        if trusted.first_use and trusted.key is not None:
+            data["key"] = trusted.key.pem.decode()
+            data["fingerprint"] = trusted.fingerprint
+            data["key_type"] = trusted.key_type
+        newest = self.newest()
+        if newest is None or index.serial > newest["serial"]:
+            data["newest"] = {
+                "serial": index.serial,
+                "generated": index.generated,
+                "expires": index.expires,
+                "sha256": hashlib.sha256(body).hexdigest(),
+                "envelope_sha256": hashlib.sha256(envelope or b"").hexdigest(),
+                "key": trusted.fingerprint,
+                "key_type": trusted.key_type,
+            }
+        if data == self.data():
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(self.path)
+        self._data = data
+
+
+def check_signature(
+    body: bytes, envelope: bytes | None, keys: list[PublicKey], *, source: str, where: str
+) -> PublicKey:
+    """The key of *keys* whose DSSE envelope signs exactly *body*; IndexTrustError otherwise."""
+    from imagesmith import signing
+    from imagesmith.errors import SignatureError
+
+    hint = (
+        "use the index the release publishes with its signature (release --sign-key), or check the key "
+        "(--verify-key / $IMAGESMITH_INDEX_KEY / [release] index_key in the user config)"
+    )
+    if envelope is None:
+        raise IndexTrustError(
+            f"--index {source}: the index is not signed (no {where}), but a key is set",
+            fault="not signed",
+            hint=hint,
+        )
+    try:
+        verified = signing.verify_envelope(envelope, keys, payload_type=signing.INDEX_PAYLOAD_TYPE)
+    except SignatureError as exc:
+        raise IndexTrustError(
+            f"--index {source}: bad index signature ({where}): {exc.message}",
+            fault="bad signature",
+            hint=hint,
+        ) from None
+    if verified.payload != body:
+        raise IndexTrustError(
+            f"--index {source}: the signature ({where}) is valid but signs another index than the one served",
+            fault="bad signature",
+            hint=hint,
+        )
+    return verified.key
+
+
+def choose_key(
+    trust: Trust, store: TrustStore, published: bytes | None, *, source: str, published_where: str
+) -> Trusted:
+    """The key to verify with (see the module docstring for the order)."""
+    if trust.key is not None:
+        return Trusted.of(trust.key.key, f"from {trust.key.origin}")
+    pinned = store.pinned()
+    offered = _published_key(published, source=source, where=published_where) if published else None
+    if pinned is not None:
+        if offered is not None and offered.fingerprint != pinned.fingerprint:
+            raise IndexTrustError(
+                f"--index {source}: the key published beside the index ({published_where}) is "
+                f"{offered.fingerprint}, not {pinned.fingerprint}, the key pinned for this source on first "
+                f"use ({store.path}): the publisher replaced its key, or someone replaced the index and its "
+                "key",
+                fault="key changed",
+                hint="ask the publisher which key is theirs; if the new one is, pass --verify-key NEW.pub "
+                "(or "
+                f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
+                "otherwise do not use this index",
+            )
+        return Trusted.of(pinned, f"pinned on first use in {store.path}")
+    if offered is not None:
+        return Trusted.of(offered, str(store.path), first_use=True)
+    raise IndexTrustError(
+        f"--index {source}: no key to verify the release index with (no --verify-key, "
+        f"$IMAGESMITH_INDEX_KEY or [release] index_key, no key pinned for this source, none published beside "
+        f"it at {published_where})",
+        fault="no key",
+        hint=_HOW_TO_GET_A_KEY,
+    )
+
+
+def _published_key(data: bytes, *, source: str, where: str) -> PublicKey:
+    from imagesmith import signing
+    from imagesmith.errors import ConfigError
+
+    try:
+        return signing.parse_public_key(data[:MAX_KEY_BYTES], source=where)
+    except ConfigError as exc:
+        raise IndexTrustError(
+            f"--index {source}: the key published beside the index is unusable: {exc.message}",
+            fault="bad key",
+            hint=_HOW_TO_GET_A_KEY,
+        ) from None
+
+
+def verified_before(body: bytes, envelope: bytes | None, trust: Trust, store: TrustStore) -> Trusted | None:
+    """The key that verified exactly *body* and its signature *envelope* before, when it is the key chosen
+    now (the user's, else the pinned one): then the signature need not be checked again (nor ``cryptography``
+    loaded) — these are the bytes that passed. None when that is not known: verify as usual. Serial and
+    expiry are checked either way."""
+    newest = store.newest()
+    if (
+        newest is None
+        or envelope is None  # served without its signature now: checked as such (refused)
+        or newest.get("sha256") != hashlib.sha256(body).hexdigest()
+        or newest.get("envelope_sha256") != hashlib.sha256(envelope).hexdigest()
+    ):
+        return None
+    if trust.key is not None:
+        fingerprint, how = trust.key.fingerprint, f"from {trust.key.origin}"
+    else:
+        fingerprint, how = store.data().get("fingerprint"), f"pinned on first use in {store.path}"
+    if fingerprint is None or fingerprint != newest.get("key"):
+        return None
+    return Trusted(fingerprint, str(newest.get("key_type", "")), how)
+
+
+def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustStore, trust: Trust) -> None:
+    """Refuse an index without serial/expiry, an expired one, and one older than the newest seen."""
+    if not index.serial or not index.expires:
+        raise IndexTrustError(
+            f"--index {source}: the index carries no serial or expiry (written by an imagesmith before issue "
+            "25), so a replayed or frozen copy cannot be told from the current one",
+            fault="no serial",
+            hint="the publisher reruns imagesmith release, which adds both and signs them; --no-verify uses "
+            "this index unchecked",
+        )
+    now = trust.clock()
+    expires = parse_timestamp(index.expires)
+    if expires is None or now >= expires:
+        raise IndexTrustError(
+            f"--index {source}: the index expired on {index.expires} (serial {index.serial}, written "
+            f"{index.generated}); it is now {timestamp(now)}: its publisher has not renewed it, or a "
+            "mirror serves a frozen copy",
+            fault="expired",
+            hint="the publisher's release run (the nightly) renews and re-signs the index: check that it "
+            "runs "
+            "and publishes; read the index from another registry of the publisher, or pass --refresh to ask "
+            "the source again",
+        )
+    newest = store.newest()
+    if newest is None:
+        return
+    digest = hashlib.sha256(body).hexdigest()
+    if index.serial < newest["serial"]:
+        raise IndexTrustError(
+            f"--index {source}: the index served has serial {index.serial} (written {index.generated}), "
+            "older "
+            f"than serial {newest['serial']} (written {newest.get('generated', '?')}) already seen for this "
+            "source: a replayed older index (its signature is valid, but it may list images since withdrawn)",
+            fault="replayed",
+            hint="ask another registry of the publisher, or wait until the mirror has the current index (the "
+            "newer one stays cached); if the publisher really started its index over, remove "
+            f"{store.path}",
+        )
+    if index.serial == newest["serial"] and digest != newest.get("sha256"):
+        raise IndexTrustError(
+            f"--index {source}: two different indexes carry serial {index.serial} (the one served now and "
+            "the one seen before): the publisher's key signed both, or its release ran twice from one base",
+            fault="serial reused",
+            hint=f"report it to the publisher; if they confirm the one served now, remove {store.path}",
+        )

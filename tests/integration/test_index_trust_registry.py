@@ -1,0 +1,320 @@
+"""Issue 25, the renter's end, on the REAL local registry (127.0.0.1:5000): each attack of someone with push
+rights to one registry, scripted through ``imagesmith pick`` / ``imagesmith index``, is refused with one error
+naming the source and the fix — and the correct rerun afterwards works.
+
+Attacks: an unsigned index (naming its own registry hosts); a validly signed older index replayed after a
+newer one was cached (``--refresh`` too); an expired index; an index signature envelope with junk base64, a
+repeated key, a case-colliding key; and, for release, a stored validation attestation whose statement names
+two subjects. On main, each attack went through (pick exit 0 with the attacker's choice, release promoted).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith import signing
+from imagesmith.attestation import VALIDATION_PREDICATE_TYPE, attach_attestations
+from imagesmith.index import ReleaseIndex
+from imagesmith.release import collect_reports, publish_index, release_cells
+from tests.indexkey import FAR, KEY, signed_bytes
+from tests.integration.test_release import TRUSTED, cell, clients_for, push_image, targets, write_report
+from tests.localinfra import LocalRegistries, local_registries
+from tests.unit.test_pick import make_index
+
+pytestmark = pytest.mark.registry
+
+PICK = ("--insecure", "--driver", "580.95.05", "--gpu", "h100")
+
+
+@pytest.fixture(scope="module")
+def regs() -> LocalRegistries:
+    return local_registries()
+
+
+@pytest.fixture
+def repo() -> str:
+    return f"imagesmith-test/i25pick-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture(autouse=True)
+def _renter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh rental: its own cache (pinned keys, newest serials), no user config, no project, no key set."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY", raising=False)
+    monkeypatch.delenv("IMAGESMITH_PROJECT", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def _source(regs: LocalRegistries, repo: str) -> str:
+    return f"oci+http://{regs.plain}/{repo}"
+
+
+def _publish(
+    regs: LocalRegistries,
+    repo: str,
+    *,
+    serial: int = 1,
+    expires: str = FAR,
+    index: ReleaseIndex | None = None,
+    envelope: Callable[[bytes], bytes] | None = None,
+    signed: bool = True,
+) -> None:
+    """Publish an index artifact as release does (index, DSSE envelope, the key), or a forged one."""
+    body, env = signed_bytes(index or make_index(), serial=serial, expires=expires)
+    if envelope is not None:
+        env = envelope(env)
+    publish_index(
+        regs.plain_client(), repo, body, env if signed else None, KEY.public.pem if signed else None
+    )
+
+
+def _refused(res: Any, source: str, *words: str) -> tuple[str, str]:
+    """One error line naming the source, one fix line; exit 2; nothing on stdout."""
+    assert res.exit_code == 2, res.stdout + res.stderr
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    fixes = [ln for ln in lines if ln.startswith("  fix:")]
+    assert len(errors) == 1, res.stderr
+    assert len(fixes) == 1, res.stderr
+    assert errors[0].startswith(f"error: --index {source}"), errors[0]
+    for word in words:
+        assert word in errors[0] + fixes[0], (word, res.stderr)
+    assert "docker pull" not in res.stdout
+    assert "Traceback" not in res.stderr
+    return errors[0], fixes[0]
+
+
+def test_an_unsigned_index_naming_its_own_hosts_is_refused(
+    regs: LocalRegistries, repo: str, run_cli: Any
+) -> None:
+    """main: one unsigned index pushed to one registry made pick print `docker pull evil.example.com/…`, exit
+    0, nothing on stderr."""
+    source = _source(regs, repo)
+    evil = make_index(registries=[("evil", "generic", "evil.example.com/torch")])
+    evil = dataclasses.replace(evil, registries=("evil.example.com",))
+    _publish(regs, repo, index=evil, signed=False)
+    _refused(run_cli("pick", "--index", source, *PICK), source, "no key to verify", "--verify-key")
+    _refused(run_cli("index", source, "--insecure"), source, "no key to verify")
+    pub = Path("release.pub")
+    pub.write_bytes(KEY.public.pem)
+    _refused(
+        run_cli("pick", "--index", source, *PICK, "--verify-key", str(pub)),
+        source,
+        "the index is not signed",
+    )
+    # the publisher's signed index: the rerun works, first use pins the key published with it
+    _publish(regs, repo)
+    ok = run_cli("pick", "--index", source, *PICK, "--refresh")
+    assert ok.exit_code == 0, ok.stderr
+    assert f"note: first use of --index {source}: trusting the key published beside it, " in ok.stderr
+    assert KEY.public.fingerprint in ok.stderr
+    assert "evil.example.com" not in ok.stdout
+    assert "docker pull docker.io/imagesmith/torch:" in ok.stdout
+
+
+def test_a_replayed_older_signed_index_is_refused_after_a_newer_one_was_cached(
+    regs: LocalRegistries, repo: str, run_cli: Any
+) -> None:
+    """main: `pick --refresh` and `index --refresh` replaced the cached newer index with the replayed one."""
+    source = _source(regs, repo)
+    _publish(regs, repo, serial=20)
+    assert run_cli("index", source, "--insecure").exit_code == 0  # seen and cached: serial 20
+    _publish(regs, repo, serial=10, index=make_index([("2.0.1", "11.7", "3.10")]))  # an old, signed index
+    for command in (
+        ["pick", "--index", source, *PICK, "--refresh"],
+        ["index", source, "--insecure", "--refresh"],
+    ):
+        _refused(
+            run_cli(*command), source, "serial 10", "older than serial 20", "replayed", "another registry"
+        )
+    within_ttl = run_cli("pick", "--index", source, *PICK)  # the cached newer index still answers
+    assert within_ttl.exit_code == 0, within_ttl.stderr
+    assert "picked: 2.11.0-cu130" in within_ttl.stdout
+    _publish(regs, repo, serial=21)  # the publisher's next index: taken
+    ok = run_cli("index", source, "--insecure", "--refresh")
+    assert ok.exit_code == 0, ok.stderr
+    assert ", serial 21, expires " in ok.stdout
+
+
+def test_an_expired_index_is_refused_with_its_date(regs: LocalRegistries, repo: str, run_cli: Any) -> None:
+    source = _source(regs, repo)
+    _publish(regs, repo, expires="2026-01-02T03:04:05Z")
+    _, fix = _refused(run_cli("pick", "--index", source, *PICK), source, "expired on 2026-01-02T03:04:05Z")
+    assert "renews and re-signs the index" in fix
+    _publish(regs, repo, serial=2)  # renewed by the publisher's release run
+    assert run_cli("pick", "--index", source, *PICK, "--refresh").exit_code == 0
+
+
+def _tamper(how: str) -> Callable[[bytes], bytes]:
+    def change(envelope: bytes) -> bytes:
+        doc = json.loads(envelope)
+        text = json.dumps(doc)
+        if (
+            how == "junk-base64"
+        ):  # a '*' in the payload: a lenient decoder drops it, the signature still verifies
+            doc["payload"] = doc["payload"][:8] + "*" + doc["payload"][8:]
+            return json.dumps(doc).encode()
+        if how == "duplicate-key":  # a second "payload": one reader takes the first, another the last
+            evil = base64.b64encode(b'{"schema": "evil"}').decode()
+            return text.replace('"payload":', f'"payload": "{evil}", "payload":', 1).encode()
+        assert how == "case-colliding-key"  # Go's encoding/json reads PayloadType as payloadType
+        return text.replace('"payloadType":', '"PayloadType": "text/plain", "payloadType":', 1).encode()
+
+    return change
+
+
+@pytest.mark.parametrize(
+    ("how", "why"),
+    [
+        ("junk-base64", "not standard base64: characters outside standard base64 ('*')"),
+        ("duplicate-key", "the key 'payload' appears twice"),
+        ("case-colliding-key", "the keys 'PayloadType' and 'payloadType' differ only in case"),
+    ],
+)
+def test_a_lenient_signature_envelope_is_refused(
+    regs: LocalRegistries, repo: str, run_cli: Any, how: str, why: str
+) -> None:
+    source = _source(regs, repo)
+    _publish(regs, repo, envelope=_tamper(how))
+    _refused(run_cli("pick", "--index", source, *PICK), source, "bad index signature", why)
+    _publish(regs, repo)  # the envelope as release writes it: the rerun works
+    assert run_cli("pick", "--index", source, *PICK, "--refresh").exit_code == 0
+
+
+def test_a_stored_attestation_naming_two_subjects_is_refused_by_release(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """main: a statement with two subjects was accepted from a registry (refused only from a local file), so
+    one signature could count for an image it was never about."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"two subjects {uuid.uuid4()}")
+    other = "sha256:" + "0" * 64
+    report = json.loads(write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed").read_text())
+    statement = {
+        "_type": signing.STATEMENT_TYPE,
+        "subject": [
+            {"name": f"{regs.plain}/{repo}", "digest": {"sha256": other.split(":")[1]}},
+            {"name": f"{regs.plain}/{repo}", "digest": {"sha256": digest.split(":")[1]}},
+        ],
+        "predicateType": VALIDATION_PREDICATE_TYPE,
+        "predicate": report,
+    }
+    from tests.integration.test_release import KEY as RUNNER_KEY
+
+    two = signing.sign_envelope(
+        json.dumps(statement, sort_keys=True).encode(), signing.INTOTO_PAYLOAD_TYPE, RUNNER_KEY
+    )
+    attach_attestations(plain, repo, digest, [two])  # stored beside the candidate, as a fresh runner reads it
+    index_file = tmp_path / "index.json"
+
+    def release() -> Any:
+        return release_cells(
+            [cell("a", targets(regs, repo)[:1])],
+            matrix="t",
+            reports=[],  # no local evidence: release reads the attestations stored in the registry
+            index_file=index_file,
+            client_for=clients_for(regs),
+            trusted=TRUSTED,
+        )
+
+    out = release()
+    (result,) = out.cells
+    assert result.status == "refused", result
+    reasons = " ".join(result.reasons)
+    assert f"stored attestation {regs.plain}/{repo}:sha256-{digest.split(':')[1]}.att#" in reasons
+    assert "names 2 subjects; an attestation imagesmith accepts names exactly one" in reasons
+    assert plain.manifest_digest(repo, "a") is None  # nothing tagged
+    # the correct rerun: the runner's attestation of this digest alone
+    good = collect_reports([tmp_path / "r"], TRUSTED)
+    again = release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=good,
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+    )
+    assert [c.status for c in again.cells] == ["promoted"], again.cells
+    assert plain.manifest_digest(repo, "a") == digest
+
+
+def test_release_publishes_serial_expiry_and_key_and_pick_trusts_it_on_first_use(
+    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
+) -> None:
+    """What release writes is what pick accepts by default: serial and expiry inside the signed bytes, the key
+    beside the index (file: index.json.pub; artifact: its key layer)."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"release then pick {uuid.uuid4()}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index_file = tmp_path / "release" / "index.json"
+    release_key = signing.generate_key()
+    release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+        sign_key=release_key,
+    ).raise_for_refusals()
+    doc = json.loads(index_file.read_text())
+    assert doc["serial"] > 1_700_000_000
+    assert doc["expires"] > doc["generated"]
+    assert index_file.with_name("index.json.pub").read_bytes() == release_key.public.pem
+    source = _source(regs, repo)
+    res = run_cli("index", source, "--insecure")
+    assert res.exit_code == 0, res.stderr
+    assert release_key.public.fingerprint in res.stderr
+    assert f", serial {doc['serial']}, expires {doc['expires']}" in res.stdout
+
+
+def test_a_rerun_past_half_the_validity_renews_and_re_signs_the_index(
+    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
+) -> None:
+    """What the nightly relies on: a release run with nothing new to release re-issues the index once less
+    than half of its validity is left (serial up, expiry moved, signed again, published), so renters never
+    see it expire while the nightly runs; a run before that changes nothing."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"renew {uuid.uuid4()}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index_file = tmp_path / "release" / "index.json"
+    release_key = signing.generate_key()
+
+    def release() -> None:
+        release_cells(
+            [cell("a", targets(regs, repo)[:1])],
+            matrix="t",
+            reports=collect_reports([tmp_path / "r"], TRUSTED),
+            index_file=index_file,
+            client_for=clients_for(regs),
+            trusted=TRUSTED,
+            sign_key=release_key,
+        ).raise_for_refusals()
+
+    release()
+    first = json.loads(index_file.read_text())
+    before = index_file.read_bytes(), plain.manifest_digest(repo, "release-index")
+    release()  # the same day: nothing to renew, byte for byte
+    assert (index_file.read_bytes(), plain.manifest_digest(repo, "release-index")) == before
+    source = _source(regs, repo)
+    assert run_cli("index", source, "--insecure").exit_code == 0  # a renter has seen this one
+    # ten days later (as far as the index can tell): less than half of its 14 days is left
+    aged = dict(first, expires="2000-01-01T00:00:00Z")
+    index_file.write_text(json.dumps(aged, indent=2) + "\n")
+    release()
+    renewed = json.loads(index_file.read_text())
+    assert renewed["serial"] > first["serial"]
+    assert renewed["expires"] > first["generated"]
+    assert renewed["images"] == first["images"]
+    res = run_cli("index", source, "--insecure", "--refresh")
+    assert res.exit_code == 0, res.stderr
+    assert f"serial {renewed['serial']}, expires {renewed['expires']}" in res.stdout

@@ -1,0 +1,388 @@
+"""pick and index trust a release index only when a known key signed it, it is not older than one seen before
+and it has not expired (issue 25; imagesmith/indextrust.py). File and http sources here;
+tests/integration/test_index_trust_registry.py scripts the same attacks against the local registries.
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from imagesmith import signing
+from imagesmith.errors import IndexTrustError
+from imagesmith.index import issued, parse_index, renewal_due
+from imagesmith.indextrust import Trust
+from imagesmith.pick import fetch_index
+from tests.indexkey import KEY, save_signed_index, signed_bytes
+from tests.repo import REPO
+from tests.unit.test_pick import make_index
+
+PICK = ("--driver", "580.95.05", "--gpu", "h100")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY", raising=False)
+    monkeypatch.delenv("IMAGESMITH_PROJECT", raising=False)
+    monkeypatch.chdir(tmp_path)  # no imagesmith.toml above: no project key
+
+
+def _lines(text: str) -> list[str]:
+    return [ln for ln in text.strip().splitlines() if ln]
+
+
+# -- key sources ---------------------------------------------------------------------------------------------
+
+
+def test_an_unsigned_index_is_refused_naming_how_to_get_the_key(tmp_path: Path, run_cli: Any) -> None:
+    """main picked from an unsigned index (whose own registries list it trusts) without a word, exit 0."""
+    path = tmp_path / "index.json"
+    path.write_bytes(signed_bytes(make_index())[0])
+    for command in (["pick", "--index", str(path), *PICK], ["index", str(path)]):
+        res = run_cli(*command)
+        assert res.exit_code == IndexTrustError.exit_code == 2, res.stderr
+        error, fix = _lines(res.stderr)
+        assert error.startswith(f"error: --index {path}: no key to verify the release index with")
+        assert "--verify-key F.pub" in fix
+        assert "[release] index_key" in fix
+        assert "--no-verify" in fix
+        assert res.stdout == ""
+    again = run_cli("pick", "--index", str(path), *PICK, "--no-verify")  # the rerun the fix names works ...
+    assert again.exit_code == 0, again.stderr
+    assert again.stderr.startswith(f"warning: --no-verify: the release index {path} is used without checking")
+    twice = run_cli("pick", "--index", str(path), *PICK, "--no-verify")  # ... and warns on every run
+    assert "warning: --no-verify" in twice.stderr
+    conflict = run_cli("pick", "--index", str(path), *PICK, "--no-verify", "--verify-key", "x.pub")
+    assert conflict.exit_code == 2
+    assert "contradict" in conflict.stderr
+
+
+def test_first_use_pins_the_published_key_and_prints_its_fingerprint(tmp_path: Path, run_cli: Any) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    first = run_cli("pick", "--index", str(path), *PICK)
+    assert first.exit_code == 0, first.stderr
+    (note,) = [ln for ln in _lines(first.stderr) if KEY.public.fingerprint in ln]
+    assert note.startswith(f"note: first use of --index {path}: trusting the key published beside it")
+    assert "check this fingerprint with the publisher" in note
+    second = run_cli("pick", "--index", str(path), *PICK)
+    assert f"index key: {KEY.public.fingerprint} (ed25519, pinned on first use in " in second.stderr
+    # the publisher's key "changes": the index and the key beside it replaced by someone else's
+    other = signing.generate_key()
+    save_signed_index(make_index(), path, serial=2, key=other)
+    swapped = run_cli("pick", "--index", str(path), *PICK)
+    assert swapped.exit_code == 2
+    error, fix = _lines(swapped.stderr)
+    assert other.public.fingerprint in error
+    assert KEY.public.fingerprint in error
+    assert "the key pinned for this source on first use" in error
+    assert "--verify-key NEW.pub" in fix
+    assert "remove " in fix
+    # the fix: the new key named explicitly (after checking it with the publisher)
+    new_pub = tmp_path / "new.pub"
+    new_pub.write_bytes(other.public.pem)
+    fixed = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(new_pub))
+    assert fixed.exit_code == 0, fixed.stderr
+    assert f"index key: {other.public.fingerprint} (ecdsa-p256, from --verify-key {new_pub})" in fixed.stderr
+
+
+def test_a_signature_by_another_key_than_the_published_one_is_refused(tmp_path: Path, run_cli: Any) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json", key=signing.generate_key())
+    path.with_name("index.json.pub").write_bytes(KEY.public.pem)  # a key beside it that did not sign it
+    res = run_cli("pick", "--index", str(path), *PICK)
+    assert res.exit_code == 2
+    assert "bad index signature" in res.stderr
+    assert "no signature verifies" in res.stderr
+
+
+@pytest.mark.parametrize("form", ["path", "pem", "relative"])
+def test_the_key_from_the_user_config(tmp_path: Path, run_cli: Any, form: str) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json", publish_key=False)
+    (tmp_path / "keys").mkdir()
+    pub = tmp_path / "keys" / "release.pub"
+    pub.write_bytes(KEY.public.pem)
+    value = {"path": str(pub), "pem": KEY.public.pem.decode(), "relative": "keys/release.pub"}[form]
+    (tmp_path / "config.toml").write_text(f"[release]\nindex_key = '''{value}'''\n")
+    res = run_cli("pick", "--index", str(path), *PICK)
+    assert res.exit_code == 0, res.stderr
+    assert (
+        f"index key: {KEY.public.fingerprint} (ed25519, from {tmp_path / 'config.toml'}: release.index_key"
+        in (res.stderr)
+    )
+    stranger = tmp_path / "stranger.pub"
+    stranger.write_bytes(signing.generate_key().public.pem)
+    refused = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(stranger))  # the flag wins
+    assert refused.exit_code == 2
+    assert "bad index signature" in refused.stderr
+
+
+def test_the_key_from_the_project_and_the_order_of_sources(
+    tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json", publish_key=False)
+    (tmp_path / "keys").mkdir()
+    (tmp_path / "keys" / "release.pub").write_bytes(KEY.public.pem)
+    (tmp_path / "imagesmith.toml").write_text('schema = 1\n[release]\nindex_key = "keys/release.pub"\n')
+    res = run_cli("index", str(path))
+    assert res.exit_code == 0, res.stderr
+    assert f"from {tmp_path / 'imagesmith.toml'}: release.index_key" in res.stderr
+    assert "serial 1, expires 2099-12-31T23:59:59Z" in res.stdout
+    stranger = tmp_path / "stranger.pub"
+    stranger.write_bytes(signing.generate_key().public.pem)
+    (tmp_path / "config.toml").write_text(f'[release]\nindex_key = "{stranger}"\n')  # user config > project
+    assert run_cli("index", str(path)).exit_code == 2
+    monkeypatch.setenv("IMAGESMITH_INDEX_KEY", str(tmp_path / "keys" / "release.pub"))  # env > user config
+    ok = run_cli("index", str(path))
+    assert ok.exit_code == 0
+    assert "from $IMAGESMITH_INDEX_KEY" in ok.stderr
+
+
+# -- serial and expiry ---------------------------------------------------------------------------------------
+
+
+def test_a_replayed_older_index_is_refused_and_a_newer_one_accepted(tmp_path: Path, run_cli: Any) -> None:
+    path = tmp_path / "index.json"
+    save_signed_index(make_index(), path, serial=5)
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
+    save_signed_index(make_index(), path, serial=4)  # validly signed, older: a replay
+    res = run_cli("pick", "--index", str(path), *PICK)
+    assert res.exit_code == 2
+    error, fix = _lines(res.stderr)[-2:]
+    assert f"error: --index {path}: the index served has serial 4" in error
+    assert "older than serial 5" in error
+    assert "a replayed older index" in error
+    assert "another registry of the publisher" in fix
+    save_signed_index(make_index(), path, serial=6)
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
+    save_signed_index(make_index([("2.4.1", "12.1", "3.11")]), path, serial=6)  # same serial, other bytes
+    res = run_cli("pick", "--index", str(path), *PICK)
+    assert res.exit_code == 2
+    assert "two different indexes carry serial 6" in res.stderr
+
+
+def test_an_expired_index_is_refused_with_its_date(tmp_path: Path, run_cli: Any) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json", expires="2026-01-01T00:00:00Z")
+    res = run_cli("pick", "--index", str(path), *PICK)
+    assert res.exit_code == 2
+    error, fix = _lines(res.stderr)[-2:]
+    assert "the index expired on 2026-01-01T00:00:00Z (serial 1, written " in error
+    assert "it is now 20" in error
+    assert "renews and re-signs" in fix
+    save_signed_index(make_index(), path, serial=2)  # the publisher's renewed index
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
+
+
+def test_a_signed_index_without_serial_or_expiry_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "index.json"
+    body = signed_bytes(make_index())[0].replace(b'  "serial": 1,\n', b"")
+    path.write_bytes(body)
+    path.with_name("index.json.sig").write_bytes(signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, KEY))
+    path.with_name("index.json.pub").write_bytes(KEY.public.pem)
+    with pytest.raises(IndexTrustError, match="carries no serial or expiry"):
+        fetch_index(str(path))
+
+
+def test_serial_and_expiry_are_inside_the_signed_bytes(tmp_path: Path) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json", expires="2026-01-01T00:00:00Z")
+    path.write_bytes(path.read_bytes().replace(b"2026-01-01T00:00:00Z", b"2099-01-01T00:00:00Z"))
+    with pytest.raises(IndexTrustError, match="signs another index than the one served"):
+        fetch_index(str(path))
+
+
+@pytest.fixture
+def http_index(tmp_path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
+    files: dict[str, bytes] = {}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = files.get(self.path)
+            self.send_response(503 if "/down" in files else 200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/index.json", files
+    server.shutdown()
+    server.server_close()
+
+
+def _serve(files: dict[str, bytes], serial: int, **kw: Any) -> bytes:
+    body, envelope = signed_bytes(make_index(), serial=serial, **kw)
+    files.update({"/index.json": body, "/index.json.sig": envelope, "/index.json.pub": KEY.public.pem})
+    return body
+
+
+def test_refresh_does_not_replace_a_newer_cached_index_with_an_older_one(
+    http_index: tuple[str, dict[str, bytes]],
+) -> None:
+    """main's `pick --refresh` / `index --refresh` replaced the cached newer index silently."""
+    from imagesmith import pick as picking
+
+    url, files = http_index
+    newer = _serve(files, 7)
+    notes: list[str] = []
+    assert fetch_index(url, insecure=True, note=notes.append).serial == 7
+    assert notes[0].startswith(f"note: first use of --index {url}: trusting the key published beside it")
+    _serve(files, 3)  # the mirror now serves an older, validly signed index
+    for _ in range(2):
+        with pytest.raises(IndexTrustError, match=r"serial 3 .* older than serial 7") as info:
+            fetch_index(url, insecure=True, refresh=True)
+        assert info.value.fault == "replayed"  # what it is about, as a field (never decided on the text)
+    assert picking._cache_path(url).read_bytes() == newer  # the newer one stays cached
+    assert fetch_index(url, insecure=True).serial == 7  # and answers within its hour
+    _serve(files, 8)
+    assert fetch_index(url, insecure=True, refresh=True).serial == 8  # a newer one is taken
+
+
+def test_an_expired_cached_copy_is_not_used_when_the_source_is_down(
+    http_index: tuple[str, dict[str, bytes]],
+) -> None:
+    url, files = http_index
+    soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
+    _serve(files, 1, expires=soon.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    fetch_index(url, insecure=True)
+    later = Trust(now=soon + datetime.timedelta(seconds=1))
+    files["/down"] = b""  # the source fails (HTTP 503): the cached copy would answer, but it has expired
+    with pytest.raises(IndexTrustError, match="the index expired on") as info:
+        fetch_index(url, insecure=True, trust=later, ttl_s=0, warn=lambda _: None)
+    assert info.value.fault == "expired"
+
+
+# -- the sample index, and what release writes ---------------------------------------------------------------
+
+
+def test_the_sample_index_is_signed_by_the_sample_key_far_from_expiry(run_cli: Any) -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "sign_sample_index.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, (
+        done.stdout + done.stderr
+    )  # committed = what the script writes, byte for byte
+    sample = REPO / "docs" / "examples" / "release-index.json"
+    index = parse_index(sample.read_bytes(), source="sample")
+    assert index.serial == 1
+    assert index.expires >= "2099"
+    res = run_cli("pick", "--index", str(sample), "--verify-key", f"{sample}.pub", *PICK)
+    assert res.exit_code == 0, res.stderr
+    pub = signing.parse_public_key((REPO / "docs/examples/release-index.json.pub").read_bytes(), source="s")
+    assert _lines(res.stderr) == [f"index key: {pub.fingerprint} (ed25519, from --verify-key {sample}.pub)"]
+
+
+def test_release_issues_a_higher_serial_and_renews_past_half_its_validity() -> None:
+    now = datetime.datetime(2026, 12, 1, 12, 0, 0, tzinfo=datetime.timezone.utc)
+    week2 = datetime.timedelta(days=14)
+    first = issued(make_index(), previous=0, valid_for=week2, now=now)
+    assert first.serial == int(now.timestamp())
+    assert (first.generated, first.expires) == ("2026-12-01T12:00:00Z", "2026-12-15T12:00:00Z")
+    assert issued(first, previous=first.serial, valid_for=week2, now=now).serial == first.serial + 1
+    assert not renewal_due(first, week2, now + datetime.timedelta(days=6))
+    assert renewal_due(first, week2, now + datetime.timedelta(days=8))
+    assert renewal_due(replace(first, serial=0, expires=""), week2, now)
+    # a stale base (an older checkout's index file) still gets a serial above anything issued before now
+    assert issued(replace(first, serial=3), previous=3, valid_for=week2, now=now).serial > 3
+    # a planted base serial far ahead of the clock does not run the serials up to the maximum
+    from imagesmith.index import MAX_SERIAL
+
+    assert issued(first, previous=MAX_SERIAL - 1, valid_for=week2, now=now).serial == int(now.timestamp())
+
+
+@pytest.mark.parametrize(("value", "ok"), [("14d", True), ("36h", True), ("0d", False), ("2w", False)])
+def test_index_valid_for_in_the_project(tmp_path: Path, value: str, ok: bool) -> None:
+    from imagesmith.errors import ConfigError
+    from imagesmith.project import load_project
+
+    (tmp_path / "imagesmith.toml").write_text(f'schema = 1\n[release]\nindex_valid_for = "{value}"\n')
+    if ok:
+        want = datetime.timedelta(days=14) if value == "14d" else datetime.timedelta(hours=36)
+        assert load_project(tmp_path / "imagesmith.toml").index_valid_for == want
+    else:
+        with pytest.raises(ConfigError, match="index_valid_for"):
+            load_project(tmp_path / "imagesmith.toml")
+
+
+def test_a_damaged_trust_record_is_one_error_with_a_fix(tmp_path: Path, run_cli: Callable[..., Any]) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
+    (record,) = (tmp_path / "cache" / "imagesmith" / "index").glob("*.trust.json")
+    data = json.loads(record.read_text())
+    assert data["fingerprint"] == KEY.public.fingerprint
+    assert data["newest"]["serial"] == 1
+    record.write_text("{not json")
+    res = run_cli("pick", "--index", str(path), *PICK)
+    assert res.exit_code == 2
+    assert "cannot be read" in res.stderr
+    assert f"remove {record}" in res.stderr
+
+
+def test_a_pick_from_bytes_verified_before_loads_no_crypto(tmp_path: Path) -> None:
+    """The cached (or unchanged file) index whose exact bytes the same key verified before is not verified
+    again: no `cryptography` import on that path (tens of ms of pick's start-up); expiry still counts."""
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    code = (
+        "import sys; from imagesmith.pick import fetch_index; "
+        f"fetch_index({str(path)!r}, note=print); "
+        "print(any(m.startswith('cryptography') for m in sys.modules))"
+    )
+    env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    runs = [
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        for _ in range(2)
+    ]
+    first, second = (r.stdout.splitlines() for r in runs)
+    assert first[0].startswith("note: first use of --index")
+    assert first[1] == "True"
+    assert second[0].startswith(f"index key: {KEY.public.fingerprint} (ed25519, pinned on first use in ")
+    assert second[1] == "False"
+    path.write_bytes(path.read_bytes().replace(b"2.11.0", b"2.11.1"))  # other bytes: verified again, refused
+    with pytest.raises(IndexTrustError, match="signs another index"):
+        fetch_index(str(path))
+
+
+def test_bytes_verified_before_but_served_without_their_signature_are_refused(tmp_path: Path) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    assert fetch_index(str(path)).serial == 1
+    path.with_name("index.json.sig").unlink()  # the same index, its signature gone
+    with pytest.raises(IndexTrustError, match="the index is not signed") as info:
+        fetch_index(str(path))
+    assert info.value.fault == "not signed"
+
+
+@pytest.mark.parametrize("beside", ["index.json.pub", "index.json.sig"])
+def test_a_device_beside_the_index_is_not_read_into_memory(tmp_path: Path, beside: str) -> None:
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    (tmp_path / beside).unlink()
+    (tmp_path / beside).symlink_to("/dev/zero")  # endless bytes: read only up to a limit, then refused
+    with pytest.raises(IndexTrustError) as info:
+        fetch_index(str(path))
+    assert info.value.fault == ("bad key" if beside.endswith(".pub") else "bad signature")
+
+
+def test_one_artifact_is_one_trust_record_however_its_source_is_spelled() -> None:
+    from imagesmith.pick import _trust_key
+
+    spellings = {
+        "oci://Registry.example:5000/acme/torch",
+        "oci://registry.example:5000/acme/torch:release-index",
+        "oci+http://registry.example:5000/acme/torch",
+    }
+    assert {_trust_key(s) for s in spellings} == {"oci://registry.example:5000/acme/torch:release-index"}
+    assert _trust_key("oci://r.example/acme/torch:other") != _trust_key("oci://r.example/acme/torch")
