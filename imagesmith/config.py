@@ -26,17 +26,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from imagesmith import schema
+from imagesmith import inputs, schema
 from imagesmith.errors import ConfigError
 from imagesmith.project import check_mirror_template
 from imagesmith.refs import _HUB_ALIASES, DOCKER_HUB, ImageRef
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,15 +169,9 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         )
     if path.is_file():
         source = str(path)
-        try:
-            text = schema.check_toml_text(path.read_text(encoding="utf-8"), str(path))
-            data: dict[str, Any] = tomllib.loads(text)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"{path}: cannot read: {exc}", hint="make it a readable UTF-8 TOML file"
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file or remove it") from None
+        raw = inputs.read_user_text(path, "", hint="make it a readable UTF-8 TOML file")
+        text = schema.check_toml_text(raw, str(path))
+        data = inputs.loads_toml(text, str(path), syntax_hint="fix the file or remove it")
         schema.CONFIG.check(data, source=str(path))
         table = data.get("registry_mirrors", {})
         mirrors.update(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat, schema
+from imagesmith import compat, inputs, schema
 from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.refs import Registry, expand_braces, matches
 
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from imagesmith.project import Project
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - python 3.10
-    import tomli as tomllib
+    pass
 
 REGISTRIES_FILE: Final[str] = "registries.toml"
 
@@ -284,22 +284,14 @@ def load_registries(path: Path) -> dict[str, Registry]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError(
-            f"{path}: file not found",
-            hint="create it, or fix the path that names it (imagesmith.toml [paths])",
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{path}: cannot read: {exc}", hint="make it a readable UTF-8 TOML file") from None
+    text = inputs.read_user_text(
+        path,
+        "",
+        error=MatrixError,
+        hint="give a readable UTF-8 TOML file, or fix the path that names it (imagesmith.toml [paths])",
+    )
     schema.check_toml_text(text, str(path), error=MatrixError)
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MatrixError(
-            f"{path}: TOML syntax error: {exc}", hint="fix the TOML syntax at that line"
-        ) from None
+    return inputs.loads_toml(text, str(path), error=MatrixError)
 
 
 def _nearest_word(value: str, choices: Sequence[str]) -> str | None:

@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from imagesmith import inputs
 from imagesmith.errors import (
     ConfigError,
     EngineError,
@@ -770,18 +771,17 @@ def host_from_text(text: str, *, source: str, driver: str | None = None) -> Host
 # host input (thin I/O)
 
 
-def read_smi_text(path: str | Path) -> tuple[str, str]:
-    """(text, source) of ``--nvidia-smi PATH``; ``-`` reads standard input."""
+def read_smi_text(path: str | Path, flag: str = "--nvidia-smi") -> tuple[str, str]:
+    """(text, source) of ``--nvidia-smi PATH`` (compat and pick); ``-`` reads standard input. A FIFO, a
+    folder, a device, a UTF-16 capture and bytes that are not text are each one error naming the flag."""
+    hint = "give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin"
     if str(path) == "-":
-        return sys.stdin.read(), "<stdin>"
-    file = Path(path)
-    try:
-        return file.read_text(encoding="utf-8", errors="replace"), str(file)
-    except OSError as exc:
-        raise ConfigError(
-            f"--nvidia-smi {path}: cannot read it ({exc.strerror or exc.__class__.__name__})",
-            hint="give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin",
-        ) from None
+        data = sys.stdin.buffer.read(inputs.MAX_USER_FILE_BYTES + 1) if hasattr(sys.stdin, "buffer") else None
+        if data is None:
+            return sys.stdin.read(), "<stdin>"
+        return inputs.decode_text(data, f"{flag} - (stdin)", hint=hint), "<stdin>"
+    data = inputs.read_user_file(path, flag, hint=hint)
+    return inputs.decode_text(data, f"{flag} {path}", hint=hint), str(path)
 
 
 def read_host(
@@ -863,6 +863,13 @@ def fetch_index(
     file ``INDEX.sig`` beside a file or URL, the signature layer of the artifact) over exactly these bytes;
     a cached copy is checked again each time it is used.
     """
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", source)
+    if scheme and not source.startswith(("http://", "https://", "oci://", "oci+http://")):
+        raise ConfigError(
+            f"--index {source[:200]}: {scheme.group(1)}:// is not a scheme pick reads",
+            hint="give a file, an https:// URL or oci://HOST/REPOSITORY[:TAG] (http:// and oci+http:// only "
+            "with --insecure)",
+        )
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         from imagesmith.index import load_index
 
@@ -981,6 +988,9 @@ def allowed_copies(
 
 
 def _read_or_none(path: Path) -> bytes | None:
+    """The bytes of a regular file, else None (a FIFO is never opened for reading: it would block)."""
+    if not inputs.is_regular_file(path):
+        return None
     try:
         return path.read_bytes()
     except OSError:

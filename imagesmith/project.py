@@ -36,15 +36,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from imagesmith import schema
+from imagesmith import inputs, schema
 from imagesmith.errors import ConfigError, MatrixError
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - python 3.10
-    import tomli as tomllib
+    pass
 
 PROJECT_FILE: Final[str] = "imagesmith.toml"
 #: the longest project name (it is the default registry namespace: image names hold 255 characters in all)
@@ -299,15 +299,11 @@ def load_project(file: Path) -> Project:
     """Read and check one ``imagesmith.toml``."""
     file = file.resolve()
     root = file.parent
-    try:
-        text = schema.check_toml_text(file.read_text(encoding="utf-8"), str(file), error=ProjectError)
-        data: dict[str, Any] = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProjectError(f"{file}: cannot read: {exc}", hint="make the file readable UTF-8 TOML") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProjectError(
-            f"{file}: not valid TOML: {exc}", hint="fix the syntax at the line named"
-        ) from None
+    raw = inputs.read_user_text(file, "", error=ProjectError, hint="make the file readable UTF-8 TOML")
+    text = schema.check_toml_text(raw, str(file), error=ProjectError)
+    data = inputs.loads_toml(
+        text, str(file), error=ProjectError, syntax_hint="fix the syntax at the line named"
+    )
     schema.PROJECT.check(data, source=str(file), error=ProjectError)
     name = data.get("name", project_name(root.name))
     default_matrix = data.get("default_matrix")
