@@ -40,6 +40,15 @@ def _flag_type(self: TyperOption, ctx: Any) -> str | None:
 
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
 
+
+def _rich_broken_pipe(self: Console) -> None:
+    """rich ends the process with exit status 1 (imagesmith's crash code) when stdout's reader goes away;
+    imagesmith's closed-pipe rule (exit 141, quietly) is applied where every error is: in :func:`_run`."""
+    raise BrokenPipeError
+
+
+Console.on_broken_pipe = _rich_broken_pipe  # type: ignore[method-assign]
+
 app = typer.Typer(
     name="imagesmith",
     help="Build, push and prove GPU training images from a driver/CUDA/PyTorch compatibility matrix.",

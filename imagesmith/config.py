@@ -123,18 +123,10 @@ def parse_mirror_items(items: Sequence[str], origin: str) -> dict[str, str]:
 
 
 def _checked_ca(path: Path, origin: str) -> Path:
-    from imagesmith.project import is_file
-
-    if not is_file(path):
-        raise ConfigError(
-            f"{origin}: CA certificate file {path} does not exist", hint="give the path of a PEM CA bundle"
-        )
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise ConfigError(
-            f"{origin}: cannot read {path} ({exc.strerror or exc})", hint="give a readable PEM CA bundle"
-        ) from None
+    data = inputs.read_user_file(
+        path, f"{origin}: CA certificate file", hint="give the path of a PEM CA bundle"
+    )
+    text = data.decode("utf-8", errors="replace")
     if "-----BEGIN CERTIFICATE-----" not in text:
         raise ConfigError(f"{origin}: {path} holds no PEM certificate", hint="give a PEM CA bundle")
     key = _PRIVATE_KEY.search(text)
