@@ -70,9 +70,10 @@ def _check_key_path(path: Path, what: str) -> None:
     text = str(path)
     example = "keys/validation.key" if what != "--public" else "keys/validation.pub"
     if path.name in ("", ".", "..") or text.endswith("/") or path.is_dir():
+        inside = path / "validation.key" if path.is_dir() else example
         raise ConfigError(
             f"{what} {text}: is a folder; keygen writes a key file",
-            hint=f"give a file name for the key, e.g. {path / 'validation.key' if path.is_dir() else example}",
+            hint=f"give a file name for the key, e.g. {inside}",
         )
     for parent in path.parents:
         if parent.exists():
