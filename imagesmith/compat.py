@@ -132,7 +132,7 @@ def _did_you_mean(value: str, choices: Iterable[str]) -> str:
 # ------------------------------------------------------------------------------------------------------------
 # driver versions
 
-_DRIVER_RE = re.compile(r"^\s*(\d{3,4})\.(\d{1,3})(?:\.(\d{1,3}))?\s*$")
+_DRIVER_RE = re.compile(r"^\s*(\d{3,4})\.(\d{1,3})(?:\.(\d{1,3}))?\s*$", re.ASCII)
 
 
 @functools.total_ordering
@@ -742,6 +742,8 @@ def _nearest_version(value: str, known: Sequence[str]) -> str | None:
     except InvalidVersion:
         return nearest(value, known)
     same_minor = [k for k in known if Version(k).release[:2] == wanted.release[:2]]
+    if same_minor and len(wanted.release) < 3:  # "2.1" means the 2.1 series: its newest patch
+        return max(same_minor, key=Version)
     pool = same_minor or list(known)
 
     def distance(k: str) -> tuple[int, ...]:
@@ -978,8 +980,16 @@ def gpu_or_adhoc(name: str, *, memory_mib: int | None = None, compute_cap: str |
     try:
         return gpu(name, memory_mib=memory_mib)
     except ConfigError:
-        if compute_cap is None or not re.fullmatch(r"\d{1,2}\.\d", compute_cap.strip()):
+        if compute_cap is None or not re.fullmatch(r"\d{1,2}\.\d", compute_cap.strip(), re.ASCII):
             raise
+    newest = max((g.cc for g in gpus()), key=_parse_cc)
+    if _parse_cc(compute_cap.strip())[0] > _parse_cc(newest)[0] + 1:
+        raise ConfigError(
+            f"GPU {name!r}: compute capability {compute_cap.strip()} as nvidia-smi reported it: no NVIDIA "
+            f"architecture has it (the newest imagesmith knows is {newest}, sm_{newest.replace('.', '')})",
+            hint="check the capture (nvidia-smi --query-gpu=name,compute_cap --format=csv), or give the GPU "
+            "with --gpu KEY",
+        )
     return Gpu(
         key=" ".join(name.split()).casefold(),
         name=" ".join(name.split()),

@@ -87,6 +87,12 @@ class Host:
     cuda_umd: str | None = None
 
 
+def _cuda_of(value: str) -> str:
+    """``cu121`` → ``12.1``, ``cu130`` → ``13.0``; anything else as given."""
+    m = re.fullmatch(r"\s*cu(\d{2})(\d)\s*", value, re.IGNORECASE | re.ASCII)
+    return f"{m.group(1)}.{m.group(2)}" if m else value
+
+
 @dataclass(frozen=True, kw_only=True)
 class Constraints:
     """User constraints; each is a version prefix: ``torch="2.1"`` accepts 2.1.0 and 2.1.2, not 2.10.0."""
@@ -98,15 +104,29 @@ class Constraints:
     @classmethod
     def parse(cls, *, torch: str | None, cuda: str | None, python: str | None) -> Constraints:
         """From the flags: version prefixes (``2.1``, ``12.1``, ``3.10``); ``--cuda cu121`` means 12.1."""
+        if torch is not None and "+" in torch:  # 2.4.1+cu121, as pip and compat write it
+            version, _, local = torch.partition("+")
+            tag = re.fullmatch(r"\s*cu(\d{2,3})\s*", local, re.IGNORECASE | re.ASCII)
+            if tag is None:
+                raise ConfigError(
+                    f"--torch {torch!r}: {local!r} is not a CUDA wheel variant (cu121, cu130, …)",
+                    hint="give --torch 2.4.1 and the variant as --cuda 12.1 (or --torch 2.4.1+cu121)",
+                )
+            as_cuda = f"cu{tag.group(1)}"
+            if cuda is not None and cuda.strip().lower() != as_cuda and _cuda_of(cuda) != _cuda_of(as_cuda):
+                raise ConfigError(
+                    f"--torch {torch} says CUDA {_cuda_of(as_cuda)}, --cuda says {cuda}",
+                    hint=f"give one of them: --torch {version} --cuda {cuda}, or --torch {torch}",
+                )
+            torch, cuda = version, cuda if cuda is not None else as_cuda
         if cuda is not None:
-            m = re.fullmatch(r"\s*cu(\d{2})(\d)\s*", cuda, re.IGNORECASE)
-            cuda = f"{m.group(1)}.{m.group(2)}" if m else cuda
+            cuda = _cuda_of(cuda)
         for flag, value, example in (
             ("--torch", torch, "2.1"),
             ("--cuda", cuda, "12.1"),
             ("--python", python, "3.10"),
         ):
-            if value is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", value.strip()):
+            if value is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", value.strip(), re.ASCII):
                 raise ConfigError(
                     f"{flag} {value!r} is not a version", hint=f"give a version prefix, e.g. {flag} {example}"
                 )
