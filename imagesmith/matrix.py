@@ -294,6 +294,27 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return inputs.loads_toml(text, str(path), error=MatrixError)
 
 
+_EXACT_RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+", re.ASCII)
+
+
+def _exact_torch(loader: Any, key: str, value: str, known: Sequence[str]) -> None:
+    """A matrix names torch releases exactly as ``X.Y.Z``: no spaces, no line ends, no ``+local`` part (the
+    variant comes from torch.variants) — such a value would otherwise reach cell ids and tags."""
+    if isinstance(value, str) and _EXACT_RELEASE.fullmatch(value):
+        return
+    base = value.strip().split("+", 1)[0].strip() if isinstance(value, str) else ""
+    why = (
+        "has a +local part (the CUDA variant goes in torch.variants)"
+        if isinstance(value, str) and "+" in value
+        else "is not an exact release X.Y.Z (no spaces or other characters)"
+    )
+    raise loader.fail(
+        key,
+        f"{value!r} {why}",
+        nearest=base if base in known else _nearest_version(base, known),
+    )
+
+
 def _nearest_word(value: str, choices: Sequence[str]) -> str | None:
     got = difflib.get_close_matches(value, list(choices), n=1, cutoff=0.0)
     return got[0] if got else None
@@ -415,6 +436,7 @@ class _Loader(schema.Checker):
         known = [r.version for r in compat.torch_releases()]
         variants_seen: set[str] = set()
         for i, v in enumerate(versions):
+            _exact_torch(self, f"torch.versions[{i}]", v, known)
             try:
                 release = compat.torch_release(v)
             except ConfigError:
@@ -641,9 +663,20 @@ class _Loader(schema.Checker):
             prefix = f"{key}[{i}]"
             rule = Rule(**{k: entry[k] for k in fields if k in entry})
             if need_reason:
-                if rule == Rule(reason=rule.reason):
+                if not rule.reason.strip():
                     raise self.fail(
-                        prefix, "matches every cell", hint="name at least one of torch/variant/python/flavor"
+                        f"{prefix}.reason",
+                        "is empty: an exclude says why the combination is not built",
+                        hint='e.g. reason = "no cu118 wheel of torch 2.7 for Python 3.13"',
+                    )
+                if rule == Rule(reason=rule.reason):
+                    given = [f'{k} = "*"' for k in fields[:4] if k in entry]
+                    raise self.fail(
+                        prefix,
+                        "matches every cell"
+                        + (f" ({', '.join(given)} matches anything)" if given else " (it names no field)"),
+                        hint="narrow it: give at least one of torch/variant/python/flavor a value other than "
+                        '"*", e.g. torch = "2.1.*"',
                     )
                 for name, pool in (
                     ("torch", torch.versions),
@@ -672,6 +705,7 @@ class _Loader(schema.Checker):
         checked the python minor and the flavor).
         """
         known = [r.version for r in compat.torch_releases()]
+        _exact_torch(self, f"{prefix}.torch", rule.torch, known)
         try:
             release = compat.torch_release(rule.torch)
         except ConfigError:
