@@ -645,6 +645,18 @@ class _Loader(schema.Checker):
                 insecure=entry.get("insecure", False),
                 cells=tuple(entry.get("cells", ["*"])),
             )
+        seen: dict[str, str] = {}
+        for name, reg in out.items():
+            where = f"{reg.host}/{reg.repository}"
+            if where in seen:
+                raise self.fail(
+                    f"registries.{name}",
+                    f"the same image name {where} as registries.{seen[where]}: every image would be pushed "
+                    "and listed twice",
+                    hint=f"remove one of [registries.{seen[where]}] and [registries.{name}], or give it "
+                    "another namespace or repository",
+                )
+            seen[where] = name
         return out
 
     def rules(

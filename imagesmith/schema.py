@@ -14,6 +14,7 @@ problems through a :class:`Checker`; the index and the report keep their own wor
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import sys
 import unicodedata
@@ -233,7 +234,12 @@ class Checker:
         return self.fail(key, f"{value!r} is listed twice")
 
     def invalid(self, spec: Field, value: Any, key: str, problem: str, nearest: str | None) -> ConfigError:
-        """*value* has the right type but is not one *spec* allows (enum, pattern)."""
+        """*value* has the right type but is not one *spec* allows (enum, pattern). The fix line writes the
+        nearest valid value where there is one (not the field's example: "nearest 'acr'" then "fix: kind =
+        \"ghcr\"" contradicted itself)."""
+        if not spec.hint and nearest is not None and spec.enum:
+            leaf = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
+            return self.fail(key, problem, nearest=nearest, hint=f"{leaf} = {json.dumps(nearest)}")
         return self.fail(key, problem, nearest=nearest, hint=spec.hint or self.value_hint(spec, key))
 
     def value_hint(self, spec: Field, key: str) -> str | None:
@@ -286,8 +292,14 @@ def _check(spec: Field, value: Any, key: str, checker: Checker) -> None:
     if spec.min is not None and (value if spec.kind == "integer" else len(value)) < spec.min:
         raise checker.too_small(spec, value, key)
     if spec.enum and value not in spec.enum:
-        near = _nearest(str(value), [str(e) for e in spec.enum])
-        _invalid(spec, value, key, f"unknown value {value!r}", near, checker)
+        folded = [
+            str(e) for e in spec.enum if isinstance(value, str) and str(e).lower() == value.strip().lower()
+        ]
+        near = folded[0] if folded else _nearest(str(value), [str(e) for e in spec.enum])
+        problem = f"unknown value {value!r}" + (
+            f" (write it {near!r}: values are case-sensitive)" if folded else ""
+        )
+        _invalid(spec, value, key, problem, near, checker)
     if spec.pattern and isinstance(value, str) and not re.fullmatch(spec.pattern, value):
         _invalid(spec, value, key, f"{value!r} does not match {spec.pattern}", None, checker)
     if spec.kind == "array" and spec.items is not None:
