@@ -96,7 +96,8 @@ def refresh_compat_command(
         source = refresh.RecordedSource(offline)
     else:
         http = refresh.Http(verify=refresh.ca_bundle())
-        source = refresh.LiveSource(index_url or refresh.default_index_url(), http, record)
+        url = refresh.check_index_url(index_url, "--index-url") if index_url else refresh.default_index_url()
+        source = refresh.LiveSource(url, http, record)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
