@@ -13,6 +13,7 @@ problems through a :class:`Checker`; the index and the report keep their own wor
 
 from __future__ import annotations
 
+import datetime as _dt
 import difflib
 import json
 import re
@@ -143,6 +144,45 @@ def _nearest(value: str, choices: list[str]) -> str | None:
     return got[0] if got else None
 
 
+def shown(value: Any) -> str:
+    """*value* of a TOML/JSON file as the user wrote it, with what it is — never a Python repr
+    (``datetime.datetime(1979, 5, 27, …)``, ``{'opencontainers': {…}}``)."""
+    if isinstance(value, bool):
+        return f"a boolean {str(value).lower()}"
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        kind = {_dt.datetime: "a date-time", _dt.date: "a date", _dt.time: "a time"}[type(value)]
+        return f"{kind} {value.isoformat()} (an unquoted date; quote it to make it a string)"
+    if isinstance(value, str):
+        return f"a string {json.dumps(value[:80])}"
+    if isinstance(value, int):
+        text = str(value) if value.bit_length() < 200 else f"{str(value)[:12]}… ({len(str(value))} digits)"
+        return f"an integer {text}"
+    if isinstance(value, float):
+        return f"a number {value}"
+    if isinstance(value, dict):
+        keys = ", ".join(list(map(str, value))[:5])
+        return f"a table (keys: {keys})" if keys else "an empty table"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item(s)"
+    return type(value).__name__
+
+
+def _dotted_hint(key: str, value: Any) -> str | None:
+    """A key written ``org.opencontainers.image.source = …`` is, in TOML, a path of tables: the fix line says
+    to quote it (``"org.opencontainers.image.source" = …``)."""
+    if not isinstance(value, dict) or not value:
+        return None
+    parts = [key.rsplit(".", 1)[-1]]
+    node: Any = value
+    while isinstance(node, dict) and len(node) == 1:
+        ((k, node),) = node.items()
+        parts.append(str(k))
+    if len(parts) < 2:
+        return None
+    dotted = ".".join(parts)
+    return f'a key with dots is a path of tables in TOML: quote it, "{dotted}" = …'
+
+
 TYPE_NAMES: dict[type, str] = {
     str: "a string",
     int: "an integer",
@@ -193,7 +233,9 @@ class Checker:
 
     def typed(self, value: Any, key: str, kind: type) -> Any:
         if not _is(value, kind):
-            raise self.fail(key, f"expected {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+            raise self.fail(
+                key, f"expected {TYPE_NAMES[kind]}, got {shown(value)}", hint=_dotted_hint(key, value)
+            )
         return value
 
     def str_list(self, value: Any, key: str, *, nonempty: bool = True) -> tuple[str, ...]:
@@ -219,9 +261,15 @@ class Checker:
         """*value* at *key* is not of *spec*'s kind."""
         where = key or "(top level)"
         if spec.message:
-            return self.fail(where, _text(spec.message, value), hint=spec.hint or _example(spec, key))
+            return self.fail(
+                where,
+                _text(spec.message, value),
+                hint=_dotted_hint(key, value) or spec.hint or _example(spec, key),
+            )
         kind = _PY_TYPES[spec.kind]
-        return self.fail(where, f"expected {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+        return self.fail(
+            where, f"expected {TYPE_NAMES[kind]}, got {shown(value)}", hint=_dotted_hint(key, value)
+        )
 
     def too_small(self, spec: Field, value: Any, key: str) -> ConfigError:
         """An empty list or string, or an integer below ``spec.min``."""
