@@ -927,14 +927,15 @@ def gpu_candidates(text: str) -> tuple[Gpu, ...]:
     return tuple(by_key[k] for k in keys)
 
 
-def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
+def gpu(key_or_smi_name: str, *, memory_mib: int | None = None, driver: DriverVersion | None = None) -> Gpu:
     """Resolve a key (``h100-sxm``), a family key (``a100`` → its ``default`` SKU) or a full or truncated
     nvidia-smi name, case-insensitively.
 
     A truncated name of nvidia-smi's default table (``NVIDIA A100-SXM...``) can fit several SKUs: *memory_mib*
     (memory.total as nvidia-smi reports it) picks the one within 3 %; SKUs left over that are of one family
     and one compute capability resolve to the family's default. Anything else still ambiguous, or unknown, is
-    a :class:`ConfigError` (unknown ones name the nearest known).
+    a :class:`ConfigError` (unknown ones name the nearest known). *driver* (the host's, from the same
+    nvidia-smi output) rules out SKUs it cannot drive (a ``min_driver`` above it).
     """
     if not isinstance(key_or_smi_name, str) or not key_or_smi_name.strip():
         raise ConfigError("empty GPU name", hint="give a key such as h100-sxm or the name nvidia-smi prints")
@@ -949,6 +950,11 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
             if len(close) == 1:
                 return close[0]
             found = close or found
+        if driver is not None:
+            drivable = tuple(g for g in found if g.min_driver is None or g.min_driver <= driver)
+            if len(drivable) == 1:
+                return drivable[0]
+            found = drivable or found
         families = {g.family for g in found}
         ccs = {g.cc for g in found}
         if len(families) == 1 and len(ccs) == 1:
@@ -956,9 +962,14 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
             chosen = [g for g in found if g.key == default]
             if chosen:
                 return chosen[0]
+        cut = key_or_smi_name.rstrip().endswith("...")
         raise ConfigError(
-            f"GPU name {key_or_smi_name!r} is ambiguous: it fits {', '.join(g.key for g in found)}",
-            hint="give the key, or the full name (nvidia-smi --query-gpu=name,memory.total --format=csv)",
+            f"GPU name {key_or_smi_name!r} is ambiguous: it fits {', '.join(g.key for g in found)}"
+            + (" (nvidia-smi's narrow table of drivers up to R525 cuts names short)" if cut else ""),
+            hint="save the full names and give that file: nvidia-smi --query-gpu=index,name,memory.total,"
+            "driver_version --format=csv > smi.csv"
+            if cut
+            else "give the key, or the full name (nvidia-smi --query-gpu=name,memory.total --format=csv)",
         )
     sliced = vgpu(key_or_smi_name)
     if sliced is not None:
@@ -972,13 +983,19 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
     )
 
 
-def gpu_or_adhoc(name: str, *, memory_mib: int | None = None, compute_cap: str | None = None) -> Gpu:
+def gpu_or_adhoc(
+    name: str,
+    *,
+    memory_mib: int | None = None,
+    compute_cap: str | None = None,
+    driver: DriverVersion | None = None,
+) -> Gpu:
     """:func:`gpu`, or, for a name not in gpus.toml whose compute capability nvidia-smi reported
     (``--query-gpu=…,compute_cap``), an ad hoc model of that capability (``adhoc`` is True; treated as a
     consumer GPU: no forward compatibility is promised for it).
     """
     try:
-        return gpu(name, memory_mib=memory_mib)
+        return gpu(name, memory_mib=memory_mib, driver=driver)
     except ConfigError:
         if compute_cap is None or not re.fullmatch(r"\d{1,2}\.\d", compute_cap.strip(), re.ASCII):
             raise

@@ -651,12 +651,17 @@ def _nothing_fits(
 # compat.Verdict.blockers are the reasons that stop an image; needs_driver the driver that would unblock it
 
 
-def _compat_gpu(g: SmiGpu) -> Any:
-    """compat's model for a host GPU; an unknown model with a known compute capability: ad hoc."""
+def _compat_gpu(g: SmiGpu, driver: str | None = None) -> Any:
+    """compat's model for a host GPU; an unknown model with a known compute capability: ad hoc. The host's
+    *driver* rules out SKUs of a cut-short name that it cannot drive."""
     from imagesmith import compat
 
     try:
-        return compat.gpu(g.name, memory_mib=g.memory_mib)
+        drv = compat.parse_driver(driver) if driver else None
+    except ConfigError:
+        drv = None
+    try:
+        return compat.gpu(g.name, memory_mib=g.memory_mib, driver=drv)
     except ConfigError:
         if g.compute_cap is None:
             raise
@@ -702,7 +707,7 @@ def host_warnings(host: Host, *, today: datetime.date | None = None) -> tuple[st
     out += compat.driver_warnings(host.driver, today=today)
     for hg in host.gpus:
         try:
-            out += compat.gpu_warnings(_compat_gpu(hg))
+            out += compat.gpu_warnings(_compat_gpu(hg, host.driver))
         except ConfigError:
             continue
     return tuple(dict.fromkeys(out))
@@ -722,7 +727,7 @@ def assess(image: ReleasedImage, host: Host, *, today: datetime.date | None = No
             continue
         seen.add(hg.name)
         try:
-            gpu = _compat_gpu(hg)
+            gpu = _compat_gpu(hg, host.driver)
             v = compat.verdict(host.driver, gpu, image.torch, image.cuda, today=today)
         except ConfigError as exc:
             return Assessment(level=None, reasons=(f"cannot judge: {exc.message}",))

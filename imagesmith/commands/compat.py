@@ -102,7 +102,7 @@ def _targets(
         try:
             # a model not in gpus.toml is judged by the compute_cap the file gives (as pick does)
             model = compat.gpu_or_adhoc(
-                smi_gpu.name, memory_mib=smi_gpu.memory_mib, compute_cap=smi_gpu.compute_cap
+                smi_gpu.name, memory_mib=smi_gpu.memory_mib, compute_cap=smi_gpu.compute_cap, driver=drv
             )
         except ConfigError as exc:
             hint = exc.hint
