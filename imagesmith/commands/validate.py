@@ -75,7 +75,7 @@ def validate_command(
         None, "--expect-gpu", help='GPU model/memory/form, e.g. "A100 80GB".'
     ),
     expect_count: int | None = typer.Option(
-        None, "--expect-count", min=1, help="Number of GPUs that must be there."
+        None, "--expect-count", min=1, max=1024, help="Number of GPUs that must be there (1-1024)."
     ),
     expect_nvlink: bool = typer.Option(
         False, "--expect-nvlink", help="Fail when a GPU pair is not NVLink (NV#)."
