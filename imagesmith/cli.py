@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -192,12 +193,18 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     args = list(argv) if argv is not None else sys.argv[1:]
     set_project_option(None)
+    previous = _catch_interrupts()
     try:
         click_command = typer.main.get_command(application)
         _harden(click_command)
         result = click_command.main(args=args, standalone_mode=False, prog_name=prog)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Interrupted):
         return _aborted()
+    except SystemExit as exc:
+        # typer answers a closed pipe (EPIPE from click's echo) with sys.exit(1), imagesmith's crash code
+        if exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            return _broken_pipe()
+        raise
     except ImagesmithError as exc:
         # the message is plain text: build logs and TOML keys contain [brackets] that are not rich markup
         hint = exc.hint or f"see `{_command_of(application, args, prog)} --help`"
@@ -240,7 +247,30 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
             message = f"no command given: {prog} does nothing on its own"
         err.print(f"error: {message}\n  fix: see `{command} --help`{usage}", markup=False)
         return exc.exit_code if exc.exit_code not in (0, 1) else 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     return result if isinstance(result, int) else 0
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C while a command runs. Not a KeyboardInterrupt: typer turns that into a silent exit 130, and the
+    rule is one ``aborted`` line (:func:`_aborted`), whatever was running."""
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise _Interrupted
+
+
+def _catch_interrupts() -> Any:
+    """SIGINT raises :class:`_Interrupted` while :func:`_run` runs; returns the handler to restore (None where
+    no handler can be set: not the main thread, or SIGINT ignored by the parent)."""
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return None
+        return signal.signal(signal.SIGINT, _interrupted)
+    except ValueError:  # not the main thread
+        return None
 
 
 def _aborted() -> int:
