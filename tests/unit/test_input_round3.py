@@ -54,12 +54,17 @@ def _copy_project(root: Path) -> Path:
     return root
 
 
+class _Blocked(BaseException):
+    """Not an OSError (TimeoutError is one, and the CLI turns those into exit 2): a blocked read fails the
+    test."""
+
+
 @contextmanager
 def _deadline(seconds: int) -> Iterator[None]:
     """Fail (instead of hanging the suite) when the body blocks, as a FIFO opened for reading does."""
 
     def expired(*_: Any) -> None:
-        raise TimeoutError(f"blocked for more than {seconds} s")
+        raise _Blocked(f"blocked for more than {seconds} s")
 
     old = signal.signal(signal.SIGALRM, expired)
     signal.alarm(seconds)
@@ -479,20 +484,20 @@ def test_bare_imagesmith_says_what_is_wrong(run_cli: Run) -> None:
     "argv",
     [
         ["init", ""],
-        ["fetch-sources", "--from", ""],
-        ["release", "--matrix", "smoke", "--reports", ""],
+        ["-C", str(REPO), "fetch-sources", "--from", ""],
+        ["-C", str(REPO), "release", "--matrix", "smoke", "--reports", ""],
         ["validate", "--report", ""],
         ["validate", "--shm-min", ""],
         ["validate", "--python", ""],
         ["validate", "--expect-gpu", ""],
         ["compat", "--nvidia-smi", "", "--torch", "2.1.2"],
-        ["plan", "--only", ""],
+        ["-C", str(REPO), "plan", "--only", ""],
         ["schema", "--out", " "],
         ["pick", "--index", INDEX, "--torch", ""],
         ["keygen", "k", "--public", ""],
         ["-C", "", "plan"],
     ],
-    ids=lambda a: "-".join(a[:2]),
+    ids=lambda a: "-".join(a[2:4] if a[0] == "-C" and len(a) > 3 else a[:2]),
 )
 def test_an_empty_flag_value_is_an_error_naming_the_flag(
     run_cli: Run, tmp_path: Path, argv: list[str], monkeypatch: Any
