@@ -15,8 +15,8 @@ EPILOG = (
     "Exit status: 0 = every checked field matches the data; "
     f"{refresh.EXIT_DIFFERENCES} = a field differs or PyPI has a release the data lacks (the weekly workflow "
     "opens a pull request then); 2 = bad flags or an incomplete --offline recording; "
-    "12 = the package index or its file host could not be read; 130 = interrupted (Ctrl-C); 141 = stdout closed "
-    "by its reader (| head); 1 = imagesmith crashed (a bug: report it with the traceback). "
+    "12 = the package index or its file host could not be read; 130 = interrupted (Ctrl-C); 141 = stdout "
+    "closed by its reader (| head); 1 = imagesmith crashed (a bug: report it with the traceback). "
     "Examples: imagesmith refresh-compat --releases 2.10-2.15 ; "
     "imagesmith refresh-compat --no-arch --json ; imagesmith refresh-compat --write"
 )
