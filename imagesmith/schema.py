@@ -285,7 +285,7 @@ class Checker:
         """*value* has the right type but is not one *spec* allows (enum, pattern). The fix line writes the
         nearest valid value where there is one (not the field's example: "nearest 'acr'" then "fix: kind =
         \"ghcr\"" contradicted itself)."""
-        if not spec.hint and nearest is not None and spec.enum:
+        if not spec.hint and nearest is not None and spec.enum and isinstance(value, str):
             leaf = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
             return self.fail(key, problem, nearest=nearest, hint=f"{leaf} = {json.dumps(nearest)}")
         return self.fail(key, problem, nearest=nearest, hint=spec.hint or self.value_hint(spec, key))

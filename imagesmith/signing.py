@@ -183,7 +183,7 @@ def write_keypair(private_path: Path, public_path: Path, key_type: KeyType = DEF
 def load_signing_key(path: Path) -> SigningKey:
     """Read a private key file (unencrypted PKCS #8 PEM, not readable by group or others)."""
     hint = f"pass the private key file of `imagesmith keygen` (--sign-key FILE or {SIGNING_KEY_ENV})"
-    data = inputs.read_user_file(path, "the signing key", hint=hint, max_bytes=1 << 20)
+    data = inputs.read_user_file(path, "cannot read the signing key", hint=hint, max_bytes=1 << 20)
     st = path.stat()
     if b"PUBLIC KEY-----" in data and b"PRIVATE KEY-----" not in data:
         private = path.with_suffix("") if path.suffix == ".pub" else None
@@ -237,7 +237,7 @@ def load_public_key(path: Path, origin: str | None = None) -> PublicKey:
     for the fix line (default: ``[release] trusted_keys`` of imagesmith.toml)."""
     data = inputs.read_user_file(
         path,
-        f"the public key ({origin})" if origin else "the public key",
+        f"cannot read the public key ({origin})" if origin else "cannot read the public key",
         hint=f"point {origin} at the PEM public key (`imagesmith keygen` writes one)"
         if origin
         else "check [release] trusted_keys in imagesmith.toml (paths relative to the project root)",

@@ -288,7 +288,7 @@ def fetch_from_paths(archive: SourceArchive, paths: Sequence[Path], *, cache: Pa
                 hint="give a folder of source archives or one archive",
             )
         for candidate in _candidates(archive, given):
-            if not _looks_like_archive(candidate):
+            if candidate == given and not _looks_like_archive(candidate):  # a file given by name
                 mismatched.append(f"{candidate}: not a gzip or tar archive")
                 continue
             writer = _HashingWriter(directory)
