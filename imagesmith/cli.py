@@ -105,6 +105,9 @@ def _command_of(application: typer.Typer, argv: Sequence[str], prog: str) -> str
 #: how many digits a number given on the command line may have: a count, a port, a second, a size in bytes
 #: (build --jobs, validate --expect-count, --nccl-timeout) is never longer
 MAX_FLAG_DIGITS = 12
+#: how long a value typed for a flag may be: a path, a glob, a URL, a version (hidden flags, which imagesmith
+#: passes to itself, are exempt)
+MAX_FLAG_CHARS = 4096
 
 
 def _flag(param: Any) -> str:
@@ -119,7 +122,8 @@ def _check_raw_values(cmd: Any, opts: dict[str, Any], order: list[Any]) -> None:
     * an empty or blank value of a text or path flag (or argument) is an error naming it — never "the working
       folder" or the default;
     * a flag that takes one value given twice is an error (the last would silently win);
-    * a number that is not finite (nan, inf) or longer than :data:`MAX_FLAG_DIGITS` digits is an error.
+    * a number that is not finite (nan, inf) or longer than :data:`MAX_FLAG_DIGITS` digits is an error;
+    * a value longer than :data:`MAX_FLAG_CHARS` is an error (it would reach parsers and messages whole).
     """
     from imagesmith.errors import ConfigError
 
@@ -145,6 +149,12 @@ def _check_raw_values(cmd: Any, opts: dict[str, Any], order: list[Any]) -> None:
             if not value.strip():
                 raise ConfigError(
                     f"{flag} is empty", hint=f"give {flag} a value, or leave it out (see its --help)"
+                )
+            if len(value) > MAX_FLAG_CHARS and not getattr(param, "hidden", False):
+                raise ConfigError(
+                    f"{flag} {value[:40]}…: {len(value)} characters, more than any value of it has "
+                    f"(at most {MAX_FLAG_CHARS})",
+                    hint=f"give {flag} the real value (see its --help)",
                 )
             if annotation in (int, float):
                 text = value.strip().lower().lstrip("+-")

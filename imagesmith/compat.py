@@ -737,6 +737,8 @@ def torch_releases() -> tuple[TorchRelease, ...]:
 
 
 def _nearest_version(value: str, known: Sequence[str]) -> str | None:
+    if len(value) > 64:  # no version is that long (and int() of thousands of digits raises)
+        return None
     try:
         wanted = Version(value)
     except InvalidVersion:

@@ -227,7 +227,7 @@ ULIMIT_NAMES: Final[tuple[str, ...]] = (
 _ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,19})(?::(-1|[0-9]{1,19}))?")
 #: the most /dev/shm a matrix may ask for (it is host memory: 2 TiB is already more than rentals give)
 SHM_MAX_BYTES: Final[int] = 2048 * 1024**3
-_SHM_RE = re.compile(r"^(\d+)([kmgKMG]?)$")
+_SHM_RE = re.compile(r"^(\d{1,19})([kmgKMG]?)$", re.ASCII)
 _SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 

@@ -705,7 +705,7 @@ def _label_value_problem(text: Any) -> str:
 
 _MINOR = Field(
     kind="string",
-    pattern=r"3\.\d+",
+    pattern=r"3\.[0-9]{1,3}",
     invalid="{value!r} is not a Python minor version (X.Y)",
     nearest=_minor_guess,
     description="a Python minor version",
@@ -802,7 +802,7 @@ MATRIX: Schema = Schema(
             "shm_min": Field(
                 kind="string",
                 required=True,
-                pattern=r" *\d+[kmgKMG]? *",
+                pattern=r" *[0-9]{1,19}[kmgKMG]? *",
                 invalid="{value!r} is not a size",
                 nearest="8g",
                 hint="write a number with an optional k, m or g suffix, e.g. '8g'",
@@ -1014,6 +1014,11 @@ _DRIVER = r"\d{3}(\.\d{1,3}){1,2}"
 _DATE = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
 
 
+#: a dotted version (torch, torchvision, CUDA, Python) of the release index: ASCII digits, bounded (a version
+#: part of thousands of digits would reach int())
+_DOTTED_VERSION = r"[0-9]{1,6}(\.[0-9]{1,6}){1,3}"
+
+
 def _text_field(description: str = "", pattern: str | None = None, what: str = "", **more: Any) -> Field:
     """A non-empty string; with *pattern*, a problem reads "'x' is not <what>", fixed by "write <what>"."""
     if pattern is None:
@@ -1092,16 +1097,16 @@ RELEASE_INDEX: Schema = Schema(
                             ),
                         ),
                         "torch": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a version like 2.5.1", required=True
+                            pattern=_DOTTED_VERSION, what="a version like 2.5.1", required=True
                         ),
                         "torchvision": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a version like 0.20.1", required=True
+                            pattern=_DOTTED_VERSION, what="a version like 0.20.1", required=True
                         ),
                         "cuda": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a CUDA version like 12.4", required=True
+                            pattern=_DOTTED_VERSION, what="a CUDA version like 12.4", required=True
                         ),
                         "python": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a Python version like 3.11", required=True
+                            pattern=_DOTTED_VERSION, what="a Python version like 3.11", required=True
                         ),
                         "min_driver": Field(
                             kind="table",

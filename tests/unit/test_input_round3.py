@@ -6,6 +6,7 @@ behaviour is the same; a real process only for closed pipes, output encodings an
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -685,3 +686,37 @@ def test_examples_readme_counts_the_h200_capture_right() -> None:
     text = (EXAMPLES / "README.md").read_text()
     assert "2× H200" not in text
     assert H200.read_text().count("NVIDIA H200 ") == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["validate", "--nccl-max-bytes", "9" * 5000 + "G"],
+        ["validate", "--shm-min", "9" * 30 + "g"],
+        [
+            "compat",
+            "--driver",
+            "535.104.05",
+            "--gpu",
+            "a100",
+            "--torch",
+            "2.1." + "9" * 4000,
+            "--cuda",
+            "12.1",
+        ],
+        ["compat", "--driver", "535.104.05", "--gpu", "a100", "--torch", "x" * 5000],
+    ],
+    ids=["size-huge", "shm-30-digits", "torch-4000-digits", "flag-5000-chars"],
+)
+def test_huge_numbers_and_values_on_the_command_line(run_cli: Run, argv: list[str]) -> None:
+    _one_error(run_cli(*argv), 2)
+
+
+def test_a_huge_shm_min_in_a_matrix_names_the_key(tmp_path: Path) -> None:
+    root = _copy_project(tmp_path / "p")
+    path = root / "matrices" / "smoke.toml"
+    text = path.read_text()
+    assert "shm_min = " in text
+    path.write_text(re.sub(r'shm_min = "[^"]*"', f'shm_min = "{"9" * 5000}g"', text, count=1))
+    with pytest.raises(MatrixError, match="shm_min"):
+        load_matrix("smoke", project=load_project(root / PROJECT_FILE))
