@@ -77,9 +77,13 @@ def check_output_file(path: Path, flag: str) -> None:
             f"{flag} {str(path)[:200]}: {why}", hint=f"give {flag} a file in a folder you can write"
         )
 
+    from imagesmith.inputs import is_regular_file
+
     try:
         if path.is_dir():
             raise refuse("is a folder")
+        if path.exists() and not is_regular_file(path):
+            raise refuse("is not a regular file (a FIFO, a socket or a device): writing would block")
         folder = path.parent
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent

@@ -91,6 +91,10 @@ def refresh_compat_command(
 ) -> None:
     """Draft torch/torchvision/torchaudio rows from PyPI (Requires-Dist pins, cp tags, the CUDA arch list in
     the wheel's fatbins) and print where they differ from imagesmith's data."""
+    if write:
+        from imagesmith.commands import check_output_file
+
+        check_output_file(data_file, "--data-file")
     source: refresh.LiveSource | refresh.RecordedSource
     http = None
     if offline is not None:

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from imagesmith.commands import current_project, epilog
+from imagesmith.commands import check_output_file, current_project, epilog
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError, NothingToDoError
@@ -308,6 +308,8 @@ def release(
     from imagesmith import release as releasing
     from imagesmith.registry import verify_level
 
+    if index_file is not None:
+        check_output_file(index_file, "--index-file")
     project = current_project(matrix)
     trusted = []
     if trusted_key:
