@@ -720,3 +720,22 @@ def test_a_huge_shm_min_in_a_matrix_names_the_key(tmp_path: Path) -> None:
     path.write_text(re.sub(r'shm_min = "[^"]*"', f'shm_min = "{"9" * 5000}g"', text, count=1))
     with pytest.raises(MatrixError, match="shm_min"):
         load_matrix("smoke", project=load_project(root / PROJECT_FILE))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-C", str(REPO), "release", "--matrix", "smoke", "--reports", "{tmp}", "--index-file", "{fifo}"],
+        ["refresh-compat", "--write", "--data-file", "{fifo}", "--offline", "{tmp}"],
+        ["-C", str(REPO), "build", "--matrix", "smoke", "--summary", "{fifo}"],
+    ],
+    ids=["release-index-file", "refresh-data-file", "build-summary"],
+)
+def test_a_fifo_as_a_file_a_command_writes_is_refused_at_once(
+    run_cli: Run, tmp_path: Path, argv: list[str]
+) -> None:
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with _deadline(20):
+        error, _ = _one_error(run_cli(*[a.format(fifo=fifo, tmp=tmp_path) for a in argv]), 2)
+    assert "not a regular file" in error
