@@ -227,7 +227,7 @@ ULIMIT_NAMES: Final[tuple[str, ...]] = (
 _ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,19})(?::(-1|[0-9]{1,19}))?")
 #: the most /dev/shm a matrix may ask for (it is host memory: 2 TiB is already more than rentals give)
 SHM_MAX_BYTES: Final[int] = 2048 * 1024**3
-_SHM_RE = re.compile(r"^(\d{1,19})([kmgKMG]?)$", re.ASCII)
+_SHM_RE = re.compile(r"^([0-9]+)([kmgKMG]?)$", re.ASCII)
 _SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
@@ -236,7 +236,10 @@ def parse_shm(text: str) -> int:
     m = _SHM_RE.match(text.strip())
     if m is None:
         raise ValueError(f"not a size: {text!r}")
-    return int(m.group(1)) * _SHM_UNITS[m.group(2).lower()]
+    digits = m.group(1).lstrip("0") or "0"
+    if len(digits) > 19:  # above any cap, and int() of thousands of digits raises: say "more than" at once
+        return 2**64
+    return int(digits) * _SHM_UNITS[m.group(2).lower()]
 
 
 def load_matrix(

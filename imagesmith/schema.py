@@ -802,7 +802,7 @@ MATRIX: Schema = Schema(
             "shm_min": Field(
                 kind="string",
                 required=True,
-                pattern=r" *[0-9]{1,19}[kmgKMG]? *",
+                pattern=r" *[0-9]+[kmgKMG]? *",
                 invalid="{value!r} is not a size",
                 nearest="8g",
                 hint="write a number with an optional k, m or g suffix, e.g. '8g'",
