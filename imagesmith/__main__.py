@@ -1,3 +1,3 @@
-from imagesmith.cli import run
+from imagesmith.entry import run
 
 run()

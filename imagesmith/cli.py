@@ -6,6 +6,9 @@ the only place that catches ``ImagesmithError`` and turns it into one clear mess
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +41,15 @@ def _flag_type(self: TyperOption, ctx: Any) -> str | None:
 
 
 TyperOption.display_type_rich = _flag_type  # type: ignore[method-assign]
+
+
+def _rich_broken_pipe(self: Console) -> None:
+    """rich ends the process with exit status 1 (imagesmith's crash code) when stdout's reader goes away;
+    imagesmith's closed-pipe rule (exit 141, quietly) is applied where every error is: in :func:`_run`."""
+    raise BrokenPipeError
+
+
+Console.on_broken_pipe = _rich_broken_pipe  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="imagesmith",
@@ -92,15 +104,119 @@ def _command_of(application: typer.Typer, argv: Sequence[str], prog: str) -> str
     return next((f"{prog} {a}" for a in argv if a in names), prog)
 
 
+#: how many digits a number given on the command line may have: a count, a port, a second, a size in bytes
+#: (build --jobs, validate --expect-count, --nccl-timeout) is never longer
+MAX_FLAG_DIGITS = 12
+#: how long a value typed for a flag may be: a path, a glob, a URL, a version (hidden flags, which imagesmith
+#: passes to itself, are exempt)
+MAX_FLAG_CHARS = 4096
+
+
+def _flag(param: Any) -> str:
+    opts = [o for o in param.opts if o.startswith("--")] or list(param.opts)
+    return opts[0] if opts and param.param_type_name == "option" else (param.name or "argument").upper()
+
+
+def _check_raw_values(cmd: Any, opts: dict[str, Any], order: list[Any]) -> None:
+    """The rules every command's flags follow, checked on what the user typed (before conversion, where
+    ``Path("")`` would already be ``.``):
+
+    * an empty or blank value of a text or path flag (or argument) is an error naming it — never "the working
+      folder" or the default;
+    * a flag that takes one value given twice is an error (the last would silently win);
+    * a number that is not finite (nan, inf) or longer than :data:`MAX_FLAG_DIGITS` digits is an error;
+    * a value longer than :data:`MAX_FLAG_CHARS` is an error (it would reach parsers and messages whole).
+    """
+    from imagesmith.errors import ConfigError
+
+    seen: dict[str, int] = {}
+    for param in order:
+        seen[param.name] = seen.get(param.name, 0) + 1
+    for param in cmd.params:
+        flag = _flag(param)
+        single = param.param_type_name == "option" and not (param.multiple or param.count or param.is_flag)
+        if single and seen.get(param.name, 0) > 1:
+            raise ConfigError(
+                f"{flag} is given {seen[param.name]} times; it takes one value (the last would win)",
+                hint=f"give {flag} once",
+            )
+        if param.name not in opts:
+            continue
+        raw = opts[param.name]
+        values = raw if isinstance(raw, (list, tuple)) else [raw]
+        annotation = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+        for value in values:
+            if not isinstance(value, str) or getattr(param, "is_flag", False):
+                continue
+            if not value.strip():
+                raise ConfigError(
+                    f"{flag} is empty", hint=f"give {flag} a value, or leave it out (see its --help)"
+                )
+            if len(value) > MAX_FLAG_CHARS and not getattr(param, "hidden", False):
+                raise ConfigError(
+                    f"{flag} {value[:40]}…: {len(value)} characters, more than any value of it has "
+                    f"(at most {MAX_FLAG_CHARS})",
+                    hint=f"give {flag} the real value (see its --help)",
+                )
+            if annotation in (int, float):
+                text = value.strip().lower().lstrip("+-")
+                if text in ("nan", "inf", "infinity"):
+                    raise ConfigError(f"{flag} {value}: not a finite number", hint=f"give {flag} a number")
+                digits = sum(c.isdigit() for c in text)
+                if digits > MAX_FLAG_DIGITS:
+                    raise ConfigError(
+                        f"{flag} {value[:20]}…: a number of {digits} digits, more than any real value has",
+                        hint=f"give {flag} the real value (see its --help for the range)",
+                    )
+
+
+def _harden(cmd: Any) -> None:
+    """Give *cmd* (and its subcommands) :func:`_check_raw_values` before click converts the values."""
+    original = cmd.parse_args
+
+    def parse_args(ctx: Any, args: list[str]) -> Any:
+        if not ctx.resilient_parsing and args:
+            parser = cmd.make_parser(ctx)
+            opts, _, order = parser.parse_args(args=list(args))
+            _check_raw_values(cmd, opts, order)
+        return original(ctx, args)
+
+    cmd.parse_args = parse_args
+    for sub in getattr(cmd, "commands", {}).values():
+        _harden(sub)
+
+
+def _tolerant_streams() -> None:
+    """stdout and stderr that never raise on a character their encoding lacks (``PYTHONIOENCODING=ascii``, a
+    C locale, a Windows console): ``✔`` becomes ``\\u2714`` there instead of a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "")
+        if reconfigure is not None and encoding != "utf8" and getattr(stream, "errors", "") == "strict":
+            with contextlib.suppress(ValueError, OSError):  # a stream that cannot change any more
+                reconfigure(errors="backslashreplace")
+
+
 def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int:
     """Run *application*; every error is one ``error:`` line (the message) and one ``fix:`` line on stderr,
-    without a traceback. Exit codes are the error's (errors.py); usage errors 2. An exception that is not
-    imagesmith's is a bug: it propagates (traceback, exit 1)."""
+    without a traceback. Exit codes are the error's (errors.py); usage errors 2; Ctrl-C 130 with an
+    ``aborted`` line. An exception that is not imagesmith's is a bug: it propagates (traceback, exit 1)."""
+    _tolerant_streams()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     args = list(argv) if argv is not None else sys.argv[1:]
     set_project_option(None)
+    previous = _catch_interrupts()
     try:
-        result = application(args=args, standalone_mode=False, prog_name=prog)
+        click_command = typer.main.get_command(application)
+        _harden(click_command)
+        result = click_command.main(args=args, standalone_mode=False, prog_name=prog)
+    except (KeyboardInterrupt, _Interrupted):
+        return _aborted()
+    except SystemExit as exc:
+        # typer answers a closed pipe (EPIPE from click's echo) with sys.exit(1), imagesmith's crash code
+        if exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper":
+            return _broken_pipe()
+        raise
     except ImagesmithError as exc:
         # the message is plain text: build logs and TOML keys contain [brackets] that are not rich markup
         message, fix = exc.render()  # the one place an error becomes text
@@ -110,8 +226,21 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     except typer.Exit as exc:
         return exc.exit_code
     except typer.Abort:
-        err.print("error: aborted\n  fix: run the command again to finish it", markup=False)
-        return 130
+        return _aborted()
+    except BrokenPipeError:
+        return _broken_pipe()
+    except ValueError as exc:
+        if "integer string conversion" not in str(exc):
+            raise
+        # the last net under a number of thousands of digits that no reader bounded first (every reader
+        # should: imagesmith.inputs.parse_int); still bad input, not a crash
+        command = _command_of(application, args, prog)
+        err.print(
+            "error: a number of thousands of digits in the input: no real value has one\n"
+            f"  fix: check the files and flags given (see `{command} --help`)",
+            markup=False,
+        )
+        return 2
     except OSError as exc:
         # a path given on the command line that the OS refuses (too long, a folder for a file, no permission)
         # where no command checked it first: still one error and one fix, exit 2 (bad input)
@@ -127,14 +256,78 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         ctx = getattr(exc, "ctx", None)
         usage = f" (usage: {ctx.get_usage().removeprefix('Usage: ').strip()})" if ctx is not None else ""
         message = " ".join(exc.format_message().split())
+        if not message:  # no command given: the help went to stdout above
+            message = f"no command given: {prog} does nothing on its own"
         err.print(f"error: {message}\n  fix: see `{command} --help`{usage}", markup=False)
         return exc.exit_code if exc.exit_code not in (0, 1) else 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
     return result if isinstance(result, int) else 0
+
+
+class _Interrupted(BaseException):
+    """Ctrl-C while a command runs. Not a KeyboardInterrupt: typer turns that into a silent exit 130, and the
+    rule is one ``aborted`` line (:func:`_aborted`), whatever was running."""
+
+
+def _interrupted(signum: int, frame: Any) -> None:
+    raise _Interrupted
+
+
+def _catch_interrupts() -> Any:
+    """SIGINT raises :class:`_Interrupted` while :func:`_run` runs; returns the handler to restore (None where
+    no handler can be set: not the main thread, or SIGINT ignored by the parent)."""
+    try:
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            return None
+        return signal.signal(signal.SIGINT, _interrupted)
+    except ValueError:  # not the main thread
+        return None
+
+
+def _aborted() -> int:
+    """Ctrl-C: the one ``aborted`` line, exit 130 (128 + SIGINT), whatever was running."""
+    try:
+        sys.stderr.write("\nerror: aborted (Ctrl-C)\n  fix: run the command again to finish it\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    return 130
+
+
+#: what a command whose reader went away (``imagesmith plan | head -1``) exits with: 128 + SIGPIPE, as a Unix
+#: tool killed by SIGPIPE does; quietly (the reader has what it wanted)
+EXIT_BROKEN_PIPE = 141
+
+
+def _broken_pipe() -> int:
+    # what is still buffered for the closed pipe must not fail again at interpreter exit
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_BROKEN_PIPE
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and return the exit code. Errors are printed once, to stderr, without a traceback."""
-    return _run(app, argv, "imagesmith")
+    code = _run(app, argv, "imagesmith")
+    return _flushed(code)
+
+
+def _flushed(code: int) -> int:
+    """*code*, after stdout is flushed: output still buffered for a reader that went away is a closed pipe
+    (exit 141, quietly), not a traceback at interpreter exit."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return _broken_pipe()
+    except (OSError, ValueError):
+        pass
+    return code
 
 
 #: ``imagesmith-validate`` (baked into every image): the validate command as a program of its own, so that its
@@ -149,7 +342,7 @@ validate_commands.register(validate_app)
 
 def validate_main(argv: Sequence[str] | None = None) -> int:
     """``imagesmith-validate ARGS`` = ``imagesmith validate ARGS``, with its own usage line."""
-    return _run(validate_app, argv, "imagesmith-validate")
+    return _flushed(_run(validate_app, argv, "imagesmith-validate"))
 
 
 def run() -> None:

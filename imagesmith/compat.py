@@ -134,7 +134,7 @@ def _did_you_mean(value: str, choices: Iterable[str]) -> str:
 # ------------------------------------------------------------------------------------------------------------
 # driver versions
 
-_DRIVER_RE = re.compile(r"^\s*(\d{3,4})\.(\d{1,3})(?:\.(\d{1,3}))?\s*$")
+_DRIVER_RE = re.compile(r"^\s*(\d{3,4})\.(\d{1,3})(?:\.(\d{1,3}))?\s*$", re.ASCII)
 
 
 @functools.total_ordering
@@ -821,11 +821,15 @@ def torch_releases() -> tuple[TorchRelease, ...]:
 
 
 def _nearest_version(value: str, known: Sequence[str]) -> str | None:
+    if len(value) > 64:  # no version is that long (and int() of thousands of digits raises)
+        return None
     try:
         wanted = Version(value)
     except InvalidVersion:
         return nearest(value, known)
     same_minor = [k for k in known if Version(k).release[:2] == wanted.release[:2]]
+    if same_minor and len(wanted.release) < 3:  # "2.1" means the 2.1 series: its newest patch
+        return max(same_minor, key=Version)
     pool = same_minor or list(known)
 
     def distance(k: str) -> tuple[int, ...]:
@@ -1038,14 +1042,15 @@ def gpu_candidates(text: str) -> tuple[Gpu, ...]:
     return tuple(by_key[k] for k in keys)
 
 
-def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
+def gpu(key_or_smi_name: str, *, memory_mib: int | None = None, driver: DriverVersion | None = None) -> Gpu:
     """Resolve a key (``h100-sxm``), a family key (``a100`` → its ``default`` SKU) or a full or truncated
     nvidia-smi name, case-insensitively.
 
     A truncated name of nvidia-smi's default table (``NVIDIA A100-SXM...``) can fit several SKUs: *memory_mib*
     (memory.total as nvidia-smi reports it) picks the one within 3 %; SKUs left over that are of one family
     and one compute capability resolve to the family's default. Anything else still ambiguous, or unknown, is
-    a :class:`ConfigError` (unknown ones name the nearest known).
+    a :class:`ConfigError` (unknown ones name the nearest known). *driver* (the host's, from the same
+    nvidia-smi output) rules out SKUs it cannot drive (a ``min_driver`` above it).
     """
     if not isinstance(key_or_smi_name, str) or not key_or_smi_name.strip():
         raise ConfigError("empty GPU name", hint="give a key such as h100-sxm or the name nvidia-smi prints")
@@ -1060,6 +1065,11 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
             if len(close) == 1:
                 return close[0]
             found = close or found
+        if driver is not None:
+            drivable = tuple(g for g in found if g.min_driver is None or g.min_driver <= driver)
+            if len(drivable) == 1:
+                return drivable[0]
+            found = drivable or found
         families = {g.family for g in found}
         ccs = {g.cc for g in found}
         if len(families) == 1 and len(ccs) == 1:
@@ -1067,9 +1077,14 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
             chosen = [g for g in found if g.key == default]
             if chosen:
                 return chosen[0]
+        cut = key_or_smi_name.rstrip().endswith("...")
         raise ConfigError(
-            f"GPU name {key_or_smi_name!r} is ambiguous: it fits {', '.join(g.key for g in found)}",
-            hint="give the key, or the full name (nvidia-smi --query-gpu=name,memory.total --format=csv)",
+            f"GPU name {key_or_smi_name!r} is ambiguous: it fits {', '.join(g.key for g in found)}"
+            + (" (nvidia-smi's narrow table of drivers up to R525 cuts names short)" if cut else ""),
+            hint="save the full names and give that file: nvidia-smi --query-gpu=index,name,memory.total,"
+            "driver_version --format=csv > smi.csv"
+            if cut
+            else "give the key, or the full name (nvidia-smi --query-gpu=name,memory.total --format=csv)",
         )
     sliced = vgpu(key_or_smi_name)
     if sliced is not None:
@@ -1084,16 +1099,30 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None) -> Gpu:
     )
 
 
-def gpu_or_adhoc(name: str, *, memory_mib: int | None = None, compute_cap: str | None = None) -> Gpu:
+def gpu_or_adhoc(
+    name: str,
+    *,
+    memory_mib: int | None = None,
+    compute_cap: str | None = None,
+    driver: DriverVersion | None = None,
+) -> Gpu:
     """:func:`gpu`, or, for a name not in gpus.toml whose compute capability nvidia-smi reported
     (``--query-gpu=…,compute_cap``), an ad hoc model of that capability (``adhoc`` is True; treated as a
     consumer GPU: no forward compatibility is promised for it).
     """
     try:
-        return gpu(name, memory_mib=memory_mib)
+        return gpu(name, memory_mib=memory_mib, driver=driver)
     except ConfigError:
-        if compute_cap is None or not re.fullmatch(r"\d{1,2}\.\d", compute_cap.strip()):
+        if compute_cap is None or not re.fullmatch(r"\d{1,2}\.\d", compute_cap.strip(), re.ASCII):
             raise
+    newest = max((g.cc for g in gpus()), key=_parse_cc)
+    if _parse_cc(compute_cap.strip())[0] > _parse_cc(newest)[0] + 1:
+        raise ConfigError(
+            f"GPU {name!r}: compute capability {compute_cap.strip()} as nvidia-smi reported it: no NVIDIA "
+            f"architecture has it (the newest imagesmith knows is {newest}, sm_{newest.replace('.', '')})",
+            hint="check the capture (nvidia-smi --query-gpu=name,compute_cap --format=csv), or give the GPU "
+            "with --gpu KEY",
+        )
     return Gpu(
         key=" ".join(name.split()).casefold(),
         name=" ".join(name.split()),

@@ -26,17 +26,16 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from imagesmith import schema, settings
+from imagesmith import inputs, schema, settings
 from imagesmith.errors import ConfigError
 from imagesmith.project import check_mirror_template
 from imagesmith.refs import _HUB_ALIASES, DOCKER_HUB, ImageRef
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,18 +126,10 @@ def parse_mirror_items(items: Sequence[str], origin: str) -> dict[str, str]:
 
 
 def _checked_ca(path: Path, origin: str) -> Path:
-    from imagesmith.project import is_file
-
-    if not is_file(path):
-        raise ConfigError(
-            f"{origin}: CA certificate file {path} does not exist", hint="give the path of a PEM CA bundle"
-        )
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        raise ConfigError(
-            f"{origin}: cannot read {path} ({exc.strerror or exc})", hint="give a readable PEM CA bundle"
-        ) from None
+    data = inputs.read_user_file(
+        path, f"{origin}: CA certificate file", hint="give the path of a PEM CA bundle"
+    )
+    text = data.decode("utf-8", errors="replace")
     if "-----BEGIN CERTIFICATE-----" not in text:
         raise ConfigError(f"{origin}: {path} holds no PEM certificate", hint="give a PEM CA bundle")
     key = _PRIVATE_KEY.search(text)
@@ -174,15 +165,9 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
         )
     if path.is_file():
         source = str(path)
-        try:
-            text = schema.check_toml_text(path.read_text(encoding="utf-8"), str(path))
-            data: dict[str, Any] = tomllib.loads(text)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(
-                f"{path}: cannot read: {exc}", hint="make it a readable UTF-8 TOML file"
-            ) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: not valid TOML: {exc}", hint="fix the file or remove it") from None
+        raw = inputs.read_user_text(path, "", hint="make it a readable UTF-8 TOML file")
+        text = schema.check_toml_text(raw, str(path))
+        data = inputs.loads_toml(text, str(path), syntax_hint="fix the file or remove it")
         schema.CONFIG.check(data, source=str(path))
         table = data.get("registry_mirrors", {})
         mirrors.update(

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from imagesmith import schema
+from imagesmith import inputs, schema
 from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, RegistryError
 from imagesmith.refs import Registry, split_reference
@@ -329,7 +329,13 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     if len(text) > MAX_INDEX_BYTES:
         raise _too_big(source, len(text))
     try:
-        raw = strictjson.loads(text)
+        raw = strictjson.loads(
+            text,
+            parse_int=inputs.json_int_parser(
+                f"release index {source}",
+                hint="regenerate it with imagesmith release, or point --index at the published index",
+            ),
+        )
     except strictjson.StrictJSONError as exc:
         raise ConfigError(
             f"release index {source}: {exc}",
@@ -498,19 +504,14 @@ def _too_big(source: str, size: int) -> ConfigError:
 
 
 def load_index(path: Path) -> ReleaseIndex:
-    try:
-        if path.is_file() and path.stat().st_size > MAX_INDEX_BYTES:
-            raise _too_big(str(path), path.stat().st_size)
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(
-            f"release index {path}: no such file",
-            hint="pass --index with an existing file, URL or registry ref",
-        ) from None
-    except OSError as exc:
-        raise ConfigError(
-            f"release index {path}: cannot read ({exc.strerror})", hint="check the path"
-        ) from None
+    if inputs.is_regular_file(path) and path.stat().st_size > MAX_INDEX_BYTES:
+        raise _too_big(str(path), path.stat().st_size)
+    text = inputs.read_user_file(
+        path,
+        "release index",
+        hint="pass --index with an existing file, URL or registry ref",
+        max_bytes=MAX_INDEX_BYTES,
+    )
     return parse_index(text, source=str(path))
 
 

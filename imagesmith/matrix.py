@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat, schema
+from imagesmith import compat, inputs, schema
 from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.refs import Registry, expand_braces, matches
 
@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from imagesmith.project import Project
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - python 3.10
-    import tomli as tomllib
+    pass
 
 REGISTRIES_FILE: Final[str] = "registries.toml"
 
@@ -227,7 +227,7 @@ ULIMIT_NAMES: Final[tuple[str, ...]] = (
 _ULIMIT = re.compile(r"([a-z]+)=(-1|[0-9]{1,19})(?::(-1|[0-9]{1,19}))?")
 #: the most /dev/shm a matrix may ask for (it is host memory: 2 TiB is already more than rentals give)
 SHM_MAX_BYTES: Final[int] = 2048 * 1024**3
-_SHM_RE = re.compile(r"^(\d+)([kmgKMG]?)$")
+_SHM_RE = re.compile(r"^([0-9]+)([kmgKMG]?)$", re.ASCII)
 _SHM_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
 
@@ -236,7 +236,10 @@ def parse_shm(text: str) -> int:
     m = _SHM_RE.match(text.strip())
     if m is None:
         raise ValueError(f"not a size: {text!r}")
-    return int(m.group(1)) * _SHM_UNITS[m.group(2).lower()]
+    digits = m.group(1).lstrip("0") or "0"
+    if len(digits) > 19:  # above any cap, and int() of thousands of digits raises: say "more than" at once
+        return 2**64
+    return int(digits) * _SHM_UNITS[m.group(2).lower()]
 
 
 def load_matrix(
@@ -284,22 +287,35 @@ def load_registries(path: Path) -> dict[str, Registry]:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise MatrixError(
-            f"{path}: file not found",
-            hint="create it, or fix the path that names it (imagesmith.toml [paths])",
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise MatrixError(f"{path}: cannot read: {exc}", hint="make it a readable UTF-8 TOML file") from None
+    text = inputs.read_user_text(
+        path,
+        "",
+        error=MatrixError,
+        hint="give a readable UTF-8 TOML file, or fix the path that names it (imagesmith.toml [paths])",
+    )
     schema.check_toml_text(text, str(path), error=MatrixError)
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise MatrixError(
-            f"{path}: TOML syntax error: {exc}", hint="fix the TOML syntax at that line"
-        ) from None
+    return inputs.loads_toml(text, str(path), error=MatrixError)
+
+
+_EXACT_RELEASE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+", re.ASCII)
+
+
+def _exact_torch(loader: Any, key: str, value: str, known: Sequence[str]) -> None:
+    """A matrix names torch releases exactly as ``X.Y.Z``: no spaces, no line ends, no ``+local`` part (the
+    variant comes from torch.variants) — such a value would otherwise reach cell ids and tags."""
+    if isinstance(value, str) and _EXACT_RELEASE.fullmatch(value):
+        return
+    base = value.strip().split("+", 1)[0].strip() if isinstance(value, str) else ""
+    why = (
+        "has a +local part (the CUDA variant goes in torch.variants)"
+        if isinstance(value, str) and "+" in value
+        else "is not an exact release X.Y.Z (no spaces or other characters)"
+    )
+    raise loader.fail(
+        key,
+        f"{value!r} {why}",
+        nearest=base if base in known else _nearest_version(base, known),
+    )
 
 
 def _nearest_word(value: str, choices: Sequence[str]) -> str | None:
@@ -423,6 +439,7 @@ class _Loader(schema.Checker):
         known = [r.version for r in compat.torch_releases()]
         variants_seen: set[str] = set()
         for i, v in enumerate(versions):
+            _exact_torch(self, f"torch.versions[{i}]", v, known)
             try:
                 release = compat.torch_release(v)
             except ConfigError:
@@ -631,6 +648,18 @@ class _Loader(schema.Checker):
                 insecure=entry.get("insecure", False),
                 cells=tuple(entry.get("cells", ["*"])),
             )
+        seen: dict[str, str] = {}
+        for name, reg in out.items():
+            where = f"{reg.host}/{reg.repository}"
+            if where in seen:
+                raise self.fail(
+                    f"registries.{name}",
+                    f"the same image name {where} as registries.{seen[where]}: every image would be pushed "
+                    "and listed twice",
+                    hint=f"remove one of [registries.{seen[where]}] and [registries.{name}], or give it "
+                    "another namespace or repository",
+                )
+            seen[where] = name
         return out
 
     def rules(
@@ -649,9 +678,20 @@ class _Loader(schema.Checker):
             prefix = f"{key}[{i}]"
             rule = Rule(**{k: entry[k] for k in fields if k in entry})
             if need_reason:
-                if rule == Rule(reason=rule.reason):
+                if not rule.reason.strip():
                     raise self.fail(
-                        prefix, "matches every cell", hint="name at least one of torch/variant/python/flavor"
+                        f"{prefix}.reason",
+                        "is empty: an exclude says why the combination is not built",
+                        hint='e.g. reason = "no cu118 wheel of torch 2.7 for Python 3.13"',
+                    )
+                if rule == Rule(reason=rule.reason):
+                    given = [f'{k} = "*"' for k in fields[:4] if k in entry]
+                    raise self.fail(
+                        prefix,
+                        "matches every cell"
+                        + (f" ({', '.join(given)} matches anything)" if given else " (it names no field)"),
+                        hint="narrow it: give at least one of torch/variant/python/flavor a value other than "
+                        '"*", e.g. torch = "2.1.*"',
                     )
                 for name, pool in (
                     ("torch", torch.versions),
@@ -680,6 +720,7 @@ class _Loader(schema.Checker):
         checked the python minor and the flavor).
         """
         known = [r.version for r in compat.torch_releases()]
+        _exact_torch(self, f"{prefix}.torch", rule.torch, known)
         try:
             release = compat.torch_release(rule.torch)
         except ConfigError:

@@ -24,6 +24,7 @@ from typing import Literal
 
 from imagesmith.compat import DriverVersion
 from imagesmith.errors import ConfigError, ParseError
+from imagesmith.inputs import parse_int
 
 __all__ = [
     "SmiGpu",
@@ -86,16 +87,18 @@ _NO_DEVICES = re.compile(r"^\s*No devices were found\s*$", re.MULTILINE)
 
 _HEADER = re.compile(
     r"NVIDIA-SMI\s+(?P<smi>\S+)\s+(?:Driver|KMD)\s+Version:\s*(?P<driver>\S+)\s+"
-    r"CUDA(?:\s+UMD)?\s+Version:\s*(?P<cuda>\S+)"
+    r"CUDA(?:\s+UMD)?\s+Version:\s*(?P<cuda>\S+)",
+    re.ASCII,
 )
 _ROW1 = re.compile(
     r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persist>On|Off|N/A|WDDM|TCC)\s*\|\s*"
-    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?P<disp>On|Off|N/A)\s*\|"
+    r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?P<disp>On|Off|N/A)\s*\|",
+    re.ASCII,
 )
-_MEM = re.compile(r"(?P<used>\d+)\s*MiB\s*/\s*(?P<total>\d+)\s*MiB")
+_MEM = re.compile(r"(?P<used>\d+)\s*MiB\s*/\s*(?P<total>\d+)\s*MiB", re.ASCII)
 # what the memory cell shows instead of "used / total" (MIG mode on R535+ prints N/A there)
 _NO_MEMORY = {"N/A", "[N/A]", "Unknown Error", "ERR!"}
-_CUDA_XY = re.compile(r"^\d{1,2}\.\d{1,2}$")
+_CUDA_XY = re.compile(r"^\d{1,2}\.\d{1,2}$", re.ASCII)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -175,6 +178,16 @@ def _check_failures(text: str, source: str) -> None:
         raise problem
 
 
+def _int(text: str, what: str, source: str) -> int:
+    """A number nvidia-smi printed (an index, MiB): ASCII digits, bounded before ``int()``."""
+    try:
+        return parse_int(text, f"{source}: {what}", hint="")
+    except ConfigError as exc:
+        raise ParseError(
+            exc.message, hint="save the output of nvidia-smi again: no GPU shows such a number"
+        ) from None
+
+
 def _driver(value: str, source: str) -> DriverVersion:
     try:
         return DriverVersion.parse(value)
@@ -206,6 +219,16 @@ def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
             "not nvidia-smi default output: no header line",
             "a line like '| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2 |' "
             "(R610+: '| NVIDIA-SMI 610.43.02   KMD Version: 610.43.02   CUDA UMD Version: 13.3 |')",
+        )
+    headers = list(_HEADER.finditer(text))
+    if len(headers) > 1:
+        shown = "; ".join(
+            f"line {text.count(chr(10), 0, h.start()) + 1}: driver {h.group('driver')}" for h in headers
+        )
+        raise ParseError(
+            f"{source}: holds {len(headers)} nvidia-smi outputs ({shown}): one file is one host's output, "
+            "and an image picked for the first host may not run on the others",
+            hint="save each host's nvidia-smi to a file of its own and give one file per run",
         )
     driver = _driver(header.group("driver"), source)
     cuda = _cuda(header.group("cuda"), source)
@@ -257,12 +280,15 @@ def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
             if last in ("Enabled", "Disabled"):
                 mig = last
         name = row.group("name").strip()
+        index = _int(row.group("index"), f"GPU row {record[0].strip()[:60]!r}: index", source)
         gpus.append(
             SmiGpu(
-                index=int(row.group("index")),
+                index=index,
                 name=name,
                 truncated=name.endswith("..."),
-                memory_mib=int(memory.group("total")) if memory else None,
+                memory_mib=_int(memory.group("total"), f"GPU {index}: memory total", source)
+                if memory
+                else None,
                 bus_id=row.group("bus"),
                 mig_mode=mig,
             )
@@ -341,25 +367,26 @@ def parse_query_csv(
         if not name:
             raise _fail(source, f"line {lineno}: no GPU name", "a GPU name such as 'NVIDIA H100 80GB HBM3'")
         index_text = values.get("index")
-        if index_text is not None and not index_text.isdigit():
+        if index_text is not None and not (index_text.isascii() and index_text.isdigit()):
             raise _fail(source, f"line {lineno}: index {index_text!r} is not a number", "0, 1, 2, …")
+        index = _int(index_text, f"line {lineno}: index", source) if index_text is not None else len(gpus)
         memory = values.get("memory.total")
         memory_mib = None
         if memory is not None:
-            m = re.fullmatch(r"(\d+)(?:\s*MiB)?", memory)
+            m = re.fullmatch(r"(\d+)(?:\s*MiB)?", memory, re.ASCII)
             if m is None:
                 raise _fail(
                     source, f"line {lineno}: memory.total {memory!r}", "'81920 MiB' or (nounits) '81920'"
                 )
-            memory_mib = int(m.group(1))
+            memory_mib = _int(m.group(1), f"line {lineno}: memory.total", source)
         cap = values.get("compute_cap")
-        if cap is not None and not re.fullmatch(r"\d{1,2}\.\d", cap):
+        if cap is not None and not re.fullmatch(r"\d{1,2}\.\d", cap, re.ASCII):
             raise _fail(source, f"line {lineno}: compute_cap {cap!r}", "a compute capability such as 9.0")
         if values.get("driver_version"):
             drivers.add(str(values["driver_version"]))
         gpus.append(
             SmiGpu(
-                index=int(index_text) if index_text is not None else len(gpus),
+                index=index,
                 name=name,
                 memory_mib=memory_mib,
                 bus_id=values.get("pci.bus_id"),
@@ -376,8 +403,10 @@ def parse_query_csv(
     return SmiReport(source=source, format="csv", driver=driver, cuda_version=None, gpus=tuple(gpus))
 
 
-_LIST_GPU = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$")
-_LIST_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+\d+: \(UUID: (?P<uuid>MIG-\S+)\)\s*$")
+_LIST_GPU = re.compile(
+    r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$", re.ASCII
+)
+_LIST_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+\d+: \(UUID: (?P<uuid>MIG-\S+)\)\s*$", re.ASCII)
 
 
 def parse_list(text: str, source: str = "<nvidia-smi>") -> SmiReport:
@@ -396,7 +425,7 @@ def parse_list(text: str, source: str = "<nvidia-smi>") -> SmiReport:
             migs = []
             gpus.append(
                 SmiGpu(
-                    index=int(gpu_line.group("index")),
+                    index=_int(gpu_line.group("index"), f"line {lineno}: GPU index", source),
                     name=gpu_line.group("name"),
                     uuid=gpu_line.group("uuid"),
                 )
@@ -443,10 +472,23 @@ def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
             "the output of nvidia-smi, nvidia-smi -L or nvidia-smi --query-gpu=… --format=csv",
         )
     _check_failures(text, source)
+    binary = sum(1 for c in text[:4096] if not (c.isprintable() or c in "\n\t"))
+    if binary > 4:
+        raise _fail(
+            source,
+            f"not text ({binary} control or binary characters in its first 4096): not nvidia-smi output",
+            "the output of nvidia-smi saved as text (nvidia-smi > FILE)",
+        )
     try:
         return _parse_detected(text, source)
     except ParseError as exc:
-        if text.endswith("\n"):
+        first = text.strip().splitlines()[0]
+        looks_like_smi = (
+            "NVIDIA-SMI" in text
+            or _LIST_GPU.match(first) is not None
+            or "name" in (_field_name(h) for h in first.split(","))
+        )
+        if text.endswith("\n") or not looks_like_smi:
             raise
         # every nvidia-smi output ends with a newline: one that stops mid-line was cut short, which is
         # the likelier reason for whatever looked wrong in its last line
@@ -456,7 +498,17 @@ def parse(text: str, source: str = "<nvidia-smi>") -> SmiReport:
         ) from None
 
 
+_QUERY_TEXT = re.compile(r"^=+\s*NVSMI LOG\s*=+\s*$|^\s*Attached GPUs\s*:", re.MULTILINE)
+
+
 def _parse_detected(text: str, source: str) -> SmiReport:
+    if _QUERY_TEXT.search(text):
+        raise _fail(
+            source,
+            "this is `nvidia-smi -q` text, which imagesmith does not read",
+            "the default output of nvidia-smi (nvidia-smi > FILE), or nvidia-smi "
+            "--query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv",
+        )
     if "NVIDIA-SMI" in text:
         return parse_table(text, source)
     first = text.strip().splitlines()[0]

@@ -34,6 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from imagesmith import inputs
 from imagesmith.errors import (
     ConfigError,
     EngineError,
@@ -88,6 +89,12 @@ class Host:
     cuda_umd: str | None = None
 
 
+def _cuda_of(value: str) -> str:
+    """``cu121`` → ``12.1``, ``cu130`` → ``13.0``; anything else as given."""
+    m = re.fullmatch(r"\s*cu(\d{2})(\d)\s*", value, re.IGNORECASE | re.ASCII)
+    return f"{m.group(1)}.{m.group(2)}" if m else value
+
+
 @dataclass(frozen=True, kw_only=True)
 class Constraints:
     """User constraints; each is a version prefix: ``torch="2.1"`` accepts 2.1.0 and 2.1.2, not 2.10.0."""
@@ -99,15 +106,29 @@ class Constraints:
     @classmethod
     def parse(cls, *, torch: str | None, cuda: str | None, python: str | None) -> Constraints:
         """From the flags: version prefixes (``2.1``, ``12.1``, ``3.10``); ``--cuda cu121`` means 12.1."""
+        if torch is not None and "+" in torch:  # 2.4.1+cu121, as pip and compat write it
+            version, _, local = torch.partition("+")
+            tag = re.fullmatch(r"\s*cu(\d{2,3})\s*", local, re.IGNORECASE | re.ASCII)
+            if tag is None:
+                raise ConfigError(
+                    f"--torch {torch!r}: {local!r} is not a CUDA wheel variant (cu121, cu130, …)",
+                    hint="give --torch 2.4.1 and the variant as --cuda 12.1 (or --torch 2.4.1+cu121)",
+                )
+            as_cuda = f"cu{tag.group(1)}"
+            if cuda is not None and cuda.strip().lower() != as_cuda and _cuda_of(cuda) != _cuda_of(as_cuda):
+                raise ConfigError(
+                    f"--torch {torch} says CUDA {_cuda_of(as_cuda)}, --cuda says {cuda}",
+                    hint=f"give one of them: --torch {version} --cuda {cuda}, or --torch {torch}",
+                )
+            torch, cuda = version, cuda if cuda is not None else as_cuda
         if cuda is not None:
-            m = re.fullmatch(r"\s*cu(\d{2})(\d)\s*", cuda, re.IGNORECASE)
-            cuda = f"{m.group(1)}.{m.group(2)}" if m else cuda
+            cuda = _cuda_of(cuda)
         for flag, value, example in (
             ("--torch", torch, "2.1"),
             ("--cuda", cuda, "12.1"),
             ("--python", python, "3.10"),
         ):
-            if value is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", value.strip()):
+            if value is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", value.strip(), re.ASCII):
                 raise ConfigError(
                     f"{flag} {value!r} is not a version", hint=f"give a version prefix, e.g. {flag} {example}"
                 )
@@ -641,12 +662,17 @@ def _nothing_fits(
 # compat.Verdict.blockers are the reasons that stop an image; needs_driver the driver that would unblock it
 
 
-def _compat_gpu(g: SmiGpu) -> Any:
-    """compat's model for a host GPU; an unknown model with a known compute capability: ad hoc."""
+def _compat_gpu(g: SmiGpu, driver: str | None = None) -> Any:
+    """compat's model for a host GPU; an unknown model with a known compute capability: ad hoc. The host's
+    *driver* rules out SKUs of a cut-short name that it cannot drive."""
     from imagesmith import compat
 
     try:
-        return compat.gpu(g.name, memory_mib=g.memory_mib)
+        drv = compat.parse_driver(driver) if driver else None
+    except ConfigError:
+        drv = None
+    try:
+        return compat.gpu(g.name, memory_mib=g.memory_mib, driver=drv)
     except ConfigError:
         if g.compute_cap is None:
             raise
@@ -692,7 +718,7 @@ def host_warnings(host: Host, *, today: datetime.date | None = None) -> tuple[st
     out += compat.driver_warnings(host.driver, today=today)
     for hg in host.gpus:
         try:
-            out += compat.gpu_warnings(_compat_gpu(hg))
+            out += compat.gpu_warnings(_compat_gpu(hg, host.driver))
         except ConfigError:
             continue
     return tuple(dict.fromkeys(out))
@@ -712,7 +738,7 @@ def assess(image: ReleasedImage, host: Host, *, today: datetime.date | None = No
             continue
         seen.add(hg.name)
         try:
-            gpu = _compat_gpu(hg)
+            gpu = _compat_gpu(hg, host.driver)
             v = compat.verdict(host.driver, gpu, image.torch, image.cuda, today=today, python=image.python)
         except ConfigError as exc:
             return Assessment(level=None, reasons=(f"cannot judge: {exc.message}",))
@@ -781,18 +807,17 @@ def host_from_text(text: str, *, source: str, driver: str | None = None) -> Host
 # host input (thin I/O)
 
 
-def read_smi_text(path: str | Path) -> tuple[str, str]:
-    """(text, source) of ``--nvidia-smi PATH``; ``-`` reads standard input."""
+def read_smi_text(path: str | Path, flag: str = "--nvidia-smi") -> tuple[str, str]:
+    """(text, source) of ``--nvidia-smi PATH`` (compat and pick); ``-`` reads standard input. A FIFO, a
+    folder, a device, a UTF-16 capture and bytes that are not text are each one error naming the flag."""
+    hint = "give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin"
     if str(path) == "-":
-        return sys.stdin.read(), "<stdin>"
-    file = Path(path)
-    try:
-        return file.read_text(encoding="utf-8", errors="replace"), str(file)
-    except OSError as exc:
-        raise ConfigError(
-            f"--nvidia-smi {path}: cannot read it ({exc.strerror or exc.__class__.__name__})",
-            hint="give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin",
-        ) from None
+        data = sys.stdin.buffer.read(inputs.MAX_USER_FILE_BYTES + 1) if hasattr(sys.stdin, "buffer") else None
+        if data is None:
+            return sys.stdin.read(), "<stdin>"
+        return inputs.decode_text(data, f"{flag} - (stdin)", hint=hint), "<stdin>"
+    data = inputs.read_user_file(path, flag, hint=hint)
+    return inputs.decode_text(data, f"{flag} {path}", hint=hint), str(path)
 
 
 def read_host(
@@ -883,6 +908,13 @@ def fetch_index(
 
     trust = trust if trust is not None else Trust()
     say = note or (lambda _: None)
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", source)
+    if scheme and not source.startswith(("http://", "https://", "oci://", "oci+http://")):
+        raise ConfigError(
+            f"--index {source[:200]}: {scheme.group(1)}:// is not a scheme pick reads",
+            hint="give a file, an https:// URL or oci://HOST/REPOSITORY[:TAG] (http:// and oci+http:// only "
+            "with --insecure)",
+        )
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         from imagesmith.index import MAX_INDEX_BYTES, load_index
 
@@ -1091,11 +1123,14 @@ def allowed_copies(
 
 
 def _read_or_none(path: Path, limit: int | None = None) -> bytes | None:
-    """The bytes of *path*, None when it cannot be read; at most *limit* bytes (default: an index's
-    :data:`~imagesmith.index.MAX_INDEX_BYTES`) plus one, so a device or a huge file beside the index
-    (``.sig``, ``.pub``) is never read into memory — what is cut off then fails its check."""
+    """The bytes of a regular file, None when it cannot be read (a FIFO is never opened for reading: it would
+    block); at most *limit* bytes (default: an index's :data:`~imagesmith.index.MAX_INDEX_BYTES`) plus one, so
+    a huge file beside the index (``.sig``, ``.pub``) is never read into memory — what is cut off then fails
+    its check."""
     from imagesmith.index import MAX_INDEX_BYTES
 
+    if not inputs.is_regular_file(path):
+        return None
     try:
         with path.open("rb") as f:
             return f.read((limit or MAX_INDEX_BYTES) + 1)

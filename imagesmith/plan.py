@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith import __version__, compat
 from imagesmith.bases import BASES_FILE, BasesLock, read_bases
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.layerplan import plan_layers, popularity
 from imagesmith.lock import Lock, LockKey, lock_keys_in, read_lock
 from imagesmith.matrix import Matrix, Rule
@@ -246,8 +246,10 @@ def build_plan(
     shared = popularity(
         (k.python, lk.pins) for k in lock_keys_in(locks) if (lk := read_lock(k, locks)) is not None
     )
+    considered: list[str] = []
     for torch, variant_name, python, flavor, included in _combinations(matrix):
         cid = cell_id(torch, variant_name, python, flavor, matrix.base.os)
+        considered.append(cid)
 
         def drop(reason: str, cid: str = cid) -> None:
             dropped.append(Dropped(combination=cid, reason=reason))
@@ -465,6 +467,15 @@ def build_plan(
                 **_base_fields(base_lock, matrix.base.image, builder_image, cell_devel),
             )
         )
+    for reg in matrix.registries:
+        if considered and not any(reg.wants(c) for c in considered):
+            shown = ", ".join(considered[:6]) + (" …" if len(considered) > 6 else "")
+            raise MatrixError(
+                f"matrix {matrix.name}: registry {reg.name} ({reg.host}) is listed, but its cells "
+                f"{', '.join(reg.cells)} match none of the matrix's cells ({shown}): it would get no image",
+                hint=f"fix [registries.{reg.name}] cells in the registries file, or remove {reg.name!r} from "
+                "the matrix's registries",
+            )
     plan = BuildPlan(matrix=matrix.name, cells=tuple(cells), dropped=tuple(dropped))
     if with_fingerprints:
         plan = replace(plan, cells=tuple(with_fingerprint(c) for c in plan.cells))

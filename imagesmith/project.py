@@ -41,15 +41,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
-from imagesmith import schema, settings
+from imagesmith import inputs, schema, settings
 from imagesmith.errors import ConfigError, MatrixError
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover - python 3.10
-    import tomli as tomllib
+    pass
 
 PROJECT_FILE: Final[str] = "imagesmith.toml"
 #: how long a release index is valid by default (``[release] index_valid_for``; the nightly renews it)
@@ -142,7 +142,7 @@ class Project:
         return sorted(
             p.stem
             for p in self.matrices_dir.glob("*.toml")
-            if p.resolve() != self.registries_file.resolve() and p.name != REGISTRIES_FILE
+            if p.resolve() != self.registries_file.resolve() and p.name != REGISTRIES_FILE and p.is_file()
         )
 
     def resolve_matrix_name(self, matrix: str | None) -> str:
@@ -171,7 +171,18 @@ class Project:
         path = Path(text) if is_path else self.matrices_dir / f"{text}.toml"
         try:
             if path.is_file():
+                if not is_path and path.resolve() == self.registries_file.resolve():
+                    raise MatrixError(
+                        f"{path}: matrix {text!r} is the project's registries file, not a matrix",
+                        hint=f"give a matrix name ({', '.join(self.matrix_names()) or 'none yet'})",
+                    )
                 return path
+            if path.exists():
+                what = "a folder" if path.is_dir() else "not a regular file (a FIFO, a socket or a device)"
+                raise MatrixError(
+                    f"{path}: is {what}, not a matrix file",
+                    hint="give a matrix NAME of the project or the path of a matrix TOML file",
+                )
         except OSError as exc:  # a name longer than the file system allows, a NUL
             raise MatrixError(
                 f"{text[:200]!r}: not a usable matrix name or path ({exc.strerror or exc})",
@@ -294,6 +305,14 @@ def _check_dockerfiles_folder(file: Path, root: Path, resolved: Mapping[str, Pat
     folder must be a dedicated one inside the project: not the root, and holding none of the project's inputs.
     """
     out = resolved["dockerfiles"]
+    for key in ("matrices", "locks"):
+        if resolved[key] == root:
+            raise ProjectError(
+                f"{file}: paths.{key} = {resolved[key]} is the project root: {key} need a folder of their "
+                "own (every .toml there would be read as one)",
+                hint=f'paths.{key} = "{DEFAULT_PATHS[key]}" (the default), or another folder inside the '
+                "project",
+            )
     if out == root or not out.is_relative_to(root):
         raise ProjectError(
             f"{file}: paths.dockerfiles = {out} must be a folder inside the project, not "
@@ -313,15 +332,11 @@ def load_project(file: Path) -> Project:
     """Read and check one ``imagesmith.toml``."""
     file = file.resolve()
     root = file.parent
-    try:
-        text = schema.check_toml_text(file.read_text(encoding="utf-8"), str(file), error=ProjectError)
-        data: dict[str, Any] = tomllib.loads(text)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProjectError(f"{file}: cannot read: {exc}", hint="make the file readable UTF-8 TOML") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ProjectError(
-            f"{file}: not valid TOML: {exc}", hint="fix the syntax at the line named"
-        ) from None
+    raw = inputs.read_user_text(file, "", error=ProjectError, hint="make the file readable UTF-8 TOML")
+    text = schema.check_toml_text(raw, str(file), error=ProjectError)
+    data = inputs.loads_toml(
+        text, str(file), error=ProjectError, syntax_hint="fix the syntax at the line named"
+    )
     schema.PROJECT.check(data, source=str(file), error=ProjectError)
     name = data.get("name", project_name(root.name))
     default_matrix = data.get("default_matrix")
@@ -389,13 +404,48 @@ def parse_valid_for(value: str | None) -> datetime.timedelta:
     return datetime.timedelta(days=number) if unit == "d" else datetime.timedelta(hours=number)
 
 
+def _refuse_project_path(origin: str, given: str, path: Path, file: Path) -> None:
+    """Why ``--project``/``$IMAGESMITH_PROJECT`` names no project, each case worded as what it is: a path
+    that is not a folder (a FIFO, a file) is not one ``init`` could make a project in."""
+    try:
+        exists, folder = path.exists(), path.is_dir()
+        file_kind = "folder" if file.is_dir() else ("not a regular file" if file.exists() else None)
+    except OSError:
+        exists, folder, file_kind = False, False, None
+    if exists and not folder and path.name != PROJECT_FILE:
+        raise ProjectError(
+            f"{origin} {given}: not a folder",
+            hint=f"point {origin} at a project root (the folder holding {PROJECT_FILE})",
+        )
+    if file_kind is not None:
+        raise ProjectError(
+            f"{origin} {given}: {file} is a {file_kind}, not the project file",
+            hint=f"make {file} the project's TOML file (`imagesmith init` writes one)",
+        )
+    raise ProjectError(
+        f"{origin} {given}: no {PROJECT_FILE} there",
+        hint=f"run `imagesmith init {given}` to make one, or point {origin} at a project root",
+    )
+
+
 def find_project_file(start: Path) -> Path | None:
-    """The first ``imagesmith.toml`` in *start* or one of its parents."""
+    """The first ``imagesmith.toml`` in *start* or one of its parents. One that is a folder (or a FIFO) is an
+    error naming it, not "no imagesmith.toml above"."""
     here = start.resolve()
     for folder in (here, *here.parents):
         candidate = folder / PROJECT_FILE
         if candidate.is_file():
             return candidate
+        try:
+            odd = candidate.exists()
+        except OSError:
+            odd = False
+        if odd:
+            what = "a folder" if candidate.is_dir() else "not a regular file"
+            raise ProjectError(
+                f"{candidate} is {what}, not the project file",
+                hint=f"remove or rename it; {PROJECT_FILE} is a TOML file (`imagesmith init` writes one)",
+            )
     return None
 
 
@@ -416,10 +466,7 @@ def discover(
         path = Path(given).expanduser()
         file = path if path.name == PROJECT_FILE and path.is_file() else path / PROJECT_FILE
         if not file.is_file():
-            raise ProjectError(
-                f"{origin} {given}: no {PROJECT_FILE} there",
-                hint=f"run `imagesmith init {given}` to make one, or point {origin} at a project root",
-            )
+            _refuse_project_path(origin, str(given), path, file)
         return load_project(file)
     start = cwd or Path.cwd()
     found = find_project_file(start)

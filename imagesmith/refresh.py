@@ -77,15 +77,28 @@ def _pip_config() -> dict[str, str]:
     return out
 
 
+def check_index_url(url: str, origin: str) -> str:
+    """*url* when it is an ``http(s)://HOST…`` URL; anything else (``ftp://``, ``not a url``, a path) is a
+    :class:`ConfigError` naming *origin* (``--index-url``, ``PIP_INDEX_URL``, pip's config) — before any
+    request, so that a typo never gets network advice."""
+    parts = url.split("://", 1)
+    if len(parts) != 2 or parts[0].lower() not in ("http", "https") or not parts[1].split("/")[0].strip():
+        raise ConfigError(
+            f"{origin} {url[:200]!r}: not an http(s):// package index URL",
+            hint=f"set {origin} to the index's simple API, e.g. https://pypi.example.org/simple/",
+        )
+    return url
+
+
 def default_index_url(env: Mapping[str, str] | None = None) -> str:
     """The index pip uses: ``$PIP_INDEX_URL``, else pip's configured ``index-url``, else pip's default."""
     env = os.environ if env is None else env
-    if env.get("PIP_INDEX_URL"):
-        return env["PIP_INDEX_URL"].split()[0]
+    if env.get("PIP_INDEX_URL", "").strip():
+        return check_index_url(env["PIP_INDEX_URL"].split()[0], "PIP_INDEX_URL")
     config = _pip_config()
     for key in ("global.index-url", ":env:.index-url", "install.index-url"):
         if config.get(key):
-            return config[key].split()[0]
+            return check_index_url(config[key].split()[0], f"pip config {key}")
     try:
         from pip._internal.models.index import PyPI
 

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from imagesmith import inputs
 from imagesmith.attestation import (
     ATTESTATION_FILE,
     DSSE_MEDIA_TYPE,
@@ -265,10 +266,7 @@ class Report:
 def read_report(path: Path) -> Report:
     """One report.json of ``imagesmith validate`` (schema 1 or 2); ConfigError naming the file otherwise.
     The result is not evidence by itself (see :func:`read_evidence`)."""
-    try:
-        body = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read ({exc.strerror})", hint="check --reports") from None
+    body = inputs.read_user_file(path, "", hint="check --reports")
     return parse_report(body, source=str(path))
 
 

@@ -43,6 +43,8 @@ class Choice:
     min_driver: str
     coverage: tuple[tuple[str, str], ...]
     passed_over: tuple[str, ...]
+    #: the host driver ``init --driver`` named (None: no driver given)
+    driver: str | None = None
 
 
 def resolve_gpus(names: list[str]) -> tuple[compat.Gpu, ...]:
@@ -180,12 +182,30 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
             + (f" with driver {driver}" if driver else "")
             + ": "
             + "; ".join(sorted({r for _, r in rejected})[:6]),
-            hint="scaffold for another GPU and edit matrices/*.toml, then `imagesmith lock` the "
-            "combination you need (docs/project.md)",
+            hint=_no_fit_hint([r for _, r in rejected], driver),
         )
     order, best = max(fits, key=lambda f: f[0])
     newer = tuple(dict.fromkeys(r for v, r in sorted(rejected, reverse=True) if v > order[0]))
-    return replace(best, passed_over=newer)
+    return replace(best, passed_over=newer, driver=driver)
+
+
+def _no_fit_hint(reasons: Sequence[str], driver: str | None) -> str:
+    """The fix when no reference lock fits, for the reason that stopped them: the driver, the GPU's kernels,
+    or the base's Python — "scaffold for another GPU" only where the GPU is what stopped them."""
+    edit = "edit matrices/*.toml, then `imagesmith lock` the combination you need (docs/project.md)"
+    if reasons and all("needs driver >=" in r for r in reasons):
+        lowest = min((compat.parse_driver(r.rsplit(">=", 1)[1].strip()) for r in reasons), key=lambda d: d)
+        return (
+            f"init writes only what driver {driver} runs with full compatibility, which needs >= {lowest}; "
+            f"older CUDA runtimes may still run on it through minor-version compatibility, with limits "
+            f"(`imagesmith compat --driver {driver} …` says which): upgrade the host driver, or drop --driver "
+            f"and {edit}"
+        )
+    if any("no kernels for" in r for r in reasons):
+        return f"scaffold for another GPU and {edit}"
+    if any("python3 of" in r for r in reasons):
+        return f"give another --base (its python3 decides the lock), or leave --base out; or {edit}"
+    return edit
 
 
 def _toml_list(items: tuple[str, ...] | list[str]) -> str:
@@ -259,6 +279,19 @@ def _registry_tables(registries: Sequence[str], project: str) -> tuple[list[str]
     return names, "\n".join(tables)
 
 
+def _driver_line(choice: Choice) -> str:
+    """The matrix header's driver line: the --driver given, or how to pick for an older host."""
+    if choice.driver is not None:
+        return (
+            f"# Host driver needed: >= {choice.min_driver} (CUDA {choice.cuda}); picked for driver "
+            f"{choice.driver} (`imagesmith init --driver {choice.driver}`)."
+        )
+    return (
+        f"# Host driver needed: >= {choice.min_driver} (CUDA {choice.cuda}); `imagesmith init --driver "
+        "535.104.05` picks for older hosts."
+    )
+
+
 def project_files(
     *,
     name: str,
@@ -311,7 +344,7 @@ trusted_keys = []
         f"matrices/{matrix_name}.toml"
     ] = f'''# {", ".join(gpu_args)} rentals. Chosen by `imagesmith init` from the reference locks of imagesmith {__version__}:
 # the newest torch whose wheels have kernels for every GPU below, on the base whose python3 is that lock's.
-# Host driver needed: >= {choice.min_driver} (CUDA {choice.cuda}); `imagesmith init --driver 535.104.05` picks for older hosts.
+{_driver_line(choice)}
 {coverage}{passed}# Add torch versions, variants or Python versions, then `imagesmith lock` (pins) and `imagesmith render`.
 schema = 1
 name = "{matrix_name}"

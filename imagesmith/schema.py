@@ -13,7 +13,9 @@ problems through a :class:`Checker`; the index and the report keep their own wor
 
 from __future__ import annotations
 
+import datetime as _dt
 import difflib
+import json
 import re
 import sys
 import unicodedata
@@ -150,6 +152,45 @@ def _nearest(value: str, choices: list[str]) -> str | None:
     return got[0] if got else None
 
 
+def shown(value: Any) -> str:
+    """*value* of a TOML/JSON file as the user wrote it, with what it is — never a Python repr
+    (``datetime.datetime(1979, 5, 27, …)``, ``{'opencontainers': {…}}``)."""
+    if isinstance(value, bool):
+        return f"a boolean {str(value).lower()}"
+    if isinstance(value, (_dt.datetime, _dt.date, _dt.time)):
+        kind = {_dt.datetime: "a date-time", _dt.date: "a date", _dt.time: "a time"}[type(value)]
+        return f"{kind} {value.isoformat()} (an unquoted date; quote it to make it a string)"
+    if isinstance(value, str):
+        return f"a string {json.dumps(value[:80])}"
+    if isinstance(value, int):
+        text = str(value) if value.bit_length() < 200 else f"{str(value)[:12]}… ({len(str(value))} digits)"
+        return f"an integer {text}"
+    if isinstance(value, float):
+        return f"a number {value}"
+    if isinstance(value, dict):
+        keys = ", ".join(list(map(str, value))[:5])
+        return f"a table (keys: {keys})" if keys else "an empty table"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item(s)"
+    return type(value).__name__
+
+
+def _dotted_hint(key: str, value: Any) -> str | None:
+    """A key written ``org.opencontainers.image.source = …`` is, in TOML, a path of tables: the fix line says
+    to quote it (``"org.opencontainers.image.source" = …``)."""
+    if not isinstance(value, dict) or not value:
+        return None
+    parts = [key.rsplit(".", 1)[-1]]
+    node: Any = value
+    while isinstance(node, dict) and len(node) == 1:
+        ((k, node),) = node.items()
+        parts.append(str(k))
+    if len(parts) < 2:
+        return None
+    dotted = ".".join(parts)
+    return f'a key with dots is a path of tables in TOML: quote it, "{dotted}" = …'
+
+
 TYPE_NAMES: dict[type, str] = {
     str: "a string",
     int: "an integer",
@@ -200,7 +241,9 @@ class Checker:
 
     def typed(self, value: Any, key: str, kind: type) -> Any:
         if not _is(value, kind):
-            raise self.fail(key, f"expected {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+            raise self.fail(
+                key, f"expected {TYPE_NAMES[kind]}, got {shown(value)}", hint=_dotted_hint(key, value)
+            )
         return value
 
     def str_list(self, value: Any, key: str, *, nonempty: bool = True) -> tuple[str, ...]:
@@ -226,9 +269,15 @@ class Checker:
         """*value* at *key* is not of *spec*'s kind."""
         where = key or "(top level)"
         if spec.message:
-            return self.fail(where, _text(spec.message, value), hint=spec.hint or _example(spec, key))
+            return self.fail(
+                where,
+                _text(spec.message, value),
+                hint=_dotted_hint(key, value) or spec.hint or _example(spec, key),
+            )
         kind = _PY_TYPES[spec.kind]
-        return self.fail(where, f"expected {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r}")
+        return self.fail(
+            where, f"expected {TYPE_NAMES[kind]}, got {shown(value)}", hint=_dotted_hint(key, value)
+        )
 
     def too_small(self, spec: Field, value: Any, key: str) -> ConfigError:
         """An empty list or string, or an integer below ``spec.min``."""
@@ -241,7 +290,12 @@ class Checker:
         return self.fail(key, f"{value!r} is listed twice")
 
     def invalid(self, spec: Field, value: Any, key: str, problem: str, nearest: str | None) -> ConfigError:
-        """*value* has the right type but is not one *spec* allows (enum, pattern)."""
+        """*value* has the right type but is not one *spec* allows (enum, pattern). The fix line writes the
+        nearest valid value where there is one (not the field's example: "nearest 'acr'" then "fix: kind =
+        \"ghcr\"" contradicted itself)."""
+        if not spec.hint and nearest is not None and spec.enum and isinstance(value, str):
+            leaf = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
+            return self.fail(key, problem, nearest=nearest, hint=f"{leaf} = {json.dumps(nearest)}")
         return self.fail(key, problem, nearest=nearest, hint=spec.hint or self.value_hint(spec, key))
 
     def value_hint(self, spec: Field, key: str) -> str | None:
@@ -294,8 +348,14 @@ def _check(spec: Field, value: Any, key: str, checker: Checker) -> None:
     if spec.min is not None and (value if spec.kind == "integer" else len(value)) < spec.min:
         raise checker.too_small(spec, value, key)
     if spec.enum and value not in spec.enum:
-        near = _nearest(str(value), [str(e) for e in spec.enum])
-        _invalid(spec, value, key, f"unknown value {value!r}", near, checker)
+        folded = [
+            str(e) for e in spec.enum if isinstance(value, str) and str(e).lower() == value.strip().lower()
+        ]
+        near = folded[0] if folded else _nearest(str(value), [str(e) for e in spec.enum])
+        problem = f"unknown value {value!r}" + (
+            f" (write it {near!r}: values are case-sensitive)" if folded else ""
+        )
+        _invalid(spec, value, key, problem, near, checker)
     if spec.pattern and isinstance(value, str) and not re.fullmatch(spec.pattern, value):
         _invalid(spec, value, key, f"{value!r} does not match {spec.pattern}", None, checker)
     if spec.kind == "array" and spec.items is not None:
@@ -727,7 +787,7 @@ def _label_value_problem(text: Any) -> str:
 
 _MINOR = Field(
     kind="string",
-    pattern=r"3\.\d+",
+    pattern=r"3\.[0-9]{1,3}",
     invalid="{value!r} is not a Python minor version (X.Y)",
     nearest=_minor_guess,
     description="a Python minor version",
@@ -824,7 +884,7 @@ MATRIX: Schema = Schema(
             "shm_min": Field(
                 kind="string",
                 required=True,
-                pattern=r" *\d+[kmgKMG]? *",
+                pattern=r" *[0-9]+[kmgKMG]? *",
                 invalid="{value!r} is not a size",
                 nearest="8g",
                 hint="write a number with an optional k, m or g suffix, e.g. '8g'",
@@ -1038,6 +1098,11 @@ _DATE = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?
 _TIMESTAMP = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z"
 
 
+#: a dotted version (torch, torchvision, CUDA, Python) of the release index: ASCII digits, bounded (a version
+#: part of thousands of digits would reach int())
+_DOTTED_VERSION = r"[0-9]{1,6}(\.[0-9]{1,6}){1,3}"
+
+
 def _text_field(description: str = "", pattern: str | None = None, what: str = "", **more: Any) -> Field:
     """A non-empty string; with *pattern*, a problem reads "'x' is not <what>", fixed by "write <what>"."""
     if pattern is None:
@@ -1130,16 +1195,16 @@ RELEASE_INDEX: Schema = Schema(
                             ),
                         ),
                         "torch": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a version like 2.5.1", required=True
+                            pattern=_DOTTED_VERSION, what="a version like 2.5.1", required=True
                         ),
                         "torchvision": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a version like 0.20.1", required=True
+                            pattern=_DOTTED_VERSION, what="a version like 0.20.1", required=True
                         ),
                         "cuda": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a CUDA version like 12.4", required=True
+                            pattern=_DOTTED_VERSION, what="a CUDA version like 12.4", required=True
                         ),
                         "python": _text_field(
-                            pattern=r"\d+(\.\d+){1,3}", what="a Python version like 3.11", required=True
+                            pattern=_DOTTED_VERSION, what="a Python version like 3.11", required=True
                         ),
                         "min_driver": Field(
                             kind="table",

@@ -36,6 +36,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from imagesmith import inputs
 from imagesmith.errors import ConfigError, SignatureError
 
 KeyType = Literal["ecdsa-p256", "ed25519"]
@@ -194,14 +195,17 @@ def write_keypair(private_path: Path, public_path: Path, key_type: KeyType = DEF
 
 def load_signing_key(path: Path) -> SigningKey:
     """Read a private key file (unencrypted PKCS #8 PEM, not readable by group or others)."""
-    try:
-        st = path.stat()
-        data = path.read_bytes()
-    except OSError as exc:
+    hint = f"pass the private key file of `imagesmith keygen` (--sign-key FILE or {SIGNING_KEY_ENV})"
+    data = inputs.read_user_file(path, "cannot read the signing key", hint=hint, max_bytes=1 << 20)
+    st = path.stat()
+    if b"PUBLIC KEY-----" in data and b"PRIVATE KEY-----" not in data:
+        private = path.with_suffix("") if path.suffix == ".pub" else None
         raise ConfigError(
-            f"cannot read the signing key {path}: {exc.strerror or exc}",
-            hint=f"pass the private key file of `imagesmith keygen` (--sign-key FILE or {SIGNING_KEY_ENV})",
-        ) from None
+            f"the signing key {path} is a public key: signing needs the private key",
+            hint=f"pass the private key of the pair (`imagesmith keygen` wrote {private} beside it)"
+            if private is not None
+            else hint,
+        )
     if os.name == "posix" and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise ConfigError(
             f"the signing key {path} is accessible by group or others (mode {stat.S_IMODE(st.st_mode):04o})",
@@ -244,17 +248,14 @@ def parse_public_key(data: bytes, *, source: str) -> PublicKey:
 def load_public_key(path: Path, origin: str | None = None) -> PublicKey:
     """The public key at *path*; *origin* (``--verify-key``, ``$IMAGESMITH_INDEX_KEY`` …) is what named it,
     for the fix line (default: ``[release] trusted_keys`` of imagesmith.toml)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read the public key {path}"
-            + (f" ({origin})" if origin else "")
-            + f": {exc.strerror or exc}",
-            hint=f"point {origin} at the PEM public key (`imagesmith keygen` writes one)"
-            if origin
-            else "check [release] trusted_keys in imagesmith.toml (paths relative to the project root)",
-        ) from None
+    data = inputs.read_user_file(
+        path,
+        f"cannot read the public key ({origin})" if origin else "cannot read the public key",
+        hint=f"point {origin} at the PEM public key (`imagesmith keygen` writes one)"
+        if origin
+        else "check [release] trusted_keys in imagesmith.toml (paths relative to the project root)",
+        max_bytes=1 << 20,
+    )
     return parse_public_key(data, source=str(path))
 
 

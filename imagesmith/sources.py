@@ -289,6 +289,9 @@ def fetch_from_paths(archive: SourceArchive, paths: Sequence[Path], *, cache: Pa
                 hint="give a folder of source archives or one archive",
             )
         for candidate in _candidates(archive, given):
+            if candidate == given and not _looks_like_archive(candidate):  # a file given by name
+                mismatched.append(f"{candidate}: not a gzip or tar archive")
+                continue
             writer = _HashingWriter(directory)
             try:
                 with candidate.open("rb") as f:
@@ -308,6 +311,21 @@ def fetch_from_paths(archive: SourceArchive, paths: Sequence[Path], *, cache: Pa
         hint=f"put {archive.file_name} (or the forge's {archive.commit}.tar.gz) there, or "
         + _fill_hint(archive, None),
     )
+
+
+def _looks_like_archive(path: Path) -> bool:
+    """A gzip stream (1f 8b) or a POSIX tar (``ustar`` at offset 257); anything else given to --from (a key,
+    a text file) is named as such, not as "an archive with another sha256". Never opens a FIFO."""
+    from imagesmith.inputs import is_regular_file
+
+    if not is_regular_file(path):
+        return False
+    try:
+        with path.open("rb") as f:
+            head = f.read(512)
+    except OSError:
+        return False
+    return head.startswith(b"\x1f\x8b") or head[257:262] == b"ustar"
 
 
 def _maybe_gunzip(chunks: Iterable[bytes], url: str) -> Iterator[bytes]:

@@ -11,7 +11,7 @@ so it is not accepted at all. Key comparison uses :meth:`str.casefold`, which fo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -36,10 +36,11 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes, *, parse_int: Callable[[str], Any] | None = None) -> Any:
     """:func:`json.loads` that raises :class:`StrictJSONError` on a repeated or case-colliding key (and
-    ``ValueError``/``UnicodeDecodeError`` as json does on text that is no JSON)."""
-    return json.loads(text, object_pairs_hook=_pairs)
+    ``ValueError``/``UnicodeDecodeError`` as json does on text that is no JSON). *parse_int*: as json's
+    (``imagesmith.inputs.json_int_parser`` bounds integers before ``int()`` sees them)."""
+    return json.loads(text, object_pairs_hook=_pairs, parse_int=parse_int)
 
 
 def exact_keys(obj: dict[str, Any], known: Iterable[str], what: str) -> None:

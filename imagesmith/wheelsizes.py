@@ -26,6 +26,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
+from imagesmith import inputs
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.lock import PYTHON_PLATFORM, Lock
 
@@ -72,11 +73,7 @@ def read_sizes(lock_dir: Path) -> SizeTable:
     if not path.is_file():
         return SizeTable()
     fix = "rewrite it: imagesmith lock --sizes (where the package index is reachable)"
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not TOML ({exc})", hint=fix) from None
-    return _parsed_sizes(text, path)
+    return _parsed_sizes(inputs.read_user_text(path, "", hint=fix), path)
 
 
 @functools.lru_cache(maxsize=16)
@@ -88,10 +85,7 @@ def _parsed_sizes(text: str, path: Path) -> SizeTable:
 def parse_sizes(text: str, path: Path) -> SizeTable:
     """A ``wheel-sizes.toml`` of *text* (*path* names it in errors)."""
     fix = "rewrite it: imagesmith lock --sizes (where the package index is reachable)"
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not TOML ({exc})", hint=fix) from None
+    data = inputs.loads_toml(text, str(path), syntax_hint=fix)
     rows = data.get("wheels", [])
     if not isinstance(rows, list):
         raise ConfigError(f"{path}: `wheels` must be an array of tables", hint=fix)

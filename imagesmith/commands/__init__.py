@@ -21,11 +21,15 @@ _PROJECT_OPTION: list[str | None] = [None]
 #: every command's help ends with its examples and exit statuses; 1 is never a handled error: it means
 #: imagesmith crashed (a bug, please report it with the traceback)
 CRASH = "1 = imagesmith crashed (a bug: report it with the traceback)"
+#: every command: Ctrl-C and a reader of stdout that went away (the CLI edge, imagesmith.cli)
+SIGNALS = "130 = interrupted (Ctrl-C)", "141 = stdout closed by its reader (| head)"
 
 
 def epilog(examples: list[str], codes: list[str]) -> str:
     """A command's help epilog: ``Examples: …`` then ``Exit status: …`` (2 = bad input is always there)."""
-    return "Examples: " + " ; ".join(examples) + ". Exit status: " + ", ".join([*codes, CRASH]) + "."
+    return (
+        "Examples: " + " ; ".join(examples) + ". Exit status: " + ", ".join([*codes, *SIGNALS, CRASH]) + "."
+    )
 
 
 def set_project_option(value: str | None) -> None:
@@ -73,9 +77,13 @@ def check_output_file(path: Path, flag: str) -> None:
             f"{flag} {str(path)[:200]}: {why}", hint=f"give {flag} a file in a folder you can write"
         )
 
+    from imagesmith.inputs import is_regular_file
+
     try:
         if path.is_dir():
             raise refuse("is a folder")
+        if path.exists() and not is_regular_file(path):
+            raise refuse("is not a regular file (a FIFO, a socket or a device): writing would block")
         folder = path.parent
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent

@@ -274,6 +274,7 @@ def fetch_sources_command(
 
     if from_git is not None and from_paths:
         raise ConfigError("--from-git and --from are exclusive", hint="give one local source")
+    _check_local_sources(from_git, from_paths or [])
     project = current_project(matrix[0] if matrix else None)
     names = matrix or project.matrix_names()
     if not names:
@@ -292,6 +293,32 @@ def fetch_sources_command(
         path, how = ensure_cached(archive, from_git=from_git, from_paths=from_paths or (), mirrors=mirrors)
         typer.echo(f"{archive.label}: {path} ({how}, sha256 {archive.sha256[:16]}… ok)")
     typer.echo(f"source cache: {sources_dir()}")
+
+
+def _check_local_sources(from_git: Path | None, from_paths: list[Path]) -> None:
+    """--from and --from-git name what is on this machine: a path that is not there, or not a folder or a
+    regular file (a FIFO, a device), is a bad flag (exit 2), found before any matrix is read."""
+    from imagesmith.inputs import is_regular_file
+
+    hint = "give a folder of source archives or one archive (nccl-tests-<commit>.tar.gz)"
+    for given in from_paths:
+        try:
+            there, folder = given.exists(), given.is_dir()
+        except OSError:
+            there, folder = False, False
+        if not there:
+            raise ConfigError(f"--from {given}: no such file or folder", hint=hint)
+        if not folder and not is_regular_file(given):
+            raise ConfigError(f"--from {given}: neither a folder nor a regular file", hint=hint)
+    if from_git is not None:
+        try:
+            folder = from_git.is_dir()
+        except OSError:
+            folder = False
+        if not folder:
+            raise ConfigError(
+                f"--from-git {from_git}: not a folder", hint="give a local clone of nccl-tests (git clone …)"
+            )
 
 
 def register(app: typer.Typer) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -59,20 +57,9 @@ def _verdict_json(v: compat.Verdict, g: compat.Gpu) -> dict[str, Any]:
 
 
 def _read(path: str) -> tuple[str, str]:
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    file = Path(path)
-    try:
-        return file.read_text(encoding="utf-8", errors="replace"), str(file)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"--nvidia-smi {path}: no such file", hint="save the output first: nvidia-smi > smi.txt"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(
-            f"--nvidia-smi {path}: cannot read it ({exc.strerror or exc.__class__.__name__})",
-            hint="give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin",
-        ) from None
+    from imagesmith.pick import read_smi_text
+
+    return read_smi_text(path)
 
 
 def _targets(
@@ -115,7 +102,7 @@ def _targets(
         try:
             # a model not in gpus.toml is judged by the compute_cap the file gives (as pick does)
             model = compat.gpu_or_adhoc(
-                smi_gpu.name, memory_mib=smi_gpu.memory_mib, compute_cap=smi_gpu.compute_cap
+                smi_gpu.name, memory_mib=smi_gpu.memory_mib, compute_cap=smi_gpu.compute_cap, driver=drv
             )
         except ConfigError as exc:
             hint = exc.hint

@@ -110,6 +110,14 @@ def init_command(
                 else ""
             ),
         )
+    given = [r.strip().rstrip("/") for r in registry or []]
+    twice = sorted({r for r in given if given.count(r) > 1})
+    if twice:
+        raise ConfigError(
+            f"--registry {twice[0]} is given {given.count(twice[0])} times: every image would be pushed "
+            "there twice",
+            hint="give each registry once",
+        )
     choice = choose(resolve_gpus(gpu_args), base, driver)
     matrix_name = default_matrix_name(gpu_args)
     files = project_files(

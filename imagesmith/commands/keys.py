@@ -49,8 +49,37 @@ def keygen(
             f"--type {key_type!r} is not a key type imagesmith signs with",
             hint=f"use one of: {', '.join(signing.KEY_TYPES)}",
         )
-    pub = public or private.with_suffix(".pub")
+    _check_key_path(private, "keygen FILE")
+    if public is not None:
+        _check_key_path(public, "--public")
+    pub = public or private.with_name(
+        private.name + ".pub" if private.suffix == "" else private.stem + ".pub"
+    )
+    created = [str(p.parent) for p in dict.fromkeys((private, pub)) if not p.parent.exists()]
     key = signing.write_keypair(private, pub, key_type)
+    for folder in dict.fromkeys(created):
+        typer.echo(f"created folder {folder}/")
     typer.echo(f"private key: {private} (mode 0600; keep it on validation runners only)")
     typer.echo(f"public key:  {pub} ({key.key_type}, id {key.key_id})")
     typer.echo(f'trust it:    add "{pub}" to [release] trusted_keys in imagesmith.toml')
+
+
+def _check_key_path(path: Path, what: str) -> None:
+    """A key file's path names a file to create: a folder (``.``, ``/``, ``..``, ``dir/``) or a path under a
+    file is refused here, naming it (``with_suffix`` would fail on ``.``, and ``dir/`` read as "exists")."""
+    text = str(path)
+    example = "keys/validation.key" if what != "--public" else "keys/validation.pub"
+    if path.name in ("", ".", "..") or text.endswith("/") or path.is_dir():
+        inside = path / "validation.key" if path.is_dir() else example
+        raise ConfigError(
+            f"{what} {text}: is a folder; keygen writes a key file",
+            hint=f"give a file name for the key, e.g. {inside}",
+        )
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ConfigError(
+                    f"{what} {text}: {parent} is a file, not a folder",
+                    hint=f"give a path in a folder, e.g. {example}",
+                )
+            break

@@ -107,7 +107,11 @@ LOCK_EPILOG = epilog(
         "imagesmith lock --sizes",
         "imagesmith lock --bases",
     ],
-    ["0 = every lock written or kept", "2 = bad matrix or project, or a lock could not be resolved (uv)"],
+    [
+        "0 = every lock written or kept",
+        "2 = bad matrix or project, or a lock could not be resolved (uv), or the index URL is not one",
+        "12 = (--sizes) the package index could not be read",
+    ],
 )
 
 

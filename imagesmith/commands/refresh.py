@@ -15,7 +15,8 @@ EPILOG = (
     "Exit status: 0 = every checked field matches the data; "
     f"{refresh.EXIT_DIFFERENCES} = a field differs or PyPI has a release the data lacks (the weekly workflow "
     "opens a pull request then); 2 = bad flags or an incomplete --offline recording; "
-    "12 = the package index or its file host could not be read. "
+    "12 = the package index or its file host could not be read; 130 = interrupted (Ctrl-C); 141 = stdout "
+    "closed by its reader (| head); 1 = imagesmith crashed (a bug: report it with the traceback). "
     "Examples: imagesmith refresh-compat --releases 2.10-2.15 ; "
     "imagesmith refresh-compat --no-arch --json ; imagesmith refresh-compat --write"
 )
@@ -90,13 +91,18 @@ def refresh_compat_command(
 ) -> None:
     """Draft torch/torchvision/torchaudio rows from PyPI (Requires-Dist pins, cp tags, the CUDA arch list in
     the wheel's fatbins) and print where they differ from imagesmith's data."""
+    if write:
+        from imagesmith.commands import check_output_file
+
+        check_output_file(data_file, "--data-file")
     source: refresh.LiveSource | refresh.RecordedSource
     http = None
     if offline is not None:
         source = refresh.RecordedSource(offline)
     else:
         http = refresh.Http(verify=refresh.ca_bundle())
-        source = refresh.LiveSource(index_url or refresh.default_index_url(), http, record)
+        url = refresh.check_index_url(index_url, "--index-url") if index_url else refresh.default_index_url()
+        source = refresh.LiveSource(url, http, record)
 
     def progress(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

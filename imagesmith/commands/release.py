@@ -12,10 +12,10 @@ from typing import Annotated, Any
 import typer
 
 from imagesmith import settings
-from imagesmith.commands import current_project, epilog
+from imagesmith.commands import check_output_file, current_project, epilog
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, NothingToDoError
 
 RELEASE_EPILOG = epilog(
     [
@@ -289,7 +289,14 @@ def pick(
     from dataclasses import replace
 
     if flavor is not None:
+        have = sorted({picking.image_flavor(i) or "runtime" for i in idx.images})
         idx = replace(idx, images=tuple(i for i in idx.images if picking.image_flavor(i) == flavor))
+        if not idx.images and have:
+            raise NothingToDoError(
+                f"--flavor {flavor} matches no image of the release index: its flavors are {', '.join(have)}",
+                hint=f"use one of them, e.g. --flavor {'runtime' if 'runtime' in have else have[0]}, or drop "
+                "--flavor",
+            )
     else:  # the plain image unless asked: devel and interactive carry more than a renter needs to start
         plain = tuple(i for i in idx.images if picking.image_flavor(i) in ("runtime", ""))
         idx = replace(idx, images=plain or idx.images)
@@ -387,6 +394,8 @@ def release(
     from imagesmith import release as releasing
     from imagesmith.registry import verify_level
 
+    if index_file is not None:
+        check_output_file(index_file, "--index-file")
     project = current_project(matrix)
     trusted = []
     if trusted_key:

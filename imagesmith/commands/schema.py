@@ -21,13 +21,22 @@ EPILOG = epilog(
 
 
 def schema_command(
-    out: Annotated[Path, typer.Option("--out", help="Folder for the *.schema.json files.")] = Path(
-        "docs/schemas"
-    ),
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Folder for the *.schema.json files (default: docs/schemas of the project: -C DIR, "
+            "$IMAGESMITH_PROJECT or the imagesmith.toml above; outside a project, of the working folder).",
+            show_default=False,
+        ),
+    ] = None,
     check: Annotated[bool, typer.Option("--check", help="Write nothing; fail when a file differs.")] = False,
 ) -> None:
     """Write (or check) the JSON Schema of each file imagesmith reads (project, matrices, index, report)."""
     from imagesmith.schema import SCHEMAS
+
+    if out is None:
+        out = _default_out()
 
     differing: list[str] = []
     for s in SCHEMAS:
@@ -60,3 +69,18 @@ def schema_command(
 
 def register(app: typer.Typer) -> None:
     app.command("schema", epilog=EPILOG)(schema_command)
+
+
+def _default_out() -> Path:
+    """docs/schemas of the project this runs in (``-C DIR`` and ``$IMAGESMITH_PROJECT`` count, a folder
+    inside the project finds its root); of the working folder only where there is no project at all."""
+    import os
+
+    from imagesmith.commands import current_project, project_option
+
+    try:
+        return current_project().root / "docs" / "schemas"
+    except ConfigError:
+        if project_option() is not None or os.environ.get("IMAGESMITH_PROJECT"):
+            raise  # a project was named and is not one: say so, never write elsewhere
+        return Path("docs/schemas")

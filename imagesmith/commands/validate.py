@@ -91,7 +91,7 @@ def validate_command(
         None, "--expect-gpu", help='GPU model/memory/form, e.g. "A100 80GB".'
     ),
     expect_count: int | None = typer.Option(
-        None, "--expect-count", min=1, help="Number of GPUs that must be there."
+        None, "--expect-count", min=1, max=1024, help="Number of GPUs that must be there (1-1024)."
     ),
     expect_nvlink: bool = typer.Option(
         False, "--expect-nvlink", help="Fail when a GPU pair is not NVLink (NV#)."
@@ -194,6 +194,8 @@ def validate_command(
     from imagesmith.validate.runner import load_baseline, run_suite
     from imagesmith.validate.target import parse_target
 
+    if select is not None:
+        _check_select(select)
     t = parse_target(target)
     if label is not None and re.search(r"@[A-Za-z0-9][A-Za-z0-9+._-]*:[0-9A-Fa-f]{8,}", label):
         raise ConfigError(
@@ -467,3 +469,20 @@ def _figures(pairs: list[str]) -> dict[str, float]:
 def register(app: typer.Typer) -> None:
     """Add this module's commands to *app*."""
     app.command("validate", epilog=EPILOG)(validate_command)
+
+
+def _check_select(select: str) -> None:
+    """``-k/--select`` is a pytest ``-k`` expression: one that pytest cannot parse is a bad flag (exit 2,
+    naming it), found before any target is touched — not "the suite could not run" (exit 7)."""
+    try:
+        from _pytest.mark.expression import Expression
+    except ImportError:  # pytest runs the suite; without it the runner says so
+        return
+    try:
+        Expression.compile(select)
+    except SyntaxError as exc:
+        raise ConfigError(
+            f"-k/--select {select[:80]!r}: not a pytest -k expression ({exc.msg})",
+            hint="give check names joined by and/or/not with balanced parentheses, e.g. -k 'gpu and not "
+            "nccl'",
+        ) from None

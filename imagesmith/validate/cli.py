@@ -7,6 +7,12 @@ import sys
 
 
 def run() -> None:
-    from imagesmith.cli import validate_main
+    """Ctrl-C while imagesmith still imports ends as at any later time: one ``aborted`` line, exit 130."""
+    try:
+        from imagesmith.cli import validate_main
 
-    sys.exit(validate_main(sys.argv[1:]))
+        code = validate_main(sys.argv[1:])
+    except KeyboardInterrupt:
+        sys.stderr.write("\nerror: aborted (Ctrl-C)\n  fix: run the command again to finish it\n")
+        sys.exit(130)
+    sys.exit(code)

@@ -415,7 +415,7 @@ def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
 # -----
 # sizes ("8g", "64m", "1073741824")
 
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\s*(\d{1,19}(?:\.\d{1,9})?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE | re.ASCII)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
@@ -425,7 +425,8 @@ def parse_size(text: str, *, what: str = "size") -> int:
     if not m:
         from imagesmith.errors import ConfigError
 
-        raise ConfigError(f"{what}: {text!r} is not a size", hint="write it like 64m, 8g or 1073741824")
+        shown = text if len(text) <= 40 else f"{text[:20]}… ({len(text)} characters)"
+        raise ConfigError(f"{what}: {shown!r} is not a size", hint="write it like 64m, 8g or 1073741824")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 

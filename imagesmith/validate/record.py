@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from imagesmith import schema
+from imagesmith import inputs, schema
 from imagesmith.errors import ConfigError
 from imagesmith.nvsmi import SmiGpu
 
@@ -202,8 +202,8 @@ class ValidationReport:
         """A report.json's bytes; *source* (file or registry artifact) is named in every error. The shape is
         :data:`imagesmith.schema.VALIDATION_REPORT` (docs/schemas/validation-report.schema.json)."""
         try:
-            data = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data = inputs.loads_json(body, source, hint="pass the report.json imagesmith validate wrote")
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise ConfigError(
                 f"{source}: not JSON ({exc})", hint="pass the report.json imagesmith validate wrote"
             ) from None

@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from imagesmith import inputs
 from imagesmith.errors import ConfigError, ValidationFailed
 from imagesmith.validate.context import OPTIONS_ENV, SuiteOptions, target_host
 from imagesmith.validate.record import report_figures
@@ -184,9 +185,11 @@ def load_baseline(path: Path) -> tuple[float | None, str, dict[str, float]]:
     """An earlier report.json of a good run on the same kind of host: its mean largest-size all_reduce busbw
     (None with one GPU) and the median of each per-GPU performance figure (hbm_copy_gbps, matmul_tflops,
     h2d_gbps, d2h_gbps)."""
+    hint = "give the report.json of an earlier `imagesmith validate --report DIR` run"
+    text = inputs.read_user_text(path, "--baseline", hint=hint)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = inputs.loads_json(text, f"--baseline {path}", hint=hint)
+    except (json.JSONDecodeError, RecursionError) as exc:
         raise ConfigError(
             f"--baseline {path}: cannot read it as a report.json ({exc})",
             hint="give the report.json of an earlier `imagesmith validate --report DIR` run",

@@ -54,7 +54,7 @@ def test_extra_ca_must_be_a_pem_file(tmp_path: Path) -> None:
     bad.write_text("hello")
     with pytest.raises(ConfigError, match="holds no PEM certificate"):
         load_config({**env, "IMAGESMITH_EXTRA_CA": str(bad)})
-    with pytest.raises(ConfigError, match=r"--extra-ca: CA certificate file .* does not exist"):
+    with pytest.raises(ConfigError, match=r"--extra-ca: CA certificate file .*: no such file"):
         load_config(env).with_overrides(extra_ca=tmp_path / "missing.crt")
 
 

@@ -106,7 +106,7 @@ def _no_traceback(result: Any) -> None:
         (
             ["--nvidia-smi", str(NVSMI), "--torch", "2.11.0", "--cuda", "13.0"],
             2,
-            "cannot read it",
+            "is a folder",
         ),
     ],
 )

@@ -14,6 +14,9 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
+import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -114,6 +117,11 @@ _HOSTILE = st.sampled_from(
         "9" * 40,
         "é" * 300,
         "a" * 5000,
+        # issue 27: integers past Python's int-string limit (4300 digits) and past 64 bits, non-ASCII digits
+        "9" * 5000,
+        "-" + "1" * 4400,
+        "9" * 25,
+        "५३५",
     ]
 )
 
@@ -133,7 +141,24 @@ def _mutated(samples: list[str]) -> st.SearchStrategy[str]:
 
         return st.lists(span, max_size=6).map(apply)
 
-    return st.one_of(st.sampled_from(samples).flatmap(edit), _TEXT, _HOSTILE)
+    return st.one_of(
+        st.sampled_from(samples).flatmap(edit),
+        st.sampled_from(samples).flatmap(_huge_number),
+        _TEXT,
+        _HOSTILE,
+    )
+
+
+_HUGE = st.sampled_from(["9" * 5000, "1" * 4301, "9" * 20, "18446744073709551616", "-" + "9" * 4400])
+
+
+def _huge_number(sample: str) -> st.SearchStrategy[str]:
+    """*sample* with one of its numbers (a run of digits: memory, an index, a version part, a TOML integer)
+    made huge (issue 27: every number parsed from a file)."""
+    runs = [m.span() for m in re.finditer(r"[0-9]+", sample)]
+    if not runs:
+        return st.just(sample)
+    return st.tuples(st.sampled_from(runs), _HUGE).map(lambda p: sample[: p[0][0]] + p[1] + sample[p[0][1] :])
 
 
 _SCALARS = st.one_of(
@@ -369,3 +394,168 @@ def test_a_default_matrix_name_too_long_for_the_file_system(tmp_path: Path) -> N
 def test_an_extra_ca_path_too_long_for_the_file_system(tmp_path: Path) -> None:
     env = {"IMAGESMITH_CONFIG": str(tmp_path / "none.toml"), "IMAGESMITH_EXTRA_CA": "é" * 300}
     _result_or_fix(lambda: load_config(env))
+
+
+# ------------------------------------------------------------------------------ issue 27: the CLI edge
+
+#: every flag that names a file imagesmith reads, with the rest of a command line that gets that far
+FILE_FLAGS: list[list[str]] = [
+    ["compat", "--torch", "2.5.1", "--cuda", "12.4", "--nvidia-smi", "{path}"],
+    ["pick", "--index", "{path}", "--driver", "535.104.05", "--gpu", "a100"],
+    ["pick", "--index", str(REPO / "docs/examples/release-index.json"), "--nvidia-smi", "{path}"],
+    ["pick", "--index", str(REPO / "docs/examples/release-index.json"), "--verify-key", "{path}"],
+    ["index", "{path}"],
+    ["index", str(REPO / "docs/examples/release-index.json"), "--verify-key", "{path}"],
+    ["validate", "--baseline", "{path}"],
+    ["plan", "--matrix", "{path}.toml"],
+    [
+        "-C",
+        str(REPO),
+        "release",
+        "--matrix",
+        "smoke",
+        "--reports",
+        "{dir}",
+        "--registries",
+        "{path}",
+        "--dry-run",
+    ],
+    [
+        "-C",
+        str(REPO),
+        "release",
+        "--matrix",
+        "smoke",
+        "--reports",
+        "{dir}",
+        "--trusted-key",
+        "{path}",
+        "--dry-run",
+    ],
+    [
+        "-C",
+        str(REPO),
+        "release",
+        "--matrix",
+        "smoke",
+        "--reports",
+        "{dir}",
+        "--sign-key",
+        "{path}",
+        "--dry-run",
+    ],
+    ["-C", str(REPO), "build", "--matrix", "smoke", "--extra-ca", "{path}"],
+    ["-C", str(REPO), "fetch-sources", "--from", "{path}"],
+    ["-C", str(REPO), "candidates", "--matrix", "smoke", "--registries", "{path}"],
+]
+
+
+class _Blocked(BaseException):
+    """A read that blocked (not an OSError: the CLI would turn a TimeoutError into exit 2)."""
+
+
+def _cli_in_process(argv: list[str], seconds: int = 20) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    from imagesmith.cli import main
+
+    def expired(*_: Any) -> None:
+        raise _Blocked(f"{argv}: blocked for more than {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    return code, err.getvalue()
+
+
+@settings(FUZZ, max_examples=min(EXAMPLES, len(FILE_FLAGS) * 2))
+@given(argv=st.sampled_from(FILE_FLAGS), kind=st.sampled_from(["fifo", "folder", "huge", "utf16"]))
+def test_fuzz_every_file_flag_with_a_fifo_a_folder_or_a_huge_number(argv: list[str], kind: str) -> None:
+    """Each file-reading flag given a FIFO (must not block: a deadline fails the test), a folder, a file of
+    one 5000-digit number or a UTF-16 file: one error and one fix, exit neither 0 nor 1, no traceback."""
+    with tempfile.TemporaryDirectory(prefix="imagesmith-fuzz-") as tmp:
+        path = Path(tmp) / "input"
+        if kind == "fifo":
+            os.mkfifo(path)
+            os.mkfifo(Path(tmp) / "input.toml")
+        elif kind == "folder":
+            path.mkdir()
+            (Path(tmp) / "input.toml").mkdir()
+        else:
+            body = ("9" * 5000 + "\n") if kind == "huge" else "schema = 1\n"
+            data = body.encode() if kind == "huge" else body.encode("utf-16")
+            path.write_bytes(data)
+            (Path(tmp) / "input.toml").write_bytes(b"x = " + data if kind == "huge" else data)
+        (Path(tmp) / "reports").mkdir()
+        args = [a.format(path=path, dir=Path(tmp) / "reports") for a in argv]
+        code, err = _cli_in_process(args)
+    if code == 0 and "fetch-sources" in args and kind != "fifo":
+        return  # the pinned archive is cached already: --from is not read (not an error)
+    assert code not in (0, 1), (args, code, err)
+    assert "Traceback" not in err
+    lines = err.splitlines()
+    assert sum(line.startswith("error:") for line in lines) == 1, err
+    assert sum(line.strip().startswith("fix:") for line in lines) == 1, err
+
+
+#: commands that print (stdout), each ending without a host, registry or network
+PRINTING: list[list[str]] = [
+    ["compat", "--driver", "535.104.05", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.1"],
+    ["compat", "--driver", "535.104.05", "--gpu", "a100", "--torch", "2.1.2", "--cuda", "12.1", "--json"],
+    ["-C", str(REPO), "plan", "--matrix", "a100", "--explain"],
+    ["-C", str(REPO), "plan", "--matrix", "a100", "--github"],
+    [
+        "pick",
+        "--index",
+        str(REPO / "docs/examples/release-index.json"),
+        "--driver",
+        "535.104.05",
+        "--gpu",
+        "a100",
+    ],
+    ["index", str(REPO / "docs/examples/release-index.json")],
+    ["-C", str(REPO), "schema", "--check"],
+    ["-C", str(REPO), "render", "--check", "--matrix", "smoke"],
+    ["--help"],
+    ["validate", "--help"],
+    ["compat", "--driver", "535.104.05", "--gpu", "nosuchgpu", "--torch", "2.1.2"],
+]
+
+
+@settings(FUZZ, max_examples=min(EXAMPLES, 6))
+@given(
+    argv=st.sampled_from(PRINTING),
+    encoding=st.sampled_from(["ascii", "latin-1", "utf-8"]),
+    closed=st.booleans(),
+)
+def test_fuzz_output_to_a_closed_pipe_or_a_narrow_encoding(
+    argv: list[str], encoding: str, closed: bool
+) -> None:
+    """A real process (pipes and encodings need one): output in ascii or latin-1 never raises
+    UnicodeEncodeError; a reader that goes away (``| head -c 1``) ends it quietly with 0 or 141, never 1."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("IMAGESMITH_")}
+    env.update(PYTHONIOENCODING=encoding, LC_ALL="C")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "imagesmith", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    if closed:
+        proc.stdout.read(1)
+        proc.stdout.close()
+    else:
+        proc.stdout.read()
+    err = proc.stderr.read().decode(errors="replace")
+    code = proc.wait(timeout=120)
+    assert "Traceback" not in err, err
+    assert "UnicodeEncodeError" not in err, err
+    assert code != 1, err
+    if closed:
+        assert code in (0, 2, 141), (code, err)

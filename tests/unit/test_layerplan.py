@@ -214,7 +214,7 @@ def test_sizes_file_round_trip_and_errors(tmp_path: Path) -> None:
         (SIZES_TOML.replace("530000000", "-1"), "size must be a positive number"),
         (SIZES_TOML.replace('name = "torch"', 'name = "Torch"'), "not a normalized project name"),
         (SIZES_TOML.replace('python = "3.11", ', ""), "missing key 'python'"),
-        ("wheels = [", "not TOML"),
+        ("wheels = [", "not valid TOML"),
     ):
         (tmp_path / "wheel-sizes.toml").write_text(bad)
         with pytest.raises(ConfigError) as exc:

@@ -706,7 +706,8 @@ def test_cli_pick_unreadable_nvidia_smi_file(run_cli: Callable[..., Any], tmp_pa
     res = run_cli("pick", "--index", str(tmp_path / "i.json"), "--nvidia-smi", str(target))
     assert res.exit_code == ConfigError.exit_code
     first, fix = res.stderr.strip().splitlines()
-    assert first.startswith(f"error: --nvidia-smi {target}: cannot read it (")
+    why = "no such file" if what == "missing" else "is a folder"
+    assert first.startswith(f"error: --nvidia-smi {target}: {why}")
     assert fix.startswith("  fix: give the file the output was saved to")
     assert "Usage:" not in res.stderr
 

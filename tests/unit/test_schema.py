@@ -286,5 +286,5 @@ def test_written_report_fits_the_json_schema(tmp_path: Path) -> None:
     )
     bad = {**written, "checks": 5}
     assert not jsonschema.Draft202012Validator(VALIDATION_REPORT.json_schema()).is_valid(bad)
-    with pytest.raises(ConfigError, match=r"^r: checks: expected a list, got int 5"):
+    with pytest.raises(ConfigError, match=r"^r: checks: expected a list, got an integer 5"):
         ValidationReport.parse(json.dumps(bad).encode(), source="r")

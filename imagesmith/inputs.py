@@ -1,0 +1,254 @@
+"""What a user hands imagesmith, read one way: a file named by a flag or a setting, an integer in text, a TOML
+or JSON document.
+
+* :func:`read_user_file` opens a user-named path without blocking and refuses what is not a regular file (a
+  FIFO would block forever, a device never end, a folder fail later with a puzzling message), caps the size,
+  and names the flag or setting in its error.
+* :func:`parse_int` is the one conversion of digits read from user text (nvidia-smi captures, versions,
+  sizes): ASCII digits only (Python's ``int`` also takes ``५३५``), and a length bound before ``int()`` (which
+  raises a bare ``ValueError`` past 4300 digits).
+* :func:`loads_toml` / :func:`loads_json` parse a document and refuse integers no real value has (TOML allows
+  64 bits; an integer past Python's digit limit is one error naming the file, not a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+import tomllib
+
+from imagesmith.errors import ConfigError
+
+#: the most digits an integer imagesmith reads may have: 2**63 has 19; nothing real (memory in MiB, an index,
+#: a size in bytes, a version part) comes near
+MAX_INT_DIGITS: Final[int] = 19
+#: the range TOML promises for integers (TOML 1.0: 64-bit signed)
+INT64_MIN: Final[int] = -(2**63)
+INT64_MAX: Final[int] = 2**63 - 1
+#: the default cap on a user file's size (a capture, a key, a report); readers of bigger files pass their own
+MAX_USER_FILE_BYTES: Final[int] = 64 << 20
+
+_ASCII_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def read_user_file(
+    path: str | Path,
+    what: str,
+    *,
+    error: type[ConfigError] = ConfigError,
+    hint: str,
+    max_bytes: int = MAX_USER_FILE_BYTES,
+) -> bytes:
+    """The bytes of the regular file *path*, which the user named as *what* (``--nvidia-smi``, ``release
+    index``, ``[paths] matrices``). A missing path, a folder, a FIFO, a socket or a device, a file larger than
+    *max_bytes* and a path the OS refuses are each one *error* naming *what* and the path, with *hint* as the
+    fix. Never blocks: the file is opened with ``O_NONBLOCK`` and checked with ``fstat`` before a byte is
+    read (a FIFO given as a capture would otherwise wait for a writer forever)."""
+    text = str(path)
+    shown = text if len(text) <= 200 else text[:200] + "…"
+    where = f"{what} {shown}" if what else shown
+    if not text.strip():
+        raise error(f"{what or 'the path'} is empty", hint=hint)
+    try:
+        fd = os.open(text, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise error(f"{where}: no such file", hint=hint) from None
+    except IsADirectoryError:
+        raise error(f"{where}: is a folder, not a file", hint=hint) from None
+    except (OSError, ValueError) as exc:
+        why = getattr(exc, "strerror", None) or exc.__class__.__name__
+        raise error(f"{where}: cannot read it ({why})", hint=hint) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise error(f"{where}: is {_kind(st.st_mode)}, not a regular file", hint=hint)
+        if st.st_size > max_bytes:
+            raise error(
+                f"{where}: {st.st_size} bytes, more than the {max_bytes} bytes it may have", hint=hint
+            )
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > max_bytes:
+                raise error(f"{where}: more than the {max_bytes} bytes it may have", hint=hint)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise error(
+            f"{where}: cannot read it ({exc.strerror or exc.__class__.__name__})", hint=hint
+        ) from None
+    finally:
+        os.close(fd)
+
+
+def is_regular_file(path: str | Path) -> bool:
+    """True for an existing regular file; False for anything else, a FIFO included, and for a path the OS
+    cannot even be asked about (too long, a NUL byte). Never blocks."""
+    try:
+        return stat.S_ISREG(Path(path).stat().st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def decode_text(data: bytes, where: str, *, error: type[ConfigError] = ConfigError, hint: str) -> str:
+    """*data* as UTF-8 text; a UTF-16 file (PowerShell's ``>`` writes one) and bytes that are not text at all
+    are each one *error* naming *where*."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(data) >= 4 and b"\x00" in data[:4]):
+        raise error(
+            f"{where}: saved as UTF-16 (Windows PowerShell's `>` does that), not UTF-8 text",
+            hint="save it as UTF-8: `nvidia-smi | Out-File -Encoding utf8 FILE` in PowerShell, or "
+            "`iconv -f UTF-16 -t UTF-8 FILE > FILE.new`",
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{where}: not UTF-8 text (byte {exc.start} is {data[exc.start : exc.start + 1]!r}): a binary "
+            "or otherwise encoded file",
+            hint=hint,
+        ) from None
+
+
+def parse_int(
+    text: str,
+    what: str,
+    *,
+    error: type[ConfigError] = ConfigError,
+    hint: str,
+    max_digits: int = MAX_INT_DIGITS,
+) -> int:
+    """*text* (ASCII digits, an optional sign) as an int; anything else, non-ASCII digits and more than
+    *max_digits* digits included, is one *error* naming *what*. The length is checked before ``int()``."""
+    value = text.strip() if isinstance(text, str) else ""
+    digits = value.lstrip("+-")
+    if len(digits) > max_digits and digits.isascii() and digits.isdigit():
+        raise error(
+            f"{what}: a number of {len(digits)} digits ({digits[:12]}…), more than any real value has "
+            f"(at most {max_digits})",
+            hint=hint,
+        )
+    if not _ASCII_INT.fullmatch(value):
+        raise error(f"{what}: {value[:40]!r} is not a number (ASCII digits 0-9)", hint=hint)
+    return int(value)
+
+
+def _long_digit_line(text: str) -> int | None:
+    match = re.search(r"[0-9_]{4000,}", text)
+    return text.count("\n", 0, match.start()) + 1 if match else None
+
+
+def check_int_range(data: Any, source: str, *, error: type[ConfigError], hint: str, key: str = "") -> None:
+    """Refuse any integer of *data* (a parsed TOML/JSON document) outside 64 bits, naming its dotted key."""
+    if isinstance(data, bool):
+        return
+    if isinstance(data, int):
+        if not INT64_MIN <= data <= INT64_MAX:
+            digits = len(str(abs(data))) if data.bit_length() < 14000 else "thousands of"
+            raise error(
+                f"{source}: {key or 'a value'}: an integer of {digits} digits, outside the 64-bit range "
+                "(TOML and imagesmith allow -2^63 … 2^63-1)",
+                hint=hint,
+            )
+    elif isinstance(data, dict):
+        for k, v in data.items():
+            check_int_range(v, source, error=error, hint=hint, key=f"{key}.{k}" if key else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            check_int_range(v, source, error=error, hint=hint, key=f"{key}[{i}]")
+
+
+def loads_toml(
+    text: str,
+    source: str,
+    *,
+    error: type[ConfigError] = ConfigError,
+    syntax_hint: str = "fix the TOML syntax at that line",
+) -> dict[str, Any]:
+    """``tomllib.loads`` for the user's file *source*: a syntax error, an integer past Python's digit limit
+    and one outside TOML's 64 bits are each one *error* naming the file (and the line or key)."""
+    try:
+        data: dict[str, Any] = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(f"{source}: not valid TOML (TOML syntax error: {exc})", hint=syntax_hint) from None
+    except ValueError:  # int() past sys.get_int_max_str_digits()
+        line = _long_digit_line(text)
+        raise error(
+            f"{source}: {'line ' + str(line) + ': ' if line else ''}an integer of thousands of digits, "
+            "outside the 64-bit range (TOML and imagesmith allow -2^63 … 2^63-1)",
+            hint="write the real value there",
+        ) from None
+    check_int_range(data, source, error=error, hint="write the real value there")
+    return data
+
+
+#: JSON integers longer than this are refused while parsing (naming the document); shorter ones reach the
+#: reader's own field checks, which name the field
+MAX_JSON_INT_DIGITS: Final[int] = 1000
+
+
+def _json_int(source: str, error: type[ConfigError], hint: str) -> Callable[[str], int]:
+    def convert(text: str) -> int:
+        return parse_int(
+            text, f"{source}: an integer", error=error, hint=hint, max_digits=MAX_JSON_INT_DIGITS
+        )
+
+    return convert
+
+
+def json_int_parser(
+    source: str, *, error: type[ConfigError] = ConfigError, hint: str
+) -> Callable[[str], int]:
+    """``parse_int`` for :func:`json.loads`: an integer of more than :data:`MAX_JSON_INT_DIGITS` digits is
+    one *error* naming *source*, before ``int()`` sees it (as :func:`loads_json` does)."""
+    return _json_int(source, error, hint)
+
+
+def loads_json(
+    text: str | bytes,
+    source: str,
+    *,
+    error: type[ConfigError] = ConfigError,
+    hint: str,
+) -> Any:
+    """``json.loads`` for a document from *source* (a file, a URL, a registry): an integer of more than
+    :data:`MAX_JSON_INT_DIGITS` digits is one *error* naming *source*, before ``int()`` sees it. Syntax errors
+    are ``json.JSONDecodeError`` as usual (callers word them)."""
+    return json.loads(text, parse_int=_json_int(source, error, hint))
+
+
+def read_user_text(
+    path: str | Path,
+    what: str,
+    *,
+    error: type[ConfigError] = ConfigError,
+    hint: str,
+    max_bytes: int = MAX_USER_FILE_BYTES,
+) -> str:
+    """:func:`read_user_file` decoded as UTF-8 (:func:`decode_text`); a leading byte-order mark is kept, for
+    the reader to word."""
+    data = read_user_file(path, what, error=error, hint=hint, max_bytes=max_bytes)
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "\ufeff" + decode_text(data[3:], f"{what} {path}".strip(), error=error, hint=hint)
+    return decode_text(data, f"{what} {path}".strip() if what else str(path), error=error, hint=hint)
