@@ -229,18 +229,6 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         return _aborted()
     except BrokenPipeError:
         return _broken_pipe()
-    except ValueError as exc:
-        if "integer string conversion" not in str(exc):
-            raise
-        # the last net under a number of thousands of digits that no reader bounded first (every reader
-        # should: imagesmith.inputs.parse_int); still bad input, not a crash
-        command = _command_of(application, args, prog)
-        err.print(
-            "error: a number of thousands of digits in the input: no real value has one\n"
-            f"  fix: check the files and flags given (see `{command} --help`)",
-            markup=False,
-        )
-        return 2
     except OSError as exc:
         # a path given on the command line that the OS refuses (too long, a folder for a file, no permission)
         # where no command checked it first: still one error and one fix, exit 2 (bad input)

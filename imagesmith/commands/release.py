@@ -95,12 +95,15 @@ def _index_trust(flag: Path | None, no_verify: bool) -> Any:
 def _read_key(path: Path, origin: str) -> bytes:
     """The PEM text of the key file *path* named by *origin*; parsed only when a signature is checked (a
     pick from a cached index verified before loads no crypto), so an unusable file is said here already."""
+    from imagesmith import inputs
     from imagesmith.indextrust import pem_fingerprint
 
-    try:
-        data = path.read_bytes()[: 1 << 20]
-    except OSError:
-        data = b""
+    data = inputs.read_user_file(
+        path,
+        origin,
+        hint="give the release's public key file (a PEM `.pub` that `imagesmith keygen` wrote)",
+        max_bytes=1 << 20,
+    )  # a FIFO, a device, a folder or a huge file is one error, never a read that blocks
     if pem_fingerprint(data) is None:
         from imagesmith import signing
 

@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from imagesmith import settings
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, RenderError
 
@@ -74,13 +75,12 @@ def register(app: typer.Typer) -> None:
 def _default_out() -> Path:
     """docs/schemas of the project this runs in (``-C DIR`` and ``$IMAGESMITH_PROJECT`` count, a folder
     inside the project finds its root); of the working folder only where there is no project at all."""
-    import os
 
     from imagesmith.commands import current_project, project_option
 
     try:
         return current_project().root / "docs" / "schemas"
     except ConfigError:
-        if project_option() is not None or os.environ.get("IMAGESMITH_PROJECT"):
+        if project_option() is not None or settings.get("IMAGESMITH_PROJECT"):
             raise  # a project was named and is not one: say so, never write elsewhere
         return Path("docs/schemas")
