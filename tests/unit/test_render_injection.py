@@ -41,6 +41,11 @@ def _cell() -> Cell:
     return cell
 
 
+def _changes(field: str, value: object) -> dict[str, Any]:
+    """``replace(cell, **…)`` with a value of any type in any field (what the renderer must refuse)."""
+    return {field: value}
+
+
 @functools.cache
 def _baseline_files() -> dict[str, str]:
     """The files of :func:`_cell`, rendered once (read only: every test compares against them)."""
@@ -52,7 +57,7 @@ def test_a_control_character_in_any_field_is_refused_by_the_renderer(field: str)
     cell = _cell()
     value = (("com.example.x", "a\nRUN evil"),) if field == "labels" else "a\nRUN evil"
     with pytest.raises(RenderError, match=rf"{field} holds a control character"):
-        render_cell_files(replace(cell, **{field: value}))  # type: ignore[type-var]
+        render_cell_files(replace(cell, **_changes(field, value)))
 
 
 def _toml_string(text: str) -> str:
@@ -382,7 +387,7 @@ def test_the_renderer_refuses_a_value_its_place_cannot_take(field: str, value: o
     """Defence in depth: a value that got past the loader (a cell made in code) is refused when rendered."""
     cell = _cell()
     with pytest.raises(RenderError, match=rf"{field} holds"):
-        render_cell_files(replace(cell, **{field: value}))  # type: ignore[type-var]
+        render_cell_files(replace(cell, **_changes(field, value)))
 
 
 def _hostile_cell_values(value: object, hostile: str) -> object | None:
@@ -414,7 +419,7 @@ def test_a_hostile_value_in_any_cell_field_is_refused_by_the_renderer_or_adds_no
             continue
         refused: RenderError | None = None
         try:
-            files = render_cell_files(replace(cell, **{name: value}))  # type: ignore[type-var]
+            files = render_cell_files(replace(cell, **_changes(name, value)))
         except RenderError as exc:
             refused = exc
         if refused is not None:

@@ -69,7 +69,9 @@ def test_unknown_base_and_gpu_are_clear_errors() -> None:
     with pytest.raises(ConfigError, match="not a base imagesmith can scaffold") as info:
         choose(resolve_gpus(["h200"]), base_image="debian:trixie")
     # the way to another base is named (trixie: its toolkit row exists, no reference lock has its python)
-    assert "set [base] os, image and python in the matrix and run `imagesmith lock`" in info.value.hint
+    assert "set [base] os, image and python in the matrix and run `imagesmith lock`" in (
+        info.value.hint or ""
+    )
     with pytest.raises(ConfigError):
         resolve_gpus(["h2000"])
 
