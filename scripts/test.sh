@@ -39,9 +39,9 @@ step "imagesmith render --check"
 .venv/bin/imagesmith render --check || status=1
 
 # Two pytest runs: tests/unit on every core (pytest-xdist: fakes and tmp folders only, nothing shared between
-# tests), then tests/integration serially (one dockerd, the shared registries, one sshd). Path arguments
-# (tests/…) choose the run(s) they belong to; every other argument goes to both. A run whose selection is empty
-# exits 5: that is a failure only when neither run collected a test.
+# tests), then tests/integration serially (one dockerd, the shared registries, one sshd). A tests/unit… path
+# goes to the first run, any other tests/… path to the serial one, every other argument to both. A run whose
+# selection is empty exits 5: that is a failure only when neither run collected a test.
 unit=() serial=() common=()
 for arg in "$@"; do
     case $arg in
