@@ -186,9 +186,11 @@ _HASH = re.compile(r"^--hash=sha256:([0-9a-f]{64})\s*(\\)?\s*(#.*)?$")
 _HEADER = re.compile(r"^#\s*([a-z][a-z -]*):\s?(.*)$")
 
 
+@functools.lru_cache(maxsize=64)
 def parse_lock(text: str, path: Path, key: LockKey) -> Lock:
     """Parse a lock file. Every non-comment line must be ``name==version`` (uv's ``# via`` lines are
-    comments).
+    comments). Memoised (a plan reads every lock of the project for the layer plan's popularity; a Lock is
+    frozen): the same text, path and key give the same Lock; an error is raised again each time.
     """
     pins: list[tuple[str, str]] = []
     builder: list[tuple[str, str]] = []

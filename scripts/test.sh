@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, one command (what CI runs through .ci/run): setup, lint, types, import contracts,
-# render drift, pytest (unit + docker + registry + e2e). As root on Debian bookworm. Extra pytest arguments are
-# passed through.
+# render drift, pytest (tests/unit on every core, then tests/integration serially: docker + registry + e2e). As
+# root on Debian bookworm. Extra pytest arguments are passed through.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,23 +31,54 @@ step "ruff check"
 .venv/bin/ruff check . || status=1
 step "ruff format --check"
 .venv/bin/ruff format --check . || status=1
-step "mypy imagesmith"
-.venv/bin/mypy imagesmith || status=1
+step "mypy (imagesmith and tests: [tool.mypy] files)"
+.venv/bin/mypy || status=1
 step "lint-imports (stages depend one way)"
 .venv/bin/lint-imports --no-cache || status=1
 step "imagesmith render --check"
 .venv/bin/imagesmith render --check || status=1
 
-step "pytest: tests/unit (no services) + tests/integration (dockerd, registries, sshd, e2e builds)"
-set +e
-.venv/bin/python -m pytest -p no:cacheprovider --durations=15 "$@"
-rc=$?
-set -e
-if [[ $rc -eq 5 ]]; then
-    echo "pytest collected no tests (exit 5): that is a failure here" >&2
-    rc=1
+# Two pytest runs: tests/unit on every core (pytest-xdist: fakes and tmp folders only, nothing shared between
+# tests), then tests/integration serially (one dockerd, the shared registries, one sshd). A tests/unit… path
+# goes to the first run, any other tests/… path to the serial one, every other argument to both. A run whose
+# selection is empty exits 5: that is a failure only when neither run collected a test.
+unit=() serial=() common=()
+for arg in "$@"; do
+    case $arg in
+        tests/unit | tests/unit/* | ./tests/unit | ./tests/unit/*) unit+=("$arg") ;;
+        tests | tests/* | ./tests | ./tests/*) serial+=("$arg") ;;
+        *) common+=("$arg") ;;
+    esac
+done
+if [[ ${#unit[@]} -eq 0 && ${#serial[@]} -eq 0 ]]; then
+    unit=(tests/unit)
+    serial=(tests/integration)
 fi
-[[ $rc -ne 0 ]] && status=1
+ran=0 empty=0
+run_pytest() {
+    set +e
+    .venv/bin/python -m pytest -p no:cacheprovider --durations=15 "$@"
+    local rc=$?
+    set -e
+    if [[ $rc -eq 5 ]]; then
+        empty=$((empty + 1))
+    elif [[ $rc -ne 0 ]]; then
+        status=1
+    fi
+    ran=$((ran + 1))
+}
+if [[ ${#unit[@]} -gt 0 ]]; then
+    step "pytest: ${unit[*]} (no services; -n auto: one worker per core)"
+    run_pytest -n auto "${unit[@]}" "${common[@]}"
+fi
+if [[ ${#serial[@]} -gt 0 ]]; then
+    step "pytest: ${serial[*]} (dockerd, registries, sshd, e2e builds; serial)"
+    run_pytest "${serial[@]}" "${common[@]}"
+fi
+if [[ $empty -eq $ran ]]; then
+    echo "pytest collected no tests (exit 5): that is a failure here" >&2
+    status=1
+fi
 
 step "result"
 if [[ $status -eq 0 ]]; then echo "ALL PASSED"; else echo "FAILED (see the steps above)"; fi

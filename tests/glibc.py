@@ -27,11 +27,11 @@ def glibc_needs(path: Path) -> list[str]:
     needs none."""
     found: set[str] = set()
     with path.open("rb") as fh:
-        elf = ELFFile(fh)  # type: ignore[no-untyped-call]
-        for section in elf.iter_sections():  # type: ignore[no-untyped-call]
+        elf = ELFFile(fh)
+        for section in elf.iter_sections():
             if not isinstance(section, GNUVerNeedSection):
                 continue
-            for _verneed, auxes in section.iter_versions():  # type: ignore[no-untyped-call]
+            for _verneed, auxes in section.iter_versions():
                 for aux in auxes:
                     if _GLIBC.match(aux.name):
                         found.add(aux.name)

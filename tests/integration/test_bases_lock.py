@@ -161,7 +161,7 @@ def test_moved_base_one_line_new_fingerprints_rebuild_and_escrow(
     assert new["other"].fingerprint == old["other"].fingerprint
     explain = run_cli("plan", "--matrix", world["smoke"], "--explain")
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
-    reason = f"rebuilt: base debian:bookworm moved {d1[:19]}…→{d2[:19]}… (read {today})"  # type: ignore[index]
+    reason = f"rebuilt: base debian:bookworm moved {d1[:19]}…→{d2[:19]}… (read {today})"
     assert reason in explain.stdout
     assert "rebuilt:" not in run_cli("plan", "--matrix", world["other"], "--explain").stdout
 
@@ -170,7 +170,7 @@ def test_moved_base_one_line_new_fingerprints_rebuild_and_escrow(
     options = BuildOptions(push=True, project=project, config=config)
     skipped = build_cell(
         new["other"], load_matrix(world["other"], project=project), NoEngine(), options, root / "st"
-    )  # type: ignore[arg-type]
+    )
     assert skipped.status == "skipped"
     clients = {t.name: options.client_for(t) for t in new["smoke"].registries}
     assert _moved_reason(new["smoke"], clients, suite) == reason

@@ -13,7 +13,8 @@ import pytest
 from imagesmith.build import CellOutcome, push_cell, suite_digest
 from imagesmith.engine import Engine
 from imagesmith.errors import CorruptBlobError, PushError
-from imagesmith.registry import RegistryClient, client_for
+from imagesmith.model import Cell
+from imagesmith.registry import RegistryApi, RegistryClient, client_for
 from imagesmith.release import ReleaseCell as _RC
 from imagesmith.release import _candidate_digests, candidate_state
 from imagesmith.tags import candidate_tag, fingerprint_tag
@@ -39,8 +40,8 @@ def _quick(target: object) -> RegistryClient:
     return client
 
 
-def _outcome(cell: object) -> CellOutcome:
-    return CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)  # type: ignore[attr-defined]
+def _outcome(cell: Cell) -> CellOutcome:
+    return CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
 
 
 # -- 3. final tags all-or-nothing as users see it ------------------------------------------------------------
@@ -66,7 +67,7 @@ def test_a_tag_phase_failure_is_reported_as_mixed_and_a_rerun_converges(
                 else None
             )
         )
-        clients = {t.name: _quick(t) for t in targets}
+        clients: dict[str, RegistryApi] = {t.name: _quick(t) for t in targets}
         suite = suite_digest()
         with pytest.raises(PushError) as info:
             push_cell(cell, engine, clients, _outcome(cell), lambda *a: None, suite)

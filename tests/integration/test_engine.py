@@ -68,6 +68,7 @@ def image_name(engine: Engine) -> Iterator[str]:
     name = f"imagesmith-test/engine-{uuid.uuid4().hex[:8]}"
     yield name
     for img in engine.client.images.list(name=name):
+        assert img.id is not None
         engine.client.images.remove(img.id, force=True)
 
 

@@ -114,7 +114,7 @@ def test_manifest_unknown_is_not_retried(regs: LocalRegistries, repo: str) -> No
         calls.append(f"{method} {url}")
         return original(method, url, **kw)  # type: ignore[arg-type]
 
-    client.session.request = counting  # type: ignore[method-assign]
+    client.session.request = counting  # type: ignore[assignment]
     with pytest.raises(ManifestUnknownError, match="manifest unknown"):
         client.get_manifest(repo, "absent")
     assert len(calls) == 1
@@ -175,7 +175,7 @@ def test_registry_stopped_mid_copy_fails_clearly_and_tags_nothing(
 
             return original(r, digest, dying)
 
-        dst.upload_blob = upload_then_die  # type: ignore[method-assign]
+        dst.upload_blob = upload_then_die  # type: ignore[assignment]
         with pytest.raises(RegistryError) as info:
             copy_manifest(src, repo, "big", dst, repo, put_as="final")
         assert reg.addr in str(info.value)

@@ -7,6 +7,7 @@ Each test names the failure of the issue it pins; every one of them failed befor
 from __future__ import annotations
 
 import email.utils
+import functools
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ def push_layers(client: RegistryClient, repo: str, tag: str, layers: list[bytes]
     """A small multi-layer image (config + *layers*) pushed through the API."""
     config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": {"t": tag}}}).encode()
     for blob in [*layers, config]:
-        client.upload_blob(repo, _sha(blob), lambda blob=blob: iter([blob]))
+        client.upload_blob(repo, _sha(blob), functools.partial(iter, [blob]))
     body = json.dumps(
         {
             "schemaVersion": 2,

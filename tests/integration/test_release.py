@@ -9,6 +9,7 @@ a rerun is a no-op; a promotion interrupted by a registry that is down or read-o
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -109,7 +110,7 @@ def push_image(
         }
     ).encode()
     for blob in (layer, config):
-        client.upload_blob(repo, _sha(blob), lambda blob=blob: iter([blob]))
+        client.upload_blob(repo, _sha(blob), functools.partial(iter, [blob]))
     body = json.dumps(
         {
             "schemaVersion": 2,

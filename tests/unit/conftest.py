@@ -1,5 +1,6 @@
-"""tests/unit: fakes and local files only — no Docker engine, no registry, no sshd, no network (< 30 s on two
-cores; tests/integration has the rest). A unit test that asks for a service is a collection error here."""
+"""tests/unit: fakes and local files only — no Docker engine, no registry, no sshd, no network
+(tests/integration has the rest); nothing shared between tests, so scripts/test.sh runs them on every core
+(pytest -n auto). A unit test that asks for a service is a collection error here."""
 
 from __future__ import annotations
 

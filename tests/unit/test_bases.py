@@ -269,7 +269,7 @@ def test_build_without_upstream_or_escrow_refuses(tmp_path: Path) -> None:
     sources = BaseSources(CONFIG, client_for=lambda r: _Reg({}))  # type: ignore[arg-type,return-value]
     with pytest.raises(BuildError, match="no longer serves") as err:
         sources.ref(cell, "debian:bookworm")
-    assert "imagesmith lock --bases" in err.value.hint
+    assert "imagesmith lock --bases" in (err.value.hint or "")
     sources = BaseSources(CONFIG, escrow=ESCROW, client_for=lambda r: _Reg({}))  # type: ignore[arg-type,return-value]
     with pytest.raises(BuildError, match="holds no proj/bases/library/debian@"):
         sources.ref(replace(cell), "debian:bookworm")
@@ -322,8 +322,17 @@ def test_planning_every_matrix_parses_each_lock_once(monkeypatch: pytest.MonkeyP
     sizes_mod._parsed_sizes.cache_clear()
     calls: list[str] = []
     real_lock, real_sizes = lock_mod.parse_lock, sizes_mod.parse_sizes
-    monkeypatch.setattr(lock_mod, "parse_lock", lambda t, p, k: calls.append(str(p)) or real_lock(t, p, k))
-    monkeypatch.setattr(sizes_mod, "parse_sizes", lambda t, p: calls.append(str(p)) or real_sizes(t, p))
+
+    def counted_lock(t: str, p: Path, k: Any) -> Any:
+        calls.append(str(p))
+        return real_lock(t, p, k)
+
+    def counted_sizes(t: str, p: Path) -> Any:
+        calls.append(str(p))
+        return real_sizes(t, p)
+
+    monkeypatch.setattr(lock_mod, "parse_lock", counted_lock)
+    monkeypatch.setattr(sizes_mod, "parse_sizes", counted_sizes)
     for name in PROJECT.matrix_names():
         build_plan(load_matrix(name, project=PROJECT), project=PROJECT)
     assert len(PROJECT.matrix_names()) >= 8

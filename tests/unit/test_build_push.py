@@ -1,13 +1,13 @@
 """build's push path — build, push once through the engine, copy through the registry API, verify, tag — with
 typed in-memory fakes behind the two seams (``ContainerEngine``, ``RegistryApi``): no dockerd, no registry.
 
-The fakes implement the whole protocols (mypy checks that with the module-level assignments below), so a
-build-path decision is tested against what the real engine and registries are asked, not against mocks.
+The fakes implement the whole protocols (mypy checks that: the assignment below for the engine, the one in
+tests/fakeregistry.py for the shared registry fake), so a build-path decision is tested against what the real
+engine and registries are asked, not against mocks.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import shutil
@@ -35,110 +35,18 @@ from imagesmith.errors import PushError
 from imagesmith.matrix import load_matrix
 from imagesmith.model import Cell
 from imagesmith.refs import Registry
-from imagesmith.registry import OCI_MANIFEST, BlobStat, ManifestData, RegistryApi
+from imagesmith.registry import OCI_MANIFEST, ManifestData
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
+from tests.fakeregistry import FakeRegistry, sha256
 from tests.repo import PROJECT
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 
-def _sha(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-@dataclass
-class _Blob:
-    data: bytes
-
-    def iter_content(self, chunk_size: int) -> Iterator[bytes]:
-        for i in range(0, len(self.data), chunk_size):
-            yield self.data[i : i + chunk_size]
-
-    def __enter__(self) -> _Blob:
-        return self
-
-    def __exit__(self, *args: Any) -> None:
-        return None
-
-
-@dataclass
-class MemoryRegistry:
-    """One registry in memory: blobs and manifests by digest, tags; records the API calls that write."""
-
-    name: str
-    host: str
-    credentials: Credentials | None = None
-    fresh: Credentials | None = None
-    blobs: dict[str, bytes] = field(default_factory=dict)
-    manifests: dict[str, ManifestData] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict)
-    writes: list[str] = field(default_factory=list)
-    refreshes: int = 0
-
-    def ping(self) -> None:
-        return None
-
-    def manifest_digest(self, repo: str, reference: str) -> str | None:
-        digest = reference if reference.startswith("sha256:") else self.tags.get(reference)
-        return digest if digest in self.manifests else None
-
-    def get_manifest(self, repo: str, reference: str) -> ManifestData:
-        digest = self.manifest_digest(repo, reference)
-        assert digest is not None, f"{self.name}: no manifest {reference}"
-        return self.manifests[digest]
-
-    def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:
-        for digest, _ in manifest.blobs():
-            assert digest in self.blobs, f"{self.name}: manifest put before its blob {digest}"
-        self.manifests[manifest.digest] = manifest
-        if not reference.startswith("sha256:"):
-            self.tags[reference] = manifest.digest
-        self.writes.append(f"manifest {reference}")
-        return manifest.digest
-
-    def delete_manifest(self, repo: str, digest: str) -> None:
-        self.manifests.pop(digest, None)
-
-    def list_tags(self, repo: str) -> list[str]:
-        return sorted(self.tags)
-
-    def blob_size(self, repo: str, digest: str) -> int | None:
-        return len(self.blobs[digest]) if digest in self.blobs else None
-
-    def mount_blob(self, repo: str, digest: str, from_repo: str) -> bool:
-        return digest in self.blobs
-
-    def stat_blob(self, repo: str, digest: str) -> BlobStat | None:
-        return BlobStat(len(self.blobs[digest]), digest) if digest in self.blobs else None
-
-    def delete_blob(self, repo: str, digest: str) -> bool:
-        self.blobs.pop(digest, None)
-        return True
-
-    def delete_tag(self, repo: str, tag: str) -> bool:
-        self.tags.pop(tag, None)
-        self.writes.append(f"untag {tag}")
-        return True
-
-    def probe_write(self, repo: str) -> None:
-        return None
-
-    def get_blob(self, repo: str, digest: str, offset: int = 0) -> _Blob:
-        return _Blob(self.blobs[digest][offset:])
-
-    def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None:
-        data = b"".join(chunks())
-        assert _sha(data) == digest
-        self.blobs[digest] = data
-        self.writes.append(f"blob {digest[:15]}")
-
-    def resolve_credentials(self) -> Credentials | None:
-        return self.credentials
-
-    def refresh_credentials(self, refused: Credentials) -> Credentials | None:
-        self.refreshes += 1
-        return self.fresh
+_sha = sha256
+#: the repository of both registries the test cell pushes to
+REPO = "team/torch"
 
 
 @dataclass
@@ -151,9 +59,9 @@ class _Image:
 @dataclass
 class MemoryEngine:
     """A container engine in memory: a build makes one image (its labels from the Dockerfile's LABEL lines),
-    a push uploads it into the :class:`MemoryRegistry` of the reference's host."""
+    a push uploads it into the :class:`FakeRegistry` of the reference's host."""
 
-    registries: Mapping[str, MemoryRegistry]
+    registries: Mapping[str, FakeRegistry]
     backend: str = "memory"
     images: dict[str, _Image] = field(default_factory=dict)
     pushes: list[tuple[str, str | None]] = field(default_factory=list)  # (reference, password sent)
@@ -252,9 +160,9 @@ class MemoryEngine:
         return RunResult(exit_code=0, output="", duration_s=0.0)
 
 
-# the fakes implement the seams (checked by mypy, as Engine and RegistryClient are in imagesmith/)
+# the fake engine implements the seam (checked by mypy, as Engine is in imagesmith/; tests/fakeregistry.py
+# does the same for the registry)
 _ENGINE_SEAM: type[ContainerEngine] = MemoryEngine
-_REGISTRY_SEAM: type[RegistryApi] = MemoryRegistry
 
 
 @pytest.fixture(autouse=True)
@@ -276,13 +184,13 @@ def cell() -> Cell:
 
     (plain,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells[:1]
     targets = (
-        Registry(name="one", host="r1.example", repository="team/torch", kind="ecr"),
-        Registry(name="two", host="r2.example", repository="team/torch", kind="generic"),
+        Registry(name="one", host="r1.example", repository=REPO, kind="ecr"),
+        Registry(name="two", host="r2.example", repository=REPO, kind="generic"),
     )
     return replace(plain, registries=targets)
 
 
-def _build(cell: Cell, engine: MemoryEngine, registries: dict[str, MemoryRegistry], tmp_path: Path) -> Any:
+def _build(cell: Cell, engine: MemoryEngine, registries: dict[str, FakeRegistry], tmp_path: Path) -> Any:
     by_name = {r.name: r for r in registries.values()}
     options = BuildOptions(push=True, project=PROJECT, client_for=lambda t: by_name[t.name])
     return build_cell(cell, load_matrix("smoke", project=PROJECT), engine, options, tmp_path)
@@ -291,8 +199,8 @@ def _build(cell: Cell, engine: MemoryEngine, registries: dict[str, MemoryRegistr
 def test_the_engine_pushes_once_and_the_api_copies_to_the_rest(cell: Cell, tmp_path: Path) -> None:
     creds = Credentials("AWS", "token-1", origin="`aws ecr get-login-password`", provider="token command")
     registries = {
-        "r1.example": MemoryRegistry("one", "r1.example", credentials=creds),
-        "r2.example": MemoryRegistry("two", "r2.example"),
+        "r1.example": FakeRegistry("one", "r1.example", credentials=creds),
+        "r2.example": FakeRegistry("two", "r2.example"),
     }
     engine = MemoryEngine(registries)
     outcome = _build(cell, engine, registries, tmp_path)
@@ -310,14 +218,14 @@ def test_the_engine_pushes_once_and_the_api_copies_to_the_rest(cell: Cell, tmp_p
     assert outcome.bytes_copied_api == sum(len(b) for b in one.blobs.values())
     assert two.blobs == one.blobs
     assert two.writes[-3:] == [
-        f"manifest {staging_tag(cell.fingerprint, suite)}",
-        f"manifest {fingerprint_tag(cell.fingerprint, suite)}",
-        f"manifest {candidate_tag(cell)}",
+        f"manifest {REPO}:{staging_tag(cell.fingerprint, suite)}",
+        f"manifest {REPO}:{fingerprint_tag(cell.fingerprint, suite)}",
+        f"manifest {REPO}:{candidate_tag(cell)}",
     ]
     for registry in registries.values():
-        assert registry.tags[candidate_tag(cell)] == outcome.digest
-        assert registry.tags[fingerprint_tag(cell.fingerprint, suite)] == outcome.digest
-    assert two.tags[staging_tag(cell.fingerprint, suite)] == outcome.digest  # the staging tag only
+        assert registry.tags[REPO, candidate_tag(cell)] == outcome.digest
+        assert registry.tags[REPO, fingerprint_tag(cell.fingerprint, suite)] == outcome.digest
+    assert two.tags[REPO, staging_tag(cell.fingerprint, suite)] == outcome.digest  # the staging tag only
     assert outcome.bytes_pushed_engine == len(engine.images[local_ref(cell)].layer)
 
 
@@ -325,8 +233,8 @@ def test_a_refused_push_token_is_refreshed_once_through_the_registry_seam(cell: 
     stale = Credentials("AWS", "expired", provider="token command")
     fresh = Credentials("AWS", "renewed", provider="token command")
     registries = {
-        "r1.example": MemoryRegistry("one", "r1.example", credentials=stale, fresh=fresh),
-        "r2.example": MemoryRegistry("two", "r2.example"),
+        "r1.example": FakeRegistry("one", "r1.example", credentials=stale, fresh=fresh),
+        "r2.example": FakeRegistry("two", "r2.example"),
     }
     engine = MemoryEngine(registries, refused=frozenset({"expired"}))
     outcome = _build(cell, engine, registries, tmp_path)
@@ -411,8 +319,8 @@ def test_a_registry_fix_line_survives_wrapping_as_push_error(
     from imagesmith.errors import RegistryError
 
     registries = {
-        "r1.example": MemoryRegistry("one", "r1.example"),
-        "r2.example": MemoryRegistry("two", "r2.example"),
+        "r1.example": FakeRegistry("one", "r1.example"),
+        "r2.example": FakeRegistry("two", "r2.example"),
     }
     two = registries["r2.example"]
 
@@ -435,8 +343,8 @@ def test_a_tag_phase_failure_rolls_back_where_the_registry_can_delete_a_tag(
     from imagesmith.errors import RegistryError
 
     registries = {
-        "r1.example": MemoryRegistry("one", "r1.example"),
-        "r2.example": MemoryRegistry("two", "r2.example"),
+        "r1.example": FakeRegistry("one", "r1.example"),
+        "r2.example": FakeRegistry("two", "r2.example"),
     }
     one, two = registries["r1.example"], registries["r2.example"]
     original = two.put_manifest
@@ -454,15 +362,15 @@ def test_a_tag_phase_failure_rolls_back_where_the_registry_can_delete_a_tag(
     assert "rolled back: no final tag moved" in str(info.value)
     suite = suite_digest()
     for registry in (one, two):  # the memory registries delete tags: nothing final is left anywhere
-        assert candidate_tag(cell) not in registry.tags
-        assert fingerprint_tag(cell.fingerprint, suite) not in registry.tags
-    assert f"untag {candidate_tag(cell)}" in one.writes
+        assert (REPO, candidate_tag(cell)) not in registry.tags
+        assert (REPO, fingerprint_tag(cell.fingerprint, suite)) not in registry.tags
+    assert f"untag {REPO}:{candidate_tag(cell)}" in one.writes
 
 
 def test_a_corrupt_destination_blob_is_repaired_where_the_registry_allows_it() -> None:
     from imagesmith.registry import copy_blob
 
-    src, dst = MemoryRegistry("one", "r1.example"), MemoryRegistry("two", "r2.example")
+    src, dst = FakeRegistry("one", "r1.example"), FakeRegistry("two", "r2.example")
     data = b"layer" * 1000
     digest = _sha(data)
     src.blobs[digest] = data
@@ -586,15 +494,15 @@ def test_a_cell_on_a_moved_base_is_built_by_digest_and_says_why(
     )
     old = with_fingerprint(replace(moved, base_digests=(("debian:bookworm", a),), fingerprint=""))
     registries = {
-        "r1.example": MemoryRegistry("one", "r1.example"),
-        "r2.example": MemoryRegistry("two", "r2.example"),
+        "r1.example": FakeRegistry("one", "r1.example"),
+        "r2.example": FakeRegistry("two", "r2.example"),
     }
     body = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": {}, "layers": []}).encode()
     was = ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body))
     suite = suite_digest()
     for registry in registries.values():
         registry.manifests[was.digest] = was
-        registry.tags[fingerprint_tag(old.fingerprint, suite)] = was.digest
+        registry.tags[REPO, fingerprint_tag(old.fingerprint, suite)] = was.digest
 
     class Upstream:
         def manifest_digest(self, repo: str, reference: str) -> str | None:

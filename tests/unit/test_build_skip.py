@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -15,36 +13,27 @@ from imagesmith.matrix import load_matrix
 from imagesmith.model import Cell
 from imagesmith.plan import build_plan
 from imagesmith.refs import Registry
-from imagesmith.registry import ManifestData
 from imagesmith.tags import candidate_tag, fingerprint_tag
+from tests.fakeregistry import FakeRegistry, image_manifest
 from tests.repo import PROJECT
 
-MANIFEST = json.dumps(
-    {"schemaVersion": 2, "config": {"digest": "sha256:" + "c" * 64, "size": 2}, "layers": []}
-)
-BODY = MANIFEST.encode()
-DIGEST = "sha256:" + hashlib.sha256(BODY).hexdigest()
+REPO = "team/torch"
+CONFIG = b"{}"
+MANIFEST = image_manifest(CONFIG)
+DIGEST = MANIFEST.digest
 
 
-class FakeRegistry:
-    """Tags → manifests of one registry; records every write."""
+def registry(name: str, *tags: str) -> FakeRegistry:
+    """A registry holding the image (its config blob and manifest) under *tags* in REPO."""
+    fake = FakeRegistry(name, f"{name}.example")
+    fake.add_blob(CONFIG)
+    for tag in tags:
+        fake.add_manifest(REPO, tag, MANIFEST)
+    return fake
 
-    def __init__(self, name: str, tags: dict[str, str] | None = None) -> None:
-        self.name = name
-        self.tags = dict(tags or {})
-        self.puts: list[tuple[str, str]] = []
 
-    def manifest_digest(self, repo: str, ref: str) -> str | None:
-        return ref if ref.startswith("sha256:") and ref in self.tags.values() else self.tags.get(ref)
-
-    def get_manifest(self, repo: str, ref: str) -> ManifestData:
-        assert self.manifest_digest(repo, ref) == DIGEST
-        return ManifestData(body=BODY, media_type="application/vnd.oci.image.manifest.v1+json", digest=DIGEST)
-
-    def put_manifest(self, repo: str, tag: str, manifest: ManifestData) -> str:
-        self.tags[tag] = manifest.digest
-        self.puts.append((repo, tag))
-        return manifest.digest
+def puts(fake: FakeRegistry) -> list[str]:
+    return [w for w in fake.writes if w.startswith("manifest ")]
 
 
 class NoEngine:
@@ -68,8 +57,8 @@ def _staging_means_building(monkeypatch: pytest.MonkeyPatch) -> None:
 def cell() -> Cell:
     (plain,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells[:1]
     targets = (
-        Registry(name="one", host="r1.example", repository="team/torch", kind="generic"),
-        Registry(name="two", host="r2.example", repository="team/torch", kind="acr"),
+        Registry(name="one", host="r1.example", repository=REPO, kind="generic"),
+        Registry(name="two", host="r2.example", repository=REPO, kind="acr"),
     )
     return replace(plain, registries=targets)
 
@@ -77,30 +66,30 @@ def cell() -> Cell:
 def _run(cell: Cell, registries: dict[str, FakeRegistry], tmp_path: Path, force: bool = False) -> Any:
     options = BuildOptions(push=True, force=force, project=PROJECT, client_for=lambda t: registries[t.name])
     matrix = load_matrix("smoke", project=PROJECT)
-    return build_cell(cell, matrix, NoEngine(), options, tmp_path)  # type: ignore[arg-type]
+    return build_cell(cell, matrix, NoEngine(), options, tmp_path)
 
 
 def test_everything_already_there_is_skipped(cell: Cell, tmp_path: Path) -> None:
     fp, cand = fingerprint_tag(cell.fingerprint, suite_digest()), candidate_tag(cell)
-    regs = {n: FakeRegistry(n, {fp: DIGEST, cand: DIGEST}) for n in ("one", "two")}
+    regs = {n: registry(n, fp, cand) for n in ("one", "two")}
     outcome = _run(cell, regs, tmp_path)
     assert (outcome.status, outcome.digest) == ("skipped", DIGEST)
-    assert all(not r.puts for r in regs.values())
+    assert all(not puts(r) for r in regs.values())
 
 
 def test_fingerprint_there_but_no_candidate_is_only_retagged(cell: Cell, tmp_path: Path) -> None:
     fp = fingerprint_tag(cell.fingerprint, suite_digest())
-    regs = {n: FakeRegistry(n, {fp: DIGEST}) for n in ("one", "two")}
+    regs = {n: registry(n, fp) for n in ("one", "two")}
     outcome = _run(cell, regs, tmp_path)
     assert outcome.status == "retagged"
     for r in regs.values():
-        assert r.puts == [("team/torch", candidate_tag(cell))]
-        assert r.tags[candidate_tag(cell)] == DIGEST
+        assert puts(r) == [f"manifest {REPO}:{candidate_tag(cell)}"]
+        assert r.tags[REPO, candidate_tag(cell)] == DIGEST
 
 
 def test_a_registry_missing_the_fingerprint_means_a_build(cell: Cell, tmp_path: Path) -> None:
     fp = fingerprint_tag(cell.fingerprint, suite_digest())
-    regs = {"one": FakeRegistry("one", {fp: DIGEST}), "two": FakeRegistry("two")}
+    regs = {"one": registry("one", fp), "two": registry("two")}
     with pytest.raises(AssertionError, match="the engine was used"):
         _run(cell, regs, tmp_path)
 
@@ -108,13 +97,13 @@ def test_a_registry_missing_the_fingerprint_means_a_build(cell: Cell, tmp_path: 
 def test_an_older_suite_is_rebuilt(cell: Cell, tmp_path: Path) -> None:
     """The identity is fingerprint + baked imagesmith: a tag of another suite digest does not count."""
     old = fingerprint_tag(cell.fingerprint, "0" * 64)
-    regs = {n: FakeRegistry(n, {old: DIGEST, candidate_tag(cell): DIGEST}) for n in ("one", "two")}
+    regs = {n: registry(n, old, candidate_tag(cell)) for n in ("one", "two")}
     with pytest.raises(AssertionError, match="the engine was used"):
         _run(cell, regs, tmp_path)
 
 
 def test_force_builds_whatever_is_there(cell: Cell, tmp_path: Path) -> None:
     fp, cand = fingerprint_tag(cell.fingerprint, suite_digest()), candidate_tag(cell)
-    regs = {n: FakeRegistry(n, {fp: DIGEST, cand: DIGEST}) for n in ("one", "two")}
+    regs = {n: registry(n, fp, cand) for n in ("one", "two")}
     with pytest.raises(AssertionError, match="the engine was used"):
         _run(cell, regs, tmp_path, force=True)

@@ -10,6 +10,7 @@ allowed there, but a different host name); a non-loopback host name is resolved 
 from __future__ import annotations
 
 import base64
+import functools
 import http.server
 import json
 import shutil
@@ -221,6 +222,13 @@ def test_every_allowed_realm_row_is_https_data_with_a_source() -> None:
 
 
 # -- another host: redirects, Location, Link -----------------------------------------------------------------
+def _redirect_to(
+    target: _Server, req: http.server.BaseHTTPRequestHandler
+) -> tuple[int, dict[str, str], bytes]:
+    """A 302 to *target*'s ``/blob`` over plain HTTP."""
+    return 302, {"Location": f"http://{target.addr}/blob"}, b""
+
+
 def _basic_registry(
     route: Callable[[http.server.BaseHTTPRequestHandler], tuple[int, dict[str, str], bytes]],
 ) -> Handler:
@@ -328,7 +336,7 @@ def test_a_redirect_from_https_to_plain_http_on_the_same_host_carries_no_authori
     asks = _Server("127.0.0.1", lambda s, r: (401, {"WWW-Authenticate": 'Basic realm="x"'}, b""))
     try:
         for target, ok in ((plain, True), (asks, False)):
-            route = _basic_registry(lambda r, t=target: (302, {"Location": f"http://{t.addr}/blob"}, b""))
+            route = _basic_registry(functools.partial(_redirect_to, target))
             registry = _Server("127.0.0.1", route, tls=tls_cert)
             client = RegistryClient(
                 registry.addr, credentials=Credentials(USER, PASSWORD), ca_file=tls_cert[0], attempts=1

@@ -210,7 +210,8 @@ class _ArtifactRegistry:
     host = "hostile.example"
 
     def __init__(self, doc: Any, blobs: dict[str, bytes]) -> None:
-        self.doc, self.blobs, self.streams = doc, blobs, []
+        self.doc, self.blobs = doc, blobs
+        self.streams: list[Any] = []
 
     def get_manifest(self, repo: str, ref: str) -> Any:
         from imagesmith.registry import OCI_MANIFEST, ManifestData

@@ -287,13 +287,15 @@ def test_a_docker_cli_named_by_the_environment_that_is_none_is_an_error(
     """IMAGESMITH_DOCKER_CLI naming a missing program fell back to the sdk backend silently (whose error then
     blamed the Dockerfile's RUN --mount), and /bin/true passed for a BuildKit CLI (a build "failed" with
     exit 0). The engine is faked: only the CLI lookup is under test."""
+    import docker
+
     import imagesmith.engine as engine
 
     class _Client:
         def ping(self) -> bool:
             return True
 
-    monkeypatch.setattr(engine.docker, "from_env", lambda **_: _Client())
+    monkeypatch.setattr(docker, "from_env", lambda **_: _Client())
     monkeypatch.setenv("IMAGESMITH_DOCKER_CLI", named)
     assert engine.buildkit_cli() is None
     with pytest.raises(ConfigError) as info:

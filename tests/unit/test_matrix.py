@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,10 +29,10 @@ def test_enough_malformed_cases() -> None:
 
 
 @pytest.mark.parametrize("path", MALFORMED, ids=lambda p: p.stem)
-def test_malformed_matrix_is_one_clear_error(path: Path, run_cli: Callable[..., object]) -> None:
+def test_malformed_matrix_is_one_clear_error(path: Path, run_cli: Callable[..., Any]) -> None:
     result = run_cli("plan", "--matrix", str(path))
-    assert result.exit_code == 2  # type: ignore[attr-defined]
-    err: str = result.stderr  # type: ignore[attr-defined]
+    assert result.exit_code == 2
+    err: str = result.stderr
     assert "Traceback" not in err
     assert "Traceback" not in result.stdout
     assert [line for line in err.splitlines() if line.startswith("error:")] == [err.splitlines()[0]], err

@@ -200,8 +200,8 @@ class _Finder(ast.NodeVisitor):
                 stack += n.values
             elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
                 stack.append(n.operand)
-        for n in ast.walk(test):
-            if id(n) not in bare and self._is_text(n):
+        for node in ast.walk(test):
+            if id(node) not in bare and self._is_text(node):
                 self._find(test, "decides on error text")
                 return
 

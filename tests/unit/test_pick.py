@@ -12,7 +12,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -941,7 +941,9 @@ def test_pick_on_a_mig_host_warns(run_cli: Callable[..., Any], tmp_path: Path) -
 class FakeEngine:
     """What pull_image asks of a ContainerEngine: pull (fails for hosts in ``down``) and inspect."""
 
-    def __init__(self, digest: str, down: set[str] = frozenset(), moved: set[str] = frozenset()) -> None:
+    def __init__(
+        self, digest: str, down: Iterable[str] = frozenset(), moved: Iterable[str] = frozenset()
+    ) -> None:
         self.digest, self.down, self.moved = digest, set(down), set(moved)
         self.pulls: list[tuple[str, Any]] = []
 
@@ -974,7 +976,7 @@ def test_pull_falls_back_to_the_images_other_registries(monkeypatch: pytest.Monk
     assert [c.name for c in pick.alternatives] == ["ghcr", "acr-hangzhou"]
     engine = FakeEngine(pick.image.digest, down={"docker.io", "ghcr.io"})
     said: list[str] = []
-    image_id = pull_image(pick, echo=said.append, engine=engine)
+    image_id = pull_image(pick, echo=said.append, engine=engine)  # type: ignore[arg-type]  # pull, inspect
     assert image_id.startswith("sha256:e")
     assert [r.split("/")[0] for r, _ in engine.pulls] == [
         "docker.io",
@@ -1003,7 +1005,7 @@ def test_pull_that_fails_everywhere_names_every_registry(monkeypatch: pytest.Mon
         pick.image.digest, down={"docker.io", "ghcr.io"}, moved={"registry.cn-hangzhou.aliyuncs.com"}
     )
     with pytest.raises(RegistryError) as err:
-        pull_image(pick, echo=lambda _: None, engine=engine)
+        pull_image(pick, echo=lambda _: None, engine=engine)  # type: ignore[arg-type]  # pull, inspect
     msg = err.value.message
     assert msg.startswith("--pull: no registry holding 2.11.0-cu130-py3.11")
     for part in (
@@ -1035,7 +1037,7 @@ def test_pull_passes_each_registrys_credential_chain(tmp_path: Path, monkeypatch
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     clear_token_cache()
     engine = FakeEngine(pick.image.digest, down={"docker.io"})
-    pull_image(pick, echo=lambda _: None, engine=engine)
+    pull_image(pick, echo=lambda _: None, engine=engine)  # type: ignore[arg-type]  # pull, inspect
     (_, hub_creds), (ecr_ref, ecr_creds) = engine.pulls
     assert (hub_creds.username, hub_creds.password) == ("hubuser", "hubsecret")
     assert ecr_ref.startswith("123456789012.dkr.ecr.us-east-1.amazonaws.com/")
@@ -1133,8 +1135,17 @@ def test_plain_http_index_is_refused_without_insecure(
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     fetched: list[str] = []
-    monkeypatch.setattr(picking, "_download_http", lambda u: fetched.append(u) or (200, b"{}"))
-    monkeypatch.setattr(picking, "_download_oci", lambda u, **_: fetched.append(u) or (b"{}", None, None))
+
+    def download_http(url: str) -> tuple[int, bytes]:
+        fetched.append(url)
+        return 200, b"{}"
+
+    def download_oci(url: str, **_: object) -> tuple[bytes, None, None]:
+        fetched.append(url)
+        return b"{}", None, None
+
+    monkeypatch.setattr(picking, "_download_http", download_http)
+    monkeypatch.setattr(picking, "_download_oci", download_oci)
     with pytest.raises(ConfigError, match="plain HTTP") as err:
         fetch_index(source)
     assert f"use {secure}, or pass --insecure" in (err.value.hint or "")

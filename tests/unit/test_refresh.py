@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from packaging.specifiers import SpecifierSet
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -23,7 +24,7 @@ else:  # pragma: no cover
 
 from imagesmith import compat, refresh
 from imagesmith.errors import ConfigError, UpstreamError
-from imagesmith.fatbin import MAGIC, FatbinScanner, scan
+from imagesmith.fatbin import MAGIC, FatbinReport, FatbinScanner, scan
 from tests.repo import REPO
 
 DATA = REPO / "tests" / "data" / "refresh"
@@ -95,7 +96,7 @@ def test_ptx_of_the_newest_arch_becomes_plus_ptx() -> None:
 
 def test_a_report_round_trips_through_json() -> None:
     report = scan(REAL_FATBIN)
-    assert refresh.FatbinReport.from_json(json.loads(json.dumps(report.to_json()))) == report
+    assert FatbinReport.from_json(json.loads(json.dumps(report.to_json()))) == report
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -302,7 +303,7 @@ def test_a_wrong_field_is_reported_with_both_values_and_the_file(monkeypatch: py
             rel = _with_variant(
                 rel, "cu132", nccl="2.30.6", arch_list=("7.5", "8.0", "8.6", "9.0", "10.0", "12.0+PTX")
             )
-            rel = dataclasses.replace(rel, python=compat.SpecifierSet(">=3.11,<3.15"))
+            rel = dataclasses.replace(rel, python=SpecifierSet(">=3.11,<3.15"))
         return rel
 
     _patched(monkeypatch, edit)

@@ -7,6 +7,7 @@ import ast
 import http.server
 import json
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -72,7 +73,7 @@ def test_registry_client_is_built_by_client_for_alone() -> None:
                 fn = node.func
                 name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
                 if name == "RegistryClient":
-                    calls.append(f"{path.relative_to(REPO)}:{node.lineno}")
+                    calls.append(f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}")
     assert calls == []
 
 
@@ -108,17 +109,17 @@ def test_no_module_writes_requests_private_response_state() -> None:
                 and isinstance(node.args[1], ast.Constant)
                 and str(node.args[1].value).startswith("_content")
             ):
-                writes.append(f"{path.relative_to(REPO)}:{node.lineno}")
+                writes.append(f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}")
             for target in targets:
                 if isinstance(target, ast.Attribute) and target.attr.startswith("_content"):
-                    writes.append(f"{path.relative_to(REPO)}:{node.lineno}")
+                    writes.append(f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}")
     assert writes == []
 
 
 class _Answers:
     """An HTTP server answering every GET with one status and JSON body, a few bytes at a time."""
 
-    def __init__(self, status: int, body: dict[str, object]) -> None:
+    def __init__(self, status: int, body: Mapping[str, object]) -> None:
         data = json.dumps(body).encode()
         self.requests = 0
         outer = self

@@ -4,6 +4,8 @@ registry cannot show: an error while checking), and the index to extend is the p
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,10 @@ from imagesmith.errors import RegistryError
 from imagesmith.index import parse_index
 from imagesmith.project import load_project
 from imagesmith.refs import Registry
+from imagesmith.registry import OCI_MANIFEST, ManifestData
 from imagesmith.release import verify_carried
 from imagesmith.tags import cosign_attestation_tag
+from tests.fakeregistry import FakeRegistry, sha256
 from tests.unit.test_pick import image_doc
 
 SCHEMA = "imagesmith.release-index/v1"
@@ -53,68 +57,37 @@ def envelope(digest: str, verdict: str = "passed", key: signing.SigningKey = KEY
     return sign_validation(report, repository="acme/torch", digest=digest, key=key)
 
 
-class _Resp:
-    def __init__(self, body: bytes) -> None:
-        self.content = body
+def fake_client(
+    tags: dict[tuple[str, str], str],
+    fail: bool = False,
+    attested: dict[str, list[bytes]] | None = None,
+) -> FakeRegistry:
+    """A registry whose *tags* ((repository, tag) → digest) resolve, holding the validation attestations
+    *attested* (digest → envelopes) in cosign's layout (``sha256-<hex>.att``); down (503) with *fail*."""
+    down = RegistryError("registry ghcr: unreachable or failing (503)", hint="retry later")
+    fake = FakeRegistry(fail=down if fail else None)
+    for (repo, tag), digest in tags.items():
+        fake.add_manifest(repo, tag, ManifestData(body=b"{}", media_type=OCI_MANIFEST, digest=digest))
+    for digest, envelopes in (attested or {}).items():
+        manifest, config = attestation_manifest([envelope_layer(e) for e in envelopes])
+        for blob in (config, *envelopes):
+            fake.add_blob(blob)
+        fake.add_manifest("acme/torch", cosign_attestation_tag(digest), manifest)
+    return fake
 
-    def iter_content(self, size: int) -> Any:
-        for i in range(0, len(self.content), size):
-            yield self.content[i : i + size]
 
-    def json(self) -> Any:
-        return json.loads(self.content)
-
-    def __enter__(self) -> _Resp:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-class FakeClient:
-    """Tags, and the attestations stored in cosign's layout (``sha256-<hex>.att``) for some digests."""
-
-    host = "fake.example"
-    name = "fake"
-
-    def __init__(
-        self,
-        tags: dict[tuple[str, str], str],
-        fail: bool = False,
-        attested: dict[str, list[bytes]] | None = None,
-    ) -> None:
-        self.tags, self.fail = dict(tags), fail
-        self.asked: list[tuple[str, str]] = []
-        self.manifests: dict[tuple[str, str], bytes] = {}
-        self.blobs: dict[str, bytes] = {}
-        for digest, envelopes in (attested or {}).items():
-            layers = [envelope_layer(e) for e in envelopes]
-            manifest, _config = attestation_manifest(layers)
-            for e in envelopes:
-                self.blobs[envelope_layer(e)["digest"]] = e
-            tag = cosign_attestation_tag(digest)
-            self.manifests[("acme/torch", tag)] = manifest.body
-            self.tags[("acme/torch", tag)] = manifest.digest
-
-    def manifest_digest(self, repo: str, ref: str) -> str | None:
-        self.asked.append((repo, ref))
-        if self.fail:
-            raise RegistryError("registry ghcr: unreachable or failing (503)", hint="retry later")
-        return self.tags.get((repo, ref))
-
-    def get_manifest(self, repo: str, ref: str) -> _Resp:
-        return _Resp(self.manifests[(repo, ref)])
-
-    def get_blob(self, repo: str, digest: str) -> _Resp:
-        return _Resp(self.blobs[digest])
+def rewrite(client: FakeRegistry, tag: str, doc: Any) -> None:
+    """The manifest *tag* resolves to, served with another body (a hostile registry)."""
+    digest = client.tags["acme/torch", tag]
+    client.manifests[digest] = replace(client.manifests[digest], body=json.dumps(doc).encode())
 
 
 def test_every_copy_is_checked_against_its_tag() -> None:
     (image,) = _images()
     good = {("acme/torch", image.tag): image.digest}
     clients: dict[str, Any] = {
-        "hub": FakeClient(good, attested={image.digest: [envelope(image.digest)]}),
-        "ghcr": FakeClient({}),
+        "hub": fake_client(good, attested={image.digest: [envelope(image.digest)]}),
+        "ghcr": fake_client({}),
     }
     out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients, trusted=TRUSTED)
     assert [c.name for c in out.images[0].registries] == ["hub"]
@@ -134,7 +107,7 @@ def test_a_registry_the_project_does_not_name_is_never_asked() -> None:
 
     def client_for(r: Registry) -> Any:
         made.append(r.host)
-        return FakeClient(tagged, attested={image.digest: [envelope(image.digest)]})
+        return fake_client(tagged, attested={image.digest: [envelope(image.digest)]})
 
     moved = {**KNOWN, "ghcr": Registry(name="ghcr", host="ghcr.io", repository="other/torch", kind="ghcr")}
     out = verify_carried([image], moved, client_for, {}, trusted=TRUSTED)
@@ -147,7 +120,7 @@ def test_a_registry_the_project_does_not_name_is_never_asked() -> None:
 
 def test_an_entry_with_no_copy_left_is_dropped() -> None:
     (image,) = _images()
-    out = verify_carried([image], KNOWN, lambda r: FakeClient({}), {}, trusted=TRUSTED)
+    out = verify_carried([image], KNOWN, lambda r: fake_client({}), {}, trusted=TRUSTED)
     assert out.images == ()
     assert len(out.refusals[0].reasons) == 2
 
@@ -156,8 +129,8 @@ def test_a_copy_that_cannot_be_checked_is_unverified_not_dropped() -> None:
     (image,) = _images()
     good = {("acme/torch", image.tag): image.digest}
     clients: dict[str, Any] = {
-        "hub": FakeClient(good, attested={image.digest: [envelope(image.digest)]}),
-        "ghcr": FakeClient({}, fail=True),
+        "hub": fake_client(good, attested={image.digest: [envelope(image.digest)]}),
+        "ghcr": fake_client({}, fail=True),
     }
     out = verify_carried([image], KNOWN, lambda r: pytest.fail(r.name), clients, trusted=TRUSTED)
     assert out.refusals == ()
@@ -179,7 +152,7 @@ def test_release_cells_writes_nothing_when_a_carried_entry_cannot_be_checked(tmp
         matrix="t",
         reports=[],
         index_file=index_file,
-        client_for=lambda r: FakeClient({}, fail=True),
+        client_for=lambda r: fake_client({}, fail=True),
         known_registries=list(KNOWN.values()),
         trusted=TRUSTED,
     )
@@ -192,7 +165,7 @@ def test_release_cells_writes_nothing_when_a_carried_entry_cannot_be_checked(tmp
 
 def _tagged_both(image: Any, **attested: list[bytes]) -> dict[str, Any]:
     tagged = {("acme/torch", image.tag): image.digest}
-    return {name: FakeClient(tagged, attested={image.digest: envs}) for name, envs in attested.items()}
+    return {name: fake_client(tagged, attested={image.digest: envs}) for name, envs in attested.items()}
 
 
 def test_a_copy_keeps_its_place_only_with_a_trusted_passing_attestation() -> None:
@@ -267,11 +240,11 @@ def test_a_hostile_attestation_layer_is_a_reason_not_a_traceback_nor_a_huge_read
 
     digest = "sha256:" + "a" * 64
     env = envelope(digest)
-    client = FakeClient({}, attested={digest: [env]})
+    client = fake_client({}, attested={digest: [env]})
     tag = cosign_attestation_tag(digest)
-    doc = json.loads(client.manifests[("acme/torch", tag)])
+    doc = client.get_manifest("acme/torch", tag).json()
     doc["layers"] = [damage(layer) for layer in doc["layers"]]
-    client.manifests[("acme/torch", tag)] = json.dumps(doc).encode()
+    rewrite(client, tag, doc)
     client.blobs["sha256:../../etc"] = env
     good, bad = attested_in_registry(client, "acme/torch", digest, TRUSTED)
     assert good == []
@@ -283,60 +256,47 @@ def test_annotations_of_the_wrong_type_are_skipped() -> None:
     from imagesmith.attestation import attested_in_registry
 
     digest = "sha256:" + "b" * 64
-    client = FakeClient({}, attested={digest: [envelope(digest)]})
+    client = fake_client({}, attested={digest: [envelope(digest)]})
     tag = cosign_attestation_tag(digest)
-    doc = json.loads(client.manifests[("acme/torch", tag)])
+    doc = client.get_manifest("acme/torch", tag).json()
     doc["layers"] = [layer | {"annotations": ["predicateType"]} for layer in doc["layers"]] + ["junk", 3]
-    client.manifests[("acme/torch", tag)] = json.dumps(doc).encode()
+    rewrite(client, tag, doc)
     assert attested_in_registry(client, "acme/torch", digest, TRUSTED) == ([], [])
 
 
-class _SmallBlobRegistry:
-    """HEAD answers what *held* says of a blob; deletes and uploads are recorded."""
-
-    name, host = "dst", "dst.example"
-
-    def __init__(self, held: Any, *, deletes: bool = True, keeps_damage: bool = False) -> None:
-        self.held, self.deletes, self.keeps_damage = held, deletes, keeps_damage
-        self.uploaded: list[bytes] = []
-        self.deleted = 0
-
-    def stat_blob(self, repo: str, digest: str) -> Any:
-        return self.held
+class _KeepsDamage(FakeRegistry):
+    """A registry that says yes to DELETE and PUT of a blob but keeps serving the damaged copy it holds."""
 
     def delete_blob(self, repo: str, digest: str) -> bool:
-        self.deleted += 1
-        return self.deletes
+        self.writes.append(f"delete blob {digest}")
+        return True
 
-    def upload_blob(self, repo: str, digest: str, chunks: Any) -> None:
-        from imagesmith.registry import BlobStat
-
-        data = b"".join(chunks())
-        self.uploaded.append(data)
-        if not self.keeps_damage:
-            self.held = BlobStat(size=len(data), digest=digest)
+    def upload_blob(self, repo: str, digest: str, chunks: Callable[[], Iterator[bytes]]) -> None:
+        b"".join(chunks())
+        self.writes.append(f"blob {digest[:15]}")
 
 
 def test_a_small_blob_the_registry_holds_damaged_is_uploaded_again_or_reported() -> None:
     from imagesmith.errors import CorruptBlobError
-    from imagesmith.registry import BlobStat, ensure_blob
+    from imagesmith.registry import ensure_blob
 
     data = b'{"verdict": "passed"}'
-    ok = _SmallBlobRegistry(BlobStat(size=len(data)))
+    digest = sha256(data)
+    ok = FakeRegistry(blobs={digest: data})
     ensure_blob(ok, "r", data)  # held with its size: trusted as is
-    assert ok.uploaded == []
-    assert ok.deleted == 0
-    cut = _SmallBlobRegistry(BlobStat(size=3))  # before: trusted because HEAD found it
+    assert ok.writes == []
+    cut = FakeRegistry(blobs={digest: data[:3]})  # before: trusted because HEAD found it
     ensure_blob(cut, "r", data)
-    assert cut.deleted == 1
-    assert cut.uploaded == [data]
-    stuck = _SmallBlobRegistry(BlobStat(size=3), keeps_damage=True)
+    assert cut.writes == [f"delete blob {digest}", f"blob {digest[:15]}"]
+    assert cut.blobs[digest] == data
+    stuck = _KeepsDamage(name="dst", blobs={digest: data[:3]})
     with pytest.raises(CorruptBlobError, match="registry dst") as info:
         ensure_blob(stuck, "r", data)
     assert info.value.hint
-    missing = _SmallBlobRegistry(None)
+    missing = FakeRegistry()
     ensure_blob(missing, "r", data)
-    assert missing.uploaded == [data]
+    assert missing.writes == [f"blob {digest[:15]}"]
+    assert missing.blobs[digest] == data
 
 
 @pytest.mark.parametrize(
@@ -353,6 +313,6 @@ def test_a_foreign_report_artifact_is_put_again_not_a_traceback(doc: dict[str, A
     from imagesmith.tags import attestation_tag
 
     digest = "sha256:" + "c" * 64
-    client = FakeClient({("acme/torch", attestation_tag(digest)): "sha256:" + "e" * 64})
-    client.manifests[("acme/torch", attestation_tag(digest))] = json.dumps(doc).encode()
+    client = fake_client({("acme/torch", attestation_tag(digest)): "sha256:" + "e" * 64})
+    rewrite(client, attestation_tag(digest), doc)
     assert attached_report_ok(client, "acme/torch", digest) is False

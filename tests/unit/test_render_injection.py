@@ -4,6 +4,7 @@ renderer refuses any control character in any field of a cell (issue 12, item 1)
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import os
 import shlex
@@ -33,9 +34,22 @@ else:  # pragma: no cover
 SMOKE = (PROJECT.matrices_dir / "smoke.toml").read_text()
 
 
-def _cell() -> object:
+@functools.cache
+def _cell() -> Cell:
+    """The smoke matrix's one cell, planned once per session (a Cell is frozen; tests ``replace`` it)."""
     (cell,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells
     return cell
+
+
+def _changes(field: str, value: object) -> dict[str, Any]:
+    """``replace(cell, **…)`` with a value of any type in any field (what the renderer must refuse)."""
+    return {field: value}
+
+
+@functools.cache
+def _baseline_files() -> dict[str, str]:
+    """The files of :func:`_cell`, rendered once (read only: every test compares against them)."""
+    return render_cell_files(_cell())
 
 
 @pytest.mark.parametrize("field", ["labels", "base_image", "lock_note", "python_install_mirror"])
@@ -43,7 +57,7 @@ def test_a_control_character_in_any_field_is_refused_by_the_renderer(field: str)
     cell = _cell()
     value = (("com.example.x", "a\nRUN evil"),) if field == "labels" else "a\nRUN evil"
     with pytest.raises(RenderError, match=rf"{field} holds a control character"):
-        render_cell_files(replace(cell, **{field: value}))  # type: ignore[type-var]
+        render_cell_files(replace(cell, **_changes(field, value)))
 
 
 def _toml_string(text: str) -> str:
@@ -87,8 +101,7 @@ def test_any_label_renders_as_exactly_one_line_or_is_refused(tmp_path: Path, key
         return
     (cell,) = build_plan(matrix, project=PROJECT).cells
     dockerfile = render_cell_files(cell)["Dockerfile"]
-    (base,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells
-    baseline = render_cell_files(base)["Dockerfile"]
+    baseline = _baseline_files()["Dockerfile"]
     extra = 0 if key == "io.imagesmith.ulimits" else 1
     assert len(dockerfile.splitlines()) == len(baseline.splitlines()) + extra
     assert f'      {key}="{value}" \\' in dockerfile.splitlines()
@@ -374,7 +387,7 @@ def test_the_renderer_refuses_a_value_its_place_cannot_take(field: str, value: o
     """Defence in depth: a value that got past the loader (a cell made in code) is refused when rendered."""
     cell = _cell()
     with pytest.raises(RenderError, match=rf"{field} holds"):
-        render_cell_files(replace(cell, **{field: value}))  # type: ignore[type-var]
+        render_cell_files(replace(cell, **_changes(field, value)))
 
 
 def _hostile_cell_values(value: object, hostile: str) -> object | None:
@@ -399,14 +412,14 @@ def test_a_hostile_value_in_any_cell_field_is_refused_by_the_renderer_or_adds_no
     """The renderer's own guard, generated from the model's fields (a lock's note or pins, a value a loader
     let through, a cell made in code): refused, or the Dockerfiles and scripts keep their shape."""
     cell = _cell()
-    baseline = _shapes(render_cell_files(cell))  # type: ignore[arg-type]
+    baseline = _shapes(_baseline_files())
     for hostile in HOSTILE:
         value = _hostile_cell_values(getattr(cell, name), hostile)
         if value is None:
             continue
         refused: RenderError | None = None
         try:
-            files = render_cell_files(replace(cell, **{name: value}))  # type: ignore[type-var]
+            files = render_cell_files(replace(cell, **_changes(name, value)))
         except RenderError as exc:
             refused = exc
         if refused is not None:

@@ -72,7 +72,7 @@ def findings(trees: dict[str, ast.AST]) -> list[str]:
             ):
                 key = node.args[0]
             if key is not None and (name := imagesmith_name(key)) is not None:
-                out.append(f"{path}:{node.lineno}: reads {name} from the environment")
+                out.append(f"{path}:{getattr(node, 'lineno', 0)}: reads {name} from the environment")
     return out
 
 
@@ -127,10 +127,10 @@ def test_every_name_the_code_reads_is_declared() -> None:
                 if isinstance(fn, ast.Attribute) and fn.attr == "get" and ast.unparse(fn.value) == "settings":
                     arg = node.args[0]
                     if isinstance(arg, ast.Constant):
-                        names.add(arg.value)
+                        names.add(str(arg.value))
                 for kw in node.keywords:
                     if kw.arg == "envvar" and isinstance(kw.value, ast.Constant):
-                        names.add(kw.value.value)
+                        names.add(str(kw.value.value))
     assert names
     for name in sorted(names):
         settings.variable(name)  # KeyError when not declared

@@ -28,7 +28,7 @@ from tests.repo import REPO
 H200_TOPO = REPO / "tests" / "data" / "validate" / "h200x2" / "topo-m.txt"
 
 
-def gpu(name: str, mib: int, index: int = 0, **kw: object) -> Gpu:
+def gpu(name: str, mib: int, index: int = 0, **kw: Any) -> Gpu:
     return Gpu(
         index=index,
         name=name,
@@ -37,7 +37,7 @@ def gpu(name: str, mib: int, index: int = 0, **kw: object) -> Gpu:
         driver="580.159.04",
         memory_mib=mib,
         **kw,
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_expected_gpu_model_memory_form() -> None:

@@ -40,11 +40,12 @@ H200 = [
 
 def probe(name: str) -> dict[str, Any]:
     line = (PERF / f"h200x2-{name}.probe").read_text()
-    return json.loads(line.split(" ", 1)[1])
+    data: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+    return data
 
 
 def verdicts(name: str, figure: str) -> list[tuple[int, str, float]]:
-    out = []
+    out: list[tuple[int, str, float]] = []
     for i, d in enumerate(probe(name)["devices"]):
         g = match_device(d, H200, i)
         assert g is not None

@@ -26,7 +26,9 @@ FAULTS = DATA / "faults"
 #: the checks that need nvidia-smi only (torch is not installed here)
 GPU_CHECKS = "gpu_inventory or ecc or mig or power or topology or health or xid or nvlink"
 
-FAKE_SMI = r'''#!@PYTHON@
+#: ``-S``: no site import (the venv's .pth files, the editable install's finder): the stdlib is all the fake
+#: needs, and one run of the suite calls it ~15 times (this file: 25.9 s → 22.3 s of CPU time)
+FAKE_SMI = r'''#!@PYTHON@ -S
 """fake nvidia-smi: replays files of @DIR@ (see test_validate_host_faults.py)."""
 import csv, os, re, sys
 D = "@DIR@"

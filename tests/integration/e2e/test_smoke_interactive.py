@@ -159,7 +159,7 @@ def _wait(what: str, probe: object, timeout_s: float = 90) -> None:
 
 
 def _http(port: int, path: str, **kw: object) -> requests.Response:
-    return requests.get(f"http://127.0.0.1:{port}{path}", timeout=5, allow_redirects=False, **kw)  # type: ignore[arg-type,misc]
+    return requests.get(f"http://127.0.0.1:{port}{path}", timeout=5, allow_redirects=False, **kw)  # type: ignore[arg-type]
 
 
 def _ssh(

@@ -113,12 +113,12 @@ def _cli(project: Path, env: dict[str, str], *args: str) -> None:
 
 def _needed(path: Path) -> list[str]:
     with path.open("rb") as fh:
-        elf = ELFFile(fh)  # type: ignore[no-untyped-call]
+        elf = ELFFile(fh)
         return [
-            tag.needed
-            for section in elf.iter_sections()  # type: ignore[no-untyped-call]
+            str(tag.needed)  # type: ignore[attr-defined]  # set for DT_NEEDED tags; pyelftools types no such field
+            for section in elf.iter_sections()
             if isinstance(section, DynamicSection)
-            for tag in section.iter_tags()  # type: ignore[no-untyped-call]
+            for tag in section.iter_tags()
             if tag.entry.d_tag == "DT_NEEDED"
         ]
 

@@ -1,0 +1,56 @@
+"""Guards of docs/architecture.md's recipes that no other test holds.
+
+"Add a GPU" was re-done by hand on a scratch copy (issue 24): a ``[[gpu]]`` row without ``tdp_w`` or
+``form_factor`` passed every other test, because the loader defaults them (no TDP: validation's power check
+has nothing to compare against). This test fails on such a row, naming it and the field.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from tests.repo import REPO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+GPUS = REPO / "imagesmith" / "data" / "gpus.toml"
+#: what the recipe "Add a GPU" says a row holds (docs/architecture.md)
+GPU_FIELDS = (
+    "key",
+    "name",
+    "cc",
+    "memory_mib",
+    "tdp_w",
+    "form_factor",
+    "segment",
+    "family",
+    "smi_names",
+    "source",
+)
+
+
+def test_every_gpu_row_has_the_fields_the_recipe_names() -> None:
+    with GPUS.open("rb") as fh:
+        rows = tomllib.load(fh)["gpu"]
+    problems = [
+        f"[[gpu]] {row.get('key', f'row {i}')}: no {name}"
+        for i, row in enumerate(rows, 1)
+        for name in GPU_FIELDS
+        if row.get(name) in (None, "", [])
+    ]
+    problems += [
+        f"[[gpu]] {row['key']}: tdp_w {row['tdp_w']!r} is not a positive number of watts"
+        for row in rows
+        if "tdp_w" in row and not (isinstance(row["tdp_w"], int) and row["tdp_w"] > 0)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_recipe_names_the_fields_this_test_checks() -> None:
+    text = (REPO / "docs" / "architecture.md").read_text()
+    recipe = text.split("### Add a GPU", 1)[1].split("\n### ", 1)[0]
+    missing = [name for name in GPU_FIELDS if f"`{name}`" not in recipe]
+    assert not missing, f"docs/architecture.md, Add a GPU: name {missing}"
