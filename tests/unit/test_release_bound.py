@@ -443,8 +443,7 @@ def test_a_carried_entrys_image_is_read_from_the_next_registry_when_one_fails() 
     out = rebind_carried(carried, known, lambda r: pytest.fail(r.name), clients)
     assert out.unverified == ()
     assert out.images[0].torch == "2.5.1"
-    every_down = rebind_carried(
-        carried, known, lambda r: pytest.fail(r.name), dict.fromkeys(known, cast("Any", _Down()))
-    )
+    down: Any = _Down()
+    every_down = rebind_carried(carried, known, lambda r: pytest.fail(r.name), dict.fromkeys(known, down))
     assert every_down.images == (image,)  # kept as it was; the index is not written (release_cells)
     assert [u.split(":")[0] for u in every_down.unverified] == [f"{image.tag} in {c.name}" for c in copies]
