@@ -98,12 +98,17 @@ def _read_key(path: Path, origin: str) -> bytes:
     from imagesmith import inputs
     from imagesmith.indextrust import pem_fingerprint
 
-    data = inputs.read_user_file(
-        path,
-        origin,
-        hint="give the release's public key file (a PEM `.pub` that `imagesmith keygen` wrote)",
-        max_bytes=1 << 20,
-    )  # a FIFO, a device, a folder or a huge file is one error, never a read that blocks
+    try:  # a FIFO, a device, a folder or a huge file is one error, never a read that blocks
+        data = inputs.read_user_file(
+            path,
+            origin,
+            hint=f"point {origin} at the PEM public key file (a `.pub` that `imagesmith keygen` wrote)",
+            max_bytes=1 << 20,
+        )
+    except ConfigError:
+        if path.exists():
+            raise
+        data = b""  # missing: load_public_key below says so, naming where the path came from
     if pem_fingerprint(data) is None:
         from imagesmith import signing
 

@@ -20,7 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from packaging.utils import canonicalize_name
 
+from imagesmith import sbom
 from imagesmith.engine import Engine
 from imagesmith.matrix import load_matrix
 from imagesmith.model import Cell
@@ -29,6 +31,7 @@ from imagesmith.refs import Registry
 from imagesmith.registry import RegistryClient
 from imagesmith.tags import candidate_tag, fingerprint_tag, staging_tag
 from tests.localinfra import LocalRegistries, local_registries
+from tests.repo import REPO
 
 pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]
 
@@ -163,6 +166,60 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
     assert f"--shm-size={cell.shm_min}" in small.output
     assert "--ipc=host" in small.output
     assert "still-ran" in small.output
+
+    # 6. the SBOM of the pushed image (issue 26), made from the image itself by syft: torch at its exact
+    # version and every nvidia-* wheel of the lock with its locked sha256, every OS package dpkg lists and
+    # every Python distribution the image's Python sees
+    sbom_dir = tmp_path / "sbom"
+    plain = next(t for t in cell.registries if t.name == "local-plain")
+    _imagesmith(
+        [
+            "sbom",
+            f"{plain.image}@{digest}",
+            "--out",
+            str(sbom_dir),
+            "--insecure",
+            "--lock",
+            str(REPO / cell.lock_file),
+        ],
+        cli_env,
+        1800,
+    )
+    doc = json.loads((sbom_dir / f"{sbom.stem(digest)}.spdx.json").read_text())
+    summary = sbom.summarize(doc)
+    listed = {(canonicalize_name(n), v) for n, v in summary.python_packages}
+    pins = {(canonicalize_name(n), v.split("+")[0]) for n, v in cell.pins}
+    assert ("torch", cell.torch) in listed
+    nvidia = {p for p in pins if p[0].startswith("nvidia-")}
+    assert nvidia
+    assert nvidia <= listed, sorted(nvidia - listed)
+    assert pins <= listed, sorted(pins - listed)
+    assert summary.hashed >= len(pins)
+    # installed packages only: one removed with its config files kept is in dpkg's database but not installed
+    dpkg = engine.run_container(
+        ref, ["dpkg-query", "-W", "-f", "${db:Status-Status}=${Package}\\n"], shm_size="1g", timeout_s=300
+    )
+    assert dpkg.exit_code == 0, dpkg.output
+    in_image = {
+        ln.strip().split("=", 1)[1] for ln in dpkg.output.splitlines() if ln.strip().startswith("installed=")
+    }
+    assert len(in_image) > 50, dpkg.output[-2000:]
+    os_listed = {n for n, _ in summary.os_packages}
+    assert os_listed == in_image, sorted(in_image ^ os_listed)
+    seen = engine.run_container(
+        ref,
+        [
+            "python",
+            "-c",
+            "import importlib.metadata as m, json; "
+            "print(json.dumps(sorted({(d.metadata['Name'], d.version) for d in m.distributions()})))",
+        ],
+        shm_size="1g",
+        timeout_s=300,
+    )
+    assert seen.exit_code == 0, seen.output
+    dists = {(canonicalize_name(n), v) for n, v in json.loads(seen.output.strip().splitlines()[-1])}
+    assert dists <= listed, sorted(dists - listed)
 
     # 5. second run: nothing built, nothing pushed
     second = tmp_path / "second.json"
