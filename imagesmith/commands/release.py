@@ -139,6 +139,26 @@ def _note(line: str) -> None:
     typer.echo(line, err=True)
 
 
+def _fetch_trusted(
+    source: str, *, refresh: bool, insecure: bool, verify_key: Path | None, no_verify: bool
+) -> Any:
+    """The release index of *source* for pick and index: verified as :func:`_index_trust` says (the key's
+    fingerprint noted on stderr), or with ``--no-verify`` unchecked and a warning on every run."""
+    from imagesmith import pick as picking
+
+    idx = picking.fetch_index(
+        source,
+        refresh=refresh,
+        warn=_warn,
+        insecure=insecure,
+        trust=_index_trust(verify_key, no_verify),
+        note=_note,
+    )
+    if no_verify:
+        _no_verify_warning(source)
+    return idx
+
+
 PICK_EPILOG = epilog(
     [
         "imagesmith pick --index docs/examples/release-index.json --verify-key "
@@ -275,16 +295,9 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = picking.fetch_index(
-        source,
-        refresh=refresh,
-        warn=_warn,
-        insecure=insecure,
-        trust=_index_trust(verify_key, no_verify),
-        note=_note,
+    idx = _fetch_trusted(
+        source, refresh=refresh, insecure=insecure, verify_key=verify_key, no_verify=no_verify
     )
-    if no_verify:
-        _no_verify_warning(source)
     live = nvidia_smi is None and driver is None
     if platform is None and region is None and (live or pull):
         # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
@@ -506,7 +519,6 @@ def index_show(
 ) -> None:
     """Load, verify (signature by the trusted or pinned key, serial, expiry; as pick does) and list a release
     index."""
-    from imagesmith import pick as picking
     from imagesmith.index import dump_index
 
     src = source or settings.get("IMAGESMITH_INDEX")
@@ -514,16 +526,7 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = picking.fetch_index(
-        src,
-        refresh=refresh,
-        warn=_warn,
-        insecure=insecure,
-        trust=_index_trust(verify_key, no_verify),
-        note=_note,
-    )
-    if no_verify:
-        _no_verify_warning(src)
+    idx = _fetch_trusted(src, refresh=refresh, insecure=insecure, verify_key=verify_key, no_verify=no_verify)
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return
