@@ -870,8 +870,11 @@ def read_host(
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "imagesmith"
+    """Where index copies and trust records live: ``$IMAGESMITH_CACHE``, else ``$XDG_CACHE_HOME/imagesmith``
+    or ``~/.cache/imagesmith`` (:func:`imagesmith.config.cache_root`, as every other cache of imagesmith)."""
+    from imagesmith.config import cache_root
+
+    return cache_root()
 
 
 def _cache_path(source: str) -> Path:

@@ -23,6 +23,13 @@ class CliResult:
     stderr: str
 
 
+@pytest.fixture(autouse=True)
+def _no_inherited_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that isolates imagesmith's cache with XDG_CACHE_HOME (index copies, pinned index keys) is not
+    pointed elsewhere by an IMAGESMITH_CACHE of the shell that runs the suite; tests that need one set it."""
+    monkeypatch.delenv("IMAGESMITH_CACHE", raising=False)
+
+
 @pytest.fixture
 def project() -> Project:
     return PROJECT

@@ -386,3 +386,24 @@ def test_one_artifact_is_one_trust_record_however_its_source_is_spelled() -> Non
     }
     assert {_trust_key(s) for s in spellings} == {"oci://registry.example:5000/acme/torch:release-index"}
     assert _trust_key("oci://r.example/acme/torch:other") != _trust_key("oci://r.example/acme/torch")
+
+
+def test_index_copies_and_pinned_keys_live_under_imagesmith_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Callable[..., Any]
+) -> None:
+    """$IMAGESMITH_CACHE moves every cache of imagesmith: the index's pinned key and newest serial too (pick
+    wrote them under ~/.cache whatever the variable said)."""
+    monkeypatch.setenv("IMAGESMITH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    examples = REPO / "docs" / "examples"
+    out = run_cli(
+        "pick",
+        "--index",
+        str(examples / "release-index.json"),
+        "--nvidia-smi",
+        str(examples / "nvidia-smi-h200.txt"),
+    )
+    assert out.exit_code == 0, out.stderr
+    assert "trusting the key published beside it" in out.stderr
+    assert list((tmp_path / "cache" / "index").glob("*.trust.json"))
+    assert not (tmp_path / "xdg").exists()
