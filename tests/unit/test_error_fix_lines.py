@@ -43,7 +43,12 @@ MODULES = [
     "imagesmith/compat/verdicts.py",
     "imagesmith/compat/distros.py",
     "imagesmith/matrix.py",
-    "imagesmith/pick.py",
+    "imagesmith/pick/hosts.py",
+    "imagesmith/pick/platforms.py",
+    "imagesmith/pick/fetching.py",
+    "imagesmith/pick/ranking.py",
+    "imagesmith/pick/pulling.py",
+    "imagesmith/pick/flavors.py",
     "imagesmith/release.py",
     "imagesmith/validate/runner.py",
 ]
