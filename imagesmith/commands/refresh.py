@@ -21,7 +21,7 @@ EPILOG = (
     "imagesmith refresh-compat --no-arch --json ; imagesmith refresh-compat --write"
 )
 
-DATA_FILE = Path(compat.__file__).parent / "data" / "torch.toml"
+DATA_FILE = Path(compat.__file__).parent.parent / "data" / "torch.toml"
 
 
 def _echo_rows(result: refresh.Result) -> None:

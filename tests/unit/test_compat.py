@@ -20,7 +20,7 @@ from imagesmith import compat
 from imagesmith.compat import DriverVersion, parse_driver
 from imagesmith.errors import ConfigError
 
-DATA = Path(compat.__file__).parent / "data"
+DATA = Path(compat.__file__).parent.parent / "data"
 
 # ------------------------------------------------------------------------------------ bad input
 

@@ -1,0 +1,401 @@
+"""The release index: fetched from a file, URL or registry artifact, verified (trust, signature) and cached
+under ~/.cache/imagesmith."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+from imagesmith import inputs
+from imagesmith.errors import (
+    ConfigError,
+    IndexTrustError,
+    ManifestUnknownError,
+    RegistryError,
+)
+from imagesmith.index import (
+    RegistryCopy,
+    ReleasedImage,
+    ReleaseIndex,
+    parse_index,
+)
+from imagesmith.refs import split_reference
+from imagesmith.tags import INDEX_ARTIFACT_TAG
+
+if TYPE_CHECKING:
+    from imagesmith.indextrust import Trust, Trusted, TrustStore
+    from imagesmith.signing import PublicKey
+
+import imagesmith.pick as pick  # names tests monkeypatch are looked up through the package
+
+DEFAULT_TTL_S: Final[int] = 3600
+# ------------------------------------------------------------------------------------------------------------
+# index input (thin I/O, cached)
+
+
+def cache_dir() -> Path:
+    """Where index copies and trust records live: ``$IMAGESMITH_CACHE``, else ``$XDG_CACHE_HOME/imagesmith``
+    or ``~/.cache/imagesmith`` (:func:`imagesmith.config.cache_root`, as every other cache of imagesmith)."""
+    from imagesmith.config import cache_root
+
+    return cache_root()
+
+
+def _cache_path(source: str) -> Path:
+    return cache_dir() / "index" / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".json")
+
+
+def fetch_index(
+    source: str,
+    *,
+    refresh: bool = False,
+    ttl_s: int = DEFAULT_TTL_S,
+    warn: Callable[[str], None] | None = None,
+    insecure: bool = False,
+    trust: Trust | None = None,
+    note: Callable[[str], None] | None = None,
+) -> ReleaseIndex:
+    """Load the release index from a file, an ``https://`` URL (``http://`` with *insecure*) or
+    ``oci://host/repo[:tag]`` (the artifact ``imagesmith release`` publishes). Remote sources are cached for
+    *ttl_s* seconds under ~/.cache/imagesmith. When the source cannot be reached, an older cached copy is used
+    **with a warning** (*warn*, default: a ``warning:`` line on stderr) — never with *refresh* (the user asked
+    for the source's current index), and never when the source answers that the index is not there (HTTP
+    404/410, MANIFEST_UNKNOWN): a withdrawn index is not silently replaced by an old one. Plain HTTP
+    (``http://``, ``oci+http://``) only with *insecure* (:func:`check_index_scheme`).
+
+    Verified by default (*trust*; :mod:`imagesmith.indextrust`): a DSSE signature over exactly these bytes
+    (``INDEX.sig`` beside a file or URL, the signature layer of the artifact) by the user's key, else the key
+    pinned for the source, else (first use) the key published beside it (``INDEX.pub``, the key layer), which
+    is then pinned; a serial no lower than the newest seen for the source; an expiry in the future. A cached
+    copy is checked again each time it is used (bytes and signature the same key verified before, by their
+    sha256: the signature is not computed again). *note* gets one line naming the key trusted.
+    ``Trust(verify=False)`` (``--no-verify``) skips all of it.
+    """
+    from imagesmith.indextrust import KEY_SUFFIX, MAX_KEY_BYTES, Trust, TrustStore
+
+    trust = trust if trust is not None else Trust()
+    say = note or (lambda _: None)
+    scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", source)
+    if scheme and not source.startswith(("http://", "https://", "oci://", "oci+http://")):
+        raise ConfigError(
+            f"--index {source[:200]}: {scheme.group(1)}:// is not a scheme pick reads",
+            hint="give a file, an https:// URL or oci://HOST/REPOSITORY[:TAG] (http:// and oci+http:// only "
+            "with --insecure)",
+        )
+    if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
+        from imagesmith.index import MAX_INDEX_BYTES, load_index
+
+        path = Path(source).expanduser()
+        try:
+            small = path.is_file() and path.stat().st_size <= MAX_INDEX_BYTES
+        except OSError:
+            small = False
+        signed = _read_or_none(path) if small and trust.verify else None
+        if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
+            return load_index(path)
+        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()))
+        sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
+        signature = _read_or_none(sig)
+        index, trusted = _verify_index(
+            signed,
+            signature,
+            lambda: _read_or_none(pub, MAX_KEY_BYTES),
+            source=source,
+            where=str(sig),
+            published_where=str(pub),
+            trust=trust,
+            store=store,
+        )
+        store.record(index, signed, trusted, signature)
+        say(trusted.line(source))
+        return index
+    check_index_scheme(source, insecure=insecure)
+    cached = _cache_path(source)
+    cached_sig = cached.with_suffix(".sig")
+    store = TrustStore(_trust_dir(), _trust_key(source))
+
+    def from_cache(label: str) -> ReleaseIndex:
+        body = cached.read_bytes()
+        if not trust.verify:
+            return parse_index(body, source=label)
+        index, trusted = _verify_index(
+            body,
+            _read_or_none(cached_sig),
+            lambda: None,  # a cached copy is checked against the user's or the pinned key only
+            source=label,
+            where=str(cached_sig),
+            published_where="(not read for a cached copy)",
+            trust=trust,
+            store=store,
+        )
+        say(trusted.line(source))
+        return index
+
+    if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
+        try:
+            return from_cache(f"{source} (cached {cached})")
+        except IndexTrustError:
+            pass  # a copy cached unverified, or expired since: read the source again
+    gone: ConfigError | RegistryError | None = None
+    envelope: bytes | None = None
+    published: bytes | None = None
+    want_key = trust.verify and trust.key is None
+    try:
+        if source.startswith(("http://", "https://")):
+            status, body = pick._download_http(source)
+            if status in (404, 410):
+                gone = ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+            elif status != 200:
+                raise ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+            elif trust.verify:
+                sig_status, sig_body = pick._download_http(source + ".sig")
+                envelope = sig_body if sig_status == 200 else None
+                if want_key:
+                    key_status, key_body = pick._download_http(source + KEY_SUFFIX)
+                    published = key_body if key_status == 200 else None
+        else:
+            body, envelope, published = pick._download_oci(source, with_key=want_key)
+    except ManifestUnknownError as exc:
+        gone = exc
+    except (RegistryError, ConfigError) as exc:
+        if isinstance(exc, IndexTrustError) or not cached.is_file():
+            raise
+        when = _cache_age(cached)
+        if refresh:
+            raise type(exc)(
+                exc.message + f" (--refresh: the cached copy from {when} is not used)",
+                hint=(exc.hint + "; or " if exc.hint else "")
+                + "drop --refresh to use the cached copy until the source is back",
+            ) from None
+        (warn or _stderr_warning)(
+            f"--index {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
+            "it may miss images released since (pass --refresh to fail instead)"
+        )
+        return from_cache(f"{source} (stale cache {cached})")
+    if gone is not None:
+        if not cached.is_file():
+            raise type(gone)(
+                f"--index {source}: {gone.message}",
+                hint=gone.hint
+                or f"check --index {source}: the repository and tag (`imagesmith release` publishes the tag "
+                f"{INDEX_ARTIFACT_TAG})",
+            )
+        raise type(gone)(
+            gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
+            "is not there)",
+            hint=f"check --index {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
+        )
+    fresh: Trusted | None = None
+    if trust.verify:
+        where = f"{source}.sig" if source.startswith(("http://", "https://")) else f"{source} signature layer"
+        index, fresh = _verify_index(
+            body,
+            envelope,
+            lambda: published,
+            source=source,
+            where=where,
+            published_where=f"{source}{KEY_SUFFIX}"
+            if source.startswith(("http://", "https://"))
+            else f"{source} key layer",
+            trust=trust,
+            store=store,
+        )
+    else:
+        index = parse_index(body, source=source)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    for path, data in ((cached_sig, envelope), (cached, body)):
+        if data is None:
+            path.unlink(missing_ok=True)
+            continue
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    if fresh is not None:
+        store.record(index, body, fresh, envelope)
+        say(fresh.line(source))
+    return index
+
+
+def _trust_dir() -> Path:
+    return cache_dir() / "index"
+
+
+def _trust_key(source: str) -> str:
+    """What the pinned key and the newest serial are kept under: one index, however its source is spelled
+    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact)."""
+    if source.startswith(("oci://", "oci+http://")):
+        host, repo, tag, _ = parse_oci_source(source)
+        return f"oci://{host.lower()}/{repo}:{tag}"
+    return source
+
+
+def _verify_index(
+    body: bytes,
+    envelope: bytes | None,
+    published: Callable[[], bytes | None],
+    *,
+    source: str,
+    where: str,
+    published_where: str,
+    trust: Trust,
+    store: TrustStore,
+) -> tuple[ReleaseIndex, Trusted]:
+    """Signature (by the key :func:`~imagesmith.indextrust.choose_key` names), then the index, then its
+    serial and expiry against what *store* saw: the checks of :mod:`imagesmith.indextrust`, in that order."""
+    from imagesmith import indextrust
+
+    trusted = indextrust.verified_before(body, envelope, trust, store)
+    if trusted is None:
+        offered = published() if trust.key is None else None
+        trusted = indextrust.choose_key(trust, store, offered, source=source, published_where=published_where)
+        assert trusted.key is not None
+        indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
+    index = parse_index(body, source=source)
+    indextrust.check_fresh(index, body, source=source, store=store, trust=trust)
+    return index, trusted
+
+
+def check_index_scheme(source: str, *, insecure: bool) -> None:
+    """A remote index only over TLS: ``http://`` and ``oci+http://`` are refused unless *insecure* (``pick
+    --insecure``: a registry or server on a network you trust, such as a local test registry)."""
+    if insecure or not source.startswith(("http://", "oci+http://")):
+        return
+    secure = (
+        "https://" + source.removeprefix("http://")
+        if source.startswith("http://")
+        else ("oci://" + source.removeprefix("oci+http://"))
+    )
+    raise ConfigError(
+        f"--index {source}: plain HTTP (anyone on the path can change the index, and with it the digests "
+        "you pull)",
+        hint=f"use {secure}, or pass --insecure for a server on a network you trust (a local registry)",
+    )
+
+
+def allowed_copies(
+    index: ReleaseIndex, image: ReleasedImage
+) -> tuple[tuple[RegistryCopy, ...], tuple[str, ...]]:
+    """The copies of *image* on a registry host the index's publisher lists (``registries``), and one reason
+    for each copy skipped. An index without the list (written before it existed) keeps every copy."""
+    if not index.registries:
+        return image.registries, ()
+    keep = tuple(c for c in image.registries if c.host in index.registries)
+    skipped = tuple(
+        f"{image.tag}: registry {c.name} ({c.host}) is not one the index's publisher lists "
+        f"({', '.join(index.registries)}); skipped"
+        for c in image.registries
+        if c.host not in index.registries
+    )
+    return keep, skipped
+
+
+def _read_or_none(path: Path, limit: int | None = None) -> bytes | None:
+    """The bytes of a regular file, None when it cannot be read (a FIFO is never opened for reading: it would
+    block); at most *limit* bytes (default: an index's :data:`~imagesmith.index.MAX_INDEX_BYTES`) plus one, so
+    a huge file beside the index (``.sig``, ``.pub``) is never read into memory — what is cut off then fails
+    its check."""
+    from imagesmith.index import MAX_INDEX_BYTES
+
+    if not inputs.is_regular_file(path):
+        return None
+    try:
+        with path.open("rb") as f:
+            return f.read((limit or MAX_INDEX_BYTES) + 1)
+    except OSError:
+        return None
+
+
+def check_index_signature(
+    body: bytes, envelope: bytes | None, keys: Sequence[PublicKey], *, source: str, where: str
+) -> None:
+    """Refuse the index unless *envelope* is a DSSE signature by one of *keys* over exactly *body*."""
+    from imagesmith.indextrust import check_signature
+
+    check_signature(body, envelope, list(keys), source=source, where=where)
+
+
+def _stderr_warning(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _cache_age(path: Path) -> str:
+    mtime = path.stat().st_mtime
+    stamp = datetime.datetime.fromtimestamp(mtime, tz=datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    hours = max(0.0, time.time() - mtime) / 3600
+    age = f"{hours:.0f} h" if hours < 48 else f"{hours / 24:.0f} days"
+    return f"{stamp}, {age} old"
+
+
+def _download_http(url: str) -> tuple[int, bytes]:
+    """(status, body) of *url*; a body past :data:`~imagesmith.index.MAX_INDEX_BYTES` is refused unread."""
+    import requests
+
+    from imagesmith import http
+    from imagesmith.index import MAX_INDEX_BYTES
+
+    policy = replace(http.RELEASE_INDEX, max_bytes=MAX_INDEX_BYTES)
+    try:
+        with http.get(url, policy, stream=True) as resp:
+            try:
+                return resp.status_code, b"".join(http.capped(resp.iter_content(1 << 16), policy))
+            except http.TooLarge:
+                raise ConfigError(
+                    f"--index {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): not a "
+                    "release index",
+                    hint="point --index at the index imagesmith release writes or publishes",
+                ) from None
+    except requests.RequestException as exc:
+        raise ConfigError(
+            f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
+            hint="check the URL / network, or pass a local file",
+        ) from None
+
+
+def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
+    """``oci://host[:port]/repo/path[:tag]`` → (host, repo, tag, insecure); tag default ``release-index``.
+    ``oci+http://`` speaks plain HTTP (a local test registry)."""
+    insecure = source.startswith("oci+http://")
+    rest = source.split("://", 1)[1]
+    if "/" not in rest:
+        raise ConfigError(
+            f"--index {source}: expected oci://HOST/REPOSITORY[:TAG]",
+            hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
+        )
+    host, path = rest.split("/", 1)
+    repo, tag, _ = split_reference(path)
+    return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
+
+
+def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes | None, bytes | None]:
+    """(index JSON, its signature envelope or None, the published key or None) of the artifact."""
+    from imagesmith.index import read_published_index
+    from imagesmith.refs import Registry
+    from imagesmith.registry import client_for
+
+    host, repo, tag, insecure = parse_oci_source(source)
+    # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
+    from imagesmith.http import INDEX_ARTIFACT as quick
+
+    target = Registry(name=host, host=host, repository=repo, insecure=insecure)
+    client = client_for(target, attempts=quick.attempts, backoff=quick.backoff, timeout=quick.read_timeout)
+    try:
+        return read_published_index(client, repo, tag, with_key=with_key)
+    except ManifestUnknownError:
+        raise
+    except RegistryError as exc:
+        if exc.hint and exc.fault != "unreachable":
+            raise  # denied, not found, …: the registry client's own fix applies
+        raise RegistryError(
+            f"--index {source}: {exc.message}",
+            hint=f"check that {host} is up and reachable from this host (network, proxy, firewall"
+            + ("" if insecure else "; a plain-HTTP registry needs oci+http://")
+            + "), or pass the index as a file or http(s) URL",
+        ) from None
