@@ -20,6 +20,7 @@ def test_torch_2_15_0_metadata_matches_the_data() -> None:
         "nccl": "match",
         "cudnn": "match",
         "torchvision": "match",
+        "torchvision_python": "match",
         "torchaudio": "match",
     }
     assert http.bytes < 30_000_000  # listings and three METADATA members, never a whole wheel

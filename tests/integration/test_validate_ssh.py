@@ -33,6 +33,8 @@ from tests.localinfra import free_port
 SSHD = Path("/usr/sbin/sshd")
 
 GPU_CHECKS = {
+    "test_gpus_free",
+    "test_scaling_efficiency",
     "test_gpu_inventory",
     "test_ecc_errors",
     "test_mig",
@@ -163,8 +165,9 @@ def test_suite_runs_over_ssh(sshd: Sshd, run_cli: Any, tmp_path: Path) -> None:
     assert report["target"] == sshd.target
     assert report["options"]["ssh_identity_file"] == str(sshd.identity)
     checks = {c["name"]: c for c in report["checks"]}
-    # 22 + the interactive flavor's 3 (skipped here: this host is no interactive image)
-    assert len(checks) == 29, sorted(checks)
+    # 22 + the interactive flavor's 3 (skipped here: this host is no interactive image) + issue 28's GPU-free
+    # check and DDP scaling (the soak runs only with --soak)
+    assert len(checks) == 31, sorted(checks)
     for name in GPU_CHECKS:
         assert checks[name]["status"] == "skipped", (name, checks[name])
         assert checks[name]["message"].startswith("no GPU visible"), checks[name]["message"]
