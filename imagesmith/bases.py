@@ -145,8 +145,11 @@ def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
         raise _bad(
             shown, f"unknown key {unknown[0]!r}", "the file holds `schema = 1` and a [bases] table only"
         )
-    if data.get("schema") != 1:
-        raise _bad(shown, f"schema = {data.get('schema')!r}: this imagesmith reads schema = 1", LOCK_FIX)
+    if "schema" not in data:
+        raise _bad(shown, "no `schema` key: this imagesmith reads schema = 1", LOCK_FIX)
+    if data["schema"] != 1:
+        shown_value = json.dumps(data["schema"], default=str)[:40]  # TOML-ish, never a Python repr
+        raise _bad(shown, f"schema = {shown_value}: this imagesmith reads schema = 1", LOCK_FIX)
     table = data.get("bases", {})
     if not isinstance(table, dict):
         raise _bad(shown, "bases must be a table of image = { digest = … }")

@@ -585,7 +585,7 @@ PROJECT: Schema = Schema(
                                             kind="string",
                                             required=True,
                                             pattern=r"\d{4}-\d{2}-\d{2}",
-                                            message='{value!r} is not a quoted date "YYYY-MM-DD"',
+                                            message='{value} is not a quoted date "YYYY-MM-DD"',
                                             hint='write expires = "2027-03-31" (the last day it counts)',
                                             example='"2027-03-31"',
                                         ),

@@ -338,3 +338,21 @@ def test_planning_every_matrix_parses_each_lock_once(monkeypatch: pytest.MonkeyP
     assert len(PROJECT.matrix_names()) >= 8
     assert calls
     assert len(calls) == len(set(calls)), "a lock or the size table was parsed twice"
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        ('[bases]\n"debian:bookworm" = { origin = "local" }\n', "no `schema` key"),
+        ('schema = "1"\n[bases]\n', 'schema = "1"'),
+        ("schema = 2\n[bases]\n", "schema = 2"),
+    ],
+)
+def test_a_base_lock_of_no_or_another_schema_says_so_without_python_reprs(
+    tmp_path: Path, body: str, said: str
+) -> None:
+    (tmp_path / "bases.toml").write_text(body)
+    with pytest.raises(BaseLockError) as err:
+        read_bases(tmp_path, "locks/bases.toml")
+    assert said in err.value.message
+    assert "None" not in err.value.message

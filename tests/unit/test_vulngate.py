@@ -6,7 +6,9 @@ import datetime
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -263,3 +265,19 @@ def test_scan_reports_are_searched_recursively(tmp_path: Path) -> None:
     assert verdict is not None
     assert verdict.scan.source.startswith(str(nested))
     assert len(reasons) == 1
+
+
+def test_an_unquoted_toml_date_as_expires_is_named_without_a_python_repr(
+    tmp_path: Path, run_cli: Callable[..., Any]
+) -> None:
+    """`expires = 2027-01-01` (a TOML date) said `datetime.date(2027, 1, 1) is not a quoted date`."""
+    project = tmp_path / "p"
+    assert run_cli("init", str(project), "--gpu", "a100").exit_code == 0
+    with (project / "imagesmith.toml").open("a") as fh:
+        fh.write(
+            '\n[release.vulnerabilities]\nallowlist = [{ id = "CVE-1", reason = "r",expires = 2027-01-01 }]\n'
+        )
+    out = run_cli("-C", str(project), "plan")
+    assert out.exit_code == 2
+    assert "datetime" not in out.stderr
+    assert 'expires: 2027-01-01 is not a quoted date "YYYY-MM-DD"' in out.stderr
