@@ -86,6 +86,12 @@ def overlay(staged: Path, rendered: Path, dest: Path) -> None:
             (dest / rel).chmod(0o755)
 
 
+def redact_urls(text: str) -> str:
+    """Build logs are committed as evidence: apt's and pip's download lines name the package mirror this
+    machine used, which belongs to the machine, not to the figures — replaced by ``<mirror>``."""
+    return re.sub(r"\b(https?)://[^/\s]+", r"\1://<mirror>", text)
+
+
 def build(context: Path, tag: str, extra_ca: str | None, log: Path) -> dict[str, Any]:
     cmd = [DOCKER, "build", "--progress=plain", "-t", tag, "--build-arg", f"BASE_IMAGE={BASE}"]
     cmd += ["--build-arg", f"BUILDER_IMAGE={BASE}"]
@@ -100,7 +106,7 @@ def build(context: Path, tag: str, extra_ca: str | None, log: Path) -> dict[str,
         env=dict(os.environ, DOCKER_BUILDKIT="1"),
     )
     wall = time.monotonic() - start
-    log.write_text(proc.stderr + proc.stdout)
+    log.write_text(redact_urls(proc.stderr + proc.stdout))
     if proc.returncode != 0:
         sys.exit(f"build of {tag} failed ({proc.returncode}); log: {log}\n{proc.stderr[-3000:]}")
     return {"wall_s": round(wall, 1), "log": str(log), "steps": steps_of(proc.stderr)}
