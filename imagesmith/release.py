@@ -1681,6 +1681,16 @@ class Rebound:
     unverified: tuple[str, ...]
 
 
+def _dropped_entry(image: ReleasedImage, why: str) -> CellResult:
+    """The refusal of a carried index entry that is dropped from the index, and why."""
+    return CellResult(
+        cell=image.cell,
+        tag=image.tag,
+        status="refused",
+        reasons=[f"carried index entry {image.tag}: {why}; the entry is dropped"],
+    )
+
+
 def rebind_carried(
     carried: Carried,
     known: Mapping[str, Registry],
@@ -1710,14 +1720,7 @@ def rebind_carried(
             except ImagesmithError as exc:
                 faults.append(f"{image.tag} in {copy.name}: {_with_fix(exc)}")
         if refused is not None:
-            refusals.append(
-                CellResult(
-                    cell=image.cell,
-                    tag=image.tag,
-                    status="refused",
-                    reasons=[f"carried index entry {image.tag}: {_with_fix(refused)}; the entry is dropped"],
-                )
-            )
+            refusals.append(_dropped_entry(image, _with_fix(refused)))
             continue
         if facts is None:
             unverified += faults
@@ -1726,14 +1729,7 @@ def rebind_carried(
         new, changes = bound_entry(image, facts, carried.evidence.get(image.tag, ()))
         problem = index_problem(new)
         if problem is not None:
-            refusals.append(
-                CellResult(
-                    cell=image.cell,
-                    tag=image.tag,
-                    status="refused",
-                    reasons=[f"carried index entry {image.tag}: {problem}; the entry is dropped"],
-                )
-            )
+            refusals.append(_dropped_entry(image, problem))
             continue
         corrections += [
             f"entry {image.tag}: {c} (from its image config and signed evidence)" for c in changes
