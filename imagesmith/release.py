@@ -288,26 +288,16 @@ def parse_report(body: bytes, *, source: str) -> Report:
         link=report.link,
         figures=report.figures,
         claimed=report.image_digest,
-        checks_verdict=_checks_verdict(report.checks),
+        checks_verdict=_checks_verdict(report.checks, report.schema),
     )
 
 
-def _checks_verdict(checks: Sequence[Mapping[str, Any]]) -> str:
+def _checks_verdict(checks: Sequence[Mapping[str, Any]], schema: int) -> str:
     """The verdict *checks* give by validate's own rule (any failure → failed; no check passed, or GPU checks
     skipped for lack of a GPU → not validated; else passed)."""
-    from imagesmith.validate.report import CheckOutcome, verdict_of
+    from imagesmith.validate.report import outcomes_of, verdict_of
 
-    outcomes = [
-        CheckOutcome(
-            name=str(c.get("name") or ""),
-            module=str(c.get("module") or ""),
-            status=str(c.get("status") or ""),
-            message=str(c.get("message") or ""),
-        )
-        for c in checks
-        if isinstance(c, Mapping)
-    ]
-    return verdict_of(outcomes)[0]
+    return verdict_of(outcomes_of(list(checks), schema)).verdict
 
 
 def attested_report(attested: Attested, *, source: str, claimed: str | None = None) -> Report:

@@ -1333,8 +1333,8 @@ RELEASE_INDEX: Schema = Schema(
 # records more.
 
 #: the report schema imagesmith validate writes, and those a reader takes
-REPORT_SCHEMA: Final[int] = 2
-REPORT_SCHEMAS: Final[tuple[int, ...]] = (1, 2)
+REPORT_SCHEMA: Final[int] = 3
+REPORT_SCHEMAS: Final[tuple[int, ...]] = (1, 2, 3)
 #: a report's verdicts
 VERDICTS: Final[tuple[str, ...]] = ("passed", "failed", "not validated")
 _OPTIONAL_TEXT = Field(kind="string", nullable=True)
@@ -1370,10 +1370,20 @@ VALIDATION_REPORT: Schema = Schema(
                 enum=REPORT_SCHEMAS,
                 message=f"report schema {{value!r}} is not one this imagesmith reads ({REPORT_SCHEMAS})",
                 hint="release with the imagesmith version that validated, or upgrade imagesmith",
-                description="report format (absent: 1); 2 records the GPU inventory as `gpus`",
+                description=(
+                    "report format (absent: 1); 2 records the GPU inventory as `gpus`; 3 records why as "
+                    "values: `verdict_cause` and each skipped check's `skip`"
+                ),
             ),
             "verdict": Field(kind="string", required=True, enum=VERDICTS),
             "verdict_reason": Field(kind="string", description="why, in one line"),
+            "verdict_cause": Field(
+                kind="string",
+                description=(
+                    "why, as a value (schema 3): suite-error, failed, no-gpu, no-check, left-out, "
+                    "no-gpus-given, refused; empty when passed"
+                ),
+            ),
             "target": Field(kind="string", description="what was validated: an image reference or host"),
             "started": Field(kind="string", description="UTC start time"),
             "duration_s": Field(kind="number"),
@@ -1401,6 +1411,12 @@ VALIDATION_REPORT: Schema = Schema(
                         "duration_s": Field(kind="number"),
                         "figures": Field(kind="table", open=True, description="measured values"),
                         "warnings": Field(kind="array", items=Field(kind="string")),
+                        "skip": Field(
+                            kind="string",
+                            description=(
+                                "a skipped check's cause (schema 3): no-gpu when the target showed no GPU"
+                            ),
+                        ),
                     },
                 ),
             ),

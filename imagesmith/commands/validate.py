@@ -323,7 +323,7 @@ def validate_command(
     if data["verdict"] != PASSED:
         raise ValidationFailed(
             f"validation of {options.target_label} {data['verdict']}: {data['verdict_reason']}",
-            hint=f"{verdict_fix(data['verdict'], str(data['verdict_reason']))} (report: {where})",
+            hint=f"{verdict_fix(data['verdict'], str(data.get('verdict_cause') or ''))} (report: {where})",
         )
 
 

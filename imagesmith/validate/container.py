@@ -163,30 +163,30 @@ def host_report(
     of the image (a digest, a verdict) is kept only as ``suite_claim``; ``image.digest`` is written only from
     *image_digest*, the digest the engine reported for the image the host ran (``validate --sign-key``: the
     attestation's subject)."""
-    from imagesmith.validate.report import FAILED, NOT_VALIDATED, PASSED, CheckOutcome, verdict_of
+    from imagesmith.validate import report as r
 
-    known = {f for f in CheckOutcome.__dataclass_fields__}
-    checks = [
-        CheckOutcome(**{k: v for k, v in c.items() if k in known})
-        for c in claim.get("checks") or []
-        if isinstance(c, dict) and isinstance(c.get("name"), str)
-    ]
-    verdict, why = verdict_of(checks)
+    schema = claim.get("schema", 1)
+    checks = r.outcomes_of(claim.get("checks") or [], schema if isinstance(schema, int) else 1)
+    verdict, why, cause = r.verdict_of(checks)
     warnings = [w for c in checks for w in c.warnings]
-    if verdict == PASSED and not gpus_given:
-        verdict, why = NOT_VALIDATED, "the host gave the container no GPU"
-    if verdict == PASSED and selected:
-        verdict, why = NOT_VALIDATED, "only the checks chosen with -k ran"
+    if verdict == r.PASSED and not gpus_given:
+        verdict, why, cause = r.NOT_VALIDATED, "the host gave the container no GPU", r.CAUSE_NO_GPUS_GIVEN
+    if verdict == r.PASSED and selected:
+        verdict, why, cause = r.NOT_VALIDATED, "only the checks chosen with -k ran", r.CAUSE_LEFT_OUT
     if refused:
-        verdict = FAILED
+        verdict, cause = r.FAILED, r.CAUSE_REFUSED
         why = f"the image left {len(refused)} thing(s) in its scratch folder the host refused: " + "; ".join(
             refused[:5]
         )
     claimed = (str(claim.get("verdict")), str(claim.get("verdict_reason") or ""))
+    claimed_cause = claim.get("verdict_cause")
     # the claim can only lower the verdict (a suite error, checks it knows were left out), never raise it
-    rank = {FAILED: 0, NOT_VALIDATED: 1, PASSED: 2}
+    rank = {r.FAILED: 0, r.NOT_VALIDATED: 1, r.PASSED: 2}
     if rank.get(claimed[0], 0) < rank[verdict]:
-        verdict, why = claimed[0] if claimed[0] in rank else FAILED, claimed[1] or "the suite said so"
+        verdict, why = claimed[0] if claimed[0] in rank else r.FAILED, claimed[1] or "the suite said so"
+        cause = (
+            claimed_cause if claimed_cause in r.CAUSES else (r.CAUSE_FAILED if verdict == r.FAILED else "")
+        )
     if claimed[0] != verdict:
         warnings.append(
             f"the suite inside the image claimed {claimed[0]!r}; the host's verdict is {verdict!r}"
@@ -195,6 +195,7 @@ def host_report(
         "schema": claim.get("schema", 2),
         "verdict": verdict,
         "verdict_reason": why,
+        "verdict_cause": cause,
         "target": image,
         "started": str(claim.get("started") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
         "duration_s": claim.get("duration_s", container.get("duration_s", 0.0)),
@@ -532,9 +533,9 @@ def _read_claim(body: bytes, *, image: str) -> dict[str, Any]:
 
 
 def _markdown(report: dict[str, Any]) -> str:
-    from imagesmith.validate.report import CheckOutcome, render_markdown
+    from imagesmith.validate.report import outcomes_of, render_markdown
 
-    checks = [CheckOutcome(**c) for c in report["checks"]]
+    checks = outcomes_of(report["checks"], report.get("schema", 1))
     try:
         return render_markdown(report, checks, None)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:  # figures of a claim it cannot lay out

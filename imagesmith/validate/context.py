@@ -172,6 +172,25 @@ def fail(what: str, fix: str) -> NoReturn:
     raise CheckFailed(what, fix)
 
 
+_Skipped = pytest.skip.Exception
+
+#: a check outcome's ``skip`` field: why it was skipped, as a value the verdict reads (never the message)
+SKIP_NO_GPU = "no-gpu"
+
+
+class NoGpuVisible(_Skipped):  # type: ignore[valid-type,misc]  # pytest's public name for its Skipped
+    """A GPU check skipped because the target shows no GPU: the run proves nothing, so its verdict is "not
+    validated", never "passed". The plugin records it as the check's ``skip`` field (:data:`SKIP_NO_GPU`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+
+
+def skip_no_gpu(reason: str) -> NoReturn:
+    """Skip the current check because the target shows no GPU (*reason* says how that was seen)."""
+    raise NoGpuVisible(reason)
+
+
 class Context:
     """One per suite run. Holds the testinfra host and the figures every check records."""
 

@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from imagesmith import settings
-from imagesmith.validate.context import OPTIONS_ENV, CheckFailed, Context, SuiteOptions, target_host
+from imagesmith.validate.context import (
+    OPTIONS_ENV,
+    SKIP_NO_GPU,
+    CheckFailed,
+    Context,
+    NoGpuVisible,
+    SuiteOptions,
+    target_host,
+)
 from imagesmith.validate.report import CheckOutcome, write_bundle
 
 #: checks that run only with ``--soak``
@@ -54,7 +62,10 @@ class ValidatePlugin:
         if isinstance(raised, CheckFailed):
             report.imagesmith_failure = (raised.what.strip(), raised.fix.strip())  # type: ignore[attr-defined]
         elif isinstance(raised, pytest.skip.Exception):
-            report.imagesmith_skip = str(raised.msg or "")  # type: ignore[attr-defined]
+            report.imagesmith_skip = (  # type: ignore[attr-defined]
+                str(raised.msg or ""),
+                SKIP_NO_GPU if isinstance(raised, NoGpuVisible) else "",
+            )
         return report
 
     @pytest.hookimpl
@@ -63,7 +74,7 @@ class ValidatePlugin:
         out.duration_s += report.duration
         if report.skipped and out.status in ("", "passed"):
             out.status = "skipped"
-            out.message = getattr(report, "imagesmith_skip", "")
+            out.message, out.skip = getattr(report, "imagesmith_skip", ("", ""))
         elif report.failed:
             out.status = "failed"
             failure = getattr(report, "imagesmith_failure", None)

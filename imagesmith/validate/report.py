@@ -8,17 +8,43 @@ from __future__ import annotations
 import importlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-from imagesmith.validate.context import SuiteOptions
+from imagesmith.validate.context import SKIP_NO_GPU, SuiteOptions
 from imagesmith.validate.parsers import TopoMatrix, format_bytes
 from imagesmith.validate.record import PERF_CHECKS, gpus_json
 from imagesmith.validate.record import SCHEMA as REPORT_SCHEMA
 
 PASSED, FAILED, NOT_VALIDATED = "passed", "failed", "not validated"
-NO_GPU = "no GPU visible"
+
+#: why a verdict is what it is (report.json's ``verdict_cause``): the fix is chosen by it, never by the text
+CAUSE_SUITE_ERROR = "suite-error"  # the suite itself could not run
+CAUSE_FAILED = "failed"  # a check failed
+CAUSE_NO_GPU = "no-gpu"  # GPU checks skipped: the target showed no GPU
+CAUSE_NO_CHECK = "no-check"  # no check ran, or none passed
+CAUSE_LEFT_OUT = "left-out"  # -k left checks out
+CAUSE_NO_GPUS_GIVEN = "no-gpus-given"  # the host gave the image's container no GPU
+CAUSE_REFUSED = "refused"  # the host refused what the image left in its scratch folder
+#: every cause a report may name
+CAUSES = (
+    CAUSE_SUITE_ERROR,
+    CAUSE_FAILED,
+    CAUSE_NO_GPU,
+    CAUSE_NO_CHECK,
+    CAUSE_LEFT_OUT,
+    CAUSE_NO_GPUS_GIVEN,
+    CAUSE_REFUSED,
+)
+CAUSE_PASSED = ""
+
+
+class Verdict(NamedTuple):
+    verdict: str
+    why: str
+    cause: str
 
 
 @dataclass
@@ -31,29 +57,74 @@ class CheckOutcome:
     duration_s: float = 0.0
     figures: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: a skipped check's cause as a value (:data:`imagesmith.validate.context.SKIP_NO_GPU`), "" for any other
+    skip: str = ""
+
+
+#: the skip message's fixed start in reports of schema 1 and 2, which had no ``skip`` field
+_LEGACY_NO_GPU = "no GPU visible"
+
+
+def outcomes_of(checks: Any, schema: int) -> list[CheckOutcome]:
+    """The check outcomes of a report.json's (or a container suite's claim's) ``checks``: unknown keys are
+    dropped (a newer imagesmith-validate may record more). A report of schema 1 or 2 has no ``skip`` field:
+    its no-GPU skips are recognised by the fixed text those versions wrote first, so an old report that saw
+    no GPU is still never read as passed."""
+    out = []
+    for c in checks if isinstance(checks, list | tuple) else ():
+        if not isinstance(c, Mapping):
+            continue
+
+        def text(key: str, c: Mapping[str, Any] = c) -> str:
+            value = c.get(key)
+            return value if isinstance(value, str) else ""
+
+        figures, warnings, duration = c.get("figures"), c.get("warnings"), c.get("duration_s")
+        outcome = CheckOutcome(
+            name=text("name"),
+            module=text("module"),
+            status=text("status"),  # anything but passed/skipped counts as failed
+            message=text("message"),
+            fix=text("fix"),
+            duration_s=float(duration)
+            if isinstance(duration, int | float) and not isinstance(duration, bool)
+            else 0.0,
+            figures=dict(figures) if isinstance(figures, Mapping) else {},
+            warnings=[w for w in warnings if isinstance(w, str)] if isinstance(warnings, list) else [],
+            skip=text("skip"),
+        )
+        legacy = outcome.message[: len(_LEGACY_NO_GPU)]
+        if schema < 3 and outcome.status == "skipped" and legacy == _LEGACY_NO_GPU:
+            outcome.skip = SKIP_NO_GPU
+        out.append(outcome)
+    return out
 
 
 def verdict_of(
     checks: list[CheckOutcome], suite_error: str | None = None, all_checks: list[str] | None = None
-) -> tuple[str, str]:
-    """(verdict, why). Any failure → failed; GPU checks skipped for lack of a GPU, checks left out (``-k``) or
-    no check run → not validated. Only a full run without failures is "passed"."""
+) -> Verdict:
+    """(verdict, why, cause). Any failure → failed; GPU checks skipped for lack of a GPU, checks left out
+    (``-k``) or no check run → not validated. Only a full run without failures is "passed"."""
     if suite_error:
-        return FAILED, suite_error
+        return Verdict(FAILED, suite_error, CAUSE_SUITE_ERROR)
     failed = [c.name for c in checks if c.status in ("failed", "")]
     if failed:
-        return FAILED, f"{len(failed)} check(s) failed: {', '.join(failed)}"
-    no_gpu = [c.name for c in checks if c.status == "skipped" and c.message.startswith(NO_GPU)]
-    if no_gpu or not checks:
-        reason = next((c.message for c in checks if c.message.startswith(NO_GPU)), "no check ran")
-        return NOT_VALIDATED, f"{len(no_gpu)} GPU check(s) skipped: {reason}"
+        return Verdict(FAILED, f"{len(failed)} check(s) failed: {', '.join(failed)}", CAUSE_FAILED)
+    no_gpu = [c for c in checks if c.status == "skipped" and c.skip == SKIP_NO_GPU]
+    if no_gpu:
+        return Verdict(
+            NOT_VALIDATED, f"{len(no_gpu)} GPU check(s) skipped: {no_gpu[0].message}", CAUSE_NO_GPU
+        )
+    if not checks:
+        return Verdict(NOT_VALIDATED, "no check ran", CAUSE_NO_CHECK)
     if not any(c.status == "passed" for c in checks):
-        return NOT_VALIDATED, "no check passed"
+        return Verdict(NOT_VALIDATED, "no check passed", CAUSE_NO_CHECK)
     left_out = [n for n in (all_checks or []) if n not in {c.name for c in checks}]
     if left_out:
-        return (
+        return Verdict(
             NOT_VALIDATED,
             f"only {len(checks)} of {len(all_checks or [])} checks ran (left out: {', '.join(left_out)})",
+            CAUSE_LEFT_OUT,
         )
     why = f"{sum(c.status == 'passed' for c in checks)} check(s) passed"
     skipped = [c for c in checks if c.status == "skipped"]
@@ -62,13 +133,13 @@ def verdict_of(
             f"{c.name} ({c.message.splitlines()[0][:100] if c.message else 'no reason given'})"
             for c in skipped
         )
-    return PASSED, why
+    return Verdict(PASSED, why, CAUSE_PASSED)
 
 
-def verdict_fix(verdict: str, why: str) -> str:
-    """What to do about a verdict that is not "passed": a failure's fixes are in report.md; a run that
-    proved nothing says how to get a run that can."""
-    if verdict == NOT_VALIDATED and "left out" in why:
+def verdict_fix(verdict: str, cause: str) -> str:
+    """What to do about a verdict that is not "passed" (by its *cause*): a failure's fixes are in report.md;
+    a run that proved nothing says how to get a run that can."""
+    if verdict == NOT_VALIDATED and cause == CAUSE_LEFT_OUT:
         return "run it without -k: only a run of every check can pass"
     if verdict == NOT_VALIDATED:
         return (
@@ -96,7 +167,7 @@ def write_bundle(
 ) -> dict[str, Any]:
     out = Path(options.report_dir)
     out.mkdir(parents=True, exist_ok=True)
-    verdict, why = verdict_of(checks, suite_error, all_checks)
+    verdict, why, cause = verdict_of(checks, suite_error, all_checks)
     nccl = _by_name(checks, "test_nccl_allreduce")
     plot_note = write_plot(nccl.figures.get("rounds", []) if nccl else [], out / "busbw.png")
     topo = facts.get("topology")
@@ -105,6 +176,7 @@ def write_bundle(
         "schema": REPORT_SCHEMA,
         "verdict": verdict,
         "verdict_reason": why,
+        "verdict_cause": cause,
         "target": options.target_label or options.target,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": round(finished - started, 1),
@@ -167,7 +239,7 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
     L.append(f"**Verdict: {report['verdict']}** — {report['verdict_reason']}.")
     L.append("")
     if report["verdict"] == NOT_VALIDATED:
-        L.append(f"**What to do:** {verdict_fix(report['verdict'], report['verdict_reason'])}.")
+        L.append(f"**What to do:** {verdict_fix(report['verdict'], str(report.get('verdict_cause') or ''))}.")
         L.append("")
     L.append(f"- target: `{report['target']}`")
     L.append(f"- started: {report['started']}, suite wall time {report['duration_s']} s")

@@ -129,12 +129,12 @@ def test_schema_2_carries_the_inventory_as_a_field(tmp_path: Path) -> None:
 
 
 def test_unknown_report_schema_is_refused_with_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="report schema 3 is not one this imagesmith reads") as info:
-        read_report(write(tmp_path / "report.json", {"schema": 3, "verdict": "passed"}))
+    with pytest.raises(ConfigError, match="report schema 4 is not one this imagesmith reads") as info:
+        read_report(write(tmp_path / "report.json", {"schema": 4, "verdict": "passed"}))
     assert "fix:" in str(info.value)
 
 
-def test_the_suite_writes_schema_2_with_its_gpu_facts(tmp_path: Path) -> None:
+def test_the_suite_writes_schema_3_with_its_gpu_facts_and_verdict_cause(tmp_path: Path) -> None:
     import time
 
     from imagesmith.validate.context import SuiteOptions
@@ -156,5 +156,6 @@ def test_the_suite_writes_schema_2_with_its_gpu_facts(tmp_path: Path) -> None:
         options, [], facts={"gpus": GpuFacts(visible=True, gpus=[gpu])}, logs=[], started=now, finished=now
     )
     r = read_report(tmp_path / "report.json")
-    assert json.loads((tmp_path / "report.json").read_text())["schema"] == 2
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert (written["schema"], written["verdict"], written["verdict_cause"]) == (3, "not validated", "no-check")
     assert (r.gpu, r.gpu_count, r.driver) == ("NVIDIA H200", 1, "580.159.04")

@@ -279,7 +279,7 @@ def test_written_report_fits_the_json_schema(tmp_path: Path) -> None:
         finished=now,
     )
     written = json.loads((tmp_path / "report.json").read_text())
-    assert written["schema"] == report["schema"] == 2
+    assert written["schema"] == report["schema"] == 3
     jsonschema.validate(written, VALIDATION_REPORT.json_schema(), cls=jsonschema.Draft202012Validator)
     assert (
         ValidationReport.parse((tmp_path / "report.json").read_bytes(), source="r").gpus[0].name == gpu.name

@@ -20,7 +20,17 @@ from imagesmith.validate.criteria import (
     visible_count,
 )
 from imagesmith.validate.parsers import parse_topo_matrix
-from imagesmith.validate.report import FAILED, NOT_VALIDATED, PASSED, CheckOutcome, verdict_of
+from imagesmith.validate.report import (
+    CAUSE_LEFT_OUT,
+    CAUSE_NO_GPU,
+    FAILED,
+    NOT_VALIDATED,
+    PASSED,
+    CheckOutcome,
+    outcomes_of,
+    verdict_fix,
+    verdict_of,
+)
 from imagesmith.validate.runner import load_baseline
 from imagesmith.validate.target import parse_target
 from tests.repo import REPO
@@ -105,28 +115,69 @@ def test_too_old_driver_gets_the_compat_explanation() -> None:
     assert "found version 12020" in msg
 
 
-def _c(name: str, status: str, message: str = "") -> CheckOutcome:
-    return CheckOutcome(name=name, module="m", status=status, message=message)
+def _c(name: str, status: str, message: str = "", skip: str = "") -> CheckOutcome:
+    return CheckOutcome(name=name, module="m", status=status, message=message, skip=skip)
 
 
 def test_verdicts() -> None:
     ok = [_c("a", "passed"), _c("b", "passed")]
     assert verdict_of(ok, all_checks=["a", "b"])[0] == PASSED
     assert verdict_of([*ok, _c("c", "failed")])[0] == FAILED
-    no_gpu = [_c("a", "passed"), _c("g", "skipped", "no GPU visible: nvidia-smi is not on the target's PATH")]
-    v, why = verdict_of(no_gpu, all_checks=["a", "g"])
-    assert v == NOT_VALIDATED
+    no_gpu = [
+        _c("a", "passed"),
+        _c("g", "skipped", "no GPU visible: nvidia-smi is not on the target's PATH", "no-gpu"),
+    ]
+    v, why, cause = verdict_of(no_gpu, all_checks=["a", "g"])
+    assert (v, cause) == (NOT_VALIDATED, CAUSE_NO_GPU)
     assert "no GPU visible" in why
+    assert "where the GPUs are" in verdict_fix(v, cause)
+    # the verdict reads the skip's field, not its words: other words, same verdict; the words alone, no effect
+    reworded = [_c("a", "passed"), _c("g", "skipped", "nvidia-smi: command not found", "no-gpu")]
+    assert verdict_of(reworded, all_checks=["a", "g"]).cause == CAUSE_NO_GPU
+    words_only = [_c("a", "passed"), _c("g", "skipped", "no GPU visible (a check's own words)")]
+    assert verdict_of(words_only, all_checks=["a", "g"]).verdict == PASSED
     assert verdict_of([_c("g", "failed"), *no_gpu])[0] == FAILED
-    assert verdict_of(ok, all_checks=["a", "b", "c"])[0] == NOT_VALIDATED  # -k left a check out
+    left = verdict_of(ok, all_checks=["a", "b", "c"])  # -k left a check out
+    assert (left.verdict, left.cause) == (NOT_VALIDATED, CAUSE_LEFT_OUT)
+    assert verdict_fix(left.verdict, left.cause) == "run it without -k: only a run of every check can pass"
     assert verdict_of([])[0] == NOT_VALIDATED
     assert verdict_of(ok, suite_error="boom")[0] == FAILED
     multi_skip = [_c("a", "passed"), _c("n", "skipped", "needs at least 2 GPUs; this target has 1")]
-    v, why = verdict_of(multi_skip, all_checks=["a", "n"])
+    v, why, _ = verdict_of(multi_skip, all_checks=["a", "n"])
     assert v == PASSED
     # a pass with skipped checks says which and why, so "passed" on one GPU is not read as a multi-GPU proof
     assert why == "1 check(s) passed; 1 skipped: n (needs at least 2 GPUs; this target has 1)"
     assert verdict_of(ok, all_checks=["a", "b"])[1] == "2 check(s) passed"
+
+
+def test_old_reports_no_gpu_skips_are_still_not_validated() -> None:
+    """Schema 1 and 2 reports have no ``skip`` field: their no-GPU skips are known by the words those
+    versions wrote first, so an old attestation that saw no GPU never reads as passed; schema 3 reads the
+    field."""
+    old = [
+        {"name": "a", "module": "m", "status": "passed"},
+        {
+            "name": "g",
+            "module": "m",
+            "status": "skipped",
+            "message": "no GPU visible: nvidia-smi lists no GPU",
+        },
+    ]
+    assert verdict_of(outcomes_of(old, 2)).verdict == NOT_VALIDATED
+    assert verdict_of(outcomes_of(old, 3)).verdict == PASSED  # schema 3: the field, absent here, decides
+    new = [old[0], {**old[1], "message": "whatever", "skip": "no-gpu"}]
+    assert verdict_of(outcomes_of(new, 3)).verdict == NOT_VALIDATED
+    # hostile shapes: a nameless failed check still fails; wrong types are dropped, never raise
+    hostile = [
+        old[0],
+        {"status": "failed"},
+        {"name": 3, "status": "passed", "figures": [1], "warnings": "x"},
+        "junk",
+    ]
+    got = outcomes_of(hostile, 3)
+    assert [c.status for c in got] == ["passed", "failed", "passed"]
+    assert verdict_of(got).verdict == FAILED
+    assert (got[2].name, got[2].figures, got[2].warnings) == ("", {}, [])
 
 
 def test_targets() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import ParseError
-from imagesmith.validate.context import CheckRecord, Context, fail
+from imagesmith.validate.context import CheckRecord, Context, fail, skip_no_gpu
 from imagesmith.validate.criteria import Gpu, weakest_link
 from imagesmith.validate.facts import GpuFacts, gather_gpus
 from imagesmith.validate.parsers import P2PMatrix, TopoMatrix, parse_topo_matrix, parse_topo_p2p
@@ -37,7 +37,7 @@ def gpu_facts(ctx: Context) -> GpuFacts:
 def gpus(gpu_facts: GpuFacts) -> list[Gpu]:
     """The GPUs nvidia-smi shows; skips the check with "no GPU visible" when there are none."""
     if not gpu_facts.visible:
-        pytest.skip(gpu_facts.reason)
+        skip_no_gpu(gpu_facts.reason)
     return gpu_facts.gpus
 
 
@@ -58,7 +58,7 @@ def versions(ctx: Context) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def topology(ctx: Context, gpu_facts: GpuFacts) -> tuple[TopoMatrix, P2PMatrix | None]:
     if not gpu_facts.visible:
-        pytest.skip(gpu_facts.reason)
+        skip_no_gpu(gpu_facts.reason)
     r = ctx.run("nvidia-smi topo -m", timeout=60)
     ctx.save_log("topo.txt", r.output)
     if r.rc != 0:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from imagesmith.validate.context import CheckRecord, Context, fail
+from imagesmith.validate.context import CheckRecord, Context, fail, skip_no_gpu
 from imagesmith.validate.criteria import Gpu, explain_cuda_init_error, visible_count
 from imagesmith.validate.facts import GpuFacts
 
@@ -27,7 +27,7 @@ LIMITS = {
 @pytest.fixture(scope="module")
 def cuda(ctx: Context, gpu_facts: GpuFacts) -> dict[str, Any]:
     if not gpu_facts.visible:
-        pytest.skip(gpu_facts.reason)
+        skip_no_gpu(gpu_facts.reason)
     return ctx.probe_one("cuda", timeout=300)
 
 

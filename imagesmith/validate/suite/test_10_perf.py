@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from imagesmith.validate.context import CheckRecord, Context, fail
+from imagesmith.validate.context import CheckRecord, Context, fail, skip_no_gpu
 from imagesmith.validate.criteria import Gpu
 from imagesmith.validate.expected import (
     Bands,
@@ -38,7 +38,7 @@ SLOW_FIX = (
 @pytest.fixture(scope="module")
 def perf(ctx: Context, gpu_facts: GpuFacts) -> list[tuple[dict[str, Any], Gpu | None]]:
     if not gpu_facts.visible:
-        pytest.skip(gpu_facts.reason)
+        skip_no_gpu(gpu_facts.reason)
     o = ctx.options
     data = ctx.probe_one("perf", f"{o.perf_seconds:g}", timeout=int(60 + 30 * o.perf_seconds * 8))
     ctx.facts["perf"] = data

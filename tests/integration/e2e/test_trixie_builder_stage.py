@@ -171,8 +171,8 @@ def test_trixie_toolkit_builder_stage_for_real(regs: LocalRegistries, tmp_path: 
             what=f"cell {cell.id} (nccl-tests stage)",
         )
         base = config.apply_mirror("debian:trixie")
-        # BuildKit's pull of the base does not put it in the engine's image store, and setup.sh leaves it only in
-        # the registry once the engine's images were pruned: pull it, as a renter's engine would.
+        # BuildKit's pull of the base does not put it in the engine's image store, and setup.sh leaves it only
+        # in the registry once the engine's images were pruned: pull it, as a renter's engine would.
         engine.pull(base)
         out = engine.run_container(base, ["getconf", "GNU_LIBC_VERSION"], timeout_s=120)
         assert out.exit_code == 0, out.output
