@@ -101,12 +101,19 @@ def _image_metadata(meta: str) -> str:
     return "".join(kept)
 
 
+def installed_distribution() -> metadata.Distribution | None:
+    """imagesmith's installed distribution: the one an installer wrote (a ``.dist-info`` with ``WHEEL``,
+    editable or not) before any other — setuptools leaves an ``.egg-info`` in a checkout's root, which
+    ``python -m imagesmith`` run there finds first on ``sys.path`` ('' = the working folder), and the suite's
+    digest would then depend on the folder it was run from."""
+    found = list(metadata.distributions(name=DIST_NAME))
+    found.sort(key=lambda d: d.read_text("WHEEL") is None)  # stable: sys.path order among equals
+    return found[0] if found else None
+
+
 def build_suite_wheel(root: Path | None = None) -> SuiteWheel:
     """A reproducible ``imagesmith-<version>-py3-none-any.whl`` of the running installation."""
-    try:
-        dist: metadata.Distribution | None = metadata.distribution(DIST_NAME)
-    except metadata.PackageNotFoundError:
-        dist = None
+    dist = installed_distribution()
     meta = _metadata_text(dist)
     version_line = re.search(r"^Version:\s*(\S+)", meta, re.MULTILINE)
     version = version_line.group(1) if version_line else imagesmith.__version__

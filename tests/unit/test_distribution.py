@@ -98,3 +98,22 @@ def test_image_metadata_drops_only_host_only_requirements() -> None:
     assert "cryptography" not in out.lower()
     kept = ("docker>=7.1", "jinja2>=3.1", 'uv>=0.4; extra == "lock"', "long description", "Version: 0.1.0")
     assert all(k in out for k in kept)
+
+
+def test_the_digest_does_not_depend_on_the_folder_it_runs_from(tmp_path: Path) -> None:
+    """An ``imagesmith.egg-info`` in the working folder (setuptools leaves one in a checkout's root, and
+    ``python -m`` puts the working folder first on sys.path) must not change the suite's digest: the image
+    identity would differ between a run from the checkout and one from anywhere else."""
+    egg = tmp_path / "imagesmith.egg-info"
+    egg.mkdir()
+    (egg / "PKG-INFO").write_text(
+        f"Metadata-Version: 2.1\nName: imagesmith\nVersion: {__version__}\nSummary: x\n"
+    )
+    code = "from imagesmith.build import suite_digest; print(suite_digest())"
+    here = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path.parent, capture_output=True, text=True, check=True
+    )
+    assert here.stdout.strip() == elsewhere.stdout.strip() == suite_digest()

@@ -157,5 +157,9 @@ def test_the_suite_writes_schema_3_with_its_gpu_facts_and_verdict_cause(tmp_path
     )
     r = read_report(tmp_path / "report.json")
     written = json.loads((tmp_path / "report.json").read_text())
-    assert (written["schema"], written["verdict"], written["verdict_cause"]) == (3, "not validated", "no-check")
+    assert (written["schema"], written["verdict"], written["verdict_cause"]) == (
+        3,
+        "not validated",
+        "no-check",
+    )
     assert (r.gpu, r.gpu_count, r.driver) == ("NVIDIA H200", 1, "580.159.04")
