@@ -291,3 +291,17 @@ def test_weekly_refresh_compat_sweeps_every_torch_row() -> None:
     lo, hi = parse_releases(match.group(1), "9.9")
     left_out = [r.version for r in compat.torch_releases() if not _in(r.version, lo, hi)]
     assert left_out == [], f"--releases {match.group(1)} leaves out torch {left_out}"
+
+
+def test_weekly_refresh_records_base_moves_in_its_pull_request() -> None:
+    """Issue 26: the weekly PR carries the base lock's diff — `imagesmith lock --bases` runs before the render
+    (which writes FROM name@digest), and the lock file is among what the PR commits."""
+    text = (WORKFLOWS / "refresh-compat.yml").read_text(encoding="utf-8")
+    runs = [line.strip() for line in text.splitlines()]
+    bases = [i for i, line in enumerate(runs) if line.startswith("imagesmith lock --bases")]
+    render = [i for i, line in enumerate(runs) if line in ("run: imagesmith render", "imagesmith render")]
+    assert len(bases) == 1 and render and bases[0] < render[0], (bases, render)
+    added = next(line for line in runs if line.startswith("git add "))
+    lock = Path("imagesmith/data/locks/bases.toml")
+    assert (REPO / lock).is_file()
+    assert any(lock.is_relative_to(part) for part in added.split()[3:]), added
