@@ -94,6 +94,8 @@ class CellOutcome:
     suite: str = ""
     status: str = "pending"  # built | pushed | skipped | retagged | failed
     reason: str = ""
+    #: built because a base moved (``reason`` says which, from which digest to which)
+    base_moved: bool = False
     image_id: str = ""
     digest: str = ""
     size_uncompressed: int = 0
@@ -621,6 +623,7 @@ def _build_cell(
                 return
         if cell.base_moves and not options.force:
             outcome.reason = _moved_reason(cell, clients, suite)
+            outcome.base_moved = bool(outcome.reason)
     elif not options.force:
         data = engine.inspect(local_ref(cell))
         labels = ((data or {}).get("Config") or {}).get("Labels") or {}

@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from imagesmith import inputs
 from imagesmith.attestation import (
@@ -1554,6 +1554,15 @@ def _carried_evidence(
     )
 
 
+class _CarriedAnswer(NamedTuple):
+    """What re-checking one carried copy found."""
+
+    why: str  # the copy is dropped for this ("" = it stands, if it still resolves to the digest)
+    now: str | None  # the digest the tag resolves to now
+    vals: tuple[ValidatedOn, ...]  # its verified evidence
+    unverified: str = ""  # it could not be checked (kept, and the index is not written): why
+
+
 def verify_carried(
     images: Sequence[ReleasedImage],
     known: Mapping[str, Registry],
@@ -1582,29 +1591,28 @@ def verify_carried(
                 )
             checks.append((image, copy, reg if not why else None, why))
 
-    def resolve(
-        item: tuple[ReleasedImage, RegistryCopy, Registry | None, str],
-    ) -> tuple[str, str | None, tuple[ValidatedOn, ...]]:
+    def resolve(item: tuple[ReleasedImage, RegistryCopy, Registry | None, str]) -> _CarriedAnswer:
         _, copy, reg, why = item
         if reg is None:
-            return why, None, ()
+            return _CarriedAnswer(why, None, ())
         if not trusted:
-            return (
-                "error: no trusted public key is configured, so its signed attestation cannot be verified "
-                "(fix: add the validation runners' public key to [release] trusted_keys in imagesmith.toml, "
-                "or pass --trusted-key FILE)",
+            return _CarriedAnswer(
+                "",
                 None,
                 (),
+                unverified="no trusted public key is configured, so its signed attestation cannot be "
+                "verified (fix: add the validation runners' public key to [release] trusted_keys in "
+                "imagesmith.toml, or pass --trusted-key FILE)",
             )
         client = clients.get(reg.name) or client_for(reg)
         try:
             now = client.manifest_digest(reg.repo, copy.tag)
             if now != copy.digest:
-                return "", now, ()
+                return _CarriedAnswer("", now, ())
             why, vals = _carried_evidence(client, reg.repo, copy.digest, trusted)
-            return why, now, vals
+            return _CarriedAnswer(why, now, vals)
         except ImagesmithError as exc:
-            return f"error: {_with_fix(exc)}", None, ()
+            return _CarriedAnswer("", None, (), unverified=_with_fix(exc))
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(resolve, checks))
@@ -1612,9 +1620,9 @@ def verify_carried(
     reasons: dict[str, list[str]] = {}
     unverified: list[str] = []
     evidence: dict[str, set[ValidatedOn]] = {}
-    for (image, copy, _, _), (why, now, vals) in zip(checks, answers, strict=True):
-        if why.startswith("error: "):
-            unverified.append(f"{image.tag} in {copy.name}: {why.removeprefix('error: ')}")
+    for (image, copy, _, _), (why, now, vals, not_checked) in zip(checks, answers, strict=True):
+        if not_checked:
+            unverified.append(f"{image.tag} in {copy.name}: {not_checked}")
             keep[image.tag].append(copy)
             continue
         if not why and now != copy.digest:

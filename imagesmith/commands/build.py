@@ -227,7 +227,7 @@ def build_command(
         out = Console(highlight=False, width=200)
     out.print(table)
     for o in outcomes:  # why a cell was built when a base moved; a base from escrow or made locally
-        for line in ([o.reason] if o.reason.startswith("rebuilt:") else []) + o.notes:
+        for line in ([o.reason] if o.base_moved else []) + o.notes:
             out.print(f"{o.cell}: {line}", markup=False)
     if summary is not None:
         write_summary(summary, m.name, outcomes, engine.backend)

@@ -531,4 +531,5 @@ def test_a_cell_on_a_moved_base_is_built_by_digest_and_says_why(
     )
     assert outcome.status == "pushed"
     assert outcome.reason == f"rebuilt: base debian:bookworm moved {a[:19]}…→{b[:19]}… (read 2026-12-01)"
+    assert outcome.base_moved
     assert outcome.bases == {"debian:bookworm": f"127.0.0.1:5000/hub/library/debian:bookworm@{b}"}

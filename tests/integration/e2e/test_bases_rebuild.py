@@ -85,6 +85,7 @@ def test_only_the_cell_on_the_moved_base_is_rebuilt(
     assert smoke["status"] == "pushed"
     assert smoke["reason"].startswith(f"rebuilt: base debian:bookworm moved {d1[:19]}…→{d2[:19]}…")  # type: ignore[index]
     assert smoke["reason"] in done.stdout
+    assert smoke["base_moved"] is True
     assert smoke["bases"] == {"debian:bookworm": f"{world['plain']}/{prefix}/library/debian:bookworm@{d2}"}
     # the image is on the re-published base: its one changed file is there
     out = subprocess.run(
