@@ -173,7 +173,8 @@ def judge_free(
         mode = rows[-1].get("compute_mode", "")
         mig = rows[-1].get("mig.mode.current", "")
         apps = [a for a in capture.apps if g.uuid and a.uuid == g.uuid]
-        held = max(used) if used else 0.0
+        # no number for memory.used ([N/A]: some vGPU and virtualised boards): what the visible processes hold
+        held = max(used) if used else sum(a.mib or 0.0 for a in apps)
         limit_mib = foreign_limit_mib(limit, total) if total else 0.0
         mean_util = sum(utils) / len(utils) if utils else 0.0
         row: dict[str, Any] = {
@@ -206,6 +207,12 @@ def judge_free(
             out.warnings.append(
                 f"{where}: {held:.0f} MiB of its memory is in use by others before the suite started "
                 f"(below --foreign-memory-max {limit}) — {procs}"
+            )
+        if not used:
+            out.warnings.append(
+                f"{where}: nvidia-smi reports no figure for its memory in use "
+                f"({rows[-1].get('memory.used') or 'nothing'}): whether others hold its memory cannot be "
+                f"told from here — {procs}"
             )
         if mean_util >= BUSY_UTIL_PCT:
             verdict = "busy"

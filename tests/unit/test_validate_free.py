@@ -104,6 +104,18 @@ def test_compute_mode_and_mig() -> None:
     assert "MIG is enabled" in judge_free(parse_free(capture(mig="Enabled")), [H200]).warnings[0]
 
 
+def test_memory_in_use_not_reported_warns_and_the_visible_processes_still_count() -> None:
+    """A board whose nvidia-smi prints [N/A] for memory.used (some vGPU/virtualised boards) is not taken as
+    free without a word: it warns, and the memory its visible processes hold is judged against the limit."""
+    unknown = judge_free(parse_free(capture().replace(f"{UUID}, 0, ", f"{UUID}, [N/A], ")), [H200])
+    assert not unknown.failures
+    assert "reports no figure for its memory in use ([N/A])" in unknown.warnings[0]
+    text = capture(apps=f"{UUID}, 4242, /usr/bin/python3, 9000").replace(f"{UUID}, 0, ", f"{UUID}, [N/A], ")
+    held = judge_free(parse_free(text), [H200])
+    assert "8.8 GiB" in held.failures[0]
+    assert "pid 4242 /usr/bin/python3" in held.failures[0]
+
+
 def test_a_gpu_nvidia_smi_did_not_sample_fails() -> None:
     other = SmiGpu(index=1, name="NVIDIA H200", uuid="GPU-other")
     v = judge_free(parse_free(capture()), [H200, other])
