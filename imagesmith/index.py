@@ -153,6 +153,10 @@ class ReleaseIndex:
     #: longer valid (pick refuses it: a frozen mirror). 0 / "" in an index written before they existed
     serial: int = 0
     expires: str = ""
+    #: every repository the index is published to (``host/repository``, :func:`index_location`), inside the
+    #: signed bytes: an index read from an ``oci://`` repository not listed is a copy of another repository's
+    #: index and is refused. Empty in an index written before the field existed
+    published_to: tuple[str, ...] = ()
 
     def by_tag(self, tag: str) -> ReleasedImage | None:
         return next((image for image in self.images if image.tag == tag), None)
@@ -363,13 +367,29 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     serial = raw.get("serial", 0)
     if serial > MAX_SERIAL:
         raise r.fail("serial", f"{serial} is past {MAX_SERIAL}", hint="regenerate it with imagesmith release")
+    published = tuple(raw.get("published_to") or ())
+    if len(set(published)) != len(published):
+        raise r.fail(
+            "published_to", f"repositories repeat: {list(published)}", hint="list each repository once"
+        )
     return ReleaseIndex(
         generated=raw["generated"],
         images=images,
         registries=hosts,
         serial=serial,
         expires=raw.get("expires", ""),
+        published_to=published,
     )
+
+
+def index_location(image: str) -> str:
+    """``host/repository`` of a repository the index is published to, as :attr:`ReleaseIndex.published_to`
+    records it and pick compares it: Docker Hub's aliases as ``docker.io`` (``library/`` added), the host in
+    lower case (host names are case-insensitive; repository paths are lower case already)."""
+    from imagesmith.refs import ImageRef
+
+    ref = ImageRef.parse(image)
+    return f"{ref.registry.lower()}/{ref.path}"
 
 
 def _image_json(image: ReleasedImage) -> dict[str, Any]:
@@ -445,6 +465,8 @@ def dump_index(index: ReleaseIndex) -> str:
         doc["expires"] = index.expires
     if index.registries:
         doc["registries"] = sorted(index.registries)
+    if index.published_to:
+        doc["published_to"] = sorted(index.published_to)
     doc |= {
         "images": [_image_json(image) for image in sorted(index.images, key=lambda i: i.tag)],
     }

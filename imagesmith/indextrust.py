@@ -338,6 +338,22 @@ def verified_before(body: bytes, envelope: bytes | None, trust: Trust, store: Tr
     return Trusted(fingerprint, str(newest.get("key_type", "")), how)
 
 
+def check_location(index: ReleaseIndex, location: str, *, source: str) -> None:
+    """Refuse an index read from the repository *location* (``host/repository``) that its signed
+    ``published_to`` does not name: someone who can push to this repository copied another repository's
+    signed index here (same publisher, same key: the signature and serial alone cannot tell). An index
+    written before ``published_to`` existed names none and is taken (its expiry bounds it)."""
+    if not index.published_to or location in index.published_to:
+        return
+    raise IndexTrustError(
+        f"--index {source}: the index is signed for {', '.join(index.published_to)}, not for {location}: "
+        "a copy of another repository's index (someone who can push here put it there)",
+        hint="point --index at a repository the publisher releases to (one of those named), and tell the "
+        f"publisher that {location} serves another repository's index",
+        fault="wrong repository",
+    )
+
+
 def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustStore, trust: Trust) -> None:
     """Refuse an index without serial/expiry, an expired one, and one older than the newest seen."""
     if not index.serial or not index.expires:

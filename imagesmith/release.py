@@ -80,6 +80,7 @@ from imagesmith.index import (
     ValidatedOn,
     VulnRecord,
     dump_index,
+    index_location,
     issued,
     load_index,
     parse_index,
@@ -1865,7 +1866,13 @@ def release_cells(
     base_kept = replace(base, images=rebound.images)
     merged = base_kept.merged(entries, generated=base.generated)
     merged = replace(
-        merged, registries=tuple(sorted({c.host for image in merged.images for c in image.registries}))
+        merged,
+        registries=tuple(sorted({c.host for image in merged.images for c in image.registries})),
+        # issue 25: where this index is published (every repository before, and this run's), inside the signed
+        # bytes: pick refuses it read from any other repository (a copy moved there by someone who can push)
+        published_to=tuple(
+            sorted({*base.published_to, *(index_location(t.image) for t in _index_repos(cells))})
+        ),
     )
     outcome.index_changed = merged != base or not index_file.is_file()
     if not merged.images:  # nothing released, now or before: no index to write or publish

@@ -1156,6 +1156,17 @@ RELEASE_INDEX: Schema = Schema(
                     what="a registry host[:port] (no scheme, no path)",
                 ),
             ),
+            "published_to": Field(
+                kind="array",
+                description="every repository the publisher publishes this index to, as host/repository "
+                "(written by imagesmith release): pick and index refuse the index read from an oci:// "
+                "repository not listed here (a copy of another repository's index); absent in indexes "
+                "written before it",
+                items=_text_field(
+                    pattern=r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:" + PORT + r")?/[a-z0-9]+([._/-]+[a-z0-9]+)*",
+                    what="a registry host[:port]/repository (lower case, no tag)",
+                ),
+            ),
             "images": Field(
                 kind="array",
                 required=True,

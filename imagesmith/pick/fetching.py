@@ -135,6 +135,7 @@ def fetch_index(
             published_where="(not read for a cached copy)",
             trust=trust,
             store=store,
+            location=_oci_location(source),
         )
         say(trusted.line(source))
         return index
@@ -207,6 +208,7 @@ def fetch_index(
             else f"{source} key layer",
             trust=trust,
             store=store,
+            location=_oci_location(source),
         )
     else:
         index = parse_index(body, source=source)
@@ -247,9 +249,12 @@ def _verify_index(
     published_where: str,
     trust: Trust,
     store: TrustStore,
+    location: str | None = None,
 ) -> tuple[ReleaseIndex, Trusted]:
-    """Signature (by the key :func:`~imagesmith.indextrust.choose_key` names), then the index, then its
-    serial and expiry against what *store* saw: the checks of :mod:`imagesmith.indextrust`, in that order."""
+    """Signature (by the key :func:`~imagesmith.indextrust.choose_key` names), then the index, then (read
+    from an ``oci://`` repository: *location*) that the index names that repository among those it is
+    published to, then its serial and expiry against what *store* saw: the checks of
+    :mod:`imagesmith.indextrust`, in that order."""
     from imagesmith import indextrust
 
     trusted = indextrust.verified_before(body, envelope, trust, store)
@@ -259,8 +264,20 @@ def _verify_index(
         assert trusted.key is not None
         indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
     index = parse_index(body, source=source)
+    if location is not None:
+        indextrust.check_location(index, location, source=source)
     indextrust.check_fresh(index, body, source=source, store=store, trust=trust)
     return index, trusted
+
+
+def _oci_location(source: str) -> str | None:
+    """``host/repository`` of an ``oci://`` source (what a published index must name), else None."""
+    if not source.startswith(("oci://", "oci+http://")):
+        return None
+    from imagesmith.index import index_location
+
+    host, repo, _, _ = parse_oci_source(source)
+    return index_location(f"{host}/{repo}")
 
 
 def check_index_scheme(source: str, *, insecure: bool) -> None:

@@ -318,3 +318,47 @@ def test_a_rerun_past_half_the_validity_renews_and_re_signs_the_index(
     res = run_cli("index", source, "--insecure", "--refresh")
     assert res.exit_code == 0, res.stderr
     assert f"serial {renewed['serial']}, expires {renewed['expires']}" in res.stdout
+
+
+def test_a_signed_index_copied_to_another_repository_is_refused_there(
+    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
+) -> None:
+    """The publisher's own valid, current, signed index of one repository, copied by someone who can push to
+    another repository of the same publisher (same key: signature, serial and expiry all pass): the index
+    names where it is published (``published_to``, inside the signed bytes) and pick refuses it elsewhere."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"published_to {uuid.uuid4()}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index_file = tmp_path / "release" / "index.json"
+    release_key = signing.generate_key()
+    release_cells(
+        [cell("a", targets(regs, repo)[:1])],
+        matrix="t",
+        reports=collect_reports([tmp_path / "r"], TRUSTED),
+        index_file=index_file,
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+        sign_key=release_key,
+    ).raise_for_refusals()
+    doc = json.loads(index_file.read_text())
+    assert doc["published_to"] == [f"{regs.plain}/{repo}"]
+    other = f"{repo}-other"
+    body = index_file.read_bytes()
+    envelope = index_file.with_name("index.json.sig").read_bytes().strip()
+    publish_index(plain, other, body, envelope, release_key.public.pem)  # the copy
+    pub = tmp_path / "release.pub"
+    pub.write_bytes(release_key.public.pem)
+    source = _source(regs, other)
+    for command in (
+        ["pick", "--index", source, *PICK, "--verify-key", str(pub)],
+        ["index", source, "--insecure", "--verify-key", str(pub)],
+        ["index", source, "--insecure"],  # first use, the copied key layer pinned: the same answer
+    ):
+        _refused(
+            run_cli(*command),
+            source,
+            f"signed for {regs.plain}/{repo}, not for {regs.plain}/{other}",
+            "another repository's index",
+        )
+    ok = run_cli("index", _source(regs, repo), "--insecure", "--verify-key", str(pub))
+    assert ok.exit_code == 0, ok.stderr

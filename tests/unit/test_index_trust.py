@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import http.server
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -407,3 +408,34 @@ def test_index_copies_and_pinned_keys_live_under_imagesmith_cache(
     assert "trusting the key published beside it" in out.stderr
     assert list((tmp_path / "cache" / "index").glob("*.trust.json"))
     assert not (tmp_path / "xdg").exists()
+
+
+def test_published_to_is_read_checked_and_compared_in_one_form() -> None:
+    """``published_to`` (inside the signed bytes): repositories as host/repository, each once; a source's
+    host/repository compared in the one form :func:`index_location` writes (Docker Hub's aliases, host
+    case)."""
+    from imagesmith.errors import ConfigError
+    from imagesmith.index import dump_index, index_location
+    from imagesmith.indextrust import check_location
+
+    assert index_location("Registry.Example.COM:5000/acme/torch") == "registry.example.com:5000/acme/torch"
+    assert index_location("index.docker.io/acme/torch") == "docker.io/acme/torch"
+    assert index_location("docker.io/torch") == "docker.io/library/torch"
+    index = replace(make_index(), published_to=("ghcr.io/acme/torch", "docker.io/acme/torch"))
+    back = parse_index(dump_index(index), source="i.json")
+    assert back.published_to == ("docker.io/acme/torch", "ghcr.io/acme/torch")
+    check_location(back, "ghcr.io/acme/torch", source="oci://ghcr.io/acme/torch")
+    with pytest.raises(
+        IndexTrustError, match=re.escape("signed for docker.io/acme/torch, ghcr.io/acme/torch, not for ")
+    ):
+        check_location(back, "ghcr.io/evil/torch", source="oci://ghcr.io/evil/torch")
+    check_location(make_index(), "ghcr.io/evil/torch", source="x")  # written before the field: taken
+    doc = json.loads(dump_index(index))
+    for bad, words in (
+        (["ghcr.io/acme/torch", "ghcr.io/acme/torch"], "repositories repeat"),
+        (["https://ghcr.io/acme/torch"], "is not a registry host[:port]/repository"),
+        (["ghcr.io/acme/torch:release-index"], "is not a registry host[:port]/repository"),
+        (["ghcr.io"], "is not a registry host[:port]/repository"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(words)):
+            parse_index(json.dumps(dict(doc, published_to=bad)), source="i.json")
