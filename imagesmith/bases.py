@@ -35,14 +35,14 @@ from __future__ import annotations
 import datetime as _dt
 import ipaddress
 import json
+import os
 import re
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from imagesmith import kinds
+from imagesmith import inputs, kinds
 from imagesmith.errors import ConfigError, ImagesmithError
 from imagesmith.refs import ImageRef, Registry
 
@@ -51,15 +51,10 @@ if TYPE_CHECKING:
     from imagesmith.project import Project
     from imagesmith.registry import RegistryApi
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 BASES_FILE: Final[str] = "bases.toml"
 ORIGINS: Final[tuple[str, ...]] = ("registry", "local")
 _DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
-_DATE: Final = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE: Final = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _WHERE: Final = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9._/-]+)?")
 _KEYS: Final[frozenset[str]] = frozenset({"origin", "digest", "registry", "read", "previous"})
 LOCK_FIX: Final[str] = "run `imagesmith lock --bases` where the base's registry (or its mirror) is reachable"
@@ -130,16 +125,16 @@ def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
     """The project's base lock, or None when it has none (bases then go by name, as before)."""
     path = bases_path(lock_dir)
     shown = shown or str(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise _bad(
-            shown, f"cannot read: {exc}", "make it readable UTF-8 TOML (or restore it from git)"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise _bad(shown, f"not valid TOML: {exc}", "fix the line named (or restore it from git)") from None
+    # a bases.toml that is there but not a readable regular file (a FIFO, a folder, a link to a device) is an
+    # error, never "no base lock" (that would build from bases by name, unpinned, without a word)
+    text = inputs.read_user_text(
+        path, "", error=BaseLockError, hint="make it readable UTF-8 TOML (or restore it from git)"
+    )
+    data: dict[str, Any] = inputs.loads_toml(
+        text, shown, error=BaseLockError, syntax_hint="fix the line named (or restore it from git)"
+    )
     unknown = sorted(set(data) - {"schema", "bases"})
     if unknown:
         raise _bad(

@@ -520,7 +520,7 @@ def _history(client: RegistryApi, repo: str, manifest: ManifestData) -> list[str
 
 
 #: a wheel layer's RUN in the image history: the context's wheel-layer.sh run on the layer's pin file
-_WHEEL_LAYER_RUN = re.compile(r"^RUN .*\bwheel-layer\.sh (layers/\d+-[A-Za-z0-9._-]+\.txt)\b")
+_WHEEL_LAYER_RUN = re.compile(r"^RUN .*\bwheel-layer\.sh (layers/[0-9]+-[A-Za-z0-9._-]+\.txt)\b")
 
 
 def layer_report(

@@ -7,9 +7,12 @@ the only place that catches ``ImagesmithError`` and turns it into one clear mess
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import re
 import signal
 import sys
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -112,6 +115,10 @@ MAX_FLAG_DIGITS = 12
 MAX_FLAG_CHARS = 4096
 
 
+_INT_FORM = re.compile(r"[+-]?[0-9]+")
+_FLOAT_FORM = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _flag(param: Any) -> str:
     opts = [o for o in param.opts if o.startswith("--")] or list(param.opts)
     return opts[0] if opts and param.param_type_name == "option" else (param.name or "argument").upper()
@@ -158,15 +165,32 @@ def _check_raw_values(cmd: Any, opts: dict[str, Any], order: list[Any]) -> None:
                     f"(at most {MAX_FLAG_CHARS})",
                     hint=f"give {flag} the real value (see its --help)",
                 )
+            control = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf")), None)
+            if control is not None and not getattr(param, "hidden", False):
+                raise ConfigError(
+                    f"{flag} {value[:40]!r}: holds a control character ({control!r}), which no value of it "
+                    "has (a newline or tab pasted with it?)",
+                    hint=f"give {flag} the value alone, without line breaks or control characters",
+                )
             if annotation in (int, float):
                 text = value.strip().lower().lstrip("+-")
                 if text in ("nan", "inf", "infinity"):
                     raise ConfigError(f"{flag} {value}: not a finite number", hint=f"give {flag} a number")
-                digits = sum(c.isdigit() for c in text)
+                digits = sum(c in "0123456789" for c in text)
                 if digits > MAX_FLAG_DIGITS:
                     raise ConfigError(
                         f"{flag} {value[:20]}…: a number of {digits} digits, more than any real value has",
                         hint=f"give {flag} the real value (see its --help for the range)",
+                    )
+                # int() and float() also take '1_6', '٨' and (pydantic) '8.0' for an int: a flag's number is
+                # written in plain ASCII decimal, as its --help shows
+                form = _INT_FORM if annotation is int else _FLOAT_FORM
+                if not form.fullmatch(value.strip()):
+                    kind = "a whole number" if annotation is int else "a decimal number"
+                    raise ConfigError(
+                        f"{flag} {value[:40]!r}: not {kind} (ASCII digits 0-9"
+                        + (")" if annotation is int else ", an optional . and exponent)"),
+                        hint=f"give {flag} e.g. {'8' if annotation is int else '0.8'} (see its --help)",
                     )
 
 
@@ -204,6 +228,13 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     _tolerant_streams()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     args = list(argv) if argv is not None else sys.argv[1:]
+    if sys.stdout is None:  # started with stdout closed (>&-): whatever the command prints would be lost
+        err.print(
+            "error: standard output is closed (>&-): what the command prints would be lost\n"
+            "  fix: give it somewhere to write: a file (> out.txt), a pipe, or > /dev/null to discard it",
+            markup=False,
+        )
+        return EXIT_OUTPUT_CLOSED
     set_project_option(None)
     previous = _catch_interrupts()
     try:
@@ -230,10 +261,20 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     except BrokenPipeError:
         return _broken_pipe()
     except OSError as exc:
+        command = _command_of(application, args, prog)
+        if not exc.filename and exc.errno in _WRITE_ERRNOS:
+            # a write failed (> /dev/full, a disk or quota that filled up): no path is at fault
+            _drop_buffered_output()
+            err.print(
+                f"error: cannot write: {exc.strerror or exc} (the output, or a file the command writes)\n"
+                "  fix: free space where the output and the project's files go (df -h), or redirect the "
+                "output elsewhere, then run the command again",
+                markup=False,
+            )
+            return 2
         # a path given on the command line that the OS refuses (too long, a folder for a file, no permission)
         # where no command checked it first: still one error and one fix, exit 2 (bad input)
         where = f"{str(exc.filename)[:200]}: " if exc.filename else ""
-        command = _command_of(application, args, prog)
         err.print(
             f"error: {where}{exc.strerror or exc}\n  fix: check that path (see `{command} --help`)",
             markup=False,
@@ -252,6 +293,23 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     return result if isinstance(result, int) else 0
+
+
+#: exit status when standard output is closed at start: the invocation is wrong (as a bad flag is)
+EXIT_OUTPUT_CLOSED = 2
+
+
+#: errors of a write itself (no file name): a full disk or quota, a file too large, an I/O error
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+
+
+def _drop_buffered_output() -> None:
+    """What is still buffered for a standard output that failed must not fail again at interpreter exit."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        _broken_pipe()
 
 
 class _Interrupted(BaseException):
@@ -310,7 +368,8 @@ def _flushed(code: int) -> int:
     """*code*, after stdout is flushed: output still buffered for a reader that went away is a closed pipe
     (exit 141, quietly), not a traceback at interpreter exit."""
     try:
-        sys.stdout.flush()
+        if sys.stdout is not None:
+            sys.stdout.flush()
     except BrokenPipeError:
         return _broken_pipe()
     except (OSError, ValueError):

@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 
 from imagesmith import kinds, settings
 from imagesmith.errors import RegistryError
+from imagesmith.inputs import is_digits
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -109,7 +110,7 @@ def env_key(host: str) -> str:
     """
     name = host.split(":", 1)[0]
     last = name.rsplit(".", 1)[-1]
-    if not _HOST.match(host) or (last.isdigit() and not _IPV4.match(name)):
+    if not _HOST.match(host) or (is_digits(last) and not _IPV4.match(name)):
         raise RegistryError(
             f"registry host {host!r} cannot be named in a credential variable",
             hint="give it a DNS name or IPv4 address (optional :port), or put its credentials in the docker "

@@ -146,8 +146,8 @@ class _BuildKitParser:
     done: set[str] = field(default_factory=set)
     layer_bytes: dict[str, int] = field(default_factory=dict)
 
-    _head = re.compile(r"^#(\d+) (.*)$")
-    _bytes = re.compile(r"^(sha256:[0-9a-f]+) ([\d.]+)([kMG]?B) / ([\d.]+)([kMG]?B)")
+    _head = re.compile(r"^#([0-9]+) (.*)$")
+    _bytes = re.compile(r"^(sha256:[0-9a-f]+) ([0-9.]+)([kMG]?B) / ([0-9.]+)([kMG]?B)")
 
     def feed(self, line: str) -> None:
         self.event.line = line
@@ -156,7 +156,7 @@ class _BuildKitParser:
             return
         sid, rest = m.groups()
         if rest.startswith("[") and not rest.startswith("[internal]") and sid not in self.names:
-            if re.match(r"^\[[^\]]*\d+/\d+\] (?!FROM )", rest):
+            if re.match(r"^\[[^\]]*[0-9]+/[0-9]+\] (?!FROM )", rest):
                 self.names[sid] = rest
                 self.event.step = rest[:120]
         elif rest == "CACHED" and sid in self.names:
@@ -195,7 +195,7 @@ def buildkit_cli(path: str | None = None) -> str | None:
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
-    m = re.match(r"(\d+)\.", out.stdout.strip())
+    m = re.match(r"([0-9]+)\.", out.stdout.strip())
     if m is None:  # not a docker CLI (no client version)
         return None
     if int(m.group(1)) < 23:
@@ -402,7 +402,7 @@ class SdkBuilder:
                 for line in text.splitlines():
                     tail = [*tail[-59:], line]
                     event.line = line
-                    if re.match(r"^Step \d+/\d+ : ", line):
+                    if re.match(r"^Step [0-9]+/[0-9]+ : ", line):
                         steps += 1
                         event.step = line[:120]
                         event.steps_done = steps
@@ -423,7 +423,7 @@ class SdkBuilder:
             repo, tag = split_tag(t)
             image.tag(repo, tag)
         # steps that create no layer (ARG, ENV, LABEL…) are counted too; FROM lines never hit the cache
-        steps_from = sum(1 for line in tail if re.match(r"^Step \d+/\d+ : FROM ", line))
+        steps_from = sum(1 for line in tail if re.match(r"^Step [0-9]+/[0-9]+ : FROM ", line))
         return Built(image_id=str(image.id), steps=steps - steps_from, cached_steps=cached, tail=tuple(tail))
 
 
@@ -564,7 +564,7 @@ class Engine:
                         state["credentials"] = fresh
                         raise _PushRetry(last, said, immediate=True) from None
                 fault = (exc.fault, exc.hint or _PROBE_HINT) if exc.fault else _non_transient(said)
-                if fault is None and probe is not None and re.search(r"\b5\d\d\b", said):
+                if fault is None and probe is not None and re.search(r"\b5[0-9][0-9]\b", said):
                     fault = _probe_fault(probe)  # a bare "HTTP 500": ask the registry why
                 if fault is not None:
                     raise PushError(

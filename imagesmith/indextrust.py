@@ -153,7 +153,7 @@ def parse_timestamp(text: str) -> datetime.datetime | None:
         return None
 
 
-_TIMESTAMP: Final[re.Pattern[str]] = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_TIMESTAMP: Final[re.Pattern[str]] = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
 def timestamp(when: datetime.datetime) -> str:

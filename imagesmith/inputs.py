@@ -13,6 +13,7 @@ or JSON document.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 import tomllib
 
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, ImagesmithError
 
 #: the most digits an integer imagesmith reads may have: 2**63 has 19; nothing real (memory in MiB, an index,
 #: a size in bytes, a version part) comes near
@@ -49,11 +50,34 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+def not_a_file(path: str | Path) -> str | None:
+    """Why *path* is not a regular file, as words for a message (``does not exist``, ``is a folder, not a
+    file``, ``is a FIFO (named pipe), not a regular file``, ``is a symbolic link to nothing (dangling, or a
+    loop)``); None when it is one. Never blocks."""
+    try:
+        st = Path(path).stat()
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            return "is a symbolic link to nothing (dangling, or a loop)"
+        return "does not exist"
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "is a symbolic link to nothing (dangling, or a loop)"
+        return f"cannot be read ({exc.strerror or exc.__class__.__name__})"
+    except ValueError:
+        return "is not a path the system accepts"
+    if stat.S_ISREG(st.st_mode):
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder, not a file"
+    return f"is {_kind(st.st_mode)}, not a regular file"
+
+
 def read_user_file(
     path: str | Path,
     what: str,
     *,
-    error: type[ConfigError] = ConfigError,
+    error: type[ImagesmithError] = ConfigError,
     hint: str,
     max_bytes: int = MAX_USER_FILE_BYTES,
 ) -> bytes:
@@ -112,30 +136,51 @@ def is_regular_file(path: str | Path) -> bool:
         return False
 
 
-def decode_text(data: bytes, where: str, *, error: type[ConfigError] = ConfigError, hint: str) -> str:
+def _looks_utf16(data: bytes) -> bool:
+    """A byte-order mark, or ASCII text in UTF-16 without one: NUL as every other byte of the first pairs
+    and the bytes between them not NUL."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return True
+    head = data[:64]
+    if len(head) < 4:
+        return False
+    for zero, other in ((head[1::2], head[0::2]), (head[0::2], head[1::2])):
+        if zero.count(0) >= len(zero) * 3 // 4 and other.count(0) <= len(other) // 4:
+            return True
+    return False
+
+
+def decode_text(data: bytes, where: str, *, error: type[ImagesmithError] = ConfigError, hint: str) -> str:
     """*data* as UTF-8 text; a UTF-16 file (PowerShell's ``>`` writes one) and bytes that are not text at all
-    are each one *error* naming *where*."""
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")) or (len(data) >= 4 and b"\x00" in data[:4]):
+    (NUL bytes, invalid UTF-8) are each one *error* naming *where*."""
+    if _looks_utf16(data):
         raise error(
             f"{where}: saved as UTF-16 (Windows PowerShell's `>` does that), not UTF-8 text",
-            hint="save it as UTF-8: `nvidia-smi | Out-File -Encoding utf8 FILE` in PowerShell, or "
-            "`iconv -f UTF-16 -t UTF-8 FILE > FILE.new`",
+            hint="save it as UTF-8: `iconv -f UTF-16 -t UTF-8 FILE > FILE.new`, or in PowerShell "
+            "`… | Out-File -Encoding utf8 FILE`",
         )
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(
             f"{where}: not UTF-8 text (byte {exc.start} is {data[exc.start : exc.start + 1]!r}): a binary "
             "or otherwise encoded file",
             hint=hint,
         ) from None
+    if "\x00" in text:
+        raise error(
+            f"{where}: not text (a NUL byte at byte {data.index(0)}): a binary file, or a device such as "
+            "/dev/zero",
+            hint=hint,
+        )
+    return text
 
 
 def parse_int(
     text: str,
     what: str,
     *,
-    error: type[ConfigError] = ConfigError,
+    error: type[ImagesmithError] = ConfigError,
     hint: str,
     max_digits: int = MAX_INT_DIGITS,
 ) -> int:
@@ -154,12 +199,30 @@ def parse_int(
     return int(value)
 
 
+def is_digits(text: str) -> bool:
+    """True for a non-empty run of ASCII digits 0-9 only. ``str.isdigit`` is also true for ``٣``, ``５`` and
+    ``²`` (which ``int()`` then takes as 3 and 5, or refuses with a ValueError): never use it on what a user,
+    a file, a registry or a host printed."""
+    return text.isascii() and text.isdigit()
+
+
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def is_decimal(text: str) -> bool:
+    """True for a number written in ASCII decimal (``12``, ``0.5``, ``1e3``, a sign). ``float()`` also takes
+    ``١٠``, ``1_0``, ``nan`` and ``inf``: test with this before it, on anything a user or a host wrote."""
+    return isinstance(text, str) and _DECIMAL.fullmatch(text.strip()) is not None
+
+
 def _long_digit_line(text: str) -> int | None:
     match = re.search(r"[0-9_]{4000,}", text)
     return text.count("\n", 0, match.start()) + 1 if match else None
 
 
-def check_int_range(data: Any, source: str, *, error: type[ConfigError], hint: str, key: str = "") -> None:
+def check_int_range(
+    data: Any, source: str, *, error: type[ImagesmithError], hint: str, key: str = ""
+) -> None:
     """Refuse any integer of *data* (a parsed TOML/JSON document) outside 64 bits, naming its dotted key."""
     if isinstance(data, bool):
         return
@@ -183,7 +246,7 @@ def loads_toml(
     text: str,
     source: str,
     *,
-    error: type[ConfigError] = ConfigError,
+    error: type[ImagesmithError] = ConfigError,
     syntax_hint: str = "fix the TOML syntax at that line",
 ) -> dict[str, Any]:
     """``tomllib.loads`` for the user's file *source*: a syntax error, an integer past Python's digit limit
@@ -192,6 +255,11 @@ def loads_toml(
         data: dict[str, Any] = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise error(f"{source}: not valid TOML (TOML syntax error: {exc})", hint=syntax_hint) from None
+    except RecursionError:  # arrays or inline tables nested thousands deep: tomllib recurses per level
+        raise error(
+            f"{source}: not valid TOML (arrays or inline tables nested deeper than a parser follows)",
+            hint=syntax_hint,
+        ) from None
     except ValueError:  # int() past sys.get_int_max_str_digits()
         line = _long_digit_line(text)
         raise error(
@@ -208,7 +276,7 @@ def loads_toml(
 MAX_JSON_INT_DIGITS: Final[int] = 1000
 
 
-def _json_int(source: str, error: type[ConfigError], hint: str) -> Callable[[str], int]:
+def _json_int(source: str, error: type[ImagesmithError], hint: str) -> Callable[[str], int]:
     def convert(text: str) -> int:
         return parse_int(
             text, f"{source}: an integer", error=error, hint=hint, max_digits=MAX_JSON_INT_DIGITS
@@ -218,7 +286,7 @@ def _json_int(source: str, error: type[ConfigError], hint: str) -> Callable[[str
 
 
 def json_int_parser(
-    source: str, *, error: type[ConfigError] = ConfigError, hint: str
+    source: str, *, error: type[ImagesmithError] = ConfigError, hint: str
 ) -> Callable[[str], int]:
     """``parse_int`` for :func:`json.loads`: an integer of more than :data:`MAX_JSON_INT_DIGITS` digits is
     one *error* naming *source*, before ``int()`` sees it (as :func:`loads_json` does)."""
@@ -229,20 +297,24 @@ def loads_json(
     text: str | bytes,
     source: str,
     *,
-    error: type[ConfigError] = ConfigError,
+    error: type[ImagesmithError] = ConfigError,
     hint: str,
 ) -> Any:
     """``json.loads`` for a document from *source* (a file, a URL, a registry): an integer of more than
     :data:`MAX_JSON_INT_DIGITS` digits is one *error* naming *source*, before ``int()`` sees it. Syntax errors
-    are ``json.JSONDecodeError`` as usual (callers word them)."""
-    return json.loads(text, parse_int=_json_int(source, error, hint))
+    are ``json.JSONDecodeError`` as usual (callers word them); arrays or objects nested deeper than the parser
+    follows are one *error* naming *source*, not a RecursionError."""
+    try:
+        return json.loads(text, parse_int=_json_int(source, error, hint))
+    except RecursionError:
+        raise error(f"{source}: JSON nested deeper than a parser follows", hint=hint) from None
 
 
 def read_user_text(
     path: str | Path,
     what: str,
     *,
-    error: type[ConfigError] = ConfigError,
+    error: type[ImagesmithError] = ConfigError,
     hint: str,
     max_bytes: int = MAX_USER_FILE_BYTES,
 ) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
 import re
 import shutil
 import subprocess
@@ -42,7 +43,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from imagesmith import compat
+from imagesmith import compat, inputs
 from imagesmith.errors import ConfigError, ImagesmithError
 
 if TYPE_CHECKING:
@@ -174,7 +175,7 @@ def lock_keys_in(lock_dir: Path) -> list[LockKey]:
     return sorted(out, key=lambda k: (k.torch, k.variant, k.python))
 
 
-_LOCK_NAME = re.compile(r"^(.+)-([a-z0-9]+)-py(3\.\d+)\.txt$")
+_LOCK_NAME = re.compile(r"^(.+)-([a-z0-9]+)-py(3\.[0-9]+)\.txt$")
 
 
 def lock_path(key: LockKey, lock_dir: Path) -> Path:
@@ -276,16 +277,12 @@ def _check_lock_names_its_key(
 def read_lock(key: LockKey, lock_dir: Path) -> Lock | None:
     """The lock for *key* in *lock_dir* (a project's locks folder), or None when there is none."""
     path = lock_path(key, lock_dir)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LockError(
-            f"{path}: cannot read: {exc}",
-            hint="make it a readable UTF-8 text file, or regenerate it: "
-            f"imagesmith lock --force (lock {key})",
-        ) from None
+    # a lock that is there but not a readable UTF-8 regular file (a folder, a FIFO, a dangling link, UTF-16)
+    # is an error naming what it is: never "no lock" (the cell would be dropped, its dockerfiles removed)
+    fix = f"make it a readable UTF-8 text file, or regenerate it: imagesmith lock --force (lock {key})"
+    text = inputs.read_user_text(path, "", error=LockError, hint=fix)
     if text.startswith("\ufeff"):
         raise LockError(
             f"{path}: starts with a byte-order mark (U+FEFF)",

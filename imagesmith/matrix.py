@@ -602,7 +602,7 @@ class _Loader(schema.Checker):
         if not self.registries_path.is_file():
             raise self.fail(
                 "registries",
-                f"{self.registries_path} does not exist",
+                f"{self.registries_path} {inputs.not_a_file(self.registries_path) or 'cannot be read'}",
                 hint=f"{order}: create that file, put a {REGISTRIES_FILE} beside the matrix, or pass "
                 "--registries FILE where the command has it (see docs/matrix.md)",
             )

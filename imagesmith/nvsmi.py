@@ -24,7 +24,7 @@ from typing import Literal
 
 from imagesmith.compat import DriverVersion
 from imagesmith.errors import ConfigError, ParseError
-from imagesmith.inputs import parse_int
+from imagesmith.inputs import is_digits, parse_int
 
 __all__ = [
     "SmiGpu",
@@ -91,14 +91,14 @@ _HEADER = re.compile(
     re.ASCII,
 )
 _ROW1 = re.compile(
-    r"^\|\s*(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persist>On|Off|N/A|WDDM|TCC)\s*\|\s*"
+    r"^\|\s*(?P<index>[0-9]+)\s+(?P<name>.+?)\s+(?P<persist>On|Off|N/A|WDDM|TCC)\s*\|\s*"
     r"(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s+(?P<disp>On|Off|N/A)\s*\|",
     re.ASCII,
 )
-_MEM = re.compile(r"(?P<used>\d+)\s*MiB\s*/\s*(?P<total>\d+)\s*MiB", re.ASCII)
+_MEM = re.compile(r"(?P<used>[0-9]+)\s*MiB\s*/\s*(?P<total>[0-9]+)\s*MiB", re.ASCII)
 # what the memory cell shows instead of "used / total" (MIG mode on R535+ prints N/A there)
 _NO_MEMORY = {"N/A", "[N/A]", "Unknown Error", "ERR!"}
-_CUDA_XY = re.compile(r"^\d{1,2}\.\d{1,2}$", re.ASCII)
+_CUDA_XY = re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}$", re.ASCII)
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -249,7 +249,15 @@ def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
         else:
             break
     if current:
-        records.append(current)
+        # every GPU's rows end with a '+----' line: rows without it are the end of a file cut short, where
+        # more GPUs may have followed (an 8-GPU host read as 1)
+        first = _ROW1.match(current[0])
+        raise ParseError(
+            f"{source}: the GPU table stops at GPU "
+            f"{first.group('index') if first else '?'} without its closing '+----' line, so the output was "
+            "cut short: the host may have more GPUs than this shows",
+            hint="save the complete output again (nvidia-smi > FILE), then retry",
+        )
 
     gpus: list[SmiGpu] = []
     for record in records:
@@ -295,6 +303,14 @@ def parse_table(text: str, source: str = "<nvidia-smi>") -> SmiReport:
         )
     if not gpus:
         raise _fail(source, "the GPU table is empty", "at least one GPU row under the '|=====…' line")
+    indexes = [g.index for g in gpus]
+    if len(set(indexes)) != len(indexes):
+        twice = sorted({i for i in indexes if indexes.count(i) > 1})
+        raise ParseError(
+            f"{source}: GPU {', '.join(map(str, twice))} appears more than once in the GPU table: rows of "
+            "two hosts' outputs pasted together, and an image picked for one may not run on the other",
+            hint="save each host's nvidia-smi to a file of its own and give one file per run",
+        )
     return SmiReport(source=source, format="table", driver=driver, cuda_version=cuda, gpus=tuple(gpus))
 
 
@@ -367,20 +383,20 @@ def parse_query_csv(
         if not name:
             raise _fail(source, f"line {lineno}: no GPU name", "a GPU name such as 'NVIDIA H100 80GB HBM3'")
         index_text = values.get("index")
-        if index_text is not None and not (index_text.isascii() and index_text.isdigit()):
+        if index_text is not None and not is_digits(index_text):
             raise _fail(source, f"line {lineno}: index {index_text!r} is not a number", "0, 1, 2, …")
         index = _int(index_text, f"line {lineno}: index", source) if index_text is not None else len(gpus)
         memory = values.get("memory.total")
         memory_mib = None
         if memory is not None:
-            m = re.fullmatch(r"(\d+)(?:\s*MiB)?", memory, re.ASCII)
+            m = re.fullmatch(r"([0-9]+)(?:\s*MiB)?", memory, re.ASCII)
             if m is None:
                 raise _fail(
                     source, f"line {lineno}: memory.total {memory!r}", "'81920 MiB' or (nounits) '81920'"
                 )
             memory_mib = _int(m.group(1), f"line {lineno}: memory.total", source)
         cap = values.get("compute_cap")
-        if cap is not None and not re.fullmatch(r"\d{1,2}\.\d", cap, re.ASCII):
+        if cap is not None and not re.fullmatch(r"[0-9]{1,2}\.[0-9]", cap, re.ASCII):
             raise _fail(source, f"line {lineno}: compute_cap {cap!r}", "a compute capability such as 9.0")
         if values.get("driver_version"):
             drivers.add(str(values["driver_version"]))
@@ -404,9 +420,11 @@ def parse_query_csv(
 
 
 _LIST_GPU = re.compile(
-    r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$", re.ASCII
+    r"^GPU (?P<index>[0-9]+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$", re.ASCII
 )
-_LIST_MIG = re.compile(r"^\s+MIG (?P<profile>\S+)\s+Device\s+\d+: \(UUID: (?P<uuid>MIG-\S+)\)\s*$", re.ASCII)
+_LIST_MIG = re.compile(
+    r"^\s+MIG (?P<profile>\S+)\s+Device\s+[0-9]+: \(UUID: (?P<uuid>MIG-\S+)\)\s*$", re.ASCII
+)
 
 
 def parse_list(text: str, source: str = "<nvidia-smi>") -> SmiReport:

@@ -255,8 +255,15 @@ def _check_path_kinds(file: Path, resolved: Mapping[str, Path]) -> None:
         want_folder = key in _FOLDER_PATHS
         try:
             wrong = path.is_file() if want_folder else path.is_dir()
+            odd = path.exists() and not (path.is_file() or path.is_dir())
         except OSError:
-            wrong = False
+            wrong, odd = False, False
+        if odd:  # a FIFO, a socket, a device: neither what this key names nor "missing"
+            raise ProjectError(
+                f"{file}: paths.{key} = {path} {inputs.not_a_file(path)}",
+                hint=f'paths.{key} = "{DEFAULT_PATHS[key]}" (the default), or a path to a '
+                + ("folder" if want_folder else "file"),
+            )
         if wrong:
             raise ProjectError(
                 f"{file}: paths.{key} = {path} is a {'file' if want_folder else 'folder'}, "
@@ -373,10 +380,13 @@ def load_project(file: Path) -> Project:
             f"{resolved['matrices'].relative_to(root).as_posix() or '.'}/, or remove default_matrix",
         )
     if default_matrix is not None and not is_file(resolved["matrices"] / f"{default_matrix}.toml"):
+        default_file = resolved["matrices"] / f"{default_matrix}.toml"
+        why = inputs.not_a_file(default_file) or "cannot be read"
         raise ProjectError(
-            f"{file}: default_matrix = {default_matrix!r} but "
-            f"{resolved['matrices'] / (default_matrix + '.toml')} does not exist",
-            hint="name a matrix that exists, or remove default_matrix",
+            f"{file}: default_matrix = {default_matrix!r} but {default_file} {why}",
+            hint="name a matrix that exists, or remove default_matrix"
+            if why == "does not exist"
+            else f"make {default_file} the matrix's TOML file, or remove default_matrix",
         )
     return Project(
         root=root,
@@ -404,22 +414,32 @@ def parse_valid_for(value: str | None) -> datetime.timedelta:
     return datetime.timedelta(days=number) if unit == "d" else datetime.timedelta(hours=number)
 
 
+def _bare(why: str) -> str:
+    """``is a folder`` of ``is a folder, not a file`` (:func:`inputs.not_a_file`)."""
+    return why.split(", not a ")[0]
+
+
 def _refuse_project_path(origin: str, given: str, path: Path, file: Path) -> None:
     """Why ``--project``/``$IMAGESMITH_PROJECT`` names no project, each case worded as what it is: a path
     that is not a folder (a FIFO, a file) is not one ``init`` could make a project in."""
     try:
         exists, folder = path.exists(), path.is_dir()
-        file_kind = "folder" if file.is_dir() else ("not a regular file" if file.exists() else None)
+        file_why = inputs.not_a_file(file) if file.exists() else None
     except OSError:
-        exists, folder, file_kind = False, False, None
+        exists, folder, file_why = False, False, None
+    if not exists and os.path.lexists(path):
+        raise ProjectError(
+            f"{origin} {given}: a symbolic link to nothing (dangling, or a loop), not a folder",
+            hint=f"point {origin} at a project root (the folder holding {PROJECT_FILE})",
+        )
     if exists and not folder and path.name != PROJECT_FILE:
         raise ProjectError(
             f"{origin} {given}: not a folder",
             hint=f"point {origin} at a project root (the folder holding {PROJECT_FILE})",
         )
-    if file_kind is not None:
+    if file_why is not None:
         raise ProjectError(
-            f"{origin} {given}: {file} is a {file_kind}, not the project file",
+            f"{origin} {given}: {file} {_bare(file_why)}, not the project file",
             hint=f"make {file} the project's TOML file (`imagesmith init` writes one)",
         )
     raise ProjectError(

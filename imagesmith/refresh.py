@@ -372,7 +372,7 @@ class DistFile:
     def cpython(self) -> tuple[int, int] | None:
         """(3, 12) for a cp312 wheel; None for py3-none."""
         for t in self.tags:
-            m = re.fullmatch(r"cp3(\d+)", t.interpreter)
+            m = re.fullmatch(r"cp3([0-9]+)", t.interpreter)
             if m:
                 return 3, int(m.group(1))
         return None
@@ -579,9 +579,9 @@ def parse_metadata(text: str) -> Pins:
         exact = next((s.version for s in req.specifier if s.operator == "=="), None)
         if name == "torch":
             pins.torch = req.specifier
-        elif re.fullmatch(r"nvidia-nccl-cu\d+", name) and exact:
+        elif re.fullmatch(r"nvidia-nccl-cu[0-9]+", name) and exact:
             pins.nccl = exact
-        elif re.fullmatch(r"nvidia-cudnn-cu\d+", name) and exact:
+        elif re.fullmatch(r"nvidia-cudnn-cu[0-9]+", name) and exact:
             pins.cudnn = exact
         elif _is_cuda_runtime(name) and exact and (pins.cuda_pin is None or name == "cuda-toolkit"):
             pins.cuda = ".".join(exact.split(".")[:2])
@@ -593,7 +593,7 @@ def _is_cuda_runtime(name: str) -> bool:
     """The packages whose ``==`` pin says which CUDA a torch wheel was built for (12.x: the runtime; 13.x: the
     ``cuda-toolkit`` metapackage)."""
     return name in ("cuda-toolkit", "nvidia-cuda-runtime") or bool(
-        re.fullmatch(r"nvidia-cuda-runtime-cu\d+", name)
+        re.fullmatch(r"nvidia-cuda-runtime-cu[0-9]+", name)
     )
 
 

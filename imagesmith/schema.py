@@ -294,7 +294,7 @@ class Checker:
         nearest valid value where there is one (not the field's example: "nearest 'acr'" then "fix: kind =
         \"ghcr\"" contradicted itself)."""
         if not spec.hint and nearest is not None and spec.enum and isinstance(value, str):
-            leaf = re.sub(r"\[\d+\]$", "", key.rsplit(".", 1)[-1])
+            leaf = re.sub(r"\[[0-9]+\]$", "", key.rsplit(".", 1)[-1])
             return self.fail(key, problem, nearest=nearest, hint=f"{leaf} = {json.dumps(nearest)}")
         return self.fail(key, problem, nearest=nearest, hint=spec.hint or self.value_hint(spec, key))
 
@@ -356,7 +356,7 @@ def _check(spec: Field, value: Any, key: str, checker: Checker) -> None:
             f" (write it {near!r}: values are case-sensitive)" if folded else ""
         )
         _invalid(spec, value, key, problem, near, checker)
-    if spec.pattern and isinstance(value, str) and not re.fullmatch(spec.pattern, value):
+    if spec.pattern and isinstance(value, str) and not re.fullmatch(spec.pattern, value, re.ASCII):
         _invalid(spec, value, key, f"{value!r} does not match {spec.pattern}", None, checker)
     if spec.kind == "array" and spec.items is not None:
         for i, item in enumerate(value):
@@ -771,7 +771,7 @@ _SAFE_HINT = "no spaces, quotes, backslashes or shell characters ($ ` ; & | < > 
 
 def _minor_guess(value: Any) -> str:
     text = str(value)
-    return ".".join(text.split(".")[:2]) if re.match(r"^3\.\d+\.\d+$", text) else "3.11"
+    return ".".join(text.split(".")[:2]) if re.match(r"^3\.[0-9]+\.[0-9]+$", text) else "3.11"
 
 
 def _label_value_problem(text: Any) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from imagesmith.errors import ConfigError
+from imagesmith.inputs import is_digits
 from imagesmith.project import ProjectError
 
 if sys.version_info >= (3, 11):
@@ -47,7 +48,7 @@ FAIL_ON: Final[tuple[str, ...]] = ("critical", "high", "medium", "low")
 MAX_REPORT_BYTES: Final[int] = 64 << 20
 #: the largest OSV data file read
 MAX_OSV_BYTES: Final[int] = 256 << 20
-_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _DOCS = "docs/release.md (The vulnerability gate)"
 
 
@@ -521,7 +522,7 @@ def _norm(ecosystem: str, name: str) -> str:
 def _order(c: str) -> int:
     if c == "~":
         return -1
-    if c.isdigit():
+    if is_digits(c):
         return 0
     if c.isalpha():
         return ord(c)
@@ -532,7 +533,7 @@ def _verrevcmp(a: str, b: str) -> int:
     i = j = 0
     while i < len(a) or j < len(b):
         first_diff = 0
-        while (i < len(a) and not a[i].isdigit()) or (j < len(b) and not b[j].isdigit()):
+        while (i < len(a) and not is_digits(a[i])) or (j < len(b) and not is_digits(b[j])):
             ac = _order(a[i]) if i < len(a) else 0
             bc = _order(b[j]) if j < len(b) else 0
             if ac != bc:
@@ -543,14 +544,14 @@ def _verrevcmp(a: str, b: str) -> int:
             i += 1
         while j < len(b) and b[j] == "0":
             j += 1
-        while i < len(a) and a[i].isdigit() and j < len(b) and b[j].isdigit():
+        while i < len(a) and is_digits(a[i]) and j < len(b) and is_digits(b[j]):
             if not first_diff:
                 first_diff = ord(a[i]) - ord(b[j])
             i += 1
             j += 1
-        if i < len(a) and a[i].isdigit():
+        if i < len(a) and is_digits(a[i]):
             return 1
-        if j < len(b) and b[j].isdigit():
+        if j < len(b) and is_digits(b[j]):
             return -1
         if first_diff:
             return first_diff
@@ -561,7 +562,7 @@ def _split_deb(v: str) -> tuple[int, str, str]:
     epoch = 0
     if ":" in v:
         e, v = v.split(":", 1)
-        epoch = int(e) if e.isdigit() else 0
+        epoch = int(e) if is_digits(e) else 0
     upstream, _, revision = v.rpartition("-") if "-" in v else (v, "", "")
     return epoch, upstream, revision
 

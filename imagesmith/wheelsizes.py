@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -37,7 +38,7 @@ else:  # pragma: no cover - exercised only on Python 3.10
 
 SIZES_FILE: Final[str] = "wheel-sizes.toml"
 #: the newest manylinux glibc the locks resolve for (x86_64-manylinux_2_28)
-_GLIBC_MINOR: Final[int] = int(re.sub(r".*manylinux_2_(\d+)$", r"\1", PYTHON_PLATFORM))
+_GLIBC_MINOR: Final[int] = int(re.sub(r".*manylinux_2_([0-9]+)$", r"\1", PYTHON_PLATFORM))
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
 
@@ -70,7 +71,9 @@ class SizeTable:
 def read_sizes(lock_dir: Path) -> SizeTable:
     """The size table of *lock_dir* (empty when there is none: every wheel is then of unknown size)."""
     path = lock_dir / SIZES_FILE
-    if not path.is_file():
+    if not os.path.lexists(path):
+        # missing: every wheel of unknown size. One that is there but not a regular file (a folder, a FIFO,
+        # a dangling link) is an error below, never "no sizes" (that would silently re-plan every layer)
         return SizeTable()
     fix = "rewrite it: imagesmith lock --sizes (where the package index is reachable)"
     return _parsed_sizes(inputs.read_user_text(path, "", hint=fix), path)
@@ -86,6 +89,9 @@ def parse_sizes(text: str, path: Path) -> SizeTable:
     """A ``wheel-sizes.toml`` of *text* (*path* names it in errors)."""
     fix = "rewrite it: imagesmith lock --sizes (where the package index is reachable)"
     data = inputs.loads_toml(text, str(path), syntax_hint=fix)
+    schema = data.get("schema", 1)
+    if schema != 1 or isinstance(schema, bool):
+        raise ConfigError(f"{path}: schema = {schema!r}; this imagesmith reads schema 1", hint=fix)
     rows = data.get("wheels", [])
     if not isinstance(rows, list):
         raise ConfigError(f"{path}: `wheels` must be an array of tables", hint=fix)
@@ -103,7 +109,7 @@ def parse_sizes(text: str, path: Path) -> SizeTable:
             raise ConfigError(f"{where}.name {name!r} is not a normalized project name", hint=fix)
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
             raise ConfigError(f"{where}.size must be a positive number of bytes, not {size!r}", hint=fix)
-        if not re.fullmatch(r"3\.\d+", python):
+        if not re.fullmatch(r"3\.[0-9]+", python):
             raise ConfigError(f"{where}.python {python!r} is not X.Y", hint=fix)
         out.append(WheelSize(name=name, version=version, python=python, file=file, size=size))
     return SizeTable(rows=tuple(out), date=str(data.get("date", "")), path=path)

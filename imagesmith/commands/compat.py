@@ -132,7 +132,12 @@ def _known_cuda(flag: str, given: str, cuda: str) -> None:
 
 def _torch_and_cuda(torch: str, cuda: str | None) -> tuple[str, str, str]:
     """(torch version, CUDA variant, a line saying where the variant came from when --cuda was not given)."""
-    version, _, local = torch.strip().partition("+")
+    version, plus, local = torch.strip().partition("+")
+    if plus and not local.strip():
+        raise ConfigError(
+            f"--torch {torch}: nothing after the '+' (a local version such as +cu121 was cut off)",
+            hint="write 2.1.2+cu121, or 2.1.2 with --cuda 12.1",
+        )
     if local and not local.startswith("cu"):
         raise ConfigError(
             f"--torch {torch}: {local!r} is not a CUDA variant",

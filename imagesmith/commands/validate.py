@@ -21,6 +21,7 @@ import typer
 from imagesmith import settings
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ValidationFailed
+from imagesmith.inputs import is_digits
 
 EPILOG = epilog(
     [
@@ -66,10 +67,10 @@ def _writable_report_dir(path: Path) -> None:
 def parse_duration(text: str, *, what: str) -> float:
     """``10m``, ``90s``, ``1h``, ``1h30m``, ``600`` (seconds) → seconds."""
     t = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", t):
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
         return float(t)
-    parts = re.findall(r"(\d+(?:\.\d+)?)\s*([hms])", t)
-    if not parts or re.sub(r"(\d+(?:\.\d+)?)\s*([hms])", "", t).strip():
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)\s*([hms])", t)
+    if not parts or re.sub(r"([0-9]+(?:\.[0-9]+)?)\s*([hms])", "", t).strip():
         raise ConfigError(
             f"{what} {text!r}: not a duration",
             hint="give e.g. 10m, 90s, 1h or 1h30m (a bare number is seconds)",
@@ -122,7 +123,11 @@ def validate_command(
     ),
     nccl_max_bytes: str = typer.Option("1G", "--nccl-max-bytes", help="all_reduce_perf -e."),
     nccl_timeout: int = typer.Option(
-        300, "--nccl-timeout", min=5, help="Seconds before a round counts as hung."
+        300,
+        "--nccl-timeout",
+        min=5,
+        max=86400,
+        help="Seconds before a round counts as hung (5 to 86400: a round is minutes, never a day).",
     ),
     baseline: str | None = typer.Option(
         None,
@@ -224,7 +229,7 @@ def validate_command(
             hint="ask for what DataLoader workers and NCCL need (8g–64g on 8-GPU training hosts)",
         )
     env_shm = settings.get("IMAGESMITH_SHM_MIN_BYTES", "") or ""
-    if shm_min_bytes is None and t.kind != "image" and env_shm.isdigit():
+    if shm_min_bytes is None and t.kind != "image" and is_digits(env_shm):
         shm_min_bytes, shm_min_source = (
             int(env_shm),
             shm_min_source or "IMAGESMITH_SHM_MIN_BYTES (the image's need)",

@@ -18,6 +18,7 @@ from imagesmith.compat.tables import (
     _field,
     _rows,
 )
+from imagesmith.inputs import is_digits
 
 # ------------------------------------------------------------------------------------------------------------
 # OS bases and default source pins (what `imagesmith init` scaffolds)
@@ -149,7 +150,7 @@ def distro_toolkits() -> tuple[DistroToolkit, ...]:
             return str(_field(name, table, row, key, str))
 
         cuda, arch = text("cuda"), text("max_arch")
-        if not _CUDA_XY_RE.match(cuda) or not arch.isdigit():
+        if not _CUDA_XY_RE.match(cuda) or not is_digits(arch):
             raise DataError(
                 f"imagesmith/data/{name}: [[{table}]] {row.get('os')}: cuda {cuda!r} / max_arch {arch!r} "
                 "must look like 11.8 / 90"

@@ -27,7 +27,7 @@ from imagesmith.errors import ConfigError
 # ------------------------------------------------------------------------------------------------------------
 # driver versions
 
-_DRIVER_RE = re.compile(r"^\s*(\d{3,4})\.(\d{1,3})(?:\.(\d{1,3}))?\s*$", re.ASCII)
+_DRIVER_RE = re.compile(r"^\s*([0-9]{3,4})\.([0-9]{1,3})(?:\.([0-9]{1,3}))?\s*$", re.ASCII)
 
 
 @functools.total_ordering
@@ -96,8 +96,8 @@ def _as_driver(value: DriverVersion | str) -> DriverVersion:
 # ------------------------------------------------------------------------------------------------------------
 # CUDA toolkit ↔ driver
 
-_CUDA_XY_RE = re.compile(r"^(\d{2})\.(\d{1,2})(?:\.(\d{1,2}))?$")
-_CUDA_TAG_RE = re.compile(r"^cu(\d{2})(\d)$", re.IGNORECASE)
+_CUDA_XY_RE = re.compile(r"^([0-9]{2})\.([0-9]{1,2})(?:\.([0-9]{1,2}))?$")
+_CUDA_TAG_RE = re.compile(r"^cu([0-9]{2})([0-9])$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -401,7 +401,7 @@ def _lifecycles() -> Mapping[int, BranchLifecycle]:
                 "end_of_life (YYYY-MM); only a new feature branch may have none"
             )
         if eol is not None:
-            match = re.fullmatch(r"(\d{4})-(\d{2})", eol) if isinstance(eol, str) else None
+            match = re.fullmatch(r"([0-9]{4})-([0-9]{2})", eol) if isinstance(eol, str) else None
             if match is None or not 1 <= int(match.group(2)) <= 12:
                 raise DataError(
                     f"imagesmith/data/{name}: [[lifecycle]] {branch}: end_of_life {eol!r} is not YYYY-MM"

@@ -79,7 +79,7 @@ def gpus() -> tuple[Gpu, ...]:
             raise DataError(f"imagesmith/data/{name}: duplicate gpu key {key}")
         seen.add(key)
         cc = _field(name, "gpu", row, "cc", str)
-        if not re.match(r"^\d{1,2}\.\d$", cc):
+        if not re.match(r"^[0-9]{1,2}\.[0-9]$", cc):
             raise DataError(f"imagesmith/data/{name}: gpu {key}: cc {cc!r} is not M.m")
         mib = int(_field(name, "gpu", row, "memory_mib", int))
         segment = row.get("segment", "datacenter")
@@ -276,7 +276,7 @@ def gpu_or_adhoc(
     try:
         return gpu(name, memory_mib=memory_mib, driver=driver)
     except ConfigError:
-        if compute_cap is None or not re.fullmatch(r"\d{1,2}\.\d", compute_cap.strip(), re.ASCII):
+        if compute_cap is None or not re.fullmatch(r"[0-9]{1,2}\.[0-9]", compute_cap.strip(), re.ASCII):
             raise
     newest = max((g.cc for g in gpus()), key=_parse_cc)
     if _parse_cc(compute_cap.strip())[0] > _parse_cc(newest)[0] + 1:
@@ -306,8 +306,8 @@ def gpu_or_adhoc(
 # physical board, an optional board-variant suffix (D, X, XM, DX, L, S: memory/form variants of one chip),
 # frame buffer in GB and the profile series (A apps, B desktops, C compute, Q workstation)
 _VGPU = re.compile(
-    r"^(?:(?:NVIDIA|GRID|Tesla)\s+)+(?P<board>[A-Z]+\d+[A-Z]*?)(?:-(?P<slices>\d)(?=-))?-(?P<fb>\d{1,3})"
-    r"(?P<series>[ABCQ])\d?$",
+    r"^(?:(?:NVIDIA|GRID|Tesla)\s+)+(?P<board>[A-Z]+[0-9]+[A-Z]*?)(?:-(?P<slices>[0-9])(?=-))?-(?P<fb>[0-9]{1,3})"
+    r"(?P<series>[ABCQ])[0-9]?$",
     re.IGNORECASE,
 )
 _BOARD_SUFFIXES = ("XM", "DX", "D", "X", "L")
@@ -341,7 +341,7 @@ def vgpu(name: str) -> Gpu | None:
     return None
 
 
-_MODEL_TOKEN = re.compile(r"^(?P<letters>[a-z]*)(?P<digits>\d+)(?P<suffix>[a-z0-9]*)$")
+_MODEL_TOKEN = re.compile(r"^(?P<letters>[a-z]*)(?P<digits>[0-9]+)(?P<suffix>[a-z0-9]*)$")
 _SERIES_WORDS = {"rtx", "gtx", "quadro", "titan", "pro"}
 
 
@@ -433,7 +433,7 @@ def arch_families() -> tuple[ArchFamily, ...]:
         bounds = []
         for key in ("cc_min", "cc_max"):
             cc = _field(name, "arch", row, key, str)
-            if not re.match(r"^\d{1,2}\.\d$", cc):
+            if not re.match(r"^[0-9]{1,2}\.[0-9]$", cc):
                 raise DataError(f"imagesmith/data/{name}: [[arch]] {arch}: {key} {cc!r} is not M.m")
             bounds.append(_parse_cc(cc))
         if bounds[0] > bounds[1]:
@@ -449,7 +449,7 @@ def arch_families() -> tuple[ArchFamily, ...]:
         last_toolkit = row.get("last_toolkit")
         if (last_branch is None) != (last_toolkit is None) or (
             last_branch is not None
-            and (not isinstance(last_branch, int) or not re.fullmatch(r"\d{1,2}\.x", str(last_toolkit)))
+            and (not isinstance(last_branch, int) or not re.fullmatch(r"[0-9]{1,2}\.x", str(last_toolkit)))
         ):
             raise DataError(
                 f"imagesmith/data/{name}: [[arch]] {arch}: `last_branch` (an integer such as 580) and "
@@ -560,7 +560,7 @@ def _parse_arch(entry: str) -> tuple[int, int, bool, bool]:
 
 
 def _parse_cc(cc: str) -> tuple[int, int]:
-    match = re.match(r"^\s*(?:sm_)?(\d{1,2})\.?(\d)\s*$", cc)
+    match = re.match(r"^\s*(?:sm_)?([0-9]{1,2})\.?([0-9])\s*$", cc)
     if match is None:
         raise ConfigError(f"{cc!r} is not a compute capability", hint="write it as M.m, e.g. 8.0 or 12.0")
     return int(match.group(1)), int(match.group(2))

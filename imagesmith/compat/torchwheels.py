@@ -92,7 +92,7 @@ class TorchRelease:
         return self.variants[self.pypi_default]
 
 
-_ARCH_RE = re.compile(r"^(\d{1,2})\.(\d)(a|f)?(\+PTX)?$")
+_ARCH_RE = re.compile(r"^([0-9]{1,2})\.([0-9])(a|f)?(\+PTX)?$")
 
 
 @functools.cache

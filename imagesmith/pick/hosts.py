@@ -39,7 +39,7 @@ class Host:
 
 def _cuda_of(value: str) -> str:
     """``cu121`` → ``12.1``, ``cu130`` → ``13.0``; anything else as given."""
-    m = re.fullmatch(r"\s*cu(\d{2})(\d)\s*", value, re.IGNORECASE | re.ASCII)
+    m = re.fullmatch(r"\s*cu([0-9]{2})([0-9])\s*", value, re.IGNORECASE | re.ASCII)
     return f"{m.group(1)}.{m.group(2)}" if m else value
 
 
@@ -56,7 +56,7 @@ class Constraints:
         """From the flags: version prefixes (``2.1``, ``12.1``, ``3.10``); ``--cuda cu121`` means 12.1."""
         if torch is not None and "+" in torch:  # 2.4.1+cu121, as pip and compat write it
             version, _, local = torch.partition("+")
-            tag = re.fullmatch(r"\s*cu(\d{2,3})\s*", local, re.IGNORECASE | re.ASCII)
+            tag = re.fullmatch(r"\s*cu([0-9]{2,3})\s*", local, re.IGNORECASE | re.ASCII)
             if tag is None:
                 raise ConfigError(
                     f"--torch {torch!r}: {local!r} is not a CUDA wheel variant (cu121, cu130, …)",
@@ -76,7 +76,7 @@ class Constraints:
             ("--cuda", cuda, "12.1"),
             ("--python", python, "3.10"),
         ):
-            if value is not None and not re.fullmatch(r"\d+(\.\d+){0,2}", value.strip(), re.ASCII):
+            if value is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+){0,2}", value.strip(), re.ASCII):
                 raise ConfigError(
                     f"{flag} {value!r} is not a version", hint=f"give a version prefix, e.g. {flag} {example}"
                 )
@@ -150,7 +150,7 @@ def version_matches(version: str, prefix: str) -> bool:
 
 
 def _vkey(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", version.split("+", 1)[0]))
+    return tuple(int(p) for p in re.findall(r"[0-9]+", version.split("+", 1)[0]))
 
 
 def host_from_flags(driver: str, gpus: Sequence[str]) -> Host:
@@ -203,9 +203,28 @@ def read_smi_text(path: str | Path, flag: str = "--nvidia-smi") -> tuple[str, st
     folder, a device, a UTF-16 capture and bytes that are not text are each one error naming the flag."""
     hint = "give the file the output was saved to (nvidia-smi > smi.txt), or - to read it from stdin"
     if str(path) == "-":
-        data = sys.stdin.buffer.read(inputs.MAX_USER_FILE_BYTES + 1) if hasattr(sys.stdin, "buffer") else None
-        if data is None:
-            return sys.stdin.read(), "<stdin>"
+        if sys.stdin is None:  # started with stdin closed (<&-)
+            raise ConfigError(
+                f"{flag} -: standard input is closed, so there is nothing to read",
+                hint=f"pipe the output in (nvidia-smi | imagesmith … {flag} -), or give the file it is in",
+            )
+        stream = getattr(sys.stdin, "buffer", None)
+        try:
+            if stream is None:  # a text stream without bytes under it (an embedding program's)
+                text = sys.stdin.read(inputs.MAX_USER_FILE_BYTES + 1)
+                data = text.encode("utf-8", "surrogateescape")
+            else:
+                data = stream.read(inputs.MAX_USER_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(
+                f"{flag} - (stdin): cannot read it ({exc.strerror or exc.__class__.__name__})", hint=hint
+            ) from None
+        if len(data) > inputs.MAX_USER_FILE_BYTES:
+            raise ConfigError(
+                f"{flag} - (stdin): more than the {inputs.MAX_USER_FILE_BYTES} bytes it may have: not the "
+                "output of nvidia-smi",
+                hint=hint,
+            )
         return inputs.decode_text(data, f"{flag} - (stdin)", hint=hint), "<stdin>"
     data = inputs.read_user_file(path, flag, hint=hint)
     return inputs.decode_text(data, f"{flag} {path}", hint=hint), str(path)

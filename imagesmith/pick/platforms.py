@@ -157,8 +157,8 @@ def platform_for(platforms: dict[str, Platform], name: str | None, region: str |
 #: Tencent (ap-shanghai, na-siliconvalley, eu-frankfurt), Huawei (cn-north-4, la-south-2), AWS (us-east-1,
 #: cn-northwest-1), GCP (us-central1, europe-west4, asia-east1); and "cn" alone
 _CLOUD_REGION = re.compile(
-    r"cn|(?:cn|us|eu|ap|sa|me|af|ca|il|mx|na|la)-[a-z]+(?:-[a-z]+)?(?:-\d+)?"
-    r"|(?:africa|asia|australia|europe|me|northamerica|southamerica|us)-[a-z]+\d+"
+    r"cn|(?:cn|us|eu|ap|sa|me|af|ca|il|mx|na|la)-[a-z]+(?:-[a-z]+)?(?:-[0-9]+)?"
+    r"|(?:africa|asia|australia|europe|me|northamerica|southamerica|us)-[a-z]+[0-9]+"
 )
 KNOWN_REGION_FORMS: Final[tuple[str, ...]] = (
     "cn-hangzhou (Aliyun)",
@@ -177,7 +177,7 @@ def _is_china(region: str) -> bool:
 
 
 _REGION_IN_HOST = re.compile(
-    r"(?:^|[.-])((?:cn|us|eu|ap|sa|me|af|ca|il|mx)-[a-z]+-?\d*|[a-z]+-[a-z]+\d)(?:[.]|$)"
+    r"(?:^|[.-])((?:cn|us|eu|ap|sa|me|af|ca|il|mx)-[a-z]+-?[0-9]*|[a-z]+-[a-z]+[0-9])(?:[.]|$)"
 )
 
 

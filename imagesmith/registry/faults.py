@@ -30,6 +30,7 @@ from tenacity.stop import stop_base
 
 from imagesmith import http, settings
 from imagesmith.errors import ConfigError
+from imagesmith.inputs import is_decimal, is_digits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +57,7 @@ class RetryPolicy:
         policy = cls()
         attempts = (settings.get("IMAGESMITH_REGISTRY_ATTEMPTS", env=env) or "").strip()
         if attempts:
-            if not attempts.isdigit() or not 1 <= int(attempts) <= 1000:
+            if not is_digits(attempts) or not 1 <= int(attempts) <= 1000:
                 raise ConfigError(
                     f"IMAGESMITH_REGISTRY_ATTEMPTS={attempts[:40]!r} is not a number of attempts",
                     hint=f"a whole number from 1 to 1000 (default {cls.attempts}), or unset it",
@@ -64,10 +65,7 @@ class RetryPolicy:
             policy = replace(policy, attempts=int(attempts))
         deadline = (settings.get("IMAGESMITH_REGISTRY_DEADLINE", env=env) or "").strip()
         if deadline:
-            try:
-                seconds = float(deadline)
-            except ValueError:
-                seconds = math.nan
+            seconds = float(deadline) if is_decimal(deadline) else math.nan  # float() takes "١٠" too
             if not 1.0 <= seconds <= 86400.0:  # also refuses nan and inf
                 raise ConfigError(
                     f"IMAGESMITH_REGISTRY_DEADLINE={deadline[:40]!r} is not a number of seconds",
@@ -157,7 +155,7 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
     if not value or not value.strip():
         return None
     text = value.strip()
-    if text.isdigit():
+    if is_digits(text):
         return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)

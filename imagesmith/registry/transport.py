@@ -30,6 +30,7 @@ from imagesmith.credentials import (
     sends_credentials,
 )
 from imagesmith.errors import ManifestUnknownError, RegistryError
+from imagesmith.inputs import is_digits
 from imagesmith.registry.api import UPLOAD_CHUNK
 from imagesmith.registry.faults import (
     MAX_ANSWER_BYTES,
@@ -648,7 +649,7 @@ def _read_within(
     *limit* bytes: a larger ``Content-Length`` (not of a HEAD, which has no body) or body is
     :class:`~imagesmith.registry.faults._TooLarge`, closed without reading on."""
     length = resp.headers.get("Content-Length", "").strip()
-    if not head and length.isdigit() and int(length) > limit:
+    if not head and is_digits(length) and int(length) > limit:
         resp.close()
         raise _TooLarge(limit, int(length))
     raw = resp.raw
@@ -664,7 +665,7 @@ def _length(resp: requests.Response) -> int:
     """A HEAD's ``Content-Length``; -1 when missing or not a byte count (never equal to a manifest's size)."""
     text = resp.headers.get("Content-Length", "").strip()
     resp.close()
-    return int(text) if text.isdigit() else -1
+    return int(text) if is_digits(text) else -1
 
 
 def _same_host(a: str, b: str) -> bool:

@@ -113,7 +113,7 @@ class Uploader(Transport):
             resp.close()
             return None
         self._check(resp, "upload status", (204, 200))
-        rng = re.match(r"(?:bytes=)?0-(\d+)", resp.headers.get("Range", ""))
+        rng = re.match(r"(?:bytes=)?0-([0-9]+)", resp.headers.get("Range", ""))
         up.location = urljoin(self.base + "/", resp.headers.get("Location", up.location))
         # docker-registry answers "0-0" for an empty session too: read it as empty (a registry holding one
         # byte then refuses the resent chunk with 416, and the blob restarts)

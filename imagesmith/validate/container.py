@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagesmith.errors import ConfigError, ValidationFailed
+from imagesmith.inputs import is_digits
 from imagesmith.validate.context import MULTICAST_OFF_ENV, SuiteOptions
 from imagesmith.validate.parsers import parse_size
 
@@ -244,7 +245,7 @@ def plan_image_run(
     image_env = dict(e.split("=", 1) for e in env_list if "=" in e)
     if shm_min_override is not None:
         shm_min, source = shm_min_override, "--shm-min"
-    elif labels.get("io.imagesmith.shm-min-bytes", "").isdigit():
+    elif is_digits(labels.get("io.imagesmith.shm-min-bytes", "")):
         shm_min, source = (
             int(labels["io.imagesmith.shm-min-bytes"]),
             "image label io.imagesmith.shm-min-bytes",

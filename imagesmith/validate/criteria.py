@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from imagesmith.inputs import is_digits
 from imagesmith.nvsmi import SmiGpu
 from imagesmith.validate.parsers import TopoMatrix
 
@@ -32,7 +33,7 @@ def gpu_mismatches(expect: str, gpu: Gpu) -> list[str]:
     problems: list[str] = []
     for token in expect.split():
         t = token.upper()
-        if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*GB", t):
+        if m := re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*GB", t):
             want = float(m.group(1))
             if gpu.memory_mib is None:
                 problems.append(f"memory unknown (nvidia-smi printed no memory.total), expected {token}")
@@ -67,7 +68,7 @@ def visible_count(cuda_visible_devices: str | None, gpus: list[Gpu]) -> int:
         if not entry:
             break
         idx: int | None = None
-        if entry.isdigit():
+        if is_digits(entry):
             idx = int(entry) if int(entry) < len(gpus) else None
         else:
             matches = [

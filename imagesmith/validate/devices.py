@@ -53,10 +53,10 @@ def nvidia_device_setup(
             continue
         if not stat.S_ISCHR(mode):  # /dev/nvidia-caps is a folder
             continue
-        if wanted is not None and re.fullmatch(r"nvidia\d+", path.name) and path.name not in wanted:
+        if wanted is not None and re.fullmatch(r"nvidia[0-9]+", path.name) and path.name not in wanted:
             continue
         devices.append(f"{path}:{path}:rwm")
-    if not any(re.fullmatch(r".*/nvidia\d+:.*", d) for d in devices):
+    if not any(re.fullmatch(r".*/nvidia[0-9]+:.*", d) for d in devices):
         raise EngineError(
             "GPUs were asked for, but this host has no /dev/nvidia<N> device nodes and no NVIDIA "
             "container toolkit",

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from imagesmith import compat, schema
 from imagesmith.index import ReleaseIndex
+from imagesmith.inputs import is_digits
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -198,7 +199,7 @@ class ScalingRow:
     date: str
 
     def covers(self, code: str) -> bool:
-        return code in self.topo or ("NV#" in self.topo and code.startswith("NV") and code[2:].isdigit())
+        return code in self.topo or ("NV#" in self.topo and code.startswith("NV") and is_digits(code[2:]))
 
 
 @dataclass(frozen=True, kw_only=True)

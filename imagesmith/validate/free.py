@@ -115,9 +115,9 @@ def parse_free(text: str) -> FreeCapture:
 def foreign_limit_mib(spec: str, total_mib: float) -> float:
     """``--foreign-memory-max``: a percentage of the board (``3%``) or a size (``2g``, ``512m``) → MiB."""
     s = spec.strip().lower()
-    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*%", s):
+    if m := re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*%", s):
         return float(m.group(1)) / 100 * total_mib
-    if m := re.fullmatch(r"(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?", s):
+    if m := re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([kmgt]?)i?b?", s):
         scale = {"": 1 / 1024**2, "k": 1 / 1024, "m": 1.0, "g": 1024.0, "t": 1024.0**2}[m.group(2)]
         return float(m.group(1)) * scale
     raise ConfigError(

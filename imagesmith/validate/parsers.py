@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from imagesmith.errors import ParseError
+from imagesmith.inputs import is_decimal, is_digits
 
 # ----------------------------------------------------------------------------------------------------------
 # -----
@@ -22,8 +23,8 @@ from imagesmith.errors import ParseError
 
 #: link kinds of ``nvidia-smi topo -m`` (legend of current drivers; ``SOC`` is the old name of ``SYS``).
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
-_LINK_RE = re.compile(r"^(X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)$")
-_DEVICE_RE = re.compile(r"^(GPU\d+|NIC\d+|mlx\d+_\d+)$")
+_LINK_RE = re.compile(r"^(X|NV[0-9]+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+_DEVICE_RE = re.compile(r"^(GPU[0-9]+|NIC[0-9]+|mlx[0-9]+_[0-9]+)$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +129,7 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
             raise ParseError(f"{source}: the diagonal cell of {a} is {links[(a, a)]!r}, expected 'X'")
     nic_names: dict[str, str] = {}
     for line in lines:
-        m = re.match(r"^\s*(NIC\d+):\s*(\S+)\s*$", line)
+        m = re.match(r"^\s*(NIC[0-9]+):\s*(\S+)\s*$", line)
         if m:
             nic_names[m.group(1)] = m.group(2)
     return TopoMatrix(
@@ -169,7 +170,11 @@ class P2PMatrix:
 def parse_topo_p2p(text: str, *, source: str = "nvidia-smi topo -p2p n") -> P2PMatrix:
     lines = strip_ansi(text).splitlines()
     header_idx = next(
-        (i for i, ln in enumerate(lines) if ln.split() and all(re.match(r"^GPU\d+$", t) for t in ln.split())),
+        (
+            i
+            for i, ln in enumerate(lines)
+            if ln.split() and all(re.match(r"^GPU[0-9]+$", t) for t in ln.split())
+        ),
         None,
     )
     if header_idx is None:
@@ -187,7 +192,7 @@ def parse_topo_p2p(text: str, *, source: str = "nvidia-smi topo -p2p n") -> P2PM
             continue
         if parts[0] == "Legend:":
             break
-        if not re.match(r"^GPU\d+$", parts[0]):
+        if not re.match(r"^GPU[0-9]+$", parts[0]):
             raise ParseError(f"{source}: line {n} is not a matrix row: {line!r}")
         if len(parts) != len(gpus) + 1:
             raise ParseError(
@@ -254,14 +259,16 @@ class NcclResult:
         return self.rows[-1].busbw
 
 
-_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
-_OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s*(OK|FAILED)\s*$")
+_NUM = r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
+_OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*([0-9]+)\s*(OK|FAILED)\s*$")
 _AVG_RE = re.compile(rf"^#\s*Avg bus bandwidth\s*:\s*({_NUM})\s*(OK|FAILED)?\s*$")
-_VERSION_RE = re.compile(r"^#\s*nccl-tests version (\S+)(?: nccl-headers=(\d+))?(?: nccl-library=(\d+))?")
+_VERSION_RE = re.compile(
+    r"^#\s*nccl-tests version (\S+)(?: nccl-headers=([0-9]+))?(?: nccl-library=([0-9]+))?"
+)
 _START_RE = re.compile(r"^#\s*Collective test starting:\s*(\S+)")
-_NGPUS_RE = re.compile(r"^#\s*nThread\s+\d+\s+nGpus\s+(\d+)")
+_NGPUS_RE = re.compile(r"^#\s*nThread\s+[0-9]+\s+nGpus\s+([0-9]+)")
 _RANK_RE = re.compile(
-    r"^#\s+Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+\S+\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$"
+    r"^#\s+Rank\s+[0-9]+\s+Group\s+[0-9]+\s+Pid\s+[0-9]+\s+on\s+\S+\s+device\s+[0-9]+\s+\[[^\]]*\]\s+(.+?)\s*$"
 )
 _COLUMNS_RE = re.compile(r"^#\s+size\s+count\s+type\s+redop")
 
@@ -269,16 +276,16 @@ _COLUMNS_RE = re.compile(r"^#\s+size\s+count\s+type\s+redop")
 def _wrong(value: str, line_no: int, source: str) -> int | None:
     if value == "N/A":
         return None
-    if not value.isdigit():
+    if not is_digits(value):
         raise ParseError(f"{source}: line {line_no}: #wrong column is {value!r}, expected a count or N/A")
     return int(value)
 
 
 def _float(value: str, what: str, line_no: int, source: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ParseError(f"{source}: line {line_no}: {what} is {value!r}, not a number") from None
+    lowered = value.strip().lower()
+    if not is_decimal(value) and lowered.lstrip("+-") not in ("nan", "inf", "infinity"):
+        raise ParseError(f"{source}: line {line_no}: {what} is {value!r}, not a number")
+    number = float(lowered)
     if not math.isfinite(number) or number < 0:
         # nccl-tests prints nan/inf when a timing went wrong (a crashed or preempted collective): a
         # bandwidth that cannot be compared must never pass a floor
@@ -350,7 +357,7 @@ def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
                 f"(size count type redop root time algbw busbw #wrong time algbw busbw #wrong): {line!r}",
                 hint="the log is corrupted or was written by an unknown nccl-tests version; rerun the test",
             )
-        if not parts[0].isdigit() or not parts[1].isdigit():
+        if not is_digits(parts[0]) or not is_digits(parts[1]):
             raise ParseError(f"{source}: line {n}: size/count are not integers: {line!r}")
         row = NcclRow(
             size=int(parts[0]),
@@ -415,7 +422,7 @@ def parse_nccl_log(text: str, *, source: str = "nccl-tests log") -> NcclResult:
 # -----
 # sizes ("8g", "64m", "1073741824")
 
-_SIZE_RE = re.compile(r"^\s*(\d{1,19}(?:\.\d{1,9})?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE | re.ASCII)
+_SIZE_RE = re.compile(r"^\s*([0-9]{1,19}(?:\.[0-9]{1,9})?)\s*([kmgt]?)(i?b?)?\s*$", re.IGNORECASE | re.ASCII)
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 
 
@@ -473,13 +480,13 @@ HARDWARE_XIDS: dict[int, str] = {
 }
 _XID_RE = re.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\)"
-    r":\s*(?P<code>\d+)\s*,?\s*(?P<rest>.*)$"
+    r":\s*(?P<code>[0-9]+)\s*,?\s*(?P<rest>.*)$"
 )
 
 
 _SXID_RE = re.compile(
     r"SXid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})(?:\.[0-9A-Fa-f])?\)"
-    r":\s*(?P<code>\d+)\s*,\s*(?P<rest>.*)$"
+    r":\s*(?P<code>[0-9]+)\s*,\s*(?P<rest>.*)$"
 )
 
 
@@ -539,8 +546,8 @@ def parse_xid(text: str) -> list[XidEvent]:
 # -----
 # nvidia-smi nvlink -s
 
-_NVLINK_GPU_RE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?)(?: \(UUID: [^)]*\))?\s*$")
-_NVLINK_LINK_RE = re.compile(r"^\s+Link (?P<link>\d+): (?P<state>.+?)\s*$")
+_NVLINK_GPU_RE = re.compile(r"^GPU (?P<index>[0-9]+): (?P<name>.+?)(?: \(UUID: [^)]*\))?\s*$")
+_NVLINK_LINK_RE = re.compile(r"^\s+Link (?P<link>[0-9]+): (?P<state>.+?)\s*$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -582,7 +589,7 @@ def parse_nvlink_status(text: str, *, source: str = "nvidia-smi nvlink -s") -> l
         state = link.group("state").lower()
         if "inactive" in state or "down" in state or "disabled" in state:
             inactive.append(int(link.group("link")))
-        elif re.search(r"\d", state):
+        elif re.search(r"[0-9]", state):
             active.append(int(link.group("link")))
         else:
             raise ParseError(f"{source}: line {n}: unknown link state {link.group('state')!r}")

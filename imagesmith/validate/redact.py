@@ -21,7 +21,7 @@ _HOST_FIGURES: Final[tuple[str, ...]] = ("hostname", "host", "nodename")
 #: a user's home folder in a path (/home/alice/…, /Users/alice/…, /root is not a user name)
 _HOME: Final = re.compile(r"(/home/|/Users/)(?!<redacted>)[^/\s\"'<>]+")
 #: user@host (an ssh target, an e-mail address), never repository@sha256:… nor a pip "name @ url" line
-_USER_AT_HOST: Final = re.compile(r"(?<![\w/.@-])[A-Za-z_][\w.-]*@(?!sha256:)[A-Za-z0-9][\w.-]*(:\d+)?")
+_USER_AT_HOST: Final = re.compile(r"(?<![\w/.@-])[A-Za-z_][\w.-]*@(?!sha256:)[A-Za-z0-9][\w.-]*(:[0-9]+)?")
 #: an ssh:// target in any text
 _SSH_URL: Final = re.compile(r"ssh://(?!<redacted>)[^\s\"']+")
 

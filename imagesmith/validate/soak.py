@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from imagesmith.inputs import is_decimal
 from imagesmith.validate.expected import (
     CLOCK_EVENTS_FAIL,
     CLOCK_EVENTS_WARN,
@@ -134,10 +135,10 @@ def _num(value: Any) -> float | None:
     if isinstance(value, (int, float)):
         return float(value) if math.isfinite(value) else None
     if isinstance(value, str):
-        try:
-            v = float(value.strip().split()[0])
-        except (ValueError, IndexError):
+        first = value.strip().split()[:1]
+        if not first or not is_decimal(first[0]):  # "[N/A]", "١٠": float() would take the latter
             return None
+        v = float(first[0])
         return v if math.isfinite(v) else None
     return None
 
@@ -528,7 +529,7 @@ def soak_sentence(series: SoakSeries, result: SoakResult, *, new_xids: int = 0) 
 
 # -- the kernel log around the soak ------------------------------------------------------------
 
-_STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")
+_STAMP = re.compile(r"^\[\s*([0-9]+(?:\.[0-9]+)?)\]")
 
 
 def new_kernel_events(
@@ -652,7 +653,7 @@ def write_plots(
     refs = {(m["gpu"], m["figure"]): m["first_minute"] for m in result.minutes}
     written: list[str] = []
     for n, (label, rows) in enumerate(sorted(series.rows.items())):
-        m = re.match(r"(?:GPU |cuda:)(\d+)", label)
+        m = re.match(r"(?:GPU |cuda:)([0-9]+)", label)
         name = f"soak-gpu{m.group(1) if m else n}.png"
         fig, axes = plt.subplots(3, 1, figsize=(10, 7.5), dpi=100, sharex=True)
         mids = [(r.t0 + r.t1) / 2 / 60 for r in rows]

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from imagesmith.errors import ConfigError
 
 _IMAGE_RE = re.compile(
-    r"^(?:[a-zA-Z0-9.-]+(?::\d+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+    r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
     r"(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
 )
-_SSH_RE = re.compile(r"^ssh://(?:([A-Za-z0-9._-]+)@)?([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(?::(\d{1,5}))?/?$")
+_SSH_RE = re.compile(r"^ssh://(?:([A-Za-z0-9._-]+)@)?([A-Za-z0-9.-]+|\[[0-9a-fA-F:]+\])(?::([0-9]{1,5}))?/?$")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from imagesmith.errors import ParseError
+from imagesmith.inputs import is_digits
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu, gpu_mismatches, reference_power_w
 from imagesmith.validate.facts import KERNEL_LOG_COMMANDS, GpuFacts
@@ -181,7 +182,10 @@ def test_gpus_on_the_pci_bus(ctx: Context, check: CheckRecord, gpus: list[Gpu]) 
     notice the host has one GPU fewer than it was sold with."""
     r = ctx.run(PCI_GPUS, timeout=60)
     lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
-    nodes = next((int(p[1]) for p in lines if len(p) == 2 and p[0] == "devnodes" and p[1].isdigit()), 0)
+    nodes = next(
+        (int(p[1]) for p in lines if len(p) == 2 and p[0] == "devnodes" and is_digits(p[1])),
+        0,
+    )
     bound = sorted(p[0] for p in lines if len(p) == 2 and p[1] == "nvidia" and p[0] != "devnodes")
     check.figures.update(pci_nvidia_bound=bound, dev_nvidia_nodes=nodes)
     if not bound:

@@ -4,6 +4,7 @@ MB.
 
 from __future__ import annotations
 
+from imagesmith.inputs import is_digits
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.parsers import format_bytes
 
@@ -20,7 +21,7 @@ def _fix(ctx: Context) -> str:
 def test_shm_size(ctx: Context, check: CheckRecord) -> None:
     r = ctx.run("df -B1 --output=size,fstype /dev/shm 2>/dev/null | tail -n 1 || df -k /dev/shm")
     parts = r.stdout.split()
-    if r.rc != 0 or not parts or not parts[0].isdigit():
+    if r.rc != 0 or not parts or not is_digits(parts[0]):
         fail(f"/dev/shm is missing or unreadable: {r.output.strip()[:200]}", _fix(ctx))
     size = int(parts[0])
     check.figures.update(

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from imagesmith.inputs import is_digits
 from imagesmith.validate.context import CheckRecord, Context, fail, skip_no_gpu
 from imagesmith.validate.criteria import Gpu
 from imagesmith.validate.expected import (
@@ -192,9 +193,9 @@ def test_clocks_under_load(check: CheckRecord, perf: list[tuple[dict[str, Any], 
             continue
         bad, odd = clock_events(samples)
         clocks = [
-            int(s["clocks.sm"].split()[0]) for s in samples if s.get("clocks.sm", "").split()[0].isdigit()
+            int(s["clocks.sm"].split()[0]) for s in samples if is_digits(s.get("clocks.sm", "").split()[0])
         ]
-        temps = [int(s["temperature.gpu"]) for s in samples if s.get("temperature.gpu", "").isdigit()]
+        temps = [int(s["temperature.gpu"]) for s in samples if is_digits(s.get("temperature.gpu", ""))]
         rows[where] = {
             "samples": len(samples),
             "sm_clock_mhz_min": min(clocks) if clocks else None,
