@@ -174,7 +174,9 @@ def host_from_text(text: str, *, source: str, driver: str | None = None) -> Host
     report = nvsmi.parse(text, source)
     flag = compat.parse_driver(driver) if driver is not None else None
     if report.driver is None and flag is None:
-        raise ParseError(
+        # what is missing is a flag (as compat says for the same file): a bad invocation, exit 2, not output
+        # that could not be parsed
+        raise ConfigError(
             f"{source}: this nvidia-smi output does not show the driver version ({report.format} format)",
             hint="add --driver (e.g. --driver 580.95.05), or save the plain `nvidia-smi` output or "
             "`nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version --format=csv`",

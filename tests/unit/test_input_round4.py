@@ -319,6 +319,21 @@ def test_a_table_cut_at_a_line_end_is_refused() -> None:
     assert len(nvsmi.parse(whole, "two.txt").gpus) == 2
 
 
+@pytest.mark.parametrize("capture", ["list", "csv"])
+def test_compat_and_pick_answer_a_capture_without_driver_alike(
+    run_cli: Run, tmp_path: Path, capture: str
+) -> None:
+    path = tmp_path / "smi.txt"
+    if capture == "list":
+        path.write_text("GPU 0: NVIDIA H200 (UUID: GPU-8f8ec75d-437d-b98b-303a-920620c683d9)\n")
+    else:
+        path.write_text("index, name, memory.total [MiB]\n0, NVIDIA H200, 143771 MiB\n")
+    compat_error, _ = _one_error(run_cli("compat", "--torch", "2.4.1", "--nvidia-smi", str(path)), 2)
+    pick_error, _ = _one_error(run_cli("pick", "--index", INDEX, "--nvidia-smi", str(path)), 2)  # was 7
+    assert "driver version" in compat_error
+    assert "driver version" in pick_error
+
+
 def test_a_gpu_twice_in_one_table_is_refused() -> None:
     lines = H100.read_text().splitlines(keepends=True)
     pasted = "".join(lines[:12] + lines[8:12] + lines[23:])

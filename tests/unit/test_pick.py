@@ -430,7 +430,7 @@ def test_nvidia_smi_file_that_is_not_nvidia_smi(tmp_path: Path) -> None:
 def test_nvidia_smi_L_has_no_driver(tmp_path: Path) -> None:
     f = tmp_path / "L.txt"
     f.write_text("GPU 0: NVIDIA H200 (UUID: GPU-8d5d1b1c-0000-0000-0000-000000000000)\n")
-    with pytest.raises(ParseError, match="does not show the driver version"):
+    with pytest.raises(ConfigError, match="does not show the driver version"):
         read_host(nvidia_smi_file=f)
 
 
@@ -666,7 +666,7 @@ def test_cli_pick_nvidia_smi_L_with_driver(run_cli: Callable[..., Any], tmp_path
     save_index(make_index(), path)
     smi_l = str(NVSMI / "real_580.159.04_h200_L.txt")
     res = run_cli("pick", "--index", str(path), "--nvidia-smi", smi_l)
-    assert res.exit_code == ParseError.exit_code
+    assert res.exit_code == ConfigError.exit_code  # the same file in compat: exit 2 as well
     assert "fix: add --driver" in res.stderr  # the fix it names ...
     res = run_cli("pick", "--index", str(path), "--nvidia-smi", smi_l, "--driver", "580.159.04")
     assert res.exit_code == 0, res.stderr  # ... works (it was "--driver and --gpu go together")
