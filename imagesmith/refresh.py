@@ -40,7 +40,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat, http
+from imagesmith import compat, http, inputs
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.fatbin import FatbinReport, FatbinScanner
 
@@ -412,15 +412,15 @@ class LiveSource:
         if project not in self._files:
             url = urljoin(self.index_url, f"{project}/")
             body, final = self.http.get(url, {"Accept": SIMPLE_JSON})
+            hint = "point --index-url at an index that serves application/vnd.pypi.simple.v1+json"
             try:
-                data = json.loads(body)
+                data = inputs.loads_json(body, url, error=UpstreamError, hint=hint)
                 rows = data["files"]
-            except (ValueError, KeyError, TypeError):
+                self._files[project] = _dist_files(project, rows, final)
+            except (ValueError, KeyError, TypeError, AttributeError):
                 raise UpstreamError(
-                    f"{url} did not answer the JSON Simple API (PEP 691)",
-                    hint="point --index-url at an index that serves application/vnd.pypi.simple.v1+json",
+                    f"{url} did not answer the JSON Simple API (PEP 691)", hint=hint
                 ) from None
-            self._files[project] = _dist_files(project, rows, final)
         return self._files[project]
 
     def _touch(self, wheel: DistFile) -> None:
@@ -429,9 +429,12 @@ class LiveSource:
     def metadata(self, wheel: DistFile) -> str:
         self._touch(wheel)
         if wheel.core_metadata:
-            text = self.http.get(wheel.url + ".metadata")[0].decode()
+            raw = self.http.get(wheel.url + ".metadata")[0]
         else:
-            text = RemoteWheel(self.http, wheel.url, wheel.size).read(_metadata_member(wheel)).decode()
+            raw = RemoteWheel(self.http, wheel.url, wheel.size).read(_metadata_member(wheel))
+        # core metadata is UTF-8 (PEP 566); a stray byte in a description must not end the run: the fields
+        # read (Requires-Dist, Requires-Python) are ASCII
+        text = raw.decode("utf-8", "replace")
         if self.record:
             path = self.record / "metadata" / f"{wheel.filename}.METADATA"
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -489,6 +492,12 @@ def _metadata_member(wheel: DistFile) -> str:
     return f"{name.replace('-', '_')}-{version}.dist-info/METADATA"
 
 
+def _size(value: Any) -> int:
+    """A file's ``size`` from a Simple API page: a non-negative integer, else 0 (unknown; NaN, a string or a
+    negative number never reach ``int()``)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _dist_files(project: str, rows: Sequence[Mapping[str, Any]], base: str) -> list[DistFile]:
     out = []
     for row in rows:
@@ -504,7 +513,7 @@ def _dist_files(project: str, rows: Sequence[Mapping[str, Any]], base: str) -> l
                 project=project,
                 filename=name,
                 url=urljoin(base, str(row.get("url", ""))),
-                size=int(row.get("size") or 0),
+                size=_size(row.get("size")),
                 upload_time=str(row.get("upload-time") or ""),
                 requires_python=row.get("requires-python"),
                 core_metadata=bool(row.get("core-metadata") or row.get("data-dist-info-metadata")),
@@ -528,12 +537,40 @@ class RecordedSource:
 
     def files(self, project: str) -> list[DistFile]:
         path = self.root / "simple" / f"{project}.json"
-        if not path.is_file():
+        if not os.path.lexists(path):
             return []
-        return _dist_files(project, json.loads(path.read_text())["files"], "")
+        doc = self._json(path)
+        try:
+            return _dist_files(project, doc["files"], "")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise self._bad(path, "not a recorded PEP 691 project page (no readable `files` list)") from None
+
+    def _bad(self, path: Path, what: str) -> ConfigError:
+        return ConfigError(
+            f"--offline {self.root}: {path.relative_to(self.root)}: {what}",
+            hint="record again with: imagesmith refresh-compat --record DIR (same --releases)",
+        )
+
+    def _text(self, path: Path) -> str:
+        """A recorded file: a regular UTF-8 file (a FIFO, a folder or another encoding is one error naming it,
+        never "not recorded" or a traceback)."""
+        return inputs.read_user_text(
+            path,
+            f"--offline {self.root}:",
+            hint="record again with: imagesmith refresh-compat --record DIR (same --releases)",
+        )
+
+    def _json(self, path: Path) -> Any:
+        text = self._text(path)
+        try:
+            return inputs.loads_json(
+                text, f"--offline {path}", hint="record again with: imagesmith refresh-compat --record DIR"
+            )
+        except json.JSONDecodeError as exc:
+            raise self._bad(path, f"not JSON ({exc.msg} at line {exc.lineno})") from None
 
     def _need(self, path: Path) -> Path:
-        if not path.is_file():
+        if not os.path.lexists(path):
             raise ConfigError(
                 f"--offline {self.root}: {path.relative_to(self.root)} was not recorded",
                 hint="record again with: imagesmith refresh-compat --record DIR (same --releases)",
@@ -541,11 +578,15 @@ class RecordedSource:
         return path
 
     def metadata(self, wheel: DistFile) -> str:
-        return self._need(self.root / "metadata" / f"{wheel.filename}.METADATA").read_text()
+        return self._text(self._need(self.root / "metadata" / f"{wheel.filename}.METADATA"))
 
     def fatbin(self, wheel: DistFile) -> FatbinReport:
         path = self._need(self.root / "fatbin" / f"{wheel.filename}.json")
-        return FatbinReport.from_json(json.loads(path.read_text()))
+        doc = self._json(path)
+        try:
+            return FatbinReport.from_json(doc)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise self._bad(path, "not a recorded fatbin report") from None
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -334,10 +334,15 @@ def read_evidence(
     """The evidence of one validation folder: report.json (or *report_file*) and, beside it, the signed
     attestation."""
     report_path, att_path = report_file or folder / "report.json", folder / ATTESTATION_FILE
-    beside = read_report(report_path) if report_path.is_file() else None
+    # a report.json that is there but not a regular file (a FIFO, a folder, a link loop) is an error naming
+    # it (read_user_file), not "no report"
+    beside = read_report(report_path) if os.path.lexists(report_path) else None
     claimed = beside.digest if beside is not None else None
     if not att_path.is_file():
-        assert beside is not None
+        if beside is None:  # found by its name, but the attestation is not a file either
+            raise ConfigError(
+                f"{att_path} {inputs.not_a_file(att_path) or 'cannot be read'}", hint="check --reports"
+            )
         return [
             replace(
                 beside,

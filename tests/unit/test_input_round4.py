@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -422,3 +423,68 @@ def test_nvidia_smi_from_stdin_is_capped() -> None:
 def test_the_h200_capture_still_reads(run_cli: Run) -> None:
     r = run_cli("compat", "--torch", "2.4.1", "--cuda", "12.1", "--nvidia-smi", str(H200))
     assert r.exit_code == 0, r.stderr
+
+
+# ------------------------------------------------------------------------------ recordings and reports
+
+
+RECORDING = REPO / "tests" / "data" / "refresh"
+
+
+def _recording(tmp_path: Path, rel: str, kind: str) -> Path:
+    root = tmp_path / "rec"
+    shutil.copytree(RECORDING, root)
+    path = root / rel
+    if kind == "deep":
+        path.write_text("[" * 100000 + "]" * 100000)
+    elif kind == "utf16":
+        path.write_bytes(path.read_text().encode("utf-16"))
+    elif kind == "latin1":
+        path.write_bytes(path.read_bytes() + b"Summary: caf\xe9\n")
+    elif kind == "nan-size":
+        path.write_text(re.sub(r'"size": [0-9]+', '"size": NaN', path.read_text(), count=1))
+    elif kind in ("fifo", "folder"):
+        path.unlink()
+        os.mkfifo(path) if kind == "fifo" else path.mkdir()
+    return root
+
+
+@pytest.mark.parametrize(
+    ("rel", "kind"),
+    [
+        ("simple/torch.json", "deep"),
+        ("simple/torch.json", "utf16"),
+        ("simple/torch.json", "fifo"),
+        ("simple/torch.json", "folder"),
+        ("metadata/torch-2.12.0-cp312-cp312-manylinux_2_28_x86_64.whl.METADATA", "latin1"),
+        ("metadata/torch-2.12.0-cp312-cp312-manylinux_2_28_x86_64.whl.METADATA", "fifo"),
+    ],
+)
+def test_a_hostile_recording_is_one_error_naming_its_file(
+    run_cli: Run, tmp_path: Path, rel: str, kind: str
+) -> None:
+    # were RecursionError / UnicodeDecodeError tracebacks, or (FIFO, folder) "torch: not on PyPI"
+    root = _recording(tmp_path, rel, kind)
+    with _deadline(60):
+        r = run_cli(
+            "-C", str(REPO), "refresh-compat", "--offline", str(root), "--releases", "2.12", "--no-arch"
+        )
+    error, _ = _one_error(r, 2)
+    assert Path(rel).name in error
+
+
+def test_a_nan_size_in_a_recording_is_no_traceback(run_cli: Run, tmp_path: Path) -> None:
+    root = _recording(tmp_path, "simple/torch.json", "nan-size")
+    r = run_cli("-C", str(REPO), "refresh-compat", "--offline", str(root), "--releases", "2.12", "--no-arch")
+    assert r.exit_code in (0, 2), r.stderr  # int(nan) was a ValueError traceback
+
+
+def test_a_report_json_that_is_a_fifo_is_one_error(run_cli: Run, tmp_path: Path) -> None:
+    reports = tmp_path / "reports" / "run1"
+    reports.mkdir(parents=True)
+    os.mkfifo(reports / "report.json")
+    with _deadline(20):
+        error, _ = _one_error(
+            run_cli("-C", str(REPO), "release", "--reports", str(tmp_path / "reports"), "--dry-run"), 2
+        )
+    assert "FIFO" in error  # was an AssertionError traceback
