@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from imagesmith import kinds, settings
+from imagesmith import inputs, kinds, settings
 from imagesmith.errors import RegistryError
 from imagesmith.inputs import is_digits
 
@@ -221,12 +221,25 @@ class DockerConfigProvider:
         path = docker_config_path(self.env)
         if not path.is_file():
             return None
+        # a user file: read as every other (size cap, UTF-8 named, JSON depth and integer bounds), and its
+        # shape checked before use (a list where docker writes an object was an AttributeError traceback)
+        text = inputs.read_user_text(path, "docker config", error=RegistryError, hint="fix or remove it")
         try:
-            cfg = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            cfg = inputs.loads_json(
+                text, f"docker config {path}", error=RegistryError, hint="fix or remove it"
+            )
+        except ValueError as exc:
             raise RegistryError(
                 f"docker config {path} is not valid JSON ({exc})", hint="fix or remove it"
-            ) from exc
+            ) from None
+        if not isinstance(cfg, dict) or not all(
+            isinstance(cfg.get(k, {}), dict) for k in ("auths", "credHelpers")
+        ):
+            raise RegistryError(
+                f"docker config {path}: not a docker config (an object with `auths` and `credHelpers` "
+                "objects)",
+                hint="fix or remove it (`docker login` writes a new one)",
+            )
         keys = _config_keys(host)
         helpers = cfg.get("credHelpers", {})
         helper = next((helpers.get(k) for k in keys if helpers.get(k)), None)

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from imagesmith.errors import IndexTrustError
+from imagesmith import inputs
+from imagesmith.errors import ImagesmithError, IndexTrustError
 
 if TYPE_CHECKING:
     from imagesmith.index import ReleaseIndex
@@ -171,10 +172,13 @@ class TrustStore:
     def data(self) -> dict[str, Any]:
         if self._data is None:
             try:
-                raw = json.loads(self.path.read_bytes())
-            except FileNotFoundError:
-                raw = {}
-            except (OSError, ValueError):
+                # never blocks (a FIFO put there), bounded, JSON depth and integers checked: one error below
+                raw = (
+                    inputs.loads_json(inputs.read_user_file(self.path, "", hint=""), str(self.path), hint="")
+                    if os.path.lexists(self.path)
+                    else {}
+                )
+            except (OSError, ValueError, ImagesmithError):
                 raise IndexTrustError(
                     f"--index {self.source}: the trust record {self.path} cannot be read",
                     fault="trust record unreadable",

@@ -488,3 +488,36 @@ def test_a_report_json_that_is_a_fifo_is_one_error(run_cli: Run, tmp_path: Path)
             run_cli("-C", str(REPO), "release", "--reports", str(tmp_path / "reports"), "--dry-run"), 2
         )
     assert "FIFO" in error  # was an AssertionError traceback
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ("[" * 100000 + "]" * 100000, "nested"),
+        ("[]", "not a docker config"),
+        ('{"auths": []}', "not a docker config"),
+        ('{"auths": {}, "n": ' + "9" * 5000 + "}", "more than any real value"),
+    ],
+    ids=["deep", "list", "auths-list", "huge-int"],
+)
+def test_a_hostile_docker_config_is_one_error(tmp_path: Path, body: str, words: str) -> None:
+    from imagesmith.credentials import DockerConfigProvider
+    from imagesmith.errors import RegistryError
+
+    (tmp_path / "config.json").write_text(body)
+    with pytest.raises(RegistryError, match=words):  # were RecursionError / AttributeError tracebacks
+        DockerConfigProvider({"DOCKER_CONFIG": str(tmp_path)}).get("127.0.0.1:5443")
+
+
+@pytest.mark.parametrize("kind", ["deep", "fifo"])
+def test_a_hostile_trust_record_is_one_error(tmp_path: Path, kind: str) -> None:
+    from imagesmith.errors import IndexTrustError
+    from imagesmith.indextrust import TrustStore
+
+    store = TrustStore(tmp_path, "https://example.invalid/index.json")
+    if kind == "fifo":
+        os.mkfifo(store.path)
+    else:
+        store.path.write_text("[" * 100000 + "]" * 100000)
+    with _deadline(20), pytest.raises(IndexTrustError, match="trust record"):  # RecursionError; blocked
+        store.data()
