@@ -28,6 +28,7 @@ from imagesmith.index import (
     parse_index,
 )
 from imagesmith.refs import split_reference
+from imagesmith.schema import HOST_PORT, REPO_PATH
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 if TYPE_CHECKING:
@@ -388,6 +389,17 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
         )
     host, path = rest.split("/", 1)
     repo, tag, _ = split_reference(path)
+    # a malformed host or repository is a bad flag (exit 2), caught here: not a registry's failure (exit 9)
+    if not re.fullmatch(HOST_PORT, host, re.ASCII) or not re.fullmatch(REPO_PATH, repo, re.ASCII):
+        bad = (
+            f"{host!r} is not a registry host[:port]"
+            if not re.fullmatch(HOST_PORT, host, re.ASCII)
+            else f"{repo!r} is not a repository path (lowercase letters and digits joined by / . _ -)"
+        )
+        raise ConfigError(
+            f"--index {source}: {bad}",
+            hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG} (a port is 1-65535)",
+        )
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
 
 

@@ -521,3 +521,11 @@ def test_a_hostile_trust_record_is_one_error(tmp_path: Path, kind: str) -> None:
         store.path.write_text("[" * 100000 + "]" * 100000)
     with _deadline(20), pytest.raises(IndexTrustError, match="trust record"):  # RecursionError; blocked
         store.data()
+
+
+@pytest.mark.parametrize(
+    "source", ["oci://bad_host!/x/y:idx", "oci://127.0.0.1:５000/x/y:idx", "oci://h.example/X/y"]
+)
+def test_a_malformed_oci_index_source_is_a_bad_flag(run_cli: Run, source: str) -> None:
+    error, _ = _one_error(run_cli("index", source), 2)  # was exit 9 (a registry's failure) or a network try
+    assert "--index" in error
