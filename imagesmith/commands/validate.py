@@ -228,7 +228,12 @@ def validate_command(
             f"--shm-min {shm_min}: more than {SHM_MAX_BYTES // 1024**3}g, which no GPU host gives /dev/shm",
             hint="ask for what DataLoader workers and NCCL need (8g–64g on 8-GPU training hosts)",
         )
-    env_shm = settings.get("IMAGESMITH_SHM_MIN_BYTES", "") or ""
+    env_shm = (settings.get("IMAGESMITH_SHM_MIN_BYTES", "") or "").strip()
+    if env_shm and (not is_digits(env_shm) or len(env_shm) > 19):  # "٣" and "²" are not bytes
+        raise ConfigError(
+            f"IMAGESMITH_SHM_MIN_BYTES={env_shm[:40]!r} is not a number of bytes",
+            hint="a whole number of bytes in ASCII digits (the image sets it), or unset it",
+        )
     if shm_min_bytes is None and t.kind != "image" and is_digits(env_shm):
         shm_min_bytes, shm_min_source = (
             int(env_shm),

@@ -529,3 +529,13 @@ def test_a_hostile_trust_record_is_one_error(tmp_path: Path, kind: str) -> None:
 def test_a_malformed_oci_index_source_is_a_bad_flag(run_cli: Run, source: str) -> None:
     error, _ = _one_error(run_cli("index", source), 2)  # was exit 9 (a registry's failure) or a network try
     assert "--index" in error
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "9" * 30])
+def test_shm_min_bytes_from_the_environment_is_ascii_bytes(
+    run_cli: Run, monkeypatch: Any, tmp_path: Path, value: str
+) -> None:
+    monkeypatch.setenv("IMAGESMITH_SHM_MIN_BYTES", value)  # "²" was a ValueError traceback, "٣" 3 bytes
+    error, _ = _one_error(run_cli("validate", "--report", str(tmp_path / "r"), "--select", "x"), 2)
+    assert "IMAGESMITH_SHM_MIN_BYTES" in error
+    assert not (tmp_path / "r").exists()  # nothing half-written
