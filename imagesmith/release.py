@@ -84,7 +84,7 @@ from imagesmith.index import (
     issued,
     load_index,
     parse_index,
-    read_index_artifact,
+    read_signed_index_artifact,
     renewal_due,
     save_index,
 )
@@ -1468,11 +1468,14 @@ def _base_index(
     *,
     extend_from: str | None = None,
     echo: Callable[[str], Any] = lambda _: None,
+    keys: Sequence[PublicKey] = (),
 ) -> ReleaseIndex:
     """The index to extend, from the one place the project names: the index file (``[paths].release_index``
     or ``--index-file``), or, when asked for by name (``--extend-from REGISTRY``), the index that registry
     publishes. Never "the first registry that has one": a registry that publishes an index while the file is
-    missing is a refusal, not a source. Carried entries are re-verified later (:func:`verify_carried`)."""
+    missing is a refusal, not a source. Carried entries are re-verified later (:func:`verify_carried`); the
+    repositories a registry's index names as ``published_to`` are carried only when one of *keys* (the release
+    key) signed it (:func:`_published_to_if_signed`)."""
     if index_file.is_file():
         if extend_from:
             raise ConfigError(
@@ -1499,7 +1502,11 @@ def _base_index(
         echo(
             f"extending the index {t.image}:{INDEX_ARTIFACT_TAG} (--extend-from); its entries are re-verified"
         )
-        return parse_index(read_index_artifact(c, t.repo), source=f"{t.image}:{INDEX_ARTIFACT_TAG}")
+        body, envelope = read_signed_index_artifact(c, t.repo)
+        base = parse_index(body, source=f"{t.image}:{INDEX_ARTIFACT_TAG}")
+        return _published_to_if_signed(
+            base, body, envelope, keys, where=f"{t.image}:{INDEX_ARTIFACT_TAG}", echo=echo
+        )
     for t in repos:
         try:
             published = clients[t.name].manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
@@ -1515,6 +1522,36 @@ def _base_index(
             )
     echo(f"no release index at {index_file}: starting a new one")
     return ReleaseIndex(generated=_now())
+
+
+def _published_to_if_signed(
+    base: ReleaseIndex,
+    body: bytes,
+    envelope: bytes | None,
+    keys: Sequence[PublicKey],
+    *,
+    where: str,
+    echo: Callable[[str], Any],
+) -> ReleaseIndex:
+    """*base* (read from a registry for --extend-from), its ``published_to`` kept only when one of *keys*
+    signed exactly *body*: pick takes the signed index from every repository it names, so a repository that
+    someone who can push to this registry wrote into it would be signed into the next index as a place the
+    publisher's index belongs (and one copied there would pass). Entries need no signature here: each is
+    re-verified against its tags, labels and evidence."""
+    if not base.published_to:
+        return base
+    from imagesmith.errors import IndexTrustError
+    from imagesmith.indextrust import check_signature
+
+    try:
+        check_signature(body, envelope, list(keys), source=where, where=f"{where} signature layer")
+    except IndexTrustError:
+        echo(
+            f"the index {where} is not signed by the release key: the repositories it names as published_to "
+            f"({', '.join(base.published_to)}) are not carried; the new index names this run's"
+        )
+        return replace(base, published_to=())
+    return base
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1775,7 +1812,14 @@ def release_cells(
     outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
     verified = verified if verified is not None else VerifiedBlobs.default()
     entries: list[ReleasedImage] = []
-    base = _base_index(index_file, cells, clients, extend_from=extend_from, echo=echo)
+    base = _base_index(
+        index_file,
+        cells,
+        clients,
+        extend_from=extend_from,
+        echo=echo,
+        keys=[sign_key.public] if sign_key is not None else [],
+    )
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
@@ -1871,7 +1915,7 @@ def release_cells(
         # issue 25: where this index is published (every repository before, and this run's), inside the signed
         # bytes: pick refuses it read from any other repository (a copy moved there by someone who can push)
         published_to=tuple(
-            sorted({*base.published_to, *(index_location(t.image) for t in _index_repos(cells))})
+            sorted({*base.published_to, *(index_location(t.host, t.repo) for t in _index_repos(cells))})
         ),
     )
     outcome.index_changed = merged != base or not index_file.is_file()

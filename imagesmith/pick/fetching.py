@@ -234,8 +234,10 @@ def _trust_key(source: str) -> str:
     """What the pinned key and the newest serial are kept under: one index, however its source is spelled
     (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact)."""
     if source.startswith(("oci://", "oci+http://")):
+        from imagesmith.index import index_location
+
         host, repo, tag, _ = parse_oci_source(source)
-        return f"oci://{host.lower()}/{repo}:{tag}"
+        return f"oci://{index_location(host, repo)}:{tag}"
     return source
 
 
@@ -277,7 +279,7 @@ def _oci_location(source: str) -> str | None:
     from imagesmith.index import index_location
 
     host, repo, _, _ = parse_oci_source(source)
-    return index_location(f"{host}/{repo}")
+    return index_location(host, repo)
 
 
 def check_index_scheme(source: str, *, insecure: bool) -> None:
@@ -387,7 +389,18 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
             hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
         )
     host, path = rest.split("/", 1)
-    repo, tag, _ = split_reference(path)
+    repo, tag, digest = split_reference(path)
+    if digest is not None:
+        raise ConfigError(
+            f"--index {source}: an index is read by its tag, not by digest (@{digest[:80]} would be ignored)",
+            hint=f"drop @{digest[:80]}: the signed serial and expiry tell the current index from an older "
+            "one; to keep one fixed index, save it as a file with its .sig and pass that",
+        )
+    if not host or not repo or "" in repo.split("/"):
+        raise ConfigError(
+            f"--index {source}: expected oci://HOST/REPOSITORY[:TAG] (an empty host or path part)",
+            hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
+        )
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
 
 

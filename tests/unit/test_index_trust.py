@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import http.server
 import json
+import os
 import re
 import subprocess
 import sys
@@ -418,9 +419,9 @@ def test_published_to_is_read_checked_and_compared_in_one_form() -> None:
     from imagesmith.index import dump_index, index_location
     from imagesmith.indextrust import check_location
 
-    assert index_location("Registry.Example.COM:5000/acme/torch") == "registry.example.com:5000/acme/torch"
-    assert index_location("index.docker.io/acme/torch") == "docker.io/acme/torch"
-    assert index_location("docker.io/torch") == "docker.io/library/torch"
+    assert index_location("Registry.Example.COM:5000", "acme/torch") == "registry.example.com:5000/acme/torch"
+    assert index_location("index.docker.io", "acme/torch") == "docker.io/acme/torch"
+    assert index_location("docker.io", "torch") == "docker.io/library/torch"
     index = replace(make_index(), published_to=("ghcr.io/acme/torch", "docker.io/acme/torch"))
     back = parse_index(dump_index(index), source="i.json")
     assert back.published_to == ("docker.io/acme/torch", "ghcr.io/acme/torch")
@@ -439,3 +440,152 @@ def test_published_to_is_read_checked_and_compared_in_one_form() -> None:
     ):
         with pytest.raises(ConfigError, match=re.escape(words)):
             parse_index(json.dumps(dict(doc, published_to=bad)), source="i.json")
+
+
+# -- re-check (issue 25): the key a source is known by, the trust record, one source however spelled ---------
+
+
+def test_a_key_that_verified_the_source_is_its_pin_a_published_other_key_is_refused(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """main: after the publisher's key verified the index (``--verify-key``, ``$IMAGESMITH_INDEX_KEY`` in one
+    shell), a later run without it took an index and a key layer someone else signed and published as "first
+    use" (exit 0, the attacker's key pinned)."""
+    path = save_signed_index(make_index(), tmp_path / "index.json", serial=10, publish_key=False)
+    pub = tmp_path / "release.pub"
+    pub.write_bytes(KEY.public.pem)
+    first = run_cli("index", str(path), "--verify-key", str(pub))
+    assert first.exit_code == 0, first.stderr
+    evil = signing.generate_key()
+    save_signed_index(make_index(), path, serial=11, key=evil)  # newer serial, another key beside it
+    for command in (["index", str(path)], ["pick", "--index", str(path), *PICK]):
+        res = run_cli(*command)
+        assert res.exit_code == 2, res.stderr
+        error, fix = _lines(res.stderr)
+        assert error.startswith(f"error: --index {path}: the key published beside the index")
+        assert f"is {evil.public.fingerprint}, not {KEY.public.fingerprint}" in error
+        assert "the key that verified this source before" in error
+        assert "--verify-key NEW.pub" in fix
+    # the publisher's own next index (its key published beside it): taken without --verify-key, by the pin
+    save_signed_index(make_index(), path, serial=12)
+    ok = run_cli("pick", "--index", str(path), *PICK)
+    assert ok.exit_code == 0, ok.stderr
+    assert f"index key: {KEY.public.fingerprint} (ed25519, pinned in " in ok.stderr
+    assert f"first verified from --verify-key {pub})" in ok.stderr
+
+
+def test_a_trust_record_of_main_without_a_pin_still_binds_the_key_of_the_newest_index(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """A record main wrote after a ``--verify-key`` run names the key of the newest index but pins none:
+    that key is what the source is known by."""
+    from imagesmith.indextrust import TrustStore
+
+    path = save_signed_index(make_index(), tmp_path / "index.json", serial=10, publish_key=False)
+    store = TrustStore(tmp_path / "cache" / "imagesmith" / "index", "file:" + str(path.resolve()))
+    store.path.parent.mkdir(parents=True)
+    store.path.write_text(
+        json.dumps(
+            {
+                "source": store.source,
+                "newest": {"serial": 10, "key": KEY.public.fingerprint, "key_type": "ed25519"},
+            }
+        )
+    )
+    evil = signing.generate_key()
+    save_signed_index(make_index(), path, serial=11, key=evil)
+    res = run_cli("index", str(path))
+    assert res.exit_code == 2, res.stderr
+    assert f"not {KEY.public.fingerprint}, the key that verified this source before" in res.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "endless", "dangling"])
+def test_a_trust_record_that_is_no_small_file_is_one_error_not_a_hang(tmp_path: Path, kind: str) -> None:
+    """main: a FIFO where the trust record lives made pick and index wait forever (``read_bytes`` on a FIFO);
+    a link to /dev/zero read until memory ran out."""
+    from imagesmith.indextrust import TrustStore
+
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    store = TrustStore(tmp_path / "cache" / "imagesmith" / "index", "file:" + str(path.resolve()))
+    store.path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(store.path)
+    else:
+        store.path.symlink_to("/dev/zero" if kind == "endless" else tmp_path / "gone")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), IMAGESMITH_CONFIG=str(tmp_path / "c.toml"))
+    env.pop("IMAGESMITH_INDEX_KEY", None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "imagesmith", "index", str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=60,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a trust record that is a {kind} hangs imagesmith index")
+    assert done.returncode == 2, done.stderr
+    error, fix = _lines(done.stderr)
+    assert f"the trust record {store.path} cannot be read" in error
+    assert fix.strip().startswith(f"fix: remove {store.path}")
+
+
+def test_one_oci_source_however_spelled_shares_its_pin_and_newest_serial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main kept the pin and the newest serial under the spelling: Docker Hub's aliases in another case, or a
+    one-part repository with and without ``library/``, were each a first use (another key pinned, an older
+    index taken)."""
+    from imagesmith import pick as picking
+    from imagesmith.pick import fetching
+
+    served: dict[str, tuple[bytes, bytes, bytes]] = {}
+
+    def download_oci(source: str, **_: object) -> tuple[bytes, bytes, bytes]:
+        return served["now"]
+
+    monkeypatch.setattr(picking, "_download_oci", download_oci)
+    body, env = signed_bytes(replace(make_index(), published_to=("docker.io/library/torch",)), serial=20)
+    served["now"] = (body, env, KEY.public.pem)
+    fetch_index("oci://docker.io/torch", refresh=True)  # first use: KEY pinned, serial 20 seen
+    evil = signing.generate_key()
+    body, env = signed_bytes(
+        replace(make_index(), published_to=("docker.io/library/torch",)), serial=30, key=evil
+    )
+    served["now"] = (body, env, evil.public.pem)
+    for spelling in ("oci://Index.Docker.IO/library/torch", "oci://registry-1.docker.io/torch:release-index"):
+        with pytest.raises(IndexTrustError, match="the key pinned for this source on first use") as info:
+            fetch_index(spelling, refresh=True)
+        assert info.value.fault == "key changed"
+    body, env = signed_bytes(replace(make_index(), published_to=("docker.io/library/torch",)), serial=10)
+    served["now"] = (body, env, KEY.public.pem)
+    with pytest.raises(IndexTrustError, match="older than serial 20"):
+        fetch_index("oci://DOCKER.IO/library/torch", refresh=True)
+    assert picking._trust_key("oci://Docker.io/torch") == "oci://docker.io/library/torch:release-index"
+    # the location compared with published_to is the host contacted: a one-label host is that host, not a
+    # Docker Hub namespace (main: oci://acme/torch was compared as docker.io/acme/torch)
+    assert fetching._oci_location("oci://acme/torch") == "acme/torch"
+    assert fetching._oci_location("oci+http://LocalHost:5000/a/b:t") == "localhost:5000/a/b"
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("oci://ghcr.io/acme/torch@sha256:" + "1" * 64, "not by digest"),
+        ("oci://ghcr.io/acme/torch:release-index@sha256:" + "1" * 64, "not by digest"),
+        ("oci://ghcr.io/acme//torch", "empty host or path part"),
+        ("oci://ghcr.io/acme/torch/", "empty host or path part"),
+        ("oci:///acme/torch", "empty host or path part"),
+    ],
+)
+def test_an_oci_source_it_cannot_read_as_written_is_refused(source: str, words: str, run_cli: Any) -> None:
+    """main dropped ``@sha256:…`` of an ``oci://`` source without a word and read the tag (another index than
+    the one the user named), and read an empty path part as part of the repository."""
+    res = run_cli("index", source)
+    assert res.exit_code == 2, res.stderr
+    error, fix = _lines(res.stderr)
+    assert error.startswith(f"error: --index {source}: ")
+    assert words in error
+    assert fix.strip().startswith("fix: ")
