@@ -78,8 +78,9 @@ class IndexKey:
             try:
                 self._parsed.append(signing.parse_public_key(self.pem, source=self.origin))
             except ConfigError as exc:
+                said = exc.message.removeprefix(f"{self.origin}: ").removeprefix(f"{self.origin} ")
                 raise ConfigError(
-                    f"{self.origin}: {exc.message}",
+                    f"{self.origin}: {said}",
                     hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it",
                 ) from None
         return self._parsed[0]

@@ -232,12 +232,28 @@ def _trust_dir() -> Path:
 
 def _trust_key(source: str) -> str:
     """What the pinned key and the newest serial are kept under: one index, however its source is spelled
-    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact)."""
+    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact; ``https://HOST:443/i.json`` and
+    ``https://host/i.json`` the same file)."""
     if source.startswith(("oci://", "oci+http://")):
         from imagesmith.index import index_location
 
         host, repo, tag, _ = parse_oci_source(source)
         return f"oci://{index_location(host, repo)}:{tag}"
+    if source.startswith(("http://", "https://")):
+        from urllib.parse import urlsplit, urlunsplit
+
+        try:
+            url = urlsplit(source)
+            port = url.port
+        except ValueError:
+            return source
+        host = (url.hostname or "").lower()
+        if ":" in host:
+            host = f"[{host}]"
+        default = {"http": 80, "https": 443}[url.scheme]
+        netloc = host if port in (None, default) else f"{host}:{port}"
+        # one source however spelled: host case and the default port (credentials in the URL never count)
+        return urlunsplit((url.scheme, netloc, url.path or "/", url.query, ""))
     return source
 
 
@@ -363,6 +379,16 @@ def _download_http(url: str) -> tuple[int, bytes]:
     policy = replace(http.RELEASE_INDEX, max_bytes=MAX_INDEX_BYTES)
     try:
         with http.get(url, policy, stream=True) as resp:
+            landed = str(resp.url or url)
+            if url.lower().startswith("https://") and not landed.lower().startswith("https://"):
+                # the server sent an https:// source on to plain HTTP: whoever is on that path could serve the
+                # key a first use pins, and with --no-verify the index itself
+                raise ConfigError(
+                    f"--index {url}: the server redirects it to {landed[:200]}, plain HTTP (anyone on the "
+                    "path can change what arrives)",
+                    hint="ask the publisher for an https:// address that stays on TLS, or download the "
+                    "index, its .sig and .pub over a channel you trust and pass the file",
+                )
             try:
                 return resp.status_code, b"".join(http.capped(resp.iter_content(1 << 16), policy))
             except http.TooLarge:

@@ -589,3 +589,117 @@ def test_an_oci_source_it_cannot_read_as_written_is_refused(source: str, words: 
     assert error.startswith(f"error: --index {source}: ")
     assert words in error
     assert fix.strip().startswith("fix: ")
+
+
+def _tls_server(tmp_path: Path, answer: Callable[[str], tuple[int, dict[str, str], bytes]]) -> Any:
+    """An https:// server on 127.0.0.1 with a certificate made here (trusted through $REQUESTS_CA_BUNDLE)."""
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, headers, body = answer(self.path)
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_an_https_source_redirected_to_plain_http_is_refused(
+    tmp_path: Path, http_index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch, run_cli: Any
+) -> None:
+    """main refused an http:// --index without --insecure, but followed an https:// one the server sent on
+    to http:// (the index, its .sig and the .pub a first use pins, all over plain HTTP): exit 0, a key pinned
+    that anyone on the path could have served."""
+    plain_url, files = http_index
+    _serve(files, 5)  # the plain-HTTP server holds a signed index and its key
+    plain_base = plain_url.rsplit("/", 1)[0]
+    server = _tls_server(tmp_path, lambda path: (302, {"Location": plain_base + path}, b""))
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "cert.pem"))
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/index.json"
+        for command in (["index", url], ["pick", "--index", url, *PICK], ["index", url, "--no-verify"]):
+            res = run_cli(*command)
+            assert res.exit_code == 2, res.stdout + res.stderr
+            error, fix = _lines(res.stderr)[-2:]
+            assert error.startswith(
+                f"error: --index {url}: the server redirects it to {plain_url}, plain HTTP"
+            )
+            assert "https://" in fix
+        assert not list((tmp_path / "cache").rglob("*.trust.json"))  # nothing pinned
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_https_source_is_one_source_however_its_host_is_spelled() -> None:
+    from imagesmith.pick import fetching
+
+    one = fetching._trust_key("https://idx.example.com/a/index.json")
+    for spelling in ("https://IDX.Example.COM/a/index.json", "https://idx.example.com:443/a/index.json"):
+        assert fetching._trust_key(spelling) == one
+    assert fetching._trust_key("https://idx.example.com:8443/a/index.json") != one
+    assert fetching._trust_key("http://idx.example.com/a/index.json") != one
+    assert fetching._trust_key("https://idx.example.com/A/index.json") != one  # paths are case-sensitive
+
+
+def test_a_verify_key_of_a_type_imagesmith_does_not_take_is_named_once(tmp_path: Path, run_cli: Any) -> None:
+    """An RSA or P-384 key as --verify-key: one error naming the option once (main said it twice)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    for name, key in (
+        ("rsa.pub", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        ("p384.pub", ec.generate_private_key(ec.SECP384R1())),
+    ):
+        pub = tmp_path / name
+        pub.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        res = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(pub))
+        assert res.exit_code == 2, res.stderr
+        error, _ = _lines(res.stderr)
+        assert error == f"error: --verify-key {pub}: the public key is neither ECDSA P-256 nor Ed25519"
