@@ -902,8 +902,10 @@ class VerifiedBlobs:
         if path is None:
             return
         try:
-            doc = json.loads(path.read_bytes()) if path.stat().st_size < (64 << 20) else None
-        except (OSError, ValueError):
+            # a regular file only: a FIFO there (its size reads 0) would block release forever
+            regular = inputs.is_regular_file(path) and path.stat().st_size < (64 << 20)
+            doc = json.loads(path.read_bytes()) if regular else None
+        except (OSError, ValueError, RecursionError):
             doc = None
         verified = doc.get("verified") if isinstance(doc, dict) and doc.get("schema") == 1 else None
         if isinstance(verified, dict):

@@ -521,7 +521,7 @@ def test_a_trust_record_that_is_no_small_file_is_one_error_not_a_hang(tmp_path: 
             text=True,
             env=env,
             cwd=tmp_path,
-            timeout=60,
+            timeout=30,
             check=False,
         )
     except subprocess.TimeoutExpired:
