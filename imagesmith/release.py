@@ -1738,7 +1738,8 @@ def rebind_carried(
     """Every field pick decides on, of every carried entry, from content bound to its digest: the image
     config's labels (read from a registry whose copy was just re-verified; the config is content-addressed,
     so any copy says the same) and the validated-on records of its verified attestations
-    (:attr:`Carried.evidence`). An entry that disagrees is rebuilt, and each change is named."""
+    (:attr:`Carried.evidence`); each copy's registry kind from the project's registries file (*known*). An
+    entry that disagrees is rebuilt, and each change is named."""
     images: list[ReleasedImage] = []
     corrections: list[str] = []
     refusals: list[CellResult] = []
@@ -1765,13 +1766,24 @@ def rebind_carried(
             images.append(image)
             continue
         new, changes = bound_entry(image, facts, carried.evidence.get(image.tag, ()))
+        # each copy as the project's registries file names it (verify_carried matched name, host and
+        # repository): its kind decides which registry pick sends a renter to, never the index's word
+        copies = tuple(
+            replace(c, registry=replace(c.registry, kind=known[c.name].kind)) for c in new.registries
+        )
+        kinds = [
+            f"registries[{c.name}].kind: {c.kind} → {known[c.name].kind}"
+            for c in new.registries
+            if c.kind != known[c.name].kind
+        ]
+        new = replace(new, registries=copies)
         problem = index_problem(new)
         if problem is not None:
             refusals.append(_dropped_entry(image, problem))
             continue
         corrections += [
             f"entry {image.tag}: {c} (from its image config and signed evidence)" for c in changes
-        ]
+        ] + [f"entry {image.tag}: {c} (from the registries file)" for c in kinds]
         images.append(new)
     return Rebound(
         images=tuple(images),
