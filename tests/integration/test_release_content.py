@@ -377,7 +377,7 @@ def test_a_same_size_damaged_blob_in_the_source_registry_is_named_and_nothing_is
 
 
 def test_a_carried_copy_whose_registry_kind_was_rewritten_takes_the_kind_of_the_registries_file(
-    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
+    regs: LocalRegistries, repo: str, tmp_path: Path
 ) -> None:
     """Re-check: a copy's ``kind`` decides which registry pick sends a renter to (a platform's preferred and
     avoided kinds). main checked a carried copy's name, host and repository against the registries file, but
