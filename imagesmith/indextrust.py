@@ -166,8 +166,10 @@ def timestamp(when: datetime.datetime) -> str:
 class TrustStore:
     """The pinned key and the newest index seen, for one index source (one JSON file under *folder*)."""
 
-    def __init__(self, folder: Path, source: str) -> None:
+    def __init__(self, folder: Path, source: str, *, shown: str | None = None) -> None:
         self.source = source
+        #: the source as the user gave it (``--index …`` in messages); *source* is the key it is kept under
+        self.shown = shown or source
         self.path = folder / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".trust.json")
         self._data: dict[str, Any] | None = None
 
@@ -189,7 +191,7 @@ class TrustStore:
                 )
             except (ConfigError, ValueError, RecursionError):
                 raise IndexTrustError(
-                    f"--index {self.source}: the trust record {self.path} cannot be read",
+                    f"--index {self.shown}: the trust record {self.path} cannot be read",
                     fault="trust record unreadable",
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
@@ -208,7 +210,7 @@ class TrustStore:
             return signing.parse_public_key(pem.encode(), source=f"the key pinned in {self.path}")
         except ConfigError:
             raise IndexTrustError(
-                f"--index {self.source}: the key pinned in {self.path} is damaged",
+                f"--index {self.shown}: the key pinned in {self.path} is damaged",
                 fault="trust record unreadable",
                 hint=f"remove {self.path} and check the fingerprint the next run prints with the publisher",
             ) from None

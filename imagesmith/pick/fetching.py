@@ -101,7 +101,7 @@ def fetch_index(
         signed = _read_or_none(path) if small and trust.verify else None
         if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
             return load_index(path)
-        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()))
+        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()), shown=source)
         sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
         signature = _read_or_none(sig)
         index, trusted = _verify_index(
@@ -120,7 +120,7 @@ def fetch_index(
     check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
     cached_sig = cached.with_suffix(".sig")
-    store = TrustStore(_trust_dir(), _trust_key(source))
+    store = TrustStore(_trust_dir(), _trust_key(source), shown=source)
 
     def from_cache(label: str) -> ReleaseIndex:
         body = cached.read_bytes()

@@ -528,7 +528,7 @@ def test_a_trust_record_that_is_no_small_file_is_one_error_not_a_hang(tmp_path: 
         pytest.fail(f"a trust record that is a {kind} hangs imagesmith index")
     assert done.returncode == 2, done.stderr
     error, fix = _lines(done.stderr)
-    assert f"the trust record {store.path} cannot be read" in error
+    assert error.startswith(f"error: --index {path}: the trust record {store.path} cannot be read")
     assert fix.strip().startswith(f"fix: remove {store.path}")
 
 
