@@ -703,3 +703,44 @@ def test_a_verify_key_of_a_type_imagesmith_does_not_take_is_named_once(tmp_path:
         assert res.exit_code == 2, res.stderr
         error, _ = _lines(res.stderr)
         assert error == f"error: --verify-key {pub}: the public key is neither ECDSA P-256 nor Ed25519"
+
+
+def _with_figures(value: float) -> Any:
+    """The test index, its first entry validated on a host that recorded a matmul figure of *value*."""
+    from types import MappingProxyType
+
+    index = make_index()
+    first = index.images[0]
+    host = replace(first.validated_on[0], link="NV18", figures=MappingProxyType({"matmul_tflops": value}))
+    return replace(index, images=(replace(first, validated_on=(host,)), *index.images[1:]))
+
+
+def test_validate_baseline_from_verifies_the_index_whose_figures_it_judges_by(
+    tmp_path: Path, run_cli: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """main read ``--baseline-from INDEX`` unverified ("figures only"), but those figures are the expected
+    values the performance checks pass or fail against, before imagesmith/data/perf.toml: someone who can push
+    to the registry rewrote them (lowered: a throttled host passes; raised: every validation fails)."""
+    from imagesmith.commands.validate import _fleet
+
+    path = tmp_path / "index.json"
+    body, _ = signed_bytes(_with_figures(1.0))  # the attacker's figures, unsigned
+    path.write_bytes(body)
+    res = run_cli("validate", "--baseline-from", str(path), "--report", str(tmp_path / "r"))
+    assert res.exit_code == 2, res.stdout + res.stderr
+    error, fix = _lines(res.stderr)
+    assert error.startswith(f"error: --baseline-from {path}: no key to verify the release index with")
+    assert "--baseline REPORT.json" in fix
+    assert not (tmp_path / "r").exists()
+    # the publisher's signed index (its key published beside it, pinned on first use): its figures count
+    save_signed_index(_with_figures(700.0), path, serial=5)
+    groups, source = _fleet(str(path), None, "")
+    assert source == str(path)
+    assert [g["figures"] for g in groups] == [{"matmul_tflops": 700.0}]
+    assert "trusting the key published beside it" in capsys.readouterr().err
+    # the figures rewritten after signing: the signature no longer covers them
+    path.write_bytes(path.read_bytes().replace(b"700", b"7"))
+    rewritten = run_cli("validate", "--baseline-from", str(path), "--report", str(tmp_path / "r"))
+    assert rewritten.exit_code == 2
+    assert f"error: --baseline-from {path}: the signature" in rewritten.stderr
+    assert "signs another index than the one served" in rewritten.stderr
