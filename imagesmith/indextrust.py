@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 KEY_SUFFIX: Final[str] = ".pub"
 #: the largest published key read (a PEM public key takes a few hundred bytes)
 MAX_KEY_BYTES: Final[int] = 64 << 10
+#: the largest trust record read (one key and one newest-index line take about 2 KiB)
+MAX_TRUST_RECORD_BYTES: Final[int] = 1 << 20
 _STAMP: Final[str] = "%Y-%m-%dT%H:%M:%SZ"
 _HOW_TO_GET_A_KEY: Final[str] = (
     "get the publisher's public key (the .pub of its `imagesmith release --sign-key`) and pass --verify-key "
@@ -76,8 +78,9 @@ class IndexKey:
             try:
                 self._parsed.append(signing.parse_public_key(self.pem, source=self.origin))
             except ConfigError as exc:
+                said = exc.message.removeprefix(f"{self.origin}: ").removeprefix(f"{self.origin} ")
                 raise ConfigError(
-                    f"{self.origin}: {exc.message}",
+                    f"{self.origin}: {said}",
                     hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it",
                 ) from None
         return self._parsed[0]
@@ -163,20 +166,32 @@ def timestamp(when: datetime.datetime) -> str:
 class TrustStore:
     """The pinned key and the newest index seen, for one index source (one JSON file under *folder*)."""
 
-    def __init__(self, folder: Path, source: str) -> None:
+    def __init__(self, folder: Path, source: str, *, shown: str | None = None) -> None:
         self.source = source
+        #: the source as the user gave it (``--index …`` in messages); *source* is the key it is kept under
+        self.shown = shown or source
         self.path = folder / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".trust.json")
         self._data: dict[str, Any] | None = None
 
     def data(self) -> dict[str, Any]:
         if self._data is None:
+            from imagesmith import inputs
+            from imagesmith.errors import ConfigError
+
             try:
-                raw = json.loads(self.path.read_bytes())
-            except FileNotFoundError:
-                raw = {}
-            except (OSError, ValueError):
+                # never blocks (a FIFO put there), never reads past the cap (a link to /dev/zero): one error
+                raw = (
+                    json.loads(
+                        inputs.read_user_file(
+                            self.path, "trust record", hint="", max_bytes=MAX_TRUST_RECORD_BYTES
+                        )
+                    )
+                    if os.path.lexists(self.path)
+                    else {}
+                )
+            except (ConfigError, ValueError, RecursionError):
                 raise IndexTrustError(
-                    f"--index {self.source}: the trust record {self.path} cannot be read",
+                    f"--index {self.shown}: the trust record {self.path} cannot be read",
                     fault="trust record unreadable",
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
@@ -195,10 +210,17 @@ class TrustStore:
             return signing.parse_public_key(pem.encode(), source=f"the key pinned in {self.path}")
         except ConfigError:
             raise IndexTrustError(
-                f"--index {self.source}: the key pinned in {self.path} is damaged",
+                f"--index {self.shown}: the key pinned in {self.path} is damaged",
                 fault="trust record unreadable",
                 hint=f"remove {self.path} and check the fingerprint the next run prints with the publisher",
             ) from None
+
+    def pinned_how(self) -> str:
+        """How the pinned key came to be pinned, for the ``index key:`` line."""
+        by = self.data().get("pinned_by")
+        if isinstance(by, str) and by:
+            return f"pinned in {self.path}, first verified {by}"
+        return f"pinned on first use in {self.path}"
 
     def newest(self) -> dict[str, Any] | None:
         seen = self.data().get("newest")
@@ -211,10 +233,15 @@ class TrustStore:
         the key as this source's pin."""
         data = dict(self.data())
         data["source"] = self.source
-        if trusted.first_use and trusted.key is not None:
+        if "key" not in data and trusted.key is not None:
+            # the first key that verified an index of this source is its pin, whichever named it: the key
+            # published beside it (first use) or the user's (--verify-key, $IMAGESMITH_INDEX_KEY, config) —
+            # a later run without the user's key must not trust a key the publisher never used here
             data["key"] = trusted.key.pem.decode()
             data["fingerprint"] = trusted.fingerprint
             data["key_type"] = trusted.key_type
+            if not trusted.first_use:
+                data["pinned_by"] = trusted.how
         newest = self.newest()
         if newest is None or index.serial > newest["serial"]:
             data["newest"] = {
@@ -277,20 +304,28 @@ def choose_key(
         return Trusted.of(trust.key.key, f"from {trust.key.origin}")
     pinned = store.pinned()
     offered = _published_key(published, source=source, where=published_where) if published else None
+    newest = store.newest() or {}
+    # the key this source is known by: its pin, else (a record written before every verifying key was pinned)
+    # the key that verified the newest index seen
+    known = pinned.fingerprint if pinned is not None else newest.get("key")
+    if offered is not None and isinstance(known, str) and offered.fingerprint != known:
+        whose = (
+            "the key pinned for this source on first use"
+            if pinned is not None and not store.data().get("pinned_by")
+            else "the key that verified this source before"
+        )
+        raise IndexTrustError(
+            f"--index {source}: the key published beside the index ({published_where}) is "
+            f"{offered.fingerprint}, not {known}, {whose} ({store.path}): the publisher replaced its key, or "
+            "someone replaced the index and its key",
+            fault="key changed",
+            hint="ask the publisher which key is theirs; if the new one is, pass --verify-key NEW.pub "
+            "(or "
+            f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
+            "otherwise do not use this index",
+        )
     if pinned is not None:
-        if offered is not None and offered.fingerprint != pinned.fingerprint:
-            raise IndexTrustError(
-                f"--index {source}: the key published beside the index ({published_where}) is "
-                f"{offered.fingerprint}, not {pinned.fingerprint}, the key pinned for this source on first "
-                f"use ({store.path}): the publisher replaced its key, or someone replaced the index and its "
-                "key",
-                fault="key changed",
-                hint="ask the publisher which key is theirs; if the new one is, pass --verify-key NEW.pub "
-                "(or "
-                f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
-                "otherwise do not use this index",
-            )
-        return Trusted.of(pinned, f"pinned on first use in {store.path}")
+        return Trusted.of(pinned, store.pinned_how())
     if offered is not None:
         return Trusted.of(offered, str(store.path), first_use=True)
     raise IndexTrustError(
@@ -332,7 +367,7 @@ def verified_before(body: bytes, envelope: bytes | None, trust: Trust, store: Tr
     if trust.key is not None:
         fingerprint, how = trust.key.fingerprint, f"from {trust.key.origin}"
     else:
-        fingerprint, how = store.data().get("fingerprint"), f"pinned on first use in {store.path}"
+        fingerprint, how = store.data().get("fingerprint"), store.pinned_how()
     if fingerprint is None or fingerprint != newest.get("key"):
         return None
     return Trusted(fingerprint, str(newest.get("key_type", "")), how)

@@ -101,7 +101,7 @@ def fetch_index(
         signed = _read_or_none(path) if small and trust.verify else None
         if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
             return load_index(path)
-        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()))
+        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()), shown=source)
         sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
         signature = _read_or_none(sig)
         index, trusted = _verify_index(
@@ -120,7 +120,7 @@ def fetch_index(
     check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
     cached_sig = cached.with_suffix(".sig")
-    store = TrustStore(_trust_dir(), _trust_key(source))
+    store = TrustStore(_trust_dir(), _trust_key(source), shown=source)
 
     def from_cache(label: str) -> ReleaseIndex:
         body = cached.read_bytes()
@@ -232,10 +232,28 @@ def _trust_dir() -> Path:
 
 def _trust_key(source: str) -> str:
     """What the pinned key and the newest serial are kept under: one index, however its source is spelled
-    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact)."""
+    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact; ``https://HOST:443/i.json`` and
+    ``https://host/i.json`` the same file)."""
     if source.startswith(("oci://", "oci+http://")):
+        from imagesmith.index import index_location
+
         host, repo, tag, _ = parse_oci_source(source)
-        return f"oci://{host.lower()}/{repo}:{tag}"
+        return f"oci://{index_location(host, repo)}:{tag}"
+    if source.startswith(("http://", "https://")):
+        from urllib.parse import urlsplit, urlunsplit
+
+        try:
+            url = urlsplit(source)
+            port = url.port
+        except ValueError:
+            return source
+        host = (url.hostname or "").lower()
+        if ":" in host:
+            host = f"[{host}]"
+        default = {"http": 80, "https": 443}[url.scheme]
+        netloc = host if port in (None, default) else f"{host}:{port}"
+        # one source however spelled: host case and the default port (credentials in the URL never count)
+        return urlunsplit((url.scheme, netloc, url.path or "/", url.query, ""))
     return source
 
 
@@ -277,7 +295,7 @@ def _oci_location(source: str) -> str | None:
     from imagesmith.index import index_location
 
     host, repo, _, _ = parse_oci_source(source)
-    return index_location(f"{host}/{repo}")
+    return index_location(host, repo)
 
 
 def check_index_scheme(source: str, *, insecure: bool) -> None:
@@ -361,6 +379,16 @@ def _download_http(url: str) -> tuple[int, bytes]:
     policy = replace(http.RELEASE_INDEX, max_bytes=MAX_INDEX_BYTES)
     try:
         with http.get(url, policy, stream=True) as resp:
+            landed = str(resp.url or url)
+            if url.lower().startswith("https://") and not landed.lower().startswith("https://"):
+                # the server sent an https:// source on to plain HTTP: whoever is on that path could serve the
+                # key a first use pins, and with --no-verify the index itself
+                raise ConfigError(
+                    f"--index {url}: the server redirects it to {landed[:200]}, plain HTTP (anyone on the "
+                    "path can change what arrives)",
+                    hint="ask the publisher for an https:// address that stays on TLS, or download the "
+                    "index, its .sig and .pub over a channel you trust and pass the file",
+                )
             try:
                 return resp.status_code, b"".join(http.capped(resp.iter_content(1 << 16), policy))
             except http.TooLarge:
@@ -387,7 +415,18 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
             hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
         )
     host, path = rest.split("/", 1)
-    repo, tag, _ = split_reference(path)
+    repo, tag, digest = split_reference(path)
+    if digest is not None:
+        raise ConfigError(
+            f"--index {source}: an index is read by its tag, not by digest (@{digest[:80]} would be ignored)",
+            hint=f"drop @{digest[:80]}: the signed serial and expiry tell the current index from an older "
+            "one; to keep one fixed index, save it as a file with its .sig and pass that",
+        )
+    if not host or not repo or "" in repo.split("/"):
+        raise ConfigError(
+            f"--index {source}: expected oci://HOST/REPOSITORY[:TAG] (an empty host or path part)",
+            hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
+        )
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
 
 
