@@ -173,7 +173,9 @@ def _entry(shown: str, name: str, raw: object) -> BaseEntry:
         raise _bad(
             shown,
             f"{where}: the name carries a digest; the lock maps a name (as the matrix writes it) to a digest",
-            f'write "{name.split("@")[0]}" = {{ digest = "{ref.digest}", … }}',
+            "delete the line: a base the matrix names by digest is pinned there (lock --bases writes no line "
+            "for it); to pin a tag, name it without the digest in the matrix and write "
+            f'"{name.split("@")[0]}" = {{ digest = "{ref.digest}", … }}',
         )
     if not isinstance(raw, dict):
         raise _bad(shown, f"{where} must be a table {{ digest = …, registry = …, read = … }}")
@@ -292,14 +294,27 @@ def resolve(
 
     ref = pull_ref(image, config)
     api = client or client_for(endpoint(ref, known))
-    digest = api.manifest_digest(ref.path, ref.tag or "latest")
+    own = own_digest(image)
+    # a name the matrix already pins by digest is read by that digest: its tag (if any) is not what it means
+    digest = api.manifest_digest(ref.path, own or ref.tag or "latest")
     if digest is None:
+        gone = "no longer served or never pushed" if own else "tag gone or never pushed"
         raise BaseLockError(
-            f"base image {image}: {ref} is not in registry {ref.registry} (tag gone or never pushed)",
+            f"base image {image}: {ref} is not in registry {ref.registry} ({gone})",
             hint="check the name in the matrix and the registry-mirror map (`imagesmith build --help`), "
             'or mark a base made on each machine origin = "local" in bases.toml',
         )
     return Resolved(digest=digest, where=where_read(image, config))
+
+
+def own_digest(image: str) -> str | None:
+    """The digest *image* carries itself (``name[:tag]@sha256:…``, as a matrix may write a base), else None.
+    Such a base is pinned by the matrix: the lock holds no line for it, the plan and the build take it by that
+    digest (escrow included)."""
+    try:
+        return ImageRef.parse(image).digest
+    except ConfigError:
+        return None
 
 
 def refreshed(old: BaseEntry | None, name: str, got: Resolved, today: str | None = None) -> BaseEntry:
@@ -378,6 +393,7 @@ __all__ = [
     "bases_path",
     "escrow_copy",
     "escrow_ref",
+    "own_digest",
     "read_bases",
     "refreshed",
     "resolve",

@@ -198,7 +198,14 @@ def _bases_line(cell: Any) -> str:
     pinned = dict(cell.base_digests)
     if not pinned and not cell.base_local:
         return ", ".join(images) + " by name (no locks/bases.toml: `imagesmith lock --bases` pins them)"
-    parts = [f"{i}@{pinned[i][:19]}…" if i in pinned else f"{i} (made locally: by name)" for i in images]
+    parts = [
+        f"{i} (pinned by the matrix)"
+        if "@" in i
+        else f"{i}@{pinned[i][:19]}…"
+        if i in pinned
+        else f"{i} (made locally: by name)"
+        for i in images
+    ]
     moved = cell.moved_notes()
     return ", ".join(parts) + (f"; rebuilt: {'; '.join(moved)}" if moved else "")
 
@@ -522,14 +529,17 @@ def _lock_bases(project: Project, matrix: str | None) -> None:
             failures.append(f"{image}: {exc.message.splitlines()[0]}")
             typer.echo(f"FAILED  {image}: {exc.message.splitlines()[0]}", err=True)
             continue
-        new = b.refreshed(old, image, got)
-        entries[image] = new
         took = f"{(time.monotonic() - started) * 1000:.0f} ms"
-        if old is None:
+        if b.own_digest(image) is not None:  # pinned by the matrix itself: checked, escrowed, no line
+            new = b.BaseEntry(name=image, digest=got.digest, registry=got.where, read="")
+            typer.echo(f"served  {image} (the matrix pins it by digest: no line in {shown}, {took})")
+        elif old is None:
+            new = entries[image] = b.refreshed(old, image, got)
             typer.echo(f"pinned  {image} {got.digest} (read from {got.where}, {took})")
-        elif new is old:
+        elif (new := b.refreshed(old, image, got)) is old:
             typer.echo(f"kept    {image} {got.digest} ({took})")
         else:
+            entries[image] = new
             typer.echo(f"moved   {new.moved()} from {got.where} ({took})")
         if escrow is not None:
             try:

@@ -356,3 +356,91 @@ def test_a_base_lock_of_no_or_another_schema_says_so_without_python_reprs(
         read_bases(tmp_path, "locks/bases.toml")
     assert said in err.value.message
     assert "None" not in err.value.message
+
+
+# -- a base the matrix names by digest (issue 26 re-check) ------------------------------------------------
+class _Asked:
+    """A registry that records each manifest reference asked for and holds *held* (reference → digest)."""
+
+    def __init__(self, held: dict[str, str]) -> None:
+        self.held = held
+        self.asked: list[str] = []
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        self.asked.append(reference)
+        return self.held.get(reference)
+
+
+def _digest_named_project(tmp_path: Path, digest: str) -> Path:
+    root = _smoke_project(tmp_path)
+    smoke = root / "matrices" / "smoke.toml"
+    smoke.write_text(
+        smoke.read_text().replace('image = "debian:bookworm"', f'image = "debian:bookworm@{digest}"')
+    )
+    return root
+
+
+def test_resolving_a_digest_named_base_asks_for_that_digest_not_its_tag() -> None:
+    """Before: `debian:bookworm@A` was resolved by its tag (`debian@A` by "latest"), so the lock recorded
+    what the tag served now, under a name that already says another digest."""
+    from imagesmith.bases import resolve
+
+    reg = _Asked({A: A, "bookworm": B, "latest": B})
+    got = resolve(f"debian:bookworm@{A}", CONFIG, client=reg)  # type: ignore[arg-type]
+    assert (got.digest, reg.asked) == (A, [A])
+    reg.asked.clear()
+    assert resolve(f"debian@{A}", CONFIG, client=reg).digest == A  # type: ignore[arg-type]
+    assert reg.asked == [A]
+    with pytest.raises(BaseLockError, match="no longer served or never pushed"):
+        resolve(f"debian:bookworm@{B}", CONFIG, client=_Asked({"bookworm": B}))  # type: ignore[arg-type]
+
+
+def test_lock_bases_writes_no_line_for_a_digest_named_base_and_the_lock_stays_readable(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: lock --bases wrote `"debian:bookworm@sha256:…" = { digest = <the tag's digest> }`, a line the
+    next read refuses ("the name carries a digest"): every command of the project failed from then on."""
+    import imagesmith.registry as registry
+
+    root = _digest_named_project(tmp_path, A)
+    write_bases(root / "locks", [])
+    reg = _Asked({A: A, "bookworm": B})
+    monkeypatch.setattr(registry, "client_for", lambda target, **kw: reg)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "none.toml"))
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 0, result.stderr
+    assert reg.asked == [A]
+    assert "the matrix pins it by digest" in result.stdout
+    lock = read_bases(root / "locks")
+    assert lock is not None
+    assert dict(lock.entries) == {}
+    reg.held = {"bookworm": B}  # the registry no longer serves the matrix's digest: said, not pinned anew
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 2
+    assert "no longer served or never pushed" in result.stderr
+    assert read_bases(root / "locks") is not None
+
+
+def test_a_digest_named_base_plans_and_builds_by_its_own_digest_under_a_base_lock(tmp_path: Path) -> None:
+    """Before: with a base lock, the cell was dropped ("has no entry"); with a line for it, the Dockerfile
+    and the build said `name@A@A`."""
+    root = _digest_named_project(tmp_path, A)
+    write_bases(root / "locks", [BaseEntry(name="debian:trixie", origin="local")])
+    (cell,) = _plan(root).cells
+    assert dict(cell.base_digests) == {f"debian:bookworm@{A}": A}
+    assert f"ARG BASE_IMAGE=debian:bookworm@{A}\n" in render_cell_files(cell)["Dockerfile"]
+    up = _Reg({("hub/library/debian", A): A})
+    sources = BaseSources(CONFIG, client_for=lambda r: up)  # type: ignore[arg-type,return-value]
+    pulled = build_args(cell, CONFIG, sources)["BASE_IMAGE"]
+    assert pulled == f"127.0.0.1:5000/hub/library/debian:bookworm@{A}"
+    esc = _Reg({(escrow_repo(ESCROW, f"debian:bookworm@{A}"), A): A})
+    sources = BaseSources(
+        CONFIG,
+        escrow=ESCROW,
+        client_for=lambda r: esc if r.name == "esc" else _Reg({}),  # type: ignore[arg-type,return-value]
+    )
+    ref, note = sources.ref(cell, cell.base_image)
+    assert ref == f"127.0.0.1:5000/proj/bases/library/debian@{A}"
+    assert note is not None
+    assert "escrow copy" in note
