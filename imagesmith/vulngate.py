@@ -578,7 +578,8 @@ def _affected(pkg: Package, affected: Mapping[str, Any], source: str, where: str
         ]
         # evaluated in version order whatever order the record lists them in (OSV does not promise one:
         # [introduced 2.0, fixed 2.5, introduced 0, fixed 1.0] read as listed let 2.2 through)
-        events.sort(key=functools.cmp_to_key(lambda a, b: _event_order(pkg.ecosystem, a, b)))
+        if len(events) > 2 or (events and str(events[0].get("introduced")) != "0"):  # [0, fixed X]: in order
+            events.sort(key=functools.cmp_to_key(lambda a, b: _event_order(pkg.ecosystem, a, b)))
         for ev in events:
             if "introduced" in ev:
                 intro = str(ev["introduced"])
