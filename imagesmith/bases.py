@@ -288,8 +288,12 @@ def resolve(
     *,
     client: RegistryApi | None = None,
     known: Iterable[Registry] = (),
+    pinned: str | None = None,
 ) -> Resolved:
-    """One HEAD of *image*'s manifest through the mirror map (index and manifest types accepted)."""
+    """One HEAD of *image*'s manifest through the mirror map (index and manifest types accepted). A digest
+    other than *pinned* (the lock's line: a new base, or one that moved) is taken only once the manifest
+    itself has been read by that digest and hashed to it — a ``Docker-Content-Digest`` the registry (or a
+    cache in front of it) names without serving it never becomes a lock line no build could pull."""
     from imagesmith.registry import client_for
 
     ref = pull_ref(image, config)
@@ -297,6 +301,18 @@ def resolve(
     own = own_digest(image)
     # a name the matrix already pins by digest is read by that digest: its tag (if any) is not what it means
     digest = api.manifest_digest(ref.path, own or ref.tag or "latest")
+    if digest is not None and own is None and digest != pinned:
+        try:
+            api.get_manifest(ref.path, digest)  # its content must hash to the digest, or this raises
+        except ImagesmithError as exc:
+            raise BaseLockError(
+                f"base image {image}: registry {ref.registry} names {ref} {digest} (Docker-Content-Digest), "
+                f"but does not serve that manifest: {exc.message.splitlines()[0]}",
+                hint=f"the registry (or a cache or proxy in front of it) answers for {ref} inconsistently: "
+                "check it, or read the base through another mirror; the lock keeps its line",
+                registry=ref.registry,
+                digest=digest,
+            ) from None
     if digest is None:
         gone = "no longer served or never pushed" if own else "tag gone or never pushed"
         raise BaseLockError(

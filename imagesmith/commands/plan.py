@@ -399,7 +399,8 @@ def lock_command(
         "--bases",
         help="Only pin the base, builder and devel images of the matrices (all of the project's, or "
         "--matrix) "
-        "to digests in locks/bases.toml: one manifest HEAD per image through the registry-mirror map; with "
+        "to digests in locks/bases.toml: one manifest HEAD per image through the registry-mirror map (a new "
+        "or moved digest is read once more and must hash to itself); with "
         "bases.escrow in imagesmith.toml, copies each pinned base there by digest. Resolves no wheels.",
     ),
     sizes: bool = typer.Option(
@@ -524,7 +525,7 @@ def _lock_bases(project: Project, matrix: str | None) -> None:
             continue
         started = time.monotonic()
         try:
-            got = b.resolve(image, config, known=known)
+            got = b.resolve(image, config, known=known, pinned=old.digest if old is not None else None)
         except ImagesmithError as exc:
             failures.append(f"{image}: {exc.message.splitlines()[0]}")
             typer.echo(f"FAILED  {image}: {exc.message.splitlines()[0]}", err=True)

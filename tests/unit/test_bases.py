@@ -444,3 +444,85 @@ def test_a_digest_named_base_plans_and_builds_by_its_own_digest_under_a_base_loc
     assert ref == f"127.0.0.1:5000/proj/bases/library/debian@{A}"
     assert note is not None
     assert "escrow copy" in note
+
+
+class _Mirror:
+    """A registry mirror on 127.0.0.1 serving one manifest for every name; ``named`` is the digest its HEAD
+    answers name (the real one unless told otherwise)."""
+
+    BODY = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "layers": []}'
+
+    def __init__(self, named: str | None = None) -> None:
+        import hashlib
+        import http.server
+        import threading
+
+        self.real = "sha256:" + hashlib.sha256(self.BODY).hexdigest()
+        self.named = named or self.real
+        self.log: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def _answer(self, body: bool) -> None:
+                outer.log.append(f"{self.command} {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                self.send_header("Content-Length", "0" if self.path == "/v2/" else str(len(outer.BODY)))
+                if self.path != "/v2/":
+                    self.send_header("Docker-Content-Digest", outer.named)
+                self.end_headers()
+                if body and self.path != "/v2/":
+                    self.wfile.write(outer.BODY)
+
+            def do_HEAD(self) -> None:
+                self._answer(False)
+
+            def do_GET(self) -> None:
+                self._answer(True)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.config = UserConfig(
+            registry_mirrors=(("docker.io", f"127.0.0.1:{self.server.server_address[1]}/hub"),)
+        )
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def __enter__(self) -> _Mirror:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_digest_the_registry_names_but_does_not_serve_never_becomes_a_lock_line() -> None:
+    """Before: the HEAD's Docker-Content-Digest was written as it came — a lock line no build could pull (a
+    cache in front of the registry answering for another manifest)."""
+    from imagesmith.bases import resolve
+
+    with (
+        _Mirror(named="sha256:" + "e" * 64) as liar,
+        pytest.raises(BaseLockError, match="does not serve that manifest") as err,
+    ):
+        resolve("debian:bookworm", liar.config)
+    assert err.value.digest == "sha256:" + "e" * 64
+    assert "the lock keeps its line" in (err.value.hint or "")
+
+
+def test_a_new_or_moved_digest_is_read_once_an_unchanged_one_costs_one_head() -> None:
+    from imagesmith.bases import resolve
+
+    with _Mirror() as honest:
+        assert resolve("debian:bookworm", honest.config).digest == honest.real
+        manifests = [r for r in honest.log if "/manifests/" in r]
+        assert manifests == [
+            "HEAD /v2/hub/library/debian/manifests/bookworm",
+            f"GET /v2/hub/library/debian/manifests/{honest.real}",
+        ]
+        honest.log.clear()
+        assert resolve("debian:bookworm", honest.config, pinned=honest.real).digest == honest.real
+        assert [r for r in honest.log if "/manifests/" in r] == [
+            "HEAD /v2/hub/library/debian/manifests/bookworm"
+        ]
