@@ -526,3 +526,26 @@ def test_a_new_or_moved_digest_is_read_once_an_unchanged_one_costs_one_head() ->
         assert [r for r in honest.log if "/manifests/" in r] == [
             "HEAD /v2/hub/library/debian/manifests/bookworm"
         ]
+
+
+def test_a_base_that_moves_and_moves_back_gets_its_first_fingerprint_again(tmp_path: Path) -> None:
+    """A→B→A: the lock line says previous = B, but what is built is A again — the same fingerprint as the
+    first time, so the build finds it in its registries and skips it (nothing of `previous` or `read` is
+    hashed or rendered)."""
+    root = _smoke_project(tmp_path)
+    write_bases(
+        root / "locks", [BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-11-01")]
+    )
+    (first,) = _plan(root).cells
+    line = BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-11-01")
+    moved = refreshed(line, line.name, Resolved(B, "m"), today="2026-11-15")
+    back = refreshed(moved, line.name, Resolved(A, "other-mirror"), today="2026-12-01")
+    assert (back.digest, back.previous, back.read) == (A, B, "2026-12-01")
+    write_bases(root / "locks", [moved])
+    (at_b,) = _plan(root).cells
+    write_bases(root / "locks", [back])
+    (again,) = _plan(root).cells
+    assert at_b.fingerprint != first.fingerprint
+    assert again.fingerprint == first.fingerprint
+    assert render_cell_files(again) == render_cell_files(first)
+    assert again.moved_notes() == [f"base debian:bookworm moved {B[:19]}…→{A[:19]}… (read 2026-12-01)"]
