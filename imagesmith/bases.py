@@ -122,8 +122,33 @@ def bases_path(lock_dir: Path) -> Path:
     return lock_dir / BASES_FILE
 
 
-def _bad(shown: str, what: str, hint: str = LOCK_FIX) -> BaseLockError:
+#: the fix for a line (or file) lock --bases cannot read: lock --bases reads the file first, so "run lock
+#: --bases" alone would send the user back to the same error
+REPAIR_FIX: Final[str] = (
+    "correct that line by hand, or delete it and run `imagesmith lock --bases` (it reads the base again and "
+    "writes the line anew); or restore the file from git"
+)
+
+
+def _bad(shown: str, what: str, hint: str = REPAIR_FIX) -> BaseLockError:
     return BaseLockError(f"{shown}: {what}", hint=hint)
+
+
+def _toml(value: object) -> str:
+    """*value* as the file wrote it (TOML-ish, never a Python repr), with its kind when it is no string."""
+    if isinstance(value, str):
+        return json.dumps(value[:80])
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, (int, float)):
+        return f"{value} (a number)"
+    if isinstance(value, (_dt.date, _dt.time)):
+        return f"{value.isoformat()} (an unquoted TOML date or time)"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__  # pragma: no cover - tomllib makes no other type
 
 
 def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
@@ -146,10 +171,19 @@ def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
             shown, f"unknown key {unknown[0]!r}", "the file holds `schema = 1` and a [bases] table only"
         )
     if "schema" not in data:
-        raise _bad(shown, "no `schema` key: this imagesmith reads schema = 1", LOCK_FIX)
+        raise _bad(
+            shown,
+            "no `schema` key: this imagesmith reads schema = 1",
+            "add the line `schema = 1` above [bases] (or restore the file from git)",
+        )
     if data["schema"] != 1:
         shown_value = json.dumps(data["schema"], default=str)[:40]  # TOML-ish, never a Python repr
-        raise _bad(shown, f"schema = {shown_value}: this imagesmith reads schema = 1", LOCK_FIX)
+        raise _bad(
+            shown,
+            f"schema = {shown_value}: this imagesmith reads schema = 1",
+            "a newer imagesmith wrote it: upgrade imagesmith (or restore the file from git, or delete it and "
+            "run `imagesmith lock --bases`)",
+        )
     table = data.get("bases", {})
     if not isinstance(table, dict):
         raise _bad(shown, "bases must be a table of image = { digest = … }")
@@ -184,16 +218,18 @@ def _entry(shown: str, name: str, raw: object) -> BaseEntry:
         raise _bad(shown, f"{where}.{unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})")
     for key, value in raw.items():
         if not isinstance(value, str) or not value.isprintable():
-            raise _bad(shown, f"{where}.{key} = {str(value)[:80]!r} must be a plain string")
+            raise _bad(
+                shown, f"{where}.{key} = {_toml(value)} must be a quoted string of printable characters"
+            )
     origin = raw.get("origin", "registry")
     if origin not in ORIGINS:
-        raise _bad(shown, f"{where}.origin = {origin!r} is not one of {', '.join(ORIGINS)}")
+        raise _bad(shown, f"{where}.origin = {_toml(origin)} is not one of {', '.join(ORIGINS)}")
     if origin == "local":
         extra = sorted(set(raw) - {"origin"})
         if extra:
             raise _bad(
                 shown,
-                f'{where}.{extra[0]}: a base made locally (origin = "local") carries no {extra[0]}: its '
+                f'{where}.{extra[0]}: a base made locally (origin = "local") carries no {extra[0]}: '
                 "it is taken by name on each machine",
                 f'write "{name}" = {{ origin = "local" }}, or drop origin to pin it',
             )
@@ -203,15 +239,20 @@ def _entry(shown: str, name: str, raw: object) -> BaseEntry:
             raise _bad(shown, f"{where}.{key} is missing")
     for key in ("digest", "previous"):
         if key in raw and not _DIGEST.fullmatch(raw[key]):
-            raise _bad(shown, f"{where}.{key} = {raw[key][:80]!r} is not a sha256 digest (sha256:<64 hex>)")
+            raise _bad(shown, f"{where}.{key} = {_toml(raw[key])} is not a sha256 digest (sha256:<64 hex>)")
     if not _WHERE.fullmatch(raw["registry"]):
-        raise _bad(shown, f"{where}.registry = {raw['registry'][:80]!r} is not a registry host[:port][/path]")
+        raise _bad(shown, f"{where}.registry = {_toml(raw['registry'])} is not a registry host[:port][/path]")
     try:
         if not _DATE.fullmatch(raw["read"]):
             raise ValueError
         _dt.date.fromisoformat(raw["read"])
     except ValueError:
-        raise _bad(shown, f"{where}.read = {raw['read'][:40]!r} is not a date (YYYY-MM-DD, UTC)") from None
+        raise _bad(shown, f"{where}.read = {_toml(raw['read'])} is not a date (YYYY-MM-DD, UTC)") from None
+    if raw.get("previous") == raw["digest"]:
+        raise _bad(
+            shown,
+            f"{where}.previous = {_toml(raw['digest'])} is its digest: a base does not move to where it was",
+        )
     return BaseEntry(
         name=name,
         digest=raw["digest"],

@@ -205,7 +205,7 @@ def parse_policy(table: Any, *, source: str, root: Path) -> Policy:
         twin = next((n for n, x in enumerate(entries) if x.id.casefold() == entry.id.casefold()), None)
         if twin is not None:  # two expiries for one advisory: which one holds would be the file's order
             raise ProjectError(
-                f"{key}.id: {entry.id!r} is already allowlisted by {where}.allowlist[{twin}] (expires "
+                f"{key}.id: {entry.id!r} is already allowlisted by allowlist[{twin}] (expires "
                 f"{entries[twin].expires.isoformat()}, this one {date.isoformat()})",
                 hint="keep one entry per advisory id: merge the reasons and keep the expiry you mean",
             )

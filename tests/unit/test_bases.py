@@ -549,3 +549,53 @@ def test_a_base_that_moves_and_moves_back_gets_its_first_fingerprint_again(tmp_p
     assert again.fingerprint == first.fingerprint
     assert render_cell_files(again) == render_cell_files(first)
     assert again.moved_notes() == [f"base debian:bookworm moved {B[:19]}…→{A[:19]}… (read 2026-12-01)"]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("1", "digest = 1 (a number) must be a quoted string"),
+        ("{ a = 1 }", "digest = a table must be a quoted string"),
+        ("true", "digest = true (a boolean)"),
+        ("2026-12-01", "digest = 2026-12-01 (an unquoted TOML date or time)"),
+        ("[1]", "digest = a list"),
+    ],
+)
+def test_a_value_of_another_type_is_shown_as_the_file_wrote_it(
+    tmp_path: Path, value: str, shown: str
+) -> None:
+    """Before: `digest = '1' must be a plain string` (the number shown as if it were the string "1"),
+    `"{'a': 1}"`, `read = '2026-12-01' must be a plain string` for an unquoted date: Python reprs."""
+    _write(tmp_path, f'"debian:bookworm" = {{ digest = {value}, registry = "r", read = "2026-12-01" }}')
+    with pytest.raises(BaseLockError) as err:
+        read_bases(tmp_path, "locks/bases.toml")
+    assert shown in err.value.message
+    assert "'" not in err.value.message
+
+
+def test_a_malformed_lock_says_how_to_repair_it_not_to_rerun_what_just_failed(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lock --bases reads the lock first: its fix line was `run imagesmith lock --bases …` — the command that
+    had just printed it."""
+    root = _smoke_project(tmp_path)
+    (root / "locks" / "bases.toml").write_text(
+        f'schema = 1\n[bases]\n"debian:bookworm" = {{ digest = "{A}", registry = "r", read = "2026-12-01", '
+        f'previous = "{A}" }}\n'
+    )
+    monkeypatch.chdir(root)
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 2
+    assert "previous" in result.stderr
+    assert "a base does not move to where it was" in result.stderr
+    fix = next(line for line in result.stderr.splitlines() if line.strip().startswith("fix:"))
+    assert "delete it and run `imagesmith lock --bases`" in fix
+    for text in ("schema = 2\n[bases]\n", "[bases]\n"):
+        (root / "locks" / "bases.toml").write_text(text)
+        result = run_cli("lock", "--bases")
+        fix = next(line for line in result.stderr.splitlines() if line.strip().startswith("fix:"))
+        assert (
+            fix.strip()
+            != "fix: "
+            + "run `imagesmith lock --bases` where the base's registry (or its mirror) is reachable"
+        )
