@@ -383,21 +383,28 @@ class Package:
     release: str = ""
 
 
+#: the OSV ecosystems of dpkg-versioned packages, by the purl's namespace (``pkg:deb/<namespace>/…``)
+DEB_ECOSYSTEMS: Final[dict[str, str]] = {"debian": "Debian", "ubuntu": "Ubuntu"}
+
+
 def _purl(purl: str) -> Package | None:
-    m = re.fullmatch(r"pkg:([a-z]+)/(?:[^/@]+/)?([^/@?#]+)@([^?#]+)(?:\?([^#]*))?(?:#.*)?", purl)
+    m = re.fullmatch(r"pkg:([a-z]+)/(?:([^/@]+)/)?([^/@?#]+)@([^?#]+)(?:\?([^#]*))?(?:#.*)?", purl)
     if not m:
         return None
     from urllib.parse import parse_qsl, unquote
 
-    kind, name, version = m.group(1), unquote(m.group(2)), unquote(m.group(3))
-    eco = {"deb": "Debian", "pypi": "PyPI"}.get(kind)
-    if not eco:
+    kind, namespace = m.group(1), unquote(m.group(2) or "").lower()
+    name, version = unquote(m.group(3)), unquote(m.group(4))
+    if kind == "pypi":
+        return Package("PyPI", name, version)
+    # a deb package is Debian's or Ubuntu's by its namespace: an Ubuntu image's packages were matched against
+    # Debian's records (other versions) and never against Ubuntu's
+    eco = DEB_ECOSYSTEMS.get(namespace) if kind == "deb" else None
+    if eco is None:
         return None
-    if eco != "Debian":
-        return Package(eco, name, version)
-    qualifiers = dict(parse_qsl(m.group(4) or "", keep_blank_values=True))
+    qualifiers = dict(parse_qsl(m.group(5) or "", keep_blank_values=True))
     src, _, src_version = qualifiers.get("upstream", "").partition("@")
-    distro = re.fullmatch(r"debian-(\d+)(?:\.\d+)*", qualifiers.get("distro", ""))
+    distro = re.fullmatch(rf"{namespace}-(\d+(?:\.\d+)?)(?:\.\d+)*", qualifiers.get("distro", ""))
     return Package(
         eco,
         name,
@@ -409,7 +416,7 @@ def _purl(purl: str) -> Package | None:
 
 
 def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
-    """The Debian and PyPI packages of a CycloneDX or SPDX JSON SBOM of *digest* (by their purls). The SBOM
+    """The Debian, Ubuntu and PyPI packages of a CycloneDX or SPDX JSON SBOM of *digest* (by their purls). The SBOM
     must name the digest (CycloneDX ``metadata.component``; SPDX: the described package or the document)."""
     doc = _obj(doc, source, "(top level)")
     purls: list[str] = []
@@ -482,6 +489,8 @@ def _osv_severity(rec: Mapping[str, Any], affected: Mapping[str, Any]) -> str:
     for holder in (affected, rec):
         scores = holder.get("severity")
         for entry in scores if isinstance(scores, list) else ():
+            if isinstance(entry, Mapping) and entry.get("type") == "Ubuntu":  # its priority word
+                return normalize_severity(entry.get("score"))
             if isinstance(entry, Mapping) and entry.get("type") == "CVSS_V3":
                 score = cvss3_base_score(str(entry.get("score", "")))
                 if score is not None:
@@ -551,7 +560,7 @@ def cvss_rating(score: float) -> str:
 
 def compare(ecosystem: str, a: str, b: str) -> int:
     """-1, 0, 1: *a* against *b* in *ecosystem*'s version ordering."""
-    if ecosystem == "Debian":
+    if ecosystem in DEB_ECOSYSTEMS.values():
         return dpkg_compare(a, b)
     from packaging.version import InvalidVersion, Version
 
@@ -599,6 +608,19 @@ def _affected(pkg: Package, affected: Mapping[str, Any], source: str, where: str
     return hit, ", ".join(fixed)
 
 
+def _same_release(ecosystem: str, osv_release: str, purl_release: str) -> bool:
+    """Does the OSV ecosystem's release (``Debian:12`` → "12", ``Ubuntu:22.04:LTS`` and
+    ``Ubuntu:Pro:22.04:LTS`` → "22.04") name the purl's (``distro=debian-12.5`` → "12", ``ubuntu-22.04``)?"""
+    parts = [
+        x for x in osv_release.split(":") if x not in ("Pro", "LTS", "FIPS", "FIPS-preview", "FIPS-updates")
+    ]
+    if not parts:
+        return True
+    if ecosystem == "Debian":
+        return parts[0].split(".")[0] == purl_release.split(".")[0]
+    return parts[0] == purl_release
+
+
 def _event_version(ev: Mapping[str, Any]) -> str | None:
     for key in ("introduced", "fixed", "last_affected", "limit"):
         if key in ev:
@@ -637,7 +659,7 @@ def match_osv(
             eco, _, release = _str(pkg, "ecosystem", source, f"{where}.package").partition(":")
             name = _str(pkg, "name", source, f"{where}.package")
             for p in dict.fromkeys(by_key.get((eco, _norm(eco, name)), [])):
-                if eco == "Debian" and release and p.release and release.split(".")[0] != p.release:
+                if release and p.release and not _same_release(eco, release, p.release):
                     continue
                 by_source = bool(p.source) and _norm(eco, name) == _norm(eco, p.source)
                 version = (p.source_version or p.version) if by_source else p.version

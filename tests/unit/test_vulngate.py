@@ -490,3 +490,39 @@ def test_a_fifo_named_as_a_report_is_refused_without_blocking(tmp_path: Path) ->
     (exc,) = outcome
     assert isinstance(exc, ConfigError)
     assert "FIFO" in exc.message
+
+
+def test_an_ubuntu_images_packages_meet_ubuntus_records_not_debians(tmp_path: Path) -> None:
+    """syft writes pkg:deb/ubuntu/… for an Ubuntu image (this project's a100/h100/rtx4090 bases and the
+    nvidia/cuda devel images): before, they were read as Debian packages — Debian's openssl record (its own
+    versions) refused jammy's, and Ubuntu's records (`Ubuntu:22.04:LTS`, priority `medium`) never matched."""
+    purls = ("pkg:deb/ubuntu/libssl3@3.0.2-0ubuntu1.15?arch=amd64&upstream=openssl&distro=ubuntu-22.04",)
+    (tmp_path / "osv.json").write_text(
+        json.dumps(
+            [
+                _deb("DSA-5999-1", "openssl", [{"introduced": "0"}, {"fixed": "3.0.15-1~deb12u1"}]),
+                {
+                    "id": "UBUNTU-CVE-2099-1",
+                    "affected": [
+                        {
+                            "package": {"ecosystem": f"Ubuntu:{rel}", "name": "openssl"},
+                            "ranges": [
+                                {"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": fix}]}
+                            ],
+                        }
+                        for rel, fix in (
+                            ("22.04:LTS", "3.0.2-0ubuntu1.18"),
+                            ("24.04:LTS", "3.0.13-0ubuntu3.5"),
+                        )
+                    ],
+                    "severity": [{"type": "Ubuntu", "score": "medium"}],
+                },
+            ]
+        )
+    )
+    policy = _policy(tmp_path, 'fail_on = "medium"\nosv = "osv.json"\n')
+    verdict, _ = vulngate.gate([_spdx(tmp_path, purls)], RECORDED, policy, today=TODAY)
+    assert verdict is not None
+    assert [(f.package, f.id, f.severity, f.fixed, f.ecosystem) for f in verdict.blocking] == [
+        ("libssl3 (source openssl)", "UBUNTU-CVE-2099-1", "medium", "3.0.2-0ubuntu1.18", "Ubuntu")
+    ]
