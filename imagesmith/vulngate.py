@@ -74,6 +74,9 @@ class Finding:
     severity: str
     fixed: str = ""  # the fixed version(s), "" when the advisory has no fix
     ecosystem: str = ""
+    #: other ids of the same advisory (OSV ``aliases``/``upstream``, grype ``relatedVulnerabilities``): an
+    #: allowlist entry for CVE-2024-45491 covers DEBIAN-CVE-2024-45491 and DSA-… that name it
+    aliases: tuple[str, ...] = ()
 
     def describe(self) -> str:
         fix = f"fixed in {self.fixed}" if self.fixed else "no fixed version"
@@ -336,6 +339,11 @@ def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
                 severity=normalize_severity(vuln.get("severity")),
                 fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
                 ecosystem=str(art.get("type") or ""),
+                aliases=tuple(
+                    str(r["id"])
+                    for r in _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
+                    if isinstance(r, Mapping) and isinstance(r.get("id"), str)
+                ),
             )
         )
     return out
@@ -416,8 +424,9 @@ def _purl(purl: str) -> Package | None:
 
 
 def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
-    """The Debian, Ubuntu and PyPI packages of a CycloneDX or SPDX JSON SBOM of *digest* (by their purls). The SBOM
-    must name the digest (CycloneDX ``metadata.component``; SPDX: the described package or the document)."""
+    """The Debian, Ubuntu and PyPI packages of a CycloneDX or SPDX JSON SBOM of *digest* (by their purls).
+    The SBOM must name the digest (CycloneDX ``metadata.component``; SPDX: the described package or the
+    document)."""
     doc = _obj(doc, source, "(top level)")
     purls: list[str] = []
     if doc.get("bomFormat") == "CycloneDX":
@@ -473,6 +482,14 @@ def load_osv(path: Path) -> list[Mapping[str, Any]]:
         _list(r.get("affected"), source, f"[{i}].affected")
         out.append(r)
     return out
+
+
+def _osv_aliases(rec: Mapping[str, Any]) -> tuple[str, ...]:
+    out: list[str] = []
+    for key in ("aliases", "upstream"):
+        values = rec.get(key)
+        out += [v for v in (values if isinstance(values, list) else ()) if isinstance(v, str)]
+    return tuple(dict.fromkeys(out))
 
 
 def _osv_severity(rec: Mapping[str, Any], affected: Mapping[str, Any]) -> str:
@@ -677,6 +694,7 @@ def match_osv(
                             severity=_osv_severity(rec, aff),
                             fixed=fixed,
                             ecosystem=eco,
+                            aliases=_osv_aliases(rec),
                         )
                     )
     return out
@@ -818,17 +836,19 @@ def read_scan(path: Path, digest: str, policy: Policy | None) -> Scan:
 def judge(scan: Scan, policy: Policy, *, today: datetime.date) -> Verdict:
     """Which findings block (at or above ``fail_on``, not allowlisted by an entry that is still valid)."""
     floor = _rank(policy.fail_on)
-    allow = {e.id: e for e in policy.allowlist}
+    allow = {e.id.casefold(): e for e in policy.allowlist}  # ids are unique, letters' case aside
     blocking, allowed, expired = [], [], []
     for f in dict.fromkeys(scan.findings):
         if _rank(f.severity) < floor:
             continue
-        entry = allow.get(f.id)
-        if entry is not None and entry.expires >= today:
-            allowed.append((f, entry))
+        # the finding's own id, then its aliases: the entry still valid counts, else the first expired one
+        entries = [e for i in (f.id, *f.aliases) if (e := allow.get(i.casefold())) is not None]
+        valid = next((e for e in entries if e.expires >= today), None)
+        if valid is not None:
+            allowed.append((f, valid))
             continue
-        if entry is not None:
-            expired.append((f, entry))
+        if entries:
+            expired.append((f, entries[0]))
         blocking.append(f)
     return Verdict(scan=scan, blocking=tuple(blocking), allowlisted=tuple(allowed), expired=tuple(expired))
 

@@ -526,3 +526,41 @@ def test_an_ubuntu_images_packages_meet_ubuntus_records_not_debians(tmp_path: Pa
     assert [(f.package, f.id, f.severity, f.fixed, f.ecosystem) for f in verdict.blocking] == [
         ("libssl3 (source openssl)", "UBUNTU-CVE-2099-1", "medium", "3.0.2-0ubuntu1.18", "Ubuntu")
     ]
+
+
+def test_an_allowlist_entry_covers_the_advisorys_other_ids_and_any_case(tmp_path: Path) -> None:
+    """Before: allowlisting CVE-2024-45491 (what people write) did not cover Debian's DEBIAN-CVE-2024-45491
+    record naming it in `aliases`/`upstream`, nor grype's GHSA match whose relatedVulnerabilities name the
+    CVE; an entry written `cve-…` matched nothing."""
+    rec = _deb("DEBIAN-CVE-2024-45491", "openssl", [{"introduced": "0"}, {"fixed": "3.0.15-1~deb12u1"}])
+    rec["upstream"] = ["CVE-2024-45491"]
+    (tmp_path / "osv.json").write_text(json.dumps([rec]))
+    body = (
+        'fail_on = "high"\nosv = "osv.json"\n[[release.vulnerabilities.allowlist]]\nid = "cve-2024-45491"\n'
+        'reason = "no untrusted input"\nexpires = "2027-01-31"\n'
+    )
+    verdict, reasons = vulngate.gate([_spdx(tmp_path)], RECORDED, _policy(tmp_path, body), today=TODAY)
+    assert reasons == []
+    assert verdict is not None
+    assert verdict.allowlisted_ids() == ("DEBIAN-CVE-2024-45491",)
+    expired = body.replace("2027-01-31", "2026-11-30")
+    verdict, reasons = vulngate.gate([_spdx(tmp_path)], RECORDED, _policy(tmp_path, expired), today=TODAY)
+    assert len(reasons) == 1
+    assert "its allowlist entry expired on 2026-11-30" in reasons[0]
+    findings = vulngate.parse_grype(
+        {
+            "source": {"target": {"manifestDigest": RECORDED}},
+            "matches": [
+                {
+                    "vulnerability": {"id": "GHSA-xxxx-yyyy-zzzz", "severity": "Critical"},
+                    "relatedVulnerabilities": [{"id": "CVE-2024-45491"}],
+                    "artifact": {"name": "requests", "version": "2.31.0"},
+                }
+            ],
+        },
+        source="r.grype.json",
+        digest=RECORDED,
+    )
+    scan = vulngate.Scan(digest=RECORDED, source="r", sha="s", scanner="grype", findings=tuple(findings))
+    verdict = vulngate.judge(scan, _policy(tmp_path, body), today=TODAY)
+    assert verdict.passed
