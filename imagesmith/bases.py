@@ -35,7 +35,9 @@ from __future__ import annotations
 import datetime as _dt
 import ipaddress
 import json
+import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -155,11 +157,30 @@ def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
     """The project's base lock, or None when it has none (bases then go by name, as before)."""
     path = bases_path(lock_dir)
     shown = shown or str(path)
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
+    # something by that name that is no readable regular file (a dangling symlink, a folder, a FIFO) is an
+    # error, never "no lock": the bases would silently go by their moving names again
+    from imagesmith import inputs
+
+    fix = (
+        "make it a regular UTF-8 TOML file (restore it from git, or delete it and run "
+        "`imagesmith lock --bases`)"
+    )
     try:
-        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise _bad(shown, "a symbolic link to nothing: no base lock can be read from it", fix) from None
+    except OSError as exc:
+        raise _bad(shown, f"cannot read: {exc.strerror or type(exc).__name__}", fix) from None
+    if not stat.S_ISREG(mode):
+        raise _bad(shown, "is not a regular file: no base lock can be read from it", fix)
+    try:
+        body = inputs.read_user_file(path, "base lock", hint=fix)
+        data: dict[str, Any] = tomllib.loads(body.decode("utf-8"))
+    except ConfigError as exc:
+        raise BaseLockError(exc.message, hint=fix) from None
+    except UnicodeDecodeError as exc:
         raise _bad(
             shown, f"cannot read: {exc}", "make it readable UTF-8 TOML (or restore it from git)"
         ) from None

@@ -599,3 +599,24 @@ def test_a_malformed_lock_says_how_to_repair_it_not_to_rerun_what_just_failed(
             != "fix: "
             + "run `imagesmith lock --bases` where the base's registry (or its mirror) is reachable"
         )
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "folder", "fifo"])
+def test_a_base_lock_that_is_no_regular_file_is_an_error_not_no_lock(tmp_path: Path, kind: str) -> None:
+    """Before: `is_file()` was False, so read_bases answered "no lock" and every base silently went by its
+    moving name again (a bases.toml symlinked to a checkout that is not there, say). A FIFO is never
+    opened."""
+    import os
+
+    path = tmp_path / "bases.toml"
+    if kind == "dangling symlink":
+        path.symlink_to(tmp_path / "elsewhere" / "bases.toml")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(BaseLockError) as err:
+        read_bases(tmp_path, "locks/bases.toml")
+    assert err.value.message.startswith("locks/bases.toml: ")
+    assert "restore it from git" in (err.value.hint or "")
+    assert read_bases(tmp_path / "none") is None  # no file at all: no lock, as before
