@@ -417,8 +417,8 @@ def _purl(purl: str) -> Package | None:
         eco,
         name,
         version,
-        source=src if src and src != name else "",
-        source_version=src_version if src and src != name else "",
+        source=src,
+        source_version=src_version if src else "",
         release=distro.group(1) if distro else "",
     )
 
@@ -665,7 +665,7 @@ def match_osv(
     by_key: dict[tuple[str, str], list[Package]] = {}
     for p in packages:
         by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.name)), []).append(p)
-        if p.source:
+        if p.source and p.source != p.name:
             by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.source)), []).append(p)
     out = []
     for i, rec in enumerate(records):
@@ -683,9 +683,11 @@ def match_osv(
                 hit, fixed = _affected(replace(p, version=version), aff, source, where)
                 if hit:
                     shown = p.name
-                    if by_source:
-                        own = p.source_version if p.source_version not in ("", p.version) else ""
+                    own = p.source_version if by_source and p.source_version not in ("", p.version) else ""
+                    if by_source and p.source != p.name:
                         shown += f" (source {p.source}{' ' + own if own else ''})"
+                    elif own:  # a binNMU (bash 5.2.15-2+b13 of source 5.2.15-2)
+                        shown += f" (source version {own})"
                     out.append(
                         Finding(
                             package=shown,

@@ -564,3 +564,21 @@ def test_an_allowlist_entry_covers_the_advisorys_other_ids_and_any_case(tmp_path
     scan = vulngate.Scan(digest=RECORDED, source="r", sha="s", scanner="grype", findings=tuple(findings))
     verdict = vulngate.judge(scan, _policy(tmp_path, body), today=TODAY)
     assert verdict.passed
+
+
+def test_a_binnmu_is_compared_in_its_source_version(tmp_path: Path) -> None:
+    """syft names bash 5.2.15-2+b13 (a binNMU) `upstream=bash@5.2.15-2`: a record listing the affected source
+    versions (`versions`, no ranges) names 5.2.15-2, never the binNMU's own version — it was missed."""
+    purls = ("pkg:deb/debian/bash@5.2.15-2%2Bb13?arch=amd64&distro=debian-12&upstream=bash%405.2.15-2",)
+    rec = {
+        "id": "DEBIAN-CVE-2099-5",
+        "affected": [{"package": {"ecosystem": "Debian:12", "name": "bash"}, "versions": ["5.2.15-2"]}],
+        "database_specific": {"severity": "HIGH"},
+    }
+    (tmp_path / "osv.json").write_text(json.dumps([rec]))
+    policy = _policy(tmp_path, 'fail_on = "high"\nosv = "osv.json"\n')
+    verdict, _ = vulngate.gate([_spdx(tmp_path, purls)], RECORDED, policy, today=TODAY)
+    assert verdict is not None
+    assert [(f.package, f.version) for f in verdict.blocking] == [
+        ("bash (source version 5.2.15-2)", "5.2.15-2+b13")
+    ]
