@@ -187,3 +187,17 @@ def test_a_bad_signing_key_or_out_file_stops_before_syft_and_writes_nothing(
     assert result.exit_code == 2
     assert "not a folder" in result.stderr
     assert ran == []
+
+
+def test_syft_missing_is_one_error_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Any
+) -> None:
+    """Neither on PATH nor beside this Python: one error and the install line; nothing written (held)."""
+    monkeypatch.setattr("imagesmith.sbom.shutil.which", lambda *a, **kw: None)
+    out = tmp_path / "out"
+    result = run_cli("sbom", f"h/r@{RECORDED}", "--out", str(out))
+    assert result.exit_code == 2
+    assert "error: syft is not installed" in result.stderr
+    assert "pip install 'imagesmith[sbom]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
