@@ -29,11 +29,35 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith.errors import IndexTrustError
+
+#: the flag the index being read came from, as errors name it: ``--index`` (pick, index) or another command's
+#: (``validate --baseline-from``): :func:`reading_as` sets it around a fetch
+_FLAG: ContextVar[str] = ContextVar("imagesmith_index_flag", default="--index")
+
+
+def index_flag() -> str:
+    """The flag errors about the index being read name (``--index`` unless :func:`reading_as` says)."""
+    return _FLAG.get()
+
+
+@contextmanager
+def reading_as(flag: str) -> Iterator[None]:
+    """Errors about the index read inside the block name *flag* (e.g. ``--baseline-from``) as the user gave
+    it, not ``--index``."""
+    token = _FLAG.set(flag)
+    try:
+        yield
+    finally:
+        _FLAG.reset(token)
+
 
 if TYPE_CHECKING:
     from imagesmith.index import ReleaseIndex
@@ -77,11 +101,9 @@ class IndexKey:
 
             try:
                 self._parsed.append(signing.parse_public_key(self.pem, source=self.origin))
-            except ConfigError as exc:
-                said = exc.message.removeprefix(f"{self.origin}: ").removeprefix(f"{self.origin} ")
-                raise ConfigError(
-                    f"{self.origin}: {said}",
-                    hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it",
+            except ConfigError as exc:  # its message names the origin already
+                raise exc.replace(
+                    hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it"
                 ) from None
         return self._parsed[0]
 
@@ -139,7 +161,7 @@ class Trusted:
     def line(self, source: str) -> str:
         if self.first_use:
             return (
-                f"note: first use of --index {source}: trusting the key published beside it, "
+                f"note: first use of {index_flag()} {source}: trusting the key published beside it, "
                 f"{self.fingerprint} ({self.key_type}), pinned in {self.how}: check this fingerprint with "
                 "the publisher"
             )
@@ -191,7 +213,7 @@ class TrustStore:
                 )
             except (ConfigError, ValueError, RecursionError):
                 raise IndexTrustError(
-                    f"--index {self.shown}: the trust record {self.path} cannot be read",
+                    f"{index_flag()} {self.shown}: the trust record {self.path} cannot be read",
                     fault="trust record unreadable",
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
@@ -210,7 +232,7 @@ class TrustStore:
             return signing.parse_public_key(pem.encode(), source=f"the key pinned in {self.path}")
         except ConfigError:
             raise IndexTrustError(
-                f"--index {self.shown}: the key pinned in {self.path} is damaged",
+                f"{index_flag()} {self.shown}: the key pinned in {self.path} is damaged",
                 fault="trust record unreadable",
                 hint=f"remove {self.path} and check the fingerprint the next run prints with the publisher",
             ) from None
@@ -275,7 +297,7 @@ def check_signature(
     )
     if envelope is None:
         raise IndexTrustError(
-            f"--index {source}: the index is not signed (no {where}), but a key is set",
+            f"{index_flag()} {source}: the index is not signed (no {where}), but a key is set",
             fault="not signed",
             hint=hint,
         )
@@ -283,13 +305,14 @@ def check_signature(
         verified = signing.verify_envelope(envelope, keys, payload_type=signing.INDEX_PAYLOAD_TYPE)
     except SignatureError as exc:
         raise IndexTrustError(
-            f"--index {source}: bad index signature ({where}): {exc.message}",
+            f"{index_flag()} {source}: bad index signature ({where}): {exc.message}",
             fault="bad signature",
             hint=hint,
         ) from None
     if verified.payload != body:
         raise IndexTrustError(
-            f"--index {source}: the signature ({where}) is valid but signs another index than the one served",
+            f"{index_flag()} {source}: the signature ({where}) is valid but signs another index than the one "
+            "served",
             fault="bad signature",
             hint=hint,
         )
@@ -315,7 +338,7 @@ def choose_key(
             else "the key that verified this source before"
         )
         raise IndexTrustError(
-            f"--index {source}: the key published beside the index ({published_where}) is "
+            f"{index_flag()} {source}: the key published beside the index ({published_where}) is "
             f"{offered.fingerprint}, not {known}, {whose} ({store.path}): the publisher replaced its key, or "
             "someone replaced the index and its key",
             fault="key changed",
@@ -329,7 +352,7 @@ def choose_key(
     if offered is not None:
         return Trusted.of(offered, str(store.path), first_use=True)
     raise IndexTrustError(
-        f"--index {source}: no key to verify the release index with (no --verify-key, "
+        f"{index_flag()} {source}: no key to verify the release index with (no --verify-key, "
         f"$IMAGESMITH_INDEX_KEY or [release] index_key, no key pinned for this source, none published beside "
         f"it at {published_where})",
         fault="no key",
@@ -345,7 +368,7 @@ def _published_key(data: bytes, *, source: str, where: str) -> PublicKey:
         return signing.parse_public_key(data[:MAX_KEY_BYTES], source=where)
     except ConfigError as exc:
         raise IndexTrustError(
-            f"--index {source}: the key published beside the index is unusable: {exc.message}",
+            f"{index_flag()} {source}: the key published beside the index is unusable: {exc.message}",
             fault="bad key",
             hint=_HOW_TO_GET_A_KEY,
         ) from None
@@ -381,7 +404,8 @@ def check_location(index: ReleaseIndex, location: str, *, source: str) -> None:
     if not index.published_to or location in index.published_to:
         return
     raise IndexTrustError(
-        f"--index {source}: the index is signed for {', '.join(index.published_to)}, not for {location}: "
+        f"{index_flag()} {source}: the index is signed for {', '.join(index.published_to)}, not for "
+        f"{location}: "
         "a copy of another repository's index (someone who can push here put it there)",
         hint="point --index at a repository the publisher releases to (one of those named), and tell the "
         f"publisher that {location} serves another repository's index",
@@ -393,7 +417,8 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
     """Refuse an index without serial/expiry, an expired one, and one older than the newest seen."""
     if not index.serial or not index.expires:
         raise IndexTrustError(
-            f"--index {source}: the index carries no serial or expiry (written by an imagesmith before issue "
+            f"{index_flag()} {source}: the index carries no serial or expiry (written by an imagesmith "
+            "before issue "
             "25), so a replayed or frozen copy cannot be told from the current one",
             fault="no serial",
             hint="the publisher reruns imagesmith release, which adds both and signs them; --no-verify uses "
@@ -403,7 +428,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
     expires = parse_timestamp(index.expires)
     if expires is None or now >= expires:
         raise IndexTrustError(
-            f"--index {source}: the index expired on {index.expires} (serial {index.serial}, written "
+            f"{index_flag()} {source}: the index expired on {index.expires} (serial {index.serial}, written "
             f"{index.generated}); it is now {timestamp(now)}: its publisher has not renewed it, or a "
             "mirror serves a frozen copy",
             fault="expired",
@@ -418,7 +443,8 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
     digest = hashlib.sha256(body).hexdigest()
     if index.serial < newest["serial"]:
         raise IndexTrustError(
-            f"--index {source}: the index served has serial {index.serial} (written {index.generated}), "
+            f"{index_flag()} {source}: the index served has serial {index.serial} (written "
+            f"{index.generated}), "
             "older "
             f"than serial {newest['serial']} (written {newest.get('generated', '?')}) already seen for this "
             "source: a replayed older index (its signature is valid, but it may list images since withdrawn)",
@@ -429,7 +455,8 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
         )
     if index.serial == newest["serial"] and digest != newest.get("sha256"):
         raise IndexTrustError(
-            f"--index {source}: two different indexes carry serial {index.serial} (the one served now and "
+            f"{index_flag()} {source}: two different indexes carry serial {index.serial} (the one served now "
+            "and "
             "the one seen before): the publisher's key signed both, or its release ran twice from one base",
             fault="serial reused",
             hint=f"report it to the publisher; if they confirm the one served now, remove {store.path}",

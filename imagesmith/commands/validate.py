@@ -441,16 +441,15 @@ def _fleet(index: str | None, passed: str | None, source: str) -> tuple[list[dic
     # let a throttled host pass (figures lowered) or fail every run (raised). Verified as pick verifies it:
     # the key of $IMAGESMITH_INDEX_KEY / [release] index_key, else the key pinned for the source, else the one
     # published beside it (first use, its fingerprint printed)
+    from imagesmith.indextrust import reading_as
+
     try:
-        read = fetch_index(
-            index, trust=_index_trust(None, False), note=lambda line: typer.echo(line, err=True)
-        )
+        with reading_as("--baseline-from"):  # its errors name the flag the user gave
+            read = fetch_index(
+                index, trust=_index_trust(None, False), note=lambda line: typer.echo(line, err=True)
+            )
     except IndexTrustError as exc:
-        said = exc.message
         raise exc.replace(
-            message=f"--baseline-from {said.removeprefix('--index ')}"
-            if said.startswith("--index ")
-            else f"--baseline-from {index}: {said}",
             hint="set the publisher's index key once ([release] index_key in "
             "~/.config/imagesmith/config.toml, or $IMAGESMITH_INDEX_KEY) and check the fingerprint with the "
             "publisher, or give the expected figures as --baseline REPORT.json",

@@ -27,6 +27,7 @@ from imagesmith.index import (
     ReleaseIndex,
     parse_index,
 )
+from imagesmith.indextrust import index_flag
 from imagesmith.refs import split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
@@ -86,7 +87,7 @@ def fetch_index(
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", source)
     if scheme and not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         raise ConfigError(
-            f"--index {source[:200]}: {scheme.group(1)}:// is not a scheme pick reads",
+            f"{index_flag()} {source[:200]}: {scheme.group(1)}:// is not a scheme pick reads",
             hint="give a file, an https:// URL or oci://HOST/REPOSITORY[:TAG] (http:// and oci+http:// only "
             "with --insecure)",
         )
@@ -153,9 +154,9 @@ def fetch_index(
         if source.startswith(("http://", "https://")):
             status, body = pick._download_http(source)
             if status in (404, 410):
-                gone = ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+                gone = ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
             elif status != 200:
-                raise ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+                raise ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
             elif trust.verify:
                 sig_status, sig_body = pick._download_http(source + ".sig")
                 envelope = sig_body if sig_status == 200 else None
@@ -177,22 +178,24 @@ def fetch_index(
                 + "drop --refresh to use the cached copy until the source is back",
             ) from None
         (warn or _stderr_warning)(
-            f"--index {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
+            f"{index_flag()} {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
             "it may miss images released since (pass --refresh to fail instead)"
         )
         return from_cache(f"{source} (stale cache {cached})")
     if gone is not None:
         if not cached.is_file():
             raise type(gone)(
-                f"--index {source}: {gone.message}",
+                f"{index_flag()} {source}: {gone.message}",
                 hint=gone.hint
-                or f"check --index {source}: the repository and tag (`imagesmith release` publishes the tag "
+                or f"check {index_flag()} {source}: the repository and tag (`imagesmith release` publishes "
+                "the tag "
                 f"{INDEX_ARTIFACT_TAG})",
             )
         raise type(gone)(
             gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
             "is not there)",
-            hint=f"check --index {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
+            hint=f"check {index_flag()} {source} (`imagesmith release` publishes the tag "
+            f"{INDEX_ARTIFACT_TAG})",
         )
     fresh: Trusted | None = None
     if trust.verify:
@@ -309,7 +312,8 @@ def check_index_scheme(source: str, *, insecure: bool) -> None:
         else ("oci://" + source.removeprefix("oci+http://"))
     )
     raise ConfigError(
-        f"--index {source}: plain HTTP (anyone on the path can change the index, and with it the digests "
+        f"{index_flag()} {source}: plain HTTP (anyone on the path can change the index, and with it the "
+        "digests "
         "you pull)",
         hint=f"use {secure}, or pass --insecure for a server on a network you trust (a local registry)",
     )
@@ -384,7 +388,8 @@ def _download_http(url: str) -> tuple[int, bytes]:
                 # the server sent an https:// source on to plain HTTP: whoever is on that path could serve the
                 # key a first use pins, and with --no-verify the index itself
                 raise ConfigError(
-                    f"--index {url}: the server redirects it to {landed[:200]}, plain HTTP (anyone on the "
+                    f"{index_flag()} {url}: the server redirects it to {landed[:200]}, plain HTTP (anyone on "
+                    "the "
                     "path can change what arrives)",
                     hint="ask the publisher for an https:// address that stays on TLS, or download the "
                     "index, its .sig and .pub over a channel you trust and pass the file",
@@ -393,13 +398,14 @@ def _download_http(url: str) -> tuple[int, bytes]:
                 return resp.status_code, b"".join(http.capped(resp.iter_content(1 << 16), policy))
             except http.TooLarge:
                 raise ConfigError(
-                    f"--index {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): not a "
+                    f"{index_flag()} {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): "
+                    "not a "
                     "release index",
                     hint="point --index at the index imagesmith release writes or publishes",
                 ) from None
     except requests.RequestException as exc:
         raise ConfigError(
-            f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
+            f"{index_flag()} {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",
         ) from None
 
@@ -411,20 +417,21 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
     rest = source.split("://", 1)[1]
     if "/" not in rest:
         raise ConfigError(
-            f"--index {source}: expected oci://HOST/REPOSITORY[:TAG]",
+            f"{index_flag()} {source}: expected oci://HOST/REPOSITORY[:TAG]",
             hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
         )
     host, path = rest.split("/", 1)
     repo, tag, digest = split_reference(path)
     if digest is not None:
         raise ConfigError(
-            f"--index {source}: an index is read by its tag, not by digest (@{digest[:80]} would be ignored)",
+            f"{index_flag()} {source}: an index is read by its tag, not by digest (@{digest[:80]} would be "
+            "ignored)",
             hint=f"drop @{digest[:80]}: the signed serial and expiry tell the current index from an older "
             "one; to keep one fixed index, save it as a file with its .sig and pass that",
         )
     if not host or not repo or "" in repo.split("/"):
         raise ConfigError(
-            f"--index {source}: expected oci://HOST/REPOSITORY[:TAG] (an empty host or path part)",
+            f"{index_flag()} {source}: expected oci://HOST/REPOSITORY[:TAG] (an empty host or path part)",
             hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
         )
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
@@ -450,7 +457,7 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
         if exc.hint and exc.fault != "unreachable":
             raise  # denied, not found, …: the registry client's own fix applies
         raise RegistryError(
-            f"--index {source}: {exc.message}",
+            f"{index_flag()} {source}: {exc.message}",
             hint=f"check that {host} is up and reachable from this host (network, proxy, firewall"
             + ("" if insecure else "; a plain-HTTP registry needs oci+http://")
             + "), or pass the index as a file or http(s) URL",
