@@ -37,6 +37,7 @@ import ipaddress
 import json
 import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -117,8 +118,33 @@ def bases_path(lock_dir: Path) -> Path:
     return lock_dir / BASES_FILE
 
 
-def _bad(shown: str, what: str, hint: str = LOCK_FIX) -> BaseLockError:
+#: the fix for a line (or file) lock --bases cannot read: lock --bases reads the file first, so "run lock
+#: --bases" alone would send the user back to the same error
+REPAIR_FIX: Final[str] = (
+    "correct that line by hand, or delete it and run `imagesmith lock --bases` (it reads the base again and "
+    "writes the line anew); or restore the file from git"
+)
+
+
+def _bad(shown: str, what: str, hint: str = REPAIR_FIX) -> BaseLockError:
     return BaseLockError(f"{shown}: {what}", hint=hint)
+
+
+def _toml(value: object) -> str:
+    """*value* as the file wrote it (TOML-ish, never a Python repr), with its kind when it is no string."""
+    if isinstance(value, str):
+        return json.dumps(value[:80])
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (a boolean)"
+    if isinstance(value, (int, float)):
+        return f"{value} (a number)"
+    if isinstance(value, (_dt.date, _dt.time)):
+        return f"{value.isoformat()} (an unquoted TOML date or time)"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__  # pragma: no cover - tomllib makes no other type
 
 
 def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
@@ -127,10 +153,25 @@ def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
     shown = shown or str(path)
     if not os.path.lexists(path):
         return None
-    # a bases.toml that is there but not a readable regular file (a FIFO, a folder, a link to a device) is an
-    # error, never "no base lock" (that would build from bases by name, unpinned, without a word)
-    text = inputs.read_user_text(
-        path, "", error=BaseLockError, hint="make it readable UTF-8 TOML (or restore it from git)"
+    # something by that name that is no readable regular file (a dangling symlink, a folder, a FIFO) is an
+    # error, never "no lock": the bases would silently go by their moving names again
+    fix = (
+        "make it a regular UTF-8 TOML file (restore it from git, or delete it and run "
+        "`imagesmith lock --bases`)"
+    )
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise _bad(shown, "a symbolic link to nothing: no base lock can be read from it", fix) from None
+    except OSError as exc:
+        raise _bad(shown, f"cannot read: {exc.strerror or type(exc).__name__}", fix) from None
+    if not stat.S_ISREG(mode):
+        raise _bad(shown, "is not a regular file: no base lock can be read from it", fix)
+    # read and parsed as every user file: UTF-8 named, integers within 64 bits, nesting bounded (a huge
+    # integer or arrays nested thousands deep were ValueError / RecursionError tracebacks)
+    body = inputs.read_user_file(path, "base lock", error=BaseLockError, hint=fix)
+    text = inputs.decode_text(
+        body, shown, error=BaseLockError, hint="make it readable UTF-8 TOML (or restore it from git)"
     )
     data: dict[str, Any] = inputs.loads_toml(
         text, shown, error=BaseLockError, syntax_hint="fix the line named (or restore it from git)"
@@ -141,10 +182,19 @@ def read_bases(lock_dir: Path, shown: str | None = None) -> BasesLock | None:
             shown, f"unknown key {unknown[0]!r}", "the file holds `schema = 1` and a [bases] table only"
         )
     if "schema" not in data:
-        raise _bad(shown, "no `schema` key: this imagesmith reads schema = 1", LOCK_FIX)
+        raise _bad(
+            shown,
+            "no `schema` key: this imagesmith reads schema = 1",
+            "add the line `schema = 1` above [bases] (or restore the file from git)",
+        )
     if data["schema"] != 1:
         shown_value = json.dumps(data["schema"], default=str)[:40]  # TOML-ish, never a Python repr
-        raise _bad(shown, f"schema = {shown_value}: this imagesmith reads schema = 1", LOCK_FIX)
+        raise _bad(
+            shown,
+            f"schema = {shown_value}: this imagesmith reads schema = 1",
+            "a newer imagesmith wrote it: upgrade imagesmith (or restore the file from git, or delete it and "
+            "run `imagesmith lock --bases`)",
+        )
     table = data.get("bases", {})
     if not isinstance(table, dict):
         raise _bad(shown, "bases must be a table of image = { digest = … }")
@@ -168,7 +218,9 @@ def _entry(shown: str, name: str, raw: object) -> BaseEntry:
         raise _bad(
             shown,
             f"{where}: the name carries a digest; the lock maps a name (as the matrix writes it) to a digest",
-            f'write "{name.split("@")[0]}" = {{ digest = "{ref.digest}", … }}',
+            "delete the line: a base the matrix names by digest is pinned there (lock --bases writes no line "
+            "for it); to pin a tag, name it without the digest in the matrix and write "
+            f'"{name.split("@")[0]}" = {{ digest = "{ref.digest}", … }}',
         )
     if not isinstance(raw, dict):
         raise _bad(shown, f"{where} must be a table {{ digest = …, registry = …, read = … }}")
@@ -177,16 +229,18 @@ def _entry(shown: str, name: str, raw: object) -> BaseEntry:
         raise _bad(shown, f"{where}.{unknown[0]}: unknown key (known: {', '.join(sorted(_KEYS))})")
     for key, value in raw.items():
         if not isinstance(value, str) or not value.isprintable():
-            raise _bad(shown, f"{where}.{key} = {str(value)[:80]!r} must be a plain string")
+            raise _bad(
+                shown, f"{where}.{key} = {_toml(value)} must be a quoted string of printable characters"
+            )
     origin = raw.get("origin", "registry")
     if origin not in ORIGINS:
-        raise _bad(shown, f"{where}.origin = {origin!r} is not one of {', '.join(ORIGINS)}")
+        raise _bad(shown, f"{where}.origin = {_toml(origin)} is not one of {', '.join(ORIGINS)}")
     if origin == "local":
         extra = sorted(set(raw) - {"origin"})
         if extra:
             raise _bad(
                 shown,
-                f'{where}.{extra[0]}: a base made locally (origin = "local") carries no {extra[0]}: its '
+                f'{where}.{extra[0]}: a base made locally (origin = "local") carries no {extra[0]}: '
                 "it is taken by name on each machine",
                 f'write "{name}" = {{ origin = "local" }}, or drop origin to pin it',
             )
@@ -196,15 +250,20 @@ def _entry(shown: str, name: str, raw: object) -> BaseEntry:
             raise _bad(shown, f"{where}.{key} is missing")
     for key in ("digest", "previous"):
         if key in raw and not _DIGEST.fullmatch(raw[key]):
-            raise _bad(shown, f"{where}.{key} = {raw[key][:80]!r} is not a sha256 digest (sha256:<64 hex>)")
+            raise _bad(shown, f"{where}.{key} = {_toml(raw[key])} is not a sha256 digest (sha256:<64 hex>)")
     if not _WHERE.fullmatch(raw["registry"]):
-        raise _bad(shown, f"{where}.registry = {raw['registry'][:80]!r} is not a registry host[:port][/path]")
+        raise _bad(shown, f"{where}.registry = {_toml(raw['registry'])} is not a registry host[:port][/path]")
     try:
         if not _DATE.fullmatch(raw["read"]):
             raise ValueError
         _dt.date.fromisoformat(raw["read"])
     except ValueError:
-        raise _bad(shown, f"{where}.read = {raw['read'][:40]!r} is not a date (YYYY-MM-DD, UTC)") from None
+        raise _bad(shown, f"{where}.read = {_toml(raw['read'])} is not a date (YYYY-MM-DD, UTC)") from None
+    if raw.get("previous") == raw["digest"]:
+        raise _bad(
+            shown,
+            f"{where}.previous = {_toml(raw['digest'])} is its digest: a base does not move to where it was",
+        )
     return BaseEntry(
         name=name,
         digest=raw["digest"],
@@ -281,20 +340,49 @@ def resolve(
     *,
     client: RegistryApi | None = None,
     known: Iterable[Registry] = (),
+    pinned: str | None = None,
 ) -> Resolved:
-    """One HEAD of *image*'s manifest through the mirror map (index and manifest types accepted)."""
+    """One HEAD of *image*'s manifest through the mirror map (index and manifest types accepted). A digest
+    other than *pinned* (the lock's line: a new base, or one that moved) is taken only once the manifest
+    itself has been read by that digest and hashed to it — a ``Docker-Content-Digest`` the registry (or a
+    cache in front of it) names without serving it never becomes a lock line no build could pull."""
     from imagesmith.registry import client_for
 
     ref = pull_ref(image, config)
     api = client or client_for(endpoint(ref, known))
-    digest = api.manifest_digest(ref.path, ref.tag or "latest")
+    own = own_digest(image)
+    # a name the matrix already pins by digest is read by that digest: its tag (if any) is not what it means
+    digest = api.manifest_digest(ref.path, own or ref.tag or "latest")
+    if digest is not None and own is None and digest != pinned:
+        try:
+            api.get_manifest(ref.path, digest)  # its content must hash to the digest, or this raises
+        except ImagesmithError as exc:
+            raise BaseLockError(
+                f"base image {image}: registry {ref.registry} names {ref} {digest} (Docker-Content-Digest), "
+                f"but does not serve that manifest: {exc.message.splitlines()[0]}",
+                hint=f"the registry (or a cache or proxy in front of it) answers for {ref} inconsistently: "
+                "check it, or read the base through another mirror; the lock keeps its line",
+                registry=ref.registry,
+                digest=digest,
+            ) from None
     if digest is None:
+        gone = "no longer served or never pushed" if own else "tag gone or never pushed"
         raise BaseLockError(
-            f"base image {image}: {ref} is not in registry {ref.registry} (tag gone or never pushed)",
+            f"base image {image}: {ref} is not in registry {ref.registry} ({gone})",
             hint="check the name in the matrix and the registry-mirror map (`imagesmith build --help`), "
             'or mark a base made on each machine origin = "local" in bases.toml',
         )
     return Resolved(digest=digest, where=where_read(image, config))
+
+
+def own_digest(image: str) -> str | None:
+    """The digest *image* carries itself (``name[:tag]@sha256:…``, as a matrix may write a base), else None.
+    Such a base is pinned by the matrix: the lock holds no line for it, the plan and the build take it by that
+    digest (escrow included)."""
+    try:
+        return ImageRef.parse(image).digest
+    except ConfigError:
+        return None
 
 
 def refreshed(old: BaseEntry | None, name: str, got: Resolved, today: str | None = None) -> BaseEntry:
@@ -373,6 +461,7 @@ __all__ = [
     "bases_path",
     "escrow_copy",
     "escrow_ref",
+    "own_digest",
     "read_bases",
     "refreshed",
     "resolve",

@@ -263,8 +263,8 @@ class BaseSources:
             why = "" if served == digest else f"{pull.registry} no longer serves {pull.path}@{digest}"
         except ImagesmithError as exc:
             why = f"{pull.registry} is unreachable ({exc.message.splitlines()[0]})"
-        if not why:
-            return f"{mapped}@{digest}", None
+        if not why:  # a base the matrix names by digest carries it already
+            return (mapped if bases.own_digest(image) else f"{mapped}@{digest}"), None
         if self.escrow is None:
             raise BuildError(
                 f"base {image}: {why}; the project has no escrow copy ([bases] escrow in imagesmith.toml)",

@@ -382,14 +382,20 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     )
 
 
-def index_location(image: str) -> str:
+def index_location(host: str, repository: str) -> str:
     """``host/repository`` of a repository the index is published to, as :attr:`ReleaseIndex.published_to`
-    records it and pick compares it: Docker Hub's aliases as ``docker.io`` (``library/`` added), the host in
-    lower case (host names are case-insensitive; repository paths are lower case already)."""
-    from imagesmith.refs import ImageRef
+    records it and pick compares it: the host the client contacts (never guessed from the path: a single-label
+    host such as ``acme`` is that host, not a Docker Hub namespace), in lower case (host names are
+    case-insensitive), Docker Hub's aliases, in any case, as ``docker.io`` with ``library/`` added to a
+    one-part repository; the repository as the registry API names it."""
+    from imagesmith.refs import DOCKER_HUB, DOCKER_HUB_ALIASES
 
-    ref = ImageRef.parse(image)
-    return f"{ref.registry.lower()}/{ref.path}"
+    host = host.lower()
+    if host in DOCKER_HUB_ALIASES:
+        host = DOCKER_HUB
+        if "/" not in repository:
+            repository = f"library/{repository}"
+    return f"{host}/{repository}"
 
 
 def _image_json(image: ReleasedImage) -> dict[str, Any]:

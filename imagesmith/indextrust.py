@@ -29,12 +29,36 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith import inputs
 from imagesmith.errors import ImagesmithError, IndexTrustError
+
+#: the flag the index being read came from, as errors name it: ``--index`` (pick, index) or another command's
+#: (``validate --baseline-from``): :func:`reading_as` sets it around a fetch
+_FLAG: ContextVar[str] = ContextVar("imagesmith_index_flag", default="--index")
+
+
+def index_flag() -> str:
+    """The flag errors about the index being read name (``--index`` unless :func:`reading_as` says)."""
+    return _FLAG.get()
+
+
+@contextmanager
+def reading_as(flag: str) -> Iterator[None]:
+    """Errors about the index read inside the block name *flag* (e.g. ``--baseline-from``) as the user gave
+    it, not ``--index``."""
+    token = _FLAG.set(flag)
+    try:
+        yield
+    finally:
+        _FLAG.reset(token)
+
 
 if TYPE_CHECKING:
     from imagesmith.index import ReleaseIndex
@@ -44,6 +68,8 @@ if TYPE_CHECKING:
 KEY_SUFFIX: Final[str] = ".pub"
 #: the largest published key read (a PEM public key takes a few hundred bytes)
 MAX_KEY_BYTES: Final[int] = 64 << 10
+#: the largest trust record read (one key and one newest-index line take about 2 KiB)
+MAX_TRUST_RECORD_BYTES: Final[int] = 1 << 20
 _STAMP: Final[str] = "%Y-%m-%dT%H:%M:%SZ"
 _HOW_TO_GET_A_KEY: Final[str] = (
     "get the publisher's public key (the .pub of its `imagesmith release --sign-key`) and pass --verify-key "
@@ -76,10 +102,9 @@ class IndexKey:
 
             try:
                 self._parsed.append(signing.parse_public_key(self.pem, source=self.origin))
-            except ConfigError as exc:
-                raise ConfigError(
-                    f"{self.origin}: {exc.message}",
-                    hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it",
+            except ConfigError as exc:  # its message names the origin already
+                raise exc.replace(
+                    hint="give the PEM public key (the .pub of `imagesmith keygen`) or a path to it"
                 ) from None
         return self._parsed[0]
 
@@ -137,7 +162,7 @@ class Trusted:
     def line(self, source: str) -> str:
         if self.first_use:
             return (
-                f"note: first use of --index {source}: trusting the key published beside it, "
+                f"note: first use of {index_flag()} {source}: trusting the key published beside it, "
                 f"{self.fingerprint} ({self.key_type}), pinned in {self.how}: check this fingerprint with "
                 "the publisher"
             )
@@ -164,23 +189,32 @@ def timestamp(when: datetime.datetime) -> str:
 class TrustStore:
     """The pinned key and the newest index seen, for one index source (one JSON file under *folder*)."""
 
-    def __init__(self, folder: Path, source: str) -> None:
+    def __init__(self, folder: Path, source: str, *, shown: str | None = None) -> None:
         self.source = source
+        #: the source as the user gave it (``--index …`` in messages); *source* is the key it is kept under
+        self.shown = shown or source
         self.path = folder / (hashlib.sha256(source.encode()).hexdigest()[:24] + ".trust.json")
         self._data: dict[str, Any] | None = None
 
     def data(self) -> dict[str, Any]:
         if self._data is None:
             try:
-                # never blocks (a FIFO put there), bounded, JSON depth and integers checked: one error below
+                # never blocks (a FIFO put there), never reads past the cap (a link to /dev/zero), JSON depth
+                # and integers bounded: one error below
                 raw = (
-                    inputs.loads_json(inputs.read_user_file(self.path, "", hint=""), str(self.path), hint="")
+                    inputs.loads_json(
+                        inputs.read_user_file(
+                            self.path, "trust record", hint="", max_bytes=MAX_TRUST_RECORD_BYTES
+                        ),
+                        str(self.path),
+                        hint="",
+                    )
                     if os.path.lexists(self.path)
                     else {}
                 )
-            except (OSError, ValueError, ImagesmithError):
+            except (ValueError, RecursionError, ImagesmithError):
                 raise IndexTrustError(
-                    f"--index {self.source}: the trust record {self.path} cannot be read",
+                    f"{index_flag()} {self.shown}: the trust record {self.path} cannot be read",
                     fault="trust record unreadable",
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
@@ -199,10 +233,17 @@ class TrustStore:
             return signing.parse_public_key(pem.encode(), source=f"the key pinned in {self.path}")
         except ConfigError:
             raise IndexTrustError(
-                f"--index {self.source}: the key pinned in {self.path} is damaged",
+                f"{index_flag()} {self.shown}: the key pinned in {self.path} is damaged",
                 fault="trust record unreadable",
                 hint=f"remove {self.path} and check the fingerprint the next run prints with the publisher",
             ) from None
+
+    def pinned_how(self) -> str:
+        """How the pinned key came to be pinned, for the ``index key:`` line."""
+        by = self.data().get("pinned_by")
+        if isinstance(by, str) and by:
+            return f"pinned in {self.path}, first verified {by}"
+        return f"pinned on first use in {self.path}"
 
     def newest(self) -> dict[str, Any] | None:
         seen = self.data().get("newest")
@@ -215,10 +256,15 @@ class TrustStore:
         the key as this source's pin."""
         data = dict(self.data())
         data["source"] = self.source
-        if trusted.first_use and trusted.key is not None:
+        if "key" not in data and trusted.key is not None:
+            # the first key that verified an index of this source is its pin, whichever named it: the key
+            # published beside it (first use) or the user's (--verify-key, $IMAGESMITH_INDEX_KEY, config) —
+            # a later run without the user's key must not trust a key the publisher never used here
             data["key"] = trusted.key.pem.decode()
             data["fingerprint"] = trusted.fingerprint
             data["key_type"] = trusted.key_type
+            if not trusted.first_use:
+                data["pinned_by"] = trusted.how
         newest = self.newest()
         if newest is None or index.serial > newest["serial"]:
             data["newest"] = {
@@ -252,7 +298,7 @@ def check_signature(
     )
     if envelope is None:
         raise IndexTrustError(
-            f"--index {source}: the index is not signed (no {where}), but a key is set",
+            f"{index_flag()} {source}: the index is not signed (no {where}), but a key is set",
             fault="not signed",
             hint=hint,
         )
@@ -260,13 +306,14 @@ def check_signature(
         verified = signing.verify_envelope(envelope, keys, payload_type=signing.INDEX_PAYLOAD_TYPE)
     except SignatureError as exc:
         raise IndexTrustError(
-            f"--index {source}: bad index signature ({where}): {exc.message}",
+            f"{index_flag()} {source}: bad index signature ({where}): {exc.message}",
             fault="bad signature",
             hint=hint,
         ) from None
     if verified.payload != body:
         raise IndexTrustError(
-            f"--index {source}: the signature ({where}) is valid but signs another index than the one served",
+            f"{index_flag()} {source}: the signature ({where}) is valid but signs another index than the one "
+            "served",
             fault="bad signature",
             hint=hint,
         )
@@ -281,24 +328,32 @@ def choose_key(
         return Trusted.of(trust.key.key, f"from {trust.key.origin}")
     pinned = store.pinned()
     offered = _published_key(published, source=source, where=published_where) if published else None
+    newest = store.newest() or {}
+    # the key this source is known by: its pin, else (a record written before every verifying key was pinned)
+    # the key that verified the newest index seen
+    known = pinned.fingerprint if pinned is not None else newest.get("key")
+    if offered is not None and isinstance(known, str) and offered.fingerprint != known:
+        whose = (
+            "the key pinned for this source on first use"
+            if pinned is not None and not store.data().get("pinned_by")
+            else "the key that verified this source before"
+        )
+        raise IndexTrustError(
+            f"{index_flag()} {source}: the key published beside the index ({published_where}) is "
+            f"{offered.fingerprint}, not {known}, {whose} ({store.path}): the publisher replaced its key, or "
+            "someone replaced the index and its key",
+            fault="key changed",
+            hint="ask the publisher which key is theirs; if the new one is, pass --verify-key NEW.pub "
+            "(or "
+            f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
+            "otherwise do not use this index",
+        )
     if pinned is not None:
-        if offered is not None and offered.fingerprint != pinned.fingerprint:
-            raise IndexTrustError(
-                f"--index {source}: the key published beside the index ({published_where}) is "
-                f"{offered.fingerprint}, not {pinned.fingerprint}, the key pinned for this source on first "
-                f"use ({store.path}): the publisher replaced its key, or someone replaced the index and its "
-                "key",
-                fault="key changed",
-                hint="ask the publisher which key is theirs; if the new one is, pass --verify-key NEW.pub "
-                "(or "
-                f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
-                "otherwise do not use this index",
-            )
-        return Trusted.of(pinned, f"pinned on first use in {store.path}")
+        return Trusted.of(pinned, store.pinned_how())
     if offered is not None:
         return Trusted.of(offered, str(store.path), first_use=True)
     raise IndexTrustError(
-        f"--index {source}: no key to verify the release index with (no --verify-key, "
+        f"{index_flag()} {source}: no key to verify the release index with (no --verify-key, "
         f"$IMAGESMITH_INDEX_KEY or [release] index_key, no key pinned for this source, none published beside "
         f"it at {published_where})",
         fault="no key",
@@ -314,7 +369,7 @@ def _published_key(data: bytes, *, source: str, where: str) -> PublicKey:
         return signing.parse_public_key(data[:MAX_KEY_BYTES], source=where)
     except ConfigError as exc:
         raise IndexTrustError(
-            f"--index {source}: the key published beside the index is unusable: {exc.message}",
+            f"{index_flag()} {source}: the key published beside the index is unusable: {exc.message}",
             fault="bad key",
             hint=_HOW_TO_GET_A_KEY,
         ) from None
@@ -336,7 +391,7 @@ def verified_before(body: bytes, envelope: bytes | None, trust: Trust, store: Tr
     if trust.key is not None:
         fingerprint, how = trust.key.fingerprint, f"from {trust.key.origin}"
     else:
-        fingerprint, how = store.data().get("fingerprint"), f"pinned on first use in {store.path}"
+        fingerprint, how = store.data().get("fingerprint"), store.pinned_how()
     if fingerprint is None or fingerprint != newest.get("key"):
         return None
     return Trusted(fingerprint, str(newest.get("key_type", "")), how)
@@ -350,7 +405,8 @@ def check_location(index: ReleaseIndex, location: str, *, source: str) -> None:
     if not index.published_to or location in index.published_to:
         return
     raise IndexTrustError(
-        f"--index {source}: the index is signed for {', '.join(index.published_to)}, not for {location}: "
+        f"{index_flag()} {source}: the index is signed for {', '.join(index.published_to)}, not for "
+        f"{location}: "
         "a copy of another repository's index (someone who can push here put it there)",
         hint="point --index at a repository the publisher releases to (one of those named), and tell the "
         f"publisher that {location} serves another repository's index",
@@ -362,7 +418,8 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
     """Refuse an index without serial/expiry, an expired one, and one older than the newest seen."""
     if not index.serial or not index.expires:
         raise IndexTrustError(
-            f"--index {source}: the index carries no serial or expiry (written by an imagesmith before issue "
+            f"{index_flag()} {source}: the index carries no serial or expiry (written by an imagesmith "
+            "before issue "
             "25), so a replayed or frozen copy cannot be told from the current one",
             fault="no serial",
             hint="the publisher reruns imagesmith release, which adds both and signs them; --no-verify uses "
@@ -372,7 +429,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
     expires = parse_timestamp(index.expires)
     if expires is None or now >= expires:
         raise IndexTrustError(
-            f"--index {source}: the index expired on {index.expires} (serial {index.serial}, written "
+            f"{index_flag()} {source}: the index expired on {index.expires} (serial {index.serial}, written "
             f"{index.generated}); it is now {timestamp(now)}: its publisher has not renewed it, or a "
             "mirror serves a frozen copy",
             fault="expired",
@@ -387,7 +444,8 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
     digest = hashlib.sha256(body).hexdigest()
     if index.serial < newest["serial"]:
         raise IndexTrustError(
-            f"--index {source}: the index served has serial {index.serial} (written {index.generated}), "
+            f"{index_flag()} {source}: the index served has serial {index.serial} (written "
+            f"{index.generated}), "
             "older "
             f"than serial {newest['serial']} (written {newest.get('generated', '?')}) already seen for this "
             "source: a replayed older index (its signature is valid, but it may list images since withdrawn)",
@@ -398,7 +456,8 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
         )
     if index.serial == newest["serial"] and digest != newest.get("sha256"):
         raise IndexTrustError(
-            f"--index {source}: two different indexes carry serial {index.serial} (the one served now and "
+            f"{index_flag()} {source}: two different indexes carry serial {index.serial} (the one served now "
+            "and "
             "the one seen before): the publisher's key signed both, or its release ran twice from one base",
             fault="serial reused",
             hint=f"report it to the publisher; if they confirm the one served now, remove {store.path}",

@@ -109,7 +109,7 @@ class Cell:
     def pinned(self, image: str) -> str:
         """*image* as the rendered Dockerfile names it: ``name@digest`` when the base lock pins it."""
         digest = dict(self.base_digests).get(image)
-        return f"{image}@{digest}" if digest else image
+        return f"{image}@{digest}" if digest and "@" not in image else image
 
     def moved_notes(self) -> list[str]:
         """``base debian:bookworm moved sha256:a…→sha256:b… (read DATE)`` per moved base of the cell."""

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith import __version__, compat
-from imagesmith.bases import BASES_FILE, BasesLock, read_bases
+from imagesmith.bases import BASES_FILE, BasesLock, own_digest, read_bases
 from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.layerplan import plan_layers, popularity
 from imagesmith.lock import Lock, LockKey, lock_keys_in, read_lock
@@ -493,7 +493,7 @@ def _unpinned(lock: BasesLock | None, *images: str | None) -> list[str]:
     """The images of a cell that the project's base lock (when it has one) has no entry for."""
     if lock is None:
         return []
-    return [i for i in dict.fromkeys(i for i in images if i) if lock.get(i) is None]
+    return [i for i in dict.fromkeys(i for i in images if i) if lock.get(i) is None and not own_digest(i)]
 
 
 def _base_fields(lock: BasesLock | None, *images: str | None) -> dict[str, Any]:
@@ -505,6 +505,10 @@ def _base_fields(lock: BasesLock | None, *images: str | None) -> dict[str, Any]:
     moves: dict[str, str] = {}
     read: dict[str, str] = {}
     for image in dict.fromkeys(i for i in images if i):
+        own = own_digest(image)
+        if own is not None:  # the matrix names it by digest: pinned there, no lock line
+            digests[image] = own
+            continue
         entry = lock.get(image)
         if entry is None:  # pragma: no cover - _unpinned() dropped the cell before
             continue

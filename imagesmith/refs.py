@@ -65,6 +65,8 @@ def matches(value: str, pattern: str) -> bool:
 
 DOCKER_HUB = "docker.io"
 _HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"})
+#: the host names of Docker Hub (lower case), ``docker.io`` among them
+DOCKER_HUB_ALIASES: frozenset[str] = _HUB_ALIASES
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -84,7 +84,7 @@ from imagesmith.index import (
     issued,
     load_index,
     parse_index,
-    read_index_artifact,
+    read_signed_index_artifact,
     renewal_due,
     save_index,
 )
@@ -907,8 +907,10 @@ class VerifiedBlobs:
         if path is None:
             return
         try:
-            doc = json.loads(path.read_bytes()) if path.stat().st_size < (64 << 20) else None
-        except (OSError, ValueError):
+            # a regular file only: a FIFO there (its size reads 0) would block release forever
+            regular = inputs.is_regular_file(path) and path.stat().st_size < (64 << 20)
+            doc = json.loads(path.read_bytes()) if regular else None
+        except (OSError, ValueError, RecursionError):
             doc = None
         verified = doc.get("verified") if isinstance(doc, dict) and doc.get("schema") == 1 else None
         if isinstance(verified, dict):
@@ -1473,11 +1475,14 @@ def _base_index(
     *,
     extend_from: str | None = None,
     echo: Callable[[str], Any] = lambda _: None,
+    keys: Sequence[PublicKey] = (),
 ) -> ReleaseIndex:
     """The index to extend, from the one place the project names: the index file (``[paths].release_index``
     or ``--index-file``), or, when asked for by name (``--extend-from REGISTRY``), the index that registry
     publishes. Never "the first registry that has one": a registry that publishes an index while the file is
-    missing is a refusal, not a source. Carried entries are re-verified later (:func:`verify_carried`)."""
+    missing is a refusal, not a source. Carried entries are re-verified later (:func:`verify_carried`); the
+    repositories a registry's index names as ``published_to`` are carried only when one of *keys* (the release
+    key) signed it (:func:`_published_to_if_signed`)."""
     if index_file.is_file():
         if extend_from:
             raise ConfigError(
@@ -1504,7 +1509,11 @@ def _base_index(
         echo(
             f"extending the index {t.image}:{INDEX_ARTIFACT_TAG} (--extend-from); its entries are re-verified"
         )
-        return parse_index(read_index_artifact(c, t.repo), source=f"{t.image}:{INDEX_ARTIFACT_TAG}")
+        body, envelope = read_signed_index_artifact(c, t.repo)
+        base = parse_index(body, source=f"{t.image}:{INDEX_ARTIFACT_TAG}")
+        return _published_to_if_signed(
+            base, body, envelope, keys, where=f"{t.image}:{INDEX_ARTIFACT_TAG}", echo=echo
+        )
     for t in repos:
         try:
             published = clients[t.name].manifest_digest(t.repo, INDEX_ARTIFACT_TAG)
@@ -1520,6 +1529,36 @@ def _base_index(
             )
     echo(f"no release index at {index_file}: starting a new one")
     return ReleaseIndex(generated=_now())
+
+
+def _published_to_if_signed(
+    base: ReleaseIndex,
+    body: bytes,
+    envelope: bytes | None,
+    keys: Sequence[PublicKey],
+    *,
+    where: str,
+    echo: Callable[[str], Any],
+) -> ReleaseIndex:
+    """*base* (read from a registry for --extend-from), its ``published_to`` kept only when one of *keys*
+    signed exactly *body*: pick takes the signed index from every repository it names, so a repository that
+    someone who can push to this registry wrote into it would be signed into the next index as a place the
+    publisher's index belongs (and one copied there would pass). Entries need no signature here: each is
+    re-verified against its tags, labels and evidence."""
+    if not base.published_to:
+        return base
+    from imagesmith.errors import IndexTrustError
+    from imagesmith.indextrust import check_signature
+
+    try:
+        check_signature(body, envelope, list(keys), source=where, where=f"{where} signature layer")
+    except IndexTrustError:
+        echo(
+            f"the index {where} is not signed by the release key: the repositories it names as published_to "
+            f"({', '.join(base.published_to)}) are not carried; the new index names this run's"
+        )
+        return replace(base, published_to=())
+    return base
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1704,7 +1743,8 @@ def rebind_carried(
     """Every field pick decides on, of every carried entry, from content bound to its digest: the image
     config's labels (read from a registry whose copy was just re-verified; the config is content-addressed,
     so any copy says the same) and the validated-on records of its verified attestations
-    (:attr:`Carried.evidence`). An entry that disagrees is rebuilt, and each change is named."""
+    (:attr:`Carried.evidence`); each copy's registry kind from the project's registries file (*known*). An
+    entry that disagrees is rebuilt, and each change is named."""
     images: list[ReleasedImage] = []
     corrections: list[str] = []
     refusals: list[CellResult] = []
@@ -1731,13 +1771,24 @@ def rebind_carried(
             images.append(image)
             continue
         new, changes = bound_entry(image, facts, carried.evidence.get(image.tag, ()))
+        # each copy as the project's registries file names it (verify_carried matched name, host and
+        # repository): its kind decides which registry pick sends a renter to, never the index's word
+        copies = tuple(
+            replace(c, registry=replace(c.registry, kind=known[c.name].kind)) for c in new.registries
+        )
+        kinds = [
+            f"registries[{c.name}].kind: {c.kind} → {known[c.name].kind}"
+            for c in new.registries
+            if c.kind != known[c.name].kind
+        ]
+        new = replace(new, registries=copies)
         problem = index_problem(new)
         if problem is not None:
             refusals.append(_dropped_entry(image, problem))
             continue
         corrections += [
             f"entry {image.tag}: {c} (from its image config and signed evidence)" for c in changes
-        ]
+        ] + [f"entry {image.tag}: {c} (from the registries file)" for c in kinds]
         images.append(new)
     return Rebound(
         images=tuple(images),
@@ -1780,7 +1831,14 @@ def release_cells(
     outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
     verified = verified if verified is not None else VerifiedBlobs.default()
     entries: list[ReleasedImage] = []
-    base = _base_index(index_file, cells, clients, extend_from=extend_from, echo=echo)
+    base = _base_index(
+        index_file,
+        cells,
+        clients,
+        extend_from=extend_from,
+        echo=echo,
+        keys=[sign_key.public] if sign_key is not None else [],
+    )
     for cell in cells:
         echo(f"{cell.id}: checking candidate and evidence")
         result, passing = release_cell(
@@ -1876,7 +1934,7 @@ def release_cells(
         # issue 25: where this index is published (every repository before, and this run's), inside the signed
         # bytes: pick refuses it read from any other repository (a copy moved there by someone who can push)
         published_to=tuple(
-            sorted({*base.published_to, *(index_location(t.image) for t in _index_repos(cells))})
+            sorted({*base.published_to, *(index_location(t.host, t.repo) for t in _index_repos(cells))})
         ),
     )
     outcome.index_changed = merged != base or not index_file.is_file()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,7 @@ SBOM_ENVELOPE_SUFFIX: Final[str] = ".sbom.dsse.json"
 SPDX_SUFFIX: Final[str] = ".spdx.json"
 #: the largest SBOM document read back (the smoke image's, without file lists, is well under this)
 MAX_SBOM_BYTES: Final[int] = 16 << 20
+_DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 class SbomError(ImagesmithError):
@@ -73,8 +75,10 @@ def run_syft(source: str, *, insecure: bool = False, timeout: float = 900.0) -> 
     if insecure:
         env["SYFT_REGISTRY_INSECURE_USE_HTTP"] = "true"
     try:
+        # not -q: it silences syft's error lines too ("no message" for a digest the registry does not hold);
+        # with stderr a pipe syft prints no progress display, only its log lines
         proc = subprocess.run(
-            [syft_binary(), "scan", source, "-o", "spdx-json", "-q"],
+            [syft_binary(), "scan", source, "-o", "spdx-json"],
             capture_output=True,
             env=env,
             timeout=timeout,
@@ -85,9 +89,12 @@ def run_syft(source: str, *, insecure: bool = False, timeout: float = 900.0) -> 
             f"syft {source}: no answer in {timeout:.0f} s", hint="rerun; check the registry"
         ) from None
     if proc.returncode != 0:
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        text = re.sub(r"\x1b\[[0-9;]*[A-Za-z]", "", proc.stderr.decode(errors="replace"))
+        err = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
+        said = next((line for line in reversed(err) if "ERROR" in line), err[-1] if err else "no message")
+        said = "".join(c if c.isprintable() else "?" for c in said)
         raise SbomError(
-            f"syft {source} failed (exit {proc.returncode}): {(err or ['no message'])[-1][:300]}",
+            f"syft {source} failed (exit {proc.returncode}): {said[:400]}",
             hint="check that the image reference exists and the registry answers (plain HTTP: --insecure)",
         )
     try:
@@ -200,8 +207,8 @@ def make_sbom(
 ) -> tuple[dict[str, Any], str]:
     """(the SPDX document, the digest it is about) for *reference* ``HOST/REPO@sha256:<hex>``. The document
     must describe exactly that digest (a registry that served another manifest is refused)."""
-    _, at, digest = reference.rpartition("@")
-    if not at or not digest.startswith("sha256:") or len(digest) != 71:
+    name, at, digest = reference.rpartition("@")
+    if not at or not name or not _DIGEST.fullmatch(digest):
         raise ConfigError(
             f"{reference!r} is not IMAGE@sha256:<64 hex>",
             hint="give the image by digest: imagesmith candidates --pinned prints it",

@@ -23,12 +23,14 @@ about another digest is one :class:`~imagesmith.errors.ConfigError` naming the f
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
+import math
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -73,6 +75,9 @@ class Finding:
     severity: str
     fixed: str = ""  # the fixed version(s), "" when the advisory has no fix
     ecosystem: str = ""
+    #: other ids of the same advisory (OSV ``aliases``/``upstream``, grype ``relatedVulnerabilities``): an
+    #: allowlist entry for CVE-2024-45491 covers DEBIAN-CVE-2024-45491 and DSA-… that name it
+    aliases: tuple[str, ...] = ()
 
     def describe(self) -> str:
         fix = f"fixed in {self.fixed}" if self.fixed else "no fixed version"
@@ -173,7 +178,7 @@ def parse_policy(table: Any, *, source: str, root: Path) -> Policy:
             f"{where}.allowlist: expected a list of tables",
             hint='write [[release.vulnerabilities.allowlist]] with id, reason and expires = "YYYY-MM-DD"',
         )
-    entries = []
+    entries: list[AllowEntry] = []
     for i, e in enumerate(raw):
         key = f"{where}.allowlist[{i}]"
         if not isinstance(e, Mapping):
@@ -200,7 +205,15 @@ def parse_policy(table: Any, *, source: str, root: Path) -> Policy:
                 raise ProjectError(f"{key}.expires: {expires!r} is not a date", hint=_allow_hint()) from None
         else:
             raise ProjectError(f"{key}.expires: {expires!r} is not a date (YYYY-MM-DD)", hint=_allow_hint())
-        entries.append(AllowEntry(id=e["id"].strip(), reason=e["reason"].strip(), expires=date))
+        entry = AllowEntry(id=e["id"].strip(), reason=e["reason"].strip(), expires=date)
+        twin = next((n for n, x in enumerate(entries) if x.id.casefold() == entry.id.casefold()), None)
+        if twin is not None:  # two expiries for one advisory: which one holds would be the file's order
+            raise ProjectError(
+                f"{key}.id: {entry.id!r} is already allowlisted by allowlist[{twin}] (expires "
+                f"{entries[twin].expires.isoformat()}, this one {date.isoformat()})",
+                hint="keep one entry per advisory id: merge the reasons and keep the expiry you mean",
+            )
+        entries.append(entry)
     osv = table.get("osv")
     if osv is not None and not isinstance(osv, str):
         raise ProjectError(f"{where}.osv: expected a relative path", hint='write osv = "vuln/osv.json"')
@@ -223,27 +236,29 @@ def _allow_hint() -> str:
 # reading reports
 
 
+_REPORT_HINT: Final[str] = (
+    "pass the JSON report grype (-o json) or trivy (-f json) wrote for this exact digest, named "
+    f"sha256-<hex>.grype.json / .trivy.json in --scan-reports (see {_DOCS})"
+)
+
+
 def _bad(source: str, problem: str) -> ConfigError:
-    return ConfigError(
-        f"scan report {source}: {problem}",
-        hint="pass the JSON report grype (-o json) or trivy (-f json) wrote for this exact digest, named "
-        f"sha256-<hex>.grype.json / .trivy.json in --scan-reports (see {_DOCS})",
-    )
+    return ConfigError(f"scan report {source}: {problem}", hint=_REPORT_HINT)
 
 
-def _read(path: Path, limit: int | None = None) -> bytes:
+def _read(path: Path, limit: int | None = None, what: str = "scan report", hint: str = _REPORT_HINT) -> bytes:
+    """A report's bytes: a regular file only, never blocking (a FIFO named like a report would otherwise hold
+    release forever), at most *limit* bytes."""
+    from imagesmith import inputs
+
     limit = limit or MAX_REPORT_BYTES
     try:
         size = path.stat().st_size
-        if size > limit:
-            raise _bad(str(path), f"{size} bytes, more than the {limit >> 20} MiB a report may have")
-        with path.open("rb") as fh:
-            body = fh.read(limit + 1)
     except OSError as exc:
         raise _bad(str(path), f"cannot read ({exc.strerror})") from None
-    if len(body) > limit:
-        raise _bad(str(path), f"more than the {limit >> 20} MiB a report may have")
-    return body
+    if size > limit:
+        raise _bad(str(path), f"{size} bytes, more than the {limit >> 20} MiB a report may have")
+    return inputs.read_user_file(path, what, hint=hint, max_bytes=limit)
 
 
 def _json(body: bytes, source: str) -> Any:
@@ -325,6 +340,11 @@ def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
                 severity=normalize_severity(vuln.get("severity")),
                 fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
                 ecosystem=str(art.get("type") or ""),
+                aliases=tuple(
+                    str(r["id"])
+                    for r in _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
+                    if isinstance(r, Mapping) and isinstance(r.get("id"), str)
+                ),
             )
         )
     return out
@@ -363,22 +383,51 @@ class Package:
     ecosystem: str  # "Debian" | "PyPI" | … (OSV's ecosystem names, without the release suffix)
     name: str
     version: str
+    #: a Debian binary package's source package and its version (the purl's ``upstream=NAME[@VERSION]``):
+    #: Debian's OSV records (DSA, DLA, DEBIAN-CVE) name source packages — libssl3 is built from openssl,
+    #: bsdutils 1:2.38.1-5 from util-linux 2.38.1-5 — and their ranges are in source versions
+    source: str = ""
+    source_version: str = ""
+    #: the distribution release the purl names (``distro=debian-12`` → "12"); "" when it names none
+    release: str = ""
+
+
+#: the OSV ecosystems of dpkg-versioned packages, by the purl's namespace (``pkg:deb/<namespace>/…``)
+DEB_ECOSYSTEMS: Final[dict[str, str]] = {"debian": "Debian", "ubuntu": "Ubuntu"}
 
 
 def _purl(purl: str) -> Package | None:
-    m = re.fullmatch(r"pkg:([a-z]+)/(?:[^/@]+/)?([^/@?#]+)@([^?#]+)(?:[?#].*)?", purl)
+    m = re.fullmatch(r"pkg:([a-z]+)/(?:([^/@]+)/)?([^/@?#]+)@([^?#]+)(?:\?([^#]*))?(?:#.*)?", purl)
     if not m:
         return None
-    from urllib.parse import unquote
+    from urllib.parse import parse_qsl, unquote
 
-    kind, name, version = m.group(1), unquote(m.group(2)), unquote(m.group(3))
-    eco = {"deb": "Debian", "pypi": "PyPI"}.get(kind)
-    return Package(eco, name, version) if eco else None
+    kind, namespace = m.group(1), unquote(m.group(2) or "").lower()
+    name, version = unquote(m.group(3)), unquote(m.group(4))
+    if kind == "pypi":
+        return Package("PyPI", name, version)
+    # a deb package is Debian's or Ubuntu's by its namespace: an Ubuntu image's packages were matched against
+    # Debian's records (other versions) and never against Ubuntu's
+    eco = DEB_ECOSYSTEMS.get(namespace) if kind == "deb" else None
+    if eco is None:
+        return None
+    qualifiers = dict(parse_qsl(m.group(5) or "", keep_blank_values=True))
+    src, _, src_version = qualifiers.get("upstream", "").partition("@")
+    distro = re.fullmatch(rf"{namespace}-(\d+(?:\.\d+)?)(?:\.\d+)*", qualifiers.get("distro", ""))
+    return Package(
+        eco,
+        name,
+        version,
+        source=src,
+        source_version=src_version if src else "",
+        release=distro.group(1) if distro else "",
+    )
 
 
 def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
-    """The Debian and PyPI packages of a CycloneDX or SPDX JSON SBOM of *digest* (by their purls). The SBOM
-    must name the digest (CycloneDX ``metadata.component``; SPDX: the described package or the document)."""
+    """The Debian, Ubuntu and PyPI packages of a CycloneDX or SPDX JSON SBOM of *digest* (by their purls).
+    The SBOM must name the digest (CycloneDX ``metadata.component``; SPDX: the described package or the
+    document)."""
     doc = _obj(doc, source, "(top level)")
     purls: list[str] = []
     if doc.get("bomFormat") == "CycloneDX":
@@ -415,7 +464,15 @@ def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
 def load_osv(path: Path) -> list[Mapping[str, Any]]:
     """OSV records: one record, a list of them, or ``{"vulns": [...]}`` (osv.dev's query answer)."""
     source = str(path)
-    doc = _json(_read(path, MAX_OSV_BYTES), source)
+    doc = _json(
+        _read(
+            path,
+            MAX_OSV_BYTES,
+            "OSV data file (release.vulnerabilities.osv)",
+            "point release.vulnerabilities.osv of imagesmith.toml at the OSV JSON file (a regular file)",
+        ),
+        source,
+    )
     if isinstance(doc, Mapping) and "vulns" in doc:
         doc = doc["vulns"]
     records = doc if isinstance(doc, list) else [doc]
@@ -428,19 +485,100 @@ def load_osv(path: Path) -> list[Mapping[str, Any]]:
     return out
 
 
+def _osv_aliases(rec: Mapping[str, Any]) -> tuple[str, ...]:
+    out: list[str] = []
+    for key in ("aliases", "upstream"):
+        values = rec.get(key)
+        out += [v for v in (values if isinstance(values, list) else ()) if isinstance(v, str)]
+    return tuple(dict.fromkeys(out))
+
+
 def _osv_severity(rec: Mapping[str, Any], affected: Mapping[str, Any]) -> str:
+    """The record's severity word (the affected entry's, else the record's ``database_specific``), else the
+    rating of its CVSS v3 base score (``severity: [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/…"}]``, the
+    affected entry's first): most PyPI (PYSEC) and many other records carry only the vector. Neither:
+    ``unknown``."""
     for holder in (affected.get("ecosystem_specific"), affected.get("database_specific")):
         if isinstance(holder, Mapping) and holder.get("severity"):
             return normalize_severity(holder["severity"])
     db = rec.get("database_specific")
     if isinstance(db, Mapping) and db.get("severity"):
         return normalize_severity(db["severity"])
+    for holder in (affected, rec):
+        scores = holder.get("severity")
+        for entry in scores if isinstance(scores, list) else ():
+            if isinstance(entry, Mapping) and entry.get("type") == "Ubuntu":  # its priority word
+                return normalize_severity(entry.get("score"))
+            if isinstance(entry, Mapping) and entry.get("type") == "CVSS_V3":
+                score = cvss3_base_score(str(entry.get("score", "")))
+                if score is not None:
+                    return cvss_rating(score)
+    return "unknown"
+
+
+#: CVSS v3.x base metric weights (FIRST, CVSS v3.1 Specification, section 7.4)
+_CVSS3: Final[dict[str, dict[str, float]]] = {
+    "AV": {"N": 0.85, "A": 0.62, "L": 0.55, "P": 0.2},
+    "AC": {"L": 0.77, "H": 0.44},
+    "UI": {"N": 0.85, "R": 0.62},
+    "C": {"H": 0.56, "L": 0.22, "N": 0.0},
+    "I": {"H": 0.56, "L": 0.22, "N": 0.0},
+    "A": {"H": 0.56, "L": 0.22, "N": 0.0},
+}
+
+
+def _roundup(x: float) -> float:
+    """CVSS v3.1's Roundup: the smallest one-decimal number >= *x* (free of float noise)."""
+    n = round(x * 100000)
+    return n / 100000.0 if n % 10000 == 0 else (math.floor(n / 10000) + 1) / 10.0
+
+
+def cvss3_base_score(vector: str) -> float | None:
+    """The base score of a CVSS v3.0/v3.1 vector (``CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H`` → 9.8),
+    or None when it is not one (another version, a base metric missing or unknown)."""
+    parts = vector.strip().split("/")
+    if not parts or parts[0] not in ("CVSS:3.0", "CVSS:3.1"):
+        return None
+    metrics: dict[str, str] = {}
+    for part in parts[1:]:
+        key, sep, value = part.partition(":")
+        if not sep or key in metrics:
+            return None
+        metrics[key] = value
+    try:
+        scope = metrics["S"]
+        if scope not in ("U", "C"):
+            return None
+        changed = scope == "C"
+        pr = {"N": 0.85, "L": 0.68 if changed else 0.62, "H": 0.5 if changed else 0.27}[metrics["PR"]]
+        w = {k: table[metrics[k]] for k, table in _CVSS3.items()}
+    except KeyError:
+        return None
+    iss = 1 - (1 - w["C"]) * (1 - w["I"]) * (1 - w["A"])
+    impact = 6.42 * iss if scope == "U" else 7.52 * (iss - 0.029) - 3.25 * (iss - 0.02) ** 15
+    if impact <= 0:
+        return 0.0
+    exploitability = 8.22 * w["AV"] * w["AC"] * pr * w["UI"]
+    total = impact + exploitability if scope == "U" else 1.08 * (impact + exploitability)
+    return _roundup(min(total, 10.0))
+
+
+def cvss_rating(score: float) -> str:
+    """CVSS's qualitative rating of a base score (None 0.0 reads as unknown here: it rates nothing)."""
+    if score >= 9.0:
+        return "critical"
+    if score >= 7.0:
+        return "high"
+    if score >= 4.0:
+        return "medium"
+    if score > 0.0:
+        return "low"
     return "unknown"
 
 
 def compare(ecosystem: str, a: str, b: str) -> int:
     """-1, 0, 1: *a* against *b* in *ecosystem*'s version ordering."""
-    if ecosystem == "Debian":
+    if ecosystem in DEB_ECOSYSTEMS.values():
         return dpkg_compare(a, b)
     from packaging.version import InvalidVersion, Version
 
@@ -461,8 +599,15 @@ def _affected(pkg: Package, affected: Mapping[str, Any], source: str, where: str
         if rng.get("type") not in ("ECOSYSTEM", "SEMVER"):
             continue
         inside = False
-        for ev in _list(rng.get("events"), source, f"{where}.ranges[{k}].events"):
-            ev = _obj(ev, source, f"{where}.ranges[{k}].events")
+        events = [
+            _obj(ev, source, f"{where}.ranges[{k}].events")
+            for ev in _list(rng.get("events"), source, f"{where}.ranges[{k}].events")
+        ]
+        # evaluated in version order whatever order the record lists them in (OSV does not promise one:
+        # [introduced 2.0, fixed 2.5, introduced 0, fixed 1.0] read as listed let 2.2 through)
+        if len(events) > 2 or (events and str(events[0].get("introduced")) != "0"):  # [0, fixed X]: in order
+            events.sort(key=functools.cmp_to_key(lambda a, b: _event_order(pkg.ecosystem, a, b)))
+        for ev in events:
             if "introduced" in ev:
                 intro = str(ev["introduced"])
                 if intro == "0" or compare(pkg.ecosystem, pkg.version, intro) >= 0:
@@ -481,31 +626,78 @@ def _affected(pkg: Package, affected: Mapping[str, Any], source: str, where: str
     return hit, ", ".join(fixed)
 
 
+def _same_release(ecosystem: str, osv_release: str, purl_release: str) -> bool:
+    """Does the OSV ecosystem's release (``Debian:12`` → "12", ``Ubuntu:22.04:LTS`` and
+    ``Ubuntu:Pro:22.04:LTS`` → "22.04") name the purl's (``distro=debian-12.5`` → "12", ``ubuntu-22.04``)?"""
+    parts = [
+        x for x in osv_release.split(":") if x not in ("Pro", "LTS", "FIPS", "FIPS-preview", "FIPS-updates")
+    ]
+    if not parts:
+        return True
+    if ecosystem == "Debian":
+        return parts[0].split(".")[0] == purl_release.split(".")[0]
+    return parts[0] == purl_release
+
+
+def _event_version(ev: Mapping[str, Any]) -> str | None:
+    for key in ("introduced", "fixed", "last_affected", "limit"):
+        if key in ev:
+            return str(ev[key])
+    return None
+
+
+def _event_order(ecosystem: str, a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+    """Events by version ("introduced": "0" first; an event without a version last)."""
+    va, vb = _event_version(a), _event_version(b)
+    if va is None or vb is None:
+        return (va is None) - (vb is None)
+    if va == "0" or vb == "0":
+        return (va != "0") - (vb != "0")
+    return compare(ecosystem, va, vb)
+
+
 def match_osv(
     packages: Sequence[Package], records: Sequence[Mapping[str, Any]], source: str
 ) -> list[Finding]:
+    """Every (package, record) where the package's version is affected. A Debian binary package is matched
+    by its own name and by its source package's (the purl's ``upstream``), the source version compared for
+    the latter; a record of another Debian release (``Debian:11`` for a ``distro=debian-12`` package) does not
+    apply to it."""
     by_key: dict[tuple[str, str], list[Package]] = {}
     for p in packages:
         by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.name)), []).append(p)
+        if p.source and p.source != p.name:
+            by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.source)), []).append(p)
     out = []
     for i, rec in enumerate(records):
         for j, aff in enumerate(_list(rec.get("affected"), source, f"[{i}].affected")):
             where = f"[{i}].affected[{j}]"
             aff = _obj(aff, source, where)
             pkg = _obj(aff.get("package"), source, f"{where}.package")
-            eco = _str(pkg, "ecosystem", source, f"{where}.package").split(":")[0]
+            eco, _, release = _str(pkg, "ecosystem", source, f"{where}.package").partition(":")
             name = _str(pkg, "name", source, f"{where}.package")
-            for p in by_key.get((eco, _norm(eco, name)), []):
-                hit, fixed = _affected(p, aff, source, where)
+            for p in dict.fromkeys(by_key.get((eco, _norm(eco, name)), [])):
+                if release and p.release and not _same_release(eco, release, p.release):
+                    continue
+                by_source = bool(p.source) and _norm(eco, name) == _norm(eco, p.source)
+                version = (p.source_version or p.version) if by_source else p.version
+                hit, fixed = _affected(replace(p, version=version), aff, source, where)
                 if hit:
+                    shown = p.name
+                    own = p.source_version if by_source and p.source_version not in ("", p.version) else ""
+                    if by_source and p.source != p.name:
+                        shown += f" (source {p.source}{' ' + own if own else ''})"
+                    elif own:  # a binNMU (bash 5.2.15-2+b13 of source 5.2.15-2)
+                        shown += f" (source version {own})"
                     out.append(
                         Finding(
-                            package=p.name,
+                            package=shown,
                             version=p.version,
                             id=str(rec["id"]),
                             severity=_osv_severity(rec, aff),
                             fixed=fixed,
                             ecosystem=eco,
+                            aliases=_osv_aliases(rec),
                         )
                     )
     return out
@@ -647,17 +839,19 @@ def read_scan(path: Path, digest: str, policy: Policy | None) -> Scan:
 def judge(scan: Scan, policy: Policy, *, today: datetime.date) -> Verdict:
     """Which findings block (at or above ``fail_on``, not allowlisted by an entry that is still valid)."""
     floor = _rank(policy.fail_on)
-    allow = {e.id: e for e in policy.allowlist}
+    allow = {e.id.casefold(): e for e in policy.allowlist}  # ids are unique, letters' case aside
     blocking, allowed, expired = [], [], []
     for f in dict.fromkeys(scan.findings):
         if _rank(f.severity) < floor:
             continue
-        entry = allow.get(f.id)
-        if entry is not None and entry.expires >= today:
-            allowed.append((f, entry))
+        # the finding's own id, then its aliases: the entry still valid counts, else the first expired one
+        entries = [e for i in (f.id, *f.aliases) if (e := allow.get(i.casefold())) is not None]
+        valid = next((e for e in entries if e.expires >= today), None)
+        if valid is not None:
+            allowed.append((f, valid))
             continue
-        if entry is not None:
-            expired.append((f, entry))
+        if entries:
+            expired.append((f, entries[0]))
         blocking.append(f)
     return Verdict(scan=scan, blocking=tuple(blocking), allowlisted=tuple(allowed), expired=tuple(expired))
 

@@ -198,7 +198,14 @@ def _bases_line(cell: Any) -> str:
     pinned = dict(cell.base_digests)
     if not pinned and not cell.base_local:
         return ", ".join(images) + " by name (no locks/bases.toml: `imagesmith lock --bases` pins them)"
-    parts = [f"{i}@{pinned[i][:19]}…" if i in pinned else f"{i} (made locally: by name)" for i in images]
+    parts = [
+        f"{i} (pinned by the matrix)"
+        if "@" in i
+        else f"{i}@{pinned[i][:19]}…"
+        if i in pinned
+        else f"{i} (made locally: by name)"
+        for i in images
+    ]
     moved = cell.moved_notes()
     return ", ".join(parts) + (f"; rebuilt: {'; '.join(moved)}" if moved else "")
 
@@ -392,7 +399,8 @@ def lock_command(
         "--bases",
         help="Only pin the base, builder and devel images of the matrices (all of the project's, or "
         "--matrix) "
-        "to digests in locks/bases.toml: one manifest HEAD per image through the registry-mirror map; with "
+        "to digests in locks/bases.toml: one manifest HEAD per image through the registry-mirror map (a new "
+        "or moved digest is read once more and must hash to itself); with "
         "bases.escrow in imagesmith.toml, copies each pinned base there by digest. Resolves no wheels.",
     ),
     sizes: bool = typer.Option(
@@ -517,19 +525,22 @@ def _lock_bases(project: Project, matrix: str | None) -> None:
             continue
         started = time.monotonic()
         try:
-            got = b.resolve(image, config, known=known)
+            got = b.resolve(image, config, known=known, pinned=old.digest if old is not None else None)
         except ImagesmithError as exc:
             failures.append(f"{image}: {exc.message.splitlines()[0]}")
             typer.echo(f"FAILED  {image}: {exc.message.splitlines()[0]}", err=True)
             continue
-        new = b.refreshed(old, image, got)
-        entries[image] = new
         took = f"{(time.monotonic() - started) * 1000:.0f} ms"
-        if old is None:
+        if b.own_digest(image) is not None:  # pinned by the matrix itself: checked, escrowed, no line
+            new = b.BaseEntry(name=image, digest=got.digest, registry=got.where, read="")
+            typer.echo(f"served  {image} (the matrix pins it by digest: no line in {shown}, {took})")
+        elif old is None:
+            new = entries[image] = b.refreshed(old, image, got)
             typer.echo(f"pinned  {image} {got.digest} (read from {got.where}, {took})")
-        elif new is old:
+        elif (new := b.refreshed(old, image, got)) is old:
             typer.echo(f"kept    {image} {got.digest} ({took})")
         else:
+            entries[image] = new
             typer.echo(f"moved   {new.moved()} from {got.where} ({took})")
         if escrow is not None:
             try:

@@ -73,6 +73,18 @@ def sbom(
                 hint="pass the cell's lock file from the project's locks folder",
             )
         hashes = list(found.hashes)
+    if out.exists() and not out.is_dir():
+        from imagesmith.errors import ConfigError
+
+        raise ConfigError(f"--out {out}: not a folder", hint="give a folder (it is made when missing)")
+    key_file = sign_key or (
+        Path(str(settings.get("IMAGESMITH_SIGNING_KEY"))) if settings.get("IMAGESMITH_SIGNING_KEY") else None
+    )
+    signer = None
+    if key_file is not None:  # read before syft runs: a bad key leaves no unsigned document behind
+        from imagesmith import signing
+
+        signer = signing.load_signing_key(key_file)
     doc, digest, seconds = sboms.timed_sbom(image, engine=engine, insecure=insecure, hashes=hashes)
     out.mkdir(parents=True, exist_ok=True)
     path = out / (sboms.stem(digest) + sboms.SPDX_SUFFIX)
@@ -82,13 +94,7 @@ def sbom(
         f"{path}: {len(s.os_packages)} OS package(s), {len(s.python_packages)} Python package(s) "
         f"({s.hashed} with a locked sha256, {s.licensed} with a license), {seconds:.1f} s"
     )
-    key_file = sign_key or (
-        Path(str(settings.get("IMAGESMITH_SIGNING_KEY"))) if settings.get("IMAGESMITH_SIGNING_KEY") else None
-    )
-    if key_file is not None:
-        from imagesmith import signing
-
-        signer = signing.load_signing_key(key_file)
+    if signer is not None:
         envelope = sboms.sign_sbom(doc, repository=image.rpartition("@")[0], digest=digest, key=signer)
         att = out / (sboms.stem(digest) + sboms.SBOM_ENVELOPE_SUFFIX)
         att.write_bytes(envelope)

@@ -138,7 +138,8 @@ def validate_command(
         None,
         "--baseline-from",
         help="Release index (file, URL, oci://): expect the median of its validated hosts with the same GPU "
-        "model, count and link.",
+        "model, count and link. Verified as pick verifies it ($IMAGESMITH_INDEX_KEY / [release] index_key, "
+        "else the key pinned for the source or published beside it).",
     ),
     perf_fail_ratio: float = typer.Option(
         0.80, "--perf-fail-ratio", min=0.01, max=1.5, help="Fail a figure below this × its expected value."
@@ -442,11 +443,28 @@ def _fleet(index: str | None, passed: str | None, source: str) -> tuple[list[dic
             hint="use an https:// or oci:// source, or download the index (imagesmith index SRC --insecure "
             "--json > index.json) and pass the file",
         )
-    from imagesmith.indextrust import Trust
+    from imagesmith.commands.release import _index_trust
+    from imagesmith.errors import IndexTrustError
 
-    # the figures of validated hosts, a performance baseline: not a choice of what to run (issue 25 verifies
-    # pick's and index's reads); the index is read as it is
-    groups = fleet_groups(fetch_index(index, trust=Trust(verify=False)))
+    # the figures of validated hosts are the expected values this run's performance checks pass or fail
+    # against (before imagesmith/data/perf.toml): an index someone who can push to the registry rewrote would
+    # let a throttled host pass (figures lowered) or fail every run (raised). Verified as pick verifies it:
+    # the key of $IMAGESMITH_INDEX_KEY / [release] index_key, else the key pinned for the source, else the one
+    # published beside it (first use, its fingerprint printed)
+    from imagesmith.indextrust import reading_as
+
+    try:
+        with reading_as("--baseline-from"):  # its errors name the flag the user gave
+            read = fetch_index(
+                index, trust=_index_trust(None, False), note=lambda line: typer.echo(line, err=True)
+            )
+    except IndexTrustError as exc:
+        raise exc.replace(
+            hint="set the publisher's index key once ([release] index_key in "
+            "~/.config/imagesmith/config.toml, or $IMAGESMITH_INDEX_KEY) and check the fingerprint with the "
+            "publisher, or give the expected figures as --baseline REPORT.json",
+        ) from None
+    groups = fleet_groups(read)
     if not groups:
         raise ConfigError(
             f"--baseline-from {index}: no validated host in it recorded performance figures",

@@ -27,6 +27,7 @@ from imagesmith.index import (
     ReleaseIndex,
     parse_index,
 )
+from imagesmith.indextrust import index_flag
 from imagesmith.refs import split_reference
 from imagesmith.schema import HOST_PORT, REPO_PATH
 from imagesmith.tags import INDEX_ARTIFACT_TAG
@@ -87,7 +88,7 @@ def fetch_index(
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", source)
     if scheme and not source.startswith(("http://", "https://", "oci://", "oci+http://")):
         raise ConfigError(
-            f"--index {source[:200]}: {scheme.group(1)}:// is not a scheme pick reads",
+            f"{index_flag()} {source[:200]}: {scheme.group(1)}:// is not a scheme pick reads",
             hint="give a file, an https:// URL or oci://HOST/REPOSITORY[:TAG] (http:// and oci+http:// only "
             "with --insecure)",
         )
@@ -102,7 +103,7 @@ def fetch_index(
         signed = _read_or_none(path) if small and trust.verify else None
         if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
             return load_index(path)
-        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()))
+        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()), shown=source)
         sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
         signature = _read_or_none(sig)
         index, trusted = _verify_index(
@@ -121,7 +122,7 @@ def fetch_index(
     check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
     cached_sig = cached.with_suffix(".sig")
-    store = TrustStore(_trust_dir(), _trust_key(source))
+    store = TrustStore(_trust_dir(), _trust_key(source), shown=source)
 
     def from_cache(label: str) -> ReleaseIndex:
         body = cached.read_bytes()
@@ -154,9 +155,9 @@ def fetch_index(
         if source.startswith(("http://", "https://")):
             status, body = pick._download_http(source)
             if status in (404, 410):
-                gone = ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+                gone = ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
             elif status != 200:
-                raise ConfigError(f"--index {source}: HTTP {status}", hint="check the URL")
+                raise ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
             elif trust.verify:
                 sig_status, sig_body = pick._download_http(source + ".sig")
                 envelope = sig_body if sig_status == 200 else None
@@ -178,22 +179,24 @@ def fetch_index(
                 + "drop --refresh to use the cached copy until the source is back",
             ) from None
         (warn or _stderr_warning)(
-            f"--index {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
+            f"{index_flag()} {source} cannot be reached ({exc.message}); using the cached copy from {when}: "
             "it may miss images released since (pass --refresh to fail instead)"
         )
         return from_cache(f"{source} (stale cache {cached})")
     if gone is not None:
         if not cached.is_file():
             raise type(gone)(
-                f"--index {source}: {gone.message}",
+                f"{index_flag()} {source}: {gone.message}",
                 hint=gone.hint
-                or f"check --index {source}: the repository and tag (`imagesmith release` publishes the tag "
+                or f"check {index_flag()} {source}: the repository and tag (`imagesmith release` publishes "
+                "the tag "
                 f"{INDEX_ARTIFACT_TAG})",
             )
         raise type(gone)(
             gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
             "is not there)",
-            hint=f"check --index {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
+            hint=f"check {index_flag()} {source} (`imagesmith release` publishes the tag "
+            f"{INDEX_ARTIFACT_TAG})",
         )
     fresh: Trusted | None = None
     if trust.verify:
@@ -233,10 +236,28 @@ def _trust_dir() -> Path:
 
 def _trust_key(source: str) -> str:
     """What the pinned key and the newest serial are kept under: one index, however its source is spelled
-    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact)."""
+    (``oci://h/r`` and ``oci+http://h/r:release-index`` are the same artifact; ``https://HOST:443/i.json`` and
+    ``https://host/i.json`` the same file)."""
     if source.startswith(("oci://", "oci+http://")):
+        from imagesmith.index import index_location
+
         host, repo, tag, _ = parse_oci_source(source)
-        return f"oci://{host.lower()}/{repo}:{tag}"
+        return f"oci://{index_location(host, repo)}:{tag}"
+    if source.startswith(("http://", "https://")):
+        from urllib.parse import urlsplit, urlunsplit
+
+        try:
+            url = urlsplit(source)
+            port = url.port
+        except ValueError:
+            return source
+        host = (url.hostname or "").lower()
+        if ":" in host:
+            host = f"[{host}]"
+        default = {"http": 80, "https": 443}[url.scheme]
+        netloc = host if port in (None, default) else f"{host}:{port}"
+        # one source however spelled: host case and the default port (credentials in the URL never count)
+        return urlunsplit((url.scheme, netloc, url.path or "/", url.query, ""))
     return source
 
 
@@ -278,7 +299,7 @@ def _oci_location(source: str) -> str | None:
     from imagesmith.index import index_location
 
     host, repo, _, _ = parse_oci_source(source)
-    return index_location(f"{host}/{repo}")
+    return index_location(host, repo)
 
 
 def check_index_scheme(source: str, *, insecure: bool) -> None:
@@ -292,7 +313,8 @@ def check_index_scheme(source: str, *, insecure: bool) -> None:
         else ("oci://" + source.removeprefix("oci+http://"))
     )
     raise ConfigError(
-        f"--index {source}: plain HTTP (anyone on the path can change the index, and with it the digests "
+        f"{index_flag()} {source}: plain HTTP (anyone on the path can change the index, and with it the "
+        "digests "
         "you pull)",
         hint=f"use {secure}, or pass --insecure for a server on a network you trust (a local registry)",
     )
@@ -362,17 +384,29 @@ def _download_http(url: str) -> tuple[int, bytes]:
     policy = replace(http.RELEASE_INDEX, max_bytes=MAX_INDEX_BYTES)
     try:
         with http.get(url, policy, stream=True) as resp:
+            landed = str(resp.url or url)
+            if url.lower().startswith("https://") and not landed.lower().startswith("https://"):
+                # the server sent an https:// source on to plain HTTP: whoever is on that path could serve the
+                # key a first use pins, and with --no-verify the index itself
+                raise ConfigError(
+                    f"{index_flag()} {url}: the server redirects it to {landed[:200]}, plain HTTP (anyone on "
+                    "the "
+                    "path can change what arrives)",
+                    hint="ask the publisher for an https:// address that stays on TLS, or download the "
+                    "index, its .sig and .pub over a channel you trust and pass the file",
+                )
             try:
                 return resp.status_code, b"".join(http.capped(resp.iter_content(1 << 16), policy))
             except http.TooLarge:
                 raise ConfigError(
-                    f"--index {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): not a "
+                    f"{index_flag()} {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): "
+                    "not a "
                     "release index",
                     hint="point --index at the index imagesmith release writes or publishes",
                 ) from None
     except requests.RequestException as exc:
         raise ConfigError(
-            f"--index {url}: cannot download ({exc.__class__.__name__}: {exc})",
+            f"{index_flag()} {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",
         ) from None
 
@@ -384,11 +418,23 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
     rest = source.split("://", 1)[1]
     if "/" not in rest:
         raise ConfigError(
-            f"--index {source}: expected oci://HOST/REPOSITORY[:TAG]",
+            f"{index_flag()} {source}: expected oci://HOST/REPOSITORY[:TAG]",
             hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
         )
     host, path = rest.split("/", 1)
-    repo, tag, _ = split_reference(path)
+    repo, tag, digest = split_reference(path)
+    if digest is not None:
+        raise ConfigError(
+            f"{index_flag()} {source}: an index is read by its tag, not by digest (@{digest[:80]} would be "
+            "ignored)",
+            hint=f"drop @{digest[:80]}: the signed serial and expiry tell the current index from an older "
+            "one; to keep one fixed index, save it as a file with its .sig and pass that",
+        )
+    if not host or not repo or "" in repo.split("/"):
+        raise ConfigError(
+            f"{index_flag()} {source}: expected oci://HOST/REPOSITORY[:TAG] (an empty host or path part)",
+            hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG}",
+        )
     # a malformed host or repository is a bad flag (exit 2), caught here: not a registry's failure (exit 9)
     if not re.fullmatch(HOST_PORT, host, re.ASCII) or not re.fullmatch(REPO_PATH, repo, re.ASCII):
         bad = (
@@ -397,7 +443,7 @@ def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
             else f"{repo!r} is not a repository path (lowercase letters and digits joined by / . _ -)"
         )
         raise ConfigError(
-            f"--index {source}: {bad}",
+            f"{index_flag()} {source}: {bad}",
             hint=f"e.g. oci://ghcr.io/acme/torch:{INDEX_ARTIFACT_TAG} (a port is 1-65535)",
         )
     return host, repo, tag or INDEX_ARTIFACT_TAG, insecure
@@ -423,7 +469,7 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
         if exc.hint and exc.fault != "unreachable":
             raise  # denied, not found, …: the registry client's own fix applies
         raise RegistryError(
-            f"--index {source}: {exc.message}",
+            f"{index_flag()} {source}: {exc.message}",
             hint=f"check that {host} is up and reachable from this host (network, proxy, firewall"
             + ("" if insecure else "; a plain-HTTP registry needs oci+http://")
             + "), or pass the index as a file or http(s) URL",

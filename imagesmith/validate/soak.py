@@ -18,7 +18,10 @@ The criteria, per GPU and figure (bf16 matmul TFLOP/s, memory-copy GB/s, all_red
 - **clock-event reasons** over every nvidia-smi sample: hardware slowdown, hardware thermal slowdown and the
   power brake fail; software thermal slowdown and lowered application clocks warn; the software power cap
   (0x4), which a healthy H100/H200 shows in every window at full load, is recorded, never judged;
-- **Xid/SXid** lines the kernel log gained during the soak: hardware ones fail, others warn.
+- **Xid/SXid** lines the kernel log gained during the soak: hardware ones fail, others warn;
+- **completeness** (:func:`completeness`): the probe's end record missing, a worker that exited non-zero or
+  was killed by a signal without reporting an error, a GPU whose windows stop before the end, fewer GPUs
+  measured than loaded — minutes that were not measured cannot have passed.
 """
 
 from __future__ import annotations
@@ -124,6 +127,15 @@ class SoakSeries:
     errors: list[str] = field(default_factory=list)
     smi_errors: list[str] = field(default_factory=list)
     ours: frozenset[int] = frozenset()
+    #: whether the probe's ``end`` record came (None: not known, a series read back from soak.csv)
+    ended: bool | None = None
+    #: the workers' exit codes from the ``end`` record (None: still running when the probe ended)
+    exitcodes: tuple[int | None, ...] = ()
+    #: the ranks that reported an error themselves, and the GPU label each rank measured
+    error_ranks: frozenset[int] = frozenset()
+    rank_gpu: Mapping[int, str] = field(default_factory=dict)
+    #: CUDA devices the probe's torch saw
+    cuda_devices: int = 0
 
     def all_rows(self) -> list[SoakRow]:
         return [r for rows in self.rows.values() for r in rows]
@@ -165,6 +177,20 @@ def soak_series(
     series.interval_s = _num(start.get("interval_s")) or 5.0
     series.world = int(_num(start.get("world")) or 0)
     series.ours = frozenset(int(p) for p in start.get("pids") or [] if isinstance(p, int))
+    series.cuda_devices = int(_num(start.get("cuda_devices")) or 0)
+    end = next((r for r in recs if r.get("kind") == "end"), None)
+    series.ended = end is not None
+    codes = end.get("exitcodes") if end is not None else None
+    series.exitcodes = tuple(
+        c if isinstance(c, int) and not isinstance(c, bool) else None
+        for c in (codes if isinstance(codes, list) else [])
+    )
+    series.error_ranks = frozenset(
+        int(r["rank"])
+        for r in recs
+        if r.get("kind") == "error" and isinstance(r.get("rank"), int) and not isinstance(r.get("rank"), bool)
+    )
+    rank_gpu: dict[int, str] = {}
     series.errors = [
         f"rank {r.get('rank')}: {r.get('error')}" if r.get("rank") is not None else str(r.get("error"))
         for r in recs
@@ -216,6 +242,9 @@ def soak_series(
                     others[who] = (
                         max(mib or 0.0, others.get(who) or 0.0) if mib is not None else others.get(who)
                     )
+        rank = _num(w.get("rank"))
+        if rank is not None:
+            rank_gpu.setdefault(int(rank), label)
         series.rows.setdefault(label, []).append(
             SoakRow(
                 gpu=label,
@@ -240,7 +269,54 @@ def soak_series(
                 ),
             )
         )
+    series.rank_gpu = rank_gpu
     return series
+
+
+def _signal_name(code: int) -> str:
+    import signal
+
+    try:
+        return f"signal {-code} ({signal.Signals(-code).name})"
+    except ValueError:
+        return f"signal {-code}"
+
+
+def completeness(series: SoakSeries) -> list[str]:
+    """What the probe did not finish: its end record missing (the probe was killed or its output cut), a
+    worker that exited non-zero or was killed by a signal without saying why (the OOM killer, a segfault in
+    the driver), a GPU whose windows stop before the soak's end, fewer GPUs measured than the probe loaded.
+    Each is a failure: the minutes that were not measured cannot have passed. Not judged for a series read
+    back from soak.csv (it keeps no end record)."""
+    if series.ended is None:
+        return []
+    out: list[str] = []
+    if not series.ended and not series.errors:
+        out.append(
+            "the soak probe stopped before its end: no end record (killed, or its output was cut short)"
+        )
+    for rank, code in enumerate(series.exitcodes):
+        if code in (0, None) or rank in series.error_ranks:
+            continue
+        where = series.rank_gpu.get(rank, f"worker {rank}")
+        how = f"was killed by {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+        out.append(f"{where}: the load worker (rank {rank}) {how} without reporting an error")
+    if series.duration_s > 0:
+        slack = 2 * series.interval_s + 5.0
+        for label, rows in sorted(series.rows.items()):
+            last = max(r.t1 for r in rows)
+            if last < series.duration_s - slack:
+                out.append(
+                    f"{label}: its windows stop at {_clock(last)} of the {_clock(series.duration_s)} soak: "
+                    "the load on this GPU stopped before the end"
+                )
+    loaded = min(series.world, series.cuda_devices) if series.world and series.cuda_devices else 0
+    if series.rows and loaded and len(series.rows) < loaded:
+        out.append(
+            f"only {len(series.rows)} of the {loaded} GPUs the probe loaded reported a window "
+            f"({', '.join(sorted(series.rows))})"
+        )
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,6 +379,7 @@ def judge_soak(
         out.failures.append(f"the soak load failed: {e}")
     if not series.rows:
         out.failures.append("the soak produced no measurement (no worker reported a window)")
+    out.failures += completeness(series)
     ratios_all: list[float] = []
     per_gpu_means: dict[str, list[float]] = {f: [] for f in FIGURES}
     for label, rows in sorted(series.rows.items()):

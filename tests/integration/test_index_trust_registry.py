@@ -362,3 +362,123 @@ def test_a_signed_index_copied_to_another_repository_is_refused_there(
         )
     ok = run_cli("index", _source(regs, repo), "--insecure", "--verify-key", str(pub))
     assert ok.exit_code == 0, ok.stderr
+
+
+def test_a_key_layer_swapped_after_the_renter_verified_with_its_key_is_refused(
+    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
+) -> None:
+    """Re-check: the renter verified the index with the publisher's key (``--verify-key``, or
+    ``$IMAGESMITH_INDEX_KEY`` in one shell); someone who can push to the repository then publishes a newer
+    index signed by their own key with that key beside it. main took it on the next run without the key as a
+    "first use" (exit 0, their key pinned from then on)."""
+    source = _source(regs, repo)
+    _publish(regs, repo, serial=20)
+    pub = tmp_path / "release.pub"
+    pub.write_bytes(KEY.public.pem)
+    seen = run_cli("pick", "--index", source, *PICK, "--verify-key", str(pub))
+    assert seen.exit_code == 0, seen.stderr
+    evil_key = signing.generate_key()
+    evil = dataclasses.replace(
+        make_index(registries=[("evil", "generic", "evil.example.com/torch")]),
+        registries=("evil.example.com",),
+    )
+    body, env = signed_bytes(evil, serial=30, key=evil_key)
+    publish_index(regs.plain_client(), repo, body, env, evil_key.public.pem)
+    for command in (
+        ["pick", "--index", source, *PICK, "--refresh"],
+        ["index", source, "--insecure", "--refresh"],
+    ):
+        _refused(
+            run_cli(*command),
+            source,
+            f"is {evil_key.public.fingerprint}, not {KEY.public.fingerprint}",
+            "the key that verified this source before",
+            "--verify-key NEW.pub",
+        )
+    _publish(regs, repo, serial=40)  # the publisher's next index: the rerun works, by the pinned key
+    ok = run_cli("pick", "--index", source, *PICK, "--refresh")
+    assert ok.exit_code == 0, ok.stderr
+    assert f"index key: {KEY.public.fingerprint} (ed25519, pinned in " in ok.stderr
+    assert "evil.example.com" not in ok.stdout
+
+
+def test_an_index_source_by_digest_is_refused_not_read_by_its_tag(
+    regs: LocalRegistries, repo: str, run_cli: Any
+) -> None:
+    """main dropped ``@sha256:…`` and read the tag: asked for one index (an older one), it used another."""
+    _publish(regs, repo, serial=10, index=make_index([("2.0.1", "11.7", "3.10")]))
+    old = regs.plain_client().get_manifest(repo, "release-index").digest
+    _publish(regs, repo, serial=20)
+    source = f"{_source(regs, repo)}@{old}"
+    res = run_cli("index", source, "--insecure")
+    assert res.exit_code == 2, res.stdout + res.stderr
+    assert f"error: --index {source}: an index is read by its tag, not by digest" in res.stderr
+    assert "2.7.1" not in res.stdout
+    ok = run_cli("index", _source(regs, repo), "--insecure")
+    assert ok.exit_code == 0, ok.stderr
+    assert "serial 20" in ok.stdout
+
+
+def test_published_to_written_into_a_registry_index_is_not_signed_into_the_next_one(
+    regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
+) -> None:
+    """Re-check of published_to: release --extend-from read the registry's index unverified and carried its
+    ``published_to`` into the index it signs. Someone who can push to that registry added their repository
+    there; the publisher's next signed index named it, and the publisher's current index copied into it
+    passed pick (signature, serial, expiry, location). Now: carried only when the release key signed it."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"extend published_to {uuid.uuid4()}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    release_key = signing.generate_key()
+    here = f"{regs.plain}/{repo}"
+    other = f"{repo}-elsewhere"
+
+    def release(index_file: Path, **kw: Any) -> list[str]:
+        said: list[str] = []
+        release_cells(
+            [cell("a", targets(regs, repo)[:1])],
+            matrix="t",
+            reports=collect_reports([tmp_path / "r"], TRUSTED),
+            index_file=index_file,
+            client_for=clients_for(regs),
+            trusted=TRUSTED,
+            sign_key=release_key,
+            echo=said.append,
+            **kw,
+        ).raise_for_refusals()
+        return said
+
+    release(tmp_path / "first" / "index.json")
+    honest = json.loads((tmp_path / "first" / "index.json").read_text())
+    assert honest["published_to"] == [here]
+    # the push: the same index, its published_to naming the attacker's repository too (unsigned; or re-signed
+    # by a key of theirs: the same answer)
+    forged = json.dumps(dict(honest, published_to=sorted([here, f"{regs.plain}/{other}"]))).encode()
+    attacker = signing.generate_key()
+    for envelope in (None, signing.sign_envelope(forged, signing.INDEX_PAYLOAD_TYPE, attacker)):
+        publish_index(plain, repo, forged, envelope, attacker.public.pem)
+        fresh = tmp_path / f"fresh-{envelope is None}" / "index.json"
+        said = release(fresh, extend_from="plain")
+        assert json.loads(fresh.read_text())["published_to"] == [here]
+        assert any(f"{regs.plain}/{other}) are not carried" in line for line in said), said
+        # the publisher's current index, copied where the attacker can push: refused there
+        publish_index(
+            plain, other, fresh.read_bytes(), fresh.with_name("index.json.sig").read_bytes().strip(), None
+        )
+        pub = tmp_path / "release.pub"
+        pub.write_bytes(release_key.public.pem)
+        _refused(
+            run_cli("index", _source(regs, other), "--insecure", "--verify-key", str(pub), "--refresh"),
+            _source(regs, other),
+            f"signed for {here}, not for {regs.plain}/{other}",
+        )
+    # the publisher's own signed index naming a second repository of theirs: carried, as before
+    mine = json.dumps(dict(honest, published_to=sorted([here, f"{regs.plain}/{other}"]))).encode()
+    publish_index(
+        plain, repo, mine, signing.sign_envelope(mine, signing.INDEX_PAYLOAD_TYPE, release_key), None
+    )
+    said = release(tmp_path / "kept" / "index.json", extend_from="plain")
+    assert json.loads((tmp_path / "kept" / "index.json").read_text())["published_to"] == sorted(
+        [here, f"{regs.plain}/{other}"]
+    )
+    assert not any("are not carried" in line for line in said), said

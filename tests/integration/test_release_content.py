@@ -374,3 +374,46 @@ def test_a_same_size_damaged_blob_in_the_source_registry_is_named_and_nothing_is
         assert first.manifest_digest(repo, "a") is None
         assert plain.manifest_digest(repo, "a") is None
         assert not (tmp_path / "index.json").exists()
+
+
+def test_a_carried_copy_whose_registry_kind_was_rewritten_takes_the_kind_of_the_registries_file(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """Re-check: a copy's ``kind`` decides which registry pick sends a renter to (a platform's preferred and
+    avoided kinds). main checked a carried copy's name, host and repository against the registries file, but
+    kept the kind the (rewritten) registry index gave: the attacker's registry stayed "acr" in the next signed
+    index, and pick preferred it on the platforms that prefer ACR."""
+    digest = _candidate(regs, repo, "a")
+    write_report(tmp_path / "r" / "a", f"{regs.plain}/{repo}@{digest}", "passed")
+    _release(regs, repo, tmp_path, ["a"], [tmp_path / "r" / "a"]).raise_for_refusals()
+    index = parse_index(read_index_artifact(regs.plain_client(), repo), source="plain")
+    (honest,) = index.images
+    assert {c.name: c.kind for c in honest.registries} == {"plain": "generic", "tls": "generic"}
+    forged = dataclasses.replace(
+        honest,
+        registries=tuple(
+            dataclasses.replace(c, registry=dataclasses.replace(c.registry, kind="acr"))
+            if c.name == "plain"
+            else c
+            for c in honest.registries
+        ),
+    )
+    publish_index(
+        regs.plain_client(), repo, dump_index(dataclasses.replace(index, images=(forged,))).encode()
+    )
+    digest_b = _candidate(regs, repo, "b")
+    write_report(tmp_path / "r" / "b", f"{regs.plain}/{repo}@{digest_b}", "passed")
+    fresh = tmp_path / "fresh" / "index.json"
+    out = _release(regs, repo, tmp_path, ["b"], [tmp_path / "r" / "b"], index_file=fresh, extend_from="plain")
+    out.raise_for_refusals()
+    assert "entry a: registries[plain].kind: acr → generic" in "\n".join(out.corrections), out.corrections
+    for published in (
+        load_index(fresh),
+        *(
+            parse_index(read_index_artifact(c, repo), source="x")
+            for c in (regs.plain_client(), regs.auth_client())
+        ),
+    ):
+        a = published.by_tag("a")
+        assert a is not None
+        assert {c.name: c.kind for c in a.registries} == {"plain": "generic", "tls": "generic"}

@@ -356,3 +356,267 @@ def test_a_base_lock_of_no_or_another_schema_says_so_without_python_reprs(
         read_bases(tmp_path, "locks/bases.toml")
     assert said in err.value.message
     assert "None" not in err.value.message
+
+
+# -- a base the matrix names by digest (issue 26 re-check) ------------------------------------------------
+class _Asked:
+    """A registry that records each manifest reference asked for and holds *held* (reference → digest)."""
+
+    def __init__(self, held: dict[str, str]) -> None:
+        self.held = held
+        self.asked: list[str] = []
+
+    def manifest_digest(self, repo: str, reference: str) -> str | None:
+        self.asked.append(reference)
+        return self.held.get(reference)
+
+
+def _digest_named_project(tmp_path: Path, digest: str) -> Path:
+    root = _smoke_project(tmp_path)
+    smoke = root / "matrices" / "smoke.toml"
+    smoke.write_text(
+        smoke.read_text().replace('image = "debian:bookworm"', f'image = "debian:bookworm@{digest}"')
+    )
+    return root
+
+
+def test_resolving_a_digest_named_base_asks_for_that_digest_not_its_tag() -> None:
+    """Before: `debian:bookworm@A` was resolved by its tag (`debian@A` by "latest"), so the lock recorded
+    what the tag served now, under a name that already says another digest."""
+    from imagesmith.bases import resolve
+
+    reg = _Asked({A: A, "bookworm": B, "latest": B})
+    got = resolve(f"debian:bookworm@{A}", CONFIG, client=reg)  # type: ignore[arg-type]
+    assert (got.digest, reg.asked) == (A, [A])
+    reg.asked.clear()
+    assert resolve(f"debian@{A}", CONFIG, client=reg).digest == A  # type: ignore[arg-type]
+    assert reg.asked == [A]
+    with pytest.raises(BaseLockError, match="no longer served or never pushed"):
+        resolve(f"debian:bookworm@{B}", CONFIG, client=_Asked({"bookworm": B}))  # type: ignore[arg-type]
+
+
+def test_lock_bases_writes_no_line_for_a_digest_named_base_and_the_lock_stays_readable(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: lock --bases wrote `"debian:bookworm@sha256:…" = { digest = <the tag's digest> }`, a line the
+    next read refuses ("the name carries a digest"): every command of the project failed from then on."""
+    import imagesmith.registry as registry
+
+    root = _digest_named_project(tmp_path, A)
+    write_bases(root / "locks", [])
+    reg = _Asked({A: A, "bookworm": B})
+    monkeypatch.setattr(registry, "client_for", lambda target, **kw: reg)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "none.toml"))
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 0, result.stderr
+    assert reg.asked == [A]
+    assert "the matrix pins it by digest" in result.stdout
+    lock = read_bases(root / "locks")
+    assert lock is not None
+    assert dict(lock.entries) == {}
+    reg.held = {"bookworm": B}  # the registry no longer serves the matrix's digest: said, not pinned anew
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 2
+    assert "no longer served or never pushed" in result.stderr
+    assert read_bases(root / "locks") is not None
+
+
+def test_a_digest_named_base_plans_and_builds_by_its_own_digest_under_a_base_lock(tmp_path: Path) -> None:
+    """Before: with a base lock, the cell was dropped ("has no entry"); with a line for it, the Dockerfile
+    and the build said `name@A@A`."""
+    root = _digest_named_project(tmp_path, A)
+    write_bases(root / "locks", [BaseEntry(name="debian:trixie", origin="local")])
+    (cell,) = _plan(root).cells
+    assert dict(cell.base_digests) == {f"debian:bookworm@{A}": A}
+    assert f"ARG BASE_IMAGE=debian:bookworm@{A}\n" in render_cell_files(cell)["Dockerfile"]
+    up = _Reg({("hub/library/debian", A): A})
+    sources = BaseSources(CONFIG, client_for=lambda r: up)  # type: ignore[arg-type,return-value]
+    pulled = build_args(cell, CONFIG, sources)["BASE_IMAGE"]
+    assert pulled == f"127.0.0.1:5000/hub/library/debian:bookworm@{A}"
+    esc = _Reg({(escrow_repo(ESCROW, f"debian:bookworm@{A}"), A): A})
+    sources = BaseSources(
+        CONFIG,
+        escrow=ESCROW,
+        client_for=lambda r: esc if r.name == "esc" else _Reg({}),  # type: ignore[arg-type,return-value]
+    )
+    ref, note = sources.ref(cell, cell.base_image)
+    assert ref == f"127.0.0.1:5000/proj/bases/library/debian@{A}"
+    assert note is not None
+    assert "escrow copy" in note
+
+
+class _Mirror:
+    """A registry mirror on 127.0.0.1 serving one manifest for every name; ``named`` is the digest its HEAD
+    answers name (the real one unless told otherwise)."""
+
+    BODY = b'{"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json", "layers": []}'
+
+    def __init__(self, named: str | None = None) -> None:
+        import hashlib
+        import http.server
+        import threading
+
+        self.real = "sha256:" + hashlib.sha256(self.BODY).hexdigest()
+        self.named = named or self.real
+        self.log: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                return None
+
+            def _answer(self, body: bool) -> None:
+                outer.log.append(f"{self.command} {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+                self.send_header("Content-Length", "0" if self.path == "/v2/" else str(len(outer.BODY)))
+                if self.path != "/v2/":
+                    self.send_header("Docker-Content-Digest", outer.named)
+                self.end_headers()
+                if body and self.path != "/v2/":
+                    self.wfile.write(outer.BODY)
+
+            def do_HEAD(self) -> None:
+                self._answer(False)
+
+            def do_GET(self) -> None:
+                self._answer(True)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.config = UserConfig(
+            registry_mirrors=(("docker.io", f"127.0.0.1:{self.server.server_address[1]}/hub"),)
+        )
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def __enter__(self) -> _Mirror:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_digest_the_registry_names_but_does_not_serve_never_becomes_a_lock_line() -> None:
+    """Before: the HEAD's Docker-Content-Digest was written as it came — a lock line no build could pull (a
+    cache in front of the registry answering for another manifest)."""
+    from imagesmith.bases import resolve
+
+    with (
+        _Mirror(named="sha256:" + "e" * 64) as liar,
+        pytest.raises(BaseLockError, match="does not serve that manifest") as err,
+    ):
+        resolve("debian:bookworm", liar.config)
+    assert err.value.digest == "sha256:" + "e" * 64
+    assert "the lock keeps its line" in (err.value.hint or "")
+
+
+def test_a_new_or_moved_digest_is_read_once_an_unchanged_one_costs_one_head() -> None:
+    from imagesmith.bases import resolve
+
+    with _Mirror() as honest:
+        assert resolve("debian:bookworm", honest.config).digest == honest.real
+        manifests = [r for r in honest.log if "/manifests/" in r]
+        assert manifests == [
+            "HEAD /v2/hub/library/debian/manifests/bookworm",
+            f"GET /v2/hub/library/debian/manifests/{honest.real}",
+        ]
+        honest.log.clear()
+        assert resolve("debian:bookworm", honest.config, pinned=honest.real).digest == honest.real
+        assert [r for r in honest.log if "/manifests/" in r] == [
+            "HEAD /v2/hub/library/debian/manifests/bookworm"
+        ]
+
+
+def test_a_base_that_moves_and_moves_back_gets_its_first_fingerprint_again(tmp_path: Path) -> None:
+    """A→B→A: the lock line says previous = B, but what is built is A again — the same fingerprint as the
+    first time, so the build finds it in its registries and skips it (nothing of `previous` or `read` is
+    hashed or rendered)."""
+    root = _smoke_project(tmp_path)
+    write_bases(
+        root / "locks", [BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-11-01")]
+    )
+    (first,) = _plan(root).cells
+    line = BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-11-01")
+    moved = refreshed(line, line.name, Resolved(B, "m"), today="2026-11-15")
+    back = refreshed(moved, line.name, Resolved(A, "other-mirror"), today="2026-12-01")
+    assert (back.digest, back.previous, back.read) == (A, B, "2026-12-01")
+    write_bases(root / "locks", [moved])
+    (at_b,) = _plan(root).cells
+    write_bases(root / "locks", [back])
+    (again,) = _plan(root).cells
+    assert at_b.fingerprint != first.fingerprint
+    assert again.fingerprint == first.fingerprint
+    assert render_cell_files(again) == render_cell_files(first)
+    assert again.moved_notes() == [f"base debian:bookworm moved {B[:19]}…→{A[:19]}… (read 2026-12-01)"]
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("1", "digest = 1 (a number) must be a quoted string"),
+        ("{ a = 1 }", "digest = a table must be a quoted string"),
+        ("true", "digest = true (a boolean)"),
+        ("2026-12-01", "digest = 2026-12-01 (an unquoted TOML date or time)"),
+        ("[1]", "digest = a list"),
+    ],
+)
+def test_a_value_of_another_type_is_shown_as_the_file_wrote_it(
+    tmp_path: Path, value: str, shown: str
+) -> None:
+    """Before: `digest = '1' must be a plain string` (the number shown as if it were the string "1"),
+    `"{'a': 1}"`, `read = '2026-12-01' must be a plain string` for an unquoted date: Python reprs."""
+    _write(tmp_path, f'"debian:bookworm" = {{ digest = {value}, registry = "r", read = "2026-12-01" }}')
+    with pytest.raises(BaseLockError) as err:
+        read_bases(tmp_path, "locks/bases.toml")
+    assert shown in err.value.message
+    assert "'" not in err.value.message
+
+
+def test_a_malformed_lock_says_how_to_repair_it_not_to_rerun_what_just_failed(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """lock --bases reads the lock first: its fix line was `run imagesmith lock --bases …` — the command that
+    had just printed it."""
+    root = _smoke_project(tmp_path)
+    (root / "locks" / "bases.toml").write_text(
+        f'schema = 1\n[bases]\n"debian:bookworm" = {{ digest = "{A}", registry = "r", read = "2026-12-01", '
+        f'previous = "{A}" }}\n'
+    )
+    monkeypatch.chdir(root)
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 2
+    assert "previous" in result.stderr
+    assert "a base does not move to where it was" in result.stderr
+    fix = next(line for line in result.stderr.splitlines() if line.strip().startswith("fix:"))
+    assert "delete it and run `imagesmith lock --bases`" in fix
+    for text in ("schema = 2\n[bases]\n", "[bases]\n"):
+        (root / "locks" / "bases.toml").write_text(text)
+        result = run_cli("lock", "--bases")
+        fix = next(line for line in result.stderr.splitlines() if line.strip().startswith("fix:"))
+        assert (
+            fix.strip()
+            != "fix: "
+            + "run `imagesmith lock --bases` where the base's registry (or its mirror) is reachable"
+        )
+
+
+@pytest.mark.parametrize("kind", ["dangling symlink", "folder", "fifo"])
+def test_a_base_lock_that_is_no_regular_file_is_an_error_not_no_lock(tmp_path: Path, kind: str) -> None:
+    """Before: `is_file()` was False, so read_bases answered "no lock" and every base silently went by its
+    moving name again (a bases.toml symlinked to a checkout that is not there, say). A FIFO is never
+    opened."""
+    import os
+
+    path = tmp_path / "bases.toml"
+    if kind == "dangling symlink":
+        path.symlink_to(tmp_path / "elsewhere" / "bases.toml")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    with pytest.raises(BaseLockError) as err:
+        read_bases(tmp_path, "locks/bases.toml")
+    assert err.value.message.startswith("locks/bases.toml: ")
+    assert "restore it from git" in (err.value.hint or "")
+    assert read_bases(tmp_path / "none") is None  # no file at all: no lock, as before

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import http.server
 import json
+import os
 import re
 import subprocess
 import sys
@@ -418,9 +419,9 @@ def test_published_to_is_read_checked_and_compared_in_one_form() -> None:
     from imagesmith.index import dump_index, index_location
     from imagesmith.indextrust import check_location
 
-    assert index_location("Registry.Example.COM:5000/acme/torch") == "registry.example.com:5000/acme/torch"
-    assert index_location("index.docker.io/acme/torch") == "docker.io/acme/torch"
-    assert index_location("docker.io/torch") == "docker.io/library/torch"
+    assert index_location("Registry.Example.COM:5000", "acme/torch") == "registry.example.com:5000/acme/torch"
+    assert index_location("index.docker.io", "acme/torch") == "docker.io/acme/torch"
+    assert index_location("docker.io", "torch") == "docker.io/library/torch"
     index = replace(make_index(), published_to=("ghcr.io/acme/torch", "docker.io/acme/torch"))
     back = parse_index(dump_index(index), source="i.json")
     assert back.published_to == ("docker.io/acme/torch", "ghcr.io/acme/torch")
@@ -439,3 +440,307 @@ def test_published_to_is_read_checked_and_compared_in_one_form() -> None:
     ):
         with pytest.raises(ConfigError, match=re.escape(words)):
             parse_index(json.dumps(dict(doc, published_to=bad)), source="i.json")
+
+
+# -- re-check (issue 25): the key a source is known by, the trust record, one source however spelled ---------
+
+
+def test_a_key_that_verified_the_source_is_its_pin_a_published_other_key_is_refused(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """main: after the publisher's key verified the index (``--verify-key``, ``$IMAGESMITH_INDEX_KEY`` in one
+    shell), a later run without it took an index and a key layer someone else signed and published as "first
+    use" (exit 0, the attacker's key pinned)."""
+    path = save_signed_index(make_index(), tmp_path / "index.json", serial=10, publish_key=False)
+    pub = tmp_path / "release.pub"
+    pub.write_bytes(KEY.public.pem)
+    first = run_cli("index", str(path), "--verify-key", str(pub))
+    assert first.exit_code == 0, first.stderr
+    evil = signing.generate_key()
+    save_signed_index(make_index(), path, serial=11, key=evil)  # newer serial, another key beside it
+    for command in (["index", str(path)], ["pick", "--index", str(path), *PICK]):
+        res = run_cli(*command)
+        assert res.exit_code == 2, res.stderr
+        error, fix = _lines(res.stderr)
+        assert error.startswith(f"error: --index {path}: the key published beside the index")
+        assert f"is {evil.public.fingerprint}, not {KEY.public.fingerprint}" in error
+        assert "the key that verified this source before" in error
+        assert "--verify-key NEW.pub" in fix
+    # the publisher's own next index (its key published beside it): taken without --verify-key, by the pin
+    save_signed_index(make_index(), path, serial=12)
+    ok = run_cli("pick", "--index", str(path), *PICK)
+    assert ok.exit_code == 0, ok.stderr
+    assert f"index key: {KEY.public.fingerprint} (ed25519, pinned in " in ok.stderr
+    assert f"first verified from --verify-key {pub})" in ok.stderr
+
+
+def test_a_trust_record_of_main_without_a_pin_still_binds_the_key_of_the_newest_index(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """A record main wrote after a ``--verify-key`` run names the key of the newest index but pins none:
+    that key is what the source is known by."""
+    from imagesmith.indextrust import TrustStore
+
+    path = save_signed_index(make_index(), tmp_path / "index.json", serial=10, publish_key=False)
+    store = TrustStore(tmp_path / "cache" / "imagesmith" / "index", "file:" + str(path.resolve()))
+    store.path.parent.mkdir(parents=True)
+    store.path.write_text(
+        json.dumps(
+            {
+                "source": store.source,
+                "newest": {"serial": 10, "key": KEY.public.fingerprint, "key_type": "ed25519"},
+            }
+        )
+    )
+    evil = signing.generate_key()
+    save_signed_index(make_index(), path, serial=11, key=evil)
+    res = run_cli("index", str(path))
+    assert res.exit_code == 2, res.stderr
+    assert f"not {KEY.public.fingerprint}, the key that verified this source before" in res.stderr
+
+
+@pytest.mark.parametrize("kind", ["fifo", "endless", "dangling"])
+def test_a_trust_record_that_is_no_small_file_is_one_error_not_a_hang(tmp_path: Path, kind: str) -> None:
+    """main: a FIFO where the trust record lives made pick and index wait forever (``read_bytes`` on a FIFO);
+    a link to /dev/zero read until memory ran out."""
+    from imagesmith.indextrust import TrustStore
+
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    store = TrustStore(tmp_path / "cache" / "imagesmith" / "index", "file:" + str(path.resolve()))
+    store.path.parent.mkdir(parents=True)
+    if kind == "fifo":
+        os.mkfifo(store.path)
+    else:
+        store.path.symlink_to("/dev/zero" if kind == "endless" else tmp_path / "gone")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"), IMAGESMITH_CONFIG=str(tmp_path / "c.toml"))
+    env.pop("IMAGESMITH_INDEX_KEY", None)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "imagesmith", "index", str(path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a trust record that is a {kind} hangs imagesmith index")
+    assert done.returncode == 2, done.stderr
+    error, fix = _lines(done.stderr)
+    assert error.startswith(f"error: --index {path}: the trust record {store.path} cannot be read")
+    assert fix.strip().startswith(f"fix: remove {store.path}")
+
+
+def test_one_oci_source_however_spelled_shares_its_pin_and_newest_serial(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main kept the pin and the newest serial under the spelling: Docker Hub's aliases in another case, or a
+    one-part repository with and without ``library/``, were each a first use (another key pinned, an older
+    index taken)."""
+    from imagesmith import pick as picking
+    from imagesmith.pick import fetching
+
+    served: dict[str, tuple[bytes, bytes, bytes]] = {}
+
+    def download_oci(source: str, **_: object) -> tuple[bytes, bytes, bytes]:
+        return served["now"]
+
+    monkeypatch.setattr(picking, "_download_oci", download_oci)
+    body, env = signed_bytes(replace(make_index(), published_to=("docker.io/library/torch",)), serial=20)
+    served["now"] = (body, env, KEY.public.pem)
+    fetch_index("oci://docker.io/torch", refresh=True)  # first use: KEY pinned, serial 20 seen
+    evil = signing.generate_key()
+    body, env = signed_bytes(
+        replace(make_index(), published_to=("docker.io/library/torch",)), serial=30, key=evil
+    )
+    served["now"] = (body, env, evil.public.pem)
+    for spelling in ("oci://Index.Docker.IO/library/torch", "oci://registry-1.docker.io/torch:release-index"):
+        with pytest.raises(IndexTrustError, match="the key pinned for this source on first use") as info:
+            fetch_index(spelling, refresh=True)
+        assert info.value.fault == "key changed"
+    body, env = signed_bytes(replace(make_index(), published_to=("docker.io/library/torch",)), serial=10)
+    served["now"] = (body, env, KEY.public.pem)
+    with pytest.raises(IndexTrustError, match="older than serial 20"):
+        fetch_index("oci://DOCKER.IO/library/torch", refresh=True)
+    assert picking._trust_key("oci://Docker.io/torch") == "oci://docker.io/library/torch:release-index"
+    # the location compared with published_to is the host contacted: a one-label host is that host, not a
+    # Docker Hub namespace (main: oci://acme/torch was compared as docker.io/acme/torch)
+    assert fetching._oci_location("oci://acme/torch") == "acme/torch"
+    assert fetching._oci_location("oci+http://LocalHost:5000/a/b:t") == "localhost:5000/a/b"
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("oci://ghcr.io/acme/torch@sha256:" + "1" * 64, "not by digest"),
+        ("oci://ghcr.io/acme/torch:release-index@sha256:" + "1" * 64, "not by digest"),
+        ("oci://ghcr.io/acme//torch", "empty host or path part"),
+        ("oci://ghcr.io/acme/torch/", "empty host or path part"),
+        ("oci:///acme/torch", "empty host or path part"),
+    ],
+)
+def test_an_oci_source_it_cannot_read_as_written_is_refused(source: str, words: str, run_cli: Any) -> None:
+    """main dropped ``@sha256:…`` of an ``oci://`` source without a word and read the tag (another index than
+    the one the user named), and read an empty path part as part of the repository."""
+    res = run_cli("index", source)
+    assert res.exit_code == 2, res.stderr
+    error, fix = _lines(res.stderr)
+    assert error.startswith(f"error: --index {source}: ")
+    assert words in error
+    assert fix.strip().startswith("fix: ")
+
+
+def _tls_server(tmp_path: Path, answer: Callable[[str], tuple[int, dict[str, str], bytes]]) -> Any:
+    """An https:// server on 127.0.0.1 with a certificate made here (trusted through $REQUESTS_CA_BUNDLE)."""
+    import ipaddress
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, headers, body = answer(self.path)
+            self.send_response(status)
+            for k, v in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_an_https_source_redirected_to_plain_http_is_refused(
+    tmp_path: Path, http_index: tuple[str, dict[str, bytes]], monkeypatch: pytest.MonkeyPatch, run_cli: Any
+) -> None:
+    """main refused an http:// --index without --insecure, but followed an https:// one the server sent on
+    to http:// (the index, its .sig and the .pub a first use pins, all over plain HTTP): exit 0, a key pinned
+    that anyone on the path could have served."""
+    plain_url, files = http_index
+    _serve(files, 5)  # the plain-HTTP server holds a signed index and its key
+    plain_base = plain_url.rsplit("/", 1)[0]
+    server = _tls_server(tmp_path, lambda path: (302, {"Location": plain_base + path}, b""))
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "cert.pem"))
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/index.json"
+        for command in (["index", url], ["pick", "--index", url, *PICK], ["index", url, "--no-verify"]):
+            res = run_cli(*command)
+            assert res.exit_code == 2, res.stdout + res.stderr
+            error, fix = _lines(res.stderr)[-2:]
+            assert error.startswith(
+                f"error: --index {url}: the server redirects it to {plain_url}, plain HTTP"
+            )
+            assert "https://" in fix
+        assert not list((tmp_path / "cache").rglob("*.trust.json"))  # nothing pinned
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_https_source_is_one_source_however_its_host_is_spelled() -> None:
+    from imagesmith.pick import fetching
+
+    one = fetching._trust_key("https://idx.example.com/a/index.json")
+    for spelling in ("https://IDX.Example.COM/a/index.json", "https://idx.example.com:443/a/index.json"):
+        assert fetching._trust_key(spelling) == one
+    assert fetching._trust_key("https://idx.example.com:8443/a/index.json") != one
+    assert fetching._trust_key("http://idx.example.com/a/index.json") != one
+    assert fetching._trust_key("https://idx.example.com/A/index.json") != one  # paths are case-sensitive
+
+
+def test_a_verify_key_of_a_type_imagesmith_does_not_take_is_named_once(tmp_path: Path, run_cli: Any) -> None:
+    """An RSA or P-384 key as --verify-key: one error naming the option once (main said it twice)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+    path = save_signed_index(make_index(), tmp_path / "index.json")
+    for name, key in (
+        ("rsa.pub", rsa.generate_private_key(public_exponent=65537, key_size=2048)),
+        ("p384.pub", ec.generate_private_key(ec.SECP384R1())),
+    ):
+        pub = tmp_path / name
+        pub.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        res = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(pub))
+        assert res.exit_code == 2, res.stderr
+        error, _ = _lines(res.stderr)
+        assert error == f"error: --verify-key {pub}: the public key is neither ECDSA P-256 nor Ed25519"
+
+
+def _with_figures(value: float) -> Any:
+    """The test index, its first entry validated on a host that recorded a matmul figure of *value*."""
+    from types import MappingProxyType
+
+    index = make_index()
+    first = index.images[0]
+    host = replace(first.validated_on[0], link="NV18", figures=MappingProxyType({"matmul_tflops": value}))
+    return replace(index, images=(replace(first, validated_on=(host,)), *index.images[1:]))
+
+
+def test_validate_baseline_from_verifies_the_index_whose_figures_it_judges_by(
+    tmp_path: Path, run_cli: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """main read ``--baseline-from INDEX`` unverified ("figures only"), but those figures are the expected
+    values the performance checks pass or fail against, before imagesmith/data/perf.toml: someone who can push
+    to the registry rewrote them (lowered: a throttled host passes; raised: every validation fails)."""
+    from imagesmith.commands.validate import _fleet
+
+    path = tmp_path / "index.json"
+    body, _ = signed_bytes(_with_figures(1.0))  # the attacker's figures, unsigned
+    path.write_bytes(body)
+    res = run_cli("validate", "--baseline-from", str(path), "--report", str(tmp_path / "r"))
+    assert res.exit_code == 2, res.stdout + res.stderr
+    error, fix = _lines(res.stderr)
+    assert error.startswith(f"error: --baseline-from {path}: no key to verify the release index with")
+    assert "--baseline REPORT.json" in fix
+    assert not (tmp_path / "r").exists()
+    # the publisher's signed index (its key published beside it, pinned on first use): its figures count
+    save_signed_index(_with_figures(700.0), path, serial=5)
+    groups, source = _fleet(str(path), None, "")
+    assert source == str(path)
+    assert [g["figures"] for g in groups] == [{"matmul_tflops": 700.0}]
+    assert "trusting the key published beside it" in capsys.readouterr().err
+    # the figures rewritten after signing: the signature no longer covers them
+    path.write_bytes(path.read_bytes().replace(b"700", b"7"))
+    rewritten = run_cli("validate", "--baseline-from", str(path), "--report", str(tmp_path / "r"))
+    assert rewritten.exit_code == 2
+    assert f"error: --baseline-from {path}: the signature" in rewritten.stderr
+    assert "signs another index than the one served" in rewritten.stderr

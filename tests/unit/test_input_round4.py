@@ -209,8 +209,8 @@ def test_loads_json_nested_deep_is_one_error() -> None:
     [
         ("schema = 1\nx = " + "9" * 5000 + "\n", "thousands of digits"),
         ("x = " + "[" * 3000 + "]" * 3000 + "\n", "nested"),
-        ("fifo", "FIFO"),
-        ("folder", "folder"),
+        ("fifo", "not a regular file"),
+        ("folder", "not a regular file"),
     ],
     ids=["huge-int", "deep", "fifo", "folder"],
 )

@@ -307,6 +307,37 @@ def test_verified_blobs_are_remembered_per_registry_and_digest(tmp_path: Path) -
     blocked.save()  # an unwritable cache is not an error: the next run reads the blobs again
 
 
+def test_a_verified_blobs_memory_that_is_a_fifo_or_a_device_is_an_empty_memory_not_a_hang(
+    tmp_path: Path,
+) -> None:
+    """main: a FIFO where release keeps the blobs it read back (its size reads 0, under the cap) made every
+    release wait forever before the first cell."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "verified-blobs.json"
+    os.mkfifo(fifo)
+    device = tmp_path / "zero.json"
+    device.symlink_to("/dev/zero")
+    code = (
+        "import sys; from pathlib import Path; from imagesmith.release import VerifiedBlobs; "
+        "print(all(not VerifiedBlobs(Path(p)).has('r', 'sha256:' + '0' * 64) for p in sys.argv[1:]))"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code, str(fifo), str(device)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("VerifiedBlobs blocks on a FIFO")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True"
+
+
 # -- hashed locks --------------------------------------------------------------------------------------------
 def _pin_lines(text: str) -> Iterator[tuple[str, bool]]:
     """(requirement, whether --hash lines follow it) of a rendered requirements file."""

@@ -119,3 +119,85 @@ def test_spdx_sbom_matched_against_osv(tmp_path: Path) -> None:
     assert verdict is not None
     assert [f.id for f in verdict.blocking] == ["DEBIAN-CVE-2024-45491"]
     assert "libexpat1 2.5.0-1" in reasons[0]
+
+
+# -- issue 26 re-check ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "h/r@sha256:" + "Z" * 64,  # 71 characters, starts with sha256: — not hex
+        "h/r@sha256:" + "AB" * 32,  # upper-case hex is no digest either
+        "@sha256:" + "ab" * 32,  # no image at all
+    ],
+)
+def test_a_reference_whose_digest_is_not_hex_is_refused_before_syft(
+    reference: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from imagesmith.errors import ConfigError
+
+    def no_syft(source: str, **kw: object) -> dict[str, Any]:
+        raise AssertionError(f"syft ran for {source}")
+
+    monkeypatch.setattr(sbom, "run_syft", no_syft)
+    with pytest.raises(ConfigError, match="is not IMAGE@sha256:<64 hex>"):
+        sbom.make_sbom(reference)
+
+
+def test_syft_failing_says_what_syft_said(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: syft ran with -q, which silences its error lines too: `failed (exit 1): no message` for a
+    digest the registry does not hold. Its colours are dropped, not printed as escape codes."""
+    fake = tmp_path / "syft"
+    fake.write_text(
+        "#!/bin/sh\n"
+        'for a in "$@"; do [ "$a" = "-q" ] && exit 1; done\n'
+        "printf '[0000] ERROR \\033[31mcould not determine source: MANIFEST_UNKNOWN\\033[0m\\n' >&2\n"
+        "exit 1\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setattr(sbom, "syft_binary", lambda: str(fake))
+    with pytest.raises(sbom.SbomError) as err:
+        sbom.run_syft("registry:h/r@" + RECORDED)
+    assert err.value.message == (
+        f"syft registry:h/r@{RECORDED} failed (exit 1): [0000] ERROR could not determine source: "
+        "MANIFEST_UNKNOWN"
+    )
+
+
+def test_a_bad_signing_key_or_out_file_stops_before_syft_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Any
+) -> None:
+    """Before: syft ran (seconds), the unsigned document was written, then the key was refused."""
+    ran: list[str] = []
+
+    def syft(source: str, **kw: object) -> dict[str, Any]:
+        ran.append(source)
+        return {}
+
+    monkeypatch.setattr(sbom, "run_syft", syft)
+    key = tmp_path / "k.key"
+    key.write_text("not a key\n")
+    key.chmod(0o600)
+    out = tmp_path / "out"
+    result = run_cli("sbom", f"h/r@{RECORDED}", "--out", str(out), "--sign-key", str(key))
+    assert result.exit_code not in (0, 1), result.stderr
+    assert ran == []
+    assert not out.exists()
+    (tmp_path / "file").write_text("x")
+    result = run_cli("sbom", f"h/r@{RECORDED}", "--out", str(tmp_path / "file"))
+    assert result.exit_code == 2
+    assert "not a folder" in result.stderr
+    assert ran == []
+
+
+def test_syft_missing_is_one_error_naming_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_cli: Any
+) -> None:
+    """Neither on PATH nor beside this Python: one error and the install line; nothing written (held)."""
+    monkeypatch.setattr("imagesmith.sbom.shutil.which", lambda *a, **kw: None)
+    out = tmp_path / "out"
+    result = run_cli("sbom", f"h/r@{RECORDED}", "--out", str(out))
+    assert result.exit_code == 2
+    assert "error: syft is not installed" in result.stderr
+    assert "pip install 'imagesmith[sbom]'" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()

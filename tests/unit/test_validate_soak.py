@@ -241,3 +241,48 @@ def test_the_healthy_raw_records_give_the_committed_series() -> None:
         round(r.copy_gbps or 0, 3) for r in committed.rows[GPU]
     ]
     assert judge_soak(series, expected=EXPECTED).failures == []
+
+
+def _raw() -> list[dict[str, Any]]:
+    folder = REPO / "docs" / "evidence" / "h200x1-soak" / "healthy-soak-9m"
+    return [json.loads(line) for line in (folder / "soak-samples.jsonl").read_text().splitlines()]
+
+
+SMI = {"GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685": 0}
+
+
+def test_a_soak_the_probe_did_not_finish_fails() -> None:
+    """Minutes that were not measured cannot have passed: the healthy 9-minute capture with its load worker
+    killed at minute 4 (the OOM killer, a driver segfault: no error record, windows stop), with the probe's
+    end record missing (the probe killed, its output cut), and with a second GPU that reported nothing."""
+    raw = _raw()
+    assert judge_soak(soak_series(raw, smi_names=SMI), expected=EXPECTED).failures == []
+
+    def killed(r: dict[str, Any]) -> dict[str, Any] | None:
+        if r.get("kind") == "window" and r["t0"] >= 240:
+            return None
+        return dict(r, exitcodes=[-9]) if r.get("kind") == "end" else r
+
+    cut = [x for x in map(killed, raw) if x is not None]
+    failures = judge_soak(soak_series(cut, smi_names=SMI), expected=EXPECTED).failures
+    assert any("the load worker (rank 0) was killed by signal 9 (SIGKILL)" in f for f in failures), failures
+    assert any(f.startswith(f"{GPU}: its windows stop at 4:00 of the 9:00 soak") for f in failures), failures
+    no_end = [r for r in raw if r.get("kind") != "end"]
+    assert judge_soak(soak_series(no_end, smi_names=SMI), expected=EXPECTED).failures == [
+        "the soak probe stopped before its end: no end record (killed, or its output was cut short)"
+    ]
+    two = [dict(r, world=2, cuda_devices=2) if r.get("kind") == "start" else r for r in raw]
+    two = [dict(r, exitcodes=[0, 0]) if r.get("kind") == "end" else r for r in two]
+    assert judge_soak(soak_series(two, smi_names=SMI), expected=EXPECTED).failures == [
+        f"only 1 of the 2 GPUs the probe loaded reported a window ({GPU})"
+    ]
+    exit1 = [dict(r, exitcodes=[3]) if r.get("kind") == "end" else r for r in raw]
+    assert judge_soak(soak_series(exit1, smi_names=SMI), expected=EXPECTED).failures == [
+        f"{GPU}: the load worker (rank 0) exited with code 3 without reporting an error"
+    ]
+    # a worker that reported its error is not named twice; a series read back from soak.csv is not judged
+    told = [*raw[:-1], {"kind": "error", "rank": 0, "error": "RuntimeError: x"}, dict(raw[-1], exitcodes=[1])]
+    assert judge_soak(soak_series(told, smi_names=SMI), expected=EXPECTED).failures == [
+        "the soak load failed: rank 0: RuntimeError: x"
+    ]
+    assert judge_soak(healthy(), expected=EXPECTED).failures == []

@@ -147,6 +147,24 @@ def test_scaling_efficiency_against_the_nvlink_expectation(
     assert "## DDP scaling efficiency" in md
 
 
+@pytest.mark.parametrize("efficiency", ["-1", "nan"])
+def test_scaling_with_an_unusable_timing_fails_naming_it(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+    efficiency: str,
+) -> None:
+    """The ranks' timings are the target's output: zero, negative or NaN seconds fail the check with what was
+    reported (never a division by a bad time, or a NaN efficiency judged as a figure)."""
+    (host / "efficiency").write_text(efficiency)
+    _, data = run(run_cli, tmp_path, python, "-k", "test_scaling_efficiency")
+    c = next(c for c in data["checks"] if c["name"] == "test_scaling_efficiency")
+    assert c["status"] == "failed", c
+    assert "reported elapsed_s = " in c["message"], c["message"]
+    assert "not a positive number" in c["message"]
+
+
 def test_soak_flags(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     for args, words in (
         (["--soak", "1m"], "shorter than 2 minutes"),

@@ -281,3 +281,304 @@ def test_an_unquoted_toml_date_as_expires_is_named_without_a_python_repr(
     assert out.exit_code == 2
     assert "datetime" not in out.stderr
     assert 'expires: 2027-01-01 is not a quoted date "YYYY-MM-DD"' in out.stderr
+
+
+# -- issue 26 re-check: what syft's SBOMs and real OSV records look like ------------------------------------
+#: purls exactly as syft 1.x writes them for debian:bookworm (read from the local registry's image)
+SYFT_PURLS = (
+    "pkg:deb/debian/libssl3@3.0.11-1~deb12u2?arch=amd64&distro=debian-12&upstream=openssl",
+    "pkg:deb/debian/bsdutils@1:2.38.1-5%2Bdeb12u3?arch=amd64&distro=debian-12&upstream=util-linux%402.38.1-5%2Bdeb12u3",
+    "pkg:deb/debian/zlib1g@1:1.2.13.dfsg-1?arch=amd64&distro=debian-12&upstream=zlib",
+    "pkg:pypi/jinja2@3.1.2",
+)
+
+
+def _spdx(tmp_path: Path, purls: tuple[str, ...] = SYFT_PURLS) -> Path:
+    packages: list[dict[str, Any]] = [
+        {"SPDXID": "SPDXRef-DocumentRoot-Image", "name": "img", "versionInfo": RECORDED},
+    ]
+    for n, purl in enumerate(purls):
+        packages.append(
+            {
+                "SPDXID": f"SPDXRef-Package-{n}",
+                "name": purl.split("/")[-1].split("@")[0],
+                "externalRefs": [{"referenceType": "purl", "referenceLocator": purl}],
+            }
+        )
+    doc = {
+        "spdxVersion": "SPDX-2.3",
+        "name": "img",
+        "documentDescribes": ["SPDXRef-DocumentRoot-Image"],
+        "packages": packages,
+    }
+    d = tmp_path / "scans"
+    d.mkdir(exist_ok=True)
+    (d / f"{vulngate.digest_stem(RECORDED)}.spdx.json").write_text(json.dumps(doc))
+    return d
+
+
+def _osv_gate(tmp_path: Path, records: list[dict[str, Any]], fail_on: str = "low") -> list[vulngate.Finding]:
+    (tmp_path / "osv.json").write_text(json.dumps(records))
+    policy = _policy(tmp_path, f'fail_on = "{fail_on}"\nosv = "osv.json"\n')
+    verdict, _ = vulngate.gate([_spdx(tmp_path)], RECORDED, policy, today=TODAY)
+    assert verdict is not None
+    return list(verdict.blocking)
+
+
+def _deb(vid: str, source: str, events: list[dict[str, str]], release: str = "12") -> dict[str, Any]:
+    return {
+        "id": vid,
+        "affected": [
+            {
+                "package": {"ecosystem": f"Debian:{release}", "name": source},
+                "ranges": [{"type": "ECOSYSTEM", "events": events}],
+            }
+        ],
+        "database_specific": {"severity": "HIGH"},
+    }
+
+
+def test_debian_records_name_source_packages_and_match_binary_packages_by_their_source(
+    tmp_path: Path,
+) -> None:
+    """Debian's OSV records (DSA, DLA, DEBIAN-CVE) name the source package (openssl), the SBOM lists the
+    binary one (libssl3, upstream=openssl): before, no Debian library advisory ever matched."""
+    found = _osv_gate(
+        tmp_path, [_deb("DSA-5999-1", "openssl", [{"introduced": "0"}, {"fixed": "3.0.15-1~deb12u1"}])]
+    )
+    assert [(f.package, f.version, f.id, f.fixed) for f in found] == [
+        ("libssl3 (source openssl)", "3.0.11-1~deb12u2", "DSA-5999-1", "3.0.15-1~deb12u1")
+    ]
+
+
+def test_a_source_package_is_compared_in_its_own_version_not_the_binarys_epoch(tmp_path: Path) -> None:
+    """bsdutils 1:2.38.1-5+deb12u3 is built from util-linux 2.38.1-5+deb12u3: the record's range is in
+    source versions, and the binary's epoch 1 would put it above every fix."""
+    found = _osv_gate(
+        tmp_path, [_deb("DLA-4000-1", "util-linux", [{"introduced": "0"}, {"fixed": "2.38.1-5+deb12u4"}])]
+    )
+    assert [(f.package, f.version) for f in found] == [
+        ("bsdutils (source util-linux 2.38.1-5+deb12u3)", "1:2.38.1-5+deb12u3")
+    ]
+    # and a source whose version is the binary's (syft then writes no @version): zlib 1:1.2.13.dfsg-1
+    assert not _osv_gate(
+        tmp_path, [_deb("DLA-4001-1", "zlib", [{"introduced": "0"}, {"fixed": "1:1.2.13.dfsg-1"}])]
+    )
+
+
+def test_a_record_of_another_debian_release_does_not_apply(tmp_path: Path) -> None:
+    """A Debian:13 record (fixed in trixie's 3.5) said nothing about bookworm's openssl; before, it refused
+    it. A record without a release, or of this one, still applies."""
+    events = [{"introduced": "0"}, {"fixed": "3.5.1-1"}]
+    assert not _osv_gate(tmp_path, [_deb("DEBIAN-CVE-2099-1", "openssl", events, release="13")])
+    assert _osv_gate(tmp_path, [_deb("DEBIAN-CVE-2099-1", "openssl", events, release="12")])
+
+
+def test_range_events_are_evaluated_in_version_order_not_list_order(tmp_path: Path) -> None:
+    """[introduced 2.0, fixed 3.9, introduced 0, fixed 1.0] read as listed let jinja2 3.1.2 through."""
+    rec = {
+        "id": "PYSEC-2099-7",
+        "affected": [
+            {
+                "package": {"ecosystem": "PyPI", "name": "Jinja2"},
+                "ranges": [
+                    {
+                        "type": "ECOSYSTEM",
+                        "events": [
+                            {"introduced": "2.0"},
+                            {"fixed": "3.9"},
+                            {"introduced": "0"},
+                            {"fixed": "1.0"},
+                        ],
+                    }
+                ],
+            }
+        ],
+        "database_specific": {"severity": "HIGH"},
+    }
+    assert [f.id for f in _osv_gate(tmp_path, [rec])] == ["PYSEC-2099-7"]
+
+
+@pytest.mark.parametrize(
+    ("vector", "score", "rating"),
+    [
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H", 9.8, "critical"),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:C/C:H/I:H/A:H", 10.0, "critical"),
+        ("CVSS:3.0/AV:L/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H", 7.8, "high"),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:H", 7.5, "high"),
+        ("CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:C/C:L/I:L/A:N", 6.1, "medium"),
+        ("CVSS:3.1/AV:N/AC:H/PR:N/UI:R/S:U/C:L/I:N/A:N", 3.1, "low"),
+        ("CVSS:3.1/AV:P/AC:H/PR:H/UI:R/S:U/C:N/I:N/A:N", 0.0, "unknown"),
+    ],
+)
+def test_cvss3_base_scores_and_ratings(vector: str, score: float, rating: str) -> None:
+    """FIRST's CVSS v3.1 calculator gives these scores (typical RCE, scope change, local, DoS, XSS, ...)."""
+    assert vulngate.cvss3_base_score(vector) == score
+    assert vulngate.cvss_rating(score) == rating
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [
+        "CVSS:4.0/AV:N/AC:L/AT:N/PR:N/UI:N/VC:H/VI:H/VA:H/SC:N/SI:N/SA:N",
+        "AV:N/AC:L/Au:N/C:P/I:P/A:P",
+        "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H",
+        "CVSS:3.1/AV:X/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H",
+        "CVSS:3.1/AV:N/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H",
+        "",
+    ],
+)
+def test_what_is_no_cvss3_vector_scores_nothing(vector: str) -> None:
+    assert vulngate.cvss3_base_score(vector) is None
+
+
+def test_a_record_rated_only_by_its_cvss_vector_blocks_at_its_rating(tmp_path: Path) -> None:
+    """Most PYSEC (and many other) records carry `severity: [{type: CVSS_V3, score: vector}]` and no
+    severity word: before, they read as unknown, which never blocks — a 9.8 passed the gate."""
+    rec = {
+        "id": "PYSEC-2099-9",
+        "affected": [
+            {
+                "package": {"ecosystem": "PyPI", "name": "jinja2"},
+                "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "3.1.3"}]}],
+            }
+        ],
+        "severity": [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"}],
+    }
+    (found,) = _osv_gate(tmp_path, [rec], fail_on="critical")
+    assert (found.id, found.severity) == ("PYSEC-2099-9", "critical")
+
+
+def test_two_allowlist_entries_for_one_advisory_are_refused(tmp_path: Path) -> None:
+    """Before: the later entry silently won (an expired one could hide a current one, or the reverse)."""
+    body = (
+        'fail_on = "high"\n'
+        '[[allowlist]]\nid = "CVE-2024-45491"\nreason = "a"\nexpires = "2027-01-01"\n'
+        '[[allowlist]]\nid = "cve-2024-45491"\nreason = "b"\nexpires = "2026-01-01"\n'
+    )
+    f = tmp_path / "imagesmith.toml"
+    f.write_text(
+        "[release.vulnerabilities]\n" + body.replace("[[allowlist]]", "[[release.vulnerabilities.allowlist]]")
+    )
+    with pytest.raises(
+        ProjectError, match=r"allowlist\[1\]\.id: 'cve-2024-45491' is already allowlisted by"
+    ) as err:
+        vulngate.load_policy(f)
+    assert "allowlist[0]" in err.value.message
+
+
+def test_a_fifo_named_as_a_report_is_refused_without_blocking(tmp_path: Path) -> None:
+    """Before: release opened it and waited for a writer forever."""
+    import os
+    import threading
+
+    scans = tmp_path / "scans"
+    scans.mkdir()
+    os.mkfifo(scans / f"{vulngate.digest_stem(RECORDED)}.grype.json")
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            vulngate.gate([scans], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY)
+        except ConfigError as exc:
+            outcome.append(exc)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(10)
+    assert not t.is_alive(), "the gate blocked on a FIFO"
+    (exc,) = outcome
+    assert isinstance(exc, ConfigError)
+    assert "FIFO" in exc.message
+
+
+def test_an_ubuntu_images_packages_meet_ubuntus_records_not_debians(tmp_path: Path) -> None:
+    """syft writes pkg:deb/ubuntu/… for an Ubuntu image (this project's a100/h100/rtx4090 bases and the
+    nvidia/cuda devel images): before, they were read as Debian packages — Debian's openssl record (its own
+    versions) refused jammy's, and Ubuntu's records (`Ubuntu:22.04:LTS`, priority `medium`) never matched."""
+    purls = ("pkg:deb/ubuntu/libssl3@3.0.2-0ubuntu1.15?arch=amd64&upstream=openssl&distro=ubuntu-22.04",)
+    (tmp_path / "osv.json").write_text(
+        json.dumps(
+            [
+                _deb("DSA-5999-1", "openssl", [{"introduced": "0"}, {"fixed": "3.0.15-1~deb12u1"}]),
+                {
+                    "id": "UBUNTU-CVE-2099-1",
+                    "affected": [
+                        {
+                            "package": {"ecosystem": f"Ubuntu:{rel}", "name": "openssl"},
+                            "ranges": [
+                                {"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": fix}]}
+                            ],
+                        }
+                        for rel, fix in (
+                            ("22.04:LTS", "3.0.2-0ubuntu1.18"),
+                            ("24.04:LTS", "3.0.13-0ubuntu3.5"),
+                        )
+                    ],
+                    "severity": [{"type": "Ubuntu", "score": "medium"}],
+                },
+            ]
+        )
+    )
+    policy = _policy(tmp_path, 'fail_on = "medium"\nosv = "osv.json"\n')
+    verdict, _ = vulngate.gate([_spdx(tmp_path, purls)], RECORDED, policy, today=TODAY)
+    assert verdict is not None
+    assert [(f.package, f.id, f.severity, f.fixed, f.ecosystem) for f in verdict.blocking] == [
+        ("libssl3 (source openssl)", "UBUNTU-CVE-2099-1", "medium", "3.0.2-0ubuntu1.18", "Ubuntu")
+    ]
+
+
+def test_an_allowlist_entry_covers_the_advisorys_other_ids_and_any_case(tmp_path: Path) -> None:
+    """Before: allowlisting CVE-2024-45491 (what people write) did not cover Debian's DEBIAN-CVE-2024-45491
+    record naming it in `aliases`/`upstream`, nor grype's GHSA match whose relatedVulnerabilities name the
+    CVE; an entry written `cve-…` matched nothing."""
+    rec = _deb("DEBIAN-CVE-2024-45491", "openssl", [{"introduced": "0"}, {"fixed": "3.0.15-1~deb12u1"}])
+    rec["upstream"] = ["CVE-2024-45491"]
+    (tmp_path / "osv.json").write_text(json.dumps([rec]))
+    body = (
+        'fail_on = "high"\nosv = "osv.json"\n[[release.vulnerabilities.allowlist]]\nid = "cve-2024-45491"\n'
+        'reason = "no untrusted input"\nexpires = "2027-01-31"\n'
+    )
+    verdict, reasons = vulngate.gate([_spdx(tmp_path)], RECORDED, _policy(tmp_path, body), today=TODAY)
+    assert reasons == []
+    assert verdict is not None
+    assert verdict.allowlisted_ids() == ("DEBIAN-CVE-2024-45491",)
+    expired = body.replace("2027-01-31", "2026-11-30")
+    verdict, reasons = vulngate.gate([_spdx(tmp_path)], RECORDED, _policy(tmp_path, expired), today=TODAY)
+    assert len(reasons) == 1
+    assert "its allowlist entry expired on 2026-11-30" in reasons[0]
+    findings = vulngate.parse_grype(
+        {
+            "source": {"target": {"manifestDigest": RECORDED}},
+            "matches": [
+                {
+                    "vulnerability": {"id": "GHSA-xxxx-yyyy-zzzz", "severity": "Critical"},
+                    "relatedVulnerabilities": [{"id": "CVE-2024-45491"}],
+                    "artifact": {"name": "requests", "version": "2.31.0"},
+                }
+            ],
+        },
+        source="r.grype.json",
+        digest=RECORDED,
+    )
+    scan = vulngate.Scan(digest=RECORDED, source="r", sha="s", scanner="grype", findings=tuple(findings))
+    verdict = vulngate.judge(scan, _policy(tmp_path, body), today=TODAY)
+    assert verdict.passed
+
+
+def test_a_binnmu_is_compared_in_its_source_version(tmp_path: Path) -> None:
+    """syft names bash 5.2.15-2+b13 (a binNMU) `upstream=bash@5.2.15-2`: a record listing the affected source
+    versions (`versions`, no ranges) names 5.2.15-2, never the binNMU's own version — it was missed."""
+    purls = ("pkg:deb/debian/bash@5.2.15-2%2Bb13?arch=amd64&distro=debian-12&upstream=bash%405.2.15-2",)
+    rec = {
+        "id": "DEBIAN-CVE-2099-5",
+        "affected": [{"package": {"ecosystem": "Debian:12", "name": "bash"}, "versions": ["5.2.15-2"]}],
+        "database_specific": {"severity": "HIGH"},
+    }
+    (tmp_path / "osv.json").write_text(json.dumps([rec]))
+    policy = _policy(tmp_path, 'fail_on = "high"\nosv = "osv.json"\n')
+    verdict, _ = vulngate.gate([_spdx(tmp_path, purls)], RECORDED, policy, today=TODAY)
+    assert verdict is not None
+    assert [(f.package, f.version) for f in verdict.blocking] == [
+        ("bash (source version 5.2.15-2)", "5.2.15-2+b13")
+    ]

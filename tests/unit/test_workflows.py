@@ -307,3 +307,50 @@ def test_weekly_refresh_records_base_moves_in_its_pull_request() -> None:
     lock = Path("imagesmith/data/locks/bases.toml")
     assert (REPO / lock).is_file()
     assert any(lock.is_relative_to(part) for part in added.split()[3:]), added
+
+
+def test_the_nightly_release_scans_every_candidate_before_the_gated_release(tmp_path: Path) -> None:
+    """The release job passes --scan-reports (for the signed SBOMs), which turns the vulnerability gate on:
+    a cell with no scan of its digest is refused — before, the nightly ran no scanner, so with this project's
+    imagesmith.toml every cell was refused ("no vulnerability scan of sha256:…"). grype now scans each
+    candidate by digest into the --scan-reports folder, named as the gate reads it, before any release."""
+    import datetime
+    import json
+    import sys
+
+    from imagesmith import vulngate
+    from tests.repo import PROJECT
+
+    digest = "sha256:" + "ab" * 32
+    sboms = tmp_path / "reports" / "cell-h200" / "scans"
+    sboms.mkdir(parents=True)
+    for suffix in (".spdx.json", ".sbom.dsse.json"):
+        (sboms / f"{vulngate.digest_stem(digest)}{suffix}").write_text("{}")
+    policy = vulngate.load_policy(PROJECT.file)
+    _, reasons = vulngate.gate([tmp_path / "reports"], digest, policy, today=datetime.date(2026, 12, 1))
+    assert reasons
+    assert reasons[0].startswith(f"no vulnerability scan of {digest}")
+
+    release = _steps(_jobs(NIGHTLY.read_text())["release"])
+    scan = next(i for i, s in enumerate(release) if "grype" in s and "run: |" in s)
+    first_release = next(i for i, s in enumerate(release) if "imagesmith release" in s)
+    download = next(i for i, s in enumerate(release) if "download-artifact" in s)
+    assert download < scan < first_release
+    script = _run(release[scan])
+    assert '"$grype" "registry:$ref" -o json > "reports/grype/${digest/:/-}.grype.json"' in script
+    assert "--scan-reports reports" in release[first_release]  # reports/grype is inside it (searched deep)
+    # the candidates filter of the script, run on candidates' JSON: one reference per cell that has one
+    code = re.search(r"python3 -c '([^']+)'", script)
+    assert code is not None
+    rows = [
+        {"cell": "a", "pinned": [f"h/r@{digest}", f"h2/r@{digest}"]},
+        {"cell": "b", "pinned": []},
+    ]
+    out = subprocess.run(
+        [sys.executable, "-c", code.group(1)],
+        input=json.dumps(rows),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.split() == [f"h/r@{digest}"]

@@ -5,6 +5,7 @@ Skipped with its reason on one GPU."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from typing import Any
 
@@ -40,9 +41,28 @@ def _run(ctx: Context, script: str, n: int) -> tuple[list[dict[str, Any]], str]:
 
 
 def _throughput(ranks: list[dict[str, Any]]) -> float:
-    """Samples per second of all ranks together: every rank's rows over the slowest rank's time."""
-    slowest = max(float(x["elapsed_s"]) for x in ranks)
-    return sum(int(x["rows"]) * int(x["steps"]) for x in ranks) / slowest
+    """Samples per second of all ranks together: every rank's rows over the slowest rank's time. A rank record
+    without a usable timing (missing, not a number, zero, negative, not finite: what a broken or hostile
+    target may print) fails the check naming it, never the check itself."""
+
+    def number(x: dict[str, Any], key: str) -> float:
+        value = x.get(key)
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+            or value <= 0
+        ):
+            fail(
+                f"the DDP step on {len(ranks)} GPU(s): rank {x.get('rank', '?')} reported {key} = {value!r}, "
+                "not a positive number",
+                "see scaling.log: the probe's output on this host is not what it prints (a broken torch or "
+                "a modified probe)",
+            )
+        return float(value)
+
+    slowest = max(number(x, "elapsed_s") for x in ranks)
+    return sum(number(x, "rows") * number(x, "steps") for x in ranks) / slowest
 
 
 def test_scaling_efficiency(
