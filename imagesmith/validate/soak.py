@@ -123,6 +123,9 @@ class SoakSeries:
     errors: list[str] = field(default_factory=list)
     smi_errors: list[str] = field(default_factory=list)
     ours: frozenset[int] = frozenset()
+    #: the nvidia-smi index of the GPU behind each label of ``rows`` (a label is words for the report: what
+    #: the GPU is, is read from here, never from the label)
+    gpu_index: dict[str, int] = field(default_factory=dict)
 
     def all_rows(self) -> list[SoakRow]:
         return [r for rows in self.rows.values() for r in rows]
@@ -187,6 +190,8 @@ def soak_series(
         cuda = int(_num(w.get("cuda_index")) or 0)
         key = uuid if uuid in smi else f"index:{cuda}"
         label = f"GPU {index_of[uuid]} ({name})" if uuid in index_of else f"cuda:{cuda} ({name})"
+        if uuid in index_of:
+            series.gpu_index[label] = index_of[uuid]
         t0, t1 = _num(w.get("t0")) or 0.0, _num(w.get("t1")) or 0.0
         inside = [s for s in smi.get(key, []) if t0 <= (_num(s.get("t")) or -1.0) < t1]
         clocks = [v for v in (_num(s.get("clocks.sm")) for s in inside) if v is not None]

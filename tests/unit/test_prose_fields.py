@@ -96,7 +96,8 @@ def test_an_index_reader_error_carries_its_file_field_and_problem() -> None:
         parse_index(json.dumps(doc), source="idx.json")
     assert info.value.file == "idx.json"
     assert info.value.field == "images[0].torch"
-    assert info.value.problem is not None and info.value.problem in info.value.message
+    assert info.value.problem is not None
+    assert info.value.problem in info.value.message
     assert "idx.json" not in info.value.problem
 
 
@@ -107,5 +108,7 @@ def test_index_problem_returns_the_typed_error() -> None:
     assert index_problem(image) is None
     problem = index_problem(replace(image, torch="not a version"))
     assert isinstance(problem, ConfigError)
-    assert problem.field is not None and problem.field.startswith("images[0]")
-    assert problem.problem is not None and problem.field not in problem.problem
+    assert problem.field is not None
+    assert problem.field.startswith("images[0]")
+    assert problem.problem is not None
+    assert problem.field not in problem.problem

@@ -176,6 +176,7 @@ def test_the_probe_records_become_the_series() -> None:
     ]
     series = soak_series(records, smi_names={"GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685": 0})
     assert list(series.rows) == [GPU]
+    assert series.gpu_index == {GPU: 0}  # which GPU a label is, as data (the check's expected figures)
     assert series.world == 1
     assert series.duration_s == 240
     rows = series.rows[GPU]
