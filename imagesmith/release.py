@@ -816,14 +816,18 @@ def stage_index(
 def publish_index(
     client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None, key: bytes | None = None
 ) -> str:
-    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
-    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once), and
-    with *key* the signer's public key a third."""
+    """Push the index JSON as the artifact ``repo:release-index`` of one registry (no-op when it holds these
+    bytes); with *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at
+    once), and with *key* the signer's public key a third. The tag moves through
+    :func:`imagesmith.registry.promote` (read back; :class:`PromotionError` when the registry does not keep
+    it); :func:`publish_index_everywhere` is the same for every registry of a release."""
     manifest = index_manifest(body, envelope, key)
     if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
         return manifest.digest
     stage_index(client, repo, body, envelope, key)
-    return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
+    target = PromotionTarget(name=client.name, repo=repo, client=client)
+    promote([target], [INDEX_ARTIFACT_TAG], manifest.digest, manifest=manifest)
+    return manifest.digest
 
 
 def publish_index_everywhere(
