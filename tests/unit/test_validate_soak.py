@@ -242,3 +242,26 @@ def test_the_healthy_raw_records_give_the_committed_series() -> None:
         round(r.copy_gbps or 0, 3) for r in committed.rows[GPU]
     ]
     assert judge_soak(series, expected=EXPECTED).failures == []
+
+
+def test_a_gpu_is_keyed_by_its_uuid_as_data_not_by_a_prefix_of_words() -> None:
+    """nvidia-smi's samples are keyed (uuid, …) or (index, …), not "index:N" strings told apart by their
+    prefix: a UUID that reads like the other key (hostile or broken nvidia-smi output) is still a UUID."""
+    odd = "index:0"
+    records = [
+        {"kind": "start", "duration_s": 10, "interval_s": 5, "world": 1, "pids": [1]},
+        {"kind": "smi", "t": 1.0, "uuid": odd, "index": 3, "clocks.sm": 1980},
+        {
+            "kind": "window",
+            "uuid": odd,
+            "name": "NVIDIA H200",
+            "cuda_index": 0,
+            "window": 0,
+            "t0": 0,
+            "t1": 5,
+        },
+    ]
+    series = soak_series(records)
+    assert list(series.rows) == ["GPU 3 (NVIDIA H200)"]
+    assert series.gpu_index == {"GPU 3 (NVIDIA H200)": 3}
+    assert series.rows["GPU 3 (NVIDIA H200)"][0].samples == 1
