@@ -181,11 +181,11 @@ def soak_series(
             smi.setdefault(key, []).append(r)
     apps = [r for r in recs if r.get("kind") == "apps"]
     index_of = dict(smi_names or {})
-    for (by, value), samples in smi.items():
-        if by == "uuid" and value not in index_of:
+    for (by, gpu_id), samples in smi.items():
+        if by == "uuid" and gpu_id not in index_of:
             idx = _num(samples[0].get("index"))
             if idx is not None:
-                index_of[value] = int(idx)
+                index_of[gpu_id] = int(idx)
     for w in sorted((r for r in recs if r.get("kind") == "window"), key=lambda r: _num(r.get("t0")) or 0.0):
         uuid = str(w.get("uuid") or "")
         name = str(w.get("name") or "?")
