@@ -2,12 +2,13 @@
 ``registry``, ``side``, ``fault``, ``transient``, ``problem``, ``field``, ``said`` …) and control flow reads
 those; the text is rendered once, at the edge (``cli.main``).
 
-The guard reads every module's syntax tree. *Error text* is ``X.message`` (any X), pytest's rendering of
-a failure (``X.longrepr``, ``X.longreprtext``), and ``str(e)`` / ``repr(e)`` / ``format(e)`` / ``e.text`` /
-an f-string of ``e`` where ``e`` is an error: a name bound by ``except … as e`` or a parameter annotated with
-an ``…Error`` / ``…Exception`` type; a local variable assigned from error text is error text too, and so is
-the call of a function of the same module that returns error text (``return exc.message``: its caller would
-dissect the words). It is a finding when error text
+The guard reads every module's syntax tree. *Error text* is ``X.message`` and ``X.hint`` (any X: the fix line
+is text too), pytest's rendering of a failure (``X.longrepr``, ``X.longreprtext``), and ``str(e)`` /
+``repr(e)`` / ``format(e)`` / ``e.render()`` / ``e.text`` / an f-string of ``e`` where ``e`` is an error: a
+name bound by ``except … as e`` or a parameter annotated with an ``…Error`` / ``…Exception`` type; a local
+variable assigned from error text is error text too, and so is the call of a function of the same module that
+returns error text (``return exc.message``: its caller would dissect the words).
+It is a finding when error text
 
 - is looked into: compared (``==``, ``in``, …), or the receiver or argument of ``startswith``, ``endswith``,
   ``split``, ``rsplit``, ``partition``, ``rpartition``, ``find``, ``index``, ``count``, ``removeprefix``,
@@ -38,7 +39,7 @@ import pytest
 
 from tests.repo import REPO
 
-TEXT_ATTRS = frozenset({"message", "longrepr", "longreprtext"})
+TEXT_ATTRS = frozenset({"message", "hint", "longrepr", "longreprtext"})
 ERROR_TEXT_ATTRS = frozenset({"text"})
 LOOKS_INTO = frozenset(
     {
@@ -130,8 +131,10 @@ class _Finder(ast.NodeVisitor):
             elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and node.value is not None:
                 targets.append((node.target, node.value))
             for target, value in targets:
-                if isinstance(target, ast.Name) and self._text_valued(value):
-                    self.tainted.add(target.id)
+                names = target.elts if isinstance(target, ast.Tuple) else [target]  # line, fix = e.render()
+                for name in names:
+                    if isinstance(name, ast.Name) and self._text_valued(value):
+                        self.tainted.add(name.id)
             loops: list[tuple[ast.expr, ast.expr]] = []
             if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
                 loops.append((node.target, node.iter))
@@ -169,6 +172,14 @@ class _Finder(ast.NodeVisitor):
             )
         if isinstance(node, ast.Name):
             return node.id in self.tainted
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "render"
+            and isinstance(node.func.value, ast.Name)
+            and self._error(node.func.value)
+        ):
+            return True  # exc.render(): the (error line, fix line) the edge prints
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
@@ -376,6 +387,8 @@ def test_the_guard_finds_what_issue_24_removed(path: str, line: int) -> None:
         "try:\n    f()\nexcept E as e:\n    y = 1 if re.search('x', f'{e}') else 2\n",
         "try:\n    f()\nexcept E as exc:\n    bad = [p for p in ps if p in exc.message]\n",
         "try:\n    f()\nexcept E as exc:\n    while exc.text != 'x':\n        pass\n",
+        "try:\n    f()\nexcept E as exc:\n    if 'docker login' in exc.hint:\n        pass\n",
+        "try:\n    f()\nexcept E as exc:\n    line, fix = exc.render()\n    ok = line.startswith('r')\n",
     ],
 )
 def test_the_guard_finds_each_kind_of_decision(snippet: str) -> None:
