@@ -522,3 +522,38 @@ def test_small_answers_are_read_whole_through_chunking_and_gzip(framing: str, en
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- ``said`` is the registry's words only (issue 24 re-check) -----------------------------------------------
+@pytest.mark.parametrize(("status", "body"), [(400, b""), (400, b"bad request from the proxy")])
+def test_said_holds_the_registry_s_words_never_imagesmith_s(status: int, body: bytes) -> None:
+    """An answer without a body: the message says so in imagesmith's words ("no error body"), ``said`` —
+    what callers classify — carries only what the registry sent (its status, and its body when it has one)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)
+        with pytest.raises(RegistryError) as info:
+            client.list_tags("x")
+    finally:
+        server.shutdown()
+        server.server_close()
+    if body:
+        assert info.value.said == f"HTTP {status} {body.decode()}"
+        assert f"HTTP {status} {body.decode()}" in info.value.message
+    else:
+        assert info.value.said == f"HTTP {status}"
+        assert f"HTTP {status} (no error body)" in info.value.message
