@@ -374,3 +374,25 @@ def test_a_same_size_damaged_blob_in_the_source_registry_is_named_and_nothing_is
         assert first.manifest_digest(repo, "a") is None
         assert plain.manifest_digest(repo, "a") is None
         assert not (tmp_path / "index.json").exists()
+
+
+def test_a_release_says_as_data_which_release_tags_it_moves(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """``CellResult.tag_moves``: what decides whether ``released`` is kept (issue 24 re-check: it was read
+    from the words of the steps, ``step.startswith("tag ")``)."""
+    digest = _candidate(regs, repo, "a")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    dry = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"], dry_run=True)
+    first = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"])
+    first.raise_for_refusals()
+    names = sorted(first.cells[0].registries)
+    assert len(names) == 2
+    assert sorted(dry.cells[0].tag_moves) == sorted(first.cells[0].tag_moves) == names
+    assert _tags(regs, repo, "a") == [digest, digest]
+    (entry,) = load_index(tmp_path / "index.json").images
+    again = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"])
+    assert again.cells[0].status == "up-to-date"
+    assert again.cells[0].tag_moves == []
+    (kept,) = load_index(tmp_path / "index.json").images
+    assert kept.released == entry.released
