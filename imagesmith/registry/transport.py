@@ -542,7 +542,12 @@ class Transport:
                 fault="too large",
             ) from None
 
-    def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:
+    def _check(
+        self, resp: requests.Response, what: str, ok: tuple[int, ...], *, manifest: bool = False
+    ) -> requests.Response:
+        """*resp* when its status is in *ok*, else the typed error of the answer. *manifest*: the request was
+        for a manifest (a 404 without error codes is then ``manifest unknown``) — said by the caller, never
+        read from the words of *what* (a repository named ``…/manifests`` is not a manifest request)."""
         if resp.status_code in ok:
             return resp
         codes, body = answer_codes(resp)
@@ -558,7 +563,7 @@ class Transport:
             elif self._credentials:
                 message = f"credentials from {self._credentials.origin} were refused ({message})"
             raise self._fail(what, f"unauthorized: {message}", hint=hint, fault="unauthorized", said=said)
-        if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and "manifest" in what and not codes):
+        if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and manifest and not codes):
             raise ManifestUnknownError(
                 f"registry {self.name} ({self.host}): {what}: manifest unknown ({message})",
                 registry=self.name,

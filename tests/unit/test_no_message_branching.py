@@ -61,7 +61,7 @@ REGEX = frozenset({"search", "match", "fullmatch", "findall", "sub", "split", "f
 #: names of imagesmith's own prose: why a cell was refused, what a step did, a verdict's reasons and notes —
 #: text for a person, built from parts the code had as data; deciding on it reads the words back
 #: (a field with a fixed set of values, e.g. ``PromotionError.step``, is data: not listed)
-PROSE = frozenset({"reason", "reasons", "why", "steps", "notes", "warnings", "blockers"})
+PROSE = frozenset({"reason", "reasons", "why", "what", "steps", "notes", "warnings", "blockers"})
 
 #: (module, function): decisions on text that is not an error's, with the reason
 ALLOWED = {
@@ -421,6 +421,7 @@ def test_the_guard_finds_each_kind_of_decision(snippet: str) -> None:
         ("aff70b8", "imagesmith/release.py", 1805),  # step.startswith("tag "): did the tag move
         ("aff70b8", "imagesmith/release.py", 634),  # index_problem's returned message .split(": ", 2)
         ("aff70b8", "imagesmith/registry/copy.py", 215),  # problem != "missing": a sentinel in words
+        ("aff70b8", "imagesmith/registry/transport.py", 560),  # "manifest" in what: a request's description
         # fixed after the guard was first written, by hand (11d620a, 27381ae): the guard finds them now
         ("11d620a~1", "imagesmith/commands/build.py", 230),  # o.reason.startswith("rebuilt:")
         ("11d620a~1", "imagesmith/release.py", 1616),  # why.startswith("error: ")
