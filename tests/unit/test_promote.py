@@ -163,11 +163,12 @@ def test_a_manifest_of_another_digest_is_refused() -> None:
 
 # -- every tag move goes through promote (issue 24 re-check) ----------------------------------------------
 
-#: (module, function) that may call ``put_manifest``: promote itself, and puts that move no promoted tag
+#: (module, function) that may call ``put_manifest`` (or delete a tag or manifest): promote itself, and puts
+#: that move no promoted tag
 #: (a manifest by digest, a staging tag, an attestation or report artifact keyed by the image's digest)
 PUTS = {
     ("imagesmith/registry/promote.py", "promote"),  # the release/final/index tags
-    ("imagesmith/registry/promote.py", "roll_back"),  # putting a tag back where it was
+    ("imagesmith/registry/promote.py", "roll_back"),  # putting a tag back where it was, or deleting it
     ("imagesmith/registry/copy.py", "copy_manifest"),  # by digest, or as build's staging tag (put_as)
     ("imagesmith/attestation.py", "attach_attestations"),  # sha256-<hex>.att
     ("imagesmith/release.py", "attach_report"),  # sha256-<hex>.validation
@@ -191,16 +192,17 @@ def _put_sites() -> set[tuple[str, str]]:
                 if (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "put_manifest"
-                    and not (rel.startswith("imagesmith/registry/") and fn.name == "put_manifest")
+                    and node.func.attr in ("put_manifest", "delete_tag", "delete_manifest")
+                    and not (rel.startswith("imagesmith/registry/") and fn.name == node.func.attr)
                 ):
                     sites.add((rel, fn.name))
     return sites
 
 
 def test_no_tag_moves_outside_promote() -> None:
-    """A new ``put_manifest`` outside :data:`PUTS` is a tag moved without read-back or roll-back (the
-    release index's ``publish_index`` was one): route it through promote, or list it here with why."""
+    """A new ``put_manifest``/``delete_tag``/``delete_manifest`` outside :data:`PUTS` is a tag moved without
+    read-back or roll-back (the release index's ``publish_index`` was one): route it through promote, or
+    list it here with why."""
     sites = _put_sites()
     assert sites - PUTS == set()
     assert PUTS - sites == set()  # a listed site that is gone: drop it
