@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 
 from imagesmith import inputs
 from imagesmith.attestation import (
@@ -639,11 +639,15 @@ def _validated_on_problem(r: Report) -> str | None:
 # outcome
 
 
+#: a cell's release status (a Literal: a comparison with a value it never takes is a mypy error)
+ReleaseStatus = Literal["pending", "promoted", "up-to-date", "refused", "failed", "would-promote"]
+
+
 @dataclass
 class CellResult:
     cell: str
     tag: str
-    status: str = "pending"  # promoted | up-to-date | refused | failed | would-promote
+    status: ReleaseStatus = "pending"
     digest: str | None = None
     reasons: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
