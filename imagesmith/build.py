@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
@@ -84,6 +84,10 @@ def suite_digest() -> str:
     return suite_wheel().sha256
 
 
+#: a cell's build status (a Literal: a comparison with a value it never takes is a mypy error)
+BuildStatus = Literal["pending", "built", "pushed", "skipped", "retagged", "failed"]
+
+
 @dataclass
 class CellOutcome:
     """One row of the summary (``--summary FILE`` writes these as JSON)."""
@@ -92,7 +96,7 @@ class CellOutcome:
     tag: str
     fingerprint: str
     suite: str = ""
-    status: str = "pending"  # built | pushed | skipped | retagged | failed
+    status: BuildStatus = "pending"
     reason: str = ""
     #: built because a base moved (``reason`` says which, from which digest to which)
     base_moved: bool = False

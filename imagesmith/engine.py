@@ -651,9 +651,8 @@ class Engine:
         except docker.errors.DockerException as exc:
             said = str(exc)
             raise PushError(said, said=said) from exc
-        if not digest:
-            said = "the engine's push stream ended without a manifest digest"
-            raise PushError(said, said=said)
+        if not digest:  # imagesmith's words, not the engine's: no ``said`` for the retry rules to read
+            raise PushError("the engine's push stream ended without a manifest digest")
         return PushResult(
             reference=reference,
             digest=digest,

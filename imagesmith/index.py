@@ -181,7 +181,13 @@ class _Reader(schema.Checker):
         self, key: str, message: str, *, nearest: str | None = None, hint: str | None = None
     ) -> ConfigError:
         where = f"{self.source}: {key}" if key else self.source
-        return ConfigError(f"release index {where}: {message}", hint=hint or "see docs/release.md")
+        return ConfigError(
+            f"release index {where}: {message}",
+            hint=hint or "see docs/release.md",
+            file=self.source,
+            field=key or None,
+            problem=message,
+        )
 
     def keys(
         self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]

@@ -147,13 +147,13 @@ def known_failure(text: str, source: str) -> ParseError | None:
         )
     nvml = _NVML_FAIL.search(text)
     if nvml:
-        why = nvml.group("why").strip()
-        if "mismatch" in why.lower():
+        said = nvml.group("why").strip()  # nvidia-smi's own words
+        if "mismatch" in said.lower():
             hint = (
                 "the NVIDIA driver was upgraded but the old kernel module is still loaded: reboot the host "
                 "(or reload the nvidia kernel modules)"
             )
-        elif "insufficient permissions" in why.lower():
+        elif "insufficient permissions" in said.lower():
             hint = "run it as a user that may open /dev/nvidia* (the video group, or root)"
         else:
             hint = (

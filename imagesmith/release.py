@@ -54,7 +54,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 
 from imagesmith import inputs
 from imagesmith.attestation import (
@@ -577,14 +577,15 @@ def _val_key(v: ValidatedOn) -> tuple[str, int, str, str, str]:
     return (v.gpu, v.count, v.driver, v.date, v.report_digest)
 
 
-def index_problem(entry: ReleasedImage) -> str | None:
+def index_problem(entry: ReleasedImage) -> ConfigError | None:
     """What the index's own validation (:func:`imagesmith.index.parse_index`) says of an index holding only
-    *entry*, or None: nothing is promoted or written that the index writer would then refuse to read."""
+    *entry* (its error: the field and the problem as fields), or None: nothing is promoted or written that
+    the index writer would then refuse to read."""
     probe = ReleaseIndex(generated=_now(), images=(entry,))
     try:
         parse_index(dump_index(probe), source=f"the entry release would write for {entry.tag}")
     except ConfigError as exc:
-        return exc.message
+        return exc
     return None
 
 
@@ -635,23 +636,28 @@ def _validated_on_problem(r: Report) -> str | None:
     problem = index_problem(probe)
     if problem is None:
         return None
-    return (
-        f"{r.path}: its validated-on record is not what a release index holds ({problem.split(': ', 2)[-1]})"
-    )
+    said = problem.problem or problem.message  # the problem alone, without the probe entry's file and field
+    return f"{r.path}: its validated-on record is not what a release index holds ({said})"
 
 
 # ------------------------------------------------------------------------------------------------------------
 # outcome
 
 
+#: a cell's release status (a Literal: a comparison with a value it never takes is a mypy error)
+ReleaseStatus = Literal["pending", "promoted", "up-to-date", "refused", "failed", "would-promote"]
+
+
 @dataclass
 class CellResult:
     cell: str
     tag: str
-    status: str = "pending"  # promoted | up-to-date | refused | failed | would-promote
+    status: ReleaseStatus = "pending"
     digest: str | None = None
     reasons: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
+    #: the registries whose release tag this run moves (moved, or would move with --dry-run) onto ``digest``
+    tag_moves: list[str] = field(default_factory=list)
     registries: dict[str, str] = field(default_factory=dict)  # name -> digest the release tag now resolves to
     vulnerabilities: VulnRecord | None = None  # the vulnerability gate's verdict (imagesmith.vulngate)
     sbom: SbomRecord | None = None  # the signed SBOM stored beside the validation attestation
@@ -819,14 +825,18 @@ def stage_index(
 def publish_index(
     client: RegistryApi, repo: str, body: bytes, envelope: bytes | None = None, key: bytes | None = None
 ) -> str:
-    """Push the index JSON as the artifact ``repo:release-index`` (no-op when it holds these bytes); with
-    *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at once), and
-    with *key* the signer's public key a third."""
+    """Push the index JSON as the artifact ``repo:release-index`` of one registry (no-op when it holds these
+    bytes); with *envelope*, its DSSE signature is a second layer of the same manifest (one tag moves both at
+    once), and with *key* the signer's public key a third. The tag moves through
+    :func:`imagesmith.registry.promote` (read back; :class:`PromotionError` when the registry does not keep
+    it); :func:`publish_index_everywhere` is the same for every registry of a release."""
     manifest = index_manifest(body, envelope, key)
     if client.manifest_digest(repo, INDEX_ARTIFACT_TAG) == manifest.digest:
         return manifest.digest
     stage_index(client, repo, body, envelope, key)
-    return client.put_manifest(repo, INDEX_ARTIFACT_TAG, manifest)
+    target = PromotionTarget(name=client.name, repo=repo, client=client)
+    promote([target], [INDEX_ARTIFACT_TAG], manifest.digest, manifest=manifest)
+    return manifest.digest
 
 
 def publish_index_everywhere(
@@ -1163,7 +1173,9 @@ def release_cell(
     problem = index_problem(probe)
     if problem is not None:  # never promote what the index writer would then refuse to read
         res.status = "refused"
-        res.reasons.append(f"the index entry for {digest} would be invalid: {problem}; nothing was promoted")
+        res.reasons.append(
+            f"the index entry for {digest} would be invalid: {problem.message}; nothing was promoted"
+        )
         return res, []
 
     streamed: set[str] = set()  # blobs a copy of this run read from the source in full, their sha256 checked
@@ -1259,6 +1271,7 @@ def release_cell(
         with ThreadPoolExecutor(max_workers=min(8, len(cell.targets))) as pool:
             results = list(pool.map(prepare, cell.targets))
     before = {t.name: tagged for t, (_, tagged, _) in zip(cell.targets, results, strict=True)}
+    res.tag_moves = [name for name, tagged in before.items() if tagged != digest]
     for steps, _, error in results:
         res.steps += steps
         if error is not None:
@@ -1784,7 +1797,7 @@ def rebind_carried(
         new = replace(new, registries=copies)
         problem = index_problem(new)
         if problem is not None:
-            refusals.append(_dropped_entry(image, problem))
+            refusals.append(_dropped_entry(image, problem.message))
             continue
         corrections += [
             f"entry {image.tag}: {c} (from its image config and signed evidence)" for c in changes
@@ -1862,11 +1875,7 @@ def release_cells(
         ):
             old = base.by_tag(cell.tag)
             # released: when the tag first moved to this digest (a rerun that moved no tag keeps it)
-            kept = (
-                old is not None
-                and old.digest == result.digest
-                and not any(step.startswith("tag ") for step in result.steps)
-            )
+            kept = old is not None and old.digest == result.digest and not result.tag_moves
             entry = index_entry(cell, result, passing, old.released if old is not None and kept else _now())
             # validated_on: every verified, passing attestation of the digest (the local ones and those
             # stored by earlier runs), never a previous index's word

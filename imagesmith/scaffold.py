@@ -16,7 +16,7 @@ import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from packaging.version import Version
 
@@ -45,6 +45,17 @@ class Choice:
     passed_over: tuple[str, ...]
     #: the host driver ``init --driver`` named (None: no driver given)
     driver: str | None = None
+
+
+@dataclass(frozen=True)
+class _Rejected:
+    """A reference lock init passed over: its torch, why in words (``why``, for the user) and as data
+    (``cause``, and for ``driver`` the driver it ``needs``): the fix is chosen from the data."""
+
+    torch: Version
+    why: str
+    cause: Literal["python", "driver", "nvcc", "kernels"]
+    needs: compat.DriverVersion | None = None
 
 
 def resolve_gpus(names: list[str]) -> tuple[compat.Gpu, ...]:
@@ -107,7 +118,7 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
             "nccl-tests: imagesmith/data/toolkits.toml)",
         )
     keys = [k for k in reference_lock_keys() if k.torch != "suite"]
-    rejected: list[tuple[Version, str]] = []
+    rejected: list[_Rejected] = []
     fits: list[tuple[tuple[Version, int, Version], Choice]] = []
     for key in keys:
         release = compat.torch_release(key.torch)
@@ -121,18 +132,21 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
         if base is None:
             where = f" {base_image}" if base_image else " a scaffoldable base"
             rejected.append(
-                (
+                _Rejected(
                     Version(key.torch),
                     f"torch {key.torch} {key.variant} py{key.python}: python3 of{where} is not {key.python}",
+                    "python",
                 )
             )
             continue
         need = compat.min_driver(variant.cuda).full
         if host is not None and host < need:
             rejected.append(
-                (
+                _Rejected(
                     Version(key.torch),
                     f"torch {key.torch} {key.variant}: CUDA {variant.cuda} needs driver >= {need}",
+                    "driver",
+                    need,
                 )
             )
             continue
@@ -148,10 +162,11 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
                 else "no distribution toolkit"
             )
             rejected.append(
-                (
+                _Rejected(
                     Version(key.torch),
                     f"torch {key.torch} {key.variant}: no nvcc for CUDA {variant.cuda} on {base.image} "
                     f"({own}; no known nvidia/cuda devel image; nccl-tests needs nvcc)",
+                    "nvcc",
                 )
             )
             continue
@@ -159,7 +174,11 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
         missing = [f"{g.name} ({g.sm})" for g, c in coverage if c.kind == "none"]
         if missing:
             rejected.append(
-                (Version(key.torch), f"torch {key.torch} {key.variant}: no kernels for {', '.join(missing)}")
+                _Rejected(
+                    Version(key.torch),
+                    f"torch {key.torch} {key.variant}: no kernels for {', '.join(missing)}",
+                    "kernels",
+                )
             )
             continue
         rank = max(_COVERAGE_RANK.get(c.kind, 3) for _, c in coverage)
@@ -181,29 +200,36 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
             + (f" on {base_image}" if base_image else "")
             + (f" with driver {driver}" if driver else "")
             + ": "
-            + "; ".join(sorted({r for _, r in rejected})[:6]),
-            hint=_no_fit_hint([r for _, r in rejected], driver),
+            + "; ".join(sorted({r.why for r in rejected})[:6]),
+            hint=_no_fit_hint(rejected, driver),
         )
     order, best = max(fits, key=lambda f: f[0])
-    newer = tuple(dict.fromkeys(r for v, r in sorted(rejected, reverse=True) if v > order[0]))
+    newer = tuple(
+        dict.fromkeys(
+            r.why
+            for r in sorted(rejected, key=lambda r: (r.torch, r.why), reverse=True)
+            if r.torch > order[0]
+        )
+    )
     return replace(best, passed_over=newer, driver=driver)
 
 
-def _no_fit_hint(reasons: Sequence[str], driver: str | None) -> str:
-    """The fix when no reference lock fits, for the reason that stopped them: the driver, the GPU's kernels,
+def _no_fit_hint(rejected: Sequence[_Rejected], driver: str | None) -> str:
+    """The fix when no reference lock fits, for the cause that stopped them: the driver, the GPU's kernels,
     or the base's Python — "scaffold for another GPU" only where the GPU is what stopped them."""
     edit = "edit matrices/*.toml, then `imagesmith lock` the combination you need (docs/project.md)"
-    if reasons and all("needs driver >=" in r for r in reasons):
-        lowest = min((compat.parse_driver(r.rsplit(">=", 1)[1].strip()) for r in reasons), key=lambda d: d)
+    needs = [r.needs for r in rejected if r.cause == "driver" and r.needs is not None]
+    if rejected and len(needs) == len(rejected):
+        lowest = min(needs)
         return (
             f"init writes only what driver {driver} runs with full compatibility, which needs >= {lowest}; "
             f"older CUDA runtimes may still run on it through minor-version compatibility, with limits "
             f"(`imagesmith compat --driver {driver} …` says which): upgrade the host driver, or drop --driver "
             f"and {edit}"
         )
-    if any("no kernels for" in r for r in reasons):
+    if any(r.cause == "kernels" for r in rejected):
         return f"scaffold for another GPU and {edit}"
-    if any("python3 of" in r for r in reasons):
+    if any(r.cause == "python" for r in rejected):
         return f"give another --base (its python3 decides the lock), or leave --base out; or {edit}"
     return edit
 

@@ -219,7 +219,9 @@ class Checker:
         text = f"{self.source}: {key}: {message}" if key else f"{self.source}: {message}"
         if nearest is not None:
             text += f"; nearest valid value: {nearest!r}"
-        return self.error(text, hint=hint or f"see {self.docs}", file=self.source, field=key or None)
+        return self.error(
+            text, hint=hint or f"see {self.docs}", file=self.source, field=key or None, problem=message
+        )
 
     def keys(
         self, table: Mapping[str, Any], prefix: str, allowed: Sequence[str], required: Sequence[str]

@@ -64,22 +64,22 @@ def keygen(
     typer.echo(f'trust it:    add "{pub}" to [release] trusted_keys in imagesmith.toml')
 
 
-def _check_key_path(path: Path, what: str) -> None:
+def _check_key_path(path: Path, flag: str) -> None:
     """A key file's path names a file to create: a folder (``.``, ``/``, ``..``, ``dir/``) or a path under a
     file is refused here, naming it (``with_suffix`` would fail on ``.``, and ``dir/`` read as "exists")."""
     text = str(path)
-    example = "keys/validation.key" if what != "--public" else "keys/validation.pub"
+    example = "keys/validation.key" if flag != "--public" else "keys/validation.pub"
     if path.name in ("", ".", "..") or text.endswith("/") or path.is_dir():
         inside = path / "validation.key" if path.is_dir() else example
         raise ConfigError(
-            f"{what} {text}: is a folder; keygen writes a key file",
+            f"{flag} {text}: is a folder; keygen writes a key file",
             hint=f"give a file name for the key, e.g. {inside}",
         )
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
                 raise ConfigError(
-                    f"{what} {text}: {parent} is a file, not a folder",
+                    f"{flag} {text}: {parent} is a file, not a folder",
                     hint=f"give a path in a folder, e.g. {example}",
                 )
             break

@@ -49,7 +49,9 @@ class Verdict:
 
     ``blockers`` is the subset of ``reasons`` that makes the verdict ``none`` (empty when compatible);
     ``needs_driver`` is the lowest driver that would make it compatible when only the driver is in the way
-    (None otherwise, e.g. when the wheel has no kernel for the GPU).
+    (None otherwise, e.g. when the wheel has no kernel for the GPU). ``notes`` is the subset of ``reasons``
+    that is a note (``note: …``: partly unverified data, a Python torchvision refuses): what a caller passes
+    on as a warning, read from this field, never from the words.
     """
 
     compatible: bool
@@ -66,6 +68,7 @@ class Verdict:
     needs_driver: DriverVersion | None = None
     #: about the host, not this wheel: an end-of-life driver branch, a GPU whose last branch caps its CUDA
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 class _VerdictIds(TypedDict):
@@ -340,5 +343,6 @@ def verdict(
         blockers=tuple(blockers),
         needs_driver=max(needs) if blockers and needs and not arch_blocked and drv < max(needs) else None,
         warnings=warnings,
+        notes=tuple(notes),
         **base,
     )

@@ -373,12 +373,11 @@ def assess(image: ReleasedImage, host: Host, *, today: datetime.date | None = No
             levels.append("full")
         elif v.mode == "minor-version":
             levels.append("minor")
-            warnings += [r for r in v.reasons if r.startswith("note:")]
         else:
             blocking += [r for r in v.blockers if r not in blocking] or ["; ".join(v.reasons)]
             if v.needs_driver is not None:
                 needs.append(str(v.needs_driver))
-        warnings += [r for r in v.reasons if r.startswith("note:") and r not in warnings]
+        warnings += [n for n in v.notes if n not in warnings]
     if blocking or len(levels) < len(seen):
         return Assessment(
             level=None,

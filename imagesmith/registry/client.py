@@ -44,7 +44,7 @@ class RegistryClient(Uploader):
         )
         if resp.status_code == 404:
             return None
-        self._check(resp, f"HEAD manifest {repo}:{reference}", (200,))
+        self._check(resp, f"HEAD manifest {repo}:{reference}", (200,), manifest=True)
         digest = (resp.headers.get("Docker-Content-Digest") or "").strip()
         # a header that is no sha256 digest, or names another digest than the one asked for, is not taken at
         # its word: the manifest is read and hashed (get_manifest refuses content that does not match)
@@ -79,7 +79,7 @@ class RegistryClient(Uploader):
                     "between, or drop that registry",
                     fault="too large",
                 ) from None
-            self._check(resp, what, (200,))
+            self._check(resp, what, (200,), manifest=True)
             body = resp.content
             digest = "sha256:" + hashlib.sha256(body).hexdigest()
             named = (resp.headers.get("Docker-Content-Digest") or "").strip()
@@ -122,7 +122,7 @@ class RegistryClient(Uploader):
             headers={"Content-Type": manifest.media_type},
             data=manifest.body,
         )
-        self._check(resp, f"PUT manifest {repo}:{reference}", (201, 200))
+        self._check(resp, f"PUT manifest {repo}:{reference}", (201, 200), manifest=True)
         digest = resp.headers.get("Docker-Content-Digest", manifest.digest)
         if digest != manifest.digest:
             raise self._fail(
@@ -137,7 +137,7 @@ class RegistryClient(Uploader):
         resp = self._call(
             "DELETE", f"/v2/{repo}/manifests/{digest}", scope=self._scope(repo, "pull,push,delete")
         )
-        self._check(resp, f"DELETE manifest {repo}@{digest}", (202, 200))
+        self._check(resp, f"DELETE manifest {repo}@{digest}", (202, 200), manifest=True)
 
     def delete_tag(self, repo: str, tag: str) -> bool:
         """DELETE a tag alone (OCI distribution 1.1); False when the registry does not support it (Debian's

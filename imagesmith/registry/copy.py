@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import requests
@@ -169,22 +170,33 @@ def blob_digest(client: RegistryApi, repo: str, digest: str, *, side: str, size:
         pass
 
 
-def _dst_problem(dst: RegistryApi, repo: str, digest: str, size: int | None, verify: Verify) -> str | None:
+@dataclass(frozen=True)
+class _Distrust:
+    """Why the blob a destination holds cannot be trusted: not there at all (``missing``), or there but
+    wrong (``problem``, in words: a corrupt blob's hash, a HEAD that names another digest or size)."""
+
+    missing: bool
+    problem: str
+
+
+def _dst_problem(
+    dst: RegistryApi, repo: str, digest: str, size: int | None, verify: Verify
+) -> _Distrust | None:
     """Why the blob *dst* already holds cannot be trusted, or None (it checks out at *verify*'s level)."""
     stat = dst.stat_blob(repo, digest)
     if stat is None:
-        return "missing"
+        return _Distrust(missing=True, problem="missing")
     if verify == "off":
         return None
     if stat.digest and stat.digest != digest:
-        return f"HEAD names it {stat.digest}"
+        return _Distrust(missing=False, problem=f"HEAD names it {stat.digest}")
     if size is not None and stat.size != size:
-        return f"HEAD gives {stat.size} bytes, the manifest says {size}"
+        return _Distrust(missing=False, problem=f"HEAD gives {stat.size} bytes, the manifest says {size}")
     if verify in ("read", "full"):
         try:
             blob_digest(dst, repo, digest, side="destination", size=size)
         except CorruptBlobError as exc:
-            return exc.problem if exc.problem is not None else exc.message
+            return _Distrust(missing=False, problem=exc.problem if exc.problem is not None else exc.message)
     return None
 
 
@@ -212,14 +224,14 @@ def copy_blob(
         raise _sided("destination", exc) from None
     if problem is None:
         return 0
-    repairing = problem != "missing"
+    repairing = not problem.missing
     if repairing:
         try:
             deleted = dst.delete_blob(dst_repo, digest)
         except RegistryError as exc:
             raise _sided("destination", exc) from None
         if not deleted:
-            raise _corrupt_at_destination(dst, dst_repo, digest, problem, repaired=False)
+            raise _corrupt_at_destination(dst, dst_repo, digest, problem.problem, repaired=False)
     elif src.host == dst.host and src_repo != dst_repo:
         try:
             if dst.mount_blob(dst_repo, digest, src_repo):
@@ -247,7 +259,7 @@ def copy_blob(
         except RegistryError as exc:
             raise _sided("destination", exc) from None
         if again is not None:
-            raise _corrupt_at_destination(dst, dst_repo, digest, again, repaired=repairing)
+            raise _corrupt_at_destination(dst, dst_repo, digest, again.problem, repaired=repairing)
     return sent
 
 

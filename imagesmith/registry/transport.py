@@ -543,13 +543,19 @@ class Transport:
                 fault="too large",
             ) from None
 
-    def _check(self, resp: requests.Response, what: str, ok: tuple[int, ...]) -> requests.Response:
+    def _check(
+        self, resp: requests.Response, what: str, ok: tuple[int, ...], *, manifest: bool = False
+    ) -> requests.Response:
+        """*resp* when its status is in *ok*, else the typed error of the answer. *manifest*: the request was
+        for a manifest (a 404 without error codes is then ``manifest unknown``) — said by the caller, never
+        read from the words of *what* (a repository named ``…/manifests`` is not a manifest request)."""
         if resp.status_code in ok:
             return resp
-        codes, message = answer_codes(resp)
+        codes, body = answer_codes(resp)
         resp.close()
-        message = message or f"HTTP {resp.status_code} (no error body)"
-        said = f"HTTP {resp.status_code} {message}"  # the registry's own words, for callers to classify
+        message = body or f"HTTP {resp.status_code} (no error body)"
+        # the registry's own words (its status and body, never imagesmith's), for callers to classify
+        said = f"HTTP {resp.status_code} {body}" if body else f"HTTP {resp.status_code}"
         if resp.status_code == 401 or "UNAUTHORIZED" in codes:
             hint = self._hint()
             if self._withheld is not None:
@@ -558,7 +564,7 @@ class Transport:
             elif self._credentials:
                 message = f"credentials from {self._credentials.origin} were refused ({message})"
             raise self._fail(what, f"unauthorized: {message}", hint=hint, fault="unauthorized", said=said)
-        if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and "manifest" in what and not codes):
+        if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and manifest and not codes):
             raise ManifestUnknownError(
                 f"registry {self.name} ({self.host}): {what}: manifest unknown ({message})",
                 registry=self.name,
@@ -566,7 +572,7 @@ class Transport:
                 fault="manifest unknown",
                 said=said,
             )
-        fault = registry_fault(" ".join(codes) + " " + message)
+        fault = registry_fault(" ".join(codes) + " " + (body or ""))
         if fault is not None:
             raise self._fail(what, f"{fault.label}: {message}", hint=fault.hint, fault=fault.label, said=said)
         if resp.status_code == 403:
@@ -596,7 +602,7 @@ class Transport:
             )
         raise self._fail(
             what,
-            message if message.startswith("HTTP ") else f"HTTP {resp.status_code} {message}",
+            f"HTTP {resp.status_code} {body}" if body and not body.startswith("HTTP ") else message,
             hint=f"registry {self.name} answered what the registry API does not: check its host in the "
             "registries file and any proxy in between, then rerun",
             said=said,

@@ -79,9 +79,10 @@ def _ssh_by_hand(options: SuiteOptions) -> str:
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def _ssh_fix(why: str, options: SuiteOptions) -> str:
+def _ssh_fix(said: str, options: SuiteOptions) -> str:
+    """The fix for ssh's own last line *said* (a third party's words, read as they are)."""
     by_hand = _ssh_by_hand(options)
-    low = why.lower()
+    low = said.lower()
     if "permission denied" in low:
         return (
             "the host refused the login: use the right user in the target (ssh://USER@host) and a key it "
@@ -120,8 +121,8 @@ def check_ssh_target(options: SuiteOptions) -> None:
         return
     stderr = getattr(result, "stderr", "") or ""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    why = lines[-1] if lines else f"ssh exited with code {getattr(result, 'rc', '?')} and said nothing"
-    raise ConfigError(f"cannot reach {label} over ssh: {why}", hint=_ssh_fix(why, options))
+    said = lines[-1] if lines else f"ssh exited with code {getattr(result, 'rc', '?')} and said nothing"
+    raise ConfigError(f"cannot reach {label} over ssh: {said}", hint=_ssh_fix(said, options))
 
 
 def check_docker_target(options: SuiteOptions) -> None:

@@ -136,6 +136,9 @@ class SoakSeries:
     rank_gpu: Mapping[int, str] = field(default_factory=dict)
     #: CUDA devices the probe's torch saw
     cuda_devices: int = 0
+    #: the nvidia-smi index of the GPU behind each label of ``rows`` (a label is words for the report: what
+    #: the GPU is, is read from here, never from the label)
+    gpu_index: dict[str, int] = field(default_factory=dict)
 
     def all_rows(self) -> list[SoakRow]:
         return [r for rows in self.rows.values() for r in rows]
@@ -197,23 +200,27 @@ def soak_series(
         if r.get("kind") == "error"
     ]
     series.smi_errors = sorted({str(r.get("error")) for r in recs if r.get("kind") == "smi_error"})
-    smi: dict[str, list[Mapping[str, Any]]] = {}
+    # nvidia-smi's samples of a GPU, by ("uuid", UUID), or ("index", nvidia-smi's index) where it printed none
+    smi: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for r in recs:
         if r.get("kind") == "smi":
-            smi.setdefault(str(r.get("uuid") or f"index:{r.get('index')}"), []).append(r)
+            key = ("uuid", str(r["uuid"])) if r.get("uuid") else ("index", str(r.get("index")))
+            smi.setdefault(key, []).append(r)
     apps = [r for r in recs if r.get("kind") == "apps"]
     index_of = dict(smi_names or {})
-    for key, samples in smi.items():
-        if not key.startswith("index:") and key not in index_of:
+    for (by, gpu_id), samples in smi.items():
+        if by == "uuid" and gpu_id not in index_of:
             idx = _num(samples[0].get("index"))
             if idx is not None:
-                index_of[key] = int(idx)
+                index_of[gpu_id] = int(idx)
     for w in sorted((r for r in recs if r.get("kind") == "window"), key=lambda r: _num(r.get("t0")) or 0.0):
         uuid = str(w.get("uuid") or "")
         name = str(w.get("name") or "?")
         cuda = int(_num(w.get("cuda_index")) or 0)
-        key = uuid if uuid in smi else f"index:{cuda}"
+        key = ("uuid", uuid) if uuid and ("uuid", uuid) in smi else ("index", str(cuda))
         label = f"GPU {index_of[uuid]} ({name})" if uuid in index_of else f"cuda:{cuda} ({name})"
+        if uuid in index_of:
+            series.gpu_index[label] = index_of[uuid]
         t0, t1 = _num(w.get("t0")) or 0.0, _num(w.get("t1")) or 0.0
         inside = [s for s in smi.get(key, []) if t0 <= (_num(s.get("t")) or -1.0) < t1]
         clocks = [v for v in (_num(s.get("clocks.sm")) for s in inside) if v is not None]

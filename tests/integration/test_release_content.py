@@ -417,3 +417,25 @@ def test_a_carried_copy_whose_registry_kind_was_rewritten_takes_the_kind_of_the_
         a = published.by_tag("a")
         assert a is not None
         assert {c.name: c.kind for c in a.registries} == {"plain": "generic", "tls": "generic"}
+
+
+def test_a_release_says_as_data_which_release_tags_it_moves(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """``CellResult.tag_moves``: what decides whether ``released`` is kept (issue 24 re-check: it was read
+    from the words of the steps, ``step.startswith("tag ")``)."""
+    digest = _candidate(regs, repo, "a")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    dry = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"], dry_run=True)
+    first = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"])
+    first.raise_for_refusals()
+    names = sorted(first.cells[0].registries)
+    assert len(names) == 2
+    assert sorted(dry.cells[0].tag_moves) == sorted(first.cells[0].tag_moves) == names
+    assert _tags(regs, repo, "a") == [digest, digest]
+    (entry,) = load_index(tmp_path / "index.json").images
+    again = _release(regs, repo, tmp_path, ["a"], [tmp_path / "r"])
+    assert again.cells[0].status == "up-to-date"
+    assert again.cells[0].tag_moves == []
+    (kept,) = load_index(tmp_path / "index.json").images
+    assert kept.released == entry.released

@@ -105,3 +105,74 @@ def test_a_service_test_in_tests_unit_is_refused(tmp_path: Path) -> None:
     )
     assert proc.returncode != 0
     assert "belongs in tests/integration" in proc.stdout + proc.stderr
+
+
+# -- the package indirection the layer contracts ignore hides no back-import (issue 24 re-check) -----------
+def _package_layers() -> list[tuple[str, list[list[str]]]]:
+    """(package, its layers top first) of the compat-layers and pick-layers contracts in pyproject.toml."""
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    return [
+        (c["containers"][0].split(".")[-1], [[m.strip() for m in row.split("|")] for row in c["layers"]])
+        for c in contracts
+        if c["id"] in ("compat-layers", "pick-layers")
+    ]
+
+
+PACKAGE_LAYERS = _package_layers()
+
+
+def _reached_through_package(package: str, source: str) -> set[str]:
+    """The names a submodule looks up on its own package (``compat.X``, ``pick.X``) at call time."""
+    import ast
+
+    tree = ast.parse(source)
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == package
+    }
+
+
+def _back_reaches(package: str, layers: list[list[str]]) -> list[str]:
+    import importlib
+    import inspect
+
+    pkg = importlib.import_module(f"imagesmith.{package}")
+    rank = {m: i for i, row in enumerate(layers) for m in row}
+    out = []
+    for module in rank:
+        source = (REPO / "imagesmith" / package / f"{module}.py").read_text()
+        for name in sorted(_reached_through_package(package, source)):
+            obj = getattr(pkg, name, None)
+            home = (obj.__name__ if inspect.ismodule(obj) else getattr(obj, "__module__", "")).split(".")[-1]
+            if home in rank and rank[home] < rank[module]:
+                out.append(f"{package}.{module} reaches {package}.{name} of the higher layer {home}")
+    return out
+
+
+@pytest.mark.parametrize(("package", "layers"), PACKAGE_LAYERS)
+def test_the_package_indirection_hides_no_back_import(package: str, layers: list[list[str]]) -> None:
+    """``ignore_imports = ["imagesmith.compat.* -> imagesmith.compat"]`` (and pick's) lets a submodule look
+    names up on its package, for the names tests monkeypatch; through it a lower layer could call a higher one
+    unseen by lint-imports (``compat.verdict`` from ``drivers``). Each name reached so is of its own layer
+    or below."""
+    assert _back_reaches(package, layers) == []
+
+
+def test_both_packages_are_checked() -> None:
+    assert sorted(p for p, _ in PACKAGE_LAYERS) == ["compat", "pick"]
+
+
+def test_the_indirection_check_finds_a_back_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = Path.read_text
+
+    def with_back_reach(self: Path, *args: object, **kwargs: object) -> str:
+        text = real(self, *args, **kwargs)  # type: ignore[arg-type]
+        return text + "\n\ndef _x():\n    return compat.verdict\n" if self.name == "drivers.py" else text
+
+    monkeypatch.setattr(Path, "read_text", with_back_reach)
+    assert _back_reaches("compat", dict(PACKAGE_LAYERS)["compat"]) == [
+        "compat.drivers reaches compat.verdict of the higher layer verdicts"
+    ]

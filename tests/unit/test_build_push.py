@@ -533,3 +533,27 @@ def test_a_cell_on_a_moved_base_is_built_by_digest_and_says_why(
     assert outcome.reason == f"rebuilt: base debian:bookworm moved {a[:19]}…→{b[:19]}… (read 2026-12-01)"
     assert outcome.base_moved
     assert outcome.bases == {"debian:bookworm": f"127.0.0.1:5000/hub/library/debian:bookworm@{b}"}
+
+
+def test_a_push_stream_without_a_digest_is_not_the_engine_s_words() -> None:
+    """``said`` holds only what the engine said (the retry rules read it): imagesmith's own sentence for a
+    stream that ended without a digest is the message, never ``said`` — rewording it cannot make it
+    transient (its words once decided, by not matching the engine's transient patterns)."""
+    engine, api = _engine(accept="always")
+    calls: list[int] = []
+
+    def push(*args: Any, **kw: Any) -> Iterator[dict[str, Any]]:
+        calls.append(1)
+        yield {"status": "Pushed", "id": "abc"}
+
+    api.push = push  # type: ignore[method-assign]
+    with pytest.raises(PushError) as info:
+        engine.push("r.example/a/b:t", attempts=5, backoff=0.01, registry_name="one (r.example)")
+    assert calls == [1]
+    assert "ended without a manifest digest" in info.value.message
+    with pytest.raises(PushError) as once:  # what the retry rules get: no engine words to read
+        engine._push_once("r.example/a/b:t", "r.example/a/b", "t", None, None, 0.0)
+    assert once.value.said is None
+    assert (
+        info.value.hint == "check that registry one (r.example) is up and reachable, then run the build again"
+    )

@@ -132,3 +132,47 @@ def test_an_error_whose_class_takes_other_arguments_is_copied_too() -> None:
     assert type(sided) is PromotionError
     assert (sided.step, sided.target, sided.side) == ("put", target, "destination")
     assert sided.message == "destination r1: a/b:v1: put failed: down"
+
+
+# -- a decision on a field compares with a value some error is raised with (issue 24 re-check) -------------
+def _field_values(field: str) -> tuple[set[str], list[tuple[str, str]]]:
+    """(the literal values imagesmith raises *field* with, the decisions comparing it with a literal)."""
+    import ast
+
+    from tests.repo import REPO
+
+    made: set[str] = set()
+    decided: list[tuple[str, str]] = []  # (where, the value compared with)
+    for path in sorted((REPO / "imagesmith").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg == field and isinstance(node.value, ast.Constant):
+                made.add(str(node.value.value))
+            # the registry's fault table: RegistryFault("storage full", …) becomes fault=fault.label
+            if (
+                field == "fault"
+                and isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id == "RegistryFault"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                made.add(str(node.args[0].value))
+            if isinstance(node, ast.Compare) and any(
+                isinstance(s, ast.Attribute) and s.attr == field for s in [node.left, *node.comparators]
+            ):
+                for side in [node.left, *node.comparators]:
+                    for c in ast.walk(side):
+                        if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                            decided.append((f"{path.relative_to(REPO)}:{node.lineno}", c.value))
+    return made, decided
+
+
+@pytest.mark.parametrize("field", ["fault", "side"])
+def test_every_value_a_decision_compares_a_field_with_is_raised_somewhere(field: str) -> None:
+    """Fields replaced words so that a decision cannot miss by a rewording; a comparison with a value no
+    error carries (a typo, a renamed fault) would miss silently — never matching, never failing."""
+    made, decided = _field_values(field)
+    assert decided or field == "side"  # the fault decisions exist (engine push, pick's index, compat, …)
+    never = [(where, value) for where, value in decided if value not in made]
+    assert never == []

@@ -2,18 +2,28 @@
 ``registry``, ``side``, ``fault``, ``transient``, ``problem``, ``field``, ``said`` …) and control flow reads
 those; the text is rendered once, at the edge (``cli.main``).
 
-The guard reads every module's syntax tree. *Error text* is ``X.message`` (any X), pytest's rendering of
-a failure (``X.longrepr``, ``X.longreprtext``), and ``str(e)`` / ``repr(e)`` / ``format(e)`` / ``e.text`` /
-an f-string of ``e`` where ``e`` is an error: a name bound by ``except … as e`` or a parameter annotated with
-an ``…Error`` / ``…Exception`` type; a local variable assigned from error text is error text too. It is a
-finding when error text
+The guard reads every module's syntax tree. *Error text* is ``X.message`` and ``X.hint`` (any X: the fix line
+is text too), pytest's rendering of a failure (``X.longrepr``, ``X.longreprtext``), and ``str(e)`` /
+``repr(e)`` / ``format(e)`` / ``e.render()`` / ``e.text`` / an f-string of ``e`` where ``e`` is an error: a
+name bound by ``except … as e`` or a parameter annotated with an ``…Error`` / ``…Exception`` type; a local
+variable assigned from error text is error text too, and so is the call of a function of the same module that
+returns error text (``return exc.message``: its caller would dissect the words).
+It is a finding when error text
 
 - is looked into: compared (``==``, ``in``, …), or the receiver or argument of ``startswith``, ``endswith``,
   ``split``, ``rsplit``, ``partition``, ``rpartition``, ``find``, ``index``, ``count``, ``removeprefix``,
   ``removesuffix``, or an argument of ``re.search`` / ``match`` / ``fullmatch`` / ``findall`` / ``sub`` /
   ``split`` / ``finditer``;
 - or appears inside a condition (``if``, ``while``, a conditional expression's test, a comprehension's
-  ``if``, ``assert``) other than as a bare truth value (``if exc.message:`` asks whether there is one).
+  ``if``, ``assert``) other than as a bare truth value (``if exc.message:`` asks whether there is one; so
+  does ``x is None``).
+
+imagesmith's own prose is read back the same way when it is not an error: a cell's ``reasons``, a
+release's ``steps``, a verdict's ``notes`` or ``blockers``, a ``why`` (:data:`PROSE`; a name bound to an
+element of one, ``for r in v.reasons``, is prose too). It is a finding when prose is the receiver of one of
+the methods above (with an argument: ``why.split()`` only folds whitespace), an argument of ``re.…``, or
+compared with words written in the code (``"needs driver" in r``, ``step == "tag"``). What decides is a
+field beside the words (``Verdict.notes``, ``CellResult.tag_moves``, a cause).
 
 ``exc.said`` is not error text: it is a program's or service's own words (the engine's, a registry's),
 kept verbatim as a field, which is the only thing those parties give (docker's API answers in prose).
@@ -23,13 +33,14 @@ from __future__ import annotations
 
 import ast
 import subprocess
+from collections.abc import Collection
 from pathlib import Path
 
 import pytest
 
 from tests.repo import REPO
 
-TEXT_ATTRS = frozenset({"message", "longrepr", "longreprtext"})
+TEXT_ATTRS = frozenset({"message", "hint", "longrepr", "longreprtext"})
 ERROR_TEXT_ATTRS = frozenset({"text"})
 LOOKS_INTO = frozenset(
     {
@@ -47,6 +58,10 @@ LOOKS_INTO = frozenset(
     }
 )
 REGEX = frozenset({"search", "match", "fullmatch", "findall", "sub", "split", "finditer"})
+#: names of imagesmith's own prose: why a cell was refused, what a step did, a verdict's reasons and notes —
+#: text for a person, built from parts the code had as data; deciding on it reads the words back
+#: (a field with a fixed set of values, e.g. ``PromotionError.step``, is data: not listed)
+PROSE = frozenset({"reason", "reasons", "why", "what", "steps", "notes", "warnings", "blockers"})
 
 #: (module, function): decisions on text that is not an error's, with the reason
 ALLOWED = {
@@ -68,6 +83,10 @@ class _Finder(ast.NodeVisitor):
         self.path = path
         self.findings: list[str] = []
         self.scopes: list[tuple[str, set[str], set[str]]] = [("<module>", set(), set())]
+        #: functions of this module that return error text (``return exc.message``): their calls are text
+        self.text_functions: set[str] = set()
+        #: names bound to our own prose (an element of ``reasons``, ``for step in steps``)
+        self.prose: list[set[str]] = [set()]
 
     # -- scopes ---------------------------------------------------------------------------------------------
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -77,10 +96,15 @@ class _Finder(ast.NodeVisitor):
             if _is_error_type(a.annotation)
         }
         self.scopes.append((node.name, errors, set()))
+        self.prose.append(set())
         # two passes: names bound later in the body (a loop) are known when a condition reads them
         for _ in range(2):
             self._bind(node)
+        for ret in ast.walk(node):
+            if isinstance(ret, ast.Return) and ret.value is not None and self._text_valued(ret.value):
+                self.text_functions.add(node.name)
         self.generic_visit(node)
+        self.prose.pop()
         self.scopes.pop()
 
     visit_FunctionDef = _function
@@ -108,8 +132,16 @@ class _Finder(ast.NodeVisitor):
             elif isinstance(node, ast.AnnAssign | ast.AugAssign | ast.NamedExpr) and node.value is not None:
                 targets.append((node.target, node.value))
             for target, value in targets:
-                if isinstance(target, ast.Name) and self._text_valued(value):
-                    self.tainted.add(target.id)
+                names = target.elts if isinstance(target, ast.Tuple) else [target]  # line, fix = e.render()
+                for name in names:
+                    if isinstance(name, ast.Name) and self._text_valued(value):
+                        self.tainted.add(name.id)
+            loops: list[tuple[ast.expr, ast.expr]] = []
+            if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+                loops.append((node.target, node.iter))
+            for target, value in [*targets, *loops]:
+                if isinstance(target, ast.Name) and self._is_prose(value):
+                    self.prose[-1].add(target.id)
 
     def _text_valued(self, node: ast.AST) -> bool:
         """*node*'s value is error text or made of it (``.lower()``, a slice, ``+``, ``or``, an f-string);
@@ -143,6 +175,20 @@ class _Finder(ast.NodeVisitor):
             return node.id in self.tainted
         if (
             isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "render"
+            and isinstance(node.func.value, ast.Name)
+            and self._error(node.func.value)
+        ):
+            return True  # exc.render(): the (error line, fix line) the edge prints
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in self.text_functions
+        ):
+            return True
+        if (
+            isinstance(node, ast.Call)
             and isinstance(node.func, ast.Name)
             and node.func.id in ("str", "repr", "format")
             and node.args
@@ -158,6 +204,21 @@ class _Finder(ast.NodeVisitor):
     def _error(self, name: ast.Name) -> bool:
         return name.id in self.errors
 
+    def _is_prose(self, node: ast.AST) -> bool:
+        """*node* is imagesmith's own prose (:data:`PROSE`), an element or slice of it, or a name bound to
+        one (``for r in v.reasons``)."""
+        if isinstance(node, ast.Subscript):
+            return self._is_prose(node.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            return node.func.attr in ("lower", "casefold", "strip", "lstrip", "rstrip") and self._is_prose(
+                node.func.value
+            )
+        if isinstance(node, ast.Attribute):
+            return node.attr in PROSE
+        if isinstance(node, ast.Name):
+            return node.id in PROSE or node.id in self.prose[-1]
+        return False
+
     def _has_text(self, node: ast.AST) -> bool:
         return any(self._is_text(n) for n in ast.walk(node))
 
@@ -169,8 +230,13 @@ class _Finder(ast.NodeVisitor):
             )
 
     def visit_Compare(self, node: ast.Compare) -> None:
-        if any(self._has_text(x) for x in [node.left, *node.comparators]):
+        sides = [node.left, *node.comparators]
+        if _presence(node):
+            pass  # ``problem is None``: whether there is one, as a bare truth value
+        elif any(self._has_text(x) for x in sides):
             self._find(node, "compares error text")
+        elif any(self._is_prose(x) for x in sides) and any(_literal(x) for x in sides):
+            self._find(node, "compares imagesmith's own prose with words")
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
@@ -180,13 +246,16 @@ class _Finder(ast.NodeVisitor):
                 self._has_text(fn.value) or any(self._has_text(a) for a in node.args)
             ):
                 self._find(node, f"looks into error text ({fn.attr})")
+            elif fn.attr in LOOKS_INTO and self._is_prose(fn.value) and (node.args or node.keywords):
+                # (``" ".join(why.split())`` only folds its whitespace)
+                self._find(node, f"looks into imagesmith's own prose ({fn.attr})")
             elif (
                 fn.attr in REGEX
                 and isinstance(fn.value, ast.Name)
                 and fn.value.id == "re"
-                and any(self._has_text(a) for a in node.args)
+                and any(self._has_text(a) or self._is_prose(a) for a in node.args)
             ):
-                self._find(node, f"matches error text (re.{fn.attr})")
+                self._find(node, f"matches error text or prose (re.{fn.attr})")
         self.generic_visit(node)
 
     def _condition(self, test: ast.expr) -> None:
@@ -201,6 +270,8 @@ class _Finder(ast.NodeVisitor):
                 stack += n.values
             elif isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not):
                 stack.append(n.operand)
+            elif isinstance(n, ast.Compare) and _presence(n):
+                stack.append(n.left)
         for node in ast.walk(test):
             if id(node) not in bare and self._is_text(node):
                 self._find(test, "decides on error text")
@@ -228,34 +299,75 @@ class _Finder(ast.NodeVisitor):
         self.generic_visit(node)
 
 
-def findings(source: str, path: str) -> list[str]:
-    finder = _Finder(path)
+def _presence(node: ast.Compare) -> bool:
+    """``x is None`` / ``x is not None``: asks whether there is one, not what it says."""
+    return all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops) and all(
+        isinstance(c, ast.Constant) and c.value is None for c in node.comparators
+    )
+
+
+def _literal(node: ast.AST) -> bool:
+    """Words written in the code: a non-empty string constant, an f-string, or a tuple/list/set of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and node.value != ""
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(_literal(e) for e in node.elts)
+    return False
+
+
+def text_functions(source: str, path: str) -> set[str]:
+    """The functions of *source* that return error text (``return exc.message``)."""
     tree = ast.parse(source, path)
+    first = _Finder(path)
+    first._bind(tree)
+    first.visit(tree)
+    return first.text_functions
+
+
+def findings(source: str, path: str, elsewhere: Collection[str] = ()) -> list[str]:
+    """The guard's findings in *source*; *elsewhere*: names of other modules' functions that return error
+    text (their calls here are error text too)."""
+    tree = ast.parse(source, path)
+    finder = _Finder(path)
+    finder.text_functions = text_functions(source, path) | set(elsewhere)
     finder._bind(tree)
     finder.visit(tree)
     return sorted(set(finder.findings))
 
 
 def test_no_code_in_imagesmith_decides_on_error_text() -> None:
+    sources = {
+        str(path.relative_to(REPO)): path.read_text() for path in sorted((REPO / "imagesmith").rglob("*.py"))
+    }
+    # a function that returns error text, called from another module (release._with_fix, …)
+    returning: set[str] = set()
+    for rel, text in sources.items():
+        returning |= text_functions(text, rel)
     found: list[str] = []
-    for path in sorted((REPO / "imagesmith").rglob("*.py")):
-        rel = str(path.relative_to(REPO))
-        found += findings(path.read_text(), rel)
+    for rel, text in sources.items():
+        found += findings(text, rel, returning)
     assert found == []
 
 
-def _at_7f0dc7b(path: str) -> str:
-    """*path* as it was before issue 24 (the commit the issue reads, 7f0dc7b)."""
+def _at(commit: str, path: str) -> str:
+    """*path* as it was at *commit* (skipped in a checkout without that history)."""
     try:
         return subprocess.run(
-            ["git", "-C", str(REPO), "show", f"7f0dc7b:{path}"],
+            ["git", "-C", str(REPO), "show", f"{commit}:{path}"],
             capture_output=True,
             text=True,
             check=True,
             timeout=30,
         ).stdout
     except (subprocess.CalledProcessError, FileNotFoundError) as exc:  # a checkout without that history
-        pytest.skip(f"git show 7f0dc7b:{path}: {exc}")
+        pytest.skip(f"git show {commit}:{path}: {exc}")
+
+
+def _at_7f0dc7b(path: str) -> str:
+    """*path* as it was before issue 24 (the commit the issue reads, 7f0dc7b)."""
+    return _at("7f0dc7b", path)
 
 
 @pytest.mark.parametrize(
@@ -290,10 +402,68 @@ def test_the_guard_finds_what_issue_24_removed(path: str, line: int) -> None:
         "try:\n    f()\nexcept E as e:\n    y = 1 if re.search('x', f'{e}') else 2\n",
         "try:\n    f()\nexcept E as exc:\n    bad = [p for p in ps if p in exc.message]\n",
         "try:\n    f()\nexcept E as exc:\n    while exc.text != 'x':\n        pass\n",
+        "try:\n    f()\nexcept E as exc:\n    if 'docker login' in exc.hint:\n        pass\n",
+        "try:\n    f()\nexcept E as exc:\n    line, fix = exc.render()\n    ok = line.startswith('r')\n",
     ],
 )
 def test_the_guard_finds_each_kind_of_decision(snippet: str) -> None:
     assert findings(snippet, "snippet.py") != []
+
+
+@pytest.mark.parametrize(
+    ("commit", "path", "line"),
+    [
+        # found by the re-check of issue 24 on main (aff70b8), each rewritten to read a field
+        ("aff70b8", "imagesmith/scaffold.py", 196),  # all("needs driver >=" in r for r in reasons)
+        ("aff70b8", "imagesmith/scaffold.py", 197),  # the driver parsed back: r.rsplit(">=", 1)
+        ("aff70b8", "imagesmith/scaffold.py", 204),  # "no kernels for" in r
+        ("aff70b8", "imagesmith/pick/ranking.py", 376),  # r.startswith("note:") over a verdict's reasons
+        ("aff70b8", "imagesmith/release.py", 1805),  # step.startswith("tag "): did the tag move
+        ("aff70b8", "imagesmith/release.py", 634),  # index_problem's returned message .split(": ", 2)
+        ("aff70b8", "imagesmith/registry/copy.py", 215),  # problem != "missing": a sentinel in words
+        ("aff70b8", "imagesmith/registry/transport.py", 560),  # "manifest" in what: a request's description
+        # fixed after the guard was first written, by hand (11d620a, 27381ae): the guard finds them now
+        ("11d620a~1", "imagesmith/commands/build.py", 230),  # o.reason.startswith("rebuilt:")
+        ("11d620a~1", "imagesmith/release.py", 1616),  # why.startswith("error: ")
+        ("27381ae~1", "imagesmith/validate/report.py", 71),  # "left out" in why
+    ],
+)
+def test_the_guard_finds_prose_read_back(commit: str, path: str, line: int) -> None:
+    found = findings(_at(commit, path), path)
+    assert str(line) in [f.split(":")[1] for f in found], found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "def g(v: V) -> list[str]:\n    return [r for r in v.reasons if r.startswith('note:')]\n",
+        "ok = all('needs driver >=' in r for r in reasons)\n",
+        "def g(res: R) -> bool:\n    return any(s.startswith('tag ') for s in res.steps)\n",
+        "for why in whys:\n    pass\nif why == 'missing':\n    pass\n",
+        "def p() -> str:\n    try:\n        f()\n    except E as exc:\n        return exc.message\n"
+        "    return ''\nx = p().split(': ', 2)\n",
+        "def p() -> str | None:\n    try:\n        f()\n    except E as exc:\n        return exc.message\n"
+        "    return None\nproblem = p()\nif problem is not None and problem != 'missing':\n    pass\n",
+        "m = re.search('x', reason)\n",
+    ],
+)
+def test_the_guard_finds_each_kind_of_prose_read_back(snippet: str) -> None:
+    assert findings(snippet, "snippet.py") != []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "warnings += [n for n in v.notes if n not in warnings]\n",
+        "text = '; '.join(reasons)\nif reasons:\n    pass\n",
+        "step = ' '.join(step.split())\n",
+        "def p() -> str | None:\n    try:\n        f()\n    except E as exc:\n        return exc.message\n"
+        "    return None\nproblem = p()\nif problem is None:\n    pass\n",
+        "try:\n    f()\nexcept PromotionError as exc:\n    if exc.step == 'put':\n        pass\n",
+    ],
+)
+def test_the_guard_lets_prose_be_written_and_joined(snippet: str) -> None:
+    assert findings(snippet, "snippet.py") == []
 
 
 @pytest.mark.parametrize(
@@ -316,3 +486,12 @@ def test_allowed_functions_exist() -> None:
             path,
             function,
         )
+
+
+def test_a_function_of_another_module_that_returns_error_text_is_followed() -> None:
+    """``release._with_fix(exc)`` returns the message and its fix: a caller elsewhere that dissects it is a
+    finding (the whole-package test collects such functions from every module first)."""
+    snippet = "from imagesmith.release import _with_fix\nwhy = _with_fix(err).split(' (fix: ')[0]\n"
+    assert findings(snippet, "other.py") == []
+    assert findings(snippet, "other.py", {"_with_fix"}) != []
+    assert "_with_fix" in text_functions((REPO / "imagesmith" / "release.py").read_text(), "release.py")

@@ -159,3 +159,72 @@ def test_before_given_by_the_caller_is_not_read_again() -> None:
 def test_a_manifest_of_another_digest_is_refused() -> None:
     with pytest.raises(ValueError, match="not sha256"):
         promote(_targets(Tags("r1")), ["v1"], NEW.digest, manifest=OLD)
+
+
+# -- every tag move goes through promote (issue 24 re-check) ----------------------------------------------
+
+#: (module, function) that may call ``put_manifest`` (or delete a tag or manifest): promote itself, and puts
+#: that move no promoted tag
+#: (a manifest by digest, a staging tag, an attestation or report artifact keyed by the image's digest)
+PUTS = {
+    ("imagesmith/registry/promote.py", "promote"),  # the release/final/index tags
+    ("imagesmith/registry/promote.py", "roll_back"),  # putting a tag back where it was, or deleting it
+    ("imagesmith/registry/copy.py", "copy_manifest"),  # by digest, or as build's staging tag (put_as)
+    ("imagesmith/attestation.py", "attach_attestations"),  # sha256-<hex>.att
+    ("imagesmith/release.py", "attach_report"),  # sha256-<hex>.validation
+    ("imagesmith/release.py", "stage_index"),  # the index artifact by digest
+}
+
+
+def _put_sites() -> set[tuple[str, str]]:
+    import ast
+
+    from tests.repo import REPO
+
+    sites: set[tuple[str, str]] = set()
+    for path in sorted((REPO / "imagesmith").rglob("*.py")):
+        rel = str(path.relative_to(REPO))
+        tree = ast.parse(path.read_text(), rel)
+        for fn in ast.walk(tree):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(fn):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("put_manifest", "delete_tag", "delete_manifest")
+                    and not (rel.startswith("imagesmith/registry/") and fn.name == node.func.attr)
+                ):
+                    sites.add((rel, fn.name))
+    return sites
+
+
+def test_no_tag_moves_outside_promote() -> None:
+    """A new ``put_manifest``/``delete_tag``/``delete_manifest`` outside :data:`PUTS` is a tag moved without
+    read-back or roll-back (the release index's ``publish_index`` was one): route it through promote, or
+    list it here with why."""
+    sites = _put_sites()
+    assert sites - PUTS == set()
+    assert PUTS - sites == set()  # a listed site that is gone: drop it
+
+
+def test_publishing_the_index_to_one_registry_reads_the_tag_back() -> None:
+    """publish_index moves ``release-index`` through promote: a registry that does not keep the tag is an
+    error, not a silent success (it put the manifest and returned its digest)."""
+    from imagesmith.release import publish_index
+    from imagesmith.tags import INDEX_ARTIFACT_TAG
+    from tests.fakeregistry import FakeRegistry
+
+    class Forgets(FakeRegistry):
+        def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:
+            digest = super().put_manifest(repo, reference, manifest)
+            self.tags.pop((repo, reference), None)  # took the manifest, dropped the tag
+            return digest
+
+    reg = Forgets()
+    with pytest.raises(PromotionError) as info:
+        publish_index(reg, "acme/index", b'{"schema": "x"}')
+    assert (info.value.step, info.value.tag, info.value.got) == ("read back", INDEX_ARTIFACT_TAG, None)
+    kept = FakeRegistry()
+    digest = publish_index(kept, "acme/index", b'{"schema": "x"}')
+    assert kept.tagged("acme/index") == {INDEX_ARTIFACT_TAG: digest}

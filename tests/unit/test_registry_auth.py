@@ -23,7 +23,7 @@ from imagesmith.credentials import (
     clear_token_cache,
     token_provider,
 )
-from imagesmith.errors import RegistryError
+from imagesmith.errors import ManifestUnknownError, RegistryError
 from imagesmith.registry import RegistryApi, RegistryClient, parse_challenge
 
 ECR = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
@@ -522,3 +522,74 @@ def test_small_answers_are_read_whole_through_chunking_and_gzip(framing: str, en
     finally:
         server.shutdown()
         server.server_close()
+
+
+# -- ``said`` is the registry's words only (issue 24 re-check) -----------------------------------------------
+@pytest.mark.parametrize(("status", "body"), [(400, b""), (400, b"bad request from the proxy")])
+def test_said_holds_the_registry_s_words_never_imagesmith_s(status: int, body: bytes) -> None:
+    """An answer without a body: the message says so in imagesmith's words ("no error body"), ``said`` —
+    what callers classify — carries only what the registry sent (its status, and its body when it has one)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)
+        with pytest.raises(RegistryError) as info:
+            client.list_tags("x")
+    finally:
+        server.shutdown()
+        server.server_close()
+    if body:
+        assert info.value.said == f"HTTP {status} {body.decode()}"
+        assert f"HTTP {status} {body.decode()}" in info.value.message
+    else:
+        assert info.value.said == f"HTTP {status}"
+        assert f"HTTP {status} (no error body)" in info.value.message
+
+
+@pytest.mark.parametrize("repo", ["acme/manifests", "manifest-tools/torch"])
+def test_a_bodyless_404_of_a_blob_is_not_manifest_unknown_whatever_the_repository_is_called(
+    repo: str,
+) -> None:
+    """Whether a 404 without error codes is ``manifest unknown`` is said by the request (a manifest's), not
+    read from the words describing it: a blob of a repository whose name holds "manifest" was taken for a
+    manifest (ManifestUnknownError: never retried, "manifest unknown" for a blob)."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+        def _missing(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD = _missing
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)
+        with pytest.raises(RegistryError) as blob:
+            client.get_blob(repo, "sha256:" + "a" * 64)
+        with pytest.raises(ManifestUnknownError):
+            client.get_manifest(repo, "latest")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not isinstance(blob.value, ManifestUnknownError)
+    assert "manifest unknown" not in blob.value.message

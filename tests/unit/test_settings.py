@@ -12,8 +12,6 @@ import pytest
 from imagesmith import settings
 from tests.repo import REPO
 
-ENV_NAMES = frozenset({"environ", "env", "environment"})
-
 
 def _constants(trees: dict[str, ast.AST]) -> dict[str, str]:
     """Module-level NAME = "IMAGESMITH_…" constants of every module (VERIFY_ENV, TODAY_ENV, …)."""
@@ -30,13 +28,6 @@ def _constants(trees: dict[str, ast.AST]) -> dict[str, str]:
             ):
                 out[target.id] = value.value
     return out
-
-
-def _env_like(node: ast.expr) -> bool:
-    """``os.environ``, ``env``, ``environ``, ``self.env`` …: a mapping of environment variables."""
-    if isinstance(node, ast.Attribute):
-        return node.attr in ENV_NAMES
-    return isinstance(node, ast.Name) and node.id in ENV_NAMES
 
 
 def findings(trees: dict[str, ast.AST]) -> list[str]:
@@ -61,19 +52,44 @@ def findings(trees: dict[str, ast.AST]) -> list[str]:
             # (what the image or the probe's caller sets), not this tool's configuration
             continue
         for node in ast.walk(tree):
+            # any mapping, not only one named like the environment: ``dict(os.environ).get(…)``, an alias
+            # ``e = os.environ; e[…]``, ``os.environ.copy().pop(…)`` read one just the same (only
+            # ``settings.get`` may take an IMAGESMITH_* name)
             key: ast.expr | None = None
-            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _env_like(node.value):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
                 key = node.slice
             elif (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.args
-                and ((node.func.attr == "get" and _env_like(node.func.value)) or node.func.attr == "getenv")
+                and node.func.attr in ("get", "getenv", "pop", "setdefault")
+                and ast.unparse(node.func.value) != "settings"
             ):
                 key = node.args[0]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getenv":
+                key = node.args[0] if node.args else None
             if key is not None and (name := imagesmith_name(key)) is not None:
                 out.append(f"{path}:{getattr(node, 'lineno', 0)}: reads {name} from the environment")
     return out
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "import os\nx = os.environ.get('IMAGESMITH_CACHE')\n",
+        "import os\nx = dict(os.environ).get('IMAGESMITH_CACHE')\n",
+        "import os\ne = os.environ\nx = e['IMAGESMITH_CACHE']\n",
+        "import os\nx = os.environ.copy().pop('IMAGESMITH_CACHE', None)\n",
+        "from os import getenv\nx = getenv('IMAGESMITH_CACHE')\n",
+    ],
+)
+def test_the_guard_finds_a_read_through_any_mapping(snippet: str) -> None:
+    assert findings({"imagesmith/x.py": ast.parse(snippet)}) != []
+
+
+def test_the_guard_lets_settings_and_writes_pass() -> None:
+    snippet = "x = settings.get('IMAGESMITH_CACHE')\nargs = {}\nargs['IMAGESMITH_PIP_INDEX_URL'] = 'u'\n"
+    assert findings({"imagesmith/x.py": ast.parse(snippet)}) == []
 
 
 def _trees(read: dict[str, str]) -> dict[str, ast.AST]:

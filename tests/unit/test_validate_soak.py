@@ -176,6 +176,7 @@ def test_the_probe_records_become_the_series() -> None:
     ]
     series = soak_series(records, smi_names={"GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685": 0})
     assert list(series.rows) == [GPU]
+    assert series.gpu_index == {GPU: 0}  # which GPU a label is, as data (the check's expected figures)
     assert series.world == 1
     assert series.duration_s == 240
     rows = series.rows[GPU]
@@ -286,3 +287,26 @@ def test_a_soak_the_probe_did_not_finish_fails() -> None:
         "the soak load failed: rank 0: RuntimeError: x"
     ]
     assert judge_soak(healthy(), expected=EXPECTED).failures == []
+
+
+def test_a_gpu_is_keyed_by_its_uuid_as_data_not_by_a_prefix_of_words() -> None:
+    """nvidia-smi's samples are keyed (uuid, …) or (index, …), not "index:N" strings told apart by their
+    prefix: a UUID that reads like the other key (hostile or broken nvidia-smi output) is still a UUID."""
+    odd = "index:0"
+    records = [
+        {"kind": "start", "duration_s": 10, "interval_s": 5, "world": 1, "pids": [1]},
+        {"kind": "smi", "t": 1.0, "uuid": odd, "index": 3, "clocks.sm": 1980},
+        {
+            "kind": "window",
+            "uuid": odd,
+            "name": "NVIDIA H200",
+            "cuda_index": 0,
+            "window": 0,
+            "t0": 0,
+            "t1": 5,
+        },
+    ]
+    series = soak_series(records)
+    assert list(series.rows) == ["GPU 3 (NVIDIA H200)"]
+    assert series.gpu_index == {"GPU 3 (NVIDIA H200)": 3}
+    assert series.rows["GPU 3 (NVIDIA H200)"][0].samples == 1

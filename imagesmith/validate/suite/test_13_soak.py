@@ -61,7 +61,7 @@ def test_soak(ctx: Context, check: CheckRecord, gpus: list[Gpu], host_kind: tupl
         series.errors.append(f"the soak probe died: {r.killed}")
     expected: dict[str, dict[str, Expected | None]] = {}
     for label in series.rows:
-        g = next((g for g in gpus if label.startswith(f"GPU {g.index} (")), None)
+        g = next((g for g in gpus if g.index == series.gpu_index.get(label)), None)
         expected[label] = {
             figure: options_expected(o, exp, gpu_expected(g, exp), host_kind)
             for figure, exp in EXPECTED_FIGURE.items()
