@@ -50,27 +50,32 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def not_a_file(path: str | Path) -> str | None:
-    """Why *path* is not a regular file, as words for a message (``does not exist``, ``is a folder, not a
-    file``, ``is a FIFO (named pipe), not a regular file``, ``is a symbolic link to nothing (dangling, or a
-    loop)``); None when it is one. Never blocks."""
+def path_kind(path: str | Path) -> str | None:
+    """What *path* is when it is not a regular file, as a noun for a message (``a folder``, ``a FIFO (named
+    pipe)``, ``a symbolic link to nothing (dangling, or a loop)``); None for a regular file or nothing at
+    all (:func:`os.path.lexists` tells those apart). Never blocks."""
     try:
         st = Path(path).stat()
     except FileNotFoundError:
-        if os.path.lexists(path):
-            return "is a symbolic link to nothing (dangling, or a loop)"
-        return "does not exist"
+        return "a symbolic link to nothing (dangling, or a loop)" if os.path.lexists(path) else None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            return "is a symbolic link to nothing (dangling, or a loop)"
-        return f"cannot be read ({exc.strerror or exc.__class__.__name__})"
+            return "a symbolic link to nothing (dangling, or a loop)"
+        return f"a path that cannot be read ({exc.strerror or exc.__class__.__name__})"
     except ValueError:
-        return "is not a path the system accepts"
+        return "a path the system does not accept"
     if stat.S_ISREG(st.st_mode):
         return None
-    if stat.S_ISDIR(st.st_mode):
-        return "is a folder, not a file"
-    return f"is {_kind(st.st_mode)}, not a regular file"
+    return "a folder" if stat.S_ISDIR(st.st_mode) else _kind(st.st_mode)
+
+
+def not_a_file(path: str | Path) -> str | None:
+    """Why *path* is not a regular file, as words for a message (``does not exist``, ``is a folder, not a
+    regular file``, ``is a FIFO (named pipe), not a regular file``); None when it is one. Never blocks."""
+    kind = path_kind(path)
+    if kind is not None:
+        return f"is {kind}, not a regular file"
+    return None if Path(path).is_file() else "does not exist"
 
 
 def read_user_file(

@@ -381,12 +381,13 @@ def load_project(file: Path) -> Project:
         )
     if default_matrix is not None and not is_file(resolved["matrices"] / f"{default_matrix}.toml"):
         default_file = resolved["matrices"] / f"{default_matrix}.toml"
-        why = inputs.not_a_file(default_file) or "cannot be read"
+        kind = inputs.path_kind(default_file)
         raise ProjectError(
-            f"{file}: default_matrix = {default_matrix!r} but {default_file} {why}",
-            hint="name a matrix that exists, or remove default_matrix"
-            if why == "does not exist"
-            else f"make {default_file} the matrix's TOML file, or remove default_matrix",
+            f"{file}: default_matrix = {default_matrix!r} but {default_file} "
+            + (f"is {kind}, not a regular file" if kind else "does not exist"),
+            hint=f"make {default_file} the matrix's TOML file, or remove default_matrix"
+            if kind
+            else "name a matrix that exists, or remove default_matrix",
         )
     return Project(
         root=root,
@@ -414,19 +415,14 @@ def parse_valid_for(value: str | None) -> datetime.timedelta:
     return datetime.timedelta(days=number) if unit == "d" else datetime.timedelta(hours=number)
 
 
-def _bare(why: str) -> str:
-    """``is a folder`` of ``is a folder, not a file`` (:func:`inputs.not_a_file`)."""
-    return why.split(", not a ")[0]
-
-
 def _refuse_project_path(origin: str, given: str, path: Path, file: Path) -> None:
     """Why ``--project``/``$IMAGESMITH_PROJECT`` names no project, each case worded as what it is: a path
     that is not a folder (a FIFO, a file) is not one ``init`` could make a project in."""
     try:
         exists, folder = path.exists(), path.is_dir()
-        file_why = inputs.not_a_file(file) if file.exists() else None
+        file_kind = inputs.path_kind(file)
     except OSError:
-        exists, folder, file_why = False, False, None
+        exists, folder, file_kind = False, False, None
     if not exists and os.path.lexists(path):
         raise ProjectError(
             f"{origin} {given}: a symbolic link to nothing (dangling, or a loop), not a folder",
@@ -437,9 +433,9 @@ def _refuse_project_path(origin: str, given: str, path: Path, file: Path) -> Non
             f"{origin} {given}: not a folder",
             hint=f"point {origin} at a project root (the folder holding {PROJECT_FILE})",
         )
-    if file_why is not None:
+    if file_kind is not None:
         raise ProjectError(
-            f"{origin} {given}: {file} {_bare(file_why)}, not the project file",
+            f"{origin} {given}: {file} is {file_kind}, not the project file",
             hint=f"make {file} the project's TOML file (`imagesmith init` writes one)",
         )
     raise ProjectError(
