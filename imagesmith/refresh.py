@@ -40,7 +40,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat, http, inputs
+from imagesmith import compat, http, inputs, settings
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.fatbin import FatbinReport, FatbinScanner
 
@@ -92,9 +92,9 @@ def check_index_url(url: str, origin: str) -> str:
 
 def default_index_url(env: Mapping[str, str] | None = None) -> str:
     """The index pip uses: ``$PIP_INDEX_URL``, else pip's configured ``index-url``, else pip's default."""
-    env = os.environ if env is None else env
-    if env.get("PIP_INDEX_URL", "").strip():
-        return check_index_url(env["PIP_INDEX_URL"].split()[0], "PIP_INDEX_URL")
+    given = (settings.get("PIP_INDEX_URL", env=env) or "").strip()
+    if given:
+        return check_index_url(given.split()[0], "PIP_INDEX_URL")
     config = _pip_config()
     for key in ("global.index-url", ":env:.index-url", "install.index-url"):
         if config.get(key):
@@ -112,10 +112,10 @@ def default_index_url(env: Mapping[str, str] | None = None) -> str:
 
 def ca_bundle(env: Mapping[str, str] | None = None) -> str | bool:
     """The CA requests verifies with: ``$REQUESTS_CA_BUNDLE``, ``$PIP_CERT``, pip's ``cert``, else certifi."""
-    env = os.environ if env is None else env
     for key in ("REQUESTS_CA_BUNDLE", "PIP_CERT", "SSL_CERT_FILE"):
-        if env.get(key):
-            return env[key]
+        given = settings.get(key, env=env)
+        if given:
+            return given
     config = _pip_config()
     for key in ("global.cert", ":env:.cert"):
         if config.get(key):
