@@ -186,3 +186,28 @@ def test_an_answer_past_its_cap_is_refused_without_reading_on() -> None:
 
 def test_the_module_is_the_one_named_in_the_docs() -> None:
     assert "| `http.py` |" in Path(REPO / "docs/architecture.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("path", "line"),
+    [
+        ("imagesmith/pick.py", 1037),  # requests.get(url, timeout=30, stream=True): pick --index https://
+        ("imagesmith/refresh.py", 144),  # self.session.get(…): the package index
+        ("imagesmith/sources.py", 219),  # requests.get(…): source archives
+    ],
+)
+def test_the_guard_finds_the_paths_of_7f0dc7b(path: str, line: int) -> None:
+    """The HTTP paths with policies of their own that issue 24 names (git show 7f0dc7b)."""
+    import subprocess
+
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"7f0dc7b:{path}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"no 7f0dc7b in this checkout: {exc}")
+    assert f"{path}:{line}:" in " ".join(raw_findings(source, path))
