@@ -84,7 +84,8 @@ def config_path(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if settings.get("IMAGESMITH_CONFIG", env=env):
         return Path(str(settings.get("IMAGESMITH_CONFIG", env=env)))
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    xdg = settings.get("XDG_CONFIG_HOME", env=env)
+    base = Path(xdg) if xdg else Path.home() / ".config"
     return base / "imagesmith" / "config.toml"
 
 
@@ -93,7 +94,8 @@ def cache_root(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     if settings.get("IMAGESMITH_CACHE", env=env):
         return Path(str(settings.get("IMAGESMITH_CACHE", env=env)))
-    base = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    xdg = settings.get("XDG_CACHE_HOME", env=env)
+    base = Path(xdg) if xdg else Path.home() / ".cache"
     return base / "imagesmith"
 
 

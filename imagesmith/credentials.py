@@ -142,7 +142,8 @@ def env_hint(host: str) -> str:
 
 def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
-    base = Path(env["DOCKER_CONFIG"]) if env.get("DOCKER_CONFIG") else Path.home() / ".docker"
+    given = settings.get("DOCKER_CONFIG", env=env)
+    base = Path(given) if given else Path.home() / ".docker"
     return base / "config.json"
 
 

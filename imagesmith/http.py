@@ -6,7 +6,9 @@ Four paths speak HTTP, each with a named :class:`HttpPolicy` here:
   retried with backoff on transient faults within a deadline, each answer read whole within the read timeout;
   the CA is the registry's own (``/etc/docker/certs.d/HOST/ca.crt``) else the system's;
 - :data:`PACKAGE_INDEX` — PyPI's JSON Simple API and wheel ranges (``refresh-compat``, ``lock --sizes``): not
-  retried (a run is repeated, or replayed from a recording); the CA is pip's (``refresh.ca_bundle``);
+  retried (a run is repeated, or replayed from a recording); the CA is pip's (``refresh.ca_bundle``); an
+  answer read whole is capped (a body is read only after its status: a range answered with the whole wheel
+  is refused unread);
 - :data:`SOURCE_ARCHIVE` — pinned source archives (``fetch-sources``, builds): not retried, the next mirror is
   tried instead (so the connect timeout is short: a blocked forge fails fast); unbounded, the sha256 decides;
 - :data:`RELEASE_INDEX` — ``pick --index https://…``: not retried (a cached copy may answer), capped at
@@ -64,7 +66,9 @@ REGISTRY = HttpPolicy(
 )
 #: a manifest: registries store none past 4 MiB (distribution, containerd), so a larger answer is not one
 REGISTRY_MANIFEST = replace(REGISTRY, name="registry manifest", max_bytes=4 << 20)
-PACKAGE_INDEX = HttpPolicy(name="package index", connect_timeout=15.0, read_timeout=120.0)
+#: an index page, a wheel's metadata or a wheel range, read whole: PyPI's largest Simple API page (torch's) is
+#: a few MiB; a larger answer is none of these (a range request answered with the whole wheel)
+PACKAGE_INDEX = HttpPolicy(name="package index", connect_timeout=15.0, read_timeout=120.0, max_bytes=64 << 20)
 SOURCE_ARCHIVE = HttpPolicy(name="source archive", connect_timeout=10.0, read_timeout=60.0)
 RELEASE_INDEX = HttpPolicy(name="release index", connect_timeout=30.0, read_timeout=30.0)
 #: ``pick --index oci://…``: the registry API, tried quickly (a refused connection is not transient, and a

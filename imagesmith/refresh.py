@@ -40,7 +40,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat, http, inputs
+from imagesmith import compat, http, inputs, settings
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.fatbin import FatbinReport, FatbinScanner
 
@@ -92,9 +92,9 @@ def check_index_url(url: str, origin: str) -> str:
 
 def default_index_url(env: Mapping[str, str] | None = None) -> str:
     """The index pip uses: ``$PIP_INDEX_URL``, else pip's configured ``index-url``, else pip's default."""
-    env = os.environ if env is None else env
-    if env.get("PIP_INDEX_URL", "").strip():
-        return check_index_url(env["PIP_INDEX_URL"].split()[0], "PIP_INDEX_URL")
+    given = (settings.get("PIP_INDEX_URL", env=env) or "").strip()
+    if given:
+        return check_index_url(given.split()[0], "PIP_INDEX_URL")
     config = _pip_config()
     for key in ("global.index-url", ":env:.index-url", "install.index-url"):
         if config.get(key):
@@ -112,10 +112,10 @@ def default_index_url(env: Mapping[str, str] | None = None) -> str:
 
 def ca_bundle(env: Mapping[str, str] | None = None) -> str | bool:
     """The CA requests verifies with: ``$REQUESTS_CA_BUNDLE``, ``$PIP_CERT``, pip's ``cert``, else certifi."""
-    env = os.environ if env is None else env
     for key in ("REQUESTS_CA_BUNDLE", "PIP_CERT", "SSL_CERT_FILE"):
-        if env.get(key):
-            return env[key]
+        given = settings.get(key, env=env)
+        if given:
+            return given
     config = _pip_config()
     for key in ("global.cert", ":env:.cert"):
         if config.get(key):
@@ -150,40 +150,60 @@ class Http:
         self.bytes = 0
         self.requests = 0
 
-    def _get(self, url: str, headers: Mapping[str, str], *, stream: bool = False) -> requests.Response:
+    def _get(self, url: str, headers: Mapping[str, str], *, stream: bool = True) -> requests.Response:
+        """The answer to a GET, its body not read yet (always streamed: a body is read through
+        :meth:`_body`, capped, and only once its status says it is the one asked for)."""
         self.requests += 1
         try:
             resp = http.get(
                 url,
                 http.PACKAGE_INDEX,
                 headers=headers,
-                stream=stream,
+                stream=True,
                 verify=self.verify,
                 session=self.session,
             )
         except requests.RequestException as exc:
             raise UpstreamError(f"cannot read {url}: {exc}", hint=self.fix) from None
         if resp.status_code not in (200, 206):
+            resp.close()
             raise UpstreamError(f"{url} answered HTTP {resp.status_code}", hint=self.fix)
         return resp
+
+    def _body(self, url: str, resp: requests.Response) -> bytes:
+        """*resp*'s body, at most ``http.PACKAGE_INDEX.max_bytes`` of it (a larger answer is not an index
+        page, a metadata file or a range imagesmith asked for)."""
+        policy = http.PACKAGE_INDEX
+        try:
+            body = b"".join(http.capped(resp.iter_content(_CHUNK), policy))
+        except http.TooLarge as exc:
+            raise UpstreamError(
+                f"{url} answered more than {exc.limit >> 20} MiB; not read further",
+                hint="point --index-url (or PIP_INDEX_URL) at a package index's Simple API",
+            ) from None
+        except requests.RequestException as exc:
+            raise UpstreamError(f"reading {url} failed: {exc}", hint=self.fix) from None
+        finally:
+            resp.close()
+        self.bytes += len(body)
+        return body
 
     def get(self, url: str, headers: Mapping[str, str] | None = None) -> tuple[bytes, str]:
         """(body, the URL it came from after redirects)."""
         resp = self._get(url, headers or {})
-        self.bytes += len(resp.content)
-        return resp.content, resp.url
+        return self._body(url, resp), resp.url
 
     def range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``start`` … ``end`` (inclusive) of *url*; a negative *start* = the last ``-start`` bytes."""
         spec = f"bytes={start}" if start < 0 else f"bytes={start}-{end}"
         resp = self._get(url, {"Range": spec})
         if resp.status_code != 206:
+            resp.close()  # the whole file (a wheel of gigabytes): not read
             raise UpstreamError(
                 f"{url} ignored the Range header (HTTP {resp.status_code})",
                 hint="the file host must answer range requests; use --no-arch to skip the wheel reads",
             )
-        self.bytes += len(resp.content)
-        return resp.content
+        return self._body(url, resp)
 
     def stream(self, url: str, start: int, end: int) -> Iterator[bytes]:
         resp = self._get(url, {"Range": f"bytes={start}-{end}"}, stream=True)

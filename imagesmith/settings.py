@@ -1,8 +1,10 @@
 """The configuration layer of the environment: every ``IMAGESMITH_*`` variable the host tool reads is declared
-here (:data:`VARIABLES`) and read through :func:`get` — no other module reads one from ``os.environ``
-(``tests/unit/test_settings.py``). What a value means is checked where it is used (the retry policy, the
-verify level, the config file's rules …), each with its own error naming the variable; a variable read here
-that is not declared is a programming error.
+here (:data:`VARIABLES`), and so is every other tool's variable it reads as its own setting (:data:`FOREIGN`:
+pip's index and CA, the XDG folders, docker's config folder, an image's nccl-tests folder); all are read
+through :func:`get` — no other module reads one from ``os.environ`` (``tests/unit/test_settings.py``). What
+a value means is checked where it is used (the retry policy, the verify level, the config file's rules …),
+each with its own error naming the variable; a variable read here that is not declared is a programming
+error.
 
 Variables that only pass *through* imagesmith into an image or a child process
 (``IMAGESMITH_APT_MIRROR``, ``IMAGESMITH_PIP_INDEX_URL`` as build arguments, ``IMAGESMITH_NCCL_LIBDIR`` and
@@ -70,14 +72,26 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable("IMAGESMITH_TODAY", "the date support windows are judged on (tests)", "docs/compat.md"),
 )
+#: other tools' variables imagesmith reads as settings of its own (the environment of a child process it
+#: starts is that process's, and the cloud markers ``pick`` looks for are named by ``data/platforms.toml``)
+FOREIGN: tuple[Variable, ...] = (
+    Variable("PIP_INDEX_URL", "the package index refresh-compat and lock --sizes read", "docs/compat.md"),
+    Variable("REQUESTS_CA_BUNDLE", "the CA the package index is verified with", "docs/compat.md"),
+    Variable("PIP_CERT", "pip's CA, used when REQUESTS_CA_BUNDLE is unset", "docs/compat.md"),
+    Variable("SSL_CERT_FILE", "the CA used when neither of those is set", "docs/compat.md"),
+    Variable("XDG_CONFIG_HOME", "where the user config lives (imagesmith/config.toml)", "docs/project.md"),
+    Variable("XDG_CACHE_HOME", "where the cache lives (imagesmith/)", "docs/release.md"),
+    Variable("DOCKER_CONFIG", "docker's config folder (credentials)", "docs/build.md"),
+    Variable("NCCL_TESTS_BIN", "an image's nccl-tests folder (its Dockerfile sets it)", "docs/validation.md"),
+)
 
 
 def variable(name: str) -> Variable:
     """The declaration of *name*; KeyError when it is not declared (a bug: declare it in VARIABLES)."""
-    for v in VARIABLES:
+    for v in (*VARIABLES, *FOREIGN):
         if v.matches(name):
             return v
-    raise KeyError(f"{name} is not a declared IMAGESMITH_* variable (imagesmith/settings.py)")
+    raise KeyError(f"{name} is not a declared variable (imagesmith/settings.py: VARIABLES or FOREIGN)")
 
 
 def get(name: str, default: str | None = None, *, env: Mapping[str, str] | None = None) -> str | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -279,7 +278,7 @@ def validate_command(
         shm_min_source=shm_min_source or ("--shm-min" if shm_min else "imagesmith default (1 GiB)"),
         report_dir=report_dir,
         python=python,
-        nccl_tests=nccl_tests or os.environ.get("NCCL_TESTS_BIN") or None,
+        nccl_tests=nccl_tests or settings.get("NCCL_TESTS_BIN") or None,
         nccl_rounds=nccl_rounds,
         nccl_max_bytes=nccl_max_bytes,
         nccl_timeout_s=nccl_timeout,

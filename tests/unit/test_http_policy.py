@@ -50,6 +50,96 @@ def test_no_http_path_sets_its_own_policy() -> None:
     assert found == []
 
 
+#: the modules that send HTTP requests themselves: the policy's own, and the registry transport (it follows
+#: redirects hop by hop with :data:`imagesmith.http.REGISTRY`'s timeouts, retries and caps)
+SENDERS = frozenset(
+    {
+        "imagesmith/http.py",
+        "imagesmith/registry/transport.py",
+        "imagesmith/registry/upload.py",
+        "imagesmith/registry/client.py",
+        "imagesmith/registry/copy.py",
+        "imagesmith/registry/faults.py",  # the fault table: urllib3's exception types
+    }
+)
+#: what opens a connection or sends a request without a policy: another HTTP client, a raw socket
+RAW_CALLS = frozenset(
+    {
+        "urlopen",
+        "urlretrieve",
+        "HTTPConnection",
+        "HTTPSConnection",
+        "PoolManager",
+        "ProxyManager",
+        "connection_from_url",
+        "create_connection",
+        "socket",
+    }
+)
+RAW_MODULES = frozenset({"urllib.request", "http.client", "urllib3", "httpx", "aiohttp", "socket", "ftplib"})
+
+
+def raw_findings(source: str, path: str) -> list[str]:
+    """Requests sent around the policy: a session's or requests' own ``get``/``post``/… (with or without a
+    timeout: :func:`imagesmith.http.get` takes the session), another HTTP client or a socket."""
+    out = []
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            out += [
+                f"{path}:{node.lineno}: imports {n}"
+                for n in names
+                if n.split(".")[0] in RAW_MODULES or n in RAW_MODULES
+            ]
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute | ast.Name):
+            continue
+        name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+        owner = ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute) else ""
+        if name in HTTP_CALLS and (owner == "requests" or "session" in owner.lower()):
+            out.append(f"{path}:{node.lineno}: {owner}.{name}(…): send it with imagesmith.http.get")
+        elif name in RAW_CALLS:
+            out.append(f"{path}:{node.lineno}: {ast.unparse(node.func)}(…) opens a connection of its own")
+    return out
+
+
+def test_every_http_request_goes_through_the_policy() -> None:
+    """Outside imagesmith/http.py and the registry transport, no module sends a request itself: a
+    ``session.get(url)`` without a timeout waits for ever, a ``urlopen`` has no CA, cap or retry of ours.
+    (The validation suite and its probes run in the target's Python, not this tool: they open no HTTP
+    connection, and take a free port for torch's rendezvous with a socket.)"""
+    found = []
+    for path in sorted((REPO / "imagesmith").rglob("*.py")):
+        rel = str(path.relative_to(REPO))
+        if rel in SENDERS or rel.startswith(("imagesmith/validate/suite/", "imagesmith/validate/probes/")):
+            continue
+        found += raw_findings(path.read_text(), rel)
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "self.session.get(url)\n",
+        "import requests\nrequests.post(url, data=b'')\n",
+        "from urllib.request import urlopen\nurlopen(url)\n",
+        "import http.client\nhttp.client.HTTPSConnection(host)\n",
+        "import urllib3\nurllib3.PoolManager().request('GET', url)\n",
+        "import socket\nsocket.create_connection((host, 443))\n",
+    ],
+)
+def test_the_guard_finds_a_request_sent_around_the_policy(snippet: str) -> None:
+    assert raw_findings(snippet, "x.py") != []
+
+
+def test_the_guard_lets_the_policy_and_url_parsing_pass() -> None:
+    snippet = (
+        "from urllib.parse import urlsplit\nimport requests\nfrom imagesmith import http\n"
+        "s = requests.Session()\nr = http.get(url, http.PACKAGE_INDEX, session=s)\n"
+        "try:\n    pass\nexcept requests.RequestException:\n    pass\n"
+    )
+    assert raw_findings(snippet, "x.py") == []
+
+
 @pytest.mark.parametrize(
     "snippet",
     [
@@ -96,3 +186,28 @@ def test_an_answer_past_its_cap_is_refused_without_reading_on() -> None:
 
 def test_the_module_is_the_one_named_in_the_docs() -> None:
     assert "| `http.py` |" in Path(REPO / "docs/architecture.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("path", "line"),
+    [
+        ("imagesmith/pick.py", 1037),  # requests.get(url, timeout=30, stream=True): pick --index https://
+        ("imagesmith/refresh.py", 144),  # self.session.get(…): the package index
+        ("imagesmith/sources.py", 219),  # requests.get(…): source archives
+    ],
+)
+def test_the_guard_finds_the_paths_of_7f0dc7b(path: str, line: int) -> None:
+    """The HTTP paths with policies of their own that issue 24 names (git show 7f0dc7b)."""
+    import subprocess
+
+    try:
+        source = subprocess.run(
+            ["git", "-C", str(REPO), "show", f"7f0dc7b:{path}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=30,
+        ).stdout
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        pytest.skip(f"no 7f0dc7b in this checkout: {exc}")
+    assert f"{path}:{line}:" in " ".join(raw_findings(source, path))

@@ -7,7 +7,12 @@ is text too), pytest's rendering of a failure (``X.longrepr``, ``X.longreprtext`
 ``repr(e)`` / ``format(e)`` / ``e.render()`` / ``e.text`` / an f-string of ``e`` where ``e`` is an error: a
 name bound by ``except … as e`` or a parameter annotated with an ``…Error`` / ``…Exception`` type; a local
 variable assigned from error text is error text too, and so is the call of a function of the same module that
-returns error text (``return exc.message``: its caller would dissect the words).
+returns error text (``return exc.message``: its caller would dissect the words). Also error text: ``e.args``
+(the message it was raised with), ``str(e.__cause__)``, ``"{}".format(e)``, ``"%s" % e``, ``e.__str__()``,
+``getattr(e, "message")``, ``traceback.format_exc()``, ``str(sys.exc_info()[1])``, and an attribute that some
+module assigns error text to (``outcome.error = str(exc)``); an error is also a name annotated with an error
+type, a new one (``err = RegistryError(…)``), an element of a collection of errors (a parameter annotated
+``list[RegistryError]``, an exception group's ``exceptions``).
 It is a finding when error text
 
 - is looked into: compared (``==``, ``in``, …), or the receiver or argument of ``startswith``, ``endswith``,
@@ -16,7 +21,12 @@ It is a finding when error text
   ``split`` / ``finditer``;
 - or appears inside a condition (``if``, ``while``, a conditional expression's test, a comprehension's
   ``if``, ``assert``) other than as a bare truth value (``if exc.message:`` asks whether there is one; so
-  does ``x is None``).
+  does ``x is None``) or as the owner of a data attribute (``result.rc``);
+- or is the subject of a ``match``, a key looked up (``HINTS[exc.message]``, ``HINTS.get(…)``), an argument
+  of a compiled pattern's ``search``/``match``/… or of ``fnmatch``, ``__contains__``'s receiver;
+- or is handed to a module-level function that decides on that parameter's text (``_denied(exc.message)``
+  where ``def _denied(t): return "denied" in t``), of the same module or imported by name from another:
+  such functions are found by taking each of their ``str`` parameters for error text in turn.
 
 imagesmith's own prose is read back the same way when it is not an error: a cell's ``reasons``, a
 release's ``steps``, a verdict's ``notes`` or ``blockers``, a ``why`` (:data:`PROSE`; a name bound to an
@@ -32,8 +42,11 @@ kept verbatim as a field, which is the only thing those parties give (docker's A
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import subprocess
 from collections.abc import Collection
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -41,7 +54,12 @@ import pytest
 from tests.repo import REPO
 
 TEXT_ATTRS = frozenset({"message", "hint", "longrepr", "longreprtext"})
-ERROR_TEXT_ATTRS = frozenset({"text"})
+#: text only of an error (``exc.text``; ``exc.args[0]``: the message it was raised with)
+ERROR_TEXT_ATTRS = frozenset({"text", "args"})
+#: an error's own cause is an error too (``str(exc.__cause__)``)
+ERROR_ATTRS = frozenset({"__cause__", "__context__"})
+#: ``traceback``'s renderings of the error being handled
+TRACEBACK_TEXT = frozenset({"format_exc", "format_exception", "format_exception_only"})
 LOOKS_INTO = frozenset(
     {
         "startswith",
@@ -55,9 +73,14 @@ LOOKS_INTO = frozenset(
         "count",
         "removeprefix",
         "removesuffix",
+        "__contains__",
     }
 )
 REGEX = frozenset({"search", "match", "fullmatch", "findall", "sub", "split", "finditer"})
+#: a compiled pattern's methods (``PATTERN.search(exc.message)``), and fnmatch's
+PATTERN = frozenset({"search", "match", "fullmatch", "findall", "finditer", "fnmatch", "fnmatchcase"})
+#: a mapping looked up by error text (``HINTS.get(exc.message)``: a table keyed on the words)
+LOOKUP = frozenset({"get", "pop", "setdefault"})
 #: names of imagesmith's own prose: why a cell was refused, what a step did, a verdict's reasons and notes —
 #: text for a person, built from parts the code had as data; deciding on it reads the words back
 #: (a field with a fixed set of values, e.g. ``PromotionError.step``, is data: not listed)
@@ -71,11 +94,47 @@ ALLOWED = {
 }
 
 
+@functools.cache
+def _parse(source: str, path: str) -> ast.Module:
+    return ast.parse(source, path)
+
+
+def _walk(node: ast.AST) -> list[ast.AST]:
+    """``ast.walk(node)`` as a list, kept on the node (the guard walks each function several times)."""
+    walked: list[ast.AST] | None = getattr(node, "_walked", None)
+    if walked is None:
+        walked = list(ast.walk(node))
+        node._walked = walked  # type: ignore[attr-defined]
+    return walked
+
+
 def _is_error_type(annotation: ast.expr | None) -> bool:
     if annotation is None:
         return False
     text = ast.unparse(annotation)
     return any(part.strip().endswith(("Error", "Exception")) for part in text.replace("|", ",").split(","))
+
+
+_ERROR_NAME = re.compile(r"\b\w*(Error|Exception)\b")
+
+
+def _holds_errors(annotation: ast.expr | None) -> bool:
+    """``list[RegistryError]``, ``Sequence[tuple[str, ImagesmithError]]``: a collection of errors (its
+    elements, in a loop, are errors)."""
+    return (
+        annotation is not None
+        and not _is_error_type(annotation)
+        and bool(_ERROR_NAME.search(ast.unparse(annotation)))
+    )
+
+
+def _constructs_error(node: ast.AST) -> bool:
+    """``RegistryError(…)``, ``errors.ConfigError(…)``: a new error."""
+    if not isinstance(node, ast.Call):
+        return False
+    fn = node.func
+    name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
+    return name.endswith(("Error", "Exception"))
 
 
 class _Finder(ast.NodeVisitor):
@@ -87,6 +146,16 @@ class _Finder(ast.NodeVisitor):
         self.text_functions: set[str] = set()
         #: names bound to our own prose (an element of ``reasons``, ``for step in steps``)
         self.prose: list[set[str]] = [set()]
+        #: attributes assigned error text somewhere (``outcome.error = str(exc)``): reading one is error text
+        self.text_attrs: set[str] = set()
+        #: functions that decide on a parameter's text (``def _denied(t): return "denied" in t``): name →
+        #: the positions (not counting ``self``) and names of those parameters; error text passed there is
+        #: decided on
+        self.deciders: dict[str, set[int | str]] = {}
+        #: names bound to a collection of errors (a parameter annotated ``list[RegistryError]``)
+        self.collections: list[set[str]] = [set()]
+        #: parameter names to treat as error text in the next function visited (finding deciders)
+        self.seed: set[str] = set()
 
     # -- scopes ---------------------------------------------------------------------------------------------
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
@@ -95,15 +164,24 @@ class _Finder(ast.NodeVisitor):
             for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
             if _is_error_type(a.annotation)
         }
-        self.scopes.append((node.name, errors, set()))
+        self.scopes.append((node.name, errors, set(self.seed)))
+        self.seed = set()
         self.prose.append(set())
+        self.collections.append(
+            {
+                a.arg
+                for a in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+                if _holds_errors(a.annotation)
+            }
+        )
         # two passes: names bound later in the body (a loop) are known when a condition reads them
         for _ in range(2):
             self._bind(node)
-        for ret in ast.walk(node):
+        for ret in _walk(node):
             if isinstance(ret, ast.Return) and ret.value is not None and self._text_valued(ret.value):
                 self.text_functions.add(node.name)
         self.generic_visit(node)
+        self.collections.pop()
         self.prose.pop()
         self.scopes.pop()
 
@@ -119,9 +197,25 @@ class _Finder(ast.NodeVisitor):
         return self.scopes[-1][2]
 
     def _bind(self, fn: ast.AST) -> None:
-        for node in ast.walk(fn):
+        for node in _walk(fn):
             if isinstance(node, ast.ExceptHandler) and node.name:
                 self.errors.add(node.name)
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                if _is_error_type(node.annotation):
+                    self.errors.add(node.target.id)
+                elif _holds_errors(node.annotation):
+                    self.collections[-1].add(node.target.id)
+            if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value is not None:
+                value = node.value
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    if isinstance(target, ast.Name) and self._error(value):
+                        self.errors.add(target.id)  # err = RegistryError(…); e = exc.__cause__
+                    if isinstance(target, ast.Attribute) and self._text_valued(value):
+                        self.text_attrs.add(target.attr)  # outcome.error = str(exc)
+            if isinstance(node, ast.For | ast.AsyncFor | ast.comprehension) and self._errors_in(node.iter):
+                for name in ast.walk(node.target):
+                    if isinstance(name, ast.Name):
+                        self.errors.add(name.id)  # for e in errors / for e in group.exceptions
             targets: list[tuple[ast.expr, ast.expr]] = []
             if isinstance(node, ast.Assign):
                 for target in node.targets:
@@ -166,18 +260,39 @@ class _Finder(ast.NodeVisitor):
     # -- what is error text ---------------------------------------------------------------------------------
     def _is_text(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Attribute):
-            if node.attr in TEXT_ATTRS:
+            if node.attr in TEXT_ATTRS or node.attr in self.text_attrs:
                 return True
-            return (
-                node.attr in ERROR_TEXT_ATTRS and isinstance(node.value, ast.Name) and self._error(node.value)
-            )
+            return node.attr in ERROR_TEXT_ATTRS and self._error(node.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            fn = node.func
+            if fn.attr in ("__str__", "__repr__", "__format__") and self._error(fn.value):
+                return True  # exc.__str__()
+            if fn.attr == "format" and isinstance(fn.value, ast.Constant):
+                return any(self._error(a) for a in [*node.args, *(k.value for k in node.keywords)])
+            if fn.attr in TRACEBACK_TEXT and isinstance(fn.value, ast.Name) and fn.value.id == "traceback":
+                return True
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Mod)
+            and isinstance(node.left, ast.Constant)
+        ):
+            parts = node.right.elts if isinstance(node.right, ast.Tuple) else [node.right]
+            return any(self._error(p) for p in parts)  # "%s" % exc
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "getattr"
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            attr = node.args[1].value
+            return attr in TEXT_ATTRS or (attr in ERROR_TEXT_ATTRS and self._error(node.args[0]))
         if isinstance(node, ast.Name):
             return node.id in self.tainted
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
             and node.func.attr == "render"
-            and isinstance(node.func.value, ast.Name)
             and self._error(node.func.value)
         ):
             return True  # exc.render(): the (error line, fix line) the edge prints
@@ -193,16 +308,39 @@ class _Finder(ast.NodeVisitor):
             and node.func.id in ("str", "repr", "format")
             and node.args
         ):
-            return isinstance(node.args[0], ast.Name) and self._error(node.args[0])
+            return self._error(node.args[0])
         if isinstance(node, ast.JoinedStr):
-            return any(
-                isinstance(v, ast.FormattedValue) and isinstance(v.value, ast.Name) and self._error(v.value)
-                for v in node.values
-            )
+            return any(isinstance(v, ast.FormattedValue) and self._error(v.value) for v in node.values)
         return False
 
-    def _error(self, name: ast.Name) -> bool:
-        return name.id in self.errors
+    def _error(self, node: ast.AST) -> bool:
+        """*node* is an error: a name bound to one, its ``__cause__``/``__context__``, ``sys.exc_info()[1]``,
+        a new one (``RegistryError(…)``)."""
+        if isinstance(node, ast.Name):
+            return node.id in self.errors
+        if isinstance(node, ast.Attribute) and node.attr in ERROR_ATTRS:
+            return self._error(node.value)
+        if (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.value, ast.Call)
+            and ast.unparse(node.value.func) in ("sys.exc_info", "exc_info")
+        ):
+            return True
+        return _constructs_error(node)
+
+    def _errors_in(self, node: ast.AST) -> bool:
+        """*node* holds errors: a name bound to a collection of them, ``group.exceptions``."""
+        if isinstance(node, ast.Name):
+            return node.id in self.collections[-1]
+        if isinstance(node, ast.Attribute) and node.attr == "exceptions":
+            return self._error(node.value)
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("enumerate", "reversed", "sorted", "list", "tuple")
+        ):
+            return any(self._errors_in(a) for a in node.args)
+        return False
 
     def _is_prose(self, node: ast.AST) -> bool:
         """*node* is imagesmith's own prose (:data:`PROSE`), an element or slice of it, or a name bound to
@@ -220,7 +358,18 @@ class _Finder(ast.NodeVisitor):
         return False
 
     def _has_text(self, node: ast.AST) -> bool:
-        return any(self._is_text(n) for n in ast.walk(node))
+        """Error text anywhere in *node*, except as the owner of a data attribute: ``result.rc`` reads a field
+        of the value, not its words (``exc.message.lower()`` — a method of the text — is text)."""
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if self._is_text(n):
+                return True
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute):
+                stack += [n.func.value, *n.args, *(k.value for k in n.keywords)]
+            elif not isinstance(n, ast.Attribute):
+                stack += list(ast.iter_child_nodes(n))
+        return False
 
     # -- findings -------------------------------------------------------------------------------------------
     def _find(self, node: ast.AST, why: str) -> None:
@@ -256,6 +405,42 @@ class _Finder(ast.NodeVisitor):
                 and any(self._has_text(a) or self._is_prose(a) for a in node.args)
             ):
                 self._find(node, f"matches error text or prose (re.{fn.attr})")
+            elif fn.attr in PATTERN and any(self._has_text(a) for a in node.args):
+                self._find(node, f"matches error text ({fn.attr})")
+            elif (
+                fn.attr in LOOKUP
+                and node.args
+                and self._has_text(node.args[0])
+                and not self._has_text(fn.value)
+            ):
+                self._find(node, f"looks up by error text ({fn.attr})")
+        elif isinstance(fn, ast.Name) and fn.id in PATTERN and any(self._has_text(a) for a in node.args):
+            self._find(node, f"matches error text ({fn.id})")
+        decided = self._decided(node)
+        if decided:
+            self._find(node, f"passes error text to {decided}, which decides on it")
+        self.generic_visit(node)
+
+    def _decided(self, node: ast.Call) -> str | None:
+        """The name of the function *node* calls when it passes error text where that function decides on
+        its parameter's text (a module-level function, called by its name)."""
+        fn = node.func
+        name = fn.id if isinstance(fn, ast.Name) else ""
+        params = self.deciders.get(name)
+        if not params:
+            return None
+        given: list[ast.AST] = [a for i, a in enumerate(node.args) if i in params]
+        given += [k.value for k in node.keywords if k.arg in params]
+        return name if any(self._has_text(a) for a in given) else None
+
+    def visit_Subscript(self, node: ast.Subscript) -> None:
+        if isinstance(node.ctx, ast.Load) and self._has_text(node.slice) and not self._has_text(node.value):
+            self._find(node, "looks up by error text")
+        self.generic_visit(node)
+
+    def visit_Match(self, node: ast.Match) -> None:
+        if self._has_text(node.subject):
+            self._find(node.subject, "matches on error text (match)")
         self.generic_visit(node)
 
     def _condition(self, test: ast.expr) -> None:
@@ -272,10 +457,16 @@ class _Finder(ast.NodeVisitor):
                 stack.append(n.operand)
             elif isinstance(n, ast.Compare) and _presence(n):
                 stack.append(n.left)
-        for node in ast.walk(test):
+        todo: list[ast.AST] = [test]
+        while todo:
+            node = todo.pop()
             if id(node) not in bare and self._is_text(node):
                 self._find(test, "decides on error text")
                 return
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                todo += [node.func.value, *node.args, *(k.value for k in node.keywords)]
+            elif not isinstance(node, ast.Attribute):  # ``result.rc``: a field of the value, not its words
+                todo += list(ast.iter_child_nodes(node))
 
     def visit_If(self, node: ast.If) -> None:
         self._condition(node.test)
@@ -317,21 +508,110 @@ def _literal(node: ast.AST) -> bool:
     return False
 
 
-def text_functions(source: str, path: str) -> set[str]:
-    """The functions of *source* that return error text (``return exc.message``)."""
-    tree = ast.parse(source, path)
-    first = _Finder(path)
+@dataclass
+class Known:
+    """What one module tells the others: its functions that return error text, the attributes it assigns
+    error text to, its functions that decide on a parameter's text."""
+
+    text_functions: set[str] = field(default_factory=set)
+    text_attrs: set[str] = field(default_factory=set)
+    deciders: dict[str, set[int | str]] = field(default_factory=dict)
+
+    def __or__(self, other: Known) -> Known:
+        deciders = {k: set(v) for k, v in self.deciders.items()}
+        for k, v in other.deciders.items():
+            deciders.setdefault(k, set()).update(v)
+        return Known(self.text_functions | other.text_functions, self.text_attrs | other.text_attrs, deciders)
+
+
+def _finder(path: str, known: Known) -> _Finder:
+    finder = _Finder(path)
+    finder.text_functions = set(known.text_functions)
+    finder.text_attrs = set(known.text_attrs)
+    finder.deciders = known.deciders
+    return finder
+
+
+def learn(source: str, path: str, elsewhere: Known | None = None) -> Known:
+    """What *source* tells other modules (see :class:`Known`), with what *elsewhere* told it."""
+    tree = _parse(source, path)
+    known = elsewhere or Known()
+    first = _finder(path, known)
     first._bind(tree)
     first.visit(tree)
-    return first.text_functions
+    known = known | Known(first.text_functions, first.text_attrs)
+    return known | Known(deciders=_deciders(tree, path, known))
 
 
-def findings(source: str, path: str, elsewhere: Collection[str] = ()) -> list[str]:
-    """The guard's findings in *source*; *elsewhere*: names of other modules' functions that return error
-    text (their calls here are error text too)."""
-    tree = ast.parse(source, path)
-    finder = _Finder(path)
-    finder.text_functions = text_functions(source, path) | set(elsewhere)
+def _decision_names(fn: ast.AST) -> set[str]:
+    """Names that appear where a decision could read them (a comparison, a condition, a lookup key, a match
+    subject, a call that looks into text): the parameters worth taking for error text."""
+    out: set[str] = set()
+    for node in _walk(fn):
+        parts: list[ast.AST] = []
+        if isinstance(node, ast.Compare | ast.Match):
+            parts.append(node)
+        elif isinstance(node, ast.If | ast.While | ast.IfExp | ast.Assert):
+            parts.append(node.test)
+        elif isinstance(node, ast.Subscript):
+            parts.append(node.slice)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute | ast.Name):
+            fn_name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
+            if fn_name in LOOKS_INTO | REGEX | PATTERN | LOOKUP:
+                parts.append(node)
+        out |= {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
+    return out
+
+
+def _deciders(tree: ast.Module, path: str, known: Known) -> dict[str, set[int | str]]:
+    """The module-level functions of *tree* that decide on a parameter's text: the guard finds something in
+    the function when that parameter is taken for error text, and nothing without."""
+    out: dict[str, set[int | str]] = {}
+    for fn in tree.body:
+        if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        seen = _decision_names(fn)
+        candidates = [
+            (i, a.arg)
+            for i, a in enumerate([*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs])
+            if a.arg in seen and ast.unparse(a.annotation or ast.Constant("str")) in _TEXTUAL
+        ]
+        if not candidates:
+            continue
+
+        def found(seed: set[str], fn: ast.FunctionDef | ast.AsyncFunctionDef = fn) -> int:
+            finder = _finder(path, known)
+            finder.seed = seed
+            finder.visit(fn)
+            return len(finder.findings)
+
+        plain = found(set())
+        if found({name for _, name in candidates}) == plain:
+            continue
+        for index, name in candidates:
+            if found({name}) > plain:
+                out.setdefault(fn.name, set()).update({index, name})
+    return out
+
+
+#: the annotations of a parameter that may be handed error text
+_TEXTUAL = frozenset({"str", "'str'", "str | None", "object", "Any"})
+
+
+def text_functions(source: str, path: str) -> set[str]:
+    """The functions of *source* that return error text (``return exc.message``)."""
+    return learn(source, path).text_functions
+
+
+def findings(source: str, path: str, elsewhere: Collection[str] | Known = ()) -> list[str]:
+    """The guard's findings in *source*; *elsewhere*: what other modules told (:func:`learn`; a collection:
+    names of their functions that return error text — their calls here are error text too)."""
+    tree = _parse(source, path)
+    if isinstance(elsewhere, Known):
+        known = elsewhere  # learnt from every module, this one too
+    else:
+        known = learn(source, path, Known(text_functions=set(elsewhere)))
+    finder = _finder(path, known)
     finder._bind(tree)
     finder.visit(tree)
     return sorted(set(finder.findings))
@@ -341,14 +621,19 @@ def test_no_code_in_imagesmith_decides_on_error_text() -> None:
     sources = {
         str(path.relative_to(REPO)): path.read_text() for path in sorted((REPO / "imagesmith").rglob("*.py"))
     }
-    # a function that returns error text, called from another module (release._with_fix, …)
-    returning: set[str] = set()
+    # a function that returns error text, an attribute assigned it, a function that decides on a parameter's
+    # text — each used from another module (release._with_fix, …)
+    known = Known()
     for rel, text in sources.items():
-        returning |= text_functions(text, rel)
+        known = known | learn(text, rel)
     found: list[str] = []
     for rel, text in sources.items():
-        found += findings(text, rel, returning)
+        found += findings(text, rel, known)
     assert found == []
+
+
+#: a snippet's head: an error bound by ``except``
+_T = "try:\n    f()\nexcept E as exc:\n"
 
 
 def _at(commit: str, path: str) -> str:
@@ -408,6 +693,52 @@ def test_the_guard_finds_what_issue_24_removed(path: str, line: int) -> None:
 )
 def test_the_guard_finds_each_kind_of_decision(snippet: str) -> None:
     assert findings(snippet, "snippet.py") != []
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        # the forms the first guard missed (issue 24 re-check, b5): each decides on an error's words
+        _T + "    if 'x' in exc.args[0]:\n        pass\n",
+        _T + "    ok = exc.args == ('x',)\n",
+        _T + "    ok = 'x' in str(exc.__cause__)\n",
+        _T + "    ok = 'x' in '{}'.format(exc)\n",
+        _T + "    ok = 'x' in '%s' % exc\n",
+        _T + "    ok = 'x' in exc.__str__()\n",
+        _T + "    ok = 'x' in getattr(exc, 'message', '')\n",
+        "import traceback\nok = 'x' in traceback.format_exc()\n",
+        "import sys\nok = 'x' in str(sys.exc_info()[1])\n",
+        _T + "    match exc.message:\n        case 'x':\n            pass\n",
+        _T + "    fix = HINTS[exc.message]\n",
+        _T + "    fix = HINTS.get(exc.message)\n",
+        _T + "    ok = exc.message.__contains__('x')\n",
+        _T + "    ok = PATTERN.search(exc.message)\n",
+        _T + "    ok = fnmatch.fnmatch(exc.message, '*x*')\n",
+        # a helper that decides on its parameter, handed error text (assigned, returned, not in an ``if``)
+        "def _denied(t: str) -> bool:\n    return 'denied' in t\n"
+        + _T
+        + "    refused = _denied(exc.message)\n",
+        "def _denied(t: str) -> bool:\n    return 'denied' in t\n"
+        "def g() -> bool:\n    try:\n        f()\n    except E as exc:\n        return _denied(str(exc))\n"
+        "    return False\n",
+        # errors not bound by ``except``: a collection, a new one, an exception group, a stored rendering
+        "def g(errs: list[RegistryError]) -> None:\n    for e in errs:\n        if 'x' in str(e):\n"
+        "            pass\n",
+        "err = RegistryError('a')\nok = 'x' in err.text\n",
+        "try:\n    f()\nexcept* E as eg:\n    ok = any('x' in str(e) for e in eg.exceptions)\n",
+        _T + "    outcome.error = str(exc)\nif 'denied' in outcome.error:\n    pass\n",
+    ],
+)
+def test_the_guard_finds_the_forms_it_first_missed(snippet: str) -> None:
+    assert findings(snippet, "snippet.py") != []
+
+
+def test_a_helper_that_decides_is_followed_across_modules() -> None:
+    """``from imagesmith.x import _denied``: error text handed to another module's deciding function."""
+    helper = "def _denied(t: str) -> bool:\n    return 'denied' in t\n"
+    caller = "from imagesmith.x import _denied\n" + _T + "    refused = _denied(exc.message)\n"
+    assert findings(caller, "other.py") == []
+    assert findings(caller, "other.py", learn(helper, "imagesmith/x.py")) != []
 
 
 @pytest.mark.parametrize(
@@ -473,6 +804,15 @@ def test_the_guard_lets_prose_be_written_and_joined(snippet: str) -> None:
         "try:\n    f()\nexcept E as exc:\n    if exc.fault == 'unreachable' and exc.message:\n        pass\n",
         "try:\n    f()\nexcept E as exc:\n    if 'rlimit' in (exc.said or ''):\n        pass\n",
         "def g(exc: RegistryError) -> str:\n    return exc.message.splitlines()[0]\n",
+        # a foreign exception's data, not its words (testinfra raises RuntimeError(CommandResult))
+        _T + "    result = exc.args[0] if exc.args else None\nif result is not None and result.rc == 0:\n"
+        "    pass\n",
+        # a helper that decides on a parameter, handed a field
+        "def _denied(t: str) -> bool:\n    return 'denied' in t\n"
+        + _T
+        + "    refused = _denied(exc.said or '')\n",
+        # a rendering kept for a person
+        _T + "    outcome.error = str(exc)\nprint(outcome.error)\n",
     ],
 )
 def test_the_guard_lets_fields_and_rendering_pass(snippet: str) -> None:

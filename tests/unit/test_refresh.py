@@ -5,13 +5,16 @@ built here served by a fake range-capable HTTP client."""
 from __future__ import annotations
 
 import dataclasses
+import http.server
 import io
 import json
 import struct
 import sys
+import threading
 import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import requests
@@ -184,6 +187,65 @@ def test_a_network_failure_names_the_url(monkeypatch: pytest.MonkeyPatch) -> Non
         source.files("torch")
     assert "https://index.test/simple/torch/" in err.value.message
     assert "--offline" in (err.value.hint or "")
+
+
+class _Endless(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with HTTP 200 and 64 MiB, Range or not, counting what it could send."""
+
+    sent: ClassVar[list[int]] = []
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(64 << 20))
+        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+        self.end_headers()
+        chunk = b" " * (1 << 16)
+        try:
+            for _ in range(1024):
+                self.wfile.write(chunk)
+                self.sent.append(len(chunk))
+        except OSError:  # the client hung up
+            return
+
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+
+@pytest.fixture
+def endless() -> Iterator[str]:
+    _Endless.sent = []
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_range_answered_with_the_whole_file_is_refused_unread(endless: str) -> None:
+    """A file host that ignores Range answers with the whole wheel (gigabytes): refused on its status,
+    before its body is read (requests reads a body that is not streamed in full)."""
+    with pytest.raises(UpstreamError, match="ignored the Range header"):
+        refresh.Http().range(f"{endless}/torch.whl", 0, 99)
+    assert sum(_Endless.sent) < 32 << 20, sum(_Endless.sent)
+
+
+def test_an_index_answer_past_the_package_index_cap_is_refused(
+    endless: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An answer read whole is capped by the package-index policy (imagesmith/http.py), not read to its
+    end."""
+    from imagesmith import http as http_policy
+
+    monkeypatch.setattr(
+        http_policy, "PACKAGE_INDEX", dataclasses.replace(http_policy.PACKAGE_INDEX, max_bytes=1 << 20)
+    )
+    with pytest.raises(UpstreamError, match="more than 1 MiB") as err:
+        refresh.Http().get(f"{endless}/simple/torch/")
+    assert err.value.hint
+    assert sum(_Endless.sent) < 32 << 20, sum(_Endless.sent)
 
 
 def test_an_html_only_index_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -68,9 +68,32 @@ def findings(trees: dict[str, ast.AST]) -> list[str]:
                 key = node.args[0]
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getenv":
                 key = node.args[0] if node.args else None
-            if key is not None and (name := imagesmith_name(key)) is not None:
+            if key is None:
+                continue
+            name = imagesmith_name(key) or (_setting_name(key) if _environment(node) else None)
+            if name is not None:
                 out.append(f"{path}:{getattr(node, 'lineno', 0)}: reads {name} from the environment")
     return out
+
+
+#: what a module calls the process environment (``env = os.environ if env is None else env``)
+ENVIRONMENT = frozenset({"os.environ", "environ", "env", "os", "os.environ.copy()", "dict(os.environ)"})
+
+
+def _environment(node: ast.AST) -> bool:
+    """*node* reads from the process environment: ``os.environ[…]``, ``env.get(…)``, ``os.getenv(…)``."""
+    if isinstance(node, ast.Subscript):
+        return ast.unparse(node.value) in ENVIRONMENT
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        return ast.unparse(node.func.value) in ENVIRONMENT
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getenv"
+
+
+def _setting_name(node: ast.expr) -> str | None:
+    """An environment variable's name written in the code (``"PIP_INDEX_URL"``, ``"DOCKER_CONFIG"``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.isupper():
+        return node.value if node.value.replace("_", "").isalnum() else None
+    return None
 
 
 @pytest.mark.parametrize(
@@ -81,6 +104,11 @@ def findings(trees: dict[str, ast.AST]) -> list[str]:
         "import os\ne = os.environ\nx = e['IMAGESMITH_CACHE']\n",
         "import os\nx = os.environ.copy().pop('IMAGESMITH_CACHE', None)\n",
         "from os import getenv\nx = getenv('IMAGESMITH_CACHE')\n",
+        # any other tool's variable read as a setting (issue 24 re-check): declared in settings.FOREIGN
+        "import os\nx = os.environ.get('PIP_INDEX_URL')\n",
+        "import os\nenv = os.environ\nx = env['XDG_CACHE_HOME'] if env.get('XDG_CACHE_HOME') else None\n",
+        "import os\nx = os.getenv('DOCKER_CONFIG')\n",
+        "import os\nx = os.environ['NCCL_TESTS_BIN']\n",
     ],
 )
 def test_the_guard_finds_a_read_through_any_mapping(snippet: str) -> None:
@@ -88,7 +116,10 @@ def test_the_guard_finds_a_read_through_any_mapping(snippet: str) -> None:
 
 
 def test_the_guard_lets_settings_and_writes_pass() -> None:
-    snippet = "x = settings.get('IMAGESMITH_CACHE')\nargs = {}\nargs['IMAGESMITH_PIP_INDEX_URL'] = 'u'\n"
+    snippet = (
+        "x = settings.get('IMAGESMITH_CACHE')\nargs = {}\nargs['IMAGESMITH_PIP_INDEX_URL'] = 'u'\n"
+        "env = dict(os.environ)\nenv['PATH'] = '/x'\npath = image_env.get('PATH')\n"
+    )
     assert findings({"imagesmith/x.py": ast.parse(snippet)}) == []
 
 
@@ -153,7 +184,7 @@ def test_every_name_the_code_reads_is_declared() -> None:
 
 
 def test_each_variable_is_documented_where_it_says() -> None:
-    for v in settings.VARIABLES:
+    for v in (*settings.VARIABLES, *settings.FOREIGN):
         text = (REPO / v.docs).read_text()
         assert (v.pattern and "IMAGESMITH_REGISTRY_" in text) or v.name in text, (v.name, v.docs)
 
