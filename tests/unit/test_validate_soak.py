@@ -386,3 +386,28 @@ def test_windows_of_no_time_or_running_backwards_fail(shift: float) -> None:
         f"{GPU}: 1 window(s) end before they start or take no time (window 30: 150."
     ), failures
     assert "minute 3): the probe's clock or its output is broken" in failures[0]
+
+
+def test_the_probe_reads_a_process_name_with_commas_as_one_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """probes/soak.py's sampler: nvidia-smi does not quote its CSV, so a process whose path has a comma
+    spans five cells; before, it was dropped and the soak never named the co-tenant."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("soak_probe", REPO / "imagesmith/validate/probes/soak.py")
+    assert spec is not None
+    assert spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    uuid = "GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685"
+    answers = {
+        "--query-gpu": f"0, {uuid}, 1980, 1980, 40, 120.5, 0x0000000000000004, 100, 9000\n",
+        "--query-compute-apps": f"{uuid}, 31337, /srv/a,b/venv/bin/python3, 9000\n",
+    }
+    sampler = probe.Sampler(1.0, 0.0)
+    sampler.query = lambda args: (0, next(v for k, v in answers.items() if args[0].startswith(k)), "")
+    sampler.sample(0)
+    records = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
+    apps = next(r for r in records if r["kind"] == "apps")["apps"]
+    assert apps == [{"uuid": uuid, "pid": "31337", "name": "/srv/a,b/venv/bin/python3", "mib": "9000"}]
