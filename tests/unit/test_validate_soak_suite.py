@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from imagesmith.commands.validate import parse_duration
 from imagesmith.validate.container import inner_argv
 from imagesmith.validate.context import SuiteOptions
 from imagesmith.validate.record import report_figures, soak_sentence_of
@@ -179,6 +180,29 @@ def test_soak_flags(run_cli: Callable[..., Any], tmp_path: Path) -> None:
         assert r.exit_code == 2, (args, r.stderr)
         assert words in r.stderr, (args, r.stderr)
         assert "fix:" in r.stderr
+
+
+@pytest.mark.parametrize("duration", ["10m10m", "30m1h", "1m1m1m"])
+def test_a_soak_with_a_unit_twice_or_out_of_order_is_not_a_duration(
+    duration: str, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Before, "10m10m" was silently a 20-minute soak and "30m1h" 90 minutes: a typo, not a sum."""
+    r = run_cli("validate", "local://", "--soak", duration, "--report", str(tmp_path / "r"))
+    assert r.exit_code == 2, r.stderr
+    assert f"--soak {duration!r}: not a duration" in r.stderr
+    assert parse_duration("1h 30m 5s", what="--soak") == 5405
+    assert parse_duration("600", what="--soak") == 600  # what the image run passes on
+
+
+def test_a_bare_number_for_the_soak_says_it_was_read_as_seconds(
+    run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """--soak 10 meant as minutes: the error says it was read as 10 s and how to write minutes."""
+    r = run_cli("validate", "local://", "--soak", "10", "--report", str(tmp_path / "r"))
+    assert r.exit_code == 2
+    assert "--soak 10: shorter than 2 minutes (a bare number is seconds: 10 s; for minutes write 10m)" in (
+        r.stderr
+    )
 
 
 def test_the_image_run_passes_the_soak_flags_on() -> None:
