@@ -35,7 +35,11 @@ if a[:1] == ["-c"]:
 if a[:2] == ["-m", "torch.distributed.run"]:
     n = int(next(x for x in a if x.startswith("--nproc_per_node=")).split("=")[1])
     eff = float(open(os.path.join(D, "efficiency")).read()) if n > 1 else 1.0
-    for rank in range(n):
+    fake_ranks = os.path.join(D, "ranks")  # a torchrun that starts other ranks than asked for
+    ranks = range(n)
+    if n > 1 and os.path.exists(fake_ranks):
+        ranks = [int(x) for x in open(fake_ranks).read().split(",")]
+    for rank in ranks:
         # the real one-GPU step on the lent H200: 20 steps of 16384 rows in 0.4436 s
         elapsed = 0.44364 / eff
         print("IMAGESMITH_PROBE " + json.dumps({"rank": rank, "world": n, "name": "NVIDIA H200",
@@ -164,6 +168,51 @@ def test_scaling_with_an_unusable_timing_fails_naming_it(
     assert c["status"] == "failed", c
     assert "reported elapsed_s = " in c["message"], c["message"]
     assert "not a positive number" in c["message"]
+
+
+def test_a_superlinear_scaling_figure_warns_and_is_not_recorded(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """Weak scaling cannot beat N × one GPU: 1.3 says the one-GPU timing was slowed (a co-tenant's burst on
+    GPU 0 during it). Before, it passed without a word and went into the report's figures, where a release
+    index's fleet median learns from it."""
+    (host / "efficiency").write_text("1.3")
+    _, data = run(run_cli, tmp_path, python, "-k", "test_scaling_efficiency")
+    c = next(c for c in data["checks"] if c["name"] == "test_scaling_efficiency")
+    assert c["status"] == "passed"
+    assert c["figures"]["efficiency"] == pytest.approx(1.3, abs=1e-3)
+    assert any(
+        w.startswith(
+            "DDP scaling efficiency 1.30 × is above 1: each of the 2 GPUs trained faster (step 17.06 ms)"
+        )
+        and "not recorded" in w
+        for w in c["warnings"]
+    ), c["warnings"]
+    assert "scaling_efficiency" not in report_figures(data["checks"])
+
+
+@pytest.mark.parametrize("ranks", ["0,0", "0,3"])
+def test_scaling_ranks_that_are_not_the_ones_asked_for_fail(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+    ranks: str,
+) -> None:
+    """Two records for 2 GPUs, but rank 0 twice (or a rank 3): before, their rows were summed as the 2-GPU
+    throughput."""
+    (host / "efficiency").write_text("0.95")
+    (host / "ranks").write_text(ranks)
+    _, data = run(run_cli, tmp_path, python, "-k", "test_scaling_efficiency")
+    c = next(c for c in data["checks"] if c["name"] == "test_scaling_efficiency")
+    assert c["status"] == "failed", c
+    a, b = ranks.split(",")
+    assert c["message"] == (
+        f"the DDP step on 2 GPU(s): the ranks reported (rank, world) ({a}, 2), ({b}, 2), not ranks 0–1 of 2"
+    )
 
 
 def test_soak_flags(run_cli: Callable[..., Any], tmp_path: Path) -> None:
