@@ -337,6 +337,26 @@ def completeness(series: SoakSeries) -> list[str]:
     return out
 
 
+def unloaded(series: SoakSeries, listed: Mapping[int, str]) -> list[str]:
+    """The GPUs nvidia-smi listed when the suite started (*listed*: index → name) that the soak put no load
+    on: one that fell off the bus or was taken away since, or a torch that sees fewer devices — a soak of
+    the GPUs that are left says nothing about it. By nvidia-smi index where every GPU of the series has one
+    (matched by UUID), else by count."""
+    if not series.rows or not listed:
+        return []
+    if len(series.gpu_index) == len(series.rows):
+        loaded = set(series.gpu_index.values())
+        missing = [i for i in sorted(listed) if i not in loaded]
+    else:
+        missing = sorted(listed)[len(series.rows) :]
+    seen = f"torch saw {series.cuda_devices} CUDA device(s)" if series.cuda_devices else "no window from it"
+    return [
+        f"GPU {i} ({listed[i]}): nvidia-smi listed it when the suite started, but the soak put no load on it "
+        f"({seen}): it was lost or taken away since, or is hidden from CUDA"
+        for i in missing
+    ]
+
+
 @dataclass(frozen=True, kw_only=True)
 class SoakSettings:
     fail_ratio: float = 0.92
@@ -427,9 +447,11 @@ def judge_soak(
     expected: Mapping[str, Mapping[str, Expected | None]] | None = None,
     new_xids: Sequence[tuple[XidEvent, str, int | None]] = (),
     settings: SoakSettings | None = None,
+    listed: Mapping[int, str] | None = None,
 ) -> SoakResult:
     """The verdict of a soak. *expected* maps a GPU's label and a soak figure to its expected value;
-    *new_xids* are the kernel-log events that appeared during the soak (event, where, minute or None)."""
+    *new_xids* are the kernel-log events that appeared during the soak (event, where, minute or None);
+    *listed* the GPUs nvidia-smi listed when the suite started (index → name): each must be loaded."""
     s = settings or SoakSettings()
     expected = expected or {}
     out = SoakResult()
@@ -438,6 +460,7 @@ def judge_soak(
     if not series.rows:
         out.failures.append("the soak produced no measurement (no worker reported a window)")
     out.failures += completeness(series)
+    out.failures += unloaded(series, listed or {})
     ratios_all: list[float] = []
     per_gpu_means: dict[str, list[float]] = {f: [] for f in FIGURES}
     for label, rows in sorted(series.rows.items()):

@@ -411,3 +411,19 @@ def test_the_probe_reads_a_process_name_with_commas_as_one_process(
     records = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
     apps = next(r for r in records if r["kind"] == "apps")["apps"]
     assert apps == [{"uuid": uuid, "pid": "31337", "name": "/srv/a,b/venv/bin/python3", "mib": "9000"}]
+
+
+def test_a_gpu_listed_at_the_start_that_the_soak_did_not_load_fails() -> None:
+    """nvidia-smi listed 2 GPUs when the suite started; by the soak torch sees one (GPU 1 fell off the bus or
+    was taken away): before, the soak of the GPU that was left passed."""
+    series = soak_series(_raw(), smi_names=SMI)
+    listed = {0: "NVIDIA H200", 1: "NVIDIA H200"}
+    assert judge_soak(series, expected=EXPECTED, listed=listed).failures == [
+        "GPU 1 (NVIDIA H200): nvidia-smi listed it when the suite started, but the soak put no load on it "
+        "(torch saw 1 CUDA device(s)): it was lost or taken away since, or is hidden from CUDA"
+    ]
+    assert judge_soak(series, expected=EXPECTED, listed={0: "NVIDIA H200"}).failures == []
+    # windows without a UUID (labels cuda:N): judged by count
+    no_uuid = soak_series([dict(r, uuid=None) if r.get("kind") == "window" else r for r in _raw()])
+    assert list(no_uuid.rows) == ["cuda:0 (NVIDIA H200)"]
+    assert [f.split(":")[0] for f in judge_soak(no_uuid, listed=listed).failures] == ["GPU 1 (NVIDIA H200)"]

@@ -90,6 +90,11 @@ def test_the_soak_check_judges_the_captured_cotenant_run(
         in soak["message"]
     )
     assert "soak.csv and soak-gpu*.png show when" in soak["fix"]
+    # the fake host lists 2 GPUs, the replayed capture loaded one
+    assert (
+        "GPU 1 (NVIDIA H200): nvidia-smi listed it when the suite started, but the soak put no load"
+        in (soak["message"])
+    )
     sentence = soak["figures"]["sentence"]
     assert sentence.startswith(
         "Soak of 4.0 min on 1 GPU(s) (NVIDIA H200), 5 s windows; matmul 620–703 TFLOP/s"
