@@ -68,13 +68,15 @@ def parse_duration(text: str, *, what: str) -> float:
     t = text.strip().lower()
     if re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
         return float(t)
-    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)\s*([hms])", t)
-    if not parts or re.sub(r"([0-9]+(?:\.[0-9]+)?)\s*([hms])", "", t).strip():
+    # each unit at most once, hours before minutes before seconds: "10m10m" or "30m1h" is a typo, not a sum
+    number = r"([0-9]+(?:\.[0-9]+)?)\s*"
+    m = re.fullmatch(rf"(?:{number}h)?\s*(?:{number}m)?\s*(?:{number}s)?", t, flags=re.ASCII)
+    if not t or m is None:
         raise ConfigError(
             f"{what} {text!r}: not a duration",
             hint="give e.g. 10m, 90s, 1h or 1h30m (a bare number is seconds)",
         )
-    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+    return sum(float(n) * unit for n, unit in zip(m.groups(), (3600, 60, 1), strict=True) if n is not None)
 
 
 def _default_report_dir() -> str:
@@ -249,9 +251,15 @@ def validate_command(
     check_limit_spec(foreign_memory_max)
     soak_s = parse_duration(soak, what="--soak") if soak else 0.0
     if soak is not None and soak_s < 120:
+        bare = re.fullmatch(r"\s*[0-9]+(\.[0-9]+)?\s*", soak) is not None
         raise ConfigError(
-            f"--soak {soak}: shorter than 2 minutes: the first minute is the reference the rest is judged "
-            "against",
+            f"--soak {soak}: shorter than 2 minutes"
+            + (
+                f" (a bare number is seconds: {soak_s:g} s; for minutes write {soak.strip()}m)"
+                if bare
+                else ""
+            )
+            + ": the first minute is the reference the rest is judged against",
             hint="give --soak 2m or longer (10m catches what throttles or a neighbour's load after minutes)",
         )
     if soak_s > 24 * 3600:

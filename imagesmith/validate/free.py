@@ -7,12 +7,14 @@ Pure: :data:`FREE_COMMAND` is what the check runs on the target, :func:`parse_fr
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from imagesmith.errors import ConfigError
+from imagesmith.inputs import is_decimal
 from imagesmith.nvsmi import SmiGpu
 
 FREE_FIELDS: tuple[str, ...] = (
@@ -66,13 +68,17 @@ class FreeCapture:
 
 
 def _num(text: str | None) -> float | None:
+    """A count nvidia-smi printed (MiB, %, a PID, an index), or None where it printed no such figure:
+    ``[N/A]``, ``[Insufficient Permissions]``, and ``nan``, ``inf`` or a negative number (no memory, use or
+    PID is negative or infinite) — unknown, never taken as a value (a NaN compared with a limit is never
+    above it, and would land in report.json as a bare NaN)."""
     if text is None:
         return None
-    t = text.strip()
-    try:
-        return float(t.split()[0])
-    except (ValueError, IndexError):
+    first = text.strip().split()[:1]
+    if not first or not is_decimal(first[0]):
         return None
+    value = float(first[0])
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def parse_free(text: str) -> FreeCapture:
@@ -94,14 +100,17 @@ def parse_free(text: str) -> FreeCapture:
         cells = [c.strip() for c in line.split(",")]
         if section == "sample" and len(cells) == len(FREE_FIELDS):
             cap.samples[-1].append(dict(zip(FREE_FIELDS, cells, strict=True)))
-        elif section == "apps" and len(cells) == len(APP_FIELDS):
-            pid = _num(cells[1])
+        elif section == "apps" and len(cells) >= len(APP_FIELDS):
+            # nvidia-smi does not quote: a process name with commas in it spans several cells
+            uuid, pid_text, rest = line.split(",", 2)
+            name, mib = rest.rsplit(",", 1)
+            pid = _num(pid_text)
             cap.apps.append(
                 App(
-                    uuid=cells[0],
+                    uuid=uuid.strip(),
                     pid=int(pid) if pid is not None else None,
-                    name=cells[2],
-                    mib=_num(cells[3]),
+                    name=name.strip(),
+                    mib=_num(mib),
                 )
             )
         elif section == "apps" and "no running" in line.lower():
@@ -176,7 +185,7 @@ def judge_free(
         # no number for memory.used ([N/A]: some vGPU and virtualised boards): what the visible processes hold
         held = max(used) if used else sum(a.mib or 0.0 for a in apps)
         limit_mib = foreign_limit_mib(limit, total) if total else 0.0
-        mean_util = sum(utils) / len(utils) if utils else 0.0
+        mean_util = sum(utils) / len(utils) if utils else None
         row: dict[str, Any] = {
             "gpu": g.index,
             "name": g.name,
@@ -184,7 +193,7 @@ def judge_free(
             "memory_total_mib": total,
             "limit_mib": round(limit_mib, 1),
             "utilization_samples": utils,
-            "utilization_mean": round(mean_util, 1),
+            "utilization_mean": round(mean_util, 1) if mean_util is not None else None,
             "compute_mode": mode,
             "mig": mig,
             "processes": [{"pid": a.pid, "name": a.name, "mib": a.mib} for a in apps],
@@ -214,7 +223,14 @@ def judge_free(
                 f"({rows[-1].get('memory.used') or 'nothing'}): whether others hold its memory cannot be "
                 f"told from here — {procs}"
             )
-        if mean_util >= BUSY_UTIL_PCT:
+        if mean_util is None:
+            out.warnings.append(
+                f"{where}: nvidia-smi reports no figure for its utilization "
+                f"({rows[-1].get('utilization.gpu') or 'nothing'}"
+                + (", as with MIG enabled" if mig.lower() == "enabled" else "")
+                + "): whether someone else runs kernels on it cannot be told from here"
+            )
+        elif mean_util >= BUSY_UTIL_PCT:
             verdict = "busy"
             out.failures.append(
                 f"{where}: busy while nothing of the suite runs — utilization {mean_util:.0f} % on average "
@@ -231,10 +247,14 @@ def judge_free(
                 f"{where}: compute mode is Prohibited: no process may use this GPU (the host set it aside)"
             )
         elif mode.lower().startswith("exclusive"):
-            if apps:
+            # one context at a time: memory in use is a context, listed here or not (in a container the
+            # holder is often not visible)
+            if apps or held > WARN_MIB:
+                verdict = "held"
                 out.failures.append(
-                    f"{where}: compute mode {mode} and another process holds it ({procs}): your process "
-                    "gets 'CUDA-capable device is busy or unavailable'"
+                    f"{where}: compute mode {mode} and another process holds it ({procs}"
+                    + ("" if apps else f"; {held:.0f} MiB of its memory in use")
+                    + "): your process gets 'CUDA-capable device is busy or unavailable'"
                 )
             else:
                 out.warnings.append(

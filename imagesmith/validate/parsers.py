@@ -23,7 +23,7 @@ from imagesmith.inputs import is_decimal, is_digits
 
 #: link kinds of ``nvidia-smi topo -m`` (legend of current drivers; ``SOC`` is the old name of ``SYS``).
 PCIE_LINKS = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")
-_LINK_RE = re.compile(r"^(X|NV[0-9]+|PIX|PXB|PHB|NODE|SYS|SOC)$")
+_LINK_RE = re.compile(r"^(X|NV[1-9][0-9]*|PIX|PXB|PHB|NODE|SYS|SOC)$")
 _DEVICE_RE = re.compile(r"^(GPU[0-9]+|NIC[0-9]+|mlx[0-9]+_[0-9]+)$")
 
 
@@ -127,6 +127,17 @@ def parse_topo_matrix(text: str, *, source: str = "nvidia-smi topo -m") -> TopoM
     for a in devices:
         if links[(a, a)] != "X":
             raise ParseError(f"{source}: the diagonal cell of {a} is {links[(a, a)]!r}, expected 'X'")
+    # a path is the same both ways: a matrix that disagrees with itself is garbled (the weakest link is read
+    # from one half of it)
+    for i, a in enumerate(devices):
+        for b in devices[i + 1 :]:
+            if links[(a, b)] != links[(b, a)]:
+                raise ParseError(
+                    f"{source}: {a}→{b} is {links[(a, b)]!r} but {b}→{a} is {links[(b, a)]!r}: the matrix "
+                    "is not symmetric (garbled output)",
+                    hint="run `nvidia-smi topo -m` on the host again; a matrix that disagrees with itself "
+                    "cannot say which link joins the GPUs",
+                )
     nic_names: dict[str, str] = {}
     for line in lines:
         m = re.match(r"^\s*(NIC[0-9]+):\s*(\S+)\s*$", line)

@@ -378,10 +378,12 @@ def _free_section(free: CheckOutcome | None) -> list[str]:
             f"pid {p.get('pid')} {p.get('name')} ({p.get('mib')} MiB)" for p in r.get("processes") or []
         )
         samples = ", ".join(f"{u:g}" for u in r.get("utilization_samples") or [])
+        mean = r.get("utilization_mean")
+        util = f"{mean} % ({samples})" if mean is not None else "not reported by nvidia-smi"
         L.append(
             f"| {r.get('gpu')} ({r.get('name')}) | {r.get('memory_used_mib', 0):.0f} of "
             f"{r.get('memory_total_mib', 0):.0f} MiB | {free.figures.get('limit')} "
-            f"({r.get('limit_mib', 0):.0f} MiB) | {r.get('utilization_mean')} % ({samples}) | "
+            f"({r.get('limit_mib', 0):.0f} MiB) | {util} | "
             f"{r.get('compute_mode')} | {r.get('mig')} | {(procs or 'none').replace('|', '/')} | "
             f"{r.get('verdict')} |"
         )

@@ -107,6 +107,8 @@ class SoakRow:
     reason_samples: Mapping[int, int] = field(default_factory=dict)
     samples: int = 0
     other_processes: tuple[str, ...] = ()
+    #: per figure, what the window's record said where it was not a positive number (NaN, inf, -3, 0, "fast")
+    unreadable: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def minute(self) -> int:
@@ -249,6 +251,14 @@ def soak_series(
                     others[who] = (
                         max(mib or 0.0, others.get(who) or 0.0) if mib is not None else others.get(who)
                     )
+        figures: dict[str, float | None] = {}
+        unreadable: dict[str, str] = {}
+        for figure in FIGURES:
+            said = w.get(figure)
+            measured = _num(said)
+            figures[figure] = measured if measured is not None and measured > 0 else None
+            if said is not None and figures[figure] is None:
+                unreadable[figure] = repr(said)[:40]
         rank = _num(w.get("rank"))
         if rank is not None:
             rank_gpu.setdefault(int(rank), label)
@@ -259,9 +269,9 @@ def soak_series(
                 window=int(_num(w.get("window")) or 0),
                 t0=t0,
                 t1=t1,
-                matmul_tflops=_num(w.get("matmul_tflops")),
-                copy_gbps=_num(w.get("copy_gbps")),
-                allreduce_busbw_gbps=_num(w.get("allreduce_busbw_gbps")),
+                matmul_tflops=figures["matmul_tflops"],
+                copy_gbps=figures["copy_gbps"],
+                allreduce_busbw_gbps=figures["allreduce_busbw_gbps"],
                 sm_clock_min=min(clocks) if clocks else None,
                 sm_clock_max=max(clocks) if clocks else None,
                 temperature_max=max(temps) if temps else None,
@@ -274,6 +284,7 @@ def soak_series(
                     who + (f" ({mib / 1024:.1f} GiB)" if mib is not None else "")
                     for who, mib in others.items()
                 ),
+                unreadable=unreadable,
             )
         )
     series.rank_gpu = rank_gpu
@@ -326,6 +337,26 @@ def completeness(series: SoakSeries) -> list[str]:
     return out
 
 
+def unloaded(series: SoakSeries, listed: Mapping[int, str]) -> list[str]:
+    """The GPUs nvidia-smi listed when the suite started (*listed*: index → name) that the soak put no load
+    on: one that fell off the bus or was taken away since, or a torch that sees fewer devices — a soak of
+    the GPUs that are left says nothing about it. By nvidia-smi index where every GPU of the series has one
+    (matched by UUID), else by count."""
+    if not series.rows or not listed:
+        return []
+    if len(series.gpu_index) == len(series.rows):
+        loaded = set(series.gpu_index.values())
+        missing = [i for i in sorted(listed) if i not in loaded]
+    else:
+        missing = sorted(listed)[len(series.rows) :]
+    seen = f"torch saw {series.cuda_devices} CUDA device(s)" if series.cuda_devices else "no window from it"
+    return [
+        f"GPU {i} ({listed[i]}): nvidia-smi listed it when the suite started, but the soak put no load on it "
+        f"({seen}): it was lost or taken away since, or is hidden from CUDA"
+        for i in missing
+    ]
+
+
 @dataclass(frozen=True, kw_only=True)
 class SoakSettings:
     fail_ratio: float = 0.92
@@ -348,6 +379,46 @@ class SoakResult:
 def _full(rows: Sequence[SoakRow], interval: float) -> list[SoakRow]:
     """Windows long enough to count (the last one of a run is cut short when the time is up)."""
     return [r for r in rows if r.t1 - r.t0 >= 0.5 * interval]
+
+
+def unmeasured(label: str, rows: Sequence[SoakRow], *, interval: float, world: int) -> list[str]:
+    """What one GPU's windows leave unmeasured — each a failure, as minutes that were not measured cannot have
+    passed: windows whose end is not after their start (0 s or a clock running backwards), stretches of the
+    soak no window covers (from its start on; the end is :func:`completeness`'s), and windows that carry no
+    figure where the load measures one (NaN, inf, 0, a negative number, text, nothing: what a broken torch or
+    driver or a modified probe prints). The matmul and copy figures are in every window, all_reduce busbw with
+    2+ workers (or where this GPU's other windows have it)."""
+    out: list[str] = []
+    backwards = [r for r in rows if r.t1 <= r.t0]
+    if backwards:
+        r = backwards[0]
+        out.append(
+            f"{label}: {len(backwards)} window(s) end before they start or take no time (window {r.window}: "
+            f"{r.t0:g} s to {r.t1:g} s, minute {r.minute}): the probe's clock or its output is broken"
+        )
+    reach, slack = 0.0, 0.5 * interval
+    for r in sorted((r for r in rows if r.t1 > r.t0), key=lambda r: r.t0):
+        if r.t0 > reach + slack:
+            first = int(reach // 60) + 1
+            last = max(math.ceil((r.t0 - 1) / 60), first)  # a gap ending at 6:00 is minutes up to 6
+            out.append(
+                f"{label}: no window from {_clock(reach)} to {_clock(r.t0)} "
+                f"({_minutes_text(range(first, last + 1))}): the load on this GPU was not measured then"
+            )
+        reach = max(reach, r.t1)
+    full = _full([r for r in rows if r.t1 > r.t0], interval)
+    for figure in FIGURES:
+        if figure == "allreduce_busbw_gbps" and world < 2 and all(r.value(figure) is None for r in rows):
+            continue
+        missing = [r for r in full if r.value(figure) is None]
+        if missing:
+            r = missing[0]
+            out.append(
+                f"{label}: {SOAK_LABELS[figure]}: {len(missing)} of {len(full)} windows carry no figure, in "
+                f"{_minutes_text(x.minute for x in missing)} (window {r.window} at {_clock(r.t0)} said "
+                f"{r.unreadable.get(figure, 'nothing')}): not a measurement, those minutes were not judged"
+            )
+    return out
 
 
 def _minutes_text(minutes: Iterable[int]) -> str:
@@ -376,9 +447,11 @@ def judge_soak(
     expected: Mapping[str, Mapping[str, Expected | None]] | None = None,
     new_xids: Sequence[tuple[XidEvent, str, int | None]] = (),
     settings: SoakSettings | None = None,
+    listed: Mapping[int, str] | None = None,
 ) -> SoakResult:
     """The verdict of a soak. *expected* maps a GPU's label and a soak figure to its expected value;
-    *new_xids* are the kernel-log events that appeared during the soak (event, where, minute or None)."""
+    *new_xids* are the kernel-log events that appeared during the soak (event, where, minute or None);
+    *listed* the GPUs nvidia-smi listed when the suite started (index → name): each must be loaded."""
     s = settings or SoakSettings()
     expected = expected or {}
     out = SoakResult()
@@ -387,6 +460,7 @@ def judge_soak(
     if not series.rows:
         out.failures.append("the soak produced no measurement (no worker reported a window)")
     out.failures += completeness(series)
+    out.failures += unloaded(series, listed or {})
     ratios_all: list[float] = []
     per_gpu_means: dict[str, list[float]] = {f: [] for f in FIGURES}
     for label, rows in sorted(series.rows.items()):
@@ -405,7 +479,7 @@ def judge_soak(
             if others
             else ""
         )
-        gpu_failures: list[str] = []
+        gpu_failures = unmeasured(label, rows, interval=series.interval_s, world=series.world)
         for figure in FIGURES:
             values = [(r, r.value(figure)) for r in full]
             have = [(r, v) for r, v in values if v is not None]
@@ -415,8 +489,9 @@ def judge_soak(
             ref_vals = [v for r, v in have if r in first]
             unit, what = SOAK_UNITS[figure], SOAK_LABELS[figure]
             if len(ref_vals) < 3:
-                out.warnings.append(
-                    f"{label}: {what}: fewer than 3 windows in the first minute: no reference to compare with"
+                gpu_failures.append(
+                    f"{label}: {what}: {len(ref_vals)} window(s) with a figure in the first minute, 3 "
+                    "needed: no reference, so no later minute could be judged against it"
                 )
                 continue
             ref = statistics.fmean(ref_vals)

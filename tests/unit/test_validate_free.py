@@ -12,6 +12,7 @@ import pytest
 from imagesmith.errors import ConfigError
 from imagesmith.nvsmi import SmiGpu
 from imagesmith.validate.free import FREE_COMMAND, foreign_limit_mib, judge_free, parse_free
+from imagesmith.validate.report import CheckOutcome, _free_section
 from tests.repo import REPO
 from tests.unit.test_validate_host_faults import host, validate  # noqa: F401 - the fake 2×H200 host
 
@@ -120,6 +121,62 @@ def test_a_gpu_nvidia_smi_did_not_sample_fails() -> None:
     other = SmiGpu(index=1, name="NVIDIA H200", uuid="GPU-other")
     v = judge_free(parse_free(capture()), [H200, other])
     assert v.failures == ["GPU 1 (NVIDIA H200): nvidia-smi gave no memory/utilization sample for it"]
+
+
+@pytest.mark.parametrize("said", ["[N/A]", "nan", "-3", "inf"])
+def test_utilization_nvidia_smi_does_not_give_is_unknown_not_idle(said: str) -> None:
+    """MIG-enabled and some virtualised boards print [N/A] for utilization.gpu (a broken one nan): before,
+    that was silently an idle GPU (mean 0.0, no word; nan landed in report.json as a bare NaN)."""
+    v = judge_free(parse_free(capture(util=(0,) * 6).replace(", 0, Default", f", {said}, Default")), [H200])
+    assert v.failures == []
+    assert v.warnings == [
+        f"GPU 0 (NVIDIA H200): nvidia-smi reports no figure for its utilization ({said}): whether someone "
+        "else runs kernels on it cannot be told from here"
+    ]
+    assert v.rows[0]["utilization_mean"] is None
+    assert v.rows[0]["utilization_samples"] == []
+    outcome = CheckOutcome(name="test_gpus_free", module="m", figures={"gpus": v.rows, "limit": "3%"})
+    table = "\n".join(_free_section(outcome))
+    assert "| not reported by nvidia-smi |" in table
+    assert "None %" not in table
+
+
+@pytest.mark.parametrize("said", ["nan", "inf", "-5000", "1e999"])
+def test_memory_in_use_that_is_not_a_figure_is_unknown_not_free(said: str) -> None:
+    """A NaN compared with the limit is never above it, a negative amount is below every limit: before, both
+    were a free GPU without a word, and the record kept NaN / -5000 MiB."""
+    v = judge_free(parse_free(capture().replace(f"{UUID}, 0, ", f"{UUID}, {said}, ")), [H200])
+    assert v.failures == []
+    assert v.warnings == [
+        f"GPU 0 (NVIDIA H200): nvidia-smi reports no figure for its memory in use ({said}): whether others "
+        "hold its memory cannot be told from here — no process"
+    ]
+    assert v.rows[0]["memory_used_mib"] == 0
+
+
+def test_exclusive_process_held_by_a_process_this_container_cannot_see_fails() -> None:
+    """Exclusive_Process allows one CUDA context: 600 MiB in use is one, listed or not (in a container the
+    holder is hidden). Before: two warnings, then every CUDA check failed with 'busy or unavailable'."""
+    v = judge_free(parse_free(capture(mode="Exclusive_Process", used=600)), [H200])
+    assert v.failures == [
+        "GPU 0 (NVIDIA H200): compute mode Exclusive_Process and another process holds it (no process "
+        "visible here: it belongs to another container or VM on the same GPU; 600 MiB of its memory in use): "
+        "your process gets 'CUDA-capable device is busy or unavailable'"
+    ]
+    assert v.rows[0]["verdict"] == "held"
+    # an idle board's own few MiB are not a holder
+    assert judge_free(parse_free(capture(mode="Exclusive_Process", used=3)), [H200]).failures == []
+
+
+def test_a_process_name_with_commas_is_one_process() -> None:
+    """nvidia-smi does not quote its CSV: before, a process whose path has a comma was dropped, and the free
+    check said no process was visible ("it belongs to another container or VM")."""
+    text = capture(used=9000, apps=f"{UUID}, 4242, /srv/a,b/venv/bin/python3, 9000")
+    cap = parse_free(text)
+    assert cap.problems == []
+    assert [(a.pid, a.name, a.mib) for a in cap.apps] == [(4242, "/srv/a,b/venv/bin/python3", 9000.0)]
+    v = judge_free(cap, [H200])
+    assert v.failures[0].endswith("— pid 4242 /srv/a,b/venv/bin/python3, 8.8 GiB")
 
 
 # -- through the real suite, with the fake nvidia-smi of test_validate_host_faults ---------------------------

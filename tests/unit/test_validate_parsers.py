@@ -112,6 +112,25 @@ def test_topology_unknown_link_fails_naming_the_cell() -> None:
         parse_topo_matrix(text)
 
 
+def test_topology_that_disagrees_with_itself_fails_naming_both_cells() -> None:
+    """The real 2×H200 matrix with GPU1's row garbled to SYS: before, only the upper half was read, so the
+    host counted as NVLink (NV18) and its scaling was judged against the NVLink expectation."""
+    lines = strip_ansi(_read("topo-m.txt")).splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("GPU1\t"))
+    lines[row] = lines[row].replace("NV18", "SYS", 1)
+    with pytest.raises(
+        ParseError, match="GPU0→GPU1 is 'NV18' but GPU1→GPU0 is 'SYS': the matrix is not symmetric"
+    ):
+        parse_topo_matrix("\n".join(lines))
+
+
+def test_topology_nv0_is_not_an_nvlink() -> None:
+    """NV# counts bonded NVLinks: NV0 is none, never printed by nvidia-smi; before, it passed as NVLink."""
+    text = strip_ansi(_read("topo-m.txt")).replace("NV18", "NV0")
+    with pytest.raises(ParseError, match="unknown link type 'NV0' between GPU0 and GPU1"):
+        parse_topo_matrix(text)
+
+
 def test_topology_truncated_fails() -> None:
     lines = strip_ansi(_read("topo-m.txt")).splitlines()
     with pytest.raises(ParseError, match="rows missing for GPU1"):

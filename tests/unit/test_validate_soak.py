@@ -275,7 +275,10 @@ def test_a_soak_the_probe_did_not_finish_fails() -> None:
     two = [dict(r, world=2, cuda_devices=2) if r.get("kind") == "start" else r for r in raw]
     two = [dict(r, exitcodes=[0, 0]) if r.get("kind") == "end" else r for r in two]
     assert judge_soak(soak_series(two, smi_names=SMI), expected=EXPECTED).failures == [
-        f"only 1 of the 2 GPUs the probe loaded reported a window ({GPU})"
+        f"only 1 of the 2 GPUs the probe loaded reported a window ({GPU})",
+        # two workers measure all_reduce in every window: windows without it are not measurements
+        f"{GPU}: all_reduce busbw at 256 MiB: 108 of 108 windows carry no figure, in minutes 1–9 "
+        "(window 0 at 0:00 said nothing): not a measurement, those minutes were not judged",
     ]
     exit1 = [dict(r, exitcodes=[3]) if r.get("kind") == "end" else r for r in raw]
     assert judge_soak(soak_series(exit1, smi_names=SMI), expected=EXPECTED).failures == [
@@ -310,3 +313,117 @@ def test_a_gpu_is_keyed_by_its_uuid_as_data_not_by_a_prefix_of_words() -> None:
     assert list(series.rows) == ["GPU 3 (NVIDIA H200)"]
     assert series.gpu_index == {"GPU 3 (NVIDIA H200)": 3}
     assert series.rows["GPU 3 (NVIDIA H200)"][0].samples == 1
+
+
+def _windows(fn: Any) -> list[dict[str, Any]]:
+    """The healthy 9-minute raw records, every window record passed through ``fn(record) -> record|None``."""
+    out = []
+    for r in _raw():
+        x = fn(dict(r)) if r.get("kind") == "window" else r
+        if x is not None:
+            out.append(x)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("said", "shown"),
+    [
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        (-695.6, "-695.6"),
+        (0.0, "0.0"),
+        ("fast", "'fast'"),
+        (None, "nothing"),
+    ],
+)
+def test_windows_that_carry_no_figure_fail_naming_gpu_minute_and_figure(said: Any, shown: str) -> None:
+    """A broken torch/driver or a modified probe prints NaN, inf, 0, a negative number, text or nothing for a
+    figure from minute 3 on: those minutes were not measured and cannot pass (before: they were left out of
+    the judgement without a word and the soak passed)."""
+
+    def broken(r: dict[str, Any]) -> dict[str, Any]:
+        return dict(r, matmul_tflops=said) if r["t0"] >= 120 else r
+
+    failures = judge_soak(soak_series(_windows(broken), smi_names=SMI), expected=EXPECTED).failures
+    assert failures == [
+        f"{GPU}: dense matmul throughput: 84 of 108 windows carry no figure, in minutes 3–9 (window 24 at "
+        f"2:00 said {shown}): not a measurement, those minutes were not judged"
+    ]
+
+
+def test_a_first_minute_without_figures_is_no_reference_and_fails() -> None:
+    """The reference is the run's own first minute: with no usable window in it, no minute was judged."""
+    missing = judge_soak(soak_series(_windows(lambda r: r if r["t0"] >= 60 else None), smi_names=SMI))
+    assert missing.failures[0] == (
+        f"{GPU}: no window from 0:00 to 1:00 (minute 1): the load on this GPU was not measured then"
+    )
+    assert (
+        f"{GPU}: dense matmul throughput: 0 window(s) with a figure in the first minute, 3 needed: no "
+        "reference, so no later minute could be judged against it"
+    ) in missing.failures
+    assert missing.sentence.endswith("problem(s) below).")
+
+
+def test_minutes_no_window_covers_fail() -> None:
+    """Two minutes of windows lost in the middle (output lines dropped, a stalled reader): before, the soak
+    passed on the minutes it had."""
+    gap = judge_soak(soak_series(_windows(lambda r: None if 240 <= r["t0"] < 360 else r), smi_names=SMI))
+    assert gap.failures == [
+        f"{GPU}: no window from 4:00 to 6:00 (minutes 5–6): the load on this GPU was not measured then"
+    ]
+
+
+@pytest.mark.parametrize("shift", [0.0, -5.0])
+def test_windows_of_no_time_or_running_backwards_fail(shift: float) -> None:
+    def broken(r: dict[str, Any]) -> dict[str, Any]:
+        return dict(r, t1=r["t0"] + shift) if r["window"] == 30 else r
+
+    failures = judge_soak(soak_series(_windows(broken), smi_names=SMI)).failures
+    assert failures[1:] == [  # and the 5 s it should have covered are a gap
+        f"{GPU}: no window from 2:30 to 2:35 (minute 3): the load on this GPU was not measured then"
+    ]
+    assert failures[0].startswith(
+        f"{GPU}: 1 window(s) end before they start or take no time (window 30: 150."
+    ), failures
+    assert "minute 3): the probe's clock or its output is broken" in failures[0]
+
+
+def test_the_probe_reads_a_process_name_with_commas_as_one_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """probes/soak.py's sampler: nvidia-smi does not quote its CSV, so a process whose path has a comma
+    spans five cells; before, it was dropped and the soak never named the co-tenant."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("soak_probe", REPO / "imagesmith/validate/probes/soak.py")
+    assert spec is not None
+    assert spec.loader is not None
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    uuid = "GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685"
+    answers = {
+        "--query-gpu": f"0, {uuid}, 1980, 1980, 40, 120.5, 0x0000000000000004, 100, 9000\n",
+        "--query-compute-apps": f"{uuid}, 31337, /srv/a,b/venv/bin/python3, 9000\n",
+    }
+    sampler = probe.Sampler(1.0, 0.0)
+    sampler.query = lambda args: (0, next(v for k, v in answers.items() if args[0].startswith(k)), "")
+    sampler.sample(0)
+    records = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
+    apps = next(r for r in records if r["kind"] == "apps")["apps"]
+    assert apps == [{"uuid": uuid, "pid": "31337", "name": "/srv/a,b/venv/bin/python3", "mib": "9000"}]
+
+
+def test_a_gpu_listed_at_the_start_that_the_soak_did_not_load_fails() -> None:
+    """nvidia-smi listed 2 GPUs when the suite started; by the soak torch sees one (GPU 1 fell off the bus or
+    was taken away): before, the soak of the GPU that was left passed."""
+    series = soak_series(_raw(), smi_names=SMI)
+    listed = {0: "NVIDIA H200", 1: "NVIDIA H200"}
+    assert judge_soak(series, expected=EXPECTED, listed=listed).failures == [
+        "GPU 1 (NVIDIA H200): nvidia-smi listed it when the suite started, but the soak put no load on it "
+        "(torch saw 1 CUDA device(s)): it was lost or taken away since, or is hidden from CUDA"
+    ]
+    assert judge_soak(series, expected=EXPECTED, listed={0: "NVIDIA H200"}).failures == []
+    # windows without a UUID (labels cuda:N): judged by count
+    no_uuid = soak_series([dict(r, uuid=None) if r.get("kind") == "window" else r for r in _raw()])
+    assert list(no_uuid.rows) == ["cuda:0 (NVIDIA H200)"]
+    assert [f.split(":")[0] for f in judge_soak(no_uuid, listed=listed).failures] == ["GPU 1 (NVIDIA H200)"]

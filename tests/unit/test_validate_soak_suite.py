@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from imagesmith.commands.validate import parse_duration
 from imagesmith.validate.container import inner_argv
 from imagesmith.validate.context import SuiteOptions
 from imagesmith.validate.record import report_figures, soak_sentence_of
@@ -34,7 +35,11 @@ if a[:1] == ["-c"]:
 if a[:2] == ["-m", "torch.distributed.run"]:
     n = int(next(x for x in a if x.startswith("--nproc_per_node=")).split("=")[1])
     eff = float(open(os.path.join(D, "efficiency")).read()) if n > 1 else 1.0
-    for rank in range(n):
+    fake_ranks = os.path.join(D, "ranks")  # a torchrun that starts other ranks than asked for
+    ranks = range(n)
+    if n > 1 and os.path.exists(fake_ranks):
+        ranks = [int(x) for x in open(fake_ranks).read().split(",")]
+    for rank in ranks:
         # the real one-GPU step on the lent H200: 20 steps of 16384 rows in 0.4436 s
         elapsed = 0.44364 / eff
         print("IMAGESMITH_PROBE " + json.dumps({"rank": rank, "world": n, "name": "NVIDIA H200",
@@ -85,6 +90,11 @@ def test_the_soak_check_judges_the_captured_cotenant_run(
         in soak["message"]
     )
     assert "soak.csv and soak-gpu*.png show when" in soak["fix"]
+    # the fake host lists 2 GPUs, the replayed capture loaded one
+    assert (
+        "GPU 1 (NVIDIA H200): nvidia-smi listed it when the suite started, but the soak put no load"
+        in (soak["message"])
+    )
     sentence = soak["figures"]["sentence"]
     assert sentence.startswith(
         "Soak of 4.0 min on 1 GPU(s) (NVIDIA H200), 5 s windows; matmul 620–703 TFLOP/s"
@@ -165,6 +175,51 @@ def test_scaling_with_an_unusable_timing_fails_naming_it(
     assert "not a positive number" in c["message"]
 
 
+def test_a_superlinear_scaling_figure_warns_and_is_not_recorded(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+) -> None:
+    """Weak scaling cannot beat N × one GPU: 1.3 says the one-GPU timing was slowed (a co-tenant's burst on
+    GPU 0 during it). Before, it passed without a word and went into the report's figures, where a release
+    index's fleet median learns from it."""
+    (host / "efficiency").write_text("1.3")
+    _, data = run(run_cli, tmp_path, python, "-k", "test_scaling_efficiency")
+    c = next(c for c in data["checks"] if c["name"] == "test_scaling_efficiency")
+    assert c["status"] == "passed"
+    assert c["figures"]["efficiency"] == pytest.approx(1.3, abs=1e-3)
+    assert any(
+        w.startswith(
+            "DDP scaling efficiency 1.30 × is above 1: each of the 2 GPUs trained faster (step 17.06 ms)"
+        )
+        and "not recorded" in w
+        for w in c["warnings"]
+    ), c["warnings"]
+    assert "scaling_efficiency" not in report_figures(data["checks"])
+
+
+@pytest.mark.parametrize("ranks", ["0,0", "0,3"])
+def test_scaling_ranks_that_are_not_the_ones_asked_for_fail(
+    host: Path,  # noqa: F811
+    python: str,
+    run_cli: Callable[..., Any],
+    tmp_path: Path,
+    ranks: str,
+) -> None:
+    """Two records for 2 GPUs, but rank 0 twice (or a rank 3): before, their rows were summed as the 2-GPU
+    throughput."""
+    (host / "efficiency").write_text("0.95")
+    (host / "ranks").write_text(ranks)
+    _, data = run(run_cli, tmp_path, python, "-k", "test_scaling_efficiency")
+    c = next(c for c in data["checks"] if c["name"] == "test_scaling_efficiency")
+    assert c["status"] == "failed", c
+    a, b = ranks.split(",")
+    assert c["message"] == (
+        f"the DDP step on 2 GPU(s): the ranks reported (rank, world) ({a}, 2), ({b}, 2), not ranks 0–1 of 2"
+    )
+
+
 def test_soak_flags(run_cli: Callable[..., Any], tmp_path: Path) -> None:
     for args, words in (
         (["--soak", "1m"], "shorter than 2 minutes"),
@@ -179,6 +234,29 @@ def test_soak_flags(run_cli: Callable[..., Any], tmp_path: Path) -> None:
         assert r.exit_code == 2, (args, r.stderr)
         assert words in r.stderr, (args, r.stderr)
         assert "fix:" in r.stderr
+
+
+@pytest.mark.parametrize("duration", ["10m10m", "30m1h", "1m1m1m"])
+def test_a_soak_with_a_unit_twice_or_out_of_order_is_not_a_duration(
+    duration: str, run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Before, "10m10m" was silently a 20-minute soak and "30m1h" 90 minutes: a typo, not a sum."""
+    r = run_cli("validate", "local://", "--soak", duration, "--report", str(tmp_path / "r"))
+    assert r.exit_code == 2, r.stderr
+    assert f"--soak {duration!r}: not a duration" in r.stderr
+    assert parse_duration("1h 30m 5s", what="--soak") == 5405
+    assert parse_duration("600", what="--soak") == 600  # what the image run passes on
+
+
+def test_a_bare_number_for_the_soak_says_it_was_read_as_seconds(
+    run_cli: Callable[..., Any], tmp_path: Path
+) -> None:
+    """--soak 10 meant as minutes: the error says it was read as 10 s and how to write minutes."""
+    r = run_cli("validate", "local://", "--soak", "10", "--report", str(tmp_path / "r"))
+    assert r.exit_code == 2
+    assert "--soak 10: shorter than 2 minutes (a bare number is seconds: 10 s; for minutes write 10m)" in (
+        r.stderr
+    )
 
 
 def test_the_image_run_passes_the_soak_flags_on() -> None:

@@ -236,9 +236,12 @@ class Sampler:
             if rc == 0:
                 apps = []
                 for line in out.strip().splitlines():
-                    cells = [c.strip() for c in line.split(",")]
-                    if len(cells) == 4:
-                        apps.append({"uuid": cells[0], "pid": cells[1], "name": cells[2], "mib": cells[3]})
+                    # nvidia-smi does not quote: a process name with commas spans several cells
+                    if line.count(",") >= 3:
+                        uuid, pid, rest = line.split(",", 2)
+                        name, mib = rest.rsplit(",", 1)
+                        app = {"uuid": uuid, "pid": pid, "name": name, "mib": mib}
+                        apps.append({k: v.strip() for k, v in app.items()})
                 emit({"kind": "apps", "t": t, "apps": apps})
 
     def loop(self):

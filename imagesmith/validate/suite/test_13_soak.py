@@ -76,6 +76,7 @@ def test_soak(ctx: Context, check: CheckRecord, gpus: list[Gpu], host_kind: tupl
         series,
         expected=expected,
         new_xids=xids,
+        listed={g.index: g.name for g in gpus},
         settings=SoakSettings(
             fail_ratio=o.soak_fail_ratio,
             warn_ratio=o.soak_warn_ratio,
