@@ -210,7 +210,7 @@ class TrustStore:
                         hint="",
                     )
                     if os.path.lexists(self.path)
-                    else {}
+                    else None
                 )
             except (ValueError, RecursionError, ImagesmithError):
                 raise IndexTrustError(
@@ -219,7 +219,19 @@ class TrustStore:
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
                 ) from None
-            self._data = raw if isinstance(raw, dict) and raw.get("source") == self.source else {}
+            if raw is not None:
+                problem = record_problem(raw, self.source)
+                if problem is not None:
+                    # a record read as "nothing seen" would turn replay protection and the key pin off,
+                    # and the next index (an older one, or one by another key) would be recorded over it
+                    raise IndexTrustError(
+                        f"{index_flag()} {self.shown}: the trust record {self.path} is not one imagesmith "
+                        f"writes ({problem})",
+                        fault="trust record unreadable",
+                        hint=f"remove {self.path}: the next run pins the published key again (check its "
+                        "fingerprint)",
+                    )
+            self._data = raw if raw is not None else {}
         return self._data
 
     def pinned(self) -> PublicKey | None:
@@ -283,6 +295,48 @@ class TrustStore:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         tmp.replace(self.path)
         self._data = data
+
+
+#: the fields of a trust record and of its ``newest`` line that hold text (each may be absent: a record
+#: written by an earlier imagesmith lacks some)
+_RECORD_TEXT: Final[tuple[str, ...]] = ("key", "fingerprint", "key_type", "pinned_by")
+_NEWEST_TEXT: Final[tuple[str, ...]] = (
+    "generated",
+    "expires",
+    "sha256",
+    "envelope_sha256",
+    "key",
+    "key_type",
+)
+
+
+def record_problem(raw: Any, source: str) -> str | None:
+    """What makes *raw* (a trust record's JSON) other than a record :meth:`TrustStore.record` writes for
+    *source*, or None. Fields a later imagesmith may add are let through; those read here must have their
+    type, the pinned key its fingerprint."""
+    if not isinstance(raw, dict):
+        return f"a JSON {type(raw).__name__}, not an object"
+    if "source" not in raw:
+        return "it names no source"
+    if raw["source"] != source:
+        return f"its source is {str(raw.get('source'))[:200]!r}, not {source[:200]!r}"
+    for name in _RECORD_TEXT:
+        if name in raw and not isinstance(raw[name], str):
+            return f"{name} is not a string"
+    if "key" in raw and raw.get("fingerprint") != pem_fingerprint(raw["key"].encode()):
+        return "the pinned key and its fingerprint disagree"
+    if "newest" not in raw:
+        return None
+    newest = raw["newest"]
+    if not isinstance(newest, dict):
+        return "newest is not an object"
+    serial = newest.get("serial")
+    if not isinstance(serial, int) or isinstance(serial, bool) or serial < 1:
+        return f"newest.serial is {serial!r}, not a positive integer"
+    for name in _NEWEST_TEXT:
+        if name in newest and not isinstance(newest[name], str):
+            return f"newest.{name} is not a string"
+    return None
 
 
 def check_signature(

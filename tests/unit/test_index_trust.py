@@ -335,6 +335,46 @@ def test_a_damaged_trust_record_is_one_error_with_a_fix(tmp_path: Path, run_cli:
     assert f"remove {record}" in res.stderr
 
 
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda d: [d], "a JSON list, not an object"),
+        (lambda d: {}, "it names no source"),
+        (lambda d: {**d, "source": "file:/elsewhere"}, "its source is 'file:/elsewhere'"),
+        (lambda d: {**d, "newest": {**d["newest"], "serial": 10.0}}, "newest.serial is 10.0"),
+        (lambda d: {**d, "newest": {**d["newest"], "serial": "10"}}, "newest.serial is '10'"),
+        (lambda d: {**d, "newest": {**d["newest"], "serial": True}}, "newest.serial is True"),
+        (lambda d: {**d, "newest": [d["newest"]]}, "newest is not an object"),
+        (lambda d: {**d, "key": 5}, "key is not a string"),
+        (lambda d: {**d, "fingerprint": "sha256:" + "0" * 64}, "the pinned key and its fingerprint disagree"),
+    ],
+)
+def test_a_trust_record_of_another_shape_is_refused_not_read_as_nothing_seen(
+    tmp_path: Path, run_cli: Callable[..., Any], damage: Callable[[Any], Any], problem: str
+) -> None:
+    """main read a trust record that is JSON but not what it writes (a list, another source, a serial that is
+    no integer) as "nothing seen": a replayed older index and an index by another key published beside it
+    were taken, and recorded over it as the newest."""
+    path = save_signed_index(make_index(), tmp_path / "index.json", serial=10)
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
+    (record,) = (tmp_path / "cache" / "imagesmith" / "index").glob("*.trust.json")
+    good = json.loads(record.read_text())
+    for serial, key in ((3, KEY), (11, signing.generate_key())):  # a replay; a key swapped beside the index
+        record.write_text(json.dumps(damage(good)))
+        save_signed_index(make_index(), path, serial=serial, key=key)
+        res = run_cli("pick", "--index", str(path), *PICK)
+        assert res.exit_code == 2, res.stderr
+        error, fix = _lines(res.stderr)
+        assert error.startswith(
+            f"error: --index {path}: the trust record {record} is not one imagesmith writes ({problem}"
+        )
+        assert fix.strip().startswith(f"fix: remove {record}")
+        assert json.loads(record.read_text()) == damage(good)  # nothing recorded over it
+    record.unlink()  # the fix: the next run pins the published key again
+    save_signed_index(make_index(), path, serial=12)
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
+
+
 def test_a_pick_from_bytes_verified_before_loads_no_crypto(tmp_path: Path) -> None:
     """The cached (or unchanged file) index whose exact bytes the same key verified before is not verified
     again: no `cryptography` import on that path (tens of ms of pick's start-up); expiry still counts."""
