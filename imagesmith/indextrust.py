@@ -115,9 +115,11 @@ class IndexKey:
 
 def pem_fingerprint(pem: bytes) -> str | None:
     """``sha256:<hex>`` of the DER inside a PEM public key (what :attr:`PublicKey.fingerprint` says of it),
-    computed without ``cryptography``; None when *pem* holds no such block."""
-    match = _PEM_PUBLIC.search(pem.decode("ascii", "replace"))
-    if match is None:
+    computed without ``cryptography``; None when *pem* holds no such block, or more than one PEM block (then
+    :func:`imagesmith.signing.parse_public_key` refuses it: this key would be the one it does not take)."""
+    text = pem.decode("ascii", "replace")
+    match = _PEM_PUBLIC.search(text)
+    if match is None or len(_PEM_BEGIN.findall(text)) != 1:
         return None
     try:
         der = base64.b64decode("".join(match.group(1).split()), validate=True)
@@ -126,6 +128,8 @@ def pem_fingerprint(pem: bytes) -> str | None:
     return "sha256:" + hashlib.sha256(der).hexdigest()
 
 
+#: a PEM block's first line (as :func:`imagesmith.signing.pem_blocks` counts them)
+_PEM_BEGIN: Final[re.Pattern[str]] = re.compile(r"-----BEGIN [^\r\n]*-----")
 _PEM_PUBLIC: Final[re.Pattern[str]] = re.compile(
     r"-----BEGIN PUBLIC KEY-----([A-Za-z0-9+/=\s]*)-----END PUBLIC KEY-----"
 )

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from imagesmith import signing
-from imagesmith.errors import IndexTrustError
+from imagesmith.errors import ConfigError, IndexTrustError
 from imagesmith.index import issued, parse_index, renewal_due
 from imagesmith.indextrust import Trust
 from imagesmith.pick import fetch_index
@@ -309,7 +309,6 @@ def test_release_issues_a_higher_serial_and_renews_past_half_its_validity() -> N
 
 @pytest.mark.parametrize(("value", "ok"), [("14d", True), ("36h", True), ("0d", False), ("2w", False)])
 def test_index_valid_for_in_the_project(tmp_path: Path, value: str, ok: bool) -> None:
-    from imagesmith.errors import ConfigError
     from imagesmith.project import load_project
 
     (tmp_path / "imagesmith.toml").write_text(f'schema = 1\n[release]\nindex_valid_for = "{value}"\n')
@@ -743,6 +742,38 @@ def test_a_verify_key_of_a_type_imagesmith_does_not_take_is_named_once(tmp_path:
         assert res.exit_code == 2, res.stderr
         error, _ = _lines(res.stderr)
         assert error == f"error: --verify-key {pub}: the public key is neither ECDSA P-256 nor Ed25519"
+
+
+def test_a_key_file_of_two_pem_blocks_is_refused_wherever_the_key_comes_from(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """main took the first PEM block of a key file and ignored the rest: old and new key concatenated as
+    --verify-key trusted only the old one (an index by the new one: "bad index signature"), two keys published
+    beside an index pinned the first silently, and [release] trusted_keys trusted one key of two."""
+    new = signing.generate_key()
+    both = tmp_path / "both.pub"
+    both.write_bytes(KEY.public.pem + new.public.pem)
+    path = save_signed_index(make_index(), tmp_path / "index.json", key=new, publish_key=False)
+    res = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(both))
+    assert res.exit_code == 2, res.stderr
+    error, fix = _lines(res.stderr)
+    assert error == f"error: --verify-key {both} holds 2 PEM blocks, not one public key"
+    assert "one public key per file" in fix
+    # two keys published beside the index (the first signed it): not pinned, refused naming the file
+    save_signed_index(make_index(), path)
+    path.with_name("index.json.pub").write_bytes(KEY.public.pem + new.public.pem)
+    published = run_cli("pick", "--index", str(path), *PICK)
+    assert published.exit_code == 2, published.stderr
+    assert f"{path}.pub holds 2 PEM blocks, not one public key" in published.stderr
+    assert not list((tmp_path / "cache").rglob("*.trust.json"))  # nothing pinned
+    with pytest.raises(ConfigError, match="holds 2 PEM blocks"):  # [release] trusted_keys
+        signing.load_public_key(both)
+    # the fix: one key per file
+    one = tmp_path / "one.pub"
+    one.write_bytes(b"# the publisher's key\n" + KEY.public.pem)  # a comment around one block is fine
+    fixed = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(one))
+    assert fixed.exit_code == 0, fixed.stderr
+    assert f"index key: {KEY.public.fingerprint}" in fixed.stderr
 
 
 def _with_figures(value: float) -> Any:
