@@ -331,6 +331,49 @@ def _sbom(v: Mapping[str, Any] | None) -> SbomRecord | None:
     )
 
 
+#: the fields of an entry its image decides (the config's labels): equal in every entry of one digest
+_CONTENT: Final[tuple[str, ...]] = (
+    "torch",
+    "torchvision",
+    "cuda",
+    "python",
+    "min_driver",
+    "arch",
+    "shm",
+    "platform",
+)
+
+
+def _one_image_one_content(r: _Reader, images: Sequence[ReleasedImage]) -> None:
+    """Refuse two entries of one digest that disagree on what the image holds: one image has one config,
+    and pick would choose the same bytes by either entry's claims."""
+    first: dict[str, tuple[int, ReleasedImage]] = {}
+    for i, image in enumerate(images):
+        seen = first.setdefault(image.digest, (i, image))
+        if seen[0] == i:
+            continue
+        j, other = seen
+        for name in _CONTENT:
+            if getattr(image, name) != getattr(other, name):
+                raise r.fail(
+                    f"images[{i}].{name}",
+                    f"{image.tag} is the image {image.digest} as {other.tag} (images[{j}]) is, but says "
+                    f"{name} {_said(getattr(image, name))}, not {_said(getattr(other, name))}",
+                    hint="one digest is one image: regenerate the index with imagesmith release (it reads "
+                    "these fields from the image's labels)",
+                )
+
+
+def _said(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, MinDriver):
+        return f"{value.full} (minor {value.minor_version})"
+    if isinstance(value, Shm):
+        return f"size {value.size or 'default'}, ipc_host {str(value.ipc_host).lower()}"
+    return str(value)
+
+
 def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     """Parse and validate index JSON. *source* (file, URL or registry reference) is named in every error.
     The shape is :data:`imagesmith.schema.RELEASE_INDEX` (docs/schemas/release-index.schema.json)."""
@@ -377,9 +420,20 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     dupes = sorted({t for t in tags if tags.count(t) > 1})
     if dupes:
         raise r.fail("images", f"tag {dupes[0]!r} is listed more than once", hint="keep one entry per tag")
+    _one_image_one_content(r, images)
     hosts = tuple(raw.get("registries") or ())
     if len(set(hosts)) != len(hosts):
         raise r.fail("registries", f"hosts repeat: {list(hosts)}", hint="list each registry host once")
+    expires = raw.get("expires", "")
+    if expires:
+        try:  # 2026-02-30T00:00:00Z fits the schema's pattern, but is no time: pick would call it expired
+            datetime.datetime.fromisoformat(expires.removesuffix("Z"))
+        except ValueError:
+            raise r.fail(
+                "expires",
+                f"{expires!r} is no date (no such day or hour)",
+                hint="regenerate it with imagesmith release",
+            ) from None
     serial = raw.get("serial", 0)
     if serial > MAX_SERIAL:
         raise r.fail("serial", f"{serial} is past {MAX_SERIAL}", hint="regenerate it with imagesmith release")
