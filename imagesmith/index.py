@@ -581,6 +581,12 @@ def dump_index(index: ReleaseIndex) -> str:
 #: the highest serial an index may carry (the largest integer every JSON reader holds exactly, 2**53 - 1)
 MAX_SERIAL: Final[int] = (1 << 53) - 1
 
+#: how far (seconds) a serial may lie past the clock: serials are the times release wrote them, so one further
+#: ahead was not written by a release run with a right clock. Release does not count up from such an index
+#: (:func:`issued`), and pick and index refuse it (:func:`imagesmith.indextrust.check_fresh`): recorded as
+#: the newest seen, it would make every later index look like a replay
+SERIAL_AHEAD_S: Final[int] = 86400
+
 #: the most GPUs a validated_on entry may name for one host (NVIDIA's largest nodes have 72)
 MAX_GPUS: Final[int] = 1024
 
@@ -613,7 +619,7 @@ def issued(
     # serials are times: one more than a day ahead of the clock was not written by a release run (an index
     # planted where --extend-from reads it, unsigned or not): raising past it would run the serials up to
     # MAX_SERIAL, where no later index could be newer
-    base = previous if previous <= clock + 86400 else 0
+    base = previous if previous <= clock + SERIAL_AHEAD_S else 0
     return replace(
         index,
         generated=now.strftime(stamp),

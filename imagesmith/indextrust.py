@@ -496,6 +496,22 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             "and publishes; read the index from another registry of the publisher, or pass --refresh to ask "
             "the source again",
         )
+    from imagesmith.index import SERIAL_AHEAD_S
+
+    if index.serial > now.timestamp() + SERIAL_AHEAD_S:
+        try:
+            when = timestamp(datetime.datetime.fromtimestamp(index.serial, datetime.timezone.utc))
+        except (OverflowError, OSError, ValueError):
+            when = "past the year 9999"
+        raise IndexTrustError(
+            f"{index_flag()} {source}: the index's serial {index.serial} is the time {when}, more "
+            f"than a day after now ({timestamp(now)}): release writes the time it runs, so its host's clock "
+            "ran ahead, or this host's clock is behind; recorded as the newest seen, it would make every "
+            "later index look like a replay (nothing was recorded)",
+            fault="serial ahead",
+            hint="check this host's clock (date -u); if it is right, tell the publisher that its release "
+            "host's clock is wrong: its next release (with a right clock) is taken",
+        )
     newest = store.newest()
     if newest is None:
         return

@@ -185,6 +185,32 @@ def test_an_expired_index_is_refused_with_its_date(tmp_path: Path, run_cli: Any)
     assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
 
 
+def test_an_index_whose_serial_lies_past_the_clock_is_refused_and_not_recorded(tmp_path: Path) -> None:
+    """Serials are the times release wrote them. main took a signed index with a serial decades ahead (a
+    release host whose clock ran ahead) and recorded it as the newest: every later index, by a release with a
+    right clock (which does not count up from such a serial), was then refused as a replay."""
+    from imagesmith.index import MAX_SERIAL
+
+    now = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    clock = int(now.timestamp())
+    trust = Trust(now=now)
+    path = tmp_path / "index.json"
+    for serial, when in ((clock + 2 * 86400, "2026-12-03T12:00:00Z"), (MAX_SERIAL, "past the year 9999")):
+        save_signed_index(make_index(), path, serial=serial)
+        with pytest.raises(IndexTrustError) as err:
+            fetch_index(str(path), trust=trust)
+        assert err.value.message.startswith(
+            f"--index {path}: the index's serial {serial} is the time {when}, more than a day after now "
+            "(2026-12-01T12:00:00Z)"
+        )
+        assert "check this host's clock" in (err.value.hint or "")
+        assert not list((tmp_path / "cache").rglob("*.trust.json"))  # nothing recorded
+    save_signed_index(make_index(), path, serial=clock + 3600)  # a clock an hour off is no problem
+    assert fetch_index(str(path), trust=trust).serial == clock + 3600
+    save_signed_index(make_index(), path, serial=clock + 7200)  # nor is the next release
+    assert fetch_index(str(path), trust=trust).serial == clock + 7200
+
+
 def test_a_signed_index_without_serial_or_expiry_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "index.json"
     body = signed_bytes(make_index())[0].replace(b'  "serial": 1,\n', b"")
