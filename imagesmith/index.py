@@ -13,6 +13,7 @@ import datetime
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -330,6 +331,49 @@ def _sbom(v: Mapping[str, Any] | None) -> SbomRecord | None:
     )
 
 
+#: the fields of an entry its image decides (the config's labels): equal in every entry of one digest
+_CONTENT: Final[tuple[str, ...]] = (
+    "torch",
+    "torchvision",
+    "cuda",
+    "python",
+    "min_driver",
+    "arch",
+    "shm",
+    "platform",
+)
+
+
+def _one_image_one_content(r: _Reader, images: Sequence[ReleasedImage]) -> None:
+    """Refuse two entries of one digest that disagree on what the image holds: one image has one config,
+    and pick would choose the same bytes by either entry's claims."""
+    first: dict[str, tuple[int, ReleasedImage]] = {}
+    for i, image in enumerate(images):
+        seen = first.setdefault(image.digest, (i, image))
+        if seen[0] == i:
+            continue
+        j, other = seen
+        for name in _CONTENT:
+            if getattr(image, name) != getattr(other, name):
+                raise r.fail(
+                    f"images[{i}].{name}",
+                    f"{image.tag} is the image {image.digest} as {other.tag} (images[{j}]) is, but says "
+                    f"{name} {_said(getattr(image, name))}, not {_said(getattr(other, name))}",
+                    hint="one digest is one image: regenerate the index with imagesmith release (it reads "
+                    "these fields from the image's labels)",
+                )
+
+
+def _said(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(value)
+    if isinstance(value, MinDriver):
+        return f"{value.full} (minor {value.minor_version})"
+    if isinstance(value, Shm):
+        return f"size {value.size or 'default'}, ipc_host {str(value.ipc_host).lower()}"
+    return str(value)
+
+
 def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
     """Parse and validate index JSON. *source* (file, URL or registry reference) is named in every error.
     The shape is :data:`imagesmith.schema.RELEASE_INDEX` (docs/schemas/release-index.schema.json)."""
@@ -361,15 +405,35 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
             f"release index {source}: not a release index (JSON nested deeper than a parser follows)",
             hint="regenerate it with imagesmith release, or point --index at the published index",
         ) from None
+    hidden = _control_character(raw)
+    if hidden is not None:
+        where, value, char = hidden
+        raise r.fail(
+            where,
+            f"{value[:80]!r} holds the control character U+{ord(char):04X}",
+            hint="an index holds no control or invisible formatting characters (printed by pick, one would "
+            "move the cursor or rewrite the screen): regenerate it with imagesmith release",
+        )
     schema.RELEASE_INDEX.check(raw, checker=r)
     images = tuple(_image(r, raw_img, f"images[{i}]") for i, raw_img in enumerate(raw["images"]))
     tags = [image.tag for image in images]
     dupes = sorted({t for t in tags if tags.count(t) > 1})
     if dupes:
         raise r.fail("images", f"tag {dupes[0]!r} is listed more than once", hint="keep one entry per tag")
+    _one_image_one_content(r, images)
     hosts = tuple(raw.get("registries") or ())
     if len(set(hosts)) != len(hosts):
         raise r.fail("registries", f"hosts repeat: {list(hosts)}", hint="list each registry host once")
+    expires = raw.get("expires", "")
+    if expires:
+        try:  # 2026-02-30T00:00:00Z fits the schema's pattern, but is no time: pick would call it expired
+            datetime.datetime.fromisoformat(expires.removesuffix("Z"))
+        except ValueError:
+            raise r.fail(
+                "expires",
+                f"{expires!r} is no date (no such day or hour)",
+                hint="regenerate it with imagesmith release",
+            ) from None
     serial = raw.get("serial", 0)
     if serial > MAX_SERIAL:
         raise r.fail("serial", f"{serial} is past {MAX_SERIAL}", hint="regenerate it with imagesmith release")
@@ -386,6 +450,35 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
         expires=raw.get("expires", ""),
         published_to=published,
     )
+
+
+#: characters no index string holds: C0 and C1 controls (a terminal escape sequence starts with one), and the
+#: invisible ones that make printed text read otherwise than it is (zero-width, bidirectional overrides)
+_HIDDEN: Final[re.Pattern[str]] = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
+)
+
+
+def _control_character(raw: Any) -> tuple[str, str, str] | None:
+    """(field path, string, character) of the first key or string value of *raw* that holds a character of
+    :data:`_HIDDEN`, else None. Iterative: the JSON may be nested as deep as the parser went."""
+    todo: list[tuple[str, Any]] = [("", raw)]
+    while todo:
+        where, value = todo.pop()
+        if isinstance(value, str):
+            found = _HIDDEN.search(value)
+            if found is not None:
+                return where, value, found.group()
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                inner = f"{where}.{key}" if where else key
+                found = _HIDDEN.search(key)
+                if found is not None:
+                    return where, key, found.group()
+                todo.append((inner, item))
+        elif isinstance(value, list):
+            todo.extend((f"{where}[{i}]", item) for i, item in enumerate(value))
+    return None
 
 
 def index_location(host: str, repository: str) -> str:
@@ -488,6 +581,12 @@ def dump_index(index: ReleaseIndex) -> str:
 #: the highest serial an index may carry (the largest integer every JSON reader holds exactly, 2**53 - 1)
 MAX_SERIAL: Final[int] = (1 << 53) - 1
 
+#: how far (seconds) a serial may lie past the clock: serials are the times release wrote them, so one further
+#: ahead was not written by a release run with a right clock. Release does not count up from such an index
+#: (:func:`issued`), and pick and index refuse it (:func:`imagesmith.indextrust.check_fresh`): recorded as
+#: the newest seen, it would make every later index look like a replay
+SERIAL_AHEAD_S: Final[int] = 86400
+
 #: the most GPUs a validated_on entry may name for one host (NVIDIA's largest nodes have 72)
 MAX_GPUS: Final[int] = 1024
 
@@ -520,7 +619,7 @@ def issued(
     # serials are times: one more than a day ahead of the clock was not written by a release run (an index
     # planted where --extend-from reads it, unsigned or not): raising past it would run the serials up to
     # MAX_SERIAL, where no later index could be newer
-    base = previous if previous <= clock + 86400 else 0
+    base = previous if previous <= clock + SERIAL_AHEAD_S else 0
     return replace(
         index,
         generated=now.strftime(stamp),

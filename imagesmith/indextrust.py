@@ -115,9 +115,11 @@ class IndexKey:
 
 def pem_fingerprint(pem: bytes) -> str | None:
     """``sha256:<hex>`` of the DER inside a PEM public key (what :attr:`PublicKey.fingerprint` says of it),
-    computed without ``cryptography``; None when *pem* holds no such block."""
-    match = _PEM_PUBLIC.search(pem.decode("ascii", "replace"))
-    if match is None:
+    computed without ``cryptography``; None when *pem* holds no such block, or more than one PEM block (then
+    :func:`imagesmith.signing.parse_public_key` refuses it: this key would be the one it does not take)."""
+    text = pem.decode("ascii", "replace")
+    match = _PEM_PUBLIC.search(text)
+    if match is None or len(_PEM_BEGIN.findall(text)) != 1:
         return None
     try:
         der = base64.b64decode("".join(match.group(1).split()), validate=True)
@@ -126,6 +128,8 @@ def pem_fingerprint(pem: bytes) -> str | None:
     return "sha256:" + hashlib.sha256(der).hexdigest()
 
 
+#: a PEM block's first line (as :func:`imagesmith.signing.pem_blocks` counts them)
+_PEM_BEGIN: Final[re.Pattern[str]] = re.compile(r"-----BEGIN [^\r\n]*-----")
 _PEM_PUBLIC: Final[re.Pattern[str]] = re.compile(
     r"-----BEGIN PUBLIC KEY-----([A-Za-z0-9+/=\s]*)-----END PUBLIC KEY-----"
 )
@@ -210,7 +214,7 @@ class TrustStore:
                         hint="",
                     )
                     if os.path.lexists(self.path)
-                    else {}
+                    else None
                 )
             except (ValueError, RecursionError, ImagesmithError):
                 raise IndexTrustError(
@@ -219,7 +223,19 @@ class TrustStore:
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
                 ) from None
-            self._data = raw if isinstance(raw, dict) and raw.get("source") == self.source else {}
+            if raw is not None:
+                problem = record_problem(raw, self.source)
+                if problem is not None:
+                    # a record read as "nothing seen" would turn replay protection and the key pin off,
+                    # and the next index (an older one, or one by another key) would be recorded over it
+                    raise IndexTrustError(
+                        f"{index_flag()} {self.shown}: the trust record {self.path} is not one imagesmith "
+                        f"writes ({problem})",
+                        fault="trust record unreadable",
+                        hint=f"remove {self.path}: the next run pins the published key again (check its "
+                        "fingerprint)",
+                    )
+            self._data = raw if raw is not None else {}
         return self._data
 
     def pinned(self) -> PublicKey | None:
@@ -283,6 +299,48 @@ class TrustStore:
         tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         tmp.replace(self.path)
         self._data = data
+
+
+#: the fields of a trust record and of its ``newest`` line that hold text (each may be absent: a record
+#: written by an earlier imagesmith lacks some)
+_RECORD_TEXT: Final[tuple[str, ...]] = ("key", "fingerprint", "key_type", "pinned_by")
+_NEWEST_TEXT: Final[tuple[str, ...]] = (
+    "generated",
+    "expires",
+    "sha256",
+    "envelope_sha256",
+    "key",
+    "key_type",
+)
+
+
+def record_problem(raw: Any, source: str) -> str | None:
+    """What makes *raw* (a trust record's JSON) other than a record :meth:`TrustStore.record` writes for
+    *source*, or None. Fields a later imagesmith may add are let through; those read here must have their
+    type, the pinned key its fingerprint."""
+    if not isinstance(raw, dict):
+        return f"a JSON {type(raw).__name__}, not an object"
+    if "source" not in raw:
+        return "it names no source"
+    if raw["source"] != source:
+        return f"its source is {str(raw.get('source'))[:200]!r}, not {source[:200]!r}"
+    for name in _RECORD_TEXT:
+        if name in raw and not isinstance(raw[name], str):
+            return f"{name} is not a string"
+    if "key" in raw and raw.get("fingerprint") != pem_fingerprint(raw["key"].encode()):
+        return "the pinned key and its fingerprint disagree"
+    if "newest" not in raw:
+        return None
+    newest = raw["newest"]
+    if not isinstance(newest, dict):
+        return "newest is not an object"
+    serial = newest.get("serial")
+    if not isinstance(serial, int) or isinstance(serial, bool) or serial < 1:
+        return f"newest.serial is {serial!r}, not a positive integer"
+    for name in _NEWEST_TEXT:
+        if name in newest and not isinstance(newest[name], str):
+            return f"newest.{name} is not a string"
+    return None
 
 
 def check_signature(
@@ -437,6 +495,22 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             "runs "
             "and publishes; read the index from another registry of the publisher, or pass --refresh to ask "
             "the source again",
+        )
+    from imagesmith.index import SERIAL_AHEAD_S
+
+    if index.serial > now.timestamp() + SERIAL_AHEAD_S:
+        try:
+            when = timestamp(datetime.datetime.fromtimestamp(index.serial, datetime.timezone.utc))
+        except (OverflowError, OSError, ValueError):
+            when = "past the year 9999"
+        raise IndexTrustError(
+            f"{index_flag()} {source}: the index's serial {index.serial} is the time {when}, more "
+            f"than a day after now ({timestamp(now)}): release writes the time it runs, so its host's clock "
+            "ran ahead, or this host's clock is behind; recorded as the newest seen, it would make every "
+            "later index look like a replay (nothing was recorded)",
+            fault="serial ahead",
+            hint="check this host's clock (date -u); if it is right, tell the publisher that its release "
+            "host's clock is wrong: its next release (with a right clock) is taken",
         )
     newest = store.newest()
     if newest is None:

@@ -1200,7 +1200,13 @@ RELEASE_INDEX: Schema = Schema(
                                 fields={
                                     "name": _text_field("registries.toml name", required=True),
                                     "kind": _text_field("registry kind (default: generic)"),
-                                    "reference": _text_field("host[:port]/repository:tag", required=True),
+                                    "reference": _text_field(
+                                        "where the tag was pushed",
+                                        rf"{HOST_PORT}/{REPO_PATH}:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}}",
+                                        "a reference host[:port]/repository:tag (lowercase repository, "
+                                        "no digest, no spaces)",
+                                        required=True,
+                                    ),
                                     "digest": _text_field(
                                         pattern=_DIGEST, what="a digest sha256:<64 hex>", required=True
                                     ),

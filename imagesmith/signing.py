@@ -228,6 +228,16 @@ def load_signing_key(path: Path) -> SigningKey:
 
 
 def parse_public_key(data: bytes, *, source: str) -> PublicKey:
+    """The one PEM public key *data* holds. Text around it is allowed (a comment line), a second PEM block
+    is not: ``cryptography`` would take one of them silently (a file of two concatenated keys trusts only the
+    first), and a reader that takes another block would name another key than the one that verifies."""
+    blocks = pem_blocks(data)
+    if blocks > 1:
+        raise ConfigError(
+            f"{source} holds {blocks} PEM blocks, not one public key",
+            hint="keep one public key per file (a .pub of `imagesmith keygen`); to trust several keys, list "
+            "one file each ([release] trusted_keys)",
+        )
     try:
         key = serialization.load_pem_public_key(data)
     except (ValueError, TypeError):
@@ -245,6 +255,14 @@ def parse_public_key(data: bytes, *, source: str) -> PublicKey:
     )
 
 
+def pem_blocks(data: bytes) -> int:
+    """How many PEM blocks (``-----BEGIN …-----`` lines) *data* holds."""
+    return len(_PEM_BEGIN.findall(data))
+
+
+_PEM_BEGIN: Final[re.Pattern[bytes]] = re.compile(rb"-----BEGIN [^\r\n]*-----")
+
+
 def load_public_key(path: Path, origin: str | None = None) -> PublicKey:
     """The public key at *path*; *origin* (``--verify-key``, ``$IMAGESMITH_INDEX_KEY`` …) is what named it,
     for the fix line (default: ``[release] trusted_keys`` of imagesmith.toml)."""
@@ -256,7 +274,8 @@ def load_public_key(path: Path, origin: str | None = None) -> PublicKey:
         else "check [release] trusted_keys in imagesmith.toml (paths relative to the project root)",
         max_bytes=1 << 20,
     )
-    return parse_public_key(data, source=str(path))
+    # the origin named too: the file alone does not say which setting to fix
+    return parse_public_key(data, source=f"{origin} {path}" if origin else str(path))
 
 
 # DSSE

