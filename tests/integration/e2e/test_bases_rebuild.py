@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]
 
 
 def _imagesmith(
-    args: list[str], cwd: Any, timeout: int = 1800, *, python: bool = False
+    args: list[str], cwd: Any, timeout: int = 3600, *, python: bool = False
 ) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, *([] if python else ["-m", "imagesmith"]), *args],
