@@ -130,4 +130,6 @@ def test_soak_twenty_copies_through_errors_and_drops_converge_verified(tmp_path:
         assert monitor.violations == []
         assert monitor.checks >= COPIES  # the monitor saw every copy's final tags
         assert faults / len(px.log) > 0.15
-        assert duration < 60
+        # a hang guard only (speed is measured in scripts/, never asserted): 20 copies took 24 s on the idle
+        # 2-core machine and 62 s with a load of 10
+        assert duration < 600
