@@ -316,37 +316,113 @@ def _check_digest(found: set[str], digest: str, source: str, field_name: str) ->
         )
 
 
+def _rated(*candidates: Any) -> str:
+    """The first of *candidates* (severity words, in order of authority) that rates anything: a word that
+    reads as ``unknown`` ("Unknown", "", "untriaged", none) is no rating and never hides one given by a later
+    source — a Debian match grype rates "Unknown" whose NVD record says Critical is critical."""
+    for c in candidates:
+        severity = normalize_severity(c)
+        if severity != "unknown":
+            return severity
+    return "unknown"
+
+
+def _cvss_vectors_rating(vectors: Iterable[Any]) -> str:
+    """The rating of the highest CVSS v3 base score among *vectors* (computed from the vector, never a score
+    field a report may fill with anything), ``unknown`` when none is a v3 vector."""
+    scores = [s for v in vectors if isinstance(v, str) and (s := cvss3_base_score(v)) is not None]
+    return cvss_rating(max(scores)) if scores else "unknown"
+
+
+def _highest(severities: Iterable[str]) -> str:
+    return max(severities, key=_rank, default="unknown")
+
+
+def _grype_cvss(holder: Mapping[str, Any]) -> list[Any]:
+    cvss = holder.get("cvss")
+    return [c.get("vector") for c in (cvss if isinstance(cvss, list) else ()) if isinstance(c, Mapping)]
+
+
+#: grype's built-in ignore rules drop a match made through a binary package's *source* name only where the
+#: binary is not what the advisory is about (kernel headers and linux-libc-dev against kernel CVEs): such a
+#: rule names a package (with its upstream) and ``match-type: exact-indirect-match`` and nothing else
+_GRYPE_FALSE_POSITIVE_RULE_KEYS: Final[frozenset[str]] = frozenset({"package", "match-type", "reason"})
+
+
+def _grype_policy_rule(rule: Any) -> bool:
+    """Is *rule* (an ``appliedIgnoreRules`` entry) a policy decision (an advisory id, ``fix-state`` as
+    ``--only-fixed`` writes, a VEX status, a whole package) rather than grype's built-in rule for indirect
+    matches of kernel headers?"""
+    if not isinstance(rule, Mapping):
+        return True
+    set_keys = {k for k, v in rule.items() if v not in (None, "", False, {}, [])}
+    pkg = rule.get("package")
+    return not (
+        set_keys <= _GRYPE_FALSE_POSITIVE_RULE_KEYS
+        and rule.get("match-type") == "exact-indirect-match"
+        and isinstance(pkg, Mapping)
+        and bool(pkg.get("upstream-name"))
+    )
+
+
+def _grype_finding(m: Any, source: str, where: str) -> Finding:
+    m = _obj(m, source, where)
+    vuln = _obj(m.get("vulnerability"), source, f"{where}.vulnerability")
+    art = _obj(m.get("artifact"), source, f"{where}.artifact")
+    fix = vuln.get("fix")
+    fixed: list[Any] = []
+    if fix is not None:
+        fixed = _list(_obj(fix, source, f"{where}.vulnerability.fix").get("versions"), source, "fix")
+    related = [
+        r
+        for r in _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
+        if isinstance(r, Mapping)
+    ]
+    # the match's own namespace rates it (Debian's urgency for a Debian package); where that rates nothing,
+    # the related records (NVD's, GitHub's) do, then the CVSS v3 vectors of all of them
+    severity = _rated(
+        vuln.get("severity"),
+        _highest(normalize_severity(r.get("severity")) for r in related),
+        _cvss_vectors_rating([*_grype_cvss(vuln), *(v for r in related for v in _grype_cvss(r))]),
+    )
+    return Finding(
+        package=_str(art, "name", source, f"{where}.artifact"),
+        version=_str(art, "version", source, f"{where}.artifact"),
+        id=_str(vuln, "id", source, f"{where}.vulnerability"),
+        severity=severity,
+        fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
+        ecosystem=str(art.get("type") or ""),
+        aliases=tuple(str(r["id"]) for r in related if isinstance(r.get("id"), str)),
+    )
+
+
 def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
+    """The findings of a grype JSON report. ``matches`` must be there (grype always writes it, ``[]`` when
+    nothing matched: a report without it is cut short or made by hand). A match grype's *own* ignore rules
+    moved to ``ignoredMatches`` (``.grype.yaml`` ``ignore:``, ``--only-fixed``, a VEX) counts like any other:
+    the project's allowlist, with its reason and expiry, is what lets an advisory through — only grype's
+    built-in rule for indirect kernel-header matches (a false positive, not a policy) stays ignored."""
     doc = _obj(doc, source, "(top level)")
     src = _obj(doc.get("source"), source, "source")
     target = _obj(src.get("target"), source, "source.target")
     found = _digests_in([target.get("manifestDigest"), *_list(target.get("repoDigests"), source, "x")])
     _check_digest(found, digest, source, "source.target.manifestDigest / repoDigests")
-    out = []
-    for i, m in enumerate(_list(doc.get("matches"), source, "matches")):
-        where = f"matches[{i}]"
-        m = _obj(m, source, where)
-        vuln = _obj(m.get("vulnerability"), source, f"{where}.vulnerability")
-        art = _obj(m.get("artifact"), source, f"{where}.artifact")
-        fix = vuln.get("fix")
-        fixed: list[Any] = []
-        if fix is not None:
-            fixed = _list(_obj(fix, source, f"{where}.vulnerability.fix").get("versions"), source, "fix")
-        out.append(
-            Finding(
-                package=_str(art, "name", source, f"{where}.artifact"),
-                version=_str(art, "version", source, f"{where}.artifact"),
-                id=_str(vuln, "id", source, f"{where}.vulnerability"),
-                severity=normalize_severity(vuln.get("severity")),
-                fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
-                ecosystem=str(art.get("type") or ""),
-                aliases=tuple(
-                    str(r["id"])
-                    for r in _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
-                    if isinstance(r, Mapping) and isinstance(r.get("id"), str)
-                ),
-            )
+    if "matches" not in doc:
+        raise _bad(
+            source,
+            "has no `matches` (grype writes it in every JSON report, [] when nothing matched): the report is "
+            "cut short or not grype's; scan the image again",
         )
+    out = [
+        _grype_finding(m, source, f"matches[{i}]")
+        for i, m in enumerate(_list(doc["matches"], source, "matches"))
+    ]
+    for i, m in enumerate(_list(doc.get("ignoredMatches"), source, "ignoredMatches")):
+        where = f"ignoredMatches[{i}]"
+        rules = _list(_obj(m, source, where).get("appliedIgnoreRules"), source, f"{where}.appliedIgnoreRules")
+        if not rules or any(_grype_policy_rule(r) for r in rules):
+            f = _grype_finding(m, source, where)
+            out.append(replace(f, package=f"{f.package} (hidden by grype's own ignore rule)"))
     return out
 
 
@@ -361,17 +437,37 @@ def parse_trivy(doc: Any, *, source: str, digest: str) -> list[Finding]:
         for j, v in enumerate(_list(r.get("Vulnerabilities"), source, f"Results[{i}].Vulnerabilities")):
             where = f"Results[{i}].Vulnerabilities[{j}]"
             v = _obj(v, source, where)
+            cvss = v.get("CVSS")
+            vendor = v.get("VendorSeverity")
             out.append(
                 Finding(
                     package=_str(v, "PkgName", source, where),
                     version=_str(v, "InstalledVersion", source, where),
                     id=_str(v, "VulnerabilityID", source, where),
-                    severity=normalize_severity(v.get("Severity")),
+                    # trivy's own pick (the vendor's, else NVD's); where it rates nothing, its CVSS
+                    # v3 vectors, then the highest vendor rating (0 unknown … 4 critical)
+                    severity=_rated(
+                        v.get("Severity"),
+                        _cvss_vectors_rating(
+                            c.get("V3Vector")
+                            for c in (cvss.values() if isinstance(cvss, Mapping) else ())
+                            if isinstance(c, Mapping)
+                        ),
+                        _highest(
+                            _TRIVY_VENDOR[n]
+                            for n in (vendor.values() if isinstance(vendor, Mapping) else ())
+                            if type(n) is int and 0 <= n < len(_TRIVY_VENDOR)
+                        ),
+                    ),
                     fixed=_str(v, "FixedVersion", source, where, required=False),
                     ecosystem=str(r.get("Type") or ""),
                 )
             )
     return out
+
+
+#: trivy's ``VendorSeverity`` numbers
+_TRIVY_VENDOR: Final[tuple[str, ...]] = ("unknown", "low", "medium", "high", "critical")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -496,24 +592,24 @@ def _osv_aliases(rec: Mapping[str, Any]) -> tuple[str, ...]:
 def _osv_severity(rec: Mapping[str, Any], affected: Mapping[str, Any]) -> str:
     """The record's severity word (the affected entry's, else the record's ``database_specific``), else the
     rating of its CVSS v3 base score (``severity: [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/…"}]``, the
-    affected entry's first): most PyPI (PYSEC) and many other records carry only the vector. Neither:
+    affected entry's first): most PyPI (PYSEC) and many other records carry only the vector. A word that
+    rates nothing (``UNKNOWN``, Ubuntu's ``untriaged``) is no word: the next source rates it. Neither:
     ``unknown``."""
+    words: list[Any] = []
     for holder in (affected.get("ecosystem_specific"), affected.get("database_specific")):
-        if isinstance(holder, Mapping) and holder.get("severity"):
-            return normalize_severity(holder["severity"])
+        if isinstance(holder, Mapping):
+            words.append(holder.get("severity"))
     db = rec.get("database_specific")
-    if isinstance(db, Mapping) and db.get("severity"):
-        return normalize_severity(db["severity"])
+    if isinstance(db, Mapping):
+        words.append(db.get("severity"))
     for holder in (affected, rec):
         scores = holder.get("severity")
         for entry in scores if isinstance(scores, list) else ():
             if isinstance(entry, Mapping) and entry.get("type") == "Ubuntu":  # its priority word
-                return normalize_severity(entry.get("score"))
+                words.append(entry.get("score"))
             if isinstance(entry, Mapping) and entry.get("type") == "CVSS_V3":
-                score = cvss3_base_score(str(entry.get("score", "")))
-                if score is not None:
-                    return cvss_rating(score)
-    return "unknown"
+                words.append(_cvss_vectors_rating([entry.get("score")]))
+    return _rated(*(w for w in words if isinstance(w, str)))
 
 
 #: CVSS v3.x base metric weights (FIRST, CVSS v3.1 Specification, section 7.4)

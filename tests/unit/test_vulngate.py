@@ -582,3 +582,183 @@ def test_a_binnmu_is_compared_in_its_source_version(tmp_path: Path) -> None:
     assert [(f.package, f.version) for f in verdict.blocking] == [
         ("bash (source version 5.2.15-2)", "5.2.15-2+b13")
     ]
+
+
+# -- issue 26 re-check (b2): what a scanner's own filters and ratings do to the gate -------------------------
+
+
+def _grype_doc() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DATA / "grype.json").read_text())
+    return doc
+
+
+def _grype_gate(tmp_path: Path, doc: dict[str, Any], fail_on: str = "critical") -> list[str]:
+    d = tmp_path / "scans"
+    d.mkdir(exist_ok=True)
+    (d / f"{vulngate.digest_stem(RECORDED)}.grype.json").write_text(json.dumps(doc))
+    _, reasons = vulngate.gate([d], RECORDED, vulngate.Policy(fail_on=fail_on), today=TODAY)
+    return reasons
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"vulnerability": "CVE-2024-45491", "reason": "we said so in .grype.yaml"},  # an id ignored
+        {"fix-state": "not-fixed"},  # what --only-fixed / --only-notfixed apply
+        {"vex-status": "not_affected", "vex-justification": "vulnerable_code_not_in_execute_path"},
+        {"package": {"name": "libexpat1"}},  # a whole package
+        {"package": {"name": "libexpat1"}, "match-type": "exact-direct-match"},
+    ],
+)
+def test_a_match_grypes_own_ignore_rules_hid_still_counts(tmp_path: Path, rule: dict[str, Any]) -> None:
+    """Before: a critical match grype's config moved to `ignoredMatches` (`.grype.yaml` `ignore:`,
+    `--only-fixed`, a VEX) was never read: the cell released with no allowlist entry, no reason, no expiry
+    and nothing in the index."""
+    doc = _grype_doc()
+    critical = doc["matches"].pop(0)
+    doc["ignoredMatches"] = [{**critical, "appliedIgnoreRules": [rule]}]
+    (reason,) = _grype_gate(tmp_path, doc, fail_on="high")
+    assert "CVE-2024-45491 (critical, fixed in 2.5.0-1+deb12u1)" in reason
+
+
+def test_the_ignored_matches_count_and_the_refusal_says_grype_hid_it(tmp_path: Path) -> None:
+    doc = _grype_doc()
+    critical = doc["matches"].pop(0)
+    doc["ignoredMatches"] = [{**critical, "appliedIgnoreRules": [{"fix-state": "not-fixed"}]}]
+    (reason,) = _grype_gate(tmp_path, doc)
+    assert "libexpat1 (hidden by grype's own ignore rule) 2.5.0-1: CVE-2024-45491 (critical" in reason
+
+
+def test_grypes_built_in_rule_for_indirect_kernel_header_matches_stays_ignored(tmp_path: Path) -> None:
+    doc = _grype_doc()
+    critical = doc["matches"].pop(0)
+    kernel_rule = {
+        "package": {"name": "linux(-.*)?-headers-.*", "type": "deb", "upstream-name": "linux.*"},
+        "match-type": "exact-indirect-match",
+        "vulnerability": "",
+        "fix-state": "",
+    }
+    doc["ignoredMatches"] = [{**critical, "appliedIgnoreRules": [kernel_rule]}]
+    assert _grype_gate(tmp_path, doc) == []
+
+
+def test_a_grype_report_without_matches_is_cut_short_not_clean(tmp_path: Path) -> None:
+    doc = _grype_doc()
+    del doc["matches"]
+    with pytest.raises(ConfigError, match=r"has no `matches`") as err:
+        _grype_gate(tmp_path, doc)
+    assert f"{vulngate.digest_stem(RECORDED)}.grype.json" in err.value.message
+
+
+def _trivy_vuln(**fields: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    vuln = doc["Results"][0]["Vulnerabilities"][0]
+    for k in ("Severity", "CVSS", "VendorSeverity", "SeveritySource"):
+        vuln.pop(k, None)
+    vuln.update(fields)
+    return doc
+
+
+CRITICAL_VECTOR = "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"  # 9.8
+
+
+@pytest.mark.parametrize(
+    ("edit", "want"),
+    [
+        # grype: Debian's urgency not yet assigned, NVD's record (related) rates it
+        (
+            lambda v, m: (
+                v.update(severity="Unknown"),
+                m.update(
+                    relatedVulnerabilities=[
+                        {"id": "CVE-2024-45491", "namespace": "nvd:cpe", "severity": "Critical"}
+                    ]
+                ),
+            ),
+            "critical",
+        ),
+        (
+            lambda v, m: (
+                v.update(severity=""),
+                m.update(
+                    relatedVulnerabilities=[
+                        {"id": "CVE-2024-45491", "cvss": [{"version": "3.1", "vector": CRITICAL_VECTOR}]}
+                    ]
+                ),
+            ),
+            "critical",
+        ),
+        (
+            lambda v, m: v.update(
+                severity=None, cvss=[{"vector": CRITICAL_VECTOR, "metrics": {"baseScore": 1}}]
+            ),
+            "critical",
+        ),
+        # an explicit low word is a rating: NVD's higher one does not override the distribution's
+        (
+            lambda v, m: (
+                v.update(severity="Negligible"),
+                m.update(relatedVulnerabilities=[{"id": "CVE-2024-45491", "severity": "Critical"}]),
+            ),
+            "negligible",
+        ),
+        (lambda v, m: v.update(severity="Critical "), "critical"),
+        (lambda v, m: v.update(severity="CRITICAL"), "critical"),
+    ],
+)
+def test_grype_a_severity_that_rates_nothing_does_not_hide_the_related_rating(
+    edit: Callable[[dict[str, Any], dict[str, Any]], Any], want: str
+) -> None:
+    """Before: a Debian match grype rates "Unknown" (Debian had not assigned an urgency yet) read as unknown,
+    which never blocks, though its NVD record in `relatedVulnerabilities` says Critical (9.8)."""
+    doc = _grype_doc()
+    edit(doc["matches"][0]["vulnerability"], doc["matches"][0])
+    (first, _) = vulngate.parse_grype(doc, source="g", digest=RECORDED)
+    assert first.severity == want
+
+
+@pytest.mark.parametrize(
+    ("fields", "want"),
+    [
+        ({"Severity": "UNKNOWN", "CVSS": {"nvd": {"V3Vector": CRITICAL_VECTOR, "V3Score": 9.8}}}, "critical"),
+        ({"Severity": "UNKNOWN", "VendorSeverity": {"debian": 0, "nvd": 4}}, "critical"),
+        ({"Severity": "UNKNOWN", "VendorSeverity": {"nvd": 99, "x": "4", "y": True}}, "unknown"),
+        ({"Severity": "critical"}, "critical"),
+        ({"Severity": "LOW", "CVSS": {"nvd": {"V3Vector": CRITICAL_VECTOR}}}, "low"),
+    ],
+)
+def test_trivy_a_severity_that_rates_nothing_falls_back_to_its_cvss_and_vendors(
+    fields: dict[str, Any], want: str
+) -> None:
+    findings = vulngate.parse_trivy(_trivy_vuln(**fields), source="t", digest=RECORDED)
+    assert findings[0].severity == want
+
+
+def test_an_osv_word_that_rates_nothing_does_not_hide_the_cvss_vector(tmp_path: Path) -> None:
+    """Before: `database_specific.severity = "UNKNOWN"` (or Ubuntu's "untriaged") ended the search: the
+    record's CVSS 9.8 vector was never read and the advisory never blocked."""
+    recs = []
+    for n, word in enumerate(("UNKNOWN", "")):
+        recs.append(
+            {
+                "id": f"PYSEC-2099-{n}",
+                "affected": [
+                    {
+                        "package": {"ecosystem": "PyPI", "name": "jinja2"},
+                        "ranges": [
+                            {"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "3.1.3"}]}
+                        ],
+                    }
+                ],
+                "database_specific": {"severity": word},
+                "severity": [
+                    {"type": "Ubuntu", "score": "untriaged"},
+                    {"type": "CVSS_V3", "score": CRITICAL_VECTOR},
+                ],
+            }
+        )
+    found = _osv_gate(tmp_path, recs, fail_on="critical")
+    assert sorted((f.id, f.severity) for f in found) == [
+        ("PYSEC-2099-0", "critical"),
+        ("PYSEC-2099-1", "critical"),
+    ]
