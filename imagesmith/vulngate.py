@@ -431,9 +431,32 @@ def parse_trivy(doc: Any, *, source: str, digest: str) -> list[Finding]:
     meta = _obj(doc.get("Metadata"), source, "Metadata")
     found = _digests_in(_list(meta.get("RepoDigests"), source, "Metadata.RepoDigests"))
     _check_digest(found, digest, source, "Metadata.RepoDigests")
+    results = [
+        _obj(r, source, f"Results[{i}]") for i, r in enumerate(_list(doc.get("Results"), source, "Results"))
+    ]
+    raw_os = meta.get("OS")
+    os_info: Mapping[str, Any] = raw_os if isinstance(raw_os, Mapping) else {}
+    family = os_info.get("Family")
+    # trivy writes one result for the OS packages whenever it scanned them (Class "os-pkgs", Type the family;
+    # no Vulnerabilities when clean): an OS it detected without that result was never looked at —
+    # `--pkg-types library`, `--scanners secret`, or an OS release its database does not cover
+    if (
+        isinstance(family, str)
+        and family
+        and not any(
+            r.get("Class") == "os-pkgs" or (r.get("Class") is None and r.get("Type") == family)
+            for r in results
+        )
+    ):
+        raise _bad(
+            source,
+            f"found the OS ({family} {os_info.get('Name') or ''}) but has no result for its packages "
+            "(Class os-pkgs): they were not scanned (--pkg-types library, --scanners without vuln, or an OS "
+            "release trivy does not support) — scan them (trivy image --scanners vuln, with os in "
+            "--pkg-types), or use grype",
+        )
     out = []
-    for i, r in enumerate(_list(doc.get("Results"), source, "Results")):
-        r = _obj(r, source, f"Results[{i}]")
+    for i, r in enumerate(results):
         for j, v in enumerate(_list(r.get("Vulnerabilities"), source, f"Results[{i}].Vulnerabilities")):
             where = f"Results[{i}].Vulnerabilities[{j}]"
             v = _obj(v, source, where)

@@ -762,3 +762,35 @@ def test_an_osv_word_that_rates_nothing_does_not_hide_the_cvss_vector(tmp_path: 
         ("PYSEC-2099-0", "critical"),
         ("PYSEC-2099-1", "critical"),
     ]
+
+
+def test_a_trivy_report_that_never_scanned_the_os_packages_is_refused(tmp_path: Path) -> None:
+    """Before: `trivy image --pkg-types library` (or `--scanners secret`, or a Debian release trivy's database
+    does not cover) wrote no os-pkgs result; the gate read that as "no OS advisories" and released the cell
+    with its critical libexpat1 unscanned."""
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    doc["Results"] = [r for r in doc["Results"] if r["Class"] != "os-pkgs"]
+    d = tmp_path / "scans"
+    d.mkdir()
+    f = d / f"{vulngate.digest_stem(RECORDED)}.trivy.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(
+        ConfigError, match=r"found the OS \(debian 12\.7\) but has no result for its packages"
+    ) as err:
+        vulngate.gate([d], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY)
+    assert str(f) in err.value.message
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda doc: doc["Results"][0].pop("Vulnerabilities"),  # scanned, clean
+        lambda doc: doc["Results"][0].pop("Class"),  # trivy before Class: the OS result's Type is the family
+        lambda doc: (doc["Metadata"].pop("OS"), doc["Results"].pop(0)),  # no OS found (distroless)
+    ],
+)
+def test_a_trivy_report_whose_os_packages_were_scanned_or_absent_is_read(edit: Callable[[Any], Any]) -> None:
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    edit(doc)
+    findings = vulngate.parse_trivy(doc, source="t", digest=RECORDED)
+    assert "requests" in {f.package for f in findings}
