@@ -123,8 +123,8 @@ def described_digests(doc: Mapping[str, Any]) -> set[str]:
     for p in doc.get("packages") or ():
         if isinstance(p, Mapping) and p.get("SPDXID") in described:
             for v in (p.get("versionInfo"), _purl(p).replace("%3A", ":")):
-                if isinstance(v, str) and "sha256:" in v:
-                    out.add("sha256:" + v.split("sha256:", 1)[1][:64])
+                if isinstance(v, str):
+                    out |= set(re.findall(r"(?<![0-9A-Za-z])sha256:[0-9a-f]{64}(?![0-9A-Za-z])", v))
     return out
 
 

@@ -297,7 +297,9 @@ def _digests_in(values: Iterable[Any]) -> set[str]:
     out = set()
     for v in values:
         if isinstance(v, str):
-            out |= set(re.findall(r"sha256:[0-9a-f]{64}", v))
+            # a whole digest only: the first 64 hex of a longer run ("sha256:<candidate>00", another
+            # algorithm's or a truncated paste) are not the candidate
+            out |= set(re.findall(r"(?<![0-9A-Za-z])sha256:[0-9a-f]{64}(?![0-9A-Za-z])", v))
     return out
 
 

@@ -34,6 +34,13 @@ def test_the_document_describes_the_digest(doc: dict[str, Any]) -> None:
     assert sbom.described_digests(doc) == {OTHER}
 
 
+def test_a_described_hex_run_longer_than_a_digest_is_no_digest(doc: dict[str, Any]) -> None:
+    """Before: the first 64 characters after "sha256:" were taken, whatever followed: a document whose root
+    package says `sha256:<digest>00` (or `sha256:<digest>` cut from a longer value) passed as the digest's."""
+    doc["packages"][0] = json.loads(json.dumps(doc["packages"][0]).replace(RECORDED, RECORDED + "00"))
+    assert sbom.described_digests(doc) == set()
+
+
 def test_summary_and_locked_hashes(doc: dict[str, Any]) -> None:
     s = sbom.summarize(doc)
     assert {n for n, _ in s.os_packages} == {"apt", "base-files", "libc6", "libexpat1"}

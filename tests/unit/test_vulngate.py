@@ -794,3 +794,17 @@ def test_a_trivy_report_whose_os_packages_were_scanned_or_absent_is_read(edit: C
     edit(doc)
     findings = vulngate.parse_trivy(doc, source="t", digest=RECORDED)
     assert "requests" in {f.package for f in findings}
+
+
+@pytest.mark.parametrize(
+    "named", [RECORDED + "00", "x" + RECORDED, RECORDED.upper().replace("SHA256", "sha256")]
+)
+def test_a_report_naming_a_longer_hex_run_that_starts_with_the_digest_is_not_about_it(
+    tmp_path: Path, named: str
+) -> None:
+    """Before: `sha256:<candidate>00` (66 hex) read as the candidate: its first 64 hex matched."""
+    doc = _grype_doc()
+    doc["source"]["target"]["manifestDigest"] = named
+    doc["source"]["target"]["repoDigests"] = [f"127.0.0.1:5000/x@{named}"]
+    with pytest.raises(ConfigError, match="names no image digest"):
+        _grype_gate(tmp_path, doc)
