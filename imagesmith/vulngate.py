@@ -791,6 +791,8 @@ def match_osv(
             by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.source)), []).append(p)
     out = []
     for i, rec in enumerate(records):
+        if rec.get("withdrawn") not in (None, ""):  # OSV: the advisory was withdrawn (a mistake, a duplicate)
+            continue
         for j, aff in enumerate(_list(rec.get("affected"), source, f"[{i}].affected")):
             where = f"[{i}].affected[{j}]"
             aff = _obj(aff, source, where)

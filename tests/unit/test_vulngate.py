@@ -808,3 +808,14 @@ def test_a_report_naming_a_longer_hex_run_that_starts_with_the_digest_is_not_abo
     doc["source"]["target"]["repoDigests"] = [f"127.0.0.1:5000/x@{named}"]
     with pytest.raises(ConfigError, match="names no image digest"):
         _grype_gate(tmp_path, doc)
+
+
+def test_a_withdrawn_osv_record_does_not_refuse(tmp_path: Path) -> None:
+    """Before: a record OSV marks `withdrawn` (published by mistake, or a duplicate of another) still refused
+    the cell; only an allowlist entry with a reason and an expiry got it out."""
+    live = _deb("DEBIAN-CVE-2099-1", "openssl", [{"introduced": "0"}, {"fixed": "3.0.13-1~deb12u1"}])
+    gone = {
+        **_deb("DEBIAN-CVE-2099-2", "openssl", [{"introduced": "0"}]),
+        "withdrawn": "2026-11-01T00:00:00Z",
+    }
+    assert [f.id for f in _osv_gate(tmp_path, [live, gone])] == ["DEBIAN-CVE-2099-1"]
