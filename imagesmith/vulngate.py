@@ -261,9 +261,37 @@ def _read(path: Path, limit: int | None = None, what: str = "scan report", hint:
     return inputs.read_user_file(path, what, hint=hint, max_bytes=limit)
 
 
+class _NotPlainJSON(ValueError):
+    """A report Python's json would read but no scanner writes: a key twice in one object (which one counts
+    would be the reader's choice: ``"matches": [...], "matches": []`` read as clean), NaN or Infinity."""
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _NotPlainJSON(f"the key {json.dumps(key)[:80]} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotPlainJSON(f"{name} is no JSON number")
+
+
 def _json(body: bytes, source: str) -> Any:
+    from imagesmith import inputs
+
     try:
-        return json.loads(body)
+        return json.loads(
+            body,
+            object_pairs_hook=_once,
+            parse_constant=_no_constant,
+            # an integer of thousands of digits is one error naming the file, not int()'s ValueError
+            parse_int=inputs.json_int_parser(f"scan report {source}", hint=_REPORT_HINT),
+        )
+    except _NotPlainJSON as exc:
+        raise _bad(source, f"not plain JSON: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _bad(source, f"not valid JSON ({exc})") from None
     except RecursionError:
@@ -374,17 +402,27 @@ def _grype_finding(m: Any, source: str, where: str) -> Finding:
     fix = vuln.get("fix")
     fixed: list[Any] = []
     if fix is not None:
-        fixed = _list(_obj(fix, source, f"{where}.vulnerability.fix").get("versions"), source, "fix")
+        fixed = _list(
+            _obj(fix, source, f"{where}.vulnerability.fix").get("versions"),
+            source,
+            f"{where}.vulnerability.fix.versions",
+        )
     related = [
-        r
-        for r in _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
-        if isinstance(r, Mapping)
+        _obj(r, source, f"{where}.relatedVulnerabilities[{k}]")
+        for k, r in enumerate(
+            _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
+        )
     ]
     # the match's own namespace rates it (Debian's urgency for a Debian package); where that rates nothing,
     # the related records (NVD's, GitHub's) do, then the CVSS v3 vectors of all of them
     severity = _rated(
-        vuln.get("severity"),
-        _highest(normalize_severity(r.get("severity")) for r in related),
+        _str(vuln, "severity", source, f"{where}.vulnerability", required=False),
+        _highest(
+            normalize_severity(
+                _str(r, "severity", source, f"{where}.relatedVulnerabilities[{k}]", required=False)
+            )
+            for k, r in enumerate(related)
+        ),
         _cvss_vectors_rating([*_grype_cvss(vuln), *(v for r in related for v in _grype_cvss(r))]),
     )
     return Finding(
@@ -407,7 +445,9 @@ def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
     doc = _obj(doc, source, "(top level)")
     src = _obj(doc.get("source"), source, "source")
     target = _obj(src.get("target"), source, "source.target")
-    found = _digests_in([target.get("manifestDigest"), *_list(target.get("repoDigests"), source, "x")])
+    found = _digests_in(
+        [target.get("manifestDigest"), *_list(target.get("repoDigests"), source, "source.target.repoDigests")]
+    )
     _check_digest(found, digest, source, "source.target.manifestDigest / repoDigests")
     if "matches" not in doc:
         raise _bad(
@@ -472,7 +512,7 @@ def parse_trivy(doc: Any, *, source: str, digest: str) -> list[Finding]:
                     # trivy's own pick (the vendor's, else NVD's); where it rates nothing, its CVSS
                     # v3 vectors, then the highest vendor rating (0 unknown … 4 critical)
                     severity=_rated(
-                        v.get("Severity"),
+                        _str(v, "Severity", source, where, required=False),
                         _cvss_vectors_rating(
                             c.get("V3Vector")
                             for c in (cvss.values() if isinstance(cvss, Mapping) else ())

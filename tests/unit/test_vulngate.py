@@ -148,6 +148,10 @@ def test_gate_off_without_policy_or_reports() -> None:
     assert vulngate.gate([], RECORDED, None, today=TODAY) == (None, [])
 
 
+_TARGET = b'{"source": {"target": {"manifestDigest": "' + RECORDED.encode() + b'"}}, '
+_ONE_MATCH = json.dumps(json.loads((DATA / "grype.json").read_text())["matches"][:1]).encode()
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -158,6 +162,17 @@ def test_gate_off_without_policy_or_reports() -> None:
         b'"source": {"target": {"manifestDigest": "' + RECORDED.encode() + b'"}}}',
         b'{"matches": [], "source": {"target": {"manifestDigest": null}}}',
         b"[" * 100000 + b"]" * 100000,
+        # b2: a key twice (Python kept the last: the matches read as none), NaN, an integer of thousands of
+        # digits (int()'s ValueError was a traceback), a severity of another type (read as unknown: never
+        # blocked), a related record that is no object
+        _TARGET + b'"matches": ' + _ONE_MATCH + b', "matches": []}',
+        _TARGET + b'"matches": [], "x": NaN}',
+        _TARGET + b'"matches": [], "x": ' + b"9" * 5000 + b"}",
+        _TARGET + b'"matches": ' + _ONE_MATCH.replace(b'"Critical"', b'["Critical"]') + b"}",
+        _TARGET
+        + b'"matches": '
+        + _ONE_MATCH.replace(b'"relatedVulnerabilities": []', b'"relatedVulnerabilities": [1]')
+        + b"}",
     ],
 )
 def test_hostile_report_is_one_error_naming_the_file(tmp_path: Path, body: bytes) -> None:
