@@ -620,3 +620,25 @@ def test_a_base_lock_that_is_no_regular_file_is_an_error_not_no_lock(tmp_path: P
     assert err.value.message.startswith("locks/bases.toml: ")
     assert "restore it from git" in (err.value.hint or "")
     assert read_bases(tmp_path / "none") is None  # no file at all: no lock, as before
+
+
+def test_upstream_and_escrow_both_unreachable_is_one_error_naming_both_and_the_fix(tmp_path: Path) -> None:
+    """Before: "…; escrow registry esc failed too (…); escrow registry esc (…) holds no proj/bases/…@sha256:…"
+    — a copy it could not ask about was said to be missing, and the fix sent the user to `lock --bases`,
+    which needs the same registries."""
+    cell = _pinned_cell(tmp_path)
+    sources = BaseSources(
+        CONFIG,
+        escrow=ESCROW,
+        client_for=lambda r: _Reg({}, down=True),  # type: ignore[arg-type,return-value]
+    )
+    with pytest.raises(BuildError) as err:
+        sources.ref(cell, "debian:bookworm")
+    msg, hint = err.value.message, err.value.hint or ""
+    assert "127.0.0.1:5000 is unreachable" in msg  # upstream (through the mirror)
+    assert "escrow registry esc (127.0.0.1:5000)" in msg
+    assert "is unreachable too" in msg
+    assert "holds no" not in msg
+    assert "lock --bases" not in hint
+    assert "rerun the build" in hint
+    assert err.value.exit_code == 5
