@@ -597,10 +597,22 @@ def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
         _check_digest(
             _digests_in(json.dumps(comp).replace("%3A", ":").split('"')), digest, source, "metadata.component"
         )
-        for i, c in enumerate(_list(doc.get("components"), source, "components")):
-            c = _obj(c, source, f"components[{i}]")
+        # components nest (an application's packages inside it: cdxgen, trivy and others write them so);
+        # a nested one is as installed as a top-level one
+        todo: list[tuple[str, Any]] = [
+            (f"components[{i}]", c) for i, c in enumerate(_list(doc.get("components"), source, "components"))
+        ]
+        n = 0
+        while n < len(todo):  # in document order; a nested list is appended as it is met
+            where, c = todo[n]
+            n += 1
+            c = _obj(c, source, where)
             if isinstance(c.get("purl"), str):
                 purls.append(c["purl"])
+            todo += [
+                (f"{where}.components[{k}]", sub)
+                for k, sub in enumerate(_list(c.get("components"), source, f"{where}.components"))
+            ]
     elif isinstance(doc.get("spdxVersion"), str):
         described = set(x for x in _list(doc.get("documentDescribes"), source, "documentDescribes"))
         for r in _list(doc.get("relationships"), source, "relationships"):
@@ -619,7 +631,34 @@ def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
         )
     else:
         raise _bad(source, "is neither CycloneDX (bomFormat) nor SPDX (spdxVersion) JSON")
-    return [p for p in (_purl(u) for u in purls) if p is not None]
+    packages = [p for p in (_purl(u) for u in purls) if p is not None]
+    # OS packages the match cannot compare (Alpine's apk, RPM, a deb of another distribution) would pass
+    # unmatched: the image's whole distribution unchecked, read as "no advisory"
+    unread = sorted({u.split("@")[0] for u in purls if _purl(u) is None and _purl_type(u) in _OS_PURL_TYPES})
+    if unread:
+        raise _bad(
+            source,
+            f"lists {len(unread)} OS package(s) the OSV match does not compare (e.g. {unread[0]}; it reads "
+            "pkg:deb/debian, pkg:deb/ubuntu and pkg:pypi): gate this image with a grype or trivy report "
+            "instead",
+        )
+    if not packages:
+        raise _bad(
+            source,
+            "lists no Debian, Ubuntu or PyPI package (purl): there is nothing to match, which is no proof "
+            "of no advisory — make the SBOM from the image by digest (imagesmith sbom) or gate it with a "
+            "grype or trivy report",
+        )
+    return packages
+
+
+#: purl types of OS package managers (a package of one of them is installed system software)
+_OS_PURL_TYPES: Final[frozenset[str]] = frozenset({"deb", "rpm", "apk", "alpm", "opkg", "ebuild", "qpkg"})
+
+
+def _purl_type(purl: str) -> str:
+    m = re.match(r"pkg:([A-Za-z0-9.+-]+)/", purl)
+    return m.group(1).lower() if m else ""
 
 
 def load_osv(path: Path) -> list[Mapping[str, Any]]:

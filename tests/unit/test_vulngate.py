@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -834,3 +835,66 @@ def test_a_withdrawn_osv_record_does_not_refuse(tmp_path: Path) -> None:
         "withdrawn": "2026-11-01T00:00:00Z",
     }
     assert [f.id for f in _osv_gate(tmp_path, [live, gone])] == ["DEBIAN-CVE-2099-1"]
+
+
+def _cdx(tmp_path: Path, components: list[dict[str, Any]]) -> Path:
+    doc = {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.5",
+        "metadata": {"component": {"type": "container", "name": "img", "version": RECORDED}},
+        "components": components,
+    }
+    d = tmp_path / "scans"
+    d.mkdir(exist_ok=True)
+    (d / f"{vulngate.digest_stem(RECORDED)}.cdx.json").write_text(json.dumps(doc))
+    (tmp_path / "osv.json").write_text(
+        json.dumps([_deb("DEBIAN-CVE-2099-7", "openssl", [{"introduced": "0"}])])
+    )
+    return d
+
+
+def test_a_cyclonedx_sboms_nested_components_are_matched(tmp_path: Path) -> None:
+    """Before: only top-level `components` were read: a package nested inside another component (cdxgen,
+    trivy and others nest an application's packages so) was never matched."""
+    d = _cdx(
+        tmp_path,
+        [
+            {"type": "library", "name": "x", "purl": "pkg:pypi/x@1"},
+            {
+                "type": "operating-system",
+                "name": "debian",
+                "components": [
+                    {"type": "library", "name": "libssl3", "purl": SYFT_PURLS[0]},
+                ],
+            },
+        ],
+    )
+    policy = _policy(tmp_path, 'fail_on = "high"\nosv = "osv.json"\n')
+    _, reasons = vulngate.gate([d], RECORDED, policy, today=TODAY)
+    assert len(reasons) == 1
+    assert "libssl3 (source openssl) 3.0.11-1~deb12u2: DEBIAN-CVE-2099-7" in reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("purls", "expect"),
+    [
+        # an Alpine (or RPM) image: before, none of its OS packages was compared, and the cell passed
+        (
+            ["pkg:apk/alpine/openssl@3.1.4-r0?distro=alpine-3.19", "pkg:pypi/x@1"],
+            "OS package(s) the OSV match",
+        ),
+        (["pkg:rpm/redhat/openssl@3.0.7-25.el9?distro=rhel-9.3"], "OS package(s) the OSV match"),
+        (["pkg:deb/raspbian/openssl@3.0.11-1"], "OS package(s) the OSV match"),
+        # nothing the match reads at all: before, "no advisory"
+        ([], "lists no Debian, Ubuntu or PyPI package"),
+        (["pkg:golang/example.com/x@v1.0.0"], "lists no Debian, Ubuntu or PyPI package"),
+    ],
+)
+def test_an_sbom_the_osv_match_cannot_read_is_refused_not_passed(
+    tmp_path: Path, purls: list[str], expect: str
+) -> None:
+    d = _cdx(tmp_path, [{"type": "library", "name": u, "purl": u} for u in purls])
+    policy = _policy(tmp_path, 'fail_on = "high"\nosv = "osv.json"\n')
+    with pytest.raises(ConfigError, match=re.escape(expect)) as err:
+        vulngate.gate([d], RECORDED, policy, today=TODAY)
+    assert f"{vulngate.digest_stem(RECORDED)}.cdx.json" in err.value.message
