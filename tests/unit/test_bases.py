@@ -642,3 +642,30 @@ def test_upstream_and_escrow_both_unreachable_is_one_error_naming_both_and_the_f
     assert "lock --bases" not in hint
     assert "rerun the build" in hint
     assert err.value.exit_code == 5
+
+
+def test_lock_bases_over_every_matrix_says_which_lines_no_matrix_names(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a line for a base no matrix names any more (renamed, or spelled another way:
+    docker.io/library/debian:bookworm beside debian:bookworm) stayed in bases.toml unsaid. It is kept (a
+    matrix may come back), and named."""
+    root = _smoke_project(tmp_path)
+    write_bases(
+        root / "locks",
+        [
+            BaseEntry(name="debian:bookworm", origin="local"),
+            BaseEntry(name="alpine:3.20", digest=A, registry="m", read="2026-12-01"),
+        ],
+    )
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "none.toml"))
+    result = run_cli("lock", "--bases", "--matrix", "smoke")  # one matrix: the others may name it
+    assert result.exit_code == 0, result.stderr
+    assert "unused" not in result.stdout
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 0, result.stderr
+    assert "unused  alpine:3.20 (no matrix of the project names it: kept" in result.stdout
+    lock = read_bases(root / "locks")
+    assert lock is not None
+    assert set(lock.entries) == {"debian:bookworm", "alpine:3.20"}
