@@ -208,3 +208,38 @@ def test_syft_missing_is_one_error_naming_the_extra(
     assert "pip install 'imagesmith[sbom]'" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_several_signed_sboms_of_one_digest_do_not_hang_on_their_path_order(
+    doc: dict[str, Any], tmp_path: Path, bad_first: bool
+) -> None:
+    """Before: only the first file (by path) counted: a good SBOM in a/ and one signed by a retired key in b/
+    released the cell, the same two the other way round refused it; two good ones with different documents
+    recorded whichever sorted first."""
+    good = sbom.sign_sbom(doc, repository="r", digest=RECORDED, key=KEY)
+    stale = sbom.sign_sbom(doc, repository="r", digest=RECORDED, key=signing.generate_key())
+    name = f"{sbom.stem(RECORDED)}.sbom.dsse.json"
+    for folder, env in (("a", stale if bad_first else good), ("b", good if bad_first else stale)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_bytes(env)
+    why = sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public])
+    assert isinstance(why, str)
+    assert str(tmp_path / ("a" if bad_first else "b") / name) in why
+
+
+def test_two_good_signed_sboms_with_different_documents_are_refused(
+    doc: dict[str, Any], tmp_path: Path
+) -> None:
+    other = copy.deepcopy(doc)
+    other["packages"] = other["packages"][:-1]
+    name = f"{sbom.stem(RECORDED)}.sbom.dsse.json"
+    for folder, d in (("a", doc), ("b", other)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_bytes(sbom.sign_sbom(d, repository="r", digest=RECORDED, key=KEY))
+    why = sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public])
+    assert isinstance(why, str)
+    assert "two signed SBOMs of " + RECORDED in why
+    # the same document twice (copied into two report folders) is one SBOM
+    (tmp_path / "b" / name).write_bytes((tmp_path / "a" / name).read_bytes())
+    assert isinstance(sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public]), sbom.SignedSbom)
