@@ -868,6 +868,12 @@ def match_osv(
         by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.name)), []).append(p)
         if p.source and p.source != p.name:
             by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.source)), []).append(p)
+    # a record's other ids (aliases, upstream) that are records of the same file: Debian's DEBIAN-CVE-… and
+    # DSA records carry no rating, the CVE-… record they name (NVD's CVSS) does
+    by_id: dict[str, list[Mapping[str, Any]]] = {}
+    for rec in records:
+        if rec.get("withdrawn") in (None, "") and isinstance(rec.get("id"), str):
+            by_id.setdefault(rec["id"].casefold(), []).append(rec)
     out = []
     for i, rec in enumerate(records):
         if rec.get("withdrawn") not in (None, ""):  # OSV: the advisory was withdrawn (a mistake, a duplicate)
@@ -896,13 +902,23 @@ def match_osv(
                             package=shown,
                             version=p.version,
                             id=str(rec["id"]),
-                            severity=_osv_severity(rec, aff),
+                            severity=_rated(_osv_severity(rec, aff), _related_rating(rec, by_id)),
                             fixed=fixed,
                             ecosystem=eco,
                             aliases=_osv_aliases(rec),
                         )
                     )
     return out
+
+
+def _related_rating(rec: Mapping[str, Any], by_id: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """The highest rating among the records of the same file that *rec* names as its other ids."""
+    return _highest(
+        _osv_severity(other, {})
+        for alias in _osv_aliases(rec)
+        for other in by_id.get(alias.casefold(), ())
+        if other is not rec
+    )
 
 
 def _norm(ecosystem: str, name: str) -> str:

@@ -898,3 +898,21 @@ def test_an_sbom_the_osv_match_cannot_read_is_refused_not_passed(
     with pytest.raises(ConfigError, match=re.escape(expect)) as err:
         vulngate.gate([d], RECORDED, policy, today=TODAY)
     assert f"{vulngate.digest_stem(RECORDED)}.cdx.json" in err.value.message
+
+
+def test_an_unrated_debian_record_is_rated_by_the_cve_record_it_names_in_the_same_file(
+    tmp_path: Path,
+) -> None:
+    """Before: Debian's records (DEBIAN-CVE-…, DSA-…) carry no severity and read as unknown, which never
+    blocks: with an SBOM × OSV gate no Debian advisory could ever refuse a cell, even with the CVE's own
+    record (CVSS 9.8) in the same OSV file."""
+    debian = _deb("DEBIAN-CVE-2099-5", "openssl", [{"introduced": "0"}, {"fixed": "3.0.13-1~deb12u1"}])
+    del debian["database_specific"]
+    debian["upstream"] = ["CVE-2099-5"]
+    cve = {"id": "CVE-2099-5", "severity": [{"type": "CVSS_V3", "score": CRITICAL_VECTOR}], "affected": []}
+    (found,) = _osv_gate(tmp_path, [debian, cve], fail_on="critical")
+    assert (found.id, found.severity) == ("DEBIAN-CVE-2099-5", "critical")
+    # without it: unknown, as before (nothing rates it)
+    assert _osv_gate(tmp_path, [debian], fail_on="low") == []
+    # a withdrawn CVE record rates nothing
+    assert _osv_gate(tmp_path, [debian, {**cve, "withdrawn": "2026-01-01T00:00:00Z"}], fail_on="low") == []
