@@ -280,8 +280,15 @@ class BaseSources:
         try:
             held = self.client_for(self.escrow).manifest_digest(repo, digest)
         except ImagesmithError as exc:
-            held = None
-            why += f"; escrow registry {self.escrow.name} failed too ({exc.message.splitlines()[0]})"
+            # both down: neither "holds no copy" (not known) nor "run lock --bases" (it needs them too)
+            raise BuildError(
+                f"base {image}: {why}; and the escrow registry {self.escrow.name} ({self.escrow.host}), "
+                f"which keeps {repo}@{digest}, is unreachable too ({exc.message.splitlines()[0]})",
+                hint=f"neither serves the base now: check the network (and credentials) of {pull.registry} "
+                f"and of the escrow {self.escrow.host}, then rerun the build; either one answering is enough",
+                registry=self.escrow.name,
+                digest=digest,
+            ) from None
         if held != digest:
             raise BuildError(
                 f"base {image}: {why}; escrow registry {self.escrow.name} ({self.escrow.host}) holds no "

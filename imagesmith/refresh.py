@@ -1102,7 +1102,7 @@ def edit_field(text: str, version: str, variant: str | None, key: str, value: st
 def write(result: Result, path: Path, today: str | None = None) -> list[str]:
     """Apply *result* to the torch.toml at *path*: new releases appended, differing fields edited in place
     (rows never removed). Returns one line per change."""
-    today = today or datetime.date.today().isoformat()
+    today = today or datetime.datetime.now(datetime.timezone.utc).date().isoformat()  # UTC, as every date
     text = path.read_text()
     done = []
     missing = {r.release for r in result.rows if r.field == "variant" and r.status == "differs"}

@@ -478,6 +478,10 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
         doc = json.loads(body)
     except ValueError:
         raise _facts_error(client, repo, digest, "its image config is not JSON") from None
+    except RecursionError:  # arrays nested thousands deep: a registry's bytes, not a traceback
+        raise _facts_error(
+            client, repo, digest, "its image config is JSON nested deeper than a parser follows"
+        ) from None
     inner = doc.get("config") if isinstance(doc, dict) else None
     labels = inner.get("Labels") if isinstance(inner, dict) else None
     labels = labels if isinstance(labels, dict) else {}

@@ -123,8 +123,8 @@ def described_digests(doc: Mapping[str, Any]) -> set[str]:
     for p in doc.get("packages") or ():
         if isinstance(p, Mapping) and p.get("SPDXID") in described:
             for v in (p.get("versionInfo"), _purl(p).replace("%3A", ":")):
-                if isinstance(v, str) and "sha256:" in v:
-                    out.add("sha256:" + v.split("sha256:", 1)[1][:64])
+                if isinstance(v, str):
+                    out |= set(re.findall(r"(?<![0-9A-Za-z])sha256:[0-9a-f]{64}(?![0-9A-Za-z])", v))
     return out
 
 
@@ -259,8 +259,14 @@ class SignedSbom:
 def find_signed_sbom(
     dirs: Sequence[Path], digest: str, trusted: Sequence[PublicKey]
 ) -> SignedSbom | str | None:
-    """The signed SBOM of *digest* in *dirs* (``sha256-<hex>.sbom.dsse.json``): None when there is none, the
-    reason it does not count when it does not verify."""
+    """The signed SBOM of *digest* in *dirs* (``sha256-<hex>.sbom.dsse.json``, searched recursively): None
+    when there is none, the reason it does not count when one does not verify. Every such file is read, so
+    the answer does not hang on which one sorts first: one that does not verify refuses (a stale one signed by
+    a retired key, or a forged one, beside a good one), and two that verify but carry different documents
+    refuse too (which one the index would record would be their path order)."""
+    import hashlib
+
+    found: list[SignedSbom] = []
     for path in sorted(p for d in dirs for p in d.rglob(stem(digest) + SBOM_ENVELOPE_SUFFIX)):
         if not path.is_file():
             continue
@@ -274,16 +280,23 @@ def find_signed_sbom(
             doc = verify_sbom(envelope, trusted, digest=digest)
         except SignatureError as exc:
             return f"{path}: {exc.message}"
-        import hashlib
-
         body = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
-        return SignedSbom(
-            path=str(path),
-            envelope=envelope,
-            digest="sha256:" + hashlib.sha256(body).hexdigest(),
-            packages=summarize(doc).count,
+        found.append(
+            SignedSbom(
+                path=str(path),
+                envelope=envelope,
+                digest="sha256:" + hashlib.sha256(body).hexdigest(),
+                packages=summarize(doc).count,
+            )
         )
-    return None
+    differing = {s.digest: s for s in found}
+    if len(differing) > 1:
+        a, b = list(differing.values())[:2]
+        return (
+            f"{a.path} and {b.path}: two signed SBOMs of {digest} with different documents ({a.digest} and "
+            f"{b.digest}); keep the one made last"
+        )
+    return found[0] if found else None
 
 
 def timed_sbom(reference: str, **kw: Any) -> tuple[dict[str, Any], str, float]:

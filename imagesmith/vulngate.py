@@ -261,9 +261,37 @@ def _read(path: Path, limit: int | None = None, what: str = "scan report", hint:
     return inputs.read_user_file(path, what, hint=hint, max_bytes=limit)
 
 
+class _NotPlainJSON(ValueError):
+    """A report Python's json would read but no scanner writes: a key twice in one object (which one counts
+    would be the reader's choice: ``"matches": [...], "matches": []`` read as clean), NaN or Infinity."""
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _NotPlainJSON(f"the key {json.dumps(key)[:80]} appears twice in one object")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotPlainJSON(f"{name} is no JSON number")
+
+
 def _json(body: bytes, source: str) -> Any:
+    from imagesmith import inputs
+
     try:
-        return json.loads(body)
+        return json.loads(
+            body,
+            object_pairs_hook=_once,
+            parse_constant=_no_constant,
+            # an integer of thousands of digits is one error naming the file, not int()'s ValueError
+            parse_int=inputs.json_int_parser(f"scan report {source}", hint=_REPORT_HINT),
+        )
+    except _NotPlainJSON as exc:
+        raise _bad(source, f"not plain JSON: {exc}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _bad(source, f"not valid JSON ({exc})") from None
     except RecursionError:
@@ -297,7 +325,9 @@ def _digests_in(values: Iterable[Any]) -> set[str]:
     out = set()
     for v in values:
         if isinstance(v, str):
-            out |= set(re.findall(r"sha256:[0-9a-f]{64}", v))
+            # a whole digest only: the first 64 hex of a longer run ("sha256:<candidate>00", another
+            # algorithm's or a truncated paste) are not the candidate
+            out |= set(re.findall(r"(?<![0-9A-Za-z])sha256:[0-9a-f]{64}(?![0-9A-Za-z])", v))
     return out
 
 
@@ -316,37 +346,125 @@ def _check_digest(found: set[str], digest: str, source: str, field_name: str) ->
         )
 
 
+def _rated(*candidates: Any) -> str:
+    """The first of *candidates* (severity words, in order of authority) that rates anything: a word that
+    reads as ``unknown`` ("Unknown", "", "untriaged", none) is no rating and never hides one given by a later
+    source — a Debian match grype rates "Unknown" whose NVD record says Critical is critical."""
+    for c in candidates:
+        severity = normalize_severity(c)
+        if severity != "unknown":
+            return severity
+    return "unknown"
+
+
+def _cvss_vectors_rating(vectors: Iterable[Any]) -> str:
+    """The rating of the highest CVSS v3 base score among *vectors* (computed from the vector, never a score
+    field a report may fill with anything), ``unknown`` when none is a v3 vector."""
+    scores = [s for v in vectors if isinstance(v, str) and (s := cvss3_base_score(v)) is not None]
+    return cvss_rating(max(scores)) if scores else "unknown"
+
+
+def _highest(severities: Iterable[str]) -> str:
+    return max(severities, key=_rank, default="unknown")
+
+
+def _grype_cvss(holder: Mapping[str, Any]) -> list[Any]:
+    cvss = holder.get("cvss")
+    return [c.get("vector") for c in (cvss if isinstance(cvss, list) else ()) if isinstance(c, Mapping)]
+
+
+#: grype's built-in ignore rules drop a match made through a binary package's *source* name only where the
+#: binary is not what the advisory is about (kernel headers and linux-libc-dev against kernel CVEs): such a
+#: rule names a package (with its upstream) and ``match-type: exact-indirect-match`` and nothing else
+_GRYPE_FALSE_POSITIVE_RULE_KEYS: Final[frozenset[str]] = frozenset({"package", "match-type", "reason"})
+
+
+def _grype_policy_rule(rule: Any) -> bool:
+    """Is *rule* (an ``appliedIgnoreRules`` entry) a policy decision (an advisory id, ``fix-state`` as
+    ``--only-fixed`` writes, a VEX status, a whole package) rather than grype's built-in rule for indirect
+    matches of kernel headers?"""
+    if not isinstance(rule, Mapping):
+        return True
+    set_keys = {k for k, v in rule.items() if v not in (None, "", False, {}, [])}
+    pkg = rule.get("package")
+    return not (
+        set_keys <= _GRYPE_FALSE_POSITIVE_RULE_KEYS
+        and rule.get("match-type") == "exact-indirect-match"
+        and isinstance(pkg, Mapping)
+        and bool(pkg.get("upstream-name"))
+    )
+
+
+def _grype_finding(m: Any, source: str, where: str) -> Finding:
+    m = _obj(m, source, where)
+    vuln = _obj(m.get("vulnerability"), source, f"{where}.vulnerability")
+    art = _obj(m.get("artifact"), source, f"{where}.artifact")
+    fix = vuln.get("fix")
+    fixed: list[Any] = []
+    if fix is not None:
+        fixed = _list(
+            _obj(fix, source, f"{where}.vulnerability.fix").get("versions"),
+            source,
+            f"{where}.vulnerability.fix.versions",
+        )
+    related = [
+        _obj(r, source, f"{where}.relatedVulnerabilities[{k}]")
+        for k, r in enumerate(
+            _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
+        )
+    ]
+    # the match's own namespace rates it (Debian's urgency for a Debian package); where that rates nothing,
+    # the related records (NVD's, GitHub's) do, then the CVSS v3 vectors of all of them
+    severity = _rated(
+        _str(vuln, "severity", source, f"{where}.vulnerability", required=False),
+        _highest(
+            normalize_severity(
+                _str(r, "severity", source, f"{where}.relatedVulnerabilities[{k}]", required=False)
+            )
+            for k, r in enumerate(related)
+        ),
+        _cvss_vectors_rating([*_grype_cvss(vuln), *(v for r in related for v in _grype_cvss(r))]),
+    )
+    return Finding(
+        package=_str(art, "name", source, f"{where}.artifact"),
+        version=_str(art, "version", source, f"{where}.artifact"),
+        id=_str(vuln, "id", source, f"{where}.vulnerability"),
+        severity=severity,
+        fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
+        ecosystem=str(art.get("type") or ""),
+        aliases=tuple(str(r["id"]) for r in related if isinstance(r.get("id"), str)),
+    )
+
+
 def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
+    """The findings of a grype JSON report. ``matches`` must be there (grype always writes it, ``[]`` when
+    nothing matched: a report without it is cut short or made by hand). A match grype's *own* ignore rules
+    moved to ``ignoredMatches`` (``.grype.yaml`` ``ignore:``, ``--only-fixed``, a VEX) counts like any other:
+    the project's allowlist, with its reason and expiry, is what lets an advisory through — only grype's
+    built-in rule for indirect kernel-header matches (a false positive, not a policy) stays ignored."""
     doc = _obj(doc, source, "(top level)")
     src = _obj(doc.get("source"), source, "source")
     target = _obj(src.get("target"), source, "source.target")
-    found = _digests_in([target.get("manifestDigest"), *_list(target.get("repoDigests"), source, "x")])
+    found = _digests_in(
+        [target.get("manifestDigest"), *_list(target.get("repoDigests"), source, "source.target.repoDigests")]
+    )
     _check_digest(found, digest, source, "source.target.manifestDigest / repoDigests")
-    out = []
-    for i, m in enumerate(_list(doc.get("matches"), source, "matches")):
-        where = f"matches[{i}]"
-        m = _obj(m, source, where)
-        vuln = _obj(m.get("vulnerability"), source, f"{where}.vulnerability")
-        art = _obj(m.get("artifact"), source, f"{where}.artifact")
-        fix = vuln.get("fix")
-        fixed: list[Any] = []
-        if fix is not None:
-            fixed = _list(_obj(fix, source, f"{where}.vulnerability.fix").get("versions"), source, "fix")
-        out.append(
-            Finding(
-                package=_str(art, "name", source, f"{where}.artifact"),
-                version=_str(art, "version", source, f"{where}.artifact"),
-                id=_str(vuln, "id", source, f"{where}.vulnerability"),
-                severity=normalize_severity(vuln.get("severity")),
-                fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
-                ecosystem=str(art.get("type") or ""),
-                aliases=tuple(
-                    str(r["id"])
-                    for r in _list(m.get("relatedVulnerabilities"), source, f"{where}.relatedVulnerabilities")
-                    if isinstance(r, Mapping) and isinstance(r.get("id"), str)
-                ),
-            )
+    if "matches" not in doc:
+        raise _bad(
+            source,
+            "has no `matches` (grype writes it in every JSON report, [] when nothing matched): the report is "
+            "cut short or not grype's; scan the image again",
         )
+    out = [
+        _grype_finding(m, source, f"matches[{i}]")
+        for i, m in enumerate(_list(doc["matches"], source, "matches"))
+    ]
+    for i, m in enumerate(_list(doc.get("ignoredMatches"), source, "ignoredMatches")):
+        where = f"ignoredMatches[{i}]"
+        rules = _list(_obj(m, source, where).get("appliedIgnoreRules"), source, f"{where}.appliedIgnoreRules")
+        if not rules or any(_grype_policy_rule(r) for r in rules):
+            f = _grype_finding(m, source, where)
+            out.append(replace(f, package=f"{f.package} (hidden by grype's own ignore rule)"))
     return out
 
 
@@ -355,23 +473,66 @@ def parse_trivy(doc: Any, *, source: str, digest: str) -> list[Finding]:
     meta = _obj(doc.get("Metadata"), source, "Metadata")
     found = _digests_in(_list(meta.get("RepoDigests"), source, "Metadata.RepoDigests"))
     _check_digest(found, digest, source, "Metadata.RepoDigests")
+    results = [
+        _obj(r, source, f"Results[{i}]") for i, r in enumerate(_list(doc.get("Results"), source, "Results"))
+    ]
+    raw_os = meta.get("OS")
+    os_info: Mapping[str, Any] = raw_os if isinstance(raw_os, Mapping) else {}
+    family = os_info.get("Family")
+    # trivy writes one result for the OS packages whenever it scanned them (Class "os-pkgs", Type the family;
+    # no Vulnerabilities when clean): an OS it detected without that result was never looked at —
+    # `--pkg-types library`, `--scanners secret`, or an OS release its database does not cover
+    if (
+        isinstance(family, str)
+        and family
+        and not any(
+            r.get("Class") == "os-pkgs" or (r.get("Class") is None and r.get("Type") == family)
+            for r in results
+        )
+    ):
+        raise _bad(
+            source,
+            f"found the OS ({family} {os_info.get('Name') or ''}) but has no result for its packages "
+            "(Class os-pkgs): they were not scanned (--pkg-types library, --scanners without vuln, or an OS "
+            "release trivy does not support) — scan them (trivy image --scanners vuln, with os in "
+            "--pkg-types), or use grype",
+        )
     out = []
-    for i, r in enumerate(_list(doc.get("Results"), source, "Results")):
-        r = _obj(r, source, f"Results[{i}]")
+    for i, r in enumerate(results):
         for j, v in enumerate(_list(r.get("Vulnerabilities"), source, f"Results[{i}].Vulnerabilities")):
             where = f"Results[{i}].Vulnerabilities[{j}]"
             v = _obj(v, source, where)
+            cvss = v.get("CVSS")
+            vendor = v.get("VendorSeverity")
             out.append(
                 Finding(
                     package=_str(v, "PkgName", source, where),
                     version=_str(v, "InstalledVersion", source, where),
                     id=_str(v, "VulnerabilityID", source, where),
-                    severity=normalize_severity(v.get("Severity")),
+                    # trivy's own pick (the vendor's, else NVD's); where it rates nothing, its CVSS
+                    # v3 vectors, then the highest vendor rating (0 unknown … 4 critical)
+                    severity=_rated(
+                        _str(v, "Severity", source, where, required=False),
+                        _cvss_vectors_rating(
+                            c.get("V3Vector")
+                            for c in (cvss.values() if isinstance(cvss, Mapping) else ())
+                            if isinstance(c, Mapping)
+                        ),
+                        _highest(
+                            _TRIVY_VENDOR[n]
+                            for n in (vendor.values() if isinstance(vendor, Mapping) else ())
+                            if type(n) is int and 0 <= n < len(_TRIVY_VENDOR)
+                        ),
+                    ),
                     fixed=_str(v, "FixedVersion", source, where, required=False),
                     ecosystem=str(r.get("Type") or ""),
                 )
             )
     return out
+
+
+#: trivy's ``VendorSeverity`` numbers
+_TRIVY_VENDOR: Final[tuple[str, ...]] = ("unknown", "low", "medium", "high", "critical")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -436,10 +597,22 @@ def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
         _check_digest(
             _digests_in(json.dumps(comp).replace("%3A", ":").split('"')), digest, source, "metadata.component"
         )
-        for i, c in enumerate(_list(doc.get("components"), source, "components")):
-            c = _obj(c, source, f"components[{i}]")
+        # components nest (an application's packages inside it: cdxgen, trivy and others write them so);
+        # a nested one is as installed as a top-level one
+        todo: list[tuple[str, Any]] = [
+            (f"components[{i}]", c) for i, c in enumerate(_list(doc.get("components"), source, "components"))
+        ]
+        n = 0
+        while n < len(todo):  # in document order; a nested list is appended as it is met
+            where, c = todo[n]
+            n += 1
+            c = _obj(c, source, where)
             if isinstance(c.get("purl"), str):
                 purls.append(c["purl"])
+            todo += [
+                (f"{where}.components[{k}]", sub)
+                for k, sub in enumerate(_list(c.get("components"), source, f"{where}.components"))
+            ]
     elif isinstance(doc.get("spdxVersion"), str):
         described = set(x for x in _list(doc.get("documentDescribes"), source, "documentDescribes"))
         for r in _list(doc.get("relationships"), source, "relationships"):
@@ -458,7 +631,34 @@ def sbom_packages(doc: Any, *, source: str, digest: str) -> list[Package]:
         )
     else:
         raise _bad(source, "is neither CycloneDX (bomFormat) nor SPDX (spdxVersion) JSON")
-    return [p for p in (_purl(u) for u in purls) if p is not None]
+    packages = [p for p in (_purl(u) for u in purls) if p is not None]
+    # OS packages the match cannot compare (Alpine's apk, RPM, a deb of another distribution) would pass
+    # unmatched: the image's whole distribution unchecked, read as "no advisory"
+    unread = sorted({u.split("@")[0] for u in purls if _purl(u) is None and _purl_type(u) in _OS_PURL_TYPES})
+    if unread:
+        raise _bad(
+            source,
+            f"lists {len(unread)} OS package(s) the OSV match does not compare (e.g. {unread[0]}; it reads "
+            "pkg:deb/debian, pkg:deb/ubuntu and pkg:pypi): gate this image with a grype or trivy report "
+            "instead",
+        )
+    if not packages:
+        raise _bad(
+            source,
+            "lists no Debian, Ubuntu or PyPI package (purl): there is nothing to match, which is no proof "
+            "of no advisory — make the SBOM from the image by digest (imagesmith sbom) or gate it with a "
+            "grype or trivy report",
+        )
+    return packages
+
+
+#: purl types of OS package managers (a package of one of them is installed system software)
+_OS_PURL_TYPES: Final[frozenset[str]] = frozenset({"deb", "rpm", "apk", "alpm", "opkg", "ebuild", "qpkg"})
+
+
+def _purl_type(purl: str) -> str:
+    m = re.match(r"pkg:([A-Za-z0-9.+-]+)/", purl)
+    return m.group(1).lower() if m else ""
 
 
 def load_osv(path: Path) -> list[Mapping[str, Any]]:
@@ -496,24 +696,24 @@ def _osv_aliases(rec: Mapping[str, Any]) -> tuple[str, ...]:
 def _osv_severity(rec: Mapping[str, Any], affected: Mapping[str, Any]) -> str:
     """The record's severity word (the affected entry's, else the record's ``database_specific``), else the
     rating of its CVSS v3 base score (``severity: [{"type": "CVSS_V3", "score": "CVSS:3.1/AV:N/…"}]``, the
-    affected entry's first): most PyPI (PYSEC) and many other records carry only the vector. Neither:
+    affected entry's first): most PyPI (PYSEC) and many other records carry only the vector. A word that
+    rates nothing (``UNKNOWN``, Ubuntu's ``untriaged``) is no word: the next source rates it. Neither:
     ``unknown``."""
+    words: list[Any] = []
     for holder in (affected.get("ecosystem_specific"), affected.get("database_specific")):
-        if isinstance(holder, Mapping) and holder.get("severity"):
-            return normalize_severity(holder["severity"])
+        if isinstance(holder, Mapping):
+            words.append(holder.get("severity"))
     db = rec.get("database_specific")
-    if isinstance(db, Mapping) and db.get("severity"):
-        return normalize_severity(db["severity"])
+    if isinstance(db, Mapping):
+        words.append(db.get("severity"))
     for holder in (affected, rec):
         scores = holder.get("severity")
         for entry in scores if isinstance(scores, list) else ():
             if isinstance(entry, Mapping) and entry.get("type") == "Ubuntu":  # its priority word
-                return normalize_severity(entry.get("score"))
+                words.append(entry.get("score"))
             if isinstance(entry, Mapping) and entry.get("type") == "CVSS_V3":
-                score = cvss3_base_score(str(entry.get("score", "")))
-                if score is not None:
-                    return cvss_rating(score)
-    return "unknown"
+                words.append(_cvss_vectors_rating([entry.get("score")]))
+    return _rated(*(w for w in words if isinstance(w, str)))
 
 
 #: CVSS v3.x base metric weights (FIRST, CVSS v3.1 Specification, section 7.4)
@@ -668,8 +868,16 @@ def match_osv(
         by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.name)), []).append(p)
         if p.source and p.source != p.name:
             by_key.setdefault((p.ecosystem, _norm(p.ecosystem, p.source)), []).append(p)
+    # a record's other ids (aliases, upstream) that are records of the same file: Debian's DEBIAN-CVE-… and
+    # DSA records carry no rating, the CVE-… record they name (NVD's CVSS) does
+    by_id: dict[str, list[Mapping[str, Any]]] = {}
+    for rec in records:
+        if rec.get("withdrawn") in (None, "") and isinstance(rec.get("id"), str):
+            by_id.setdefault(rec["id"].casefold(), []).append(rec)
     out = []
     for i, rec in enumerate(records):
+        if rec.get("withdrawn") not in (None, ""):  # OSV: the advisory was withdrawn (a mistake, a duplicate)
+            continue
         for j, aff in enumerate(_list(rec.get("affected"), source, f"[{i}].affected")):
             where = f"[{i}].affected[{j}]"
             aff = _obj(aff, source, where)
@@ -694,13 +902,23 @@ def match_osv(
                             package=shown,
                             version=p.version,
                             id=str(rec["id"]),
-                            severity=_osv_severity(rec, aff),
+                            severity=_rated(_osv_severity(rec, aff), _related_rating(rec, by_id)),
                             fixed=fixed,
                             ecosystem=eco,
                             aliases=_osv_aliases(rec),
                         )
                     )
     return out
+
+
+def _related_rating(rec: Mapping[str, Any], by_id: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """The highest rating among the records of the same file that *rec* names as its other ids."""
+    return _highest(
+        _osv_severity(other, {})
+        for alias in _osv_aliases(rec)
+        for other in by_id.get(alias.casefold(), ())
+        if other is not rec
+    )
 
 
 def _norm(ecosystem: str, name: str) -> str:

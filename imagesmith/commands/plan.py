@@ -550,6 +550,13 @@ def _lock_bases(project: Project, matrix: str | None) -> None:
                 typer.echo(f"FAILED  escrow copy of {image}: {exc.message.splitlines()[0]}", err=True)
                 continue
             typer.echo(f"escrow  {ref} ({sent / 1e6:.1f} MB copied)")
+    if (
+        matrix is None
+    ):  # every matrix read: a line none of them names pins nothing (a renamed or dropped base)
+        for name in sorted(set(entries) - set(images)):
+            typer.echo(
+                f"unused  {name} (no matrix of the project names it: kept; delete the line if it is gone)"
+            )
     path = b.write_bases(project.locks_dir, entries.values())
     typer.echo(f"wrote   {project.rel(path)} ({len(entries)} base(s))")
     if failures:

@@ -307,12 +307,15 @@ TODAY_ENV = "IMAGESMITH_TODAY"
 
 
 def today() -> datetime.date:
-    """The date end-of-life checks are made against: ``$IMAGESMITH_TODAY`` (``YYYY-MM-DD``) when set, else the
-    real date. Tests and reproducible runs set it (or pass ``today=`` to the functions that take it).
+    """The date end-of-life checks and allowlist expiries are made against: ``$IMAGESMITH_TODAY``
+    (``YYYY-MM-DD``) when set, else the real date **in UTC** — never the machine's time zone: the nightly on a
+    UTC runner and a release from a laptop at UTC-8 (or UTC+14) at the same moment see the same day, as the
+    base lock's ``read`` and the index's times do. Tests and reproducible runs set it (or pass ``today=`` to
+    the functions that take it).
     """
     raw = (settings.get(TODAY_ENV) or "").strip()
     if not raw:
-        return datetime.date.today()
+        return datetime.datetime.now(datetime.timezone.utc).date()
     try:
         return datetime.date.fromisoformat(raw)
     except ValueError:

@@ -620,3 +620,52 @@ def test_a_base_lock_that_is_no_regular_file_is_an_error_not_no_lock(tmp_path: P
     assert err.value.message.startswith("locks/bases.toml: ")
     assert "restore it from git" in (err.value.hint or "")
     assert read_bases(tmp_path / "none") is None  # no file at all: no lock, as before
+
+
+def test_upstream_and_escrow_both_unreachable_is_one_error_naming_both_and_the_fix(tmp_path: Path) -> None:
+    """Before: "…; escrow registry esc failed too (…); escrow registry esc (…) holds no proj/bases/…@sha256:…"
+    — a copy it could not ask about was said to be missing, and the fix sent the user to `lock --bases`,
+    which needs the same registries."""
+    cell = _pinned_cell(tmp_path)
+    sources = BaseSources(
+        CONFIG,
+        escrow=ESCROW,
+        client_for=lambda r: _Reg({}, down=True),  # type: ignore[arg-type,return-value]
+    )
+    with pytest.raises(BuildError) as err:
+        sources.ref(cell, "debian:bookworm")
+    msg, hint = err.value.message, err.value.hint or ""
+    assert "127.0.0.1:5000 is unreachable" in msg  # upstream (through the mirror)
+    assert "escrow registry esc (127.0.0.1:5000)" in msg
+    assert "is unreachable too" in msg
+    assert "holds no" not in msg
+    assert "lock --bases" not in hint
+    assert "rerun the build" in hint
+    assert err.value.exit_code == 5
+
+
+def test_lock_bases_over_every_matrix_says_which_lines_no_matrix_names(
+    tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a line for a base no matrix names any more (renamed, or spelled another way:
+    docker.io/library/debian:bookworm beside debian:bookworm) stayed in bases.toml unsaid. It is kept (a
+    matrix may come back), and named."""
+    root = _smoke_project(tmp_path)
+    write_bases(
+        root / "locks",
+        [
+            BaseEntry(name="debian:bookworm", origin="local"),
+            BaseEntry(name="alpine:3.20", digest=A, registry="m", read="2026-12-01"),
+        ],
+    )
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "none.toml"))
+    result = run_cli("lock", "--bases", "--matrix", "smoke")  # one matrix: the others may name it
+    assert result.exit_code == 0, result.stderr
+    assert "unused" not in result.stdout
+    result = run_cli("lock", "--bases")
+    assert result.exit_code == 0, result.stderr
+    assert "unused  alpine:3.20 (no matrix of the project names it: kept" in result.stdout
+    lock = read_bases(root / "locks")
+    assert lock is not None
+    assert set(lock.entries) == {"debian:bookworm", "alpine:3.20"}

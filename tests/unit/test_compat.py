@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import time
 from pathlib import Path
 
 import pytest
@@ -809,6 +810,24 @@ def test_today_comes_from_the_environment_when_set(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("IMAGESMITH_TODAY", "yesterday")
     with pytest.raises(ConfigError, match="IMAGESMITH_TODAY"):
         compat.today()
+
+
+@pytest.mark.skipif(not hasattr(time, "tzset"), reason="time zones are set through TZ + tzset")
+def test_today_is_the_utc_date_whatever_the_machines_time_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: the local date. An allowlist entry expiring "2027-01-31" still held at 2027-02-01 03:00 UTC on
+    a laptop at UTC-8 and not on the UTC nightly; EOL warnings moved by a day the same way. UTC-12 and UTC+14
+    are 26 hours apart: at every moment at least one of them has another date than UTC."""
+    monkeypatch.delenv("IMAGESMITH_TODAY", raising=False)
+    try:
+        for zone in ("Etc/GMT+12", "Etc/GMT-14"):  # POSIX signs: GMT+12 is UTC-12
+            monkeypatch.setenv("TZ", zone)
+            time.tzset()
+            before = datetime.datetime.now(datetime.timezone.utc).date()
+            got = compat.today()
+            assert got in (before, datetime.datetime.now(datetime.timezone.utc).date()), zone
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 def test_an_eol_branch_warns_but_does_not_change_the_verdict() -> None:

@@ -163,6 +163,22 @@ def test_an_image_config_without_imagesmith_labels_is_refused_naming_it(
     assert "imagesmith build --push" in (info.value.hint or "")
 
 
+def test_an_image_config_nested_past_the_parser_is_refused_naming_it_not_a_traceback() -> None:
+    """Before: a config blob of arrays nested 100000 deep (200 KB, well under MAX_CONFIG_BYTES) raised
+    RecursionError out of release."""
+    reg = _Images()
+    digest = reg.image(_labels())
+    manifest = json.loads(reg.manifests[digest].body)
+    config = b"[" * 100000 + b"]" * 100000
+    reg.blobs[_sha(config)] = config
+    manifest["config"] = {"mediaType": "x", "digest": _sha(config), "size": len(config)}
+    body = json.dumps(manifest).encode()
+    reg.manifests[_sha(body)] = ManifestData(body=body, media_type=OCI_MANIFEST, digest=_sha(body))
+    with pytest.raises(ReleaseError, match="nested deeper than a parser follows") as info:
+        image_facts(reg, "team/torch", _sha(body))  # type: ignore[arg-type]
+    assert f"team/torch@{_sha(body)}" in info.value.message
+
+
 def test_bound_entry_names_every_field_it_corrects() -> None:
     doc = {"schema": "imagesmith.release-index/v1", "generated": "2026-11-28T00:00:00Z"}
     forged_doc = image_doc("2.4.1", "12.1", "3.11") | {"torch": "2.99.0"}

@@ -34,6 +34,13 @@ def test_the_document_describes_the_digest(doc: dict[str, Any]) -> None:
     assert sbom.described_digests(doc) == {OTHER}
 
 
+def test_a_described_hex_run_longer_than_a_digest_is_no_digest(doc: dict[str, Any]) -> None:
+    """Before: the first 64 characters after "sha256:" were taken, whatever followed: a document whose root
+    package says `sha256:<digest>00` (or `sha256:<digest>` cut from a longer value) passed as the digest's."""
+    doc["packages"][0] = json.loads(json.dumps(doc["packages"][0]).replace(RECORDED, RECORDED + "00"))
+    assert sbom.described_digests(doc) == set()
+
+
 def test_summary_and_locked_hashes(doc: dict[str, Any]) -> None:
     s = sbom.summarize(doc)
     assert {n for n, _ in s.os_packages} == {"apt", "base-files", "libc6", "libexpat1"}
@@ -201,3 +208,38 @@ def test_syft_missing_is_one_error_naming_the_extra(
     assert "pip install 'imagesmith[sbom]'" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("bad_first", [True, False])
+def test_several_signed_sboms_of_one_digest_do_not_hang_on_their_path_order(
+    doc: dict[str, Any], tmp_path: Path, bad_first: bool
+) -> None:
+    """Before: only the first file (by path) counted: a good SBOM in a/ and one signed by a retired key in b/
+    released the cell, the same two the other way round refused it; two good ones with different documents
+    recorded whichever sorted first."""
+    good = sbom.sign_sbom(doc, repository="r", digest=RECORDED, key=KEY)
+    stale = sbom.sign_sbom(doc, repository="r", digest=RECORDED, key=signing.generate_key())
+    name = f"{sbom.stem(RECORDED)}.sbom.dsse.json"
+    for folder, env in (("a", stale if bad_first else good), ("b", good if bad_first else stale)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_bytes(env)
+    why = sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public])
+    assert isinstance(why, str)
+    assert str(tmp_path / ("a" if bad_first else "b") / name) in why
+
+
+def test_two_good_signed_sboms_with_different_documents_are_refused(
+    doc: dict[str, Any], tmp_path: Path
+) -> None:
+    other = copy.deepcopy(doc)
+    other["packages"] = other["packages"][:-1]
+    name = f"{sbom.stem(RECORDED)}.sbom.dsse.json"
+    for folder, d in (("a", doc), ("b", other)):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_bytes(sbom.sign_sbom(d, repository="r", digest=RECORDED, key=KEY))
+    why = sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public])
+    assert isinstance(why, str)
+    assert "two signed SBOMs of " + RECORDED in why
+    # the same document twice (copied into two report folders) is one SBOM
+    (tmp_path / "b" / name).write_bytes((tmp_path / "a" / name).read_bytes())
+    assert isinstance(sbom.find_signed_sbom([tmp_path], RECORDED, [KEY.public]), sbom.SignedSbom)

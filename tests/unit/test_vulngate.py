@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -148,6 +149,10 @@ def test_gate_off_without_policy_or_reports() -> None:
     assert vulngate.gate([], RECORDED, None, today=TODAY) == (None, [])
 
 
+_TARGET = b'{"source": {"target": {"manifestDigest": "' + RECORDED.encode() + b'"}}, '
+_ONE_MATCH = json.dumps(json.loads((DATA / "grype.json").read_text())["matches"][:1]).encode()
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -158,6 +163,17 @@ def test_gate_off_without_policy_or_reports() -> None:
         b'"source": {"target": {"manifestDigest": "' + RECORDED.encode() + b'"}}}',
         b'{"matches": [], "source": {"target": {"manifestDigest": null}}}',
         b"[" * 100000 + b"]" * 100000,
+        # b2: a key twice (Python kept the last: the matches read as none), NaN, an integer of thousands of
+        # digits (int()'s ValueError was a traceback), a severity of another type (read as unknown: never
+        # blocked), a related record that is no object
+        _TARGET + b'"matches": ' + _ONE_MATCH + b', "matches": []}',
+        _TARGET + b'"matches": [], "x": NaN}',
+        _TARGET + b'"matches": [], "x": ' + b"9" * 5000 + b"}",
+        _TARGET + b'"matches": ' + _ONE_MATCH.replace(b'"Critical"', b'["Critical"]') + b"}",
+        _TARGET
+        + b'"matches": '
+        + _ONE_MATCH.replace(b'"relatedVulnerabilities": []', b'"relatedVulnerabilities": [1]')
+        + b"}",
     ],
 )
 def test_hostile_report_is_one_error_naming_the_file(tmp_path: Path, body: bytes) -> None:
@@ -582,3 +598,321 @@ def test_a_binnmu_is_compared_in_its_source_version(tmp_path: Path) -> None:
     assert [(f.package, f.version) for f in verdict.blocking] == [
         ("bash (source version 5.2.15-2)", "5.2.15-2+b13")
     ]
+
+
+# -- issue 26 re-check (b2): what a scanner's own filters and ratings do to the gate -------------------------
+
+
+def _grype_doc() -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DATA / "grype.json").read_text())
+    return doc
+
+
+def _grype_gate(tmp_path: Path, doc: dict[str, Any], fail_on: str = "critical") -> list[str]:
+    d = tmp_path / "scans"
+    d.mkdir(exist_ok=True)
+    (d / f"{vulngate.digest_stem(RECORDED)}.grype.json").write_text(json.dumps(doc))
+    _, reasons = vulngate.gate([d], RECORDED, vulngate.Policy(fail_on=fail_on), today=TODAY)
+    return reasons
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"vulnerability": "CVE-2024-45491", "reason": "we said so in .grype.yaml"},  # an id ignored
+        {"fix-state": "not-fixed"},  # what --only-fixed / --only-notfixed apply
+        {"vex-status": "not_affected", "vex-justification": "vulnerable_code_not_in_execute_path"},
+        {"package": {"name": "libexpat1"}},  # a whole package
+        {"package": {"name": "libexpat1"}, "match-type": "exact-direct-match"},
+    ],
+)
+def test_a_match_grypes_own_ignore_rules_hid_still_counts(tmp_path: Path, rule: dict[str, Any]) -> None:
+    """Before: a critical match grype's config moved to `ignoredMatches` (`.grype.yaml` `ignore:`,
+    `--only-fixed`, a VEX) was never read: the cell released with no allowlist entry, no reason, no expiry
+    and nothing in the index."""
+    doc = _grype_doc()
+    critical = doc["matches"].pop(0)
+    doc["ignoredMatches"] = [{**critical, "appliedIgnoreRules": [rule]}]
+    (reason,) = _grype_gate(tmp_path, doc, fail_on="high")
+    assert "CVE-2024-45491 (critical, fixed in 2.5.0-1+deb12u1)" in reason
+
+
+def test_the_ignored_matches_count_and_the_refusal_says_grype_hid_it(tmp_path: Path) -> None:
+    doc = _grype_doc()
+    critical = doc["matches"].pop(0)
+    doc["ignoredMatches"] = [{**critical, "appliedIgnoreRules": [{"fix-state": "not-fixed"}]}]
+    (reason,) = _grype_gate(tmp_path, doc)
+    assert "libexpat1 (hidden by grype's own ignore rule) 2.5.0-1: CVE-2024-45491 (critical" in reason
+
+
+def test_grypes_built_in_rule_for_indirect_kernel_header_matches_stays_ignored(tmp_path: Path) -> None:
+    doc = _grype_doc()
+    critical = doc["matches"].pop(0)
+    kernel_rule = {
+        "package": {"name": "linux(-.*)?-headers-.*", "type": "deb", "upstream-name": "linux.*"},
+        "match-type": "exact-indirect-match",
+        "vulnerability": "",
+        "fix-state": "",
+    }
+    doc["ignoredMatches"] = [{**critical, "appliedIgnoreRules": [kernel_rule]}]
+    assert _grype_gate(tmp_path, doc) == []
+
+
+def test_a_grype_report_without_matches_is_cut_short_not_clean(tmp_path: Path) -> None:
+    doc = _grype_doc()
+    del doc["matches"]
+    with pytest.raises(ConfigError, match=r"has no `matches`") as err:
+        _grype_gate(tmp_path, doc)
+    assert f"{vulngate.digest_stem(RECORDED)}.grype.json" in err.value.message
+
+
+def _trivy_vuln(**fields: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    vuln = doc["Results"][0]["Vulnerabilities"][0]
+    for k in ("Severity", "CVSS", "VendorSeverity", "SeveritySource"):
+        vuln.pop(k, None)
+    vuln.update(fields)
+    return doc
+
+
+CRITICAL_VECTOR = "CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"  # 9.8
+
+
+@pytest.mark.parametrize(
+    ("edit", "want"),
+    [
+        # grype: Debian's urgency not yet assigned, NVD's record (related) rates it
+        (
+            lambda v, m: (
+                v.update(severity="Unknown"),
+                m.update(
+                    relatedVulnerabilities=[
+                        {"id": "CVE-2024-45491", "namespace": "nvd:cpe", "severity": "Critical"}
+                    ]
+                ),
+            ),
+            "critical",
+        ),
+        (
+            lambda v, m: (
+                v.update(severity=""),
+                m.update(
+                    relatedVulnerabilities=[
+                        {"id": "CVE-2024-45491", "cvss": [{"version": "3.1", "vector": CRITICAL_VECTOR}]}
+                    ]
+                ),
+            ),
+            "critical",
+        ),
+        (
+            lambda v, m: v.update(
+                severity=None, cvss=[{"vector": CRITICAL_VECTOR, "metrics": {"baseScore": 1}}]
+            ),
+            "critical",
+        ),
+        # an explicit low word is a rating: NVD's higher one does not override the distribution's
+        (
+            lambda v, m: (
+                v.update(severity="Negligible"),
+                m.update(relatedVulnerabilities=[{"id": "CVE-2024-45491", "severity": "Critical"}]),
+            ),
+            "negligible",
+        ),
+        (lambda v, m: v.update(severity="Critical "), "critical"),
+        (lambda v, m: v.update(severity="CRITICAL"), "critical"),
+    ],
+)
+def test_grype_a_severity_that_rates_nothing_does_not_hide_the_related_rating(
+    edit: Callable[[dict[str, Any], dict[str, Any]], Any], want: str
+) -> None:
+    """Before: a Debian match grype rates "Unknown" (Debian had not assigned an urgency yet) read as unknown,
+    which never blocks, though its NVD record in `relatedVulnerabilities` says Critical (9.8)."""
+    doc = _grype_doc()
+    edit(doc["matches"][0]["vulnerability"], doc["matches"][0])
+    (first, _) = vulngate.parse_grype(doc, source="g", digest=RECORDED)
+    assert first.severity == want
+
+
+@pytest.mark.parametrize(
+    ("fields", "want"),
+    [
+        ({"Severity": "UNKNOWN", "CVSS": {"nvd": {"V3Vector": CRITICAL_VECTOR, "V3Score": 9.8}}}, "critical"),
+        ({"Severity": "UNKNOWN", "VendorSeverity": {"debian": 0, "nvd": 4}}, "critical"),
+        ({"Severity": "UNKNOWN", "VendorSeverity": {"nvd": 99, "x": "4", "y": True}}, "unknown"),
+        ({"Severity": "critical"}, "critical"),
+        ({"Severity": "LOW", "CVSS": {"nvd": {"V3Vector": CRITICAL_VECTOR}}}, "low"),
+    ],
+)
+def test_trivy_a_severity_that_rates_nothing_falls_back_to_its_cvss_and_vendors(
+    fields: dict[str, Any], want: str
+) -> None:
+    findings = vulngate.parse_trivy(_trivy_vuln(**fields), source="t", digest=RECORDED)
+    assert findings[0].severity == want
+
+
+def test_an_osv_word_that_rates_nothing_does_not_hide_the_cvss_vector(tmp_path: Path) -> None:
+    """Before: `database_specific.severity = "UNKNOWN"` (or Ubuntu's "untriaged") ended the search: the
+    record's CVSS 9.8 vector was never read and the advisory never blocked."""
+    recs = []
+    for n, word in enumerate(("UNKNOWN", "")):
+        recs.append(
+            {
+                "id": f"PYSEC-2099-{n}",
+                "affected": [
+                    {
+                        "package": {"ecosystem": "PyPI", "name": "jinja2"},
+                        "ranges": [
+                            {"type": "ECOSYSTEM", "events": [{"introduced": "0"}, {"fixed": "3.1.3"}]}
+                        ],
+                    }
+                ],
+                "database_specific": {"severity": word},
+                "severity": [
+                    {"type": "Ubuntu", "score": "untriaged"},
+                    {"type": "CVSS_V3", "score": CRITICAL_VECTOR},
+                ],
+            }
+        )
+    found = _osv_gate(tmp_path, recs, fail_on="critical")
+    assert sorted((f.id, f.severity) for f in found) == [
+        ("PYSEC-2099-0", "critical"),
+        ("PYSEC-2099-1", "critical"),
+    ]
+
+
+def test_a_trivy_report_that_never_scanned_the_os_packages_is_refused(tmp_path: Path) -> None:
+    """Before: `trivy image --pkg-types library` (or `--scanners secret`, or a Debian release trivy's database
+    does not cover) wrote no os-pkgs result; the gate read that as "no OS advisories" and released the cell
+    with its critical libexpat1 unscanned."""
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    doc["Results"] = [r for r in doc["Results"] if r["Class"] != "os-pkgs"]
+    d = tmp_path / "scans"
+    d.mkdir()
+    f = d / f"{vulngate.digest_stem(RECORDED)}.trivy.json"
+    f.write_text(json.dumps(doc))
+    with pytest.raises(
+        ConfigError, match=r"found the OS \(debian 12\.7\) but has no result for its packages"
+    ) as err:
+        vulngate.gate([d], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY)
+    assert str(f) in err.value.message
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda doc: doc["Results"][0].pop("Vulnerabilities"),  # scanned, clean
+        lambda doc: doc["Results"][0].pop("Class"),  # trivy before Class: the OS result's Type is the family
+        lambda doc: (doc["Metadata"].pop("OS"), doc["Results"].pop(0)),  # no OS found (distroless)
+    ],
+)
+def test_a_trivy_report_whose_os_packages_were_scanned_or_absent_is_read(edit: Callable[[Any], Any]) -> None:
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    edit(doc)
+    findings = vulngate.parse_trivy(doc, source="t", digest=RECORDED)
+    assert "requests" in {f.package for f in findings}
+
+
+@pytest.mark.parametrize(
+    "named", [RECORDED + "00", "x" + RECORDED, RECORDED.upper().replace("SHA256", "sha256")]
+)
+def test_a_report_naming_a_longer_hex_run_that_starts_with_the_digest_is_not_about_it(
+    tmp_path: Path, named: str
+) -> None:
+    """Before: `sha256:<candidate>00` (66 hex) read as the candidate: its first 64 hex matched."""
+    doc = _grype_doc()
+    doc["source"]["target"]["manifestDigest"] = named
+    doc["source"]["target"]["repoDigests"] = [f"127.0.0.1:5000/x@{named}"]
+    with pytest.raises(ConfigError, match="names no image digest"):
+        _grype_gate(tmp_path, doc)
+
+
+def test_a_withdrawn_osv_record_does_not_refuse(tmp_path: Path) -> None:
+    """Before: a record OSV marks `withdrawn` (published by mistake, or a duplicate of another) still refused
+    the cell; only an allowlist entry with a reason and an expiry got it out."""
+    live = _deb("DEBIAN-CVE-2099-1", "openssl", [{"introduced": "0"}, {"fixed": "3.0.13-1~deb12u1"}])
+    gone = {
+        **_deb("DEBIAN-CVE-2099-2", "openssl", [{"introduced": "0"}]),
+        "withdrawn": "2026-11-01T00:00:00Z",
+    }
+    assert [f.id for f in _osv_gate(tmp_path, [live, gone])] == ["DEBIAN-CVE-2099-1"]
+
+
+def _cdx(tmp_path: Path, components: list[dict[str, Any]]) -> Path:
+    doc = {
+        "bomFormat": "CycloneDX",
+        "specVersion": "1.5",
+        "metadata": {"component": {"type": "container", "name": "img", "version": RECORDED}},
+        "components": components,
+    }
+    d = tmp_path / "scans"
+    d.mkdir(exist_ok=True)
+    (d / f"{vulngate.digest_stem(RECORDED)}.cdx.json").write_text(json.dumps(doc))
+    (tmp_path / "osv.json").write_text(
+        json.dumps([_deb("DEBIAN-CVE-2099-7", "openssl", [{"introduced": "0"}])])
+    )
+    return d
+
+
+def test_a_cyclonedx_sboms_nested_components_are_matched(tmp_path: Path) -> None:
+    """Before: only top-level `components` were read: a package nested inside another component (cdxgen,
+    trivy and others nest an application's packages so) was never matched."""
+    d = _cdx(
+        tmp_path,
+        [
+            {"type": "library", "name": "x", "purl": "pkg:pypi/x@1"},
+            {
+                "type": "operating-system",
+                "name": "debian",
+                "components": [
+                    {"type": "library", "name": "libssl3", "purl": SYFT_PURLS[0]},
+                ],
+            },
+        ],
+    )
+    policy = _policy(tmp_path, 'fail_on = "high"\nosv = "osv.json"\n')
+    _, reasons = vulngate.gate([d], RECORDED, policy, today=TODAY)
+    assert len(reasons) == 1
+    assert "libssl3 (source openssl) 3.0.11-1~deb12u2: DEBIAN-CVE-2099-7" in reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("purls", "expect"),
+    [
+        # an Alpine (or RPM) image: before, none of its OS packages was compared, and the cell passed
+        (
+            ["pkg:apk/alpine/openssl@3.1.4-r0?distro=alpine-3.19", "pkg:pypi/x@1"],
+            "OS package(s) the OSV match",
+        ),
+        (["pkg:rpm/redhat/openssl@3.0.7-25.el9?distro=rhel-9.3"], "OS package(s) the OSV match"),
+        (["pkg:deb/raspbian/openssl@3.0.11-1"], "OS package(s) the OSV match"),
+        # nothing the match reads at all: before, "no advisory"
+        ([], "lists no Debian, Ubuntu or PyPI package"),
+        (["pkg:golang/example.com/x@v1.0.0"], "lists no Debian, Ubuntu or PyPI package"),
+    ],
+)
+def test_an_sbom_the_osv_match_cannot_read_is_refused_not_passed(
+    tmp_path: Path, purls: list[str], expect: str
+) -> None:
+    d = _cdx(tmp_path, [{"type": "library", "name": u, "purl": u} for u in purls])
+    policy = _policy(tmp_path, 'fail_on = "high"\nosv = "osv.json"\n')
+    with pytest.raises(ConfigError, match=re.escape(expect)) as err:
+        vulngate.gate([d], RECORDED, policy, today=TODAY)
+    assert f"{vulngate.digest_stem(RECORDED)}.cdx.json" in err.value.message
+
+
+def test_an_unrated_debian_record_is_rated_by_the_cve_record_it_names_in_the_same_file(
+    tmp_path: Path,
+) -> None:
+    """Before: Debian's records (DEBIAN-CVE-…, DSA-…) carry no severity and read as unknown, which never
+    blocks: with an SBOM × OSV gate no Debian advisory could ever refuse a cell, even with the CVE's own
+    record (CVSS 9.8) in the same OSV file."""
+    debian = _deb("DEBIAN-CVE-2099-5", "openssl", [{"introduced": "0"}, {"fixed": "3.0.13-1~deb12u1"}])
+    del debian["database_specific"]
+    debian["upstream"] = ["CVE-2099-5"]
+    cve = {"id": "CVE-2099-5", "severity": [{"type": "CVSS_V3", "score": CRITICAL_VECTOR}], "affected": []}
+    (found,) = _osv_gate(tmp_path, [debian, cve], fail_on="critical")
+    assert (found.id, found.severity) == ("DEBIAN-CVE-2099-5", "critical")
+    # without it: unknown, as before (nothing rates it)
+    assert _osv_gate(tmp_path, [debian], fail_on="low") == []
+    # a withdrawn CVE record rates nothing
+    assert _osv_gate(tmp_path, [debian, {**cve, "withdrawn": "2026-01-01T00:00:00Z"}], fail_on="low") == []
