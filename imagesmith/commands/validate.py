@@ -227,8 +227,15 @@ def validate_command(
             )
     if gpus not in ("auto", "toolkit", "devices", "none"):
         raise ConfigError(f"--gpus {gpus!r}: use auto, toolkit, devices or none")
-    for flag, value in (("--nccl-max-bytes", nccl_max_bytes),):
-        parse_size(value, what=flag)
+    from imagesmith.validate.context import NCCL_MIN_BYTES as nccl_min
+
+    if parse_size(nccl_max_bytes, what="--nccl-max-bytes") < nccl_min:
+        # all_reduce_perf -b 8 -e 0 measures nothing: the bandwidth check would fail on no data
+        raise ConfigError(
+            f"--nccl-max-bytes {nccl_max_bytes}: below the {nccl_min} bytes all_reduce_perf starts at "
+            "(-b), so no size would be measured",
+            hint="give the largest message size to measure, e.g. 1G (the default) or 256M",
+        )
     shm_min_bytes: int | None = parse_size(shm_min, what="--shm-min") if shm_min else None
     if shm_min_bytes is not None and shm_min_bytes > SHM_MAX_BYTES:
         raise ConfigError(

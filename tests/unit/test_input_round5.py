@@ -211,3 +211,13 @@ def test_a_deleted_working_folder_is_named(
         error, fix = _one_error(run_cli(*argv), 2)
         assert "working folder no longer exists" in error, (argv, error)
         assert "cd " in fix
+
+
+def test_nccl_max_bytes_below_the_smallest_size_measured_is_refused(run_cli: Run) -> None:
+    """``validate --nccl-max-bytes 0`` was taken: all_reduce_perf -b 8 -e 0 measures nothing, and the
+    bandwidth check then failed on no data, on the GPU host, after the rest of the suite."""
+    error, fix = _one_error(run_cli("validate", "--nccl-max-bytes", "0"), 2)
+    assert "--nccl-max-bytes 0" in error, error
+    assert "1G" in fix
+    error, _ = _one_error(run_cli("validate", "--nccl-max-bytes", "7"), 2)
+    assert "below the 8 bytes" in error, error
