@@ -93,7 +93,7 @@ def init_command(
     kind = path_kind(root)
     if (kind is not None and kind != "a folder") or (root.exists() and not root.is_dir()):
         raise ConfigError(
-            f"{root} exists and is {kind or 'a file'}, not a folder",
+            f"{root} exists and is not a folder ({kind or 'a file'})",
             hint="give a new or existing folder for the project",
         )
     if name is not None and (not name.strip() or not name.isprintable()):

@@ -110,7 +110,7 @@ def test_ssh_files_are_read_as_user_files(run_cli: Run, tmp_path: Path) -> None:
 
 def test_init_into_a_device_names_it(run_cli: Run, tmp_path: Path) -> None:
     error, _ = _one_error(run_cli("init", DEVICE), 2)
-    assert "is a device, not a folder" in error, error
+    assert "is not a folder (a device)" in error, error
 
 
 # -------------------------------------------------------------------------- settings in the environment
