@@ -40,10 +40,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from imagesmith import inputs
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
 from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult, needs_buildkit
-from imagesmith.errors import BuildError, ImagesmithError, PushError, RegistryError, join_hints
+from imagesmith.errors import BuildError, ConfigError, ImagesmithError, PushError, RegistryError, join_hints
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell
 from imagesmith.refs import Registry
@@ -713,6 +714,8 @@ def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
         raise BuildError(
             f"--jobs {options.jobs}: must be at least 1", hint="--jobs 1 builds one cell at a time"
         )
+    if options.wheels_dir is not None and (problem := inputs.folder_problem(options.wheels_dir)):
+        raise ConfigError(f"--wheels {options.wheels_dir}: {problem}", hint="give a folder of wheels")
     if options.wheels_dir is not None and not any(options.wheels_dir.glob("*.whl")):
         raise BuildError(
             f"--wheels {options.wheels_dir}: no *.whl files there", hint="give a folder of wheels"

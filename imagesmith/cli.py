@@ -14,6 +14,7 @@ import signal
 import sys
 import unicodedata
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -226,6 +227,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     without a traceback. Exit codes are the error's (errors.py); usage errors 2; Ctrl-C 130 with an
     ``aborted`` line. An exception that is not imagesmith's is a bug: it propagates (traceback, exit 1)."""
     _tolerant_streams()
+    _sane_terminal_size()
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     args = list(argv) if argv is not None else sys.argv[1:]
     if sys.stdout is None:  # started with stdout closed (>&-): whatever the command prints would be lost
@@ -252,6 +254,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         # the message is plain text: build logs and TOML keys contain [brackets] that are not rich markup
         message, fix = exc.render()  # the one place an error becomes text
         hint = fix or f"see `{_command_of(application, args, prog)} --help`"
+        message, hint = shown_plain(message), shown_plain(hint)
         err.print(f"[bold red]error:[/] {escape(message)}\n  fix: {escape(hint)}", markup=True)
         return exc.exit_code
     except typer.Exit as exc:
@@ -262,6 +265,13 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         return _broken_pipe()
     except OSError as exc:
         command = _command_of(application, args, prog)
+        if not exc.filename and _working_folder_gone():
+            err.print(
+                "error: the working folder no longer exists (it was deleted or moved after the shell "
+                "entered it)\n  fix: cd to an existing folder (cd .. or cd ~) and run the command again",
+                markup=False,
+            )
+            return 2
         if not exc.filename and exc.errno in _WRITE_ERRNOS:
             # a write failed (> /dev/full, a disk or quota that filled up): no path is at fault
             _drop_buffered_output()
@@ -276,7 +286,9 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         # where no command checked it first: still one error and one fix, exit 2 (bad input)
         where = f"{str(exc.filename)[:200]}: " if exc.filename else ""
         err.print(
-            f"error: {where}{exc.strerror or exc}\n  fix: check that path (see `{command} --help`)",
+            shown_plain(
+                f"error: {where}{exc.strerror or exc}\n  fix: check that path (see `{command} --help`)"
+            ),
             markup=False,
         )
         return 2
@@ -284,7 +296,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         command = _command_of(application, args, prog)
         ctx = getattr(exc, "ctx", None)
         usage = f" (usage: {ctx.get_usage().removeprefix('Usage: ').strip()})" if ctx is not None else ""
-        message = " ".join(exc.format_message().split())
+        message = shown_plain(" ".join(exc.format_message().split()))
         if not message:  # no command given: the help went to stdout above
             message = f"no command given: {prog} does nothing on its own"
         err.print(f"error: {message}\n  fix: see `{command} --help`{usage}", markup=False)
@@ -293,6 +305,40 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
     return result if isinstance(result, int) else 0
+
+
+def shown_plain(text: str) -> str:
+    """*text* for a terminal: every control character but the line break (an ANSI escape sequence that came
+    with a value from a file, the environment, a registry or an index, a carriage return, a bell) written as
+    its escape (``\\x1b``), so that what a message quotes can never recolour, move or clear the terminal."""
+    if text.isprintable() or not any(unicodedata.category(c) in ("Cc", "Cf") and c != "\n" for c in text):
+        return text
+    return "".join(
+        c.encode("unicode_escape").decode("ascii")
+        if c != "\n" and unicodedata.category(c) in ("Cc", "Cf")
+        else c
+        for c in text
+    )
+
+
+def _sane_terminal_size() -> None:
+    """``COLUMNS``/``LINES`` that are no size (``0``, ``-5``, ``abc``, ``٨٠``, twenty digits) are dropped
+    before rich reads them: with ``COLUMNS=0`` rich printed every error as nothing at all (exit 2, empty
+    stderr). Without them rich asks the terminal, else uses 80 columns."""
+    for name in ("COLUMNS", "LINES"):
+        value = os.environ.get(name)
+        if value is not None and not (value.isascii() and value.isdigit() and 0 < int(value[:7]) <= 100_000):
+            del os.environ[name]
+
+
+def _working_folder_gone() -> bool:
+    try:
+        Path.cwd()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 #: exit status when standard output is closed at start: the invocation is wrong (as a bad flag is)

@@ -142,7 +142,7 @@ def _checked_ca(path: Path, origin: str) -> Path:
             hint=f"give a file with only the CA certificate(s), e.g. `openssl x509 -in {path} -out ca.crt` "
             "(and keep the key away from build hosts)",
         )
-    return path.resolve()
+    return inputs.resolved(path)
 
 
 #: PEM armour of any private key (PKCS#8, encrypted, RSA/EC/DSA/OpenSSH)

@@ -78,6 +78,22 @@ def not_a_file(path: str | Path) -> str | None:
     return None if Path(path).is_file() else "does not exist"
 
 
+def folder_problem(path: str | Path, *, may_be_missing: bool = False) -> str | None:
+    """Why *path* is not a folder, as words for a message (``no such folder``, ``is a file, not a folder``,
+    ``is a device, not a folder``, ``is a symbolic link to nothing (dangling, or a loop), not a folder``);
+    None for a folder, and with *may_be_missing* for a path that does not exist yet (a folder to make). Never
+    blocks. Every flag that names a folder asks this first: ``Path.is_dir()`` is False alike for a missing
+    path, a file and ``/dev/zero``, and ``rglob`` on a device finds nothing, silently."""
+    kind = path_kind(path)
+    if kind == "a folder":
+        return None
+    if kind is not None:
+        return f"is {kind}, not a folder"
+    if os.path.lexists(path):
+        return "is a file, not a folder"
+    return None if may_be_missing else "no such folder"
+
+
 def read_user_file(
     path: str | Path,
     what: str,
@@ -130,6 +146,14 @@ def read_user_file(
         ) from None
     finally:
         os.close(fd)
+
+
+def resolved(path: str | Path) -> Path:
+    """*path* made absolute with every symbolic link followed, like ``Path.resolve()`` but never raising:
+    ``Path.resolve()`` raises ``RuntimeError("Symlink loop …")`` (a traceback) for a link that points at
+    itself, where the caller's own check then names the loop (:func:`path_kind`). Use it on every path a user
+    named."""
+    return Path(os.path.realpath(path))
 
 
 def is_regular_file(path: str | Path) -> bool:

@@ -117,7 +117,7 @@ class Project:
     def rel(self, path: Path) -> str:
         """*path* relative to the project root when it is inside it, else as it is."""
         lexical = Path(os.path.normpath(path if path.is_absolute() else Path.cwd() / path))
-        for candidate in (lexical, path.resolve()):
+        for candidate in (lexical, inputs.resolved(path)):
             if candidate.is_relative_to(self.root):
                 return candidate.relative_to(self.root).as_posix()
         return str(path)
@@ -142,7 +142,9 @@ class Project:
         return sorted(
             p.stem
             for p in self.matrices_dir.glob("*.toml")
-            if p.resolve() != self.registries_file.resolve() and p.name != REGISTRIES_FILE and p.is_file()
+            if inputs.resolved(p) != inputs.resolved(self.registries_file)
+            and p.name != REGISTRIES_FILE
+            and p.is_file()
         )
 
     def resolve_matrix_name(self, matrix: str | None) -> str:
@@ -171,7 +173,7 @@ class Project:
         path = Path(text) if is_path else self.matrices_dir / f"{text}.toml"
         try:
             if path.is_file():
-                if not is_path and path.resolve() == self.registries_file.resolve():
+                if not is_path and inputs.resolved(path) == inputs.resolved(self.registries_file):
                     raise MatrixError(
                         f"{path}: matrix {text!r} is the project's registries file, not a matrix",
                         hint=f"give a matrix name ({', '.join(self.matrix_names()) or 'none yet'})",
@@ -337,7 +339,7 @@ def _check_dockerfiles_folder(file: Path, root: Path, resolved: Mapping[str, Pat
 
 def load_project(file: Path) -> Project:
     """Read and check one ``imagesmith.toml``."""
-    file = file.resolve()
+    file = inputs.resolved(file)
     root = file.parent
     raw = inputs.read_user_text(file, "", error=ProjectError, hint="make the file readable UTF-8 TOML")
     text = schema.check_toml_text(raw, str(file), error=ProjectError)
@@ -447,7 +449,7 @@ def _refuse_project_path(origin: str, given: str, path: Path, file: Path) -> Non
 def find_project_file(start: Path) -> Path | None:
     """The first ``imagesmith.toml`` in *start* or one of its parents. One that is a folder (or a FIFO) is an
     error naming it, not "no imagesmith.toml above"."""
-    here = start.resolve()
+    here = inputs.resolved(start)
     for folder in (here, *here.parents):
         candidate = folder / PROJECT_FILE
         if candidate.is_file():
@@ -490,7 +492,7 @@ def discover(
         found = find_project_file(near.parent if near.suffix else near)
     if found is None:
         raise ProjectError(
-            f"no {PROJECT_FILE} in {start.resolve()} or any folder above it",
+            f"no {PROJECT_FILE} in {inputs.resolved(start)} or any folder above it",
             hint=f"run `imagesmith init` here (or cd into a project), or pass --project DIR "
             f"or set {PROJECT_ENV}",
         )

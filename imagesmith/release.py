@@ -378,9 +378,10 @@ def collect_reports(dirs: Sequence[Path], trusted: Sequence[PublicKey] = ()) -> 
     """Every report.json and attestation under *dirs*, read as evidence against the *trusted* keys."""
     out = []
     for d in dirs:
-        if not d.exists():
+        problem = inputs.folder_problem(d)
+        if problem is not None and not inputs.is_regular_file(d):  # a report.json itself is taken too
             raise ConfigError(
-                f"--reports {d}: no such folder", hint="pass the folder(s) imagesmith validate wrote"
+                f"--reports {d}: {problem}", hint="pass the folder(s) imagesmith validate wrote"
             )
         if d.is_file():
             if d.name == ATTESTATION_FILE:
@@ -2094,9 +2095,9 @@ def vulnerability_gate(scan_dirs: Sequence[Path], project_file: Path | None) -> 
     if policy is None and not scan_dirs:
         return None
     for d in scan_dirs:
-        if not d.is_dir():
+        if problem := inputs.folder_problem(d):
             raise ConfigError(
-                f"--scan-reports {d}: no such folder",
+                f"--scan-reports {d}: {problem}",
                 hint="pass the folder the scanner reports were saved in",
             )
     day = today()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -96,7 +97,35 @@ def variable(name: str) -> Variable:
 
 def get(name: str, default: str | None = None, *, env: Mapping[str, str] | None = None) -> str | None:
     """The value of the declared variable *name* in *env* (default: this process's environment), else
-    *default*; the value as it is (callers treat an empty one as unset, as they did)."""
-    variable(name)
+    *default*; the value as it is (callers treat an empty one as unset, as they did).
+
+    A value that is only blanks (``" "``, a newline) or holds a control character (a newline, an ANSI escape
+    sequence pasted with it) is one :class:`~imagesmith.errors.ConfigError` naming the variable, the value
+    shown escaped: no value of a setting has one, and taken as it is such a value became a folder named
+    ``" "`` or ``"\\n"``, or reached the terminal raw in a message. Secrets (the credential family) are
+    exempt and never shown."""
+    declared = variable(name)
     value = (os.environ if env is None else env).get(name)
-    return default if value is None else value
+    if value is None:
+        return default
+    if value and not declared.pattern:
+        _check_value(name, value)
+    return value
+
+
+def _check_value(name: str, value: str) -> None:
+    from imagesmith.errors import ConfigError
+
+    shown = value if len(value) <= 60 else value[:60] + "…"
+    if not value.strip():
+        raise ConfigError(
+            f"{name}={shown!r} is blank: no value of it is only spaces or line breaks",
+            hint=f"give {name} a value, or unset it (unset {name}) for the default",
+        )
+    control = next((c for c in value if unicodedata.category(c) in ("Cc", "Cf")), None)
+    if control is not None:
+        raise ConfigError(
+            f"{name}={shown!r}: holds a control character ({control!r}), which no value of it has (a "
+            "newline or an escape sequence pasted with it?)",
+            hint=f"set {name} to the value alone, without line breaks or control characters",
+        )

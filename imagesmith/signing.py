@@ -166,7 +166,7 @@ def write_keypair(private_path: Path, public_path: Path, key_type: KeyType = DEF
                 f"{p} already exists; keygen never overwrites a key",
                 hint="choose another path, or remove the old key pair first if it is really no longer used",
             )
-    if private_path.resolve() == public_path.resolve():
+    if inputs.resolved(private_path) == inputs.resolved(public_path):
         raise ConfigError(
             f"the private and the public key would both be written to {private_path}",
             hint="give the public key another path (--public)",

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
+from imagesmith import inputs
 from imagesmith.errors import ConfigError
 from imagesmith.inputs import is_digits
 from imagesmith.project import ProjectError
@@ -1001,9 +1002,9 @@ def find_scan(dirs: Sequence[Path], digest: str, policy: Policy | None) -> Scan 
     stem = digest_stem(digest)
     scans: list[Scan] = []
     for d in dirs:
-        if not d.is_dir():
+        if problem := inputs.folder_problem(d):
             raise ConfigError(
-                f"--scan-reports {d}: no such folder",
+                f"--scan-reports {d}: {problem}",
                 hint="pass the folder the scanner reports were saved in",
             )
         for path in sorted(d.rglob(f"{stem}.*.json")):  # searched recursively, like --reports

@@ -12,6 +12,7 @@ import typer
 
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ImagesmithError
+from imagesmith.inputs import path_kind, resolved
 
 EPILOG = epilog(
     [
@@ -88,10 +89,12 @@ def init_command(
     )
 
     gpu_args = gpu or [DEFAULT_GPU]
-    root = directory.resolve()
-    if root.exists() and not root.is_dir():
+    root = resolved(directory)
+    kind = path_kind(root)
+    if (kind is not None and kind != "a folder") or (root.exists() and not root.is_dir()):
         raise ConfigError(
-            f"{root} exists and is not a folder", hint="give a new or existing folder for the project"
+            f"{root} exists and is not a folder ({kind or 'a file'})",
+            hint="give a new or existing folder for the project",
         )
     if name is not None and (not name.strip() or not name.isprintable()):
         raise ConfigError(

@@ -10,6 +10,7 @@ import typer
 
 from imagesmith.commands import current_project, epilog
 from imagesmith.errors import ConfigError, ImagesmithError, RenderError, UpstreamError, join_hints
+from imagesmith.inputs import resolved
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -335,7 +336,7 @@ def render_command(
     dirs: list[Path] = []
     for name in names:
         m = load_matrix(name, project=project)
-        if m.path.parent.resolve() != project.matrices_dir:
+        if resolved(m.path.parent) != project.matrices_dir:
             raise RenderError(
                 f"{m.path}: render (and render --check) takes only matrices in "
                 f"{project.rel(project.matrices_dir)}/ of project {project.root}: their files are rendered "
@@ -348,9 +349,9 @@ def render_command(
     if matrix is None:
         # folders of matrices that no longer exist are stale: all their files count as extra
         root = project.dockerfiles_dir
-        known = {d.resolve() for d in dirs}
+        known = {resolved(d) for d in dirs}
         for d in sorted(root.iterdir()) if root.is_dir() else []:
-            if not d.is_dir() or d.resolve() in known:
+            if not d.is_dir() or resolved(d) in known:
                 continue
             if looks_rendered(d):
                 dirs.append(d)
@@ -372,8 +373,8 @@ def render_command(
 def _render_elsewhere_hint(path: Path, project: Project) -> str:
     from imagesmith.project import PROJECT_FILE, find_project_file
 
-    owner = find_project_file(path.resolve().parent)
-    if owner is not None and owner.parent.resolve() != project.root:
+    owner = find_project_file(resolved(path).parent)
+    if owner is not None and resolved(owner.parent) != project.root:
         return (
             f"the matrix belongs to the project at {owner.parent}: run `imagesmith -C {owner.parent} render "
             f"--matrix {path.stem}`"

@@ -14,6 +14,7 @@ import typer
 from imagesmith import settings
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, RenderError
+from imagesmith.inputs import folder_problem
 
 EPILOG = epilog(
     ["imagesmith schema", "imagesmith schema --check", "imagesmith schema --out docs/schemas"],
@@ -38,6 +39,8 @@ def schema_command(
 
     if out is None:
         out = _default_out()
+    elif problem := folder_problem(out, may_be_missing=True):
+        raise ConfigError(f"--out {out}: {problem}", hint="give a folder (it is made when missing)")
 
     differing: list[str] = []
     for s in SCHEMAS:

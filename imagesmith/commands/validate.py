@@ -20,7 +20,10 @@ import typer
 from imagesmith import settings
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ValidationFailed
-from imagesmith.inputs import is_digits
+from imagesmith.inputs import is_digits, read_user_file, resolved
+
+#: the largest ssh_config or private key file --ssh-config / --ssh-identity may name (both are a few KiB)
+SSH_FILE_MAX_BYTES = 1 << 20
 
 EPILOG = epilog(
     [
@@ -215,15 +218,25 @@ def validate_command(
         raise ConfigError("--shm-size and --gpus apply only when TARGET is an image")
     if t.kind != "ssh" and (ssh_config or ssh_identity):
         raise ConfigError("--ssh-config and --ssh-identity apply only to ssh:// targets")
-    for path in (ssh_config, ssh_identity):
-        if path and not Path(path).is_file():
-            raise ConfigError(
-                f"{path}: no such file", hint="give the ssh_config / private key file of the target"
+    for flag, path in (("--ssh-config", ssh_config), ("--ssh-identity", ssh_identity)):
+        if path:  # ssh reads it: a device, a socket or gigabytes would hang or fail there, worded by ssh
+            read_user_file(
+                path,
+                flag,
+                hint="give the ssh_config / private key file of the target",
+                max_bytes=SSH_FILE_MAX_BYTES,
             )
     if gpus not in ("auto", "toolkit", "devices", "none"):
         raise ConfigError(f"--gpus {gpus!r}: use auto, toolkit, devices or none")
-    for flag, value in (("--nccl-max-bytes", nccl_max_bytes),):
-        parse_size(value, what=flag)
+    from imagesmith.validate.context import NCCL_MIN_BYTES as nccl_min
+
+    if parse_size(nccl_max_bytes, what="--nccl-max-bytes") < nccl_min:
+        # all_reduce_perf -b 8 -e 0 measures nothing: the bandwidth check would fail on no data
+        raise ConfigError(
+            f"--nccl-max-bytes {nccl_max_bytes}: below the {nccl_min} bytes all_reduce_perf starts at "
+            "(-b), so no size would be measured",
+            hint="give the largest message size to measure, e.g. 1G (the default) or 256M",
+        )
     shm_min_bytes: int | None = parse_size(shm_min, what="--shm-min") if shm_min else None
     if shm_min_bytes is not None and shm_min_bytes > SHM_MAX_BYTES:
         raise ConfigError(
@@ -303,8 +316,8 @@ def validate_command(
         soak_interval_s=soak_interval,
         soak_fail_ratio=soak_fail_ratio,
         soak_warn_ratio=soak_warn_ratio,
-        ssh_config=str(Path(ssh_config).resolve()) if ssh_config else None,
-        ssh_identity_file=str(Path(ssh_identity).resolve()) if ssh_identity else None,
+        ssh_config=str(resolved(ssh_config)) if ssh_config else None,
+        ssh_identity_file=str(resolved(ssh_identity)) if ssh_identity else None,
     )
     data: dict[str, Any]
     subject: tuple[str, str, str] | None = None

@@ -103,7 +103,7 @@ def fetch_index(
         signed = _read_or_none(path) if small and trust.verify else None
         if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
             return load_index(path)
-        store = TrustStore(_trust_dir(), "file:" + str(path.resolve()), shown=source)
+        store = TrustStore(_trust_dir(), "file:" + str(inputs.resolved(path)), shown=source)
         sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
         signature = _read_or_none(sig)
         index, trusted = _verify_index(

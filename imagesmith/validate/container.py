@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagesmith.errors import ConfigError, ValidationFailed
-from imagesmith.inputs import is_digits
+from imagesmith.inputs import is_digits, resolved
 from imagesmith.validate.context import MULTICAST_OFF_ENV, SuiteOptions
 from imagesmith.validate.parsers import parse_size
 
@@ -420,7 +420,7 @@ def run_in_image(
             "target_label": image,
         }
     )
-    report_dir = Path(options.report_dir).resolve()
+    report_dir = resolved(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     for name in (*HOST_WRITTEN, HOST_SIGNED):
         (report_dir / name).unlink(missing_ok=True)

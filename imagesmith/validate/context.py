@@ -29,6 +29,8 @@ MULTICAST_OFF_ENV = {
 }
 
 OPTIONS_ENV = "IMAGESMITH_VALIDATE_OPTIONS"
+#: the smallest message all_reduce_perf measures (its -b); --nccl-max-bytes may not be below it
+NCCL_MIN_BYTES = 8
 PROBE_MARK = "IMAGESMITH_PROBE "
 TIMEOUT_RCS = (124, 137)
 
@@ -50,7 +52,7 @@ class SuiteOptions:
     python: str = "python3"
     nccl_tests: str | None = None
     nccl_rounds: int = 3
-    nccl_min_bytes: str = "8"
+    nccl_min_bytes: str = str(NCCL_MIN_BYTES)
     nccl_max_bytes: str = "1G"
     nccl_iters: int = 20
     nccl_warmup: int = 5

@@ -560,3 +560,39 @@ def test_fuzz_output_to_a_closed_pipe_or_a_narrow_encoding(
     assert code != 1, err
     if closed:
         assert code in (0, 2, 141), (code, err)
+
+
+_NAMED_SETTINGS = [v.name for v in __import__("imagesmith.settings").settings.VARIABLES if not v.pattern]
+
+
+def _controls(text: str) -> list[str]:
+    import unicodedata
+
+    return [c for c in text if unicodedata.category(c) in ("Cc", "Cf") and c != "\n"]
+
+
+@FUZZ
+@given(name=st.sampled_from(_NAMED_SETTINGS), value=st.text(max_size=80).map(lambda t: t.replace("\x00", "")))
+def test_fuzz_every_setting_value(name: str, value: str) -> None:
+    """Any value of any declared setting is taken as it is, or refused with one ConfigError naming the
+    variable whose message shows no raw control character; a value taken holds none and is not blank; the
+    CLI's error line never prints one raw (issue 27 round 5)."""
+    from imagesmith import settings as imagesmith_settings
+    from imagesmith.cli import shown_plain
+    from imagesmith.errors import ConfigError
+
+    message = ""
+    try:
+        got = imagesmith_settings.get(name, env={name: value})
+    except ConfigError as exc:
+        message = exc.message
+    if message:
+        assert name in message
+        assert not _controls(message), message
+        assert "\n" not in message
+    else:
+        assert got == value
+        assert value == "" or value.strip()
+        assert not _controls(value)
+        assert "\n" not in value
+    assert not _controls(shown_plain(f"error: {value}"))
