@@ -23,6 +23,7 @@ import pytest
 from imagesmith import signing
 from imagesmith.attestation import VALIDATION_PREDICATE_TYPE, attach_attestations
 from imagesmith.index import ReleaseIndex
+from imagesmith.registry import RegistryClient
 from imagesmith.release import collect_reports, publish_index, release_cells
 from tests.indexkey import FAR, KEY, signed_bytes
 from tests.integration.test_release import TRUSTED, cell, clients_for, push_image, targets, write_report
@@ -247,25 +248,38 @@ def test_a_stored_attestation_naming_two_subjects_is_refused_by_release(
     assert plain.manifest_digest(repo, "a") == digest
 
 
+def _signed_release(
+    regs: LocalRegistries, repo: str, tmp_path: Path, label: str
+) -> tuple[RegistryClient, Path, signing.SigningKey, Callable[[], None]]:
+    """One passing candidate in the plain registry and the release of it signed with a fresh release key:
+    (the plain client, the index file, the key, the release run — called once here, again by the caller)."""
+    plain = regs.plain_client()
+    digest = push_image(plain, repo, "a-candidate", f"{label} {uuid.uuid4()}")
+    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
+    index_file = tmp_path / "release" / "index.json"
+    release_key = signing.generate_key()
+
+    def release() -> None:
+        release_cells(
+            [cell("a", targets(regs, repo)[:1])],
+            matrix="t",
+            reports=collect_reports([tmp_path / "r"], TRUSTED),
+            index_file=index_file,
+            client_for=clients_for(regs),
+            trusted=TRUSTED,
+            sign_key=release_key,
+        ).raise_for_refusals()
+
+    release()
+    return plain, index_file, release_key, release
+
+
 def test_release_publishes_serial_expiry_and_key_and_pick_trusts_it_on_first_use(
     regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
 ) -> None:
     """What release writes is what pick accepts by default: serial and expiry inside the signed bytes, the key
     beside the index (file: index.json.pub; artifact: its key layer)."""
-    plain = regs.plain_client()
-    digest = push_image(plain, repo, "a-candidate", f"release then pick {uuid.uuid4()}")
-    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
-    index_file = tmp_path / "release" / "index.json"
-    release_key = signing.generate_key()
-    release_cells(
-        [cell("a", targets(regs, repo)[:1])],
-        matrix="t",
-        reports=collect_reports([tmp_path / "r"], TRUSTED),
-        index_file=index_file,
-        client_for=clients_for(regs),
-        trusted=TRUSTED,
-        sign_key=release_key,
-    ).raise_for_refusals()
+    _, index_file, release_key, _ = _signed_release(regs, repo, tmp_path, "release then pick")
     doc = json.loads(index_file.read_text())
     assert doc["serial"] > 1_700_000_000
     assert doc["expires"] > doc["generated"]
@@ -283,24 +297,7 @@ def test_a_rerun_past_half_the_validity_renews_and_re_signs_the_index(
     """What the nightly relies on: a release run with nothing new to release re-issues the index once less
     than half of its validity is left (serial up, expiry moved, signed again, published), so renters never
     see it expire while the nightly runs; a run before that changes nothing."""
-    plain = regs.plain_client()
-    digest = push_image(plain, repo, "a-candidate", f"renew {uuid.uuid4()}")
-    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
-    index_file = tmp_path / "release" / "index.json"
-    release_key = signing.generate_key()
-
-    def release() -> None:
-        release_cells(
-            [cell("a", targets(regs, repo)[:1])],
-            matrix="t",
-            reports=collect_reports([tmp_path / "r"], TRUSTED),
-            index_file=index_file,
-            client_for=clients_for(regs),
-            trusted=TRUSTED,
-            sign_key=release_key,
-        ).raise_for_refusals()
-
-    release()
+    plain, index_file, _, release = _signed_release(regs, repo, tmp_path, "renew")
     first = json.loads(index_file.read_text())
     before = index_file.read_bytes(), plain.manifest_digest(repo, "release-index")
     release()  # the same day: nothing to renew, byte for byte
@@ -326,20 +323,7 @@ def test_a_signed_index_copied_to_another_repository_is_refused_there(
     """The publisher's own valid, current, signed index of one repository, copied by someone who can push to
     another repository of the same publisher (same key: signature, serial and expiry all pass): the index
     names where it is published (``published_to``, inside the signed bytes) and pick refuses it elsewhere."""
-    plain = regs.plain_client()
-    digest = push_image(plain, repo, "a-candidate", f"published_to {uuid.uuid4()}")
-    write_report(tmp_path / "r", f"{regs.plain}/{repo}@{digest}", "passed")
-    index_file = tmp_path / "release" / "index.json"
-    release_key = signing.generate_key()
-    release_cells(
-        [cell("a", targets(regs, repo)[:1])],
-        matrix="t",
-        reports=collect_reports([tmp_path / "r"], TRUSTED),
-        index_file=index_file,
-        client_for=clients_for(regs),
-        trusted=TRUSTED,
-        sign_key=release_key,
-    ).raise_for_refusals()
+    plain, index_file, release_key, _ = _signed_release(regs, repo, tmp_path, "published_to")
     doc = json.loads(index_file.read_text())
     assert doc["published_to"] == [f"{regs.plain}/{repo}"]
     other = f"{repo}-other"

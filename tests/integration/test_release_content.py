@@ -26,7 +26,14 @@ from imagesmith import compat
 from imagesmith.attestation import ATTESTATION_FILE, attach_attestations
 from imagesmith.commands.output import release_text
 from imagesmith.errors import RegistryError
-from imagesmith.index import ValidatedOn, dump_index, load_index, parse_index, read_index_artifact
+from imagesmith.index import (
+    ReleaseIndex,
+    ValidatedOn,
+    dump_index,
+    load_index,
+    parse_index,
+    read_index_artifact,
+)
 from imagesmith.refs import Registry
 from imagesmith.registry import RegistryClient, copy_manifest
 from imagesmith.release import VerifiedBlobs, collect_reports, publish_index, release_cells
@@ -76,6 +83,17 @@ def _candidate(regs: LocalRegistries, repo: str, cid: str) -> str:
     digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", content)
     assert push_image(regs.auth_client(), repo, f"{cid}-candidate", content) == digest
     return digest
+
+
+def _written_and_published(regs: LocalRegistries, repo: str, index_file: Path) -> list[ReleaseIndex]:
+    """The index release wrote to *index_file* and the copies it published in both registries."""
+    return [
+        load_index(index_file),
+        *(
+            parse_index(read_index_artifact(c, repo), source="x")
+            for c in (regs.plain_client(), regs.auth_client())
+        ),
+    ]
 
 
 def _tags(regs: LocalRegistries, repo: str, tag: str) -> list[str | None]:
@@ -131,13 +149,7 @@ def test_a_rewritten_carried_entry_is_rebuilt_from_its_labels_and_evidence_and_n
     assert "→ 2x NVIDIA H200 driver 580.159.04" in corrected
     assert "corrected: entry a: torch: 2.99.0 → 2.11.0" in release_text(out)
     # what is written and published everywhere is the honest entry again
-    for published in (
-        load_index(fresh),
-        *(
-            parse_index(read_index_artifact(c, repo), source="x")
-            for c in (regs.plain_client(), regs.auth_client())
-        ),
-    ):
+    for published in _written_and_published(regs, repo, fresh):
         a = published.by_tag("a")
         assert a is not None
         assert (a.torch, a.cuda, a.arch, a.min_driver) == (
@@ -407,13 +419,7 @@ def test_a_carried_copy_whose_registry_kind_was_rewritten_takes_the_kind_of_the_
     out = _release(regs, repo, tmp_path, ["b"], [tmp_path / "r" / "b"], index_file=fresh, extend_from="plain")
     out.raise_for_refusals()
     assert "entry a: registries[plain].kind: acr → generic" in "\n".join(out.corrections), out.corrections
-    for published in (
-        load_index(fresh),
-        *(
-            parse_index(read_index_artifact(c, repo), source="x")
-            for c in (regs.plain_client(), regs.auth_client())
-        ),
-    ):
+    for published in _written_and_published(regs, repo, fresh):
         a = published.by_tag("a")
         assert a is not None
         assert {c.name: c.kind for c in a.registries} == {"plain": "generic", "tls": "generic"}
