@@ -13,7 +13,9 @@ proxy) unless a fault is chosen:
 - ``outage(seconds)``: every connection is closed at once until then.
 
 The proxy stops by itself after ``max_seconds`` (a hung test fails instead of hanging CI). ``log`` records
-``(method, path, action)`` of every request.
+``(method, path, action)`` of every request. The proxy never prints: its handler threads run in the test's
+own process, so their output would land in the CLI's captured stderr; their exceptions (a client that hung up
+on an answer it refused, mostly) are kept in ``errors`` (``unexpected()``: all but hang-ups).
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import http.server
 import json
 import random
 import socket
-import socketserver
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Literal
+
+from tests.localhttp import HANGUPS, QuietThreadingServer
 
 Kind = Literal[
     "forward",
@@ -79,11 +82,6 @@ class Request:
 Rule = Callable[[Request], Action | None]
 
 
-class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-
 @dataclass
 class FaultProxy:
     upstream: str
@@ -99,7 +97,10 @@ class FaultProxy:
         self._lock = threading.Lock()
         self._counts: dict[tuple[str, str], int] = {}
         self._down_until = 0.0
-        self._server: _Server | None = None
+        self._server: QuietThreadingServer | None = None
+        #: exceptions of the proxy's handler threads (recorded, never printed: the proxy shares stderr with
+        #: the CLI under test); a client that hung up is expected, anything else is :meth:`unexpected`
+        self.errors: list[BaseException] = []
         self.addr = ""
 
     # -- control ---------------------------------------------------------------------------------------------
@@ -249,7 +250,8 @@ class FaultProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _handle
 
-        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server = QuietThreadingServer(("127.0.0.1", 0), Handler)
+        self.errors = self._server.errors
         self.addr = f"127.0.0.1:{self._server.server_address[1]}"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         timer = threading.Timer(self.max_seconds, self.stop)
@@ -262,6 +264,10 @@ class FaultProxy:
         if server is not None:
             server.shutdown()
             server.server_close()
+
+    def unexpected(self) -> list[BaseException]:
+        """The handler errors that are not a client hanging up (a bug of the proxy or of the test)."""
+        return [e for e in list(self.errors) if not isinstance(e, HANGUPS)]
 
     # -- decisions -------------------------------------------------------------------------------------------
     def _record(self, method: str, path: str, action: str) -> None:

@@ -28,6 +28,7 @@ from imagesmith.matrix import load_matrix
 from imagesmith.plan import build_plan
 from imagesmith.refs import Registry
 from imagesmith.render import render_cell_files
+from tests.localhttp import QuietHTTPServer
 from tests.repo import PROJECT
 
 A = "sha256:" + "a" * 64
@@ -483,7 +484,7 @@ class _Mirror:
             def do_GET(self) -> None:
                 self._answer(True)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.config = UserConfig(
             registry_mirrors=(("docker.io", f"127.0.0.1:{self.server.server_address[1]}/hub"),)
         )

@@ -39,6 +39,7 @@ from imagesmith.credentials import (
 )
 from imagesmith.errors import RegistryError
 from imagesmith.registry import RegistryClient
+from tests.localhttp import QuietHTTPServer
 
 USER, PASSWORD = "bot", "s3cr3t-password"
 BASIC = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
@@ -74,7 +75,7 @@ class _Server:
 
             do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = _any
 
-        self.server = http.server.ThreadingHTTPServer((ip, 0), H)
+        self.server = QuietHTTPServer((ip, 0), H)
         if tls is not None:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(tls[0], tls[1])

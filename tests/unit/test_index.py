@@ -12,6 +12,7 @@ import pytest
 
 from imagesmith.errors import ConfigError
 from imagesmith.index import SCHEMA, dump_index, load_index, parse_index, save_index
+from tests.localhttp import QuietHTTPServer
 
 D1 = "sha256:" + "a" * 64
 D2 = "sha256:" + "b" * 64
@@ -407,7 +408,7 @@ class _Server:
 
             do_HEAD = do_GET
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.addr = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 

@@ -26,6 +26,7 @@ from imagesmith.index import issued, parse_index, renewal_due
 from imagesmith.indextrust import Trust
 from imagesmith.pick import fetch_index
 from tests.indexkey import KEY, save_signed_index, signed_bytes
+from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 from tests.unit.test_pick import make_index
 
@@ -243,7 +244,7 @@ def http_index(tmp_path: Path) -> Iterator[tuple[str, dict[str, bytes]]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/index.json", files
     server.shutdown()
@@ -702,7 +703,7 @@ def _tls_server(tmp_path: Path, answer: Callable[[str], tuple[int, dict[str, str
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
     server.socket = context.wrap_socket(server.socket, server_side=True)

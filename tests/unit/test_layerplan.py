@@ -37,6 +37,7 @@ from imagesmith.wheelsizes import (
     read_sizes,
     sizes_toml,
 )
+from tests.localhttp import QuietHTTPServer
 from tests.repo import PROJECT
 
 MB = 1_000_000
@@ -453,7 +454,7 @@ def test_lock_sizes_reads_the_index_pip_uses(
     tmp_path: Path, run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     root = _sized_project(tmp_path, run_cli)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Index)
+    server = QuietHTTPServer(("127.0.0.1", 0), _Index)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

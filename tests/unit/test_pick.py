@@ -34,6 +34,7 @@ from imagesmith.pick import (
     registry_region,
     version_matches,
 )
+from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 
 DATA = REPO / "tests" / "data" / "pick"
@@ -457,7 +458,7 @@ def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytes
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
@@ -738,7 +739,7 @@ def index_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     url = f"http://127.0.0.1:{server.server_address[1]}/index.json"

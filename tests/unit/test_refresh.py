@@ -28,6 +28,7 @@ else:  # pragma: no cover
 from imagesmith import compat, refresh
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.fatbin import MAGIC, FatbinReport, FatbinScanner, scan
+from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 
 DATA = REPO / "tests" / "data" / "refresh"
@@ -214,7 +215,7 @@ class _Endless(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def endless() -> Iterator[str]:
     _Endless.sent = []
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Endless)
+    server = QuietHTTPServer(("127.0.0.1", 0), _Endless)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

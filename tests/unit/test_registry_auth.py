@@ -25,6 +25,7 @@ from imagesmith.credentials import (
 )
 from imagesmith.errors import ManifestUnknownError, RegistryError
 from imagesmith.registry import RegistryApi, RegistryClient, parse_challenge
+from tests.localhttp import QuietHTTPServer
 
 ECR = "123456789012.dkr.ecr.eu-west-1.amazonaws.com"
 ACR = "myreg.azurecr.io"
@@ -85,7 +86,7 @@ class _BearerRegistry:
                     return
                 self._send(200, {"name": "org/app", "tags": ["1.0", "2.0"]})
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.addr = f"127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()
@@ -157,7 +158,7 @@ class _ShortLivedRegistry:
                     return
                 self._send(200, {"name": "org/app", "tags": ["1.0"]})
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.addr = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -367,7 +368,7 @@ class _ChallengeOnly:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.addr = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -396,7 +397,7 @@ class _TokenService:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.addr = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 
@@ -513,7 +514,7 @@ def test_small_answers_are_read_whole_through_chunking_and_gzip(framing: str, en
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.write(b"0\r\n\r\n")
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)
@@ -542,7 +543,7 @@ def test_said_holds_the_registry_s_words_never_imagesmith_s(status: int, body: b
             self.end_headers()
             self.wfile.write(body)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)
@@ -580,7 +581,7 @@ def test_a_bodyless_404_of_a_blob_is_not_manifest_unknown_whatever_the_repositor
 
         do_GET = do_HEAD = _missing
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         client = RegistryClient(f"127.0.0.1:{server.server_address[1]}", insecure=True, attempts=1)

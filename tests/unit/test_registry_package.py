@@ -15,6 +15,7 @@ import pytest
 import imagesmith.registry as registry
 from imagesmith.errors import RegistryError
 from imagesmith.refs import Registry
+from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 
 #: the public names of imagesmith/registry.py before it became a package (7f0dc7b)
@@ -138,7 +139,7 @@ class _Answers:
                     self.wfile.write(data[i : i + 7])
                     self.wfile.flush()
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), Handler)
         self.addr = f"127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
 

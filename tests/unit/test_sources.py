@@ -24,6 +24,7 @@ from imagesmith.sources import (
     fetch_from_paths,
     mirror_urls,
 )
+from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 
 #: pinned archives kept beside a checkout (a relative location, never a machine's absolute path)
@@ -219,7 +220,7 @@ def http_folder(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     root = tmp_path / "www"
     root.mkdir()
     handler = functools.partial(_QuietHandler, directory=str(root))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
