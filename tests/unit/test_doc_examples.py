@@ -182,7 +182,9 @@ def test_the_readme_init_and_plan_commands_run(run_cli: Callable[..., Any], tmp_
     assert res.exit_code == 0, res.stderr
 
 
-@pytest.mark.parametrize(("line", "argv", "shown"), _console_blocks(), ids=lambda v: str(v)[:20])
+@pytest.mark.parametrize(
+    ("line", "argv", "shown"), [pytest.param(*b, id=f"README.md:{b[0]}") for b in _console_blocks()]
+)
 def test_the_output_the_readme_shows_is_what_the_command_prints(
     run_cli: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
