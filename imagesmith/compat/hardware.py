@@ -60,11 +60,128 @@ class Gpu:
     adhoc: bool = False
     #: the CPU of the hosts this GPU comes in (GH200/GB200/GB300/GB10: aarch64, so linux/arm64 images only)
     host_arch: Literal["x86_64", "aarch64"] = "x86_64"
+    #: the board's row of NVIDIA's driver table (imagesmith/data/driver_table.toml), where that gives a first
+    #: driver (boards new since 515.43.04); None otherwise
+    board: BoardFloor | None = None
+    #: the MIG profile the name came with ("MIG 1g.5gb"); this Gpu is then the parent board ("" otherwise)
+    mig: str = ""
 
     @property
     def sm(self) -> str:
         """``sm_80`` for cc 8.0."""
         return "sm_" + self.cc.replace(".", "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BoardFloor:
+    """A board's row of imagesmith/data/driver_table.toml: the first driver whose table of released products
+    (NVIDIA's g_nv_name_released.h) holds its PCI ids, the release before it, and the later releases whose
+    table does not hold them (``absent_from``)."""
+
+    name: str
+    first_driver: DriverVersion
+    previous_driver: DriverVersion
+    absent_from: frozenset[DriverVersion]
+    last_driver: DriverVersion | None
+    pci_ids: tuple[str, ...]
+    source: str
+
+
+@functools.cache
+def board_floors() -> Mapping[str, BoardFloor]:
+    """The boards of driver_table.toml that have a first driver (``predates_table`` rows left out), by
+    case-folded name."""
+    name = "driver_table.toml"
+    out: dict[str, BoardFloor] = {}
+    for row in _rows(name, "board"):
+        if row.get("predates_table", False):
+            continue
+        board = _field(name, "board", row, "name", str)
+        try:
+            got = BoardFloor(
+                name=board,
+                first_driver=parse_driver(_field(name, "board", row, "first_driver", str)),
+                previous_driver=parse_driver(_field(name, "board", row, "previous_driver", str)),
+                absent_from=frozenset(parse_driver(t) for t in row.get("absent_from", ())),
+                last_driver=parse_driver(row["last_driver"]) if row.get("last_driver") else None,
+                pci_ids=tuple(_field(name, "board", row, "pci_ids", list)),
+                source=row["source"],
+            )
+        except ConfigError as exc:
+            raise DataError(f"imagesmith/data/{name}: board {board}: {exc.text}") from None
+        twin = out.get(board.casefold())
+        out[board.casefold()] = got if twin is None else _merged(twin, got)
+    return MappingProxyType(out)
+
+
+def _holds(b: BoardFloor, t: DriverVersion) -> bool:
+    return t >= b.first_driver and t not in b.absent_from and (b.last_driver is None or t <= b.last_driver)
+
+
+def _merged(a: BoardFloor, b: BoardFloor) -> BoardFloor:
+    """One row for two spellings of one name that differ only in case ("RTX 5090 D v2" / "RTX 5090 D V2"):
+    imagesmith matches names case-insensitively, so a release holding either holds the board."""
+    first, other = (a, b) if a.first_driver <= b.first_driver else (b, a)
+    last = None if a.last_driver is None or b.last_driver is None else max(a.last_driver, b.last_driver)
+    absent = frozenset(
+        t
+        for t in _table_releases()
+        if t >= first.first_driver and (last is None or t <= last) and not (_holds(a, t) or _holds(b, t))
+    )
+    return replace(
+        first,
+        absent_from=absent,
+        last_driver=last,
+        pci_ids=tuple(sorted({*a.pci_ids, *b.pci_ids})),
+        source=f"{first.source}; as {other.name!r}: {other.source}",
+    )
+
+
+@functools.cache
+def _table_releases() -> tuple[DriverVersion, ...]:
+    """The in-order release tags driver_table.toml was derived from (read, less the skipped ones)."""
+    data = compat._load("driver_table.toml")
+    skipped = set(data.get("tags_skipped", ()))
+    return tuple(sorted(parse_driver(t) for t in data.get("tags_read", ()) if t not in skipped))
+
+
+def _board_of(names: Sequence[str]) -> BoardFloor | None:
+    """The earliest-driven driver-table row among *names* (a GPU's name and nvidia-smi names)."""
+    rows = [b for n in names if (b := board_floors().get(n.casefold())) is not None]
+    return min(rows, key=lambda b: b.first_driver) if rows else None
+
+
+def board_gap(g: Gpu, drv: DriverVersion) -> str | None:
+    """Why NVIDIA's driver table says *drv* does not know *g* although it is past the first driver: *drv* is a
+    release whose table lacks the board (``absent_from``), or a release not read whose branch has no read
+    release holding it. None when the table has no such word (or no row for *g*)."""
+    b = g.board
+    if b is None or drv < b.first_driver or drv == g.min_driver:
+        # the floor itself is never refused: a documented floor is NVIDIA naming that release for the board
+        # (H100 PCIe: NVIDIA AI Enterprise's 520.61.05, a release whose table lacks it)
+        return None
+    if b.last_driver is not None and drv > b.last_driver:
+        return None
+    good = [t for t in _table_releases() if t >= b.first_driver and t not in b.absent_from]
+    later = next((t for t in good if t > drv), None)
+    use = (
+        f": use ≥ {later}"
+        if later is not None and later.branch == drv.branch
+        else (f": use a driver of a branch that holds it (≥ {later})" if later is not None else "")
+    )
+    if drv in b.absent_from:
+        return f"driver {drv}'s table of released products does not hold {b.name} ({b.source}){use}"
+    if drv in _table_releases():
+        return None
+    branch = [t for t in _table_releases() if t.branch == drv.branch and b.first_driver <= t]
+    if b.last_driver is not None:
+        branch = [t for t in branch if t <= b.last_driver]
+    if branch and all(t in b.absent_from for t in branch):
+        return (
+            f"no R{drv.branch} driver whose table was read holds {b.name} "
+            f"({', '.join(str(t) for t in branch)}; {b.source}){use}"
+        )
+    return None
 
 
 @functools.cache
@@ -105,6 +222,23 @@ def gpus() -> tuple[Gpu, ...]:
             floor, md_source = arch.first_driver, f"{arch.name}: {arch.first_driver_source}"
         else:
             floor = parse_driver(md)
+        board = _board_of(
+            [_field(name, "gpu", row, "name", str), *_field(name, "gpu", row, "smi_names", list)]
+        )
+        if board is not None:
+            documented = md is not None and not str(md_source).startswith("derived:")
+            if documented and floor > board.first_driver:
+                md_source = (
+                    f"{md_source} (later than NVIDIA's driver table, which holds it from "
+                    f"{board.first_driver}: {board.source}; the later one is the floor)"
+                )
+            else:
+                was = (
+                    f"; the documented floor {floor} ({md_source}) is not later"
+                    if documented
+                    else f"; replaces {floor}, derived from its architecture's first toolkit"
+                )
+                floor, md_source = board.first_driver, f"{board.source}{was}"
         host_arch = row.get("host_arch", "x86_64")
         if host_arch not in ("x86_64", "aarch64"):
             raise DataError(f"imagesmith/data/{name}: gpu {key}: unknown host_arch {host_arch!r}")
@@ -125,6 +259,7 @@ def gpus() -> tuple[Gpu, ...]:
                 min_driver_source=str(md_source),
                 verified=bool(row.get("verified", True)),
                 host_arch=host_arch,
+                board=board,
             )
         )
     return tuple(out)
@@ -297,6 +432,7 @@ def gpu_or_adhoc(
         memory_mib=memory_mib or 0,
         segment="consumer",
         adhoc=True,
+        board=_board_of([name]),
     )
 
 
@@ -501,6 +637,8 @@ def gpu_min_driver(g: Gpu | str) -> tuple[DriverVersion, str] | None:
     model = g if isinstance(g, Gpu) else _lookup_gpu(g)
     if model.min_driver is not None:
         return model.min_driver, model.min_driver_source
+    if model.board is not None:
+        return model.board.first_driver, model.board.source
     arch = _arch_of(model.cc)
     if arch is None:
         return None

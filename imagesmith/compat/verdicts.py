@@ -28,6 +28,7 @@ from imagesmith.compat.hardware import (
     _parse_arch,
     _parse_cc,
     arch_coverage,
+    board_gap,
     gpu_last_branch,
     gpu_min_driver,
     gpu_warnings,
@@ -124,7 +125,7 @@ def _runnable_variants(rel: TorchRelease, drv: DriverVersion, g: Gpu) -> list[st
     if last is not None and last.last_branch is not None and drv.branch > last.last_branch:
         return []
     floor = gpu_min_driver(g)
-    if floor is not None and drv < floor[0]:
+    if (floor is not None and drv < floor[0]) or board_gap(g, drv) is not None:
         return []
     out = []
     for var in rel.variants.values():
@@ -213,6 +214,10 @@ def verdict(
         blockers.append(
             f"{g.name} ({g.sm}) needs driver ≥ {floor[0]}: driver {drv} cannot drive it at all ({floor[1]})"
         )
+    gap = None if too_old else board_gap(g, drv)
+    if gap is not None:
+        too_old = True
+        blockers.append(f"{g.name} ({g.sm}): {gap}")
 
     if drv >= md.full:
         mode: Literal["full", "minor-version", "none"] = "full"

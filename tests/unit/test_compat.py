@@ -195,7 +195,7 @@ def test_rtx5090_with_torch_2_7_0_cu128_is_native() -> None:
 def test_rtx5090_on_a_pre_blackwell_driver_is_none_even_under_mvc() -> None:
     v = compat.verdict("560.35.03", "rtx5090", "2.7.0", "cu128")
     assert v.mode == "none"
-    assert any("needs driver ≥ 570.26" in r for r in v.reasons)
+    assert any("needs driver ≥ 570.86.16" in r for r in v.reasons)
 
 
 def test_rtx4090_with_cu118_torch_2_1_runs_sm86_sass() -> None:
@@ -540,7 +540,7 @@ def test_blockers_and_needs_driver() -> None:
     assert "sm_120 is not compatible" in arch.blockers[0]
     assert arch.needs_driver is None  # no driver fixes a missing kernel
     gpu_too_new = compat.verdict("560.35.03", "rtx5090", "2.7.0", "cu128")
-    assert str(gpu_too_new.needs_driver) == "570.26"
+    assert str(gpu_too_new.needs_driver) == "570.86.16"  # the first driver table holding the RTX 5090
     ok = compat.verdict("530.30.02", "a100", "2.1.2", "cu121")
     assert (ok.blockers, ok.needs_driver) == ((), None)
     never = compat.verdict("550.54.15", "a100", "2.1.2", "cu124")
@@ -690,7 +690,9 @@ def test_b200_needs_570_133_20_per_the_gpu_operator_docs() -> None:
     assert str(v.needs_driver) == "570.133.20"
     assert any("needs driver ≥ 570.133.20" in b for b in v.blockers)
     assert compat.verdict("570.133.20", "b200", "2.9.0", "cu128", today=NOV_30).mode == "full"
-    assert str(compat.gpu("rtx5090").min_driver) == "570.26"  # other Blackwell boards keep the cuDNN floor
+    # the driver table holds B200 from 570.86.15: the GPU Operator's later floor wins, and says so
+    assert "holds it from 570.86.15" in b200.min_driver_source
+    assert str(compat.gpu("rtx5090").min_driver) == "570.86.16"  # other Blackwell boards: the driver table's
 
 
 # missing: CUDA 13.4 / 13.5 and branches R615 / R620

@@ -45,9 +45,10 @@ def _just_below(d: DriverVersion) -> DriverVersion:
         ("450.80.02", "h200", "550.90.07"),
         ("470.82.01", "h100", "525.85.12"),
         ("470.82.01", "h100-pcie", "520.61.05"),
-        ("470.82.01", "rtx4090", "520.61.05"),
-        ("470.82.01", "l40s", "520.61.05"),
-        ("515.43.04", "rtx4090", "520.61.05"),
+        # RTX 4090 and L40S: the first drivers whose NVIDIA driver table holds them (data/driver_table.toml)
+        ("470.82.01", "rtx4090", "520.56.06"),
+        ("470.82.01", "l40s", "535.104.05"),
+        ("515.43.04", "rtx4090", "520.56.06"),
     ],
 )
 def test_the_issue_examples_are_none_naming_the_first_driver(driver: str, gpu: str, first: str) -> None:
@@ -61,8 +62,10 @@ def test_the_issue_examples_are_none_naming_the_first_driver(driver: str, gpu: s
 
 
 def test_the_first_drivers_source_is_in_the_reason() -> None:
-    derived = compat.verdict("515.43.04", "rtx4090", "2.1.2", "11.8", today=NOV_30)
-    assert "derived: Ada's first toolkit is CUDA 11.8" in derived.blockers[0]
+    table = compat.verdict("515.43.04", "rtx4090", "2.1.2", "11.8", today=NOV_30)
+    assert "NVIDIA/open-gpu-kernel-modules tag 520.56.06" in table.blockers[0]
+    derived = compat.verdict("450.80.02", "rtx3090", "2.1.2", "11.8", today=NOV_30)  # predates the table
+    assert "derived: CUDA 11.1 is the first toolkit with sm_86" in derived.blockers[0]
     named = compat.verdict("450.80.02", "h200", "2.1.2", "11.8", today=NOV_30)
     assert "Multi-Instance GPU User Guide" in named.blockers[0]
     assert "550.90.07" in named.blockers[0]
@@ -112,7 +115,9 @@ def test_every_gpu_has_a_first_driver_with_a_source(g: compat.Gpu) -> None:
     arch = compat.gpu_arch(g)
     assert arch is not None, f"{g.key}: no [[arch]] row covers cc {g.cc}"
     assert g.min_driver is not None
-    assert g.min_driver >= arch.first_driver or "derived" not in g.min_driver_source
+    # below the architecture's first toolkit driver only where NVIDIA's driver table holds the board earlier
+    from_table = g.min_driver_source.startswith("NVIDIA/open-gpu-kernel-modules")
+    assert g.min_driver >= arch.first_driver or from_table
 
 
 @pytest.mark.parametrize("g", compat.gpus(), ids=lambda g: g.key)

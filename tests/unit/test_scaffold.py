@@ -70,7 +70,7 @@ def test_nothing_fits_is_one_error_naming_why() -> None:
     [
         ("h100", "470.82.01", "520.61.05"),
         ("h200", "535.104.05", "550.90.07"),
-        ("rtx4090", "515.43.04", "520.61.05"),
+        ("rtx4090", "515.43.04", "520.56.06"),  # NVIDIA's driver table (issue 35), not the arch's 520.61.05
     ],
 )
 def test_a_driver_older_than_the_gpu_is_refused_naming_its_first_driver(
