@@ -7,21 +7,69 @@ import sys
 from pathlib import Path
 from typing import Annotated
 
+import tomllib
 import typer
 
-from imagesmith import compat, refresh
+from imagesmith import compat, drivertable, refresh
+from imagesmith.errors import ConfigError
 
 EPILOG = (
     "Exit status: 0 = every checked field matches the data; "
-    f"{refresh.EXIT_DIFFERENCES} = a field differs or PyPI has a release the data lacks (the weekly workflow "
-    "opens a pull request then); 2 = bad flags or an incomplete --offline recording; "
+    f"{refresh.EXIT_DIFFERENCES} = a field differs or PyPI has a release the data lacks (--boards: the "
+    "clone's driver table gives another first driver, board or tag list than driver_table.toml; the weekly "
+    "workflow opens a pull request then); 2 = bad flags or an incomplete --offline recording; "
     "12 = the package index or its file host could not be read; 130 = interrupted (Ctrl-C); 141 = stdout "
     "closed by its reader (| head); 1 = imagesmith crashed (a bug: report it with the traceback). "
     "Examples: imagesmith refresh-compat --releases 2.10-2.15 ; "
-    "imagesmith refresh-compat --no-arch --json ; imagesmith refresh-compat --write"
+    "imagesmith refresh-compat --no-arch --json ; imagesmith refresh-compat --write ; "
+    "git clone https://github.com/NVIDIA/open-gpu-kernel-modules nv && imagesmith refresh-compat --boards nv"
 )
 
 DATA_FILE = Path(compat.__file__).parent.parent / "data" / "torch.toml"
+BOARDS_FILE = Path(compat.__file__).parent.parent / "data" / drivertable.DATA_NAME
+
+
+def _boards(clone: Path, boards_file: Path, *, as_json: bool, write: bool) -> None:
+    """``--boards CLONE``: re-derive driver_table.toml from a clone of open-gpu-kernel-modules, and diff."""
+    if write:
+        from imagesmith.commands import check_output_file
+
+        check_output_file(boards_file, "--boards-file")
+    try:
+        data = tomllib.loads(boards_file.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(
+            f"{boards_file}: cannot read it as TOML ({exc})",
+            hint="give the driver table (imagesmith/data/driver_table.toml) with --boards-file",
+            file=str(boards_file),
+        ) from None
+    names = {n for g in compat.gpus() for n in (g.name, *g.smi_names)}
+    derived = drivertable.derive(drivertable.read_clone(clone), names)
+    diffs = drivertable.compare(drivertable.boards_from_data(data), derived)
+    if write and diffs:
+        boards_file.write_text(drivertable.render_toml(derived), encoding="utf-8")
+    if as_json:
+        payload = {
+            "differs": bool(diffs),
+            "differences": [d.to_json() for d in diffs],
+            "tags_read": len(derived.tags_read),
+            "tags_skipped": len(derived.tags_skipped),
+            "boards": len(derived.boards),
+            "written": bool(write and diffs),
+        }
+        typer.echo(json.dumps(payload, indent=2))
+    else:
+        for d in diffs:
+            where = d.board or "tags"
+            typer.echo(f"  ≠ {where}: {d.field}  data: {d.data} | clone: {d.clone}")
+        if write and diffs:
+            typer.echo(f"wrote: {boards_file}")
+        typer.echo(
+            f"{len(derived.boards)} boards from {len(derived.tags_read)} release tags "
+            f"({len(derived.tags_skipped)} out of order, skipped): "
+            + (f"{len(diffs)} differ" if diffs else "the data agrees with the clone")
+        )
+    raise typer.Exit(refresh.EXIT_DIFFERENCES if diffs else 0)
 
 
 def _echo_rows(result: refresh.Result) -> None:
@@ -88,9 +136,25 @@ def refresh_compat_command(
     data_file: Annotated[
         Path, typer.Option("--data-file", help="The torch.toml --write edits.", show_default=False)
     ] = DATA_FILE,
+    boards: Annotated[
+        Path | None,
+        typer.Option(
+            "--boards",
+            help="Instead of PyPI: re-derive every board's first driver from this clone of "
+            "NVIDIA/open-gpu-kernel-modules (its release tags, read with git) and diff it against "
+            "driver_table.toml; with --write, rewrite that file.",
+        ),
+    ] = None,
+    boards_file: Annotated[
+        Path,
+        typer.Option("--boards-file", help="The driver_table.toml --boards compares.", show_default=False),
+    ] = BOARDS_FILE,
 ) -> None:
     """Draft torch/torchvision/torchaudio rows from PyPI (Requires-Dist pins, cp tags, the CUDA arch list in
-    the wheel's fatbins) and print where they differ from imagesmith's data."""
+    the wheel's fatbins) and print where they differ from imagesmith's data. With --boards CLONE: every
+    board's first driver from NVIDIA's driver table instead (no network)."""
+    if boards is not None:
+        _boards(boards, boards_file, as_json=as_json, write=write)
     if write:
         from imagesmith.commands import check_output_file
 

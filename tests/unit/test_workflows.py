@@ -283,12 +283,20 @@ def test_weekly_refresh_compat_sweeps_every_torch_row() -> None:
     calls = [
         line.strip()
         for line in text.splitlines()
-        if line.strip().startswith("imagesmith refresh-compat") and "--write" in line
+        if line.strip().startswith("imagesmith refresh-compat")
+        and "--write" in line
+        and "--boards" not in line
     ]
     assert len(calls) == 1, calls
     match = re.search(r"--releases\s+(\S+)", calls[0])
     assert match is not None, "refresh-compat without --releases checks only the newest minor"
     lo, hi = parse_releases(match.group(1), "9.9")
+    # issue 35: the boards' first drivers too, from a clone of NVIDIA's driver sources
+    assert any(
+        line.strip().startswith("imagesmith refresh-compat --boards") and "--write" in line
+        for line in text.splitlines()
+    )
+    assert "https://github.com/NVIDIA/open-gpu-kernel-modules" in text
     left_out = [r.version for r in compat.torch_releases() if not _in(r.version, lo, hi)]
     assert left_out == [], f"--releases {match.group(1)} leaves out torch {left_out}"
 
