@@ -387,6 +387,10 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None, driver: DriverVe
     sliced = vgpu(key_or_smi_name)
     if sliced is not None:
         return sliced
+    mig = _MIG.match(" ".join(key_or_smi_name.split()))
+    if mig is not None:
+        parent = gpu(mig.group("parent"), driver=driver)  # a slice's memory is not the board's
+        return replace(parent, mig=f"MIG {mig.group('profile')}")
     guess = nearest_gpu(key_or_smi_name)
     profile = _VGPU.match(" ".join(key_or_smi_name.split()))
     board = f" (a vGPU profile of {profile.group('board')}, not a known board)" if profile else ""
@@ -435,6 +439,15 @@ def gpu_or_adhoc(
         board=_board_of([name]),
     )
 
+
+# a MIG device as CUDA names it (cudaGetDeviceProperties, torch.cuda.get_device_name) and nvidia-smi -L lists
+# it:
+# the parent board's name, then "MIG" and the GPU instance profile ("NVIDIA A100-SXM4-40GB MIG 1g.5gb",
+# "NVIDIA H100 80GB HBM3 MIG 1g.10gb+me", a compute instance of one: "... MIG 1c.3g.40gb")
+_MIG = re.compile(
+    r"^(?P<parent>.+?) MIG (?P<profile>(?:[0-9]+c\.)?[0-9]+g\.[0-9]+gb(?:\+[a-z0-9]+)*)$",
+    re.IGNORECASE | re.ASCII,
+)
 
 # vGPU profiles as a guest's nvidia-smi names them: "GRID A100-40C", "GRID T4-16Q", "GRID A100D-80C",
 # "GRID A100-4-20C" (MIG-backed: 4 compute slices, 20 GB), "NVIDIA H100XM-80C", "NVIDIA L40S-48Q",
@@ -654,6 +667,14 @@ def gpu_warnings(g: Gpu | str) -> tuple[str, ...]:
             f"{model.vgpu} is a vGPU profile: a slice of a physical {model.name} ({model.sm}) shared through "
             "NVIDIA vGPU; judged as that GPU. The guest driver must be the one paired with the host's vGPU "
             "manager, and a slice has less memory and compute than the whole board"
+        )
+    if model.mig:
+        out.append(
+            f"{model.name} {model.mig} is a MIG device: one slice of a {model.name} ({model.sm}), judged as "
+            "that GPU; a process sees one slice, with a fraction of the GPU's memory and compute, and slices "
+            "have no NVLink/P2P, so multi-GPU (NCCL) training and jobs sized for the whole GPU fail or "
+            "crawl — `imagesmith validate` fails test_mig on such a host; fix: ask for whole GPUs, or have "
+            "the host admin disable MIG (nvidia-smi -i N -mig 0, then a GPU reset)"
         )
     if model.adhoc:
         out.append(
