@@ -451,7 +451,7 @@ def test_every_cuda_update_from_11_0_to_13_2_is_listed() -> None:
         "11.6.2", "11.7.0", "11.7.1", "11.8.0", "12.0.0", "12.0.1", "12.1.0", "12.1.1", "12.2.0", "12.2.1",
         "12.2.2", "12.3.0", "12.3.1", "12.3.2", "12.4.0", "12.4.1", "12.5.0", "12.5.1", "12.6.0", "12.6.1",
         "12.6.2", "12.6.3", "12.8.0", "12.8.1", "12.9.0", "12.9.1", "13.0.0", "13.0.1", "13.0.2", "13.1.0",
-        "13.1.1", "13.2.0", "13.2.1", "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.5.0",
+        "13.1.1", "13.2.0", "13.2.1", "13.2.2", "13.3.0", "13.3.1", "13.4.1", "13.4.2", "13.4.3", "13.5.0",
     }  # fmt: skip
     assert versions == expected
     # minimum drivers never go down as the toolkit goes up
@@ -702,9 +702,11 @@ def test_cuda_13_4_and_13_5_are_known_on_r615_and_r620() -> None:
     assert compat.cuda_release("13.4").version == "13.4.1"  # 13.4 GA is versioned 13.4.1
     assert compat.cuda_release("13.4.2").xy == "13.4"
     assert str(compat.min_driver("13.4").full) == "615.00"
-    assert str(compat.min_driver("cu135").full) == "620.00"
+    assert str(compat.min_driver("cu135").full) == "620.70.06"  # the release shipping cuda-compat-13-5
+    assert compat.cuda_release("13.4.3").xy == "13.4"  # cuda-toolkit 13.4.3 (cudart 13.4.92)
+    assert str(compat.min_driver("13.4.3").full) == "615.00"
     assert str(compat.min_driver("13.5").minor_version) == "580.65.06"  # the 13.x floor
-    for version in ("13.4.1", "13.4.2", "13.5.0"):
+    for version in ("13.4.1", "13.4.2", "13.4.3", "13.5.0"):
         assert compat.cuda_release(version).verified is False  # branch read, not the exact driver
     assert compat.max_cuda_for_driver("615.20.01") == "13.4"
     assert compat.max_cuda_for_driver("620.30.02") == "13.5"
