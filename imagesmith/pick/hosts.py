@@ -162,7 +162,14 @@ def host_from_flags(driver: str, gpus: Sequence[str]) -> Host:
     found = []
     for i, name in enumerate(gpus):
         g = compat.gpu(name)
-        found.append(SmiGpu(index=i, name=g.name, compute_cap=g.cc, memory_mib=g.memory_mib or None))
+        # a MIG device name (NVIDIA A100-SXM4-40GB MIG 1g.5gb): the parent board, with that slice, so the host
+        # gets the MIG warning as from nvidia-smi -L
+        slices = (g.mig.split(" ", 1)[1],) if g.mig else ()
+        found.append(
+            SmiGpu(
+                index=i, name=g.name, compute_cap=g.cc, memory_mib=g.memory_mib or None, mig_devices=slices
+            )
+        )
     return Host(driver=str(drv), gpus=tuple(found), source="--driver/--gpu")
 
 
