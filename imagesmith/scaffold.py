@@ -96,6 +96,13 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
                 f"support this GPU at all ({g.min_driver_source})",
                 hint=f"give the oldest driver the hosts really run (>= {g.min_driver}), or another --gpu",
             )
+        gap = compat.board_gap(g, host) if host is not None else None
+        if gap is not None:
+            raise ConfigError(
+                f"--driver {driver}: {g.name} ({g.sm}): {gap}",
+                hint="give a driver whose table of released products holds the board (NVIDIA's driver table, "
+                "imagesmith/data/driver_table.toml), or another --gpu",
+            )
         if (
             host is not None
             and last is not None

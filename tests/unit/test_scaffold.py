@@ -83,6 +83,17 @@ def test_a_driver_older_than_the_gpu_is_refused_naming_its_first_driver(
     assert f">= {first}" in (info.value.hint or "")
 
 
+def test_a_release_whose_driver_table_lacks_the_board_is_refused() -> None:
+    # issue 35: 520.61.05 is past the RTX 4090's first driver (520.56.06), but its table does not hold it
+    with pytest.raises(ConfigError) as info:
+        choose(resolve_gpus(["rtx4090"]), driver="520.61.05")
+    assert (
+        "driver 520.61.05's table of released products does not hold NVIDIA GeForce RTX 4090"
+        in info.value.message
+    )
+    assert "use ≥ 520.61.07" in info.value.message
+
+
 def test_unknown_base_and_gpu_are_clear_errors() -> None:
     with pytest.raises(ConfigError, match="not a base imagesmith can scaffold") as info:
         choose(resolve_gpus(["h200"]), base_image="debian:trixie")
