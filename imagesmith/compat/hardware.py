@@ -151,6 +151,14 @@ def _board_of(names: Sequence[str]) -> BoardFloor | None:
     return min(rows, key=lambda b: b.first_driver) if rows else None
 
 
+def board_fix(g: Gpu, drv: DriverVersion) -> DriverVersion | None:
+    """The first release read after *drv* whose driver table holds *g* (None without a table row)."""
+    b = g.board
+    if b is None:
+        return None
+    return next((t for t in _table_releases() if t > drv and _holds(b, t)), None)
+
+
 def board_gap(g: Gpu, drv: DriverVersion) -> str | None:
     """Why NVIDIA's driver table says *drv* does not know *g* although it is past the first driver: *drv* is a
     release whose table lacks the board (``absent_from``), or a release not read whose branch has no read
@@ -162,8 +170,7 @@ def board_gap(g: Gpu, drv: DriverVersion) -> str | None:
         return None
     if b.last_driver is not None and drv > b.last_driver:
         return None
-    good = [t for t in _table_releases() if t >= b.first_driver and t not in b.absent_from]
-    later = next((t for t in good if t > drv), None)
+    later = board_fix(g, drv)
     use = (
         f": use ≥ {later}"
         if later is not None and later.branch == drv.branch

@@ -28,6 +28,7 @@ from imagesmith.compat.hardware import (
     _parse_arch,
     _parse_cc,
     arch_coverage,
+    board_fix,
     board_gap,
     gpu_last_branch,
     gpu_min_driver,
@@ -260,6 +261,9 @@ def verdict(
         )
 
     needs: list[DriverVersion] = [] if mode != "none" else [md.minor_version]
+    fix = board_fix(g, drv) if gap is not None else None
+    if fix is not None:
+        needs.append(fix)
     if floor is not None and too_old:
         needs.append(floor[0])
         if mode == "none":  # both: the GPU's floor, then the wheel's CUDA

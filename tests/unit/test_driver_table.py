@@ -200,6 +200,7 @@ def test_rtx4090_on_the_one_r520_release_whose_table_lacks_it() -> None:
     v = compat.verdict("520.61.05", "rtx4090", "2.0.1", "cu117")
     assert v.mode == "none"
     assert "use ≥ 520.61.07" in v.blockers[0]
+    assert str(v.needs_driver) == "520.61.07"
     assert compat.verdict("520.61.07", "rtx4090", "2.0.1", "cu117").mode == "full"
     # R530 never held the RTX 4060: a release of it that was not read is refused too
     g = compat.gpu_or_adhoc("NVIDIA GeForce RTX 4060", compute_cap="8.9")
