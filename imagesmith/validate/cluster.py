@@ -1,21 +1,18 @@
 """Cross-node checks of a cluster, pure: are the N nodes N machines (and each GPU one GPU), which node pairs
-to
-measure so that 64 nodes do not take 64² runs, what iperf3 measured for a pair, and the verdict on it
+to measure so that 64 nodes do not take 64² runs, what iperf3 measured for a pair, and the verdict on it
 against the rate the NIC negotiated or the rental declared.
 
-Machine identity (:func:`judge_identities`): the kernel's ``/proc/sys/kernel/random/boot_id`` is the
-machine — one kernel, one machine (or one VM); containers on one host share it, a container cannot change it.
-Two nodes with one boot_id fail, named. ``/etc/machine-id`` is recorded but only warns when two nodes share it
-on different kernels (cloned VM images often do). GPU UUIDs are unique per board: one UUID on two nodes (or
-two
+Machine identity (:func:`judge_identities`): the kernel's ``/proc/sys/kernel/random/boot_id`` is the machine —
+one kernel, one machine (or one VM); containers on one host share it, a container cannot change it. Two nodes
+with one boot_id fail, named. ``/etc/machine-id`` is recorded but only warns when two nodes share it on
+different kernels (cloned VM images often do). GPU UUIDs are unique per board: one UUID on two nodes (or two
 ranks) fails, named; a PCI bus id twice within one node fails (the same GPU listed twice), across nodes bus
-ids
-repeat on every identical host and say nothing.
+ids repeat on every identical host and say nothing.
 
 Pairing (:func:`ring_rounds`, :func:`second_pass`): pass 1 measures the n edges of a ring — (0,1), (1,2) …
 (n-1,0) — in 2 rounds (3 for odd n) where every node is in at most one pair, all pairs of a round at once;
-pass 2 re-pairs each node of a slow pair with a node that passed, so a slow node (slow with everyone) is
-told apart from a slow link (both ends fine elsewhere). At most n + 2·(slow pairs) runs in all, never n².
+pass 2 re-pairs each node of a slow pair with a node that passed, so a slow node (slow with everyone) is told
+apart from a slow link (both ends fine elsewhere). At most n + 2·(slow pairs) runs in all, never n².
 """
 
 from __future__ import annotations

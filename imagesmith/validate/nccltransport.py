@@ -3,8 +3,7 @@ against the fabric the rental declared: the "cross-node traffic went over plain 
 
 Pure: :func:`parse_nccl_transport` reads a log (any mix of ranks and nodes, as mpirun/torchrun/srun interleave
 them), :func:`judge_transport` gives the verdict. What the log says, by NCCL's own words
-(src/transport/net.cc,
-src/transport/net_ib.cc, src/misc/ibvsymbols.cc):
+(src/transport/net.cc, src/transport/net_ib.cc, src/misc/ibvsymbols.cc):
 
 - ``Failed to open libibverbs.so[.1]``: the verbs library is not in the image: NCCL cannot use IB/RoCE at all;
 - ``NET/IB : No device found.``: the library loaded, the node shows NCCL no RDMA device;

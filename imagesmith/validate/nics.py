@@ -3,13 +3,11 @@ port (state, physical state, negotiated rate, link layer, RoCE GIDs), and the ve
 rental declared.
 
 Pure: :data:`SYSFS_COMMAND` is what a node runs (one ``grep -H`` over the sysfs files, no rdma-core tool
-needed
-on the host), :func:`parse_sysfs_dump` and :func:`parse_ibstat` read captures, :func:`judge_nics` gives the
-verdict, so unit tests replay captures of real hosts (tests/data/validate/cluster/, each naming its source).
-The sysfs files are the kernel's stable ABI (Documentation/ABI/stable/sysfs-class-infiniband): ``state``
-``4: ACTIVE``, ``phys_state`` ``5: LinkUp``, ``rate`` ``200 Gb/sec (4X HDR)``, ``link_layer`` ``InfiniBand``
-or
-``Ethernet`` (RoCE), ``gids/N`` and ``gid_attrs/types/N`` (``IB/RoCE v1``, ``RoCE v2``).
+needed on the host), :func:`parse_sysfs_dump` and :func:`parse_ibstat` read captures, :func:`judge_nics` gives
+the verdict, so unit tests replay captures of real hosts (tests/data/validate/cluster/, each naming its
+source). The sysfs files are the kernel's stable ABI (Documentation/ABI/stable/sysfs-class-infiniband):
+``state`` ``4: ACTIVE``, ``phys_state`` ``5: LinkUp``, ``rate`` ``200 Gb/sec (4X HDR)``, ``link_layer``
+``InfiniBand`` or ``Ethernet`` (RoCE), ``gids/N`` and ``gid_attrs/types/N`` (``IB/RoCE v1``, ``RoCE v2``).
 """
 
 from __future__ import annotations
