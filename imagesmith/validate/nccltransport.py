@@ -70,12 +70,14 @@ def parse_nccl_transport(text: str) -> NcclTransport:
         elif _IB_NO_DEVICE.search(line) and out.verbs != "missing":
             out.verbs = "no device"
         m = _IB_USING.search(line)
-        if m:
-            if out.verbs is None or out.verbs == "no device":
-                out.verbs = "loaded"
-            for d in _IB_DEV.finditer(m.group(1)):
-                key = (d.group(1), int(d.group(2)))
-                devices.setdefault(key, IbDevice(name=key[0], port=key[1], layer=d.group(3)))
+        # NCCL 2.28 prints "NET/IB : Using [RO]; OOB eth0:…" after "No device found": a Using line that names
+        # no device says nothing new
+        found = list(_IB_DEV.finditer(m.group(1))) if m else []
+        if found and out.verbs != "missing":
+            out.verbs = "loaded"
+        for d in found:
+            key = (d.group(1), int(d.group(2)))
+            devices.setdefault(key, IbDevice(name=key[0], port=key[1], layer=d.group(3)))
         n = _USING_NETWORK.search(line)
         if n and n.group(1) not in networks:
             networks.append(n.group(1))

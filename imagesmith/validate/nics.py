@@ -25,14 +25,14 @@ Fabric = Literal["ib", "roce", "ethernet"]
 FABRICS: tuple[Fabric, ...] = ("ib", "roce", "ethernet")
 
 #: what a node runs: every port's state, rate, link layer and GID table in ``path:value`` lines; a node
-# without
-#: RDMA devices prints ``# no /sys/class/infiniband`` (nothing to read is an answer, not an error)
+#: without RDMA devices prints ``# no /sys/class/infiniband`` (nothing to read is an answer, not an error);
+#: a file that is not there (no GID attributes on an old kernel) leaves its line out, never fails the probe
 SYSFS_COMMAND = (
     "if ls /sys/class/infiniband/*/ports/*/state >/dev/null 2>&1; then "
     "grep -H . /sys/class/infiniband/*/ports/*/state /sys/class/infiniband/*/ports/*/phys_state "
     "/sys/class/infiniband/*/ports/*/rate /sys/class/infiniband/*/ports/*/link_layer "
     "/sys/class/infiniband/*/ports/*/gids/* /sys/class/infiniband/*/ports/*/gid_attrs/types/* 2>/dev/null; "
-    "else echo '# no /sys/class/infiniband'; fi"
+    "true; else echo '# no /sys/class/infiniband'; fi"
 )
 _NULL_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _SYSFS_RE = re.compile(

@@ -23,203 +23,33 @@ nodes given the same boot_id file — what containers of one host really show.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tests.netnscluster import Cluster, NetnsError, netns_cluster
 from tests.repo import REPO
 
 pytestmark = pytest.mark.netns
 
-SSHD = "/usr/sbin/sshd"
-BOOT_ID = "/proc/sys/kernel/random/boot_id"
-SUBNET = "10.233.7"
 FIXTURES = REPO / "tests" / "data" / "validate" / "cluster"
-
-
-def _sh(*argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=check)
-
-
-@dataclass
-class Node:
-    name: str  # namespace
-    address: str
-    folder: Path
-    boot_file: Path
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def target(self) -> str:
-        return f"ssh://root@{self.address}"
-
-    @property
-    def label(self) -> str:
-        return f"root@{self.address}"
-
-
-@dataclass
-class Cluster:
-    switch: str
-    nodes: list[Node]
-    ssh_config: Path
-    folder: Path
-    extra: list[str] = field(default_factory=list)
-
-    def start(self, node: Node, *, boot_id: str | None = None, sshd_extra: str = "") -> None:
-        """(Re)start *node*'s sshd with *boot_id* (default its own) bind-mounted over the kernel's."""
-        self.stop(node)
-        if boot_id is not None:
-            node.boot_file.write_text(boot_id + "\n")
-        cfg = node.folder / "sshd_config"
-        cfg.write_text(
-            f"ListenAddress {node.address}\nPort 22\nHostKey {node.folder / 'host_key'}\n"
-            "PermitRootLogin prohibit-password\n"
-            f"AuthorizedKeysFile {self.folder / 'authorized_keys'}\n"
-            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\n"
-            f"PidFile {node.folder / 'sshd.pid'}\nLogLevel INFO\n" + sshd_extra
-        )
-        mid = node.folder / "machine-id"
-        binds = f"mount --bind {node.boot_file} {BOOT_ID}"
-        if Path("/etc/machine-id").is_file():
-            binds += f" && mount --bind {mid} /etc/machine-id"
-        log = node.folder / "sshd.log"
-        log.write_text("")
-        with log.open("ab") as out:
-            node.proc = subprocess.Popen(
-                ["ip", "netns", "exec", node.name, "sh", "-c", f"{binds} && exec {SSHD} -D -e -f {cfg}"],
-                stdout=out,
-                stderr=out,
-            )
-        deadline = time.monotonic() + 20
-        while f"Server listening on {node.address}" not in log.read_text():
-            if node.proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"sshd of {node.name} did not start (exit {node.proc.poll()}):\n{log.read_text()}"
-                )
-            time.sleep(0.05)
-
-    def stop(self, node: Node) -> None:
-        if node.proc is None:
-            return
-        node.proc.terminate()
-        try:
-            node.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            node.proc.kill()
-            node.proc.wait(timeout=10)
-        node.proc = None
-
-    def validate(self, report: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-        argv = [
-            "ip",
-            "netns",
-            "exec",
-            self.switch,
-            sys.executable,
-            "-m",
-            "imagesmith",
-            "validate",
-            *(n.target for n in self.nodes),
-            "--ssh-config",
-            str(self.ssh_config),
-            "--no-node-suite",
-            "--report",
-            str(report),
-            *extra,
-        ]
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO)
-
-    def popen(self, report: Path, *extra: str) -> subprocess.Popen[str]:
-        argv = ["ip", "netns", "exec", self.switch, sys.executable, "-m", "imagesmith", "validate"]
-        argv += [n.target for n in self.nodes]
-        argv += ["--ssh-config", str(self.ssh_config), "--no-node-suite", "--report", str(report), *extra]
-        return subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, bufsize=1
-        )
-
-
-def _keygen(path: Path) -> None:
-    _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "imagesmith-netns-test", "-f", str(path))
 
 
 @pytest.fixture(scope="module")
 def netns(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    if os.geteuid() != 0:
-        pytest.fail("the namespace tests need root (ip netns, tc, mount): CI runs as root")
-    for tool in (SSHD, "ssh", "ssh-keygen", "ip", "tc", "iperf3"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is missing: run `bash scripts/setup.sh` (installs openssh-server, iperf3)")
-    d = tmp_path_factory.mktemp("netns")
-    tag = uuid.uuid4().hex[:6]
-    switch = f"isw-{tag}"
-    nodes = []
-    for i in (1, 2, 3):
-        folder = d / f"n{i}"
-        folder.mkdir()
-        _keygen(folder / "host_key")
-        (folder / "machine-id").write_text(uuid.uuid4().hex + "\n")
-        boot = folder / "boot_id"
-        boot.write_text(str(uuid.uuid4()) + "\n")
-        nodes.append(Node(name=f"isn{i}-{tag}", address=f"{SUBNET}.1{i}", folder=folder, boot_file=boot))
-    _keygen(d / "client_key")
-    shutil.copy(d / "client_key.pub", d / "authorized_keys")
-    ssh_config = d / "ssh_config"
-    ssh_config.write_text(
-        "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  IdentitiesOnly yes\n"
-        f"  IdentityFile {d / 'client_key'}\n  IdentityAgent none\n  BatchMode yes\n  LogLevel ERROR\n"
-    )
-    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-    made: list[str] = []
-    c = Cluster(switch=switch, nodes=nodes, ssh_config=ssh_config, folder=d)
     try:
-        _sh("ip", "netns", "add", switch)
-        made.append(switch)
-        _sh("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
-        _sh("ip", "-n", switch, "addr", "add", f"{SUBNET}.1/24", "dev", "br0")
-        _sh("ip", "-n", switch, "link", "set", "br0", "up")
-        _sh("ip", "-n", switch, "link", "set", "lo", "up")
-        for i, n in enumerate(nodes, 1):
-            _sh("ip", "netns", "add", n.name)
-            made.append(n.name)
-            _sh(
-                "ip",
-                "-n",
-                switch,
-                "link",
-                "add",
-                f"p{i}",
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                n.name,
-            )
-            _sh("ip", "-n", switch, "link", "set", f"p{i}", "master", "br0", "up")
-            _sh("ip", "-n", n.name, "addr", "add", f"{n.address}/24", "dev", "eth0")
-            _sh("ip", "-n", n.name, "link", "set", "eth0", "up")
-            _sh("ip", "-n", n.name, "link", "set", "lo", "up")
-        for n in nodes:
-            c.start(n)
-        yield c
-    finally:
-        for n in nodes:
-            c.stop(n)
-        for name in reversed(made):
-            pids = _sh("ip", "netns", "pids", name, check=False).stdout.split()
-            for pid in pids:  # what a killed run left inside (an iperf3 server under timeout)
-                _sh("kill", "-9", pid, check=False)
-            _sh("ip", "netns", "del", name, check=False)
+        with netns_cluster(3, tmp_path_factory.mktemp("netns")) as c:
+            yield c
+    except NetnsError as exc:
+        pytest.fail(str(exc))
+
+
+def _sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=30, check=check)
 
 
 @pytest.fixture

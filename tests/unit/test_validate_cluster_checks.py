@@ -326,3 +326,30 @@ def test_every_pairing_of_a_small_ring_is_consistent() -> None:
                 p for r in cluster.second_pass(nodes, slow, [p for p in ring if p not in slow]) for p in r
             ]
             assert cluster.blame(slow, {p: True for p in pairs}) == ([], slow)
+
+
+# -- the probes' command lines, on this machine --------------------------------------------------------------
+
+
+def test_the_probes_run_here_and_parse() -> None:
+    import subprocess
+
+    from imagesmith.validate.nics import SYSFS_COMMAND
+
+    ident = subprocess.run(
+        ["bash", "-c", cluster.IDENTITY_COMMAND], capture_output=True, text=True, check=True
+    )
+    me = cluster.parse_identity("here", ident.stdout)
+    assert me.boot_id == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    sysfs = subprocess.run(["bash", "-c", SYSFS_COMMAND], capture_output=True, text=True, check=False)
+    assert sysfs.returncode == 0
+    ports = parse_sysfs_dump(sysfs.stdout)
+    assert len(ports) == len(list(Path("/sys/class/infiniband").glob("*/ports/*")))
+
+
+def test_nccl_2_28_on_a_host_without_rdma_devices_says_no_device() -> None:
+    """A real capture (the lent H200): NCCL 2.28 follows "No device found" with an empty "Using [RO]" line."""
+    log = parse_nccl_transport(_text("nccl-2.28-h200-no-rdma-device.log"))
+    assert log.verbs == "no device"
+    assert log.ib_devices == ()
+    assert log.networks == ("Socket",)
