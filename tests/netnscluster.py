@@ -107,7 +107,10 @@ class Cluster:
             node.proc.wait(timeout=10)
         node.proc = None
 
-    def validate(self, report: Path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    def validate(
+        self, report: Path, *extra: str, timeout: float = 240, node_suite: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """The CLI over every node, in the switch namespace (no per-node suite unless *node_suite*)."""
         argv = [
             "ip",
             "netns",
@@ -120,7 +123,7 @@ class Cluster:
             *(n.target for n in self.nodes),
             "--ssh-config",
             str(self.ssh_config),
-            "--no-node-suite",
+            *([] if node_suite else ["--no-node-suite"]),
             "--report",
             str(report),
             *extra,

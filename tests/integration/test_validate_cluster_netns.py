@@ -18,6 +18,7 @@ nodes given the same boot_id file — what containers of one host really show.
 - n2 killed (sshd stopped, link down) once the bandwidth step has started: exit 7 naming n2, no report;
 - n3's sshd stopped before the run: exit 2 naming n3 with the fix, before any check; a node whose PATH
   has no iperf3: exit 2 naming it with the install command.
+- the per-node suite (one check: no GPU, no torch here) on all three at once, each bundle under nodes/.
 """
 
 from __future__ import annotations
@@ -226,3 +227,21 @@ def test_a_node_without_iperf3_is_named_with_the_fix(cluster: Cluster, tmp_path:
     assert r.returncode == 2, r.stdout + r.stderr
     assert f"node {n2.label}: iperf3 is not installed" in r.stderr
     assert "apt-get install iperf3" in r.stderr
+
+
+def test_the_per_node_suite_runs_on_every_node_at_once(cluster: Cluster, tmp_path: Path) -> None:
+    """The one-host suite over each node's ssh (the existing path), limited with -k to a check that needs no
+    GPU and no torch: each node's own bundle under nodes/, its verdict a promise of the cluster report ("not
+    validated": -k chose the checks, never a pass), so the cluster run is not a pass either."""
+    r = cluster.validate(tmp_path, "--no-bandwidth", "-k", "test_shm_size", node_suite=True, timeout=600)
+    assert r.returncode == 7, r.stdout + r.stderr
+    data = _report(tmp_path)
+    nodes = data["nodes"]
+    assert isinstance(nodes, list)
+    for node, entry in zip(cluster.nodes, nodes, strict=True):
+        own = tmp_path / str(entry["node_report"])
+        report = json.loads(own.read_text())
+        assert report["target"] == node.target
+        assert [c["name"] for c in report["checks"]] == ["test_shm_size"]
+        assert _promise(data, f"node suite {node.label}")["verdict"] == "not validated"
+    assert _promise(data, "distinct machines")["verdict"] == "passed"
