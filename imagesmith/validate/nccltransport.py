@@ -26,11 +26,11 @@ from imagesmith.validate.nics import Fabric, Finding
 _VERBS_MISSING = re.compile(r"Failed to open libibverbs\.so", re.ASCII)
 _IB_NO_DEVICE = re.compile(r"NET/IB ?: ?No device found", re.ASCII)
 _IB_USING = re.compile(r"NET/IB ?: ?Using (.*?)(?:;|$)", re.ASCII)
-_IB_DEV = re.compile(r"\[[0-9]+\]([A-Za-z0-9_.-]+):([0-9]+)/(IB|RoCE)", re.ASCII)
+_IB_DEV = re.compile(r"\[[0-9]{1,5}\]([A-Za-z0-9_.-]+):([0-9]{1,5})/(IB|RoCE)", re.ASCII)
 _USING_NETWORK = re.compile(r"NCCL INFO Using network (.+?)\s*$", re.ASCII)
 # "via NET/IB/0/GDRDMA", "via NET/Socket/0", "via NET/IBext_v8/2", "via NET/AWS Libfabric/1/GDRDMA/Shared"
 _NET_CHANNEL = re.compile(
-    r"\bvia NET/(?P<net>.+?)/(?P<dev>[0-9]+)(?P<flags>(?:/[A-Za-z]+)*)(?:\s|$)", re.ASCII
+    r"\bvia NET/(?P<net>.+?)/(?P<dev>[0-9]{1,5})(?P<flags>(?:/[A-Za-z]+)*)(?:\s|$)", re.ASCII
 )
 
 Verbs = Literal["missing", "no device", "loaded"]

@@ -36,11 +36,11 @@ SYSFS_COMMAND = (
 )
 _NULL_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 _SYSFS_RE = re.compile(
-    r"^/sys/class/infiniband/(?P<dev>[A-Za-z0-9_.-]+)/ports/(?P<port>[0-9]+)/"
-    r"(?P<key>state|phys_state|rate|link_layer|gids/[0-9]+|gid_attrs/types/[0-9]+):(?P<value>.*)$",
+    r"^/sys/class/infiniband/(?P<dev>[A-Za-z0-9_.-]+)/ports/(?P<port>[0-9]{1,5})/"
+    r"(?P<key>state|phys_state|rate|link_layer|gids/[0-9]{1,5}|gid_attrs/types/[0-9]{1,5}):(?P<value>.*)$",
     re.ASCII,
 )
-_RATE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*Gb/sec\b", re.ASCII)
+_RATE_RE = re.compile(r"^([0-9]{1,7}(?:\.[0-9]{1,6})?)\s*Gb/sec\b", re.ASCII)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +76,7 @@ def _rate(value: str, where: str) -> float:
     m = _RATE_RE.match(v)
     if m:
         return float(m.group(1))
-    if is_decimal(v):  # ibstat prints the number alone
+    if is_decimal(v) and len(v) <= 12:  # ibstat prints the number alone
         return float(v)
     raise ParseError(f"{where}: rate {value.strip()!r} is not '<N> Gb/sec …' or a number")
 
@@ -130,7 +130,7 @@ def parse_sysfs_dump(text: str, *, source: str = "sysfs dump") -> tuple[Port, ..
 
 
 _CA_RE = re.compile(r"^CA '([A-Za-z0-9_.-]+)'$", re.ASCII)
-_PORT_RE = re.compile(r"^Port ([0-9]+):$", re.ASCII)
+_PORT_RE = re.compile(r"^Port ([0-9]{1,5}):$", re.ASCII)
 
 
 def parse_ibstat(text: str, *, source: str = "ibstat") -> tuple[Port, ...]:

@@ -4,16 +4,19 @@ each naming its source): NIC inventory, NCCL's transport, machine identity, the 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
 
 from imagesmith.errors import ParseError
 from imagesmith.validate import cluster
 from imagesmith.validate.cluster import Identity
 from imagesmith.validate.nccltransport import judge_transport, parse_nccl_transport
 from imagesmith.validate.nics import judge_nics, parse_ibstat, parse_sysfs_dump
+from tests.unit.test_fuzz_inputs import FUZZ, _mutated
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "validate" / "cluster"
 
@@ -353,3 +356,28 @@ def test_nccl_2_28_on_a_host_without_rdma_devices_says_no_device() -> None:
     assert log.verbs == "no device"
     assert log.ib_devices == ()
     assert log.networks == ("Socket",)
+
+
+# -- hostile captures: a result or a ParseError, never another exception (issue 12's rule) -------------------
+
+_CAPTURES = [
+    p.read_text(encoding="utf-8", errors="replace")
+    for p in sorted(DATA.iterdir())
+    if p.suffix in (".txt", ".log", ".json")
+]
+
+
+@settings(FUZZ)
+@given(_mutated(_CAPTURES))
+def test_every_cluster_parser_returns_or_raises_parse_error(text: str) -> None:
+    for parse in (
+        parse_sysfs_dump,
+        parse_ibstat,
+        lambda t: cluster.parse_identity("n", t),
+        cluster.parse_iperf3_json,
+    ):
+        with contextlib.suppress(ParseError):
+            parse(text)
+    log = parse_nccl_transport(text)  # a log is read line by line: nothing in it is an error
+    for fabric in ("ib", "roce", "ethernet"):
+        judge_transport(log, fabric=fabric, expect_gdr=True)
