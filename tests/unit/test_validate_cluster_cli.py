@@ -127,3 +127,38 @@ def test_the_markdown_report_shows_the_pair_matrix_and_the_failures() -> None:
     assert "| b | 9.50 | — |" in md
     assert "- **node-to-node bandwidth**: pair a↔b: a→b 0.02 Gb/s. Fix: f" in md
     assert "mlx5_0:1 ACTIVE 400.0G InfiniBand" in md
+
+
+@pytest.mark.parametrize(
+    ("flag", "kind"),
+    [
+        ("--nodes", "fifo"),
+        ("--nodes", "folder"),
+        ("--nodes", "utf16"),
+        ("--nodes", "huge"),
+        ("--nccl-log", "fifo"),
+        ("--nccl-log", "folder"),
+        ("--nccl-log", "utf16"),
+    ],
+)
+def test_the_cluster_file_flags_refuse_what_is_no_file_of_theirs(
+    run_cli: Any, tmp_path: Path, flag: str, kind: str
+) -> None:
+    """A FIFO (never read: it would block), a folder, UTF-16, a 5000-digit line: one error naming the flag,
+    exit 2, before any node is touched."""
+    import os
+
+    path = tmp_path / "input"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "utf16":
+        path.write_bytes("ssh://a\n".encode("utf-16"))
+    else:
+        path.write_text("9" * 5000 + "\n")
+    r = run_cli("validate", "ssh://a", "ssh://b", flag, str(path), "--report", str(tmp_path / "r"))
+    assert r.exit_code == 2, r.stdout + r.stderr
+    assert flag in r.stderr or kind == "huge"
+    assert "fix:" in r.stderr
+    assert "Traceback" not in r.stderr
