@@ -215,7 +215,10 @@ def validate_command(
         None, "--nic-ports", min=1, max=64, help="Several nodes: RDMA ports each node must have."
     ),
     expect_gdr: bool = typer.Option(
-        False, "--expect-gdr", help="Several nodes: NCCL's IB channels must use GPUDirect RDMA (GDRDMA)."
+        False,
+        "--expect-gdr",
+        help="Several nodes: GPUDirect RDMA ready on every node (nvidia_peermem, or dma-buf: the open kernel "
+        "module on Linux 5.12+) and used by NCCL's IB channels (GDRDMA).",
     ),
     nccl_log: Annotated[
         list[str] | None,

@@ -26,7 +26,17 @@ from imagesmith import inputs
 from imagesmith.errors import ConfigError, ParseError, ValidationFailed
 from imagesmith.validate import cluster
 from imagesmith.validate.nccltransport import judge_transport, parse_nccl_transport
-from imagesmith.validate.nics import FABRICS, SYSFS_COMMAND, Fabric, Finding, judge_nics, parse_sysfs_dump
+from imagesmith.validate.nics import (
+    FABRICS,
+    GDR_COMMAND,
+    SYSFS_COMMAND,
+    Fabric,
+    Finding,
+    judge_gdr,
+    judge_nics,
+    parse_gdr,
+    parse_sysfs_dump,
+)
 from imagesmith.validate.target import parse_target
 
 #: seconds ssh waits for a node to answer, and keep-alive probes (a node gone mid-command: ~15 s)
@@ -482,6 +492,21 @@ def run_cluster(
         _promise("distinct machines", identity.failures, identity.warnings),
         _promise(f"NICs ({options.fabric})", nic_failures, nic_warnings),
     ]
+    gdr: dict[str, dict[str, Any]] = {}
+    if options.expect_gdr:
+        gdr_failures: list[Finding] = []
+        for n, out in zip(
+            nodes, _probe_all(ssh, nodes, GDR_COMMAND, "the GPUDirect RDMA probe"), strict=True
+        ):
+            g = parse_gdr(out)
+            gdr[n.name] = {
+                "peermem": g.peermem,
+                "dmabuf": g.dmabuf,
+                "open_module": g.open_module,
+                "kernel": g.kernel,
+            }
+            gdr_failures += judge_gdr(n.name, g)
+        promises.append(_promise("GPUDirect RDMA", gdr_failures, []))
     bw: dict[str, Any] = {"pairs": [], "runs": 0}
     if options.bandwidth:
         echo(f"cluster: node-to-node bandwidth, {cluster.planned_runs(len(nodes))} pair run(s) in pass 1")
@@ -534,6 +559,7 @@ def run_cluster(
                 "gpus": [list(g) for g in i.gpus],
                 "rdma_ports": inventory.get(n.name, []),
                 "node_report": (f"nodes/{_safe(n.name)}/report.json" if n.name in node_reports else None),
+                "gpudirect_rdma": gdr.get(n.name),
             }
             for n, i in zip(nodes, ids, strict=True)
         ],

@@ -298,3 +298,79 @@ def judge_nics(
             )
         )
     return out
+
+
+# -----------------------------------------------------------------------------------------------------------
+# GPUDirect RDMA readiness
+
+#: what a node runs: nvidia_peermem loaded, the open GPU kernel module (dma-buf), a driver at all, the kernel
+GDR_COMMAND = (
+    "test -d /sys/module/nvidia_peermem && echo peermem=1; "
+    "grep -qi 'open kernel module' /proc/driver/nvidia/version 2>/dev/null && echo open_module=1; "
+    "test -e /proc/driver/nvidia/version && echo driver=1; "
+    "echo kernel=$(uname -r)"
+)
+#: the first Linux release with the RDMA dma-buf interface GPU memory registration through dma-buf needs
+DMABUF_KERNEL = (5, 12)
+_KERNEL_RE = re.compile(r"^([0-9]{1,4})\.([0-9]{1,4})", re.ASCII)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GdrReadiness:
+    driver: bool
+    peermem: bool
+    open_module: bool
+    kernel: str
+
+    @property
+    def dmabuf(self) -> bool:
+        """The open kernel module on a kernel with RDMA dma-buf: NCCL registers GPU memory without peermem."""
+        m = _KERNEL_RE.match(self.kernel)
+        return self.open_module and m is not None and (int(m.group(1)), int(m.group(2))) >= DMABUF_KERNEL
+
+
+def parse_gdr(text: str) -> GdrReadiness:
+    """:data:`GDR_COMMAND`'s output (lines it does not know are ignored)."""
+    seen: dict[str, str] = {}
+    for line in text.splitlines():
+        key, _, value = line.strip().partition("=")
+        seen[key] = value.strip()
+    return GdrReadiness(
+        driver="driver" in seen,
+        peermem="peermem" in seen,
+        open_module="open_module" in seen,
+        kernel=seen.get("kernel", ""),
+    )
+
+
+def judge_gdr(node: str, g: GdrReadiness) -> list[Finding]:
+    """GPUDirect RDMA needs nvidia_peermem loaded or dma-buf (the open GPU kernel module on Linux ≥ 5.12);
+    neither, or no NVIDIA driver at all, fails naming the node."""
+    if not g.driver:
+        return [
+            Finding(
+                subject=node,
+                kind="no nvidia driver",
+                message=f"{node}: no NVIDIA driver (/proc/driver/nvidia/version): GPUDirect RDMA cannot be "
+                "ready",
+                fix="run on the GPU node itself (or a container of it with the GPUs given)",
+            )
+        ]
+    if g.peermem or g.dmabuf:
+        return []
+    why = (
+        f"the open kernel module on Linux {g.kernel} (dma-buf needs 5.12 or later)"
+        if g.open_module
+        else "the proprietary kernel module (no dma-buf)"
+    )
+    return [
+        Finding(
+            subject=node,
+            kind="no gdr path",
+            message=f"{node}: GPUDirect RDMA is not ready: nvidia_peermem is not loaded and the driver is "
+            f"{why}",
+            fix="load nvidia_peermem (modprobe nvidia_peermem; it needs the RDMA core modules), or use the "
+            "open GPU kernel module driver on a 5.12+ kernel for dma-buf; else NCCL moves GPU data through "
+            "host memory",
+        )
+    ]

@@ -177,6 +177,14 @@ def test_a_socket_only_nccl_log_fails_where_ib_is_declared(cluster: Cluster, tmp
     # the same log where plain Ethernet was declared: sockets are what was sold
     ok = cluster.validate(tmp_path / "eth", "--no-bandwidth", "--nccl-log", str(log))
     assert ok.returncode == 0, ok.stdout + ok.stderr
+    # GPUDirect RDMA expected: these nodes have no NVIDIA driver at all, each is named
+    gdr = cluster.validate(tmp_path / "gdr", "--no-bandwidth", "--expect-gdr")
+    assert gdr.returncode == 7, gdr.stdout + gdr.stderr
+    gdr_failures = _promise(_report(tmp_path / "gdr"), "GPUDirect RDMA")["failures"]
+    assert isinstance(gdr_failures, list)
+    assert [(f["kind"], f["subject"]) for f in gdr_failures] == [
+        ("no nvidia driver", n.label) for n in cluster.nodes
+    ]
 
 
 def test_a_node_that_dies_mid_run_is_named_and_no_report_is_written(cluster: Cluster, tmp_path: Path) -> None:

@@ -381,3 +381,38 @@ def test_every_cluster_parser_returns_or_raises_parse_error(text: str) -> None:
     log = parse_nccl_transport(text)  # a log is read line by line: nothing in it is an error
     for fabric in ("ib", "roce", "ethernet"):
         judge_transport(log, fabric=fabric, expect_gdr=True)
+
+
+# -- GPUDirect RDMA readiness -------------------------------------------------------------------------------
+
+
+def test_gdr_ready_through_dmabuf_on_the_lent_h200() -> None:
+    """That host as docs/evidence/issue32-h200/host.txt shows it: the open kernel module 580.159.04 on Linux
+    6.18 (nvidia_peermem left out: that capture could not list modules, lsmod is not there)."""
+    from imagesmith.validate.nics import judge_gdr, parse_gdr
+
+    g = parse_gdr("open_module=1\ndriver=1\nkernel=6.18.44-fc-v973-gpu\n")
+    assert (g.peermem, g.open_module, g.dmabuf) == (False, True, True)
+    assert judge_gdr("h200", g) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("kernel=6.8.0-45-generic\n", "no nvidia driver"),
+        ("driver=1\nkernel=6.8.0-45-generic\n", "no gdr path"),  # proprietary module, no peermem
+        ("driver=1\nopen_module=1\nkernel=5.10.0-28-amd64\n", "no gdr path"),  # open module, kernel too old
+        ("driver=1\nopen_module=1\nkernel=junk\n", "no gdr path"),
+    ],
+)
+def test_gdr_not_ready_is_named(text: str, kind: str) -> None:
+    from imagesmith.validate.nics import judge_gdr, parse_gdr
+
+    (f,) = judge_gdr("n1", parse_gdr(text))
+    assert (f.kind, f.subject) == (kind, "n1")
+
+
+def test_gdr_ready_through_peermem_on_any_kernel() -> None:
+    from imagesmith.validate.nics import judge_gdr, parse_gdr
+
+    assert judge_gdr("n1", parse_gdr("peermem=1\ndriver=1\nkernel=5.4.0-150-generic\n")) == []
