@@ -188,9 +188,6 @@ class Ssh:
             ) from None
         return Ran(rc=proc.returncode, stdout=proc.stdout, stderr=proc.stderr, timed_out=False)
 
-    def by_hand(self, node: Node) -> str:
-        return " ".join(shlex.quote(a) for a in self.argv(node, "true"))
-
 
 def _unreachable_fix(ssh: Ssh, node: Node, said: str) -> str:
     from imagesmith.validate.context import SuiteOptions
@@ -281,10 +278,6 @@ def _speed_command(address: str) -> str:
     )
 
 
-def _iperf_json(ran: Ran, where: str) -> cluster.Iperf:
-    return cluster.parse_iperf3_json(ran.stdout, source=where)
-
-
 def measure_pair(ssh: Ssh, a: Node, b: Node, options: ClusterOptions) -> PairResult:
     """iperf3 from *a* to *b* and back (``-R``), parallel streams, each on a one-off server on *b*."""
     t, streams = options.iperf_seconds, options.iperf_streams
@@ -319,8 +312,8 @@ def measure_pair(ssh: Ssh, a: Node, b: Node, options: ClusterOptions) -> PairRes
         try:
             if len(parts) != 2:
                 raise ParseError(f"{step}: {len(parts)} iperf3 result(s), 2 expected")
-            fwd = _iperf_json(Ran(0, parts[0], "", False), f"iperf3 {a.name}→{b.name}")
-            rev = _iperf_json(Ran(0, parts[1], "", False), f"iperf3 {b.name}→{a.name}")
+            fwd = cluster.parse_iperf3_json(parts[0], source=f"iperf3 {a.name}→{b.name}")
+            rev = cluster.parse_iperf3_json(parts[1], source=f"iperf3 {b.name}→{a.name}")
         except ParseError as exc:
             raise lost(ssh, [b, a], step, exc.said or "iperf3 gave no result") from None
         if options.link_gbps is not None:
