@@ -87,11 +87,14 @@ def _default_report_dir() -> str:
 
 
 def validate_command(
-    target: str = typer.Argument(
-        "local://",
-        metavar="TARGET",
-        help="local://, docker://CONTAINER, ssh://user@host[:port], or an IMAGE (started with the GPUs).",
-    ),
+    targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="TARGET",
+            help="local://, docker://CONTAINER, ssh://user@host[:port], or an IMAGE (started with the GPUs); "
+            'several ssh:// targets validate a cluster (docs/validation.md "Several nodes"). Default local://.',
+        ),
+    ] = None,
     expect_gpu: str | None = typer.Option(
         None, "--expect-gpu", help='GPU model/memory/form, e.g. "A100 80GB".'
     ),
@@ -194,6 +197,53 @@ def validate_command(
     baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
     baseline_figure: Annotated[list[str] | None, typer.Option("--baseline-figure", hidden=True)] = None,
     baseline_fleet: str | None = typer.Option(None, "--baseline-fleet", hidden=True),
+    nodes: str | None = typer.Option(
+        None, "--nodes", help="Several nodes: a file of ssh:// targets, one a line (`ssh://… [ADDRESS]`)."
+    ),
+    fabric: str = typer.Option(
+        "ethernet", "--fabric", help="Several nodes: the fabric the rental declares: ib | roce | ethernet."
+    ),
+    link_gbps: float | None = typer.Option(
+        None,
+        "--link-gbps",
+        min=0.001,
+        max=100000,
+        help="Several nodes: the declared per-node rate (Gb/s) pairs and RDMA ports are judged against "
+        "(default: each link's negotiated speed).",
+    ),
+    nic_ports: int | None = typer.Option(
+        None, "--nic-ports", min=1, max=64, help="Several nodes: RDMA ports each node must have."
+    ),
+    expect_gdr: bool = typer.Option(
+        False,
+        "--expect-gdr",
+        help="Several nodes: GPUDirect RDMA ready on every node (nvidia_peermem, or dma-buf: the open kernel "
+        "module on Linux 5.12+) and used by NCCL's IB channels (GDRDMA).",
+    ),
+    nccl_log: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--nccl-log",
+            help="Several nodes: an NCCL_DEBUG=INFO log of a cross-node run whose transport is judged "
+            "(repeatable).",
+        ),
+    ] = None,
+    bandwidth: bool = typer.Option(
+        True, "--bandwidth/--no-bandwidth", help="Several nodes: iperf3 node pairs (ring + re-pairing)."
+    ),
+    iperf_seconds: int = typer.Option(
+        5, "--iperf-seconds", min=1, max=120, help="Several nodes: seconds per iperf3 direction."
+    ),
+    bandwidth_min_ratio: float = typer.Option(
+        0.7,
+        "--bandwidth-min-ratio",
+        min=0.01,
+        max=1.0,
+        help="Several nodes: a pair fails below this × the rate.",
+    ),
+    node_suite: bool = typer.Option(
+        True, "--node-suite/--no-node-suite", help="Several nodes: also run the per-node suite on every node."
+    ),
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # imported here: pytest and the suite cost ~200 ms that other commands must not pay
@@ -206,6 +256,22 @@ def validate_command(
 
     if select is not None:
         _check_select(select)
+    from imagesmith.commands import cluster as cluster_cli
+
+    cluster_flags = cluster_cli.ClusterFlags(
+        nodes=nodes,
+        fabric=fabric,
+        link_gbps=link_gbps,
+        nic_ports=nic_ports,
+        expect_gdr=expect_gdr,
+        nccl_logs=tuple(nccl_log or ()),
+        bandwidth=bandwidth,
+        iperf_seconds=iperf_seconds,
+        min_ratio=bandwidth_min_ratio,
+        node_suite=node_suite,
+    )
+    several = cluster_cli.several(targets or [], cluster_flags)
+    target = (targets or ["local://"])[0]
     t = parse_target(target)
     if label is not None and re.search(r"@[A-Za-z0-9][A-Za-z0-9+._-]*:[0-9A-Fa-f]{8,}", label):
         raise ConfigError(
@@ -319,6 +385,9 @@ def validate_command(
         ssh_config=str(resolved(ssh_config)) if ssh_config else None,
         ssh_identity_file=str(resolved(ssh_identity)) if ssh_identity else None,
     )
+    if several:
+        cluster_cli.run(targets or [], cluster_flags, options, select=select)
+        return
     data: dict[str, Any]
     subject: tuple[str, str, str] | None = None
     if signer is not None:  # before the run: an image that cannot be attested is refused up front

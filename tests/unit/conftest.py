@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-SERVICE_MARKERS = ("docker", "registry", "e2e", "gpu")
+SERVICE_MARKERS = ("docker", "registry", "e2e", "gpu", "netns")
 UNIT = Path(__file__).resolve().parent
 
 

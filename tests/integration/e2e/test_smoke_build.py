@@ -5,7 +5,8 @@ What it proves: the image is built through imagesmith's registry-mirror map (deb
 registry's `hub/` prefix); both registries serve the same manifest digest under the candidate and
 fingerprint tags, and its labels match the plan; after removing it locally and pulling it back, torch
 imports and reports the planned version and CUDA; the entrypoint warns (with the fix) at 64 MB of /dev/shm
-and is silent with enough; and a second `build --push` builds and pushes nothing.
+and is silent with enough; `ldconfig -p` lists libibverbs, the mlx5 provider and librdmacm (issue 32); and a
+second `build --push` builds and pushes nothing.
 
 Needs the nccl-tests source cache (scripts/setup.sh fills it from a local clone): without it the build fails
 with the SourceCacheError message, and so does this test — it is never skipped.
@@ -166,6 +167,20 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
     assert f"--shm-size={cell.shm_min}" in small.output
     assert "--ipc=host" in small.output
     assert "still-ran" in small.output
+
+    # 5b. ready for a fabric (issue 32): rdma-core's userspace is in the image, so NCCL can dlopen libibverbs
+    # for InfiniBand/RoCE instead of falling back to TCP sockets: the library, the mlx5 provider (its direct
+    # library and the plugin libibverbs loads) and librdmacm, as the dynamic linker's cache lists them
+    fabric = engine.run_container(
+        ref,
+        ["bash", "-c", "ldconfig -p; ls /usr/lib/*-linux-gnu/libibverbs/"],
+        shm_size="1g",
+        timeout_s=120,
+    )
+    assert fabric.exit_code == 0, fabric.output
+    for lib in ("libibverbs.so.1", "libmlx5.so.1", "librdmacm.so.1"):
+        assert f"\t{lib} (" in fabric.output, (lib, fabric.output[-3000:])
+    assert "libmlx5-rdmav" in fabric.output, fabric.output[-3000:]
 
     # 6. the SBOM of the pushed image (issue 26), made from the image itself by syft: torch at its exact
     # version and every nvidia-* wheel of the lock with its locked sha256, every OS package dpkg lists and

@@ -1,0 +1,116 @@
+"""``imagesmith validate`` over several nodes (``ssh://a ssh://b …`` or ``--nodes FILE``): the flags of a
+cluster run, and the run itself (:mod:`imagesmith.validate.clusterrun`). Exit 0 when every promise checked
+was kept, 7 when one failed, 2 for bad flags, an unreachable node, a node without iperf3; 7 for a node lost
+mid-run."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from imagesmith.errors import ConfigError, ImagesmithError, ValidationFailed
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterFlags:
+    nodes: str | None
+    fabric: str
+    link_gbps: float | None
+    nic_ports: int | None
+    expect_gdr: bool
+    nccl_logs: tuple[str, ...]
+    bandwidth: bool
+    iperf_seconds: int
+    min_ratio: float
+    node_suite: bool
+
+    def given(self) -> list[str]:
+        """The cluster-only flags set away from their defaults (for the error of a one-target run)."""
+        out = []
+        for flag, value, default in (
+            ("--nodes", self.nodes, None),
+            ("--fabric", self.fabric, "ethernet"),
+            ("--link-gbps", self.link_gbps, None),
+            ("--nic-ports", self.nic_ports, None),
+            ("--expect-gdr", self.expect_gdr, False),
+            ("--nccl-log", self.nccl_logs, ()),
+            ("--no-bandwidth", self.bandwidth, True),
+            ("--iperf-seconds", self.iperf_seconds, 5),
+            ("--bandwidth-min-ratio", self.min_ratio, 0.7),
+            ("--no-node-suite", self.node_suite, True),
+        ):
+            if value != default:
+                out.append(flag)
+        return out
+
+
+def several(targets: list[str], flags: ClusterFlags) -> bool:
+    """Is this a cluster run? Several TARGETs or ``--nodes``; cluster flags on one target are refused."""
+    if len(targets) > 1 or flags.nodes is not None:
+        return True
+    given = flags.given()
+    if given:
+        raise ConfigError(
+            f"{', '.join(given)}: apply only to several nodes",
+            hint="name two or more ssh:// targets (or --nodes FILE), or leave these flags out",
+        )
+    return False
+
+
+def run(
+    targets: list[str],
+    flags: ClusterFlags,
+    base: Any,
+    *,
+    select: str | None,
+) -> None:
+    """The cluster run; *base* is the one-node SuiteOptions the other flags made (each node's suite runs
+    with it, its target and report folder replaced). --sign-key was refused before (`_signer`: only an
+    image has a digest to attest)."""
+    from imagesmith.validate import clusterrun
+    from imagesmith.validate.nics import FABRICS
+
+    if flags.fabric not in FABRICS:
+        raise ConfigError(
+            f"--fabric {flags.fabric!r}: use one of {', '.join(FABRICS)}", hint="e.g. --fabric ib"
+        )
+    nodes = clusterrun.parse_nodes(targets, flags.nodes)
+    options = clusterrun.ClusterOptions(
+        fabric=flags.fabric,
+        link_gbps=flags.link_gbps,
+        nic_ports=flags.nic_ports,
+        expect_gdr=flags.expect_gdr,
+        nccl_logs=flags.nccl_logs,
+        bandwidth=flags.bandwidth,
+        iperf_seconds=flags.iperf_seconds,
+        min_ratio=flags.min_ratio,
+        report_dir=base.report_dir,
+        ssh_config=base.ssh_config,
+        ssh_identity=base.ssh_identity_file,
+    )
+
+    def node_suite(node: clusterrun.Node, folder: Path) -> dict[str, Any]:
+        from imagesmith.validate.runner import run_suite
+
+        one = dataclasses.replace(base, target=node.target, target_label=node.target, report_dir=str(folder))
+        try:
+            return run_suite(one, select=select)
+        except ImagesmithError as exc:
+            return {"verdict": "failed", "verdict_reason": exc.message}
+
+    data = clusterrun.run_cluster(
+        nodes, options, node_suite=node_suite if flags.node_suite else None, echo=typer.echo
+    )
+    where = Path(options.report_dir) / clusterrun.CLUSTER_MD
+    for p in data["promises"]:
+        typer.echo(f"  {p['verdict']:>11}  {p['name']}")
+    typer.echo(f"cluster verdict: {data['verdict']} — {data['verdict_reason']} (report: {where})")
+    if data["verdict"] != "passed":
+        raise ValidationFailed(
+            f"cluster validation of {len(nodes)} nodes failed: {data['verdict_reason']}",
+            hint=f"read the failures and fixes in {where}",
+        )

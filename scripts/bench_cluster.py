@@ -1,0 +1,124 @@
+"""What the cross-node checks of `imagesmith validate ssh://… ssh://…` cost (issue 32), side by side: 2 and 8
+nodes measured on this machine (network namespaces with an sshd each, tests/netnscluster.py; as root), 64
+estimated from those figures with the assumptions printed beside them.
+
+For each size the real CLI runs twice over the same nodes, in the switch namespace, `--no-node-suite` (the
+per-node suite is the one-host suite, whose cost docs/benchmarks.md has): once without the bandwidth step
+(preflight, identity, RDMA port inventory: one ssh round trip each, every node at once) and once with it
+(iperf3 both directions per pair, `--iperf-seconds` each). Printed per size: wall time of each run, the pair
+runs made, the ring's rounds, and what all pairs (N·(N-1)/2 runs, N-1 rounds of a round-robin) would take.
+
+usage: sudo .venv/bin/python scripts/bench_cluster.py [--sizes 2,8] [--iperf-seconds 2] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from imagesmith.validate import cluster  # noqa: E402
+from tests.netnscluster import Cluster, netns_cluster  # noqa: E402
+
+
+def _run(c: Cluster, report: Path, *extra: str) -> tuple[float, dict[str, object]]:
+    t0 = time.monotonic()
+    r = c.validate(report, "--link-gbps", "0.2", *extra, timeout=1800)
+    wall = time.monotonic() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"imagesmith validate exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    data: dict[str, object] = json.loads((report / "cluster.json").read_text())
+    return wall, data
+
+
+def plan_cost(n: int) -> float:
+    """Seconds to plan pass 1 and a pass 2 with one slow node, in-process (the pure part)."""
+    nodes = [f"n{i}" for i in range(n)]
+    t0 = time.perf_counter()
+    for _ in range(20):
+        ring = [p for r in cluster.ring_rounds(nodes) for p in r]
+        slow = [p for p in ring if "n1" in p]
+        cluster.second_pass(nodes, slow, [p for p in ring if p not in slow])
+    return (time.perf_counter() - t0) / 20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="2,8")
+    ap.add_argument("--iperf-seconds", type=int, default=2)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    rows = []
+    for n in [int(s) for s in args.sizes.split(",")]:
+        with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, netns_cluster(n, Path(tmp)) as c:
+            base_wall, _base = _run(c, Path(tmp) / "probe", "--no-bandwidth")
+            full_wall, full = _run(c, Path(tmp) / "full", "--iperf-seconds", str(args.iperf_seconds))
+        bw = full["bandwidth"]
+        assert isinstance(bw, dict)
+        rounds = len(cluster.ring_rounds([f"n{i}" for i in range(n)]))
+        rows.append(
+            {
+                "nodes": n,
+                "probe_only_s": round(base_wall, 2),
+                "with_bandwidth_s": round(full_wall, 2),
+                "pair_runs": bw["runs"],
+                "ring_rounds": rounds,
+                "per_round_s": round((full_wall - base_wall) / rounds, 2),
+                "all_pairs_runs": n * (n - 1) // 2,
+                "all_pairs_rounds": n - 1 if n % 2 == 0 else n,
+                "plan_s": plan_cost(n),
+            }
+        )
+    for n in (64, 1024):
+        rows.append({"nodes": n, "plan_s": plan_cost(n), "estimated": True})
+    print(
+        f"{'nodes':>5} {'probes s':>9} {'+bandwidth s':>13} {'pair runs':>9} {'rounds':>6} {'s/round':>8}"
+        f" {'all pairs: runs':>15} {'rounds':>6} {'plan µs':>8}"
+    )
+    measured = [r for r in rows if not r.get("estimated")]
+    for r in measured:
+        print(
+            f"{r['nodes']:>5} {r['probe_only_s']:>9} {r['with_bandwidth_s']:>13} {r['pair_runs']:>9} "
+            f"{r['ring_rounds']:>6} {r['per_round_s']:>8} {r['all_pairs_runs']:>15} "
+            f"{r['all_pairs_rounds']:>6} {r['plan_s'] * 1e6:>8.0f}"
+        )
+    big = max(measured, key=lambda r: int(r["nodes"]))
+    per_round = float(big["per_round_s"])
+    probes = float(big["probe_only_s"])
+    for r in rows:
+        if r.get("estimated"):
+            n = int(r["nodes"])
+            # probes: every node at once, 32 ssh at a time -> ceil(n/32) waves of the measured probe time
+            waves = -(-n // 32)
+            r.update(
+                probe_only_s=round(probes * waves, 1),
+                ring_rounds=2,
+                with_bandwidth_s=round(probes * waves + 2 * per_round, 1),
+                pair_runs=n,
+                all_pairs_runs=n * (n - 1) // 2,
+                all_pairs_rounds=n - 1,
+                all_pairs_s=round(probes * waves + (n - 1) * per_round, 1),
+            )
+            print(
+                f"{n:>5} {r['probe_only_s']:>9} {r['with_bandwidth_s']:>13} {n:>9} {2:>6} {per_round:>8} "
+                f"{r['all_pairs_runs']:>15} {n - 1:>6} {r['plan_s'] * 1e6:>8.0f}   (estimated: all pairs "
+                f"{r['all_pairs_s']} s)"
+            )
+    print(
+        f"assumptions for the estimates: a round costs what it cost for {big['nodes']} nodes here "
+        f"({per_round} s: every pair of a round runs at once, so a round does not grow with N on a "
+        "non-blocking fabric); probes run 32 nodes at a time; no slow pair (each slow pair adds at most 2 "
+        "runs in pass 2, one round per suspect beyond the number of good nodes)"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

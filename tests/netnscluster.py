@@ -1,0 +1,215 @@
+"""Network namespaces of this machine as the nodes of a cluster (issue 32), for
+tests/integration/test_validate_cluster_netns.py and scripts/bench_cluster.py: N namespaces, each with an sshd
+of its own (host key, config, authorized key in a folder of the caller's), joined by veth pairs to a bridge in
+one more namespace where the CLI runs. Nothing touches the root namespace's network; :func:`netns_cluster`
+deletes every namespace it made on the way out (also after a failure), killing what still runs inside.
+
+Each node's sshd starts in the private mount namespace ``ip netns exec`` gives it, with a boot_id (and a
+machine-id) of its own bind-mounted over the kernel's: N kernels as far as anything started over ssh can see.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = ("/usr/sbin/sshd", "ssh", "ssh-keygen", "ip", "tc", "iperf3")
+
+
+class NetnsError(RuntimeError):
+    """The namespaces could not be made (not root, a tool missing, an sshd that would not start)."""
+
+
+SSHD = "/usr/sbin/sshd"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+SUBNET = "10.233.7"
+
+
+def _sh(*argv: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=check)
+
+
+@dataclass
+class Node:
+    name: str  # namespace
+    address: str
+    folder: Path
+    boot_file: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"ssh://root@{self.address}"
+
+    @property
+    def label(self) -> str:
+        return f"root@{self.address}"
+
+
+@dataclass
+class Cluster:
+    switch: str
+    nodes: list[Node]
+    ssh_config: Path
+    folder: Path
+    extra: list[str] = field(default_factory=list)
+
+    def start(self, node: Node, *, boot_id: str | None = None, sshd_extra: str = "") -> None:
+        """(Re)start *node*'s sshd with *boot_id* (default its own) bind-mounted over the kernel's."""
+        self.stop(node)
+        if boot_id is not None:
+            node.boot_file.write_text(boot_id + "\n")
+        cfg = node.folder / "sshd_config"
+        cfg.write_text(
+            f"ListenAddress {node.address}\nPort 22\nHostKey {node.folder / 'host_key'}\n"
+            "PermitRootLogin prohibit-password\n"
+            f"AuthorizedKeysFile {self.folder / 'authorized_keys'}\n"
+            "PasswordAuthentication no\nKbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\n"
+            f"PidFile {node.folder / 'sshd.pid'}\nLogLevel INFO\n" + sshd_extra
+        )
+        mid = node.folder / "machine-id"
+        binds = f"mount --bind {node.boot_file} {BOOT_ID}"
+        if Path("/etc/machine-id").is_file():
+            binds += f" && mount --bind {mid} /etc/machine-id"
+        log = node.folder / "sshd.log"
+        log.write_text("")
+        with log.open("ab") as out:
+            node.proc = subprocess.Popen(
+                ["ip", "netns", "exec", node.name, "sh", "-c", f"{binds} && exec {SSHD} -D -e -f {cfg}"],
+                stdout=out,
+                stderr=out,
+            )
+        deadline = time.monotonic() + 20
+        while f"Server listening on {node.address}" not in log.read_text():
+            if node.proc.poll() is not None or time.monotonic() > deadline:
+                raise NetnsError(
+                    f"sshd of {node.name} did not start (exit {node.proc.poll()}):\n{log.read_text()}"
+                )
+            time.sleep(0.05)
+
+    def stop(self, node: Node) -> None:
+        if node.proc is None:
+            return
+        node.proc.terminate()
+        try:
+            node.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            node.proc.kill()
+            node.proc.wait(timeout=10)
+        node.proc = None
+
+    def validate(
+        self, report: Path, *extra: str, timeout: float = 240, node_suite: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """The CLI over every node, in the switch namespace (no per-node suite unless *node_suite*)."""
+        argv = [
+            "ip",
+            "netns",
+            "exec",
+            self.switch,
+            sys.executable,
+            "-m",
+            "imagesmith",
+            "validate",
+            *(n.target for n in self.nodes),
+            "--ssh-config",
+            str(self.ssh_config),
+            *([] if node_suite else ["--no-node-suite"]),
+            "--report",
+            str(report),
+            *extra,
+        ]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO)
+
+    def popen(self, report: Path, *extra: str) -> subprocess.Popen[str]:
+        argv = ["ip", "netns", "exec", self.switch, sys.executable, "-m", "imagesmith", "validate"]
+        argv += [n.target for n in self.nodes]
+        argv += ["--ssh-config", str(self.ssh_config), "--no-node-suite", "--report", str(report), *extra]
+        return subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, bufsize=1
+        )
+
+
+def _keygen(path: Path) -> None:
+    _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "imagesmith-netns-test", "-f", str(path))
+
+
+@contextmanager
+def netns_cluster(n: int, folder: Path, *, subnet: str = SUBNET) -> Iterator[Cluster]:
+    """*n* nodes (``{subnet}.11`` …) with their sshd running; all of it removed on the way out."""
+    if os.geteuid() != 0:
+        raise NetnsError("network namespaces need root (ip netns, tc, mount): CI runs as root")
+    for tool in TOOLS:
+        if shutil.which(tool) is None:
+            raise NetnsError(
+                f"{tool} is missing: run `bash scripts/setup.sh` (installs openssh-server, iperf3)"
+            )
+    tag = uuid.uuid4().hex[:6]
+    switch = f"isw-{tag}"
+    nodes = []
+    for i in range(1, n + 1):
+        d = folder / f"n{i}"
+        d.mkdir()
+        _keygen(d / "host_key")
+        (d / "machine-id").write_text(uuid.uuid4().hex + "\n")
+        boot = d / "boot_id"
+        boot.write_text(str(uuid.uuid4()) + "\n")
+        nodes.append(Node(name=f"isn{i}-{tag}", address=f"{subnet}.{10 + i}", folder=d, boot_file=boot))
+    _keygen(folder / "client_key")
+    shutil.copy(folder / "client_key.pub", folder / "authorized_keys")
+    ssh_config = folder / "ssh_config"
+    ssh_config.write_text(
+        "Host *\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n  IdentitiesOnly yes\n"
+        f"  IdentityFile {folder / 'client_key'}\n  IdentityAgent none\n  BatchMode yes\n  LogLevel ERROR\n"
+    )
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
+    made: list[str] = []
+    c = Cluster(switch=switch, nodes=nodes, ssh_config=ssh_config, folder=folder)
+    try:
+        _sh("ip", "netns", "add", switch)
+        made.append(switch)
+        _sh("ip", "-n", switch, "link", "add", "br0", "type", "bridge")
+        _sh("ip", "-n", switch, "addr", "add", f"{subnet}.1/24", "dev", "br0")
+        _sh("ip", "-n", switch, "link", "set", "br0", "up")
+        _sh("ip", "-n", switch, "link", "set", "lo", "up")
+        for i, node in enumerate(nodes, 1):
+            _sh("ip", "netns", "add", node.name)
+            made.append(node.name)
+            _sh(
+                "ip",
+                "-n",
+                switch,
+                "link",
+                "add",
+                f"p{i}",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                node.name,
+            )
+            _sh("ip", "-n", switch, "link", "set", f"p{i}", "master", "br0", "up")
+            _sh("ip", "-n", node.name, "addr", "add", f"{node.address}/24", "dev", "eth0")
+            _sh("ip", "-n", node.name, "link", "set", "eth0", "up")
+            _sh("ip", "-n", node.name, "link", "set", "lo", "up")
+        for node in nodes:
+            c.start(node)
+        yield c
+    finally:
+        for node in nodes:
+            c.stop(node)
+        for name in reversed(made):
+            for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
+                _sh("kill", "-9", pid, check=False)  # what a killed run left inside (an iperf3 under timeout)
+            _sh("ip", "netns", "del", name, check=False)
