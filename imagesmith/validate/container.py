@@ -297,6 +297,8 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         argv += ["--expect-nvlink"]
     if options.nccl_tests:
         argv += ["--nccl-tests", options.nccl_tests]
+    if options.listing:
+        argv += ["--listing-json", json.dumps(options.listing, separators=(",", ":"))]
     argv += [
         "--nccl-rounds",
         str(options.nccl_rounds),

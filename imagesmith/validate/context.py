@@ -76,6 +76,9 @@ class SuiteOptions:
     soak_interval_s: float = 5.0
     soak_fail_ratio: float = 0.92
     soak_warn_ratio: float = 0.96
+    #: ``--listing FILE`` and the ``--expect-*`` shorthands: what the rental promised
+    #: (:meth:`imagesmith.validate.listing.Listing.to_json`)
+    listing: dict[str, Any] = field(default_factory=dict)
     ssh_config: str | None = None
     ssh_identity_file: str | None = None
 
