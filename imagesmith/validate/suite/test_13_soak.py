@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from imagesmith.validate.alone import intruder_sentence, soak_intruders
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu
 from imagesmith.validate.expected import Bands, Expected, gpu_expected, options_expected
@@ -72,11 +73,13 @@ def test_soak(ctx: Context, check: CheckRecord, gpus: list[Gpu], host_kind: tupl
             g = next((g for g in gpus if event.matches(g.bus_id or "")), None)
             where = f"GPU {g.index} ({event.bus})" if g else f"PCI {event.bus}"
             xids.append((event, where, minute))
+    intruders = soak_intruders(records, series, gpus, limit=o.foreign_memory_max)
     result = judge_soak(
         series,
         expected=expected,
         new_xids=xids,
         listed={g.index: g.name for g in gpus},
+        not_alone=[intruder_sentence(i, limit=o.foreign_memory_max) for i in intruders],
         settings=SoakSettings(
             fail_ratio=o.soak_fail_ratio,
             warn_ratio=o.soak_warn_ratio,
@@ -101,6 +104,7 @@ def test_soak(ctx: Context, check: CheckRecord, gpus: list[Gpu], host_kind: tupl
         kernel_log="read before and after" if after is not None else "not readable here: Xids not checked",
         new_xid=[{"where": w, "minute": m, "text": e.label} for e, w, m in xids],
         failures=result.failures,
+        intruders=[i.to_json() for i in intruders],
     )
     check.warnings.extend(result.warnings)
     if after is None:
