@@ -75,6 +75,7 @@ def test_listing(ctx: Context, check: CheckRecord, gpu_facts: GpuFacts) -> None:
             why.setdefault("gpu.interconnect", "`nvidia-smi topo -m` failed")
     size = _host_size(ctx, gpu_facts)
     nic_r = ctx.run(NIC_COMMAND, timeout=30)
+    ctx.save_log("nics.txt", f"$ {NIC_COMMAND}\n{nic_r.output}")
     nics = parse_nics(nic_r.stdout)
     if nics.rate is None:
         why["network.nic_rate"] = (
