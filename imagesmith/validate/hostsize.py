@@ -141,6 +141,10 @@ def judge_host(cap: HostCapture, *, gpus: int, gpu_memory_mib: float) -> HostSiz
         ram_basis = f"cgroup memory.max at {cap.memory_max_at}" + (
             f"; the host has {_gib(cap.mem_total)}" if cap.mem_total else ""
         )
+    elif cap.memory_max is not None:
+        ram_basis = (
+            f"MemTotal; the cgroup's memory.max ({_gib(cap.memory_max)} at {cap.memory_max_at}) is above it"
+        )
     elif cap.cgroup != "none seen":
         ram_basis = "MemTotal; no cgroup memory limit"
     gpu_mem = gpu_memory_mib * 2**20

@@ -3,6 +3,7 @@ the start record, the compute processes every 5 s) with a co-tenant that arrives
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -10,6 +11,9 @@ import pytest
 from imagesmith.nvsmi import SmiGpu
 from imagesmith.validate.alone import intruder_sentence, soak_intruders
 from imagesmith.validate.soak import judge_soak, soak_series
+from tests.repo import REPO
+
+DATA = REPO / "tests" / "data" / "h200-listing"
 
 UUID = "GPU-6f1b0c9e-0000-4000-8000-000000000001"
 H200 = SmiGpu(index=0, name="NVIDIA H200", memory_mib=143771, uuid=UUID)
@@ -100,3 +104,23 @@ def test_a_size_limit_and_a_process_there_from_the_start() -> None:
     assert i.cost == {"matmul_tflops": None, "copy_gbps": None}  # no window before it came
     assert "it cost" not in failures[0]
     assert "(2.0 GiB)" in failures[0]
+
+
+H200_LENT = SmiGpu(
+    index=0, name="NVIDIA H200", memory_mib=143771, uuid="GPU-d3cff28f-8ff6-3045-7aa6-c1fc49632deb"
+)
+
+
+def test_the_recorded_h200_soak_with_a_cotenant_names_it() -> None:
+    """The lent H200 (docs/evidence/h200x1-listing/cotenant): ``gpu_load.py matmul --duty 0.2 --hold-gib 4.5``
+    from ~1:10 of a 2-minute soak; the probe's own records, replayed."""
+    recs = [json.loads(line) for line in (DATA / "soak-cotenant.jsonl").read_text().splitlines()]
+    series = soak_series(recs, smi_names={H200_LENT.uuid or "": 0})
+    (i,) = soak_intruders(recs, series, [H200_LENT], limit="3%")
+    assert (i.pid, i.name) == (1877, "python3")
+    assert 65 <= i.since_s <= 80
+    assert i.mib / 1024 == pytest.approx(5.4, abs=0.1)
+    assert i.cost["matmul_tflops"] is not None
+    assert i.cost["matmul_tflops"] < 0.95
+    # with the limit above what it held, it is not a failure of this rule
+    assert soak_intruders(recs, series, [H200_LENT], limit="6g") == []

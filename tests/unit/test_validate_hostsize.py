@@ -60,6 +60,30 @@ def test_h200_host_warns_ram_below_twice_gpu_memory() -> None:
     assert "2×" in warning
 
 
+def test_the_recorded_h200_host() -> None:
+    """The lent H200 as the suite saw it (docs/evidence/h200x1-listing/healthy/host-size.txt): cgroup v2,
+    memory.max 128 GiB two levels up, above MemTotal 125.8 GiB — MemTotal is what the container gets."""
+    cap = parse_host((REPO / "tests" / "data" / "h200-listing" / "host-size.txt").read_text())
+    assert cap.cgroup == "v2"
+    assert cap.memory_max == 128 * 2**30
+    assert cap.memory_max_at == "/process_api"
+    size = judge_host(cap, gpus=1, gpu_memory_mib=143771)
+    assert size.vcpu == 16
+    assert size.ram == 131961788 * 1024
+    assert size.ram_basis == "MemTotal; the cgroup's memory.max (128.0 GiB at /process_api) is above it"
+    assert size.figures["ram_per_gpu_memory"] == pytest.approx(0.90, abs=0.01)
+
+
+def test_the_recorded_h200_data_folder_without_fio() -> None:
+    fig = parse_storage(
+        "/var/tmp/imagesmith-data", (REPO / "tests/data/h200-listing/storage-data-dd.txt").read_text()
+    )
+    assert not fig.fio
+    assert fig.write_bps == pytest.approx(2**30 / 0.847136)
+    assert fig.read_bps == pytest.approx(2**30 / 0.933166)
+    assert fig.free_bytes == 68495986688
+
+
 def test_container_limits_win_over_the_host_totals_v2() -> None:
     cap = parse_host(CONTAINER_V2)
     size = judge_host(cap, gpus=8, gpu_memory_mib=8 * 81559)
