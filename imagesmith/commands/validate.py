@@ -130,6 +130,12 @@ def validate_command(
         help="TOML file of what the rental promised (GPUs, interconnect, vCPU, RAM, NIC, storage, price): "
         "each promise judged, the verdict fails on a broken one (docs/validation.md).",
     ),
+    checkpoint_size: str = typer.Option(
+        "1g",
+        "--checkpoint-size",
+        help="What the storage check writes + fsyncs + reads back in each folder (your checkpoint's size; "
+        "16m to 64g).",
+    ),
     report: str | None = typer.Option(
         None, "--report", help="Folder for the evidence bundle (default reports/validate-<time>)."
     ),
@@ -318,6 +324,12 @@ def validate_command(
         baseline_busbw = found_busbw if found_busbw is not None else baseline_busbw
     fleet, fleet_source = _fleet(baseline_from, baseline_fleet, baseline_source)
     promised = _listing(listing, listing_json, expect_gpu, expect_count, expect_nvlink)
+    checkpoint_bytes = parse_size(checkpoint_size, what="--checkpoint-size")
+    if not 16 * 2**20 <= checkpoint_bytes <= 64 * 2**30:
+        raise ConfigError(
+            f"--checkpoint-size {checkpoint_size}: from 16m to 64g",
+            hint="give the size of one checkpoint of your job, e.g. 8g (default 1g)",
+        )
     report_dir = report or _default_report_dir()
     _writable_report_dir(Path(report_dir))
     options = SuiteOptions(
@@ -327,6 +339,7 @@ def validate_command(
         expect_count=promised.gpu_count,
         expect_nvlink=promised.interconnect == "nvlink",
         listing=promised.to_json() if not promised.empty else {},
+        checkpoint_bytes=checkpoint_bytes,
         shm_min_bytes=shm_min_bytes if shm_min_bytes is not None else 1024**3,
         shm_min_source=shm_min_source or ("--shm-min" if shm_min else "imagesmith default (1 GiB)"),
         report_dir=report_dir,

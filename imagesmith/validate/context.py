@@ -79,6 +79,8 @@ class SuiteOptions:
     #: ``--listing FILE`` and the ``--expect-*`` shorthands: what the rental promised
     #: (:meth:`imagesmith.validate.listing.Listing.to_json`)
     listing: dict[str, Any] = field(default_factory=dict)
+    #: ``--checkpoint-size``: what test_storage writes, fsyncs and reads back in each folder (and fio's file)
+    checkpoint_bytes: int = 1024**3
     ssh_config: str | None = None
     ssh_identity_file: str | None = None
 

@@ -161,7 +161,7 @@ def format_rate(bytes_per_s: float, *, bits: bool = False) -> str:
     """A rate for the report: GB/s (disks), or Gb/s for a NIC."""
     if bits:
         return f"{bytes_per_s * 8 / 1e9:.4g} Gb/s"
-    return f"{bytes_per_s / 1e9:.3g} GB/s" if bytes_per_s >= 1e8 else f"{bytes_per_s / 1e6:.3g} MB/s"
+    return f"{bytes_per_s / 1e9:.3g} GB/s" if bytes_per_s >= 1e9 else f"{bytes_per_s / 1e6:.3g} MB/s"
 
 
 def format_size(n: float) -> str:

@@ -24,9 +24,9 @@ from typing import Any
 #: waits on its data, below 0.5 GB/s write a 100 GB checkpoint takes minutes
 DEFAULT_READ_FLOOR = 1e9
 DEFAULT_WRITE_FLOOR = 0.5e9
-#: seconds per fio job (write, read, random read) and the size of its file; the size of the timed checkpoint
+#: seconds per fio job (write, read, random read); the size of fio's file and of the timed checkpoint
+#: (``--checkpoint-size``)
 FIO_RUNTIME_S = 5
-FIO_SIZE = "1G"
 CHECKPOINT_MIB = 1024
 MARK = "# imagesmith-storage "
 
@@ -38,7 +38,8 @@ def storage_command(path: str, *, direct: bool = True, checkpoint_mib: int = CHE
     d = f"{q}/.imagesmith-storage.$$"
     dflag = "1" if direct else "0"
     fio = (
-        f"timeout -k 5 {FIO_RUNTIME_S * 3 + 90} fio --output-format=json --directory={d} --size={FIO_SIZE} "
+        f"timeout -k 5 {FIO_RUNTIME_S * 3 + 90} fio --output-format=json --directory={d} "
+        f"--size={checkpoint_mib}M "
         f"--runtime={FIO_RUNTIME_S} --time_based --direct={dflag} --end_fsync=1 "
         "--name=seqwrite --rw=write --bs=1M --ioengine=psync "
         "--name=seqread --stonewall --rw=read --bs=1M --ioengine=psync "
