@@ -136,6 +136,13 @@ def validate_command(
         help="What the storage check writes + fsyncs + reads back in each folder (your checkpoint's size; "
         "16m to 64g).",
     ),
+    dcgm_level: int | None = typer.Option(
+        None,
+        "--dcgm-level",
+        min=0,
+        max=4,
+        help="Where dcgmi is installed: dcgmi diag -r LEVEL (default 1, 3 with --soak; 0: off).",
+    ),
     report: str | None = typer.Option(
         None, "--report", help="Folder for the evidence bundle (default reports/validate-<time>)."
     ),
@@ -340,6 +347,7 @@ def validate_command(
         expect_nvlink=promised.interconnect == "nvlink",
         listing=promised.to_json() if not promised.empty else {},
         checkpoint_bytes=checkpoint_bytes,
+        dcgm_level=dcgm_level if dcgm_level is not None else -1,
         shm_min_bytes=shm_min_bytes if shm_min_bytes is not None else 1024**3,
         shm_min_source=shm_min_source or ("--shm-min" if shm_min else "imagesmith default (1 GiB)"),
         report_dir=report_dir,

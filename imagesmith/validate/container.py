@@ -328,6 +328,8 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
     ):
         if value != default:
             argv += [flag, f"{value:g}"]
+    if options.dcgm_level != defaults.dcgm_level:
+        argv += ["--dcgm-level", str(options.dcgm_level)]
     if options.checkpoint_bytes != defaults.checkpoint_bytes:
         argv += ["--checkpoint-size", str(options.checkpoint_bytes)]
     if options.foreign_memory_max != defaults.foreign_memory_max:

@@ -81,6 +81,8 @@ class SuiteOptions:
     listing: dict[str, Any] = field(default_factory=dict)
     #: ``--checkpoint-size``: what test_storage writes, fsyncs and reads back in each folder (and fio's file)
     checkpoint_bytes: int = 1024**3
+    #: ``--dcgm-level``: dcgmi diag's level (-1: 3 with --soak, else 1; 0: off)
+    dcgm_level: int = -1
     ssh_config: str | None = None
     ssh_identity_file: str | None = None
 

@@ -92,6 +92,7 @@ ROWS: list[tuple[str, list[str]]] = [
     ("validate-listing-dir", ["validate", "--listing", DIR]),
     ("validate-checkpoint-size-tiny", ["validate", "--checkpoint-size", "1k"]),
     ("validate-checkpoint-size-junk", ["validate", "--checkpoint-size", CTRL]),
+    ("validate-dcgm-level-absurd", ["validate", "--dcgm-level", "9"]),
     ("validate-report-is-file", ["validate", "--report", BINF]),
     ("validate-shm-absurd", ["validate", "--shm-min", "9" * 30 + "g"]),
     ("validate-shm-exponent", ["validate", "--shm-min", "1e400g"]),
