@@ -297,7 +297,9 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         argv += ["--expect-nvlink"]
     if options.nccl_tests:
         argv += ["--nccl-tests", options.nccl_tests]
-    if options.listing:
+    # a listing file's promises; the --expect-* shorthands alone travel as those flags (an image built by an
+    # older imagesmith knows no --listing-json)
+    if any(not str(o).startswith("--") for o in (options.listing.get("origin") or {}).values()):
         argv += ["--listing-json", json.dumps(options.listing, separators=(",", ":"))]
     argv += [
         "--nccl-rounds",

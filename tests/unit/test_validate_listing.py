@@ -4,6 +4,7 @@ the key, the --expect-* shorthands folded into the same promises, and each promi
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -232,3 +233,18 @@ def test_an_old_driver_a_smaller_gpu_and_mig_are_broken(tmp_path: Path) -> None:
     )
     verdicts = {r.promise: r.verdict for r in judge_listing(listing, m)}
     assert verdicts == {"gpu.memory": BROKEN, "gpu.mig": BROKEN, "gpu.driver": BROKEN, "gpu.cuda": KEPT}
+
+
+def test_an_image_gets_the_listing_only_where_a_file_gave_one(tmp_path: Path) -> None:
+    from imagesmith.validate.container import inner_argv
+    from imagesmith.validate.context import SuiteOptions
+
+    flags = with_flags(Listing(), expect_gpu=None, expect_count=2, expect_nvlink=False)
+    argv = inner_argv(SuiteOptions(expect_count=2, listing=flags.to_json()), select=None)
+    assert "--listing-json" not in argv
+    assert argv[argv.index("--expect-count") + 1] == "2"
+    path = tmp_path / "l.toml"
+    path.write_text("[host]\nram = '256 GiB'\n")
+    listing = load_listing(path)
+    argv = inner_argv(SuiteOptions(listing=listing.to_json()), select=None)
+    assert Listing.from_json(json.loads(argv[argv.index("--listing-json") + 1])) == listing
