@@ -31,33 +31,48 @@ CHECKPOINT_MIB = 1024
 MARK = "# imagesmith-storage "
 
 
+def dd_timeout_s(checkpoint_mib: int) -> int:
+    """Seconds one dd of *checkpoint_mib* may take (a folder slower than 20 MB/s fails on its figures)."""
+    return 120 + checkpoint_mib * 2**20 // (20 * 10**6)
+
+
+def storage_timeout_s(checkpoint_mib: int) -> int:
+    """The bound of the whole :func:`storage_command` (fio's three jobs, two dd, the file's layout)."""
+    return 2 * dd_timeout_s(checkpoint_mib) + FIO_RUNTIME_S * 3 + 180
+
+
 def storage_command(path: str, *, direct: bool = True, checkpoint_mib: int = CHECKPOINT_MIB) -> str:
-    """The shell command measuring *path*: free space, fio (when on PATH) and dd, in a scratch folder it
-    removes. Every step is bounded by ``timeout``."""
+    """The shell command measuring *path*: free space, fio (when on PATH) and dd, on one file in a scratch
+    folder it removes; the file is at most a third of the folder's free space (a measurement never fills a
+    disk; the size used is printed). Every step is bounded by ``timeout``."""
     q = shlex.quote(path)
     d = f"{q}/.imagesmith-storage.$$"
     dflag = "1" if direct else "0"
     fio = (
-        f"timeout -k 5 {FIO_RUNTIME_S * 3 + 90} fio --output-format=json --directory={d} "
-        f"--size={checkpoint_mib}M "
-        f"--runtime={FIO_RUNTIME_S} --time_based --direct={dflag} --end_fsync=1 "
+        f"timeout -k 5 {FIO_RUNTIME_S * 3 + 150} fio --output-format=json --filename={d}/fio.dat "
+        f'--size="$n"M --runtime={FIO_RUNTIME_S} --time_based --direct={dflag} --end_fsync=1 '
         "--name=seqwrite --rw=write --bs=1M --ioengine=psync "
         "--name=seqread --stonewall --rw=read --bs=1M --ioengine=psync "
         "--name=randread --stonewall --rw=randread --bs=4k --ioengine=libaio --iodepth=32"
     )
     oflag = " oflag=direct" if direct else ""
     iflag = " iflag=direct" if direct else ""
-    dd_w = f"dd if=/dev/zero of={d}/ckpt bs=1M count={checkpoint_mib} conv=fsync"
+    t = dd_timeout_s(checkpoint_mib)
+    dd_w = f'dd if=/dev/zero of={d}/ckpt bs=1M count="$n" conv=fsync'
     dd_r = f"dd if={d}/ckpt of=/dev/null bs=1M"
     return (
         f"export LC_ALL=C; echo '{MARK}df'; df -B1 --output=avail,size {q} | tail -n 1; "
+        f"a=$(df -B1M --output=avail {q} | tail -n 1 | tr -dc 0-9); n={int(checkpoint_mib)}; "
+        f'[ -n "$a" ] && [ $((a / 3)) -lt "$n" ] && n=$((a / 3)); '
+        f"echo '{MARK}size'; echo \"$n\"; "
+        f"[ \"$n\" -ge 16 ] || {{ echo '{MARK}no-space'; exit 0; }}; "
         f"mkdir -p {d} || exit 3; "
         f"if command -v fio >/dev/null 2>&1; then echo '{MARK}fio'; {fio} 2>&1; "
-        f"else echo '{MARK}no-fio'; fi; rm -f {d}/seq* {d}/rand*; "
-        f"echo '{MARK}dd-write'; timeout -k 5 300 {dd_w}{oflag} 2>&1 || "
-        f"{{ echo '{MARK}dd-write'; timeout -k 5 300 {dd_w} 2>&1; }}; "
-        f"echo '{MARK}dd-read'; timeout -k 5 300 {dd_r}{iflag} 2>&1 || "
-        f"{{ echo '{MARK}dd-read'; timeout -k 5 300 {dd_r} 2>&1; }}; "
+        f"else echo '{MARK}no-fio'; fi; rm -f {d}/fio.dat; "
+        f"echo '{MARK}dd-write'; timeout -k 5 {t} {dd_w}{oflag} 2>&1 || "
+        f"{{ echo '{MARK}dd-write'; timeout -k 5 {t} {dd_w} 2>&1; }}; "
+        f"echo '{MARK}dd-read'; timeout -k 5 {t} {dd_r}{iflag} 2>&1 || "
+        f"{{ echo '{MARK}dd-read'; timeout -k 5 {t} {dd_r} 2>&1; }}; "
         f"rm -rf {d}"
     )
 
@@ -67,6 +82,8 @@ class StorageFigures:
     path: str
     free_bytes: int | None = None
     size_bytes: int | None = None
+    #: MiB of the file fio and dd used (``--checkpoint-size``, or a third of the free space where less)
+    size_mib: int | None = None
     tool: str = ""
     fio: bool = False
     read_bps: float | None = None
@@ -126,6 +143,12 @@ def parse_storage(path: str, text: str) -> StorageFigures:
             sections[current] = []  # a retried dd replaces the first attempt
         elif current:
             sections[current].append(line)
+    size = " ".join(sections.get("size", [])).strip()
+    fig.size_mib = int(size) if size.isdigit() else None
+    if "no-space" in sections:
+        fig.problems.append(
+            "less than 48 MiB free: not measured (the measurement uses at most a third of the free space)"
+        )
     df = " ".join(sections.get("df", [])).split()
     if len(df) >= 2 and df[0].isdigit() and df[1].isdigit():
         fig.free_bytes, fig.size_bytes = int(df[0]), int(df[1])

@@ -3,6 +3,8 @@ below the host's totals), the usual-advice warnings, the NICs, and fio's JSON an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from imagesmith.validate.hostsize import judge_host, parse_host, parse_nics
@@ -182,3 +184,30 @@ def test_fio_noise_before_json_and_garbage() -> None:
     fig = parse_storage("/d", "# imagesmith-storage fio\nfio: command not found\n")
     assert fig.problems
     assert fig.problems[0].startswith("fio: fio printed no JSON")
+
+
+def test_a_nearly_full_folder_is_not_filled() -> None:
+    text = (
+        "# imagesmith-storage df\n40000000 1000000000\n# imagesmith-storage size\n12\n"
+        "# imagesmith-storage no-space\n"
+    )
+    fig = parse_storage("/full", text)
+    assert fig.size_mib == 12
+    assert fig.read_bps is None
+    assert fig.problems == [
+        "less than 48 MiB free: not measured (the measurement uses at most a third of the free space)"
+    ]
+
+
+def test_the_measurement_uses_at_most_a_third_of_the_free_space(tmp_path: Path) -> None:
+    """The command itself, on a folder of this machine, with a size far above its free space: the size it
+    prints is a third of what df says is free (dd then writes that much; fio is not needed for this)."""
+    import subprocess
+
+    from imagesmith.validate.storage import storage_command
+
+    script = storage_command(str(tmp_path), checkpoint_mib=64 * 2**30).split("mkdir -p", 1)[0] + "true"
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30, check=True).stdout
+    avail_mib = int(out.split("# imagesmith-storage df\n", 1)[1].split()[0]) // 2**20
+    size = int(out.split("# imagesmith-storage size\n", 1)[1].split()[0])
+    assert abs(size - avail_mib // 3) <= avail_mib // 100 + 1

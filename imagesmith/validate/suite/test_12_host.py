@@ -17,6 +17,7 @@ from imagesmith.validate.storage import (
     DEFAULT_WRITE_FLOOR,
     parse_storage,
     storage_command,
+    storage_timeout_s,
 )
 
 
@@ -50,10 +51,9 @@ def test_storage(ctx: Context, check: CheckRecord) -> None:
         if exists.rc != 0:
             missing.append(f"{name} folder {path} does not exist or is not writable here")
             continue
-        command = storage_command(
-            path, direct=name != "shm", checkpoint_mib=max(1, ctx.options.checkpoint_bytes // 2**20)
-        )
-        r = ctx.run(command, timeout=900)
+        mib = max(1, ctx.options.checkpoint_bytes // 2**20)
+        command = storage_command(path, direct=name != "shm", checkpoint_mib=mib)
+        r = ctx.run(command, timeout=storage_timeout_s(mib))
         ctx.save_log(f"storage-{name}.txt", f"$ {command}\n{r.output}")
         fig = parse_storage(path, r.output)
         measured[name] = fig
