@@ -45,6 +45,13 @@ PERF_FIGURES: tuple[str, ...] = (
     "soak_worst_minute_ratio",
     "soak_minutes",
     "scaling_efficiency",
+    # issue 33: what a listing-validated host proved — the promises its listing made (all kept: only a passing
+    # run is in the index), its vCPUs per GPU and RAM per GPU memory, its data and checkpoint folders
+    "listing_promises_kept",
+    "host_vcpu_per_gpu",
+    "host_ram_per_gpu_memory",
+    "storage_data_read_gbps",
+    "storage_checkpoint_write_gbps",
 )
 
 Kind = Literal["string", "integer", "number", "boolean", "array", "table", "map"]

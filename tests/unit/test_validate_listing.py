@@ -248,3 +248,43 @@ def test_an_image_gets_the_listing_only_where_a_file_gave_one(tmp_path: Path) ->
     listing = load_listing(path)
     argv = inner_argv(SuiteOptions(listing=listing.to_json()), select=None)
     assert Listing.from_json(json.loads(argv[argv.index("--listing-json") + 1])) == listing
+
+
+def test_what_a_listing_validated_host_proved_reaches_the_index_and_pick() -> None:
+    """release copies report_figures into validated_on[].figures: the lent H200's passing listing run
+    (docs/evidence/h200x1-listing/healthy) as the checks record it now, then the index and pick's text."""
+    from imagesmith.commands.output import endurance
+    from imagesmith.index import dump_index, parse_index
+    from imagesmith.validate.record import report_figures
+    from tests.unit.test_index import image, index_doc
+
+    checks = [
+        {"name": "test_listing", "figures": {"summary": {"listing_promises_kept": 12}}},
+        {
+            "name": "test_host_size",
+            "figures": {"summary": {"host_vcpu_per_gpu": 16.0, "host_ram_per_gpu_memory": 0.896}},
+        },
+        {
+            "name": "test_storage",
+            "figures": {
+                "summary": {"storage_data_read_gbps": 1.1506, "storage_checkpoint_write_gbps": 1.5103}
+            },
+        },
+        {"name": "test_storage_none", "figures": {"summary": {"storage_data_read_gbps": None}}},
+    ]
+    figures = report_figures(checks)
+    assert figures == {
+        "listing_promises_kept": 12.0,
+        "host_vcpu_per_gpu": 16.0,
+        "host_ram_per_gpu_memory": 0.896,
+        "storage_data_read_gbps": 1.1506,
+        "storage_checkpoint_write_gbps": 1.5103,
+    }
+    doc = index_doc(image())
+    doc["images"][0]["validated_on"][0]["figures"] = figures
+    parsed = parse_index(json.dumps(doc), source="index.json")
+    assert parse_index(dump_index(parsed), source="again") == parsed
+    assert endurance(parsed.images[0].validated_on[0].figures) == (
+        " [listing: 12 promises kept; 16 vCPU/GPU; RAM 0.90× GPU memory; data read 1.2 GB/s; "
+        "checkpoint write 1.5 GB/s]"
+    )

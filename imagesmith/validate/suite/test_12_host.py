@@ -33,6 +33,10 @@ def test_host_size(ctx: Context, check: CheckRecord, gpus: list[Gpu]) -> None:
     size = judge_host(cap, gpus=len(gpus), gpu_memory_mib=sum(float(g.memory_mib or 0) for g in gpus))
     ctx.facts["host_size"] = size
     check.figures.update(size.figures)
+    check.figures["summary"] = {
+        "host_vcpu_per_gpu": size.figures.get("vcpu_per_gpu"),
+        "host_ram_per_gpu_memory": size.figures.get("ram_per_gpu_memory"),
+    }
     check.warnings.extend(size.warnings)
 
 
@@ -77,6 +81,11 @@ def test_storage(ctx: Context, check: CheckRecord) -> None:
                     f"of {format_rate(floor)} (the listing promised no {what} rate)"
                 )
     ctx.facts["storage"] = measured
+    data, ckpt = measured.get("data"), measured.get("checkpoint")
+    check.figures["summary"] = {
+        "storage_data_read_gbps": data.read_bps / 1e9 if data and data.read_bps else None,
+        "storage_checkpoint_write_gbps": ckpt.write_bps / 1e9 if ckpt and ckpt.write_bps else None,
+    }
     ctx.facts["storage_missing"] = missing
     check.figures["missing"] = missing
     if not listing.folders():

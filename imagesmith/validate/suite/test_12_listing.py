@@ -127,6 +127,7 @@ def test_listing(ctx: Context, check: CheckRecord, gpu_facts: GpuFacts) -> None:
     )
     rows = judge_listing(listing, measured)
     check.figures["promises"] = [r.__dict__ for r in rows]
+    check.figures["summary"] = {"listing_promises_kept": sum(r.verdict == "kept" for r in rows)}
     if listing.price_per_hour is not None:
         check.figures["price_per_hour"] = listing.price_per_hour
         check.figures["currency"] = listing.currency
