@@ -63,8 +63,6 @@ RAM_TOLERANCE = 0.05
 GPU_MEMORY_TOLERANCE = 0.06
 
 KEPT, BROKEN, UNMEASURED = "kept", "broken", "not measured"
-LINKS = ("nvlink", "pcie")
-FABRICS = ("infiniband", "roce", "ethernet")
 FOLDERS = ("data", "checkpoint")
 
 _SIZE_UNITS = {
@@ -559,7 +557,3 @@ def judge_listing(listing: Listing, m: Measured) -> list[Row]:
                 None if got_f is None else got_f >= folder.free,
             )
     return rows
-
-
-def broken(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if r.verdict == BROKEN]
