@@ -147,3 +147,104 @@ def intruder_sentence(i: Intruder, *, limit: str) -> str:
         f"above --foreign-memory-max {limit} ({i.limit_mib / 1024:.1f} GiB)"
         + (f"; it cost {cost}" if cost else "")
     )
+
+
+# ------------------------------------------------------------------------------- SM use of other processes
+#: mean SM use (%) of another process over its pmon samples at which it counts as running kernels beside the
+#: soak (the free check's bar for a busy idle GPU)
+BUSY_SM_PCT = 10.0
+#: pmon samples a process needs before it is judged (one sample can catch a start-up kernel)
+MIN_PMON_SAMPLES = 2
+
+
+def parse_pmon(text: str) -> list[tuple[int, int, float | None, str]]:
+    """``nvidia-smi pmon -c 1 -s u`` → (GPU index, pid, SM %, name) per process. The columns are found by the
+    header (``# gpu pid type sm mem enc dec [jpg ofa] command``: drivers differ); ``-`` is no figure."""
+    header: list[str] = []
+    out: list[tuple[int, int, float | None, str]] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("#"):
+            words = line.lstrip("#").split()
+            if "pid" in words and "sm" in words and not header:
+                header = words
+            continue
+        cells = line.split()
+        if not header or len(cells) < len(header) - 1:
+            continue
+        try:
+            gpu = int(cells[header.index("gpu")]) if "gpu" in header else int(cells[0])
+            pid = int(cells[header.index("pid")])
+        except (ValueError, IndexError):
+            continue  # "-" for a GPU with no process, or a line nvidia-smi printed instead
+        sm = nvsmi_count(cells[header.index("sm")])
+        name = " ".join(cells[header.index("command") :]) if "command" in header else ""
+        out.append((gpu, pid, sm, name))
+    return out
+
+
+@dataclass(frozen=True)
+class SmUser:
+    gpu: int
+    label: str
+    pid: int
+    name: str
+    since_s: float
+    mean_sm: float
+    samples: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "pid": self.pid,
+            "name": self.name,
+            "since_s": self.since_s,
+            "mean_sm_pct": round(self.mean_sm, 1),
+            "samples": self.samples,
+        }
+
+
+def soak_sm_users(
+    records: Iterable[Mapping[str, Any]], series: SoakSeries, gpus: Sequence[SmiGpu]
+) -> list[SmUser]:
+    """Other processes (not the soak's pids) whose SM use, in the probe's ``pmon`` samples, averaged
+    :data:`BUSY_SM_PCT` or more over :data:`MIN_PMON_SAMPLES` or more samples: kernels of someone else's
+    beside the soak's, which utilization.gpu (100 % under the soak) cannot show."""
+    label_of = {idx: label for label, idx in series.gpu_index.items()}
+    listed = {g.index: g for g in gpus}
+    seen: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    names: dict[tuple[int, int], str] = {}
+    for r in records:
+        if not isinstance(r, Mapping) or r.get("kind") != "pmon":
+            continue
+        t = nvsmi_count(str(r.get("t"))) or 0.0
+        for gpu, pid, sm, name in parse_pmon(str(r.get("text") or "")):
+            if pid in series.ours or gpu not in listed or sm is None:
+                continue
+            seen.setdefault((gpu, pid), []).append((t, sm))
+            names[(gpu, pid)] = name
+    out: list[SmUser] = []
+    for (gpu, pid), samples in sorted(seen.items()):
+        mean = statistics.fmean(sm for _, sm in samples)
+        if len(samples) >= MIN_PMON_SAMPLES and mean >= BUSY_SM_PCT:
+            g = listed[gpu]
+            out.append(
+                SmUser(
+                    gpu=gpu,
+                    label=label_of.get(gpu, f"GPU {gpu} ({g.name})"),
+                    pid=pid,
+                    name=names[(gpu, pid)] or "?",
+                    since_s=min(t for t, _ in samples),
+                    mean_sm=mean,
+                    samples=len(samples),
+                )
+            )
+    return out
+
+
+def sm_user_sentence(u: SmUser) -> str:
+    return (
+        f"{u.label}: not yours alone during the soak — pid {u.pid} {u.name} ran kernels on it from "
+        f"{_clock(u.since_s)}: SM {u.mean_sm:.0f} % on average over {u.samples} nvidia-smi pmon samples "
+        f"(at or above {BUSY_SM_PCT:g} %; the soak's own processes are not counted)"
+    )

@@ -124,3 +124,64 @@ def test_the_recorded_h200_soak_with_a_cotenant_names_it() -> None:
     assert i.cost["matmul_tflops"] < 0.95
     # with the limit above what it held, it is not a failure of this rule
     assert soak_intruders(recs, series, [H200_LENT], limit="6g") == []
+
+
+PMON_580 = """# gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command
+# Idx           #    C/G      %      %      %      %      %      %    name
+    0       2101     C     71     40      -      -      -      -    python3
+    0       4321     C     {sm}     10      -      -      -      -    python3 my job.py
+"""
+PMON_535_IDLE = """# gpu        pid  type    sm   mem   enc   dec   command
+# Idx          #   C/G     %     %     %     %   name
+    0          -     -     -     -     -     -   -
+"""
+
+
+def test_pmon_columns_are_read_by_the_header() -> None:
+    from imagesmith.validate.alone import parse_pmon
+
+    assert parse_pmon(PMON_580.format(sm=24)) == [
+        (0, 2101, 71.0, "python3"),
+        (0, 4321, 24.0, "python3 my job.py"),
+    ]
+    assert parse_pmon(PMON_535_IDLE) == []
+    assert parse_pmon("Failed to initialize NVML: Unknown Error\n") == []
+    assert parse_pmon(PMON_580.format(sm="-"))[1][2] is None
+
+
+def _with_pmon(recs: list[dict[str, Any]], *, from_s: float, sm: str) -> list[dict[str, Any]]:
+    out = list(recs)
+    for t in range(0, 300, 5):
+        text = (
+            PMON_580.format(sm=sm)
+            if t >= from_s
+            else PMON_580.splitlines()[0] + "\n    0  2101  C  99  40  -  -  -  -  python3\n"
+        )
+        out.append({"kind": "pmon", "t": float(t) + 3, "text": text})
+    return out
+
+
+def test_another_process_running_kernels_mid_soak_fails_named() -> None:
+    """A neighbour that holds little memory (0.5 GiB: under the limit) but runs kernels from 2:00: SM 24 %
+    in every pmon sample — utilization.gpu is 100 % under the soak and cannot show it."""
+    from imagesmith.validate.alone import sm_user_sentence, soak_sm_users
+
+    recs = _with_pmon(capture(arrives_s=120, gib=0.5), from_s=120, sm="24")
+    series = soak_series(recs, smi_names={UUID: 0})
+    assert soak_intruders(recs, series, [H200], limit="3%") == []
+    (u,) = soak_sm_users(recs, series, [H200])
+    assert (u.pid, u.name, u.since_s, u.mean_sm) == (4321, "python3 my job.py", 123.0, 24.0)
+    assert u.samples == 36
+    assert sm_user_sentence(u) == (
+        "GPU 0 (NVIDIA H200): not yours alone during the soak — pid 4321 python3 my job.py ran kernels on it "
+        "from 2:03: SM 24 % on average over 36 nvidia-smi pmon samples (at or above 10 %; the soak's own "
+        "processes are not counted)"
+    )
+
+
+def test_a_neighbour_with_a_little_sm_use_and_the_soaks_own_kernels_pass() -> None:
+    from imagesmith.validate.alone import soak_sm_users
+
+    recs = _with_pmon(capture(arrives_s=120, gib=0.5), from_s=120, sm="3")
+    series = soak_series(recs, smi_names={UUID: 0})
+    assert soak_sm_users(recs, series, [H200]) == []  # pid 2101 (ours) at 71-99 % is never counted
