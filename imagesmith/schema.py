@@ -45,6 +45,13 @@ PERF_FIGURES: tuple[str, ...] = (
     "soak_worst_minute_ratio",
     "soak_minutes",
     "scaling_efficiency",
+    # issue 33: what a listing-validated host proved — the promises its listing made (all kept: only a passing
+    # run is in the index), its vCPUs per GPU and RAM per GPU memory, its data and checkpoint folders
+    "listing_promises_kept",
+    "host_vcpu_per_gpu",
+    "host_ram_per_gpu_memory",
+    "storage_data_read_gbps",
+    "storage_checkpoint_write_gbps",
 )
 
 Kind = Literal["string", "integer", "number", "boolean", "array", "table", "map"]
@@ -1450,6 +1457,82 @@ VALIDATION_REPORT: Schema = Schema(
 )
 
 
+def _promise(kind: Kind, description: str, example: str, **kw: Any) -> Field:
+    return Field(kind=kind, description=description, example=example, **kw)
+
+
+def _folder(name: str) -> Field:
+    return Field(
+        kind="table",
+        description=f"the {name} folder and what the listing promised of it",
+        fields={
+            "path": _promise(
+                "string", f"absolute path of the {name} folder on the host", '"/data"', required=True
+            ),
+            "read": _promise("string", "sequential 1 MiB read, a rate (GB/s: bytes, Gb/s: bits)", '"5 GB/s"'),
+            "write": _promise("string", "sequential 1 MiB write, a rate", '"2 GB/s"'),
+            "iops": _promise("integer", "4 KiB random-read IOPS", "200000"),
+            "free": _promise("string", "free space you need there, a size (GB or GiB)", '"2 TB"'),
+        },
+    )
+
+
+LISTING: Schema = Schema(
+    title="what a GPU rental promised (imagesmith validate --listing FILE)",
+    file_name="listing.toml",
+    docs="docs/validation.md",
+    root=Field(
+        kind="table",
+        fields={
+            "gpu": Field(
+                kind="table",
+                fields={
+                    "model": _promise("string", "as --expect-gpu: tokens of nvidia-smi's name", '"H200"'),
+                    "count": _promise("integer", "number of GPUs (1-1024)", "8"),
+                    "memory": _promise("string", "memory per GPU, a size (GB or GiB)", '"141 GB"'),
+                    "interconnect": _promise(
+                        "string", "how GPU pairs connect: nvlink or pcie", '"nvlink"', enum=("nvlink", "pcie")
+                    ),
+                    "mig": _promise("boolean", "MIG enabled (true) or whole GPUs (false)", "false"),
+                    "driver": _promise("string", "least driver version", '"580"'),
+                    "cuda": _promise("string", "least CUDA version of the driver", '"13.0"'),
+                },
+            ),
+            "host": Field(
+                kind="table",
+                fields={
+                    "vcpu": _promise("integer", "vCPUs the container gets", "128"),
+                    "ram": _promise("string", "RAM the container gets, a size", '"2 TiB"'),
+                },
+            ),
+            "network": Field(
+                kind="table",
+                fields={
+                    "nic_rate": _promise("string", "link rate of the fastest NIC, a rate", '"400 Gb/s"'),
+                    "fabric": _promise(
+                        "string",
+                        "infiniband, roce or ethernet",
+                        '"infiniband"',
+                        enum=("infiniband", "roce", "ethernet"),
+                    ),
+                },
+            ),
+            "storage": Field(
+                kind="table",
+                fields={"data": _folder("data"), "checkpoint": _folder("checkpoint")},
+            ),
+            "price": Field(
+                kind="table",
+                fields={
+                    "per_hour": _promise("number", "price per hour of the rental", "23.92"),
+                    "currency": _promise("string", "its currency", '"USD"'),
+                },
+            ),
+        },
+    ),
+)
+
+
 #: every file the schema layer describes, in the order `imagesmith schema` writes them
 SCHEMAS: tuple[Schema, ...] = (
     PROJECT,
@@ -1458,4 +1541,5 @@ SCHEMAS: tuple[Schema, ...] = (
     MATRIX,
     RELEASE_INDEX,
     VALIDATION_REPORT,
+    LISTING,
 )

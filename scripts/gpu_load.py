@@ -3,12 +3,14 @@
 scripts/h200_soak.sh):
 
     python3 scripts/gpu_load.py matmul|copy|hold GPU [SECONDS] [--duty F] [--delay S] [--period S] [--gib N]
+                                                   [--hold-gib N]
 
 ``matmul`` keeps the GPU's tensor cores busy (bf16 8192³), ``copy`` its memory (1 GiB copies); another
 process on the same GPU then gets about half of either, as on a rental whose GPU is shared or has a stray
 job. ``--duty 0.3`` loads only 30 % of every ``--period`` (1 s): a co-tenant's bursts. ``--delay 120`` starts
 the load two minutes late (a neighbour who arrives after the first minute). ``hold`` allocates ``--gib`` GiB
-of the GPU's memory and idles: a neighbour who holds memory.
+of the GPU's memory and idles: a neighbour who holds memory. ``--hold-gib 4.5`` makes a matmul or copy load
+also hold that much memory (a co-tenant above ``--foreign-memory-max`` that also costs throughput).
 Runs until killed or for SECONDS (after the delay).
 """
 
@@ -29,6 +31,7 @@ def main() -> None:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--period", type=float, default=1.0)
     p.add_argument("--gib", type=float, default=100.0)
+    p.add_argument("--hold-gib", type=float, default=0.0)
     args = p.parse_args()
     time.sleep(args.delay)  # before CUDA starts: nothing of this process is on the GPU until then
     dev = torch.device("cuda", args.index)
@@ -39,6 +42,9 @@ def main() -> None:
         print(f"holding {args.gib:g} GiB on cuda:{args.index}", flush=True)
         time.sleep(args.seconds if args.seconds != float("inf") else 1e9)
         return
+    extra = (
+        torch.ones(int(args.hold_gib * (1 << 30)), dtype=torch.uint8, device=dev) if args.hold_gib else None
+    )
     if args.mode == "matmul":
         a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
         out = torch.empty_like(a)
@@ -54,7 +60,9 @@ def main() -> None:
             dst.copy_(src)
 
     print(
-        f"load {args.mode} on cuda:{args.index}, duty {args.duty:g}, from now ({time.time():.1f})", flush=True
+        f"load {args.mode} on cuda:{args.index}, duty {args.duty:g}, from now ({time.time():.1f})"
+        + (f", holding {extra.numel() / (1 << 30):g} GiB more" if extra is not None else ""),
+        flush=True,
     )
     end = time.monotonic() + args.seconds
     while time.monotonic() < end:

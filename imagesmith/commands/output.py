@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 
 def endurance(figures: Mapping[str, float]) -> str:
-    """What a validated host showed beyond a minute (issue 28): its soak and its DDP scaling efficiency."""
+    """What a validated host showed beyond a minute (issue 28): its soak and its DDP scaling efficiency; and
+    what its listing run proved (issue 33): the promises kept, vCPUs and RAM per GPU, its folders' rates."""
     parts = []
     if figures.get("soak_minutes"):
         soak = f"soak {figures['soak_minutes']:g} min"
@@ -24,6 +25,17 @@ def endurance(figures: Mapping[str, float]) -> str:
         parts.append(soak)
     if figures.get("scaling_efficiency"):
         parts.append(f"DDP scaling {figures['scaling_efficiency']:.2f}")
+    # issue 33: what a listing-validated host proved
+    if figures.get("listing_promises_kept"):
+        parts.append(f"listing: {figures['listing_promises_kept']:g} promises kept")
+    if figures.get("host_vcpu_per_gpu"):
+        parts.append(f"{figures['host_vcpu_per_gpu']:g} vCPU/GPU")
+    if figures.get("host_ram_per_gpu_memory"):
+        parts.append(f"RAM {figures['host_ram_per_gpu_memory']:.2f}× GPU memory")
+    if figures.get("storage_data_read_gbps"):
+        parts.append(f"data read {figures['storage_data_read_gbps']:.2g} GB/s")
+    if figures.get("storage_checkpoint_write_gbps"):
+        parts.append(f"checkpoint write {figures['storage_checkpoint_write_gbps']:.2g} GB/s")
     return f" [{'; '.join(parts)}]" if parts else ""
 
 

@@ -82,6 +82,29 @@ def parse_duration(text: str, *, what: str) -> float:
     return sum(float(n) * unit for n, unit in zip(m.groups(), (3600, 60, 1), strict=True) if n is not None)
 
 
+def _listing(
+    path: str | None,
+    as_json: str | None,
+    expect_gpu: str | None,
+    expect_count: int | None,
+    expect_nvlink: bool,
+) -> Any:
+    """The promises of ``--listing FILE`` with the ``--expect-*`` shorthands folded in (one Listing: the
+    flags and the file take the same path); ``--listing-json`` is the host's listing passed into an image."""
+    from imagesmith.validate.listing import Listing, load_listing, with_flags
+
+    if as_json is not None:
+        try:
+            base = Listing.from_json(json.loads(as_json))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(
+                f"--listing-json: not a listing ({exc})", hint="let imagesmith pass it"
+            ) from None
+    else:
+        base = load_listing(path) if path else Listing()
+    return with_flags(base, expect_gpu=expect_gpu, expect_count=expect_count, expect_nvlink=expect_nvlink)
+
+
 def _default_report_dir() -> str:
     return str(Path("reports") / time.strftime("validate-%Y%m%d-%H%M%S"))
 
@@ -103,6 +126,25 @@ def validate_command(
     ),
     expect_nvlink: bool = typer.Option(
         False, "--expect-nvlink", help="Fail when a GPU pair is not NVLink (NV#)."
+    ),
+    listing: str | None = typer.Option(
+        None,
+        "--listing",
+        help="TOML file of what the rental promised (GPUs, interconnect, vCPU, RAM, NIC, storage, price): "
+        "each promise judged, the verdict fails on a broken one (docs/validation.md).",
+    ),
+    checkpoint_size: str = typer.Option(
+        "1g",
+        "--checkpoint-size",
+        help="What the storage check writes + fsyncs + reads back in each folder (your checkpoint's size; "
+        "16m to 64g).",
+    ),
+    dcgm_level: int | None = typer.Option(
+        None,
+        "--dcgm-level",
+        min=0,
+        max=4,
+        help="Where dcgmi is installed: dcgmi diag -r LEVEL (default 1, 3 with --soak; 0: off).",
     ),
     report: str | None = typer.Option(
         None, "--report", help="Folder for the evidence bundle (default reports/validate-<time>)."
@@ -186,6 +228,7 @@ def validate_command(
     ssh_identity: str | None = typer.Option(None, "--ssh-identity", help="ssh:// only: private key file."),
     shm_min_source: str | None = typer.Option(None, "--shm-min-source", hidden=True),
     label: str | None = typer.Option(None, "--label", hidden=True),
+    listing_json: str | None = typer.Option(None, "--listing-json", hidden=True),
     sign_key: str | None = typer.Option(
         None,
         "--sign-key",
@@ -353,14 +396,24 @@ def validate_command(
         found_busbw, baseline_source, baseline_figures = load_baseline(Path(baseline))
         baseline_busbw = found_busbw if found_busbw is not None else baseline_busbw
     fleet, fleet_source = _fleet(baseline_from, baseline_fleet, baseline_source)
+    promised = _listing(listing, listing_json, expect_gpu, expect_count, expect_nvlink)
+    checkpoint_bytes = parse_size(checkpoint_size, what="--checkpoint-size")
+    if not 16 * 2**20 <= checkpoint_bytes <= 64 * 2**30:
+        raise ConfigError(
+            f"--checkpoint-size {checkpoint_size}: from 16m to 64g",
+            hint="give the size of one checkpoint of your job, e.g. 8g (default 1g)",
+        )
     report_dir = report or _default_report_dir()
     _writable_report_dir(Path(report_dir))
     options = SuiteOptions(
         target=t.spec,
         target_label=label or t.label,
-        expect_gpu=expect_gpu,
-        expect_count=expect_count,
-        expect_nvlink=expect_nvlink,
+        expect_gpu=promised.gpu_model,
+        expect_count=promised.gpu_count,
+        expect_nvlink=promised.interconnect == "nvlink",
+        listing=promised.to_json() if not promised.empty else {},
+        checkpoint_bytes=checkpoint_bytes,
+        dcgm_level=dcgm_level if dcgm_level is not None else -1,
         shm_min_bytes=shm_min_bytes if shm_min_bytes is not None else 1024**3,
         shm_min_source=shm_min_source or ("--shm-min" if shm_min else "imagesmith default (1 GiB)"),
         report_dir=report_dir,

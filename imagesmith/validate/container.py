@@ -297,6 +297,10 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
         argv += ["--expect-nvlink"]
     if options.nccl_tests:
         argv += ["--nccl-tests", options.nccl_tests]
+    # a listing file's promises; the --expect-* shorthands alone travel as those flags (an image built by an
+    # older imagesmith knows no --listing-json)
+    if any(not str(o).startswith("--") for o in (options.listing.get("origin") or {}).values()):
+        argv += ["--listing-json", json.dumps(options.listing, separators=(",", ":"))]
     argv += [
         "--nccl-rounds",
         str(options.nccl_rounds),
@@ -326,6 +330,10 @@ def inner_argv(options: SuiteOptions, *, select: str | None) -> list[str]:
     ):
         if value != default:
             argv += [flag, f"{value:g}"]
+    if options.dcgm_level != defaults.dcgm_level:
+        argv += ["--dcgm-level", str(options.dcgm_level)]
+    if options.checkpoint_bytes != defaults.checkpoint_bytes:
+        argv += ["--checkpoint-size", str(options.checkpoint_bytes)]
     if options.foreign_memory_max != defaults.foreign_memory_max:
         argv += ["--foreign-memory-max", options.foreign_memory_max]
     if select:

@@ -76,6 +76,13 @@ class SuiteOptions:
     soak_interval_s: float = 5.0
     soak_fail_ratio: float = 0.92
     soak_warn_ratio: float = 0.96
+    #: ``--listing FILE`` and the ``--expect-*`` shorthands: what the rental promised
+    #: (:meth:`imagesmith.validate.listing.Listing.to_json`)
+    listing: dict[str, Any] = field(default_factory=dict)
+    #: ``--checkpoint-size``: what test_storage writes, fsyncs and reads back in each folder (and fio's file)
+    checkpoint_bytes: int = 1024**3
+    #: ``--dcgm-level``: dcgmi diag's level (-1: 3 with --soak, else 1; 0: off)
+    dcgm_level: int = -1
     ssh_config: str | None = None
     ssh_identity_file: str | None = None
 

@@ -81,6 +81,10 @@ def _num(text: str | None) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+#: a count nvidia-smi printed, or None (for the other readers of its output: imagesmith.validate.alone)
+nvsmi_count = _num
+
+
 def parse_free(text: str) -> FreeCapture:
     """The output of :data:`FREE_COMMAND`: ``# sample i`` blocks of --query-gpu rows, then ``# apps`` and the
     compute processes (none, or a line nvidia-smi prints instead, in a container that hides them)."""

@@ -100,6 +100,10 @@ def report_figures(checks: Sequence[Any]) -> dict[str, float]:
 SUMMARY_FIGURES: dict[str, tuple[str, ...]] = {
     "test_soak": ("soak_matmul_tflops", "soak_copy_gbps", "soak_worst_minute_ratio", "soak_minutes"),
     "test_scaling_efficiency": ("scaling_efficiency",),
+    # issue 33
+    "test_listing": ("listing_promises_kept",),
+    "test_host_size": ("host_vcpu_per_gpu", "host_ram_per_gpu_memory"),
+    "test_storage": ("storage_data_read_gbps", "storage_checkpoint_write_gbps"),
 }
 
 

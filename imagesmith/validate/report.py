@@ -241,6 +241,7 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
     if report["verdict"] == NOT_VALIDATED:
         L.append(f"**What to do:** {verdict_fix(report['verdict'], str(report.get('verdict_cause') or ''))}.")
         L.append("")
+    L += _listing_section(_by_name(checks, "test_listing"), report)
     L.append(f"- target: `{report['target']}`")
     L.append(f"- started: {report['started']}, suite wall time {report['duration_s']} s")
     rec = _by_name(checks, "test_record_stack")
@@ -360,6 +361,30 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
     L.append("Raw logs: " + ", ".join([*(f"`{n}`" for n in report["logs"]), "`junit.xml`"]) + ".")
     L.append("")
     return "\n".join(L)
+
+
+def _listing_section(listing: CheckOutcome | None, report: Mapping[str, Any]) -> list[str]:
+    """The promised-vs-measured table (``--listing``), one row per promise: first in report.md."""
+    if listing is None or not listing.figures.get("promises"):
+        return []
+    L = ["## Promised vs measured (the listing)", "", "| promise | promised | measured | verdict | from |"]
+    L.append("|---|---|---|---|---|")
+    icon = {"kept": "✅ kept", "broken": "❌ broken"}
+    for r in listing.figures["promises"]:
+        cells = [str(r.get(k, "")).replace("|", "\\|") for k in ("promise", "promised", "measured")]
+        verdict = icon.get(r.get("verdict"), "⚠️ " + str(r.get("verdict")))
+        L.append(f"| {' | '.join(cells)} | {verdict} | {r.get('source', '')} |")
+    price = listing.figures.get("price_per_hour")
+    if isinstance(price, int | float) and isinstance(report.get("duration_s"), int | float):
+        cost = price * float(report["duration_s"]) / 3600
+        cur = listing.figures.get("currency", "")
+        L += [
+            "",
+            f"This run took {report['duration_s']} s of a rental at {price:g} {cur} per hour: "
+            f"{cost:.2f} {cur}.",
+        ]
+    L.append("")
+    return L
 
 
 def _free_section(free: CheckOutcome | None) -> list[str]:

@@ -448,10 +448,13 @@ def judge_soak(
     new_xids: Sequence[tuple[XidEvent, str, int | None]] = (),
     settings: SoakSettings | None = None,
     listed: Mapping[int, str] | None = None,
+    not_alone: Sequence[str] = (),
 ) -> SoakResult:
     """The verdict of a soak. *expected* maps a GPU's label and a soak figure to its expected value;
     *new_xids* are the kernel-log events that appeared during the soak (event, where, minute or None);
-    *listed* the GPUs nvidia-smi listed when the suite started (index → name): each must be loaded."""
+    *listed* the GPUs nvidia-smi listed when the suite started (index → name): each must be loaded;
+    *not_alone* the failures of other processes that broke the free rule mid-soak
+    (:func:`imagesmith.validate.alone.soak_intruders`)."""
     s = settings or SoakSettings()
     expected = expected or {}
     out = SoakResult()
@@ -594,6 +597,7 @@ def judge_soak(
             f" (minute {when})" if when else ""
         )
         (out.failures if event.hardware else out.warnings).append(line)
+    out.failures += list(not_alone)
     for e in series.smi_errors:
         out.warnings.append(f"nvidia-smi sampling: {e}")
     out.summary = _summary(series, per_gpu_means, ratios_all)

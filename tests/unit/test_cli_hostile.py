@@ -87,6 +87,12 @@ ROWS: list[tuple[str, list[str]]] = [
     # validate (local:// would run the suite: every row fails on its flags first)
     ("validate-gpus-enum", ["validate", "img:latest", "--gpus", "all-of-them"]),
     ("validate-shm-size-local", ["validate", "--shm-size", "1g"]),
+    ("validate-listing-missing", ["validate", "--listing", MISSING]),
+    ("validate-listing-binary", ["validate", "--listing", BINF]),
+    ("validate-listing-dir", ["validate", "--listing", DIR]),
+    ("validate-checkpoint-size-tiny", ["validate", "--checkpoint-size", "1k"]),
+    ("validate-checkpoint-size-junk", ["validate", "--checkpoint-size", CTRL]),
+    ("validate-dcgm-level-absurd", ["validate", "--dcgm-level", "9"]),
     ("validate-report-is-file", ["validate", "--report", BINF]),
     ("validate-shm-absurd", ["validate", "--shm-min", "9" * 30 + "g"]),
     ("validate-shm-exponent", ["validate", "--shm-min", "1e400g"]),

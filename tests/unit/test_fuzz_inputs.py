@@ -34,6 +34,7 @@ from imagesmith.errors import ImagesmithError
 from imagesmith.index import SCHEMA, parse_index
 from imagesmith.matrix import load_matrix, load_registries
 from imagesmith.project import load_project
+from imagesmith.validate.listing import load_listing
 from imagesmith.validate.record import ValidationReport
 from tests.repo import PROJECT, REPO
 
@@ -294,6 +295,17 @@ def test_fuzz_registries_loader(text: str) -> None:
 @given(text=_toml_inputs(PROJECT_TOML))
 def test_fuzz_project_loader(text: str) -> None:
     _in_file("imagesmith.toml", text, load_project)
+
+
+def _listing_sample() -> str:
+    return (REPO / "docs" / "examples" / "listing.toml").read_text(encoding="utf-8")
+
+
+@FUZZ
+@given(text=_toml_inputs(_listing_sample()))
+def test_fuzz_listing(text: str) -> None:
+    """A rental's listing (issue 33, ``validate --listing``): any mutation is a listing or one error."""
+    _in_file("listing.toml", text, load_listing)
 
 
 @FUZZ

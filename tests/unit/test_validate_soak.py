@@ -404,6 +404,8 @@ def test_the_probe_reads_a_process_name_with_commas_as_one_process(
     answers = {
         "--query-gpu": f"0, {uuid}, 1980, 1980, 40, 120.5, 0x0000000000000004, 100, 9000\n",
         "--query-compute-apps": f"{uuid}, 31337, /srv/a,b/venv/bin/python3, 9000\n",
+        "pmon": "# gpu pid type sm mem enc dec command\n# Idx # C/G % % % % name\n"
+        " 0 31337 C 12 3 - - python3\n",
     }
     sampler = probe.Sampler(1.0, 0.0)
     sampler.query = lambda args: (0, next(v for k, v in answers.items() if args[0].startswith(k)), "")
@@ -411,6 +413,9 @@ def test_the_probe_reads_a_process_name_with_commas_as_one_process(
     records = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()]
     apps = next(r for r in records if r["kind"] == "apps")["apps"]
     assert apps == [{"uuid": uuid, "pid": "31337", "name": "/srv/a,b/venv/bin/python3", "mib": "9000"}]
+    # issue 33: the processes' SM use goes beside them as nvidia-smi printed it
+    pmon = next(r for r in records if r["kind"] == "pmon")
+    assert pmon["text"] == answers["pmon"]
 
 
 def test_a_gpu_listed_at_the_start_that_the_soak_did_not_load_fails() -> None:

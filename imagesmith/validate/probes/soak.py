@@ -9,11 +9,13 @@ sm_80) 8192³ matmuls, 1 GiB device-memory copies and, with two GPUs or more, an
 across all of them; each part is timed with CUDA events. Every INTERVAL_S (default 5) each worker prints one
 ``window`` record: what its GPU delivered in that interval (TFLOP/s, GB/s, busbw). The parent samples
 nvidia-smi every SAMPLE_S (default 1) for every GPU (SM clock, temperature, power, clock-event reasons,
-utilization, memory) and every 5 samples the compute processes on the GPUs; its own and the workers' PIDs are
-in the ``start`` record, so a process that is not ours is someone else's.
+utilization, memory) and every 5 samples the compute processes on the GPUs and their SM use (``nvidia-smi
+pmon``); its own and the workers' PIDs are in the ``start`` record, so a process that is not ours is someone
+else's.
 
-Every record is one ``IMAGESMITH_PROBE {json}`` line (``kind``: start, window, smi, apps, error, end); times
-are seconds since the common start. imagesmith.validate.soak turns them into a time series and judges it.
+Every record is one ``IMAGESMITH_PROBE {json}`` line (``kind``: start, window, smi, apps, pmon, error, end);
+times are seconds since the common start. imagesmith.validate.soak turns them into a time series and
+judges it.
 
 Test hooks: IMAGESMITH_SOAK_RANKS (number of workers; default one per GPU, several may share a GPU) and
 IMAGESMITH_SOAK_BACKEND (nccl; gloo lets two workers share one GPU).
@@ -243,6 +245,13 @@ class Sampler:
                         app = {"uuid": uuid, "pid": pid, "name": name, "mib": mib}
                         apps.append({k: v.strip() for k, v in app.items()})
                 emit({"kind": "apps", "t": t, "apps": apps})
+            # the SM use of every process on the GPUs (issue 33: whose kernels run beside the soak's); the
+            # text goes as it is, imagesmith.validate.alone reads it
+            rc, out, err = self.query(["pmon", "-c", "1", "-s", "u"])
+            if rc == 0:
+                emit({"kind": "pmon", "t": t, "text": out[-8000:]})
+            else:
+                emit({"kind": "smi_error", "t": t, "error": ("pmon: " + (out + err).strip())[:300]})
 
     def loop(self):
         n = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from imagesmith.validate.alone import intruder_sentence, sm_user_sentence, soak_intruders, soak_sm_users
 from imagesmith.validate.context import CheckRecord, Context, fail
 from imagesmith.validate.criteria import Gpu
 from imagesmith.validate.expected import Bands, Expected, gpu_expected, options_expected
@@ -72,11 +73,15 @@ def test_soak(ctx: Context, check: CheckRecord, gpus: list[Gpu], host_kind: tupl
             g = next((g for g in gpus if event.matches(g.bus_id or "")), None)
             where = f"GPU {g.index} ({event.bus})" if g else f"PCI {event.bus}"
             xids.append((event, where, minute))
+    intruders = soak_intruders(records, series, gpus, limit=o.foreign_memory_max)
+    sm_users = soak_sm_users(records, series, gpus)
     result = judge_soak(
         series,
         expected=expected,
         new_xids=xids,
         listed={g.index: g.name for g in gpus},
+        not_alone=[intruder_sentence(i, limit=o.foreign_memory_max) for i in intruders]
+        + [sm_user_sentence(u) for u in sm_users],
         settings=SoakSettings(
             fail_ratio=o.soak_fail_ratio,
             warn_ratio=o.soak_warn_ratio,
@@ -101,6 +106,8 @@ def test_soak(ctx: Context, check: CheckRecord, gpus: list[Gpu], host_kind: tupl
         kernel_log="read before and after" if after is not None else "not readable here: Xids not checked",
         new_xid=[{"where": w, "minute": m, "text": e.label} for e, w, m in xids],
         failures=result.failures,
+        intruders=[i.to_json() for i in intruders],
+        sm_users=[u.to_json() for u in sm_users],
     )
     check.warnings.extend(result.warnings)
     if after is None:
