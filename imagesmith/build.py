@@ -47,7 +47,7 @@ from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult, n
 from imagesmith.errors import BuildError, ConfigError, ImagesmithError, PushError, RegistryError, join_hints
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell
-from imagesmith.refs import Registry
+from imagesmith.refs import ImageRef, Registry
 from imagesmith.registry import (
     ManifestData,
     PromotionError,
@@ -299,6 +299,55 @@ class BaseSources:
             )
         ref = bases.escrow_ref(self.escrow, image, digest)
         return ref, f"base {image}: {why}; built from the escrow copy {ref}"
+
+    def check_mirrored(self, cells: Sequence[Cell], held: Callable[[str], bool]) -> None:
+        """Before any build: every base a cell pulls *by name through a registry mirror* is served there or
+        held by the engine (*held*: the reference is in its image store). A mirror without the base (a
+        machine that reaches no Docker Hub, where the mirror holds only the bases made for it) is one
+        BuildError naming the base, the mirror and the fixes — not BuildKit's "not found" mid-build. Bases
+        pinned by digest are left to :meth:`ref` (it falls back to the escrow copy); a mirror that does not
+        answer is left to the build (its error names the host)."""
+        from imagesmith import bases
+
+        users: dict[str, list[str]] = {}
+        for cell in cells:
+            pinned = dict(cell.base_digests)
+            for image in dict.fromkeys((cell.base_image, cell.builder_image, cell.devel_image)):
+                if image and image not in pinned:
+                    users.setdefault(image, []).append(cell.id)
+        for image, ids in users.items():
+            ref = ImageRef.parse(image)
+            prefix = self.config.mirror_for(ref.registry)
+            if prefix is None:
+                continue
+            mapped = self.config.apply_mirror(image)
+            if held(mapped):
+                continue
+            pull = bases.pull_ref(image, self.config)
+            try:
+                served = self.client_for(bases.endpoint(pull, self.known)).manifest_digest(
+                    pull.path, pull.digest or pull.tag or "latest"
+                )
+            except ImagesmithError:
+                continue
+            if served is not None:
+                continue
+            shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+            raise BuildError(
+                f"base image {image} (cell{'s' if len(ids) > 1 else ''} {shown}) is not in the registry "
+                f"mirror: the registry-mirror map sends {ref.registry} to {prefix}, which does not serve "
+                f"{mapped}, and the Docker engine holds no image of that name — the build would stop at "
+                "BuildKit's 'not found'",
+                hint=f"seed the mirror: import a root filesystem of {image} and push it as {mapped} (as "
+                "scripts/debian-base.sh does for debian:RELEASE); or point the map at a registry that serves "
+                f"it (--registry-mirror {ref.registry}=HOST/PREFIX, IMAGESMITH_REGISTRY_MIRRORS or "
+                "[registry_mirrors] of the user config); or leave those cells out with --only "
+                "(a matrix's cells on another base, e.g. '*-debian12')",
+                host=pull.registry,
+                repository=pull.path,
+                fault="not found",
+                cell=ids[0],
+            )
 
 
 def build_args(cell: Cell, config: UserConfig, sources: BaseSources | None = None) -> dict[str, str]:
@@ -780,6 +829,8 @@ def run_build(
             )
     if options.bases is None:
         options = replace(options, bases=base_sources(options.project_of(matrix), options))
+    assert options.bases is not None
+    options.bases.check_mirrored(plan.cells, lambda ref: eng.inspect(ref) is not None)
     staging_root = options.staging_root or cache_root() / "contexts"
     staging_root.mkdir(parents=True, exist_ok=True)
     outcomes: list[CellOutcome] = []

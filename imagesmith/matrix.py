@@ -14,7 +14,7 @@ import difflib
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -119,10 +119,21 @@ class BaseSpec:
     python: str
     devel_images: tuple[tuple[str, str], ...] = ()
     venv: str | None = None
+    #: an ``[[extra_bases]]`` entry builds only these variants / flavors on it (empty: all of the matrix's)
+    variants: tuple[str, ...] = ()
+    flavors: tuple[str, ...] = ()
+    #: where the matrix says it, for errors and drop reasons: ``base`` or ``extra_bases[0]``
+    key: str = "base"
 
     def devel_image(self, cuda: str) -> str | None:
         """The ``nvidia/cuda:<X.Y.Z>-devel-<os>`` image for CUDA *cuda* ("12.1"), if the matrix names one."""
         return dict(self.devel_images).get(cuda)
+
+    def wants(self, variant: str, flavor: str) -> bool:
+        """Whether cells of *variant* and *flavor* are built on this base."""
+        return (not self.variants or variant in self.variants) and (
+            not self.flavors or flavor in self.flavors
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,6 +209,13 @@ class Matrix:
     exclude: tuple[Rule, ...] = ()
     include: tuple[Rule, ...] = ()
     labels: tuple[tuple[str, str], ...] = field(default=())
+    #: ``[[extra_bases]]``: more OS bases, each adding the cells of its variants and flavors (tagged: its os)
+    extra_bases: tuple[BaseSpec, ...] = ()
+
+    @property
+    def bases(self) -> tuple[BaseSpec, ...]:
+        """``base`` first, then the extra bases: the order the plan's cells come in."""
+        return (self.base, *self.extra_bases)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -380,6 +398,7 @@ class _Loader(schema.Checker):
         torch = self.torch_spec(data["torch"])
         base = self.base(data["base"], torch)
         python = self.python(data["python"], base)
+        extra = self.extra_bases(data.get("extra_bases", []), base, torch, flavors)
         nccl = self.nccl(data["nccl_tests"])
         if torch.source == "base" and nccl.toolkit != "base":
             raise self.fail(
@@ -409,6 +428,7 @@ class _Loader(schema.Checker):
             exclude=exclude,
             include=include,
             labels=labels,
+            extra_bases=extra,
         )
 
     def gpus(self, names: Sequence[str]) -> tuple[compat.Gpu, ...]:
@@ -460,19 +480,19 @@ class _Loader(schema.Checker):
             versions=versions, variants=variants, source="base" if source == "base" else "wheels"
         )
 
-    def base(self, table: Mapping[str, Any], torch: TorchSpec) -> BaseSpec:
+    def base(self, table: Mapping[str, Any], torch: TorchSpec, key: str = "base") -> BaseSpec:
         os_tag = table["os"]
         if compat.os_family(os_tag) is None:
             families = compat.os_families()
             raise self.fail(
-                "base.os",
+                f"{key}.os",
                 f"{os_tag!r} belongs to no OS family imagesmith can install packages on",
                 nearest="debian12",
                 hint="known: "
                 + "; ".join(f"{f.name} ({', '.join(p + '*' for p in f.os_prefixes)})" for f in families)
                 + " — a new family is a row in imagesmith/data/os_families.toml and a templates/os/ fragment",
             )
-        self.known_base(table)
+        self.known_base(table, key)
         devel: list[tuple[str, str]] = []
         for cuda, img in table.get("devel_images", {}).items():
             try:
@@ -482,7 +502,7 @@ class _Loader(schema.Checker):
                     {r.xy for r in compat.cuda_releases()}, key=lambda v: tuple(map(int, v.split(".")))
                 )
                 raise self.fail(
-                    f"base.devel_images.{cuda}",
+                    f"{key}.devel_images.{cuda}",
                     f"unknown CUDA version {cuda!r}",
                     nearest=_nearest_version(cuda, known),
                 ) from None
@@ -490,7 +510,7 @@ class _Loader(schema.Checker):
         venv = table.get("venv")
         if torch.source == "base" and venv is None:
             raise self.fail(
-                "base.venv",
+                f"{key}.venv",
                 "missing: torch.source = 'base' needs the base image's Python environment",
                 nearest="/opt/venv",
             )
@@ -500,9 +520,58 @@ class _Loader(schema.Checker):
             python=table["python"],
             devel_images=tuple(sorted(devel)),
             venv=venv,
+            key=key,
         )
 
-    def known_base(self, table: Mapping[str, Any]) -> None:
+    def extra_bases(
+        self,
+        entries: Sequence[Mapping[str, Any]],
+        base: BaseSpec,
+        torch: TorchSpec,
+        flavors: Sequence[str],
+    ) -> tuple[BaseSpec, ...]:
+        """``[[extra_bases]]``: each a ``[base]`` table plus optional ``variants`` / ``flavors`` (of the
+        matrix's own); no two bases may share an os tag (their cells would share ids and tags)."""
+        out: list[BaseSpec] = []
+        seen = {base.os: "base"}
+        for i, entry in enumerate(entries):
+            key = f"extra_bases[{i}]"
+            if torch.source == "base":
+                raise self.fail(
+                    key,
+                    "torch.source = 'base' takes torch from the one base image: another base has no torch",
+                    hint="remove [[extra_bases]], or make a matrix of its own for the other base",
+                )
+            spec = self.base(entry, torch, key)
+            if spec.os in seen:
+                raise self.fail(
+                    f"{key}.os",
+                    f"{spec.os!r} is {seen[spec.os]}'s os too: the cells of both would get the same ids and "
+                    "tags",
+                    hint="give each base its own os tag, or remove one",
+                )
+            seen[spec.os] = key
+            for name, given, pool in (
+                ("variants", entry.get("variants", []), torch.variants),
+                ("flavors", entry.get("flavors", []), flavors),
+            ):
+                for j, value in enumerate(given):
+                    if value not in pool:
+                        raise self.fail(
+                            f"{key}.{name}[{j}]",
+                            f"{value!r} is not one of the matrix's {name} ({', '.join(pool)})",
+                            nearest=_nearest_word(value, list(pool)),
+                        )
+            out.append(
+                replace(
+                    spec,
+                    variants=tuple(entry.get("variants", ())),
+                    flavors=tuple(entry.get("flavors", ())),
+                )
+            )
+        return tuple(out)
+
+    def known_base(self, table: Mapping[str, Any], where: str = "base") -> None:
         """A base image imagesmith knows (``imagesmith/data/bases.toml``) must be given with its own OS tag
         and distro Python: ``image = "debian:bookworm"`` with ``os = "ubuntu22.04"`` or ``python = "3.12"``
         would tag the cells with another OS and install a Python the image does not have."""
@@ -513,10 +582,10 @@ class _Loader(schema.Checker):
         for key, want in (("os", row.os), ("python", row.python)):
             if table.get(key) != want:
                 raise self.fail(
-                    f"base.{key}",
+                    f"{where}.{key}",
                     f"{table.get(key)!r} is not {row.image}'s {'OS tag' if key == 'os' else 'python3'} "
                     f"({want!r}: {row.source})",
-                    hint=f'base.{key} = "{want}" for image = "{table["image"]}", or another image '
+                    hint=f'{where}.{key} = "{want}" for image = "{table["image"]}", or another image '
                     "(imagesmith/data/bases.toml lists the ones imagesmith knows)",
                 )
 

@@ -31,7 +31,7 @@ from imagesmith.bases import BASES_FILE, BasesLock, own_digest, read_bases
 from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.layerplan import plan_layers, popularity
 from imagesmith.lock import Lock, LockKey, lock_keys_in, read_lock
-from imagesmith.matrix import Matrix, Rule
+from imagesmith.matrix import BaseSpec, Matrix, Rule
 from imagesmith.model import (
     NCCL_TESTS_BIN,
     VENV,
@@ -143,11 +143,11 @@ def _distro_note(tk: compat.DistroToolkit, cuda: str, ccs: Iterable[str]) -> str
     return note
 
 
-def _toolkit_fixes(matrix: Matrix, cuda: str) -> str:
+def _toolkit_fixes(base: BaseSpec, cuda: str) -> str:
     """How to give a CUDA < 13 cell a toolkit: both fixes, for drop reasons. Only the releases whose
     toolkit a cell of *cuda* may use are named (one no newer than *cuda*)."""
-    fits = [t for t in compat.distro_toolkits() if t.serves(cuda) and t.os != matrix.base.os]
-    devel = f'add "{cuda}" to base.devel_images (an nvidia/cuda:{cuda}.x-devel image you can pull)'
+    fits = [t for t in compat.distro_toolkits() if t.serves(cuda) and t.os != base.os]
+    devel = f'add "{cuda}" to {base.key}.devel_images (an nvidia/cuda:{cuda}.x-devel image you can pull)'
     if not fits:
         return (
             f"{devel}: no other release in imagesmith/data/toolkits.toml carries an nvidia-cuda-toolkit "
@@ -155,7 +155,7 @@ def _toolkit_fixes(matrix: Matrix, cuda: str) -> str:
         )
     return (
         f"{devel}, or use a base whose release carries an nvidia-cuda-toolkit no newer than CUDA {cuda}: "
-        + ", ".join(f"base.os = {t.os!r} ({t.release}: CUDA {t.cuda})" for t in fits)
+        + ", ".join(f"{base.key}.os = {t.os!r} ({t.release}: CUDA {t.cuda})" for t in fits)
     )
 
 
@@ -170,19 +170,19 @@ def _plain_os_image(image: str) -> str | None:
     return ref.path.removeprefix("library/") if ref.path in plain and ref.registry == DOCKER_HUB else None
 
 
-def _own_toolkit(matrix: Matrix, cuda: str) -> str:
+def _own_toolkit(base: BaseSpec, cuda: str) -> str:
     """What the matrix's base release carries, for drop reasons: why its toolkit was not used, or that it
     would be (``toolkit = 'distro'``)."""
-    tk = compat.distro_toolkit(matrix.base.os)
+    tk = compat.distro_toolkit(base.os)
     if tk is None:
-        return f"imagesmith/data/toolkits.toml names no nvidia-cuda-toolkit for {matrix.base.os}"
+        return f"imagesmith/data/toolkits.toml names no nvidia-cuda-toolkit for {base.os}"
     if tk.serves(cuda):
         return (
-            f"{matrix.base.os} ({tk.release}) carries CUDA {tk.cuda}, which nccl_tests.toolkit = 'distro' "
+            f"{base.os} ({tk.release}) carries CUDA {tk.cuda}, which nccl_tests.toolkit = 'distro' "
             "(or 'auto') uses"
         )
     return (
-        f"{matrix.base.os} ({tk.release}) carries CUDA {tk.cuda}, newer than the cell's {cuda} (a static "
+        f"{base.os} ({tk.release}) carries CUDA {tk.cuda}, newer than the cell's {cuda} (a static "
         "cudart of it would need a newer driver than the cell's minimum)"
     )
 
@@ -247,8 +247,9 @@ def build_plan(
         (k.python, lk.pins) for k in lock_keys_in(locks) if (lk := read_lock(k, locks)) is not None
     )
     considered: list[str] = []
-    for torch, variant_name, python, flavor, included in _combinations(matrix):
-        cid = cell_id(torch, variant_name, python, flavor, matrix.base.os)
+    combos = [(base, *c) for base in matrix.bases for c in _combinations(matrix) if base.wants(c[1], c[3])]
+    for base, torch, variant_name, python, flavor, included in combos:
+        cid = cell_id(torch, variant_name, python, flavor, base.os)
         considered.append(cid)
 
         def drop(reason: str, cid: str = cid) -> None:
@@ -275,8 +276,8 @@ def build_plan(
         if refused is not None:
             drop(f"{refused} (the matrix's uv-managed {python}); pin another {python}.x in python.managed")
             continue
-        if python != matrix.base.python and managed_full is None:
-            drop(f"Python {python} is neither {matrix.base.os}'s ({matrix.base.python}) nor uv-managed")
+        if python != base.python and managed_full is None:
+            drop(f"Python {python} is neither {base.os}'s ({base.python}) nor uv-managed")
             continue
         coverage: list[tuple[str, str]] = []
         uncovered: list[str] = []
@@ -288,58 +289,58 @@ def build_plan(
         if uncovered:
             drop(f"{variant_name} wheels of torch {torch} have no kernels for " + "; ".join(uncovered))
             continue
-        devel_image = matrix.base.devel_image(variant.cuda)
+        devel_image = base.devel_image(variant.cuda)
         major = int(variant.cuda.split(".")[0])
         ccs = [g.cc for g in matrix.gpus]
         requested = matrix.nccl_tests.toolkit
-        distro = compat.distro_toolkit(matrix.base.os)
+        distro = compat.distro_toolkit(base.os)
         distro_fits = distro is not None and distro.serves(variant.cuda)
         toolkit: NcclToolkit
         distro_used: compat.DistroToolkit | None = None
         if requested == "base":
-            plain = _plain_os_image(matrix.base.image)
+            plain = _plain_os_image(base.image)
             if plain is not None:
                 drop(
-                    f"nccl_tests.toolkit = 'base': base.image {matrix.base.image} is the plain {plain} OS "
+                    f"nccl_tests.toolkit = 'base': {base.key}.image {base.image} is the plain {plain} OS "
                     "image (imagesmith/data/bases.toml), which carries no CUDA toolkit (/usr/local/cuda) and "
                     "no NCCL; toolkit 'base' is for a base image that brings its own (e.g. with torch.source "
                     "= 'base'). Use toolkit "
-                    f"'auto'; {_own_toolkit(matrix, variant.cuda)}"
-                    + ("" if major >= 13 else "; " + _toolkit_fixes(matrix, variant.cuda))
+                    f"'auto'; {_own_toolkit(base, variant.cuda)}"
+                    + ("" if major >= 13 else "; " + _toolkit_fixes(base, variant.cuda))
                 )
                 continue
-            toolkit, builder_image = "base", matrix.base.image
+            toolkit, builder_image = "base", base.image
             note = "nccl-tests built with the base image's own CUDA toolkit (/usr/local/cuda)"
         elif requested == "pip" or (requested == "auto" and major >= 13):
             if major < 13:
                 drop(
                     f"nccl_tests.toolkit = 'pip': CUDA {variant.cuda} pip wheels carry no nvcc (only CUDA 13 "
-                    f"and later ones do); {_own_toolkit(matrix, variant.cuda)}; "
-                    + _toolkit_fixes(matrix, variant.cuda)
+                    f"and later ones do); {_own_toolkit(base, variant.cuda)}; "
+                    + _toolkit_fixes(base, variant.cuda)
                 )
                 continue
-            toolkit, builder_image = "pip", matrix.base.image
+            toolkit, builder_image = "pip", base.image
             note = f"nccl-tests built with nvcc from the CUDA {variant.cuda} pip wheels on the plain base"
         elif requested == "distro" or (requested == "auto" and distro_fits):
             if distro is None or not distro_fits:
                 drop(
-                    f"nccl_tests.toolkit = 'distro': {_own_toolkit(matrix, variant.cuda)}; "
-                    + _toolkit_fixes(matrix, variant.cuda)
+                    f"nccl_tests.toolkit = 'distro': {_own_toolkit(base, variant.cuda)}; "
+                    + _toolkit_fixes(base, variant.cuda)
                 )
                 continue
-            toolkit, builder_image, distro_used = "distro", matrix.base.image, distro
+            toolkit, builder_image, distro_used = "distro", base.image, distro
             note = _distro_note(distro, variant.cuda, ccs)
         else:  # devel-image, or auto with no other source
             if devel_image is None:
                 why = "asks for an nvidia/cuda devel image" if requested == "devel-image" else "is auto"
                 drop(
                     f"CUDA {variant.cuda} wheels carry no nvcc and nccl_tests.toolkit {why}: nccl-tests "
-                    f"needs a toolkit; {_own_toolkit(matrix, variant.cuda)}; "
-                    + _toolkit_fixes(matrix, variant.cuda)
+                    f"needs a toolkit; {_own_toolkit(base, variant.cuda)}; "
+                    + _toolkit_fixes(base, variant.cuda)
                 )
                 continue
             toolkit, builder_image = "devel-image", devel_image
-            note = f"nccl-tests built in {devel_image} (base.devel_images)"
+            note = f"nccl-tests built in {devel_image} ({base.key}.devel_images)"
         # CUDA 13 pip wheels carry nvcc: a devel cell is the runtime image plus those wheels (and g++/make),
         # so it needs no nvidia/cuda devel image and shares every layer up to torch with the runtime cell.
         pip_devel = toolkit == "pip"
@@ -351,13 +352,14 @@ def build_plan(
                 drop(
                     f"devel flavor: the nccl-tests builder uses {distro_used.release}'s CUDA "
                     f"{distro_used.cuda} packages, which the image does not carry (a devel image must give "
-                    f'extensions torch\'s CUDA {variant.cuda}): add "{variant.cuda}" to base.devel_images'
+                    f'extensions torch\'s CUDA {variant.cuda}): add "{variant.cuda}" to '
+                    f"{base.key}.devel_images"
                 )
                 continue
             if devel_image is None and not pip_devel:
                 drop(
                     f"devel flavor needs an nvidia/cuda:{variant.cuda}.x-devel image: add "
-                    f'"{variant.cuda}" to base.devel_images'
+                    f'"{variant.cuda}" to {base.key}.devel_images'
                 )
                 continue
         if flavor == "interactive" and matrix.torch.source == "base":
@@ -394,9 +396,9 @@ def build_plan(
         if matrix.torch.source == "base":
             python_source = "base"
         else:
-            python_source = "distro" if python == matrix.base.python else "uv"
+            python_source = "distro" if python == base.python else "uv"
         cell_devel = devel_image if flavor == "devel" and not pip_devel else None
-        unpinned = _unpinned(base_lock, matrix.base.image, builder_image, cell_devel)
+        unpinned = _unpinned(base_lock, base.image, builder_image, cell_devel)
         if unpinned:  # a project that pins its bases builds none by a moving name (as no wheel floats)
             drop(
                 f"base image {', '.join(unpinned)} has no entry in {bases_shown}: run "
@@ -422,8 +424,8 @@ def build_plan(
                 python_source=python_source,
                 uv=matrix.python.uv if python_source == "uv" else None,
                 python_install_mirror=matrix.python.install_mirror,
-                os=matrix.base.os,
-                base_image=matrix.base.image,
+                os=base.os,
+                base_image=base.image,
                 builder_image=builder_image,
                 devel_image=cell_devel,
                 nccl_toolkit=toolkit,
@@ -458,13 +460,13 @@ def build_plan(
                 mirror_runtime=matrix.mirror.runtime,
                 registries=targets,
                 labels=matrix.labels,
-                venv=matrix.base.venv or VENV,
+                venv=base.venv or VENV,
                 dockerfile=f"{dockerfiles}/{matrix.name}/{cid}/Dockerfile",
                 context=f"{dockerfiles}/{matrix.name}/{cid}",
                 layers=()
                 if matrix.torch.source == "base"
                 else plan_layers(lock.pins, python, sizes, shared=shared),
-                **_base_fields(base_lock, matrix.base.image, builder_image, cell_devel),
+                **_base_fields(base_lock, base.image, builder_image, cell_devel),
             )
         )
     for reg in matrix.registries:
@@ -484,8 +486,10 @@ def build_plan(
 
 def matrix_bases(matrix: Matrix) -> list[tuple[str, str]]:
     """(field, image) of every base a cell of *matrix* may be built from, for the base lock's check."""
-    out = [("base.image", matrix.base.image)]
-    out += [(f"base.devel_images.{cuda}", image) for cuda, image in matrix.base.devel_images]
+    out = []
+    for base in matrix.bases:
+        out.append((f"{base.key}.image", base.image))
+        out += [(f"{base.key}.devel_images.{cuda}", image) for cuda, image in base.devel_images]
     return out
 
 

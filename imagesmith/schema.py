@@ -854,6 +854,53 @@ def _rule(*, exclude: bool) -> Field:
     )
 
 
+#: the keys of [base] (and of each [[extra_bases]] table, which adds variants and flavors)
+_BASE_FIELDS: Final[dict[str, Field]] = {
+    "os": Field(
+        kind="string",
+        required=True,
+        pattern=r"[a-z][a-z0-9.]{0,31}",
+        invalid="{value!r} is not a tag component",
+        hint="a lowercase letter, then at most 31 of a-z, 0-9 and '.' (every image tag ends "
+        'in it; a tag holds at most 128 characters), e.g. os = "ubuntu22.04"',
+        nearest="ubuntu22.04",
+        description="OS tag component",
+        example='"ubuntu22.04"',
+    ),
+    "image": Field(
+        kind="string",
+        required=True,
+        pattern=IMAGE_REF,
+        invalid="{value!r} is not an image reference",
+        nearest="ubuntu:22.04",
+        hint="[host[:port]/]path[:tag][@sha256:…], lowercase path, e.g. ubuntu:22.04",
+        description="base image of the runtime flavor",
+        example='"ubuntu:22.04"',
+    ),
+    "python": replace(_MINOR, required=True, description="the distro's Python minor"),
+    "devel_images": Field(
+        kind="map",
+        items=Field(
+            kind="string",
+            pattern=IMAGE_REF,
+            invalid="{value!r} is not an image reference",
+            hint="[host[:port]/]path[:tag][@sha256:…], e.g. nvidia/cuda:12.8.1-devel-ubuntu22.04",
+        ),
+        description="devel base per CUDA X.Y",
+        example='{ "12.8" = "nvidia/cuda:12.8.1-devel-ubuntu22.04" }',
+    ),
+    "venv": Field(
+        kind="string",
+        pattern=ABS_PATH,
+        invalid="{value!r} is not an absolute path of safe characters",
+        nearest="/opt/venv",
+        hint="an absolute path of letters, digits and . _ + - between slashes (/opt/venv)",
+        description="the base image's Python environment (torch.source = 'base')",
+        example='"/opt/venv"',
+    ),
+}
+
+
 MATRIX: Schema = Schema(
     title="imagesmith matrix (matrices/<name>.toml)",
     file_name="matrix",
@@ -974,54 +1021,28 @@ MATRIX: Schema = Schema(
                     ),
                 },
             ),
-            "base": Field(
-                kind="table",
-                required=True,
-                fields={
-                    "os": Field(
-                        kind="string",
-                        required=True,
-                        pattern=r"[a-z][a-z0-9.]{0,31}",
-                        invalid="{value!r} is not a tag component",
-                        hint="a lowercase letter, then at most 31 of a-z, 0-9 and '.' (every image tag ends "
-                        'in it; a tag holds at most 128 characters), e.g. os = "ubuntu22.04"',
-                        nearest="ubuntu22.04",
-                        description="OS tag component",
-                        example='"ubuntu22.04"',
-                    ),
-                    "image": Field(
-                        kind="string",
-                        required=True,
-                        pattern=IMAGE_REF,
-                        invalid="{value!r} is not an image reference",
-                        nearest="ubuntu:22.04",
-                        hint="[host[:port]/]path[:tag][@sha256:…], lowercase path, e.g. ubuntu:22.04",
-                        description="base image of the runtime flavor",
-                        example='"ubuntu:22.04"',
-                    ),
-                    "python": replace(_MINOR, required=True, description="the distro's Python minor"),
-                    "devel_images": Field(
-                        kind="map",
-                        items=Field(
-                            kind="string",
-                            pattern=IMAGE_REF,
-                            invalid="{value!r} is not an image reference",
-                            hint="[host[:port]/]path[:tag][@sha256:…], e.g. "
-                            "nvidia/cuda:12.8.1-devel-ubuntu22.04",
+            "base": Field(kind="table", required=True, fields=_BASE_FIELDS),
+            "extra_bases": Field(
+                kind="array",
+                description=(
+                    "more OS bases: each adds the cells of its variants and flavors on it, tagged with its "
+                    "os "
+                    "(e.g. debian12 cells beside the ubuntu22.04 ones where only Debian bases can be pulled)"
+                ),
+                items=Field(
+                    kind="table",
+                    fields={
+                        **_BASE_FIELDS,
+                        "variants": _names(
+                            "the torch.variants built on this base (default: all)", '["cu121"]'
                         ),
-                        description="devel base per CUDA X.Y",
-                        example='{ "12.8" = "nvidia/cuda:12.8.1-devel-ubuntu22.04" }',
-                    ),
-                    "venv": Field(
-                        kind="string",
-                        pattern=ABS_PATH,
-                        invalid="{value!r} is not an absolute path of safe characters",
-                        nearest="/opt/venv",
-                        hint="an absolute path of letters, digits and . _ + - between slashes (/opt/venv)",
-                        description="the base image's Python environment (torch.source = 'base')",
-                        example='"/opt/venv"',
-                    ),
-                },
+                        "flavors": _names(
+                            "the flavors built on this base (default: all)",
+                            '["runtime"]',
+                            items=Field(kind="string", enum=FLAVORS),
+                        ),
+                    },
+                ),
             ),
             "nccl_tests": Field(
                 kind="table",

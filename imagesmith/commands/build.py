@@ -62,6 +62,14 @@ def build_command(
     push: Annotated[
         bool, typer.Option("--push", help="Push to the cell's registries (copied between them via the API).")
     ] = False,
+    registries: Annotated[
+        Path | None,
+        typer.Option(
+            "--registries",
+            help="registries file the matrix's registry names are read from (default: a registries.toml "
+            "beside the matrix, else the project's), e.g. the same names on registries you can reach.",
+        ),
+    ] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", help="Cells built at the same time.")] = 1,
     force: Annotated[
         bool, typer.Option("--force", help="Build and push even when the fingerprint is already there.")
@@ -124,7 +132,7 @@ def build_command(
     config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
     if summary is not None:
         check_output_file(summary, "--summary")
-    project, m, plan = load_plan(matrix, only)
+    project, m, plan = load_plan(matrix, only, registries)
     if not plan.cells:
         raise MatrixError(
             f"matrix {m.name}: no cell to build, every combination is dropped: "

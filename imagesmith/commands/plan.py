@@ -32,13 +32,16 @@ MATRIX_HELP = (
 )
 
 
-def load_plan(matrix: str | None, only: list[str] | None = None) -> tuple[Project, Matrix, BuildPlan]:
-    """Shared by ``build``: find the project, load a matrix, plan it, apply ``--only`` globs."""
+def load_plan(
+    matrix: str | None, only: list[str] | None = None, registries_file: Path | None = None
+) -> tuple[Project, Matrix, BuildPlan]:
+    """Shared by ``build``: find the project, load a matrix (its registries from *registries_file* when
+    given), plan it, apply ``--only`` globs."""
     from imagesmith.matrix import load_matrix
     from imagesmith.plan import build_plan
 
     project = current_project(matrix)
-    m = load_matrix(project.resolve_matrix_name(matrix), project=project)
+    m = load_matrix(project.resolve_matrix_name(matrix), project=project, registries_file=registries_file)
     plan = build_plan(m, project=project)
     return project, m, plan.select(only or [])
 

@@ -109,7 +109,7 @@ def test_any_label_renders_as_exactly_one_line_or_is_refused(tmp_path: Path, key
 
 # -- every string field of a matrix, hostile (issue 17) ----------------------------------------------------
 #: a matrix that sets every optional string field the templates render: a uv-managed Python with a mirror, a
-#: devel flavor on a devel image, the base's venv, the nccl-tests URL, an exclude and an include
+#: devel flavor on a devel image, the base's venv, the nccl-tests URL, an exclude, an include, an extra base
 FULL = """\
 schema = 1
 name = "full"
@@ -159,6 +159,15 @@ torch = "2.3.1"
 variant = "cu121"
 python = "3.11"
 flavor = "devel"
+
+[[extra_bases]]
+os = "debian12"
+image = "debian:bookworm"
+python = "3.11"
+venv = "/opt/venv"
+devel_images = { "12.1" = "example.com/own/cuda:12.1.1-devel-debian12" }
+variants = ["cu121"]
+flavors = ["runtime", "devel"]
 """
 
 #: what an attacker appends to (or puts instead of) a value: a new line/instruction, a command after ; && |,

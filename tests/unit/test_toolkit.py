@@ -231,7 +231,7 @@ def test_a_toolkit_newer_than_the_cell_is_never_used(tmp_path: Path) -> None:
     assert "'debian13'" not in reason
     assert "'ubuntu24.04'" not in reason
     # a CUDA older than every release's toolkit: no base to name, the devel image is the fix
-    fixes = plan_module._toolkit_fixes(_matrix(tmp_path, **args), "11.4")
+    fixes = plan_module._toolkit_fixes(_matrix(tmp_path, **args).base, "11.4")
     assert fixes == (
         'add "11.4" to base.devel_images (an nvidia/cuda:11.4.x-devel image you can pull): no other release '
         "in imagesmith/data/toolkits.toml carries an nvidia-cuda-toolkit no newer than CUDA 11.4"
