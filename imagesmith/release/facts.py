@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from imagesmith.compat import MinDriver, parse_driver
-from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
+from imagesmith.errors import ConfigError, Fault, ImagesmithError, ReleaseError
 from imagesmith.index import (
     ReleasedImage,
     ReleaseIndex,
@@ -65,7 +65,7 @@ def _facts_error(client: RegistryApi, repo: str, digest: str, message: str) -> R
         host=client.host,
         repository=repo,
         digest=digest,
-        fault="not an imagesmith image",
+        fault=Fault.NOT_AN_IMAGESMITH_IMAGE,
         problem=message,
     )
 

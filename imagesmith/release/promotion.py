@@ -11,7 +11,7 @@ from imagesmith.attestation import (
     attach_attestations,
     has_attestations,
 )
-from imagesmith.errors import ImagesmithError, ReleaseError
+from imagesmith.errors import ImagesmithError, ReleaseError, Side
 from imagesmith.refs import Registry
 from imagesmith.registry import (
     PromotionError,
@@ -152,7 +152,7 @@ def _copy_into(run: CellRun, c: RegistryApi, t: Registry, there: _There) -> None
     if not there.has_manifest:  # (every blob there now, unless mounted within one registry: HEADs)
         copy_manifest(src, source.repo, digest, c, t.repo, verify=verify)
     if there.has_manifest and verify == "full":  # the nightly: read back what an earlier run copied
-        verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side="destination")
+        verify_blobs(c, t.repo, src.get_manifest(source.repo, digest), side=Side.DESTINATION)
         if memory is not None:  # every blob was just read and hashed: not read twice
             for d, _ in unread:
                 memory.add(c.host, d)
@@ -191,7 +191,7 @@ def read_back(run: CellRun) -> None:
     try:
         for d, size in run.deferred:
             if d not in run.streamed:
-                blob_digest(client, source.repo, d, side="source", size=size)
+                blob_digest(client, source.repo, d, side=Side.SOURCE, size=size)
             if memory is not None:
                 memory.add(client.host, d)
     except ImagesmithError as exc:
