@@ -7,7 +7,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from imagesmith import inputs
 from imagesmith.attestation import (
@@ -36,29 +36,69 @@ from imagesmith.release.facts import index_problem
 
 @dataclass(frozen=True, kw_only=True)
 class Report:
-    """One piece of validation evidence. Only a report carried by a signed attestation that verifies with a
-    trusted key counts (``signer`` set, ``problem`` None); the others are kept to say why they do not."""
+    """One piece of validation evidence: the validation report (:class:`ValidationReport`, the one type of the
+    record the suite writes, the host reads, release checks and the index summarises) and what release knows
+    of where it came from. Only a report carried by a signed attestation that verifies with a trusted key
+    counts (``signer`` set, ``problem`` None); the others are kept to say why they do not."""
 
     path: str  # the file, or the registry artifact the report was read from
     body: bytes
     digest: str | None  # signed: the attestation's subject; unsigned: what the report claims (never trusted)
-    verdict: str
-    reason: str
-    target: str
-    gpu: str
-    gpu_count: int
-    driver: str
-    date: str
-    failed: tuple[str, ...] = ()
-    link: str = ""
-    figures: Mapping[str, float] = field(default_factory=dict, hash=False)
+    #: the report itself (None: nothing readable was there, only a reason in ``problem``)
+    record: ValidationReport | None = field(default=None, hash=False)
+    #: when it was read: the date of a report that records no start time
+    read_at: str = ""
     signer: str | None = None  # the trusted key that signed the attestation
     envelope: bytes | None = field(default=None, repr=False)  # the DSSE envelope (attached to registries)
     problem: str | None = None  # why this is not evidence (unsigned, bad signature, unknown key, …)
     claimed: str | None = None  # the digest the report.json file itself names (for messages only)
-    #: the verdict its checks give (validate's own rule, :func:`imagesmith.validate.report.verdict_of`):
-    #: the ``verdict`` field is never taken at its word
-    checks_verdict: str = ""
+
+    @property
+    def verdict(self) -> str:
+        """The report's own ``verdict`` ("unknown" without one); never taken at its word: see
+        :attr:`checks_verdict`."""
+        return self.record.verdict if self.record is not None else "unknown"
+
+    @property
+    def checks_verdict(self) -> str:
+        """The verdict its checks give (validate's own rule, :attr:`ValidationReport.checks_verdict`)."""
+        return self.record.checks_verdict if self.record is not None else ""
+
+    @property
+    def reason(self) -> str:
+        return self.record.verdict_reason if self.record is not None else ""
+
+    @property
+    def target(self) -> str:
+        return self.record.target if self.record is not None else ""
+
+    @property
+    def gpu(self) -> str:
+        return self.record.gpu_model if self.record is not None else ""
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.record.gpus) if self.record is not None else 0
+
+    @property
+    def driver(self) -> str:
+        return self.record.driver if self.record is not None else ""
+
+    @property
+    def date(self) -> str:
+        return (self.record.started if self.record is not None else "") or self.read_at
+
+    @property
+    def failed(self) -> tuple[str, ...]:
+        return self.record.failed() if self.record is not None else ()
+
+    @property
+    def link(self) -> str:
+        return self.record.link if self.record is not None else ""
+
+    @property
+    def figures(self) -> Mapping[str, float]:
+        return self.record.figures if self.record is not None else {}
 
     @property
     def published_body(self) -> bytes:
@@ -101,15 +141,10 @@ class Report:
         return None
 
     def validated_on(self) -> ValidatedOn:
-        return ValidatedOn(
-            gpu=self.gpu,
-            count=self.gpu_count,
-            driver=self.driver,
-            date=self.date,
-            report_digest=self.sha,
-            link=self.link,
-            figures=self.figures,
-        )
+        """What the index records of this report (:meth:`ValidationReport.validated_on`)."""
+        if self.record is None:  # nothing readable: an empty host (an index refuses it: never promoted)
+            return ValidatedOn(gpu="", count=0, driver="", date=self.date, report_digest=self.sha)
+        return self.record.validated_on(report_digest=self.sha, date=self.date)
 
 
 def read_report(path: Path) -> Report:
@@ -126,27 +161,10 @@ def parse_report(body: bytes, *, source: str) -> Report:
         path=source,
         body=body,
         digest=report.image_digest,
-        verdict=report.verdict,
-        reason=report.verdict_reason,
-        target=report.target,
-        gpu=report.gpu_model,
-        gpu_count=len(report.gpus),
-        driver=report.driver,
-        date=report.started or _now(),
-        failed=report.failed(),
-        link=report.link,
-        figures=report.figures,
+        record=report,
+        read_at=_now(),
         claimed=report.image_digest,
-        checks_verdict=_checks_verdict(report.checks, report.schema),
     )
-
-
-def _checks_verdict(checks: Sequence[Mapping[str, Any]], schema: int) -> str:
-    """The verdict *checks* give by validate's own rule (any failure → failed; no check passed, or GPU checks
-    skipped for lack of a GPU → not validated; else passed)."""
-    from imagesmith.validate.report import outcomes_of, verdict_of
-
-    return verdict_of(outcomes_of(list(checks), schema)).verdict
 
 
 def attested_report(attested: Attested, *, source: str, claimed: str | None = None) -> Report:
@@ -164,13 +182,6 @@ def _unusable(path: str, problem: str, *, claimed: str | None, beside: Report | 
         path=path,
         body=b"",
         digest=claimed,
-        verdict="unknown",
-        reason="",
-        target="",
-        gpu="",
-        gpu_count=0,
-        driver="",
-        date="",
         problem=problem,
         claimed=claimed,
     )
