@@ -30,7 +30,7 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/commands/build.py", "build_command"): (192, 19),
     ("imagesmith/commands/init.py", "init_command"): (160, 14),
     ("imagesmith/commands/release.py", "pick"): (147, 8),
-    ("imagesmith/commands/validate.py", "validate_command"): (369, 24),
+    ("imagesmith/commands/validate.py", "validate_command"): (253, 5),  # 369, 24 before its command layer
     ("imagesmith/compat/verdicts.py", "verdict"): (211, 26),
     ("imagesmith/pick/fetching.py", "fetch_index"): (173, 27),
     ("imagesmith/plan.py", "build_plan"): (263, 33),
