@@ -29,7 +29,7 @@ MODULES: dict[str, int] = {
 FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/commands/build.py", "build_command"): (192, 19),
     ("imagesmith/commands/init.py", "init_command"): (160, 14),
-    ("imagesmith/commands/release.py", "pick"): (147, 8),
+    ("imagesmith/commands/release.py", "pick"): (135, 4),  # 147, 8 before its command layer
     ("imagesmith/commands/validate.py", "validate_command"): (253, 5),  # 369, 24 before its command layer
     ("imagesmith/compat/verdicts.py", "verdict"): (211, 26),
     ("imagesmith/pick/fetching.py", "fetch_index"): (173, 27),
