@@ -44,7 +44,16 @@ from imagesmith import inputs
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
 from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult, needs_buildkit
-from imagesmith.errors import BuildError, ConfigError, ImagesmithError, PushError, RegistryError, join_hints
+from imagesmith.errors import (
+    BuildError,
+    ConfigError,
+    Fault,
+    ImagesmithError,
+    PushError,
+    RegistryError,
+    Side,
+    join_hints,
+)
 from imagesmith.matrix import MIRROR_PROFILES, Matrix
 from imagesmith.plan import BuildPlan, Cell
 from imagesmith.refs import ImageRef, Registry
@@ -345,7 +354,7 @@ class BaseSources:
                 "(a matrix's cells on another base, e.g. '*-debian12')",
                 host=pull.registry,
                 repository=pull.path,
-                fault="not found",
+                fault=Fault.NOT_FOUND,
                 cell=ids[0],
             )
 
@@ -484,7 +493,7 @@ def push_cell(
         size_compressed = manifest.compressed_size()
         if verify == "full":  # the engine trusts blobs the registry says it has: read them all back
             report(cell.id, f"verify {first.name}", None)
-            verify_blobs(src, src_repo, manifest, side="source")
+            verify_blobs(src, src_repo, manifest, side=Side.SOURCE)
     except ImagesmithError as exc:
         raise _wrapped(first, exc) from exc
     if served != pushed.digest:

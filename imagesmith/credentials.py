@@ -8,13 +8,14 @@ The chain asks its providers in order and takes the first answer:
 2. **docker config** — ``$DOCKER_CONFIG/config.json`` (else ``~/.docker/config.json``): ``auths`` entries
    (what ``docker login`` writes), then the ``credHelpers`` entry of the host or the ``credsStore``
    (``docker-credential-<name> get``).
-3. **token command** (kinds ``ecr`` and ``acr`` only, or a ``generic`` registry whose host is an ECR / Azure
-   host): a short-lived password from the cloud's CLI, cached in the process until shortly before it expires:
+3. **token command** (kinds ``ecr`` and ``azure-acr`` only, or a ``generic`` registry whose host is an
+   ECR / Azure host): a short-lived password from the cloud's CLI, cached in the process until shortly
+   before it expires:
 
    - ``ecr``: ``aws ecr get-login-password --region REGION`` (region from
      ``ACCOUNT.dkr.ecr[-fips].REGION.amazonaws.com[.cn]``; ``public.ecr.aws``:
      ``aws ecr-public get-login-password --region us-east-1``), username ``AWS``, valid 12 h;
-   - ``acr`` (Azure, ``NAME.azurecr.io``): ``az acr login --name NAME --expose-token --output tsv --query
+   - ``azure-acr`` (``NAME.azurecr.io``): ``az acr login --name NAME --expose-token --output tsv --query
      accessToken``, username ``00000000-0000-0000-0000-000000000000``, valid about 3 h (the token's own
      ``exp`` when it carries one).
 
@@ -473,7 +474,8 @@ class CredentialChain:
 def credential_chain(
     host: str, kind: str = "generic", *, name: str | None = None, env: Mapping[str, str] | None = None
 ) -> CredentialChain:
-    """The chain for a registry: environment, docker config, then the kind's token command (ecr, acr)."""
+    """The chain for a registry: environment, docker config, then the kind's token command (ecr,
+    azure-acr)."""
     registry = f"registry {name} ({host})" if name and name != host else f"registry {host}"
     providers: list[CredentialProvider] = [EnvironmentProvider(env), DockerConfigProvider(env)]
     token = token_provider(host, kind, registry)

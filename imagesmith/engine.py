@@ -36,7 +36,7 @@ from tenacity import (
 
 from imagesmith import settings
 from imagesmith.credentials import Credentials
-from imagesmith.errors import BuildError, ConfigError, EngineError, ImagesmithError, PushError
+from imagesmith.errors import BuildError, ConfigError, EngineError, Fault, ImagesmithError, PushError
 from imagesmith.refs import split_reference
 
 if TYPE_CHECKING:
@@ -556,7 +556,7 @@ class Engine:
             except PushError as exc:
                 # what the engine (or, after a probe, the registry) said decides; the message is shown
                 last, said = exc.message, exc.said or ""
-                refused = _denied(said) or exc.fault in ("denied", "unauthorized")
+                refused = _denied(said) or exc.fault in (Fault.DENIED, Fault.UNAUTHORIZED)
                 if refused and not state["refreshed"] and creds is not None and refresh is not None:
                     state["refreshed"] = True  # once: never a loop of refusals
                     fresh = refresh(creds)

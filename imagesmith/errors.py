@@ -6,18 +6,88 @@ the file, field, host or registry at fault and says what to do. Only ``imagesmit
 
 from __future__ import annotations
 
+import sys
+from enum import Enum
 from typing import TypeVar
 
 _E = TypeVar("_E", bound="ImagesmithError")
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # pragma: no cover - exercised only on Python 3.10
+
+    class StrEnum(str, Enum):
+        """Python 3.10's stand-in: members are their values, as text and in f-strings."""
+
+        def __str__(self) -> str:
+            return str(self.value)
+
+        def __format__(self, spec: str) -> str:
+            return str(self.value).__format__(spec)
+
+
+class Fault(StrEnum):
+    """What went wrong, in a word: the ``fault`` of an error (issue 31). A decision compares it with a member
+    (``exc.fault is Fault.UNREACHABLE``), so a renamed or misspelt value is a type error, not a branch that
+    never matches; a member is its value as text (``f"{fault}"``, JSON, :meth:`ImagesmithError.fields`)."""
+
+    # a registry or its transport
+    UNREACHABLE = "unreachable"
+    RATE_LIMITED = "rate limited"
+    UNAUTHORIZED = "unauthorized"
+    DENIED = "denied"
+    READ_ONLY = "read-only"
+    TOO_LARGE = "too large"
+    CORRUPT = "corrupt"
+    MANIFEST_UNKNOWN = "manifest unknown"
+    NOT_FOUND = "not found"  # a base image the registry mirror does not serve
+    INVALID_MANIFEST = "invalid manifest"
+    FOREIGN_ARTIFACT = "foreign artifact"
+    PROMOTION = "promotion"
+
+    # a registry's own error body (:func:`imagesmith.registry.registry_fault`)
+    STORAGE_FULL = "storage full"
+    QUOTA_EXCEEDED = "quota exceeded"
+    BLOB_UNKNOWN = "blob unknown"
+    REPOSITORY_NAME_INVALID = "repository name invalid"
+    REPOSITORY_UNKNOWN = "repository unknown"
+    MANIFEST_INVALID = "manifest invalid"
+
+    # trust in a release index (:mod:`imagesmith.indextrust`)
+    NOT_SIGNED = "not signed"
+    BAD_SIGNATURE = "bad signature"
+    KEY_CHANGED = "key changed"
+    NO_KEY = "no key"
+    BAD_KEY = "bad key"
+    WRONG_REPOSITORY = "wrong repository"
+    NO_SERIAL = "no serial"
+    EXPIRED = "expired"
+    SERIAL_AHEAD = "serial ahead"
+    REPLAYED = "replayed"
+    SERIAL_REUSED = "serial reused"
+    TRUST_RECORD_UNREADABLE = "trust record unreadable"
+
+    # hosts, GPUs and images
+    UNKNOWN_GPU = "unknown GPU"
+    NO_DEVICES = "no devices"
+    NOT_AN_IMAGESMITH_IMAGE = "not an imagesmith image"
+
+
+class Side(StrEnum):
+    """Which end of a copy failed: the ``side`` of an error, put in front of its text (``source registry r1
+    …``)."""
+
+    SOURCE = "source"
+    DESTINATION = "destination"
 
 
 class ImagesmithError(Exception):
     """Base class. ``exit_code`` is what the CLI exits with.
 
     Besides its text an error carries what it is about as fields, for the code that handles it to decide on
-    (never on the text): ``registry``/``host``/``repository``/``digest`` (and ``side``: ``source`` or
-    ``destination`` of a copy), ``fault`` (what went wrong, in a word: ``unreachable``, ``rate limited``,
-    ``unauthorized``, ``storage full``, ``unknown GPU``, …), ``transient`` (waiting may help), ``problem``
+    (never on the text): ``registry``/``host``/``repository``/``digest`` (and ``side``, a :class:`Side`: the
+    source or destination of a copy), ``fault`` (a :class:`Fault`: what went wrong, in a word: unreachable,
+    rate limited, unauthorized, storage full, unknown GPU, …), ``transient`` (waiting may help), ``problem``
     (what is wrong with the thing named, alone: a corrupt blob's hash), ``cell``, ``file``/``field`` (where in
     a file), ``said`` (a program's or service's own words, verbatim: the engine's, a registry's), and the fix
     as data: ``hint``. The text is rendered once, at the edge (:meth:`render`, ``imagesmith.cli``): the
@@ -35,8 +105,8 @@ class ImagesmithError(Exception):
         host: str | None = None,
         repository: str | None = None,
         digest: str | None = None,
-        side: str | None = None,
-        fault: str | None = None,
+        side: Side | None = None,
+        fault: Fault | None = None,
         transient: bool = False,
         problem: str | None = None,
         cell: str | None = None,

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from imagesmith import inputs, schema
+from imagesmith import inputs, kinds, schema
 from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, RegistryError
 from imagesmith.refs import Registry, split_reference
@@ -42,12 +42,12 @@ class RegistryCopy:
 
     @classmethod
     def parse(cls, *, name: str, reference: str, digest: str, kind: str = "generic") -> RegistryCopy:
-        """From an index entry: name, reference (``host[:port]/repository:tag``), digest, kind."""
+        """From an index entry: name, reference (``host[:port]/repository:tag``), digest, kind (a retired kind
+        name of an index written before, ``acr``, reads as its successor for the host: ``kinds.current``)."""
         repository, tag, _ = split_reference(reference)
         host, _, path = repository.partition("/")
-        return cls(
-            registry=Registry(name=name, host=host, repository=path, kind=kind), tag=tag or "", digest=digest
-        )
+        registry = Registry(name=name, host=host, repository=path, kind=kinds.current(kind, host))
+        return cls(registry=registry, tag=tag or "", digest=digest)
 
     @property
     def name(self) -> str:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from imagesmith import inputs
-from imagesmith.errors import ImagesmithError, IndexTrustError
+from imagesmith.errors import Fault, ImagesmithError, IndexTrustError
 
 #: the flag the index being read came from, as errors name it: ``--index`` (pick, index) or another command's
 #: (``validate --baseline-from``): :func:`reading_as` sets it around a fetch
@@ -219,7 +219,7 @@ class TrustStore:
             except (ValueError, RecursionError, ImagesmithError):
                 raise IndexTrustError(
                     f"{index_flag()} {self.shown}: the trust record {self.path} cannot be read",
-                    fault="trust record unreadable",
+                    fault=Fault.TRUST_RECORD_UNREADABLE,
                     hint=f"remove {self.path}: the next run pins the published key again (check its "
                     "fingerprint)",
                 ) from None
@@ -231,7 +231,7 @@ class TrustStore:
                     raise IndexTrustError(
                         f"{index_flag()} {self.shown}: the trust record {self.path} is not one imagesmith "
                         f"writes ({problem})",
-                        fault="trust record unreadable",
+                        fault=Fault.TRUST_RECORD_UNREADABLE,
                         hint=f"remove {self.path}: the next run pins the published key again (check its "
                         "fingerprint)",
                     )
@@ -250,7 +250,7 @@ class TrustStore:
         except ConfigError:
             raise IndexTrustError(
                 f"{index_flag()} {self.shown}: the key pinned in {self.path} is damaged",
-                fault="trust record unreadable",
+                fault=Fault.TRUST_RECORD_UNREADABLE,
                 hint=f"remove {self.path} and check the fingerprint the next run prints with the publisher",
             ) from None
 
@@ -357,7 +357,7 @@ def check_signature(
     if envelope is None:
         raise IndexTrustError(
             f"{index_flag()} {source}: the index is not signed (no {where}), but a key is set",
-            fault="not signed",
+            fault=Fault.NOT_SIGNED,
             hint=hint,
         )
     try:
@@ -365,14 +365,14 @@ def check_signature(
     except SignatureError as exc:
         raise IndexTrustError(
             f"{index_flag()} {source}: bad index signature ({where}): {exc.message}",
-            fault="bad signature",
+            fault=Fault.BAD_SIGNATURE,
             hint=hint,
         ) from None
     if verified.payload != body:
         raise IndexTrustError(
             f"{index_flag()} {source}: the signature ({where}) is valid but signs another index than the one "
             "served",
-            fault="bad signature",
+            fault=Fault.BAD_SIGNATURE,
             hint=hint,
         )
     return verified.key
@@ -400,7 +400,7 @@ def choose_key(
             f"{index_flag()} {source}: the key published beside the index ({published_where}) is "
             f"{offered.fingerprint}, not {known}, {whose} ({store.path}): the publisher replaced its key, or "
             "someone replaced the index and its key",
-            fault="key changed",
+            fault=Fault.KEY_CHANGED,
             hint="ask the publisher which key is theirs; if the new one is, pass --verify-key NEW.pub "
             "(or "
             f"set [release] index_key), or remove {store.path} to pin the new key on the next run; "
@@ -414,7 +414,7 @@ def choose_key(
         f"{index_flag()} {source}: no key to verify the release index with (no --verify-key, "
         f"$IMAGESMITH_INDEX_KEY or [release] index_key, no key pinned for this source, none published beside "
         f"it at {published_where})",
-        fault="no key",
+        fault=Fault.NO_KEY,
         hint=_HOW_TO_GET_A_KEY,
     )
 
@@ -428,7 +428,7 @@ def _published_key(data: bytes, *, source: str, where: str) -> PublicKey:
     except ConfigError as exc:
         raise IndexTrustError(
             f"{index_flag()} {source}: the key published beside the index is unusable: {exc.message}",
-            fault="bad key",
+            fault=Fault.BAD_KEY,
             hint=_HOW_TO_GET_A_KEY,
         ) from None
 
@@ -468,7 +468,7 @@ def check_location(index: ReleaseIndex, location: str, *, source: str) -> None:
         "a copy of another repository's index (someone who can push here put it there)",
         hint="point --index at a repository the publisher releases to (one of those named), and tell the "
         f"publisher that {location} serves another repository's index",
-        fault="wrong repository",
+        fault=Fault.WRONG_REPOSITORY,
     )
 
 
@@ -479,7 +479,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             f"{index_flag()} {source}: the index carries no serial or expiry (written by an imagesmith "
             "before issue "
             "25), so a replayed or frozen copy cannot be told from the current one",
-            fault="no serial",
+            fault=Fault.NO_SERIAL,
             hint="the publisher reruns imagesmith release, which adds both and signs them; --no-verify uses "
             "this index unchecked",
         )
@@ -490,7 +490,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             f"{index_flag()} {source}: the index expired on {index.expires} (serial {index.serial}, written "
             f"{index.generated}); it is now {timestamp(now)}: its publisher has not renewed it, or a "
             "mirror serves a frozen copy",
-            fault="expired",
+            fault=Fault.EXPIRED,
             hint="the publisher's release run (the nightly) renews and re-signs the index: check that it "
             "runs "
             "and publishes; read the index from another registry of the publisher, or pass --refresh to ask "
@@ -508,7 +508,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             f"than a day after now ({timestamp(now)}): release writes the time it runs, so its host's clock "
             "ran ahead, or this host's clock is behind; recorded as the newest seen, it would make every "
             "later index look like a replay (nothing was recorded)",
-            fault="serial ahead",
+            fault=Fault.SERIAL_AHEAD,
             hint="check this host's clock (date -u); if it is right, tell the publisher that its release "
             "host's clock is wrong: its next release (with a right clock) is taken",
         )
@@ -523,7 +523,7 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             "older "
             f"than serial {newest['serial']} (written {newest.get('generated', '?')}) already seen for this "
             "source: a replayed older index (its signature is valid, but it may list images since withdrawn)",
-            fault="replayed",
+            fault=Fault.REPLAYED,
             hint="ask another registry of the publisher, or wait until the mirror has the current index (the "
             "newer one stays cached); if the publisher really started its index over, remove "
             f"{store.path}",
@@ -533,6 +533,6 @@ def check_fresh(index: ReleaseIndex, body: bytes, *, source: str, store: TrustSt
             f"{index_flag()} {source}: two different indexes carry serial {index.serial} (the one served now "
             "and "
             "the one seen before): the publisher's key signed both, or its release ran twice from one base",
-            fault="serial reused",
+            fault=Fault.SERIAL_REUSED,
             hint=f"report it to the publisher; if they confirm the one served now, remove {store.path}",
         )

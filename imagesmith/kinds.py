@@ -76,6 +76,15 @@ class Kind:
 
 
 @dataclass(frozen=True)
+class Retired:
+    """A kind name that is no longer one (``[[retired]]``): the kinds that replaced it."""
+
+    name: str
+    split: tuple[str, ...]
+    since: str
+
+
+@dataclass(frozen=True)
 class HostHint:
     contains: str
     hint: str
@@ -106,8 +115,12 @@ def _pattern(text: str, where: str) -> re.Pattern[str]:
         raise _bad(where, f"{text!r} is not a regular expression ({exc})") from None
 
 
-def parse(text: str) -> tuple[tuple[Kind, ...], tuple[HostHint, ...]]:
-    """The kinds and host hints of a registry_kinds.toml text (ConfigError naming the row when broken)."""
+_Parsed = tuple[tuple[Kind, ...], tuple[HostHint, ...], tuple[Retired, ...]]
+
+
+def parse(text: str) -> _Parsed:
+    """The kinds, host hints and retired kind names of a registry_kinds.toml text (ConfigError naming the row
+    when broken)."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -169,13 +182,28 @@ def parse(text: str) -> tuple[tuple[Kind, ...], tuple[HostHint, ...]]:
         )
         for i, h in enumerate(data.get("host_hint", []))
     )
-    return tuple(kinds), hints
+    return tuple(kinds), hints, _retired(data.get("retired", []), {k.name for k in kinds})
 
 
-_LOADED: list[tuple[tuple[Kind, ...], tuple[HostHint, ...]]] = []
+def _retired(rows: list[dict[str, Any]], names: set[str]) -> tuple[Retired, ...]:
+    out: list[Retired] = []
+    for i, row in enumerate(rows):
+        where = f"retired[{i}]"
+        name = _str(row, "name", where, required=True)
+        split = _argv(row, "split", where)
+        if name in names or not split or not set(split) <= names:
+            raise _bad(
+                where, f"{name!r} must be no kind's name and split must list kinds ({', '.join(split)})"
+            )
+        out.append(Retired(name=name, split=split, since=_str(row, "since", where, required=True)))
+        _str(row, "source", where, required=True)
+    return tuple(out)
 
 
-def _data() -> tuple[tuple[Kind, ...], tuple[HostHint, ...]]:
+_LOADED: list[_Parsed] = []
+
+
+def _data() -> _Parsed:
     if not _LOADED:
         _LOADED.append(parse(resources.files("imagesmith").joinpath(RESOURCE).read_text(encoding="utf-8")))
     return _LOADED[0]
@@ -188,6 +216,28 @@ def kinds() -> tuple[Kind, ...]:
 def kind_names() -> tuple[str, ...]:
     """Every kind, ``generic`` first (the schema's enum of a registries-file entry's ``kind``)."""
     return tuple(k.name for k in kinds())
+
+
+def retired(name: str) -> Retired | None:
+    """The ``[[retired]]`` row of a kind name that is no longer one (``acr``), or None."""
+    return next((r for r in _data()[2] if r.name == name), None)
+
+
+def successor(name: str, host: str) -> str | None:
+    """For a retired kind name: the kind of its ``split`` whose ``hosts`` match *host* (``acr`` on
+    ``x.azurecr.io`` → ``azure-acr``), or None when none does (or *name* is not retired)."""
+    row = retired(name)
+    for new in row.split if row is not None else ():
+        k = get(new)
+        if k is not None and any(p.fullmatch(host) for p in k.hosts):
+            return new
+    return None
+
+
+def current(name: str, host: str) -> str:
+    """*name*, or for a retired kind name its successor for *host* (``generic`` when none matches): how a
+    release index written before the split reads."""
+    return (successor(name, host) or "generic") if retired(name) is not None else name
 
 
 def get(name: str) -> Kind | None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import compat, inputs, schema
+from imagesmith import compat, inputs, kinds, schema
 from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.refs import Registry, expand_braces, matches
 
@@ -692,6 +692,7 @@ class _Loader(schema.Checker):
 
     def registries(self, data: Mapping[str, Any]) -> dict[str, Registry]:
         """``registries.toml``: its shape is :data:`imagesmith.schema.REGISTRIES` (also its JSON Schema)."""
+        self._retired_kinds(data)
         schema.REGISTRIES.check(data, source=str(self.path), error=MatrixError)
         out: dict[str, Registry] = {}
         for name, entry in data["registries"].items():
@@ -730,6 +731,26 @@ class _Loader(schema.Checker):
                 )
             seen[where] = name
         return out
+
+    def _retired_kinds(self, data: Mapping[str, Any]) -> None:
+        """A kind name that is no longer one (``acr``, split into Aliyun's and Azure's): one error naming the
+        kind to write for that entry's host."""
+        table = data.get("registries")
+        for name, entry in table.items() if isinstance(table, Mapping) else ():
+            kind = entry.get("kind") if isinstance(entry, Mapping) else None
+            row = kinds.retired(kind) if isinstance(kind, str) else None
+            if row is None:
+                continue
+            host = entry.get("host")
+            new = kinds.successor(row.name, host) if isinstance(host, str) else None
+            raise self.fail(
+                f"registries.{name}.kind",
+                f"{kind!r} is no longer a registry kind: it was split into "
+                f"{' and '.join(map(repr, row.split))} ({row.since})",
+                hint=f'kind = "{new}"'
+                if new
+                else f"kind = one of {', '.join(row.split)}, by the host's cloud",
+            )
 
     def rules(
         self,

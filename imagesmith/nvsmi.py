@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from imagesmith.compat import DriverVersion
-from imagesmith.errors import ConfigError, ParseError
+from imagesmith.errors import ConfigError, Fault, ParseError
 from imagesmith.inputs import is_digits, parse_int
 
 __all__ = [
@@ -167,7 +167,7 @@ def known_failure(text: str, source: str) -> ParseError | None:
             f"{source}: nvidia-smi found no GPUs ('No devices were found')",
             hint="check that the GPUs are visible to this host or container "
             "(--gpus / NVIDIA_VISIBLE_DEVICES)",
-            fault="no devices",
+            fault=Fault.NO_DEVICES,
         )
     return None
 

@@ -429,7 +429,7 @@ schema = 1
 #
 # [registries.acr-hangzhou]      # Aliyun ACR for users in China
 # host = "registry.cn-hangzhou.aliyuncs.com"
-# kind = "acr"
+# kind = "aliyun-acr"
 # namespace = "{ns}"
 # repository = "torch"
 # cells = ["*-runtime-*"]

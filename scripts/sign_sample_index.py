@@ -9,7 +9,7 @@ writes the same three files every time and no private key is committed.
 
 The sample's expiry is far away (2099) on purpose: a real index is valid for [release] index_valid_for (14
 days) and renewed by every release run; the sample is a fixed file that CI picks from every day, and must not
-start failing two weeks after it was committed. Its serial is 1.
+start failing two weeks after it was committed. Its serial is 2 (1 before issue 31 renamed a kind).
 
 usage: .venv/bin/python scripts/sign_sample_index.py [--check]   (--check: exit 1 when the committed files
 differ from what this script writes; tests/unit/test_index_trust.py runs it)
@@ -31,7 +31,7 @@ from imagesmith.index import dump_index, load_index  # noqa: E402
 
 INDEX = REPO / "docs" / "examples" / "release-index.json"
 SEED_TEXT = b"imagesmith SAMPLE release-index key: the seed is public, never trust this key for real images"
-SERIAL = 1
+SERIAL = 2  # 2: issue 31 split the kind acr (a changed index gets a new serial, as release gives it)
 #: far away on purpose (see the module docstring): CI picks from this file every day
 EXPIRES = "2099-12-31T23:59:59Z"
 

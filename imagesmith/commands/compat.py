@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from imagesmith import compat, nvsmi
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, Fault
 
 EPILOG = (
     "Exit status: 0 = compatible (mode full or minor-version; for --nvidia-smi: every GPU model in the "
@@ -106,7 +106,7 @@ def _targets(
             )
         except ConfigError as exc:
             hint = exc.hint
-            if smi_gpu.compute_cap is None and exc.fault == "unknown GPU":
+            if smi_gpu.compute_cap is None and exc.fault is Fault.UNKNOWN_GPU:
                 hint = (
                     "save `nvidia-smi --query-gpu=index,name,memory.total,compute_cap,driver_version "
                     "--format=csv`: with compute_cap imagesmith judges a GPU it does not know; or add the "

@@ -15,7 +15,7 @@ from imagesmith import settings
 from imagesmith.commands import check_output_file, current_project, epilog
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
-from imagesmith.errors import ConfigError, NothingToDoError
+from imagesmith.errors import ConfigError
 
 RELEASE_EPILOG = epilog(
     [
@@ -298,39 +298,27 @@ def pick(
     idx = _fetch_trusted(
         source, refresh=refresh, insecure=insecure, verify_key=verify_key, no_verify=no_verify
     )
-    live = nvidia_smi is None and driver is None
-    if platform is None and region is None and (live or pull):
-        # on the host itself: its platform decides which registry is reachable (Docker Hub is not, in China)
-        found = picking.detect_platform()
-        if found is not None:
-            platform = found.platform
-            typer.echo(
-                f"note: platform {found.platform} detected ({found.signal}); --platform overrides", err=True
-            )
-    from dataclasses import replace
-
-    if flavor is not None:
-        have = sorted({picking.image_flavor(i) or "runtime" for i in idx.images})
-        idx = replace(idx, images=tuple(i for i in idx.images if picking.image_flavor(i) == flavor))
-        if not idx.images and have:
-            raise NothingToDoError(
-                f"--flavor {flavor} matches no image of the release index: its flavors are {', '.join(have)}",
-                hint=f"use one of them, e.g. --flavor {'runtime' if 'runtime' in have else have[0]}, or drop "
-                "--flavor",
-            )
-    else:  # the plain image unless asked: devel and interactive carry more than a renter needs to start
-        plain = tuple(i for i in idx.images if picking.image_flavor(i) in ("runtime", ""))
-        idx = replace(idx, images=plain or idx.images)
-    plat = picking.platform_for(picking.load_platforms(), platform, region)
-    chosen = picking.choose(
-        idx,
-        host,
-        picking.Constraints.parse(torch=torch, cuda=cuda, python=python),
-        platform=plat,
+    request = picking.PickRequest(
+        nvidia_smi=nvidia_smi,
+        driver=driver,
+        gpus=tuple(gpu or ()),
+        torch=torch,
+        cuda=cuda,
+        python=python,
+        platform=platform,
         region=region,
-        machine=_platform.machine() if live else "x86_64",
+        flavor=flavor,
+        pull=pull,
     )
-    access = picking.interactive_access(platform) if flavor == "interactive" else None
+    result = picking.pick_for(
+        request,
+        host,
+        idx,
+        detect=lambda: picking.detect_platform(),  # looked up when called: tests replace it on the package
+        machine=_platform.machine,
+        note=lambda line: typer.echo(line, err=True),
+    )
+    chosen, access = result.pick, result.access
     if as_json:
         typer.echo(pick_json(chosen))
     else:

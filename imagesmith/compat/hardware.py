@@ -25,7 +25,7 @@ from imagesmith.compat.tables import (
 from imagesmith.compat.torchwheels import (
     _ARCH_RE,
 )
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, Fault
 
 # ------------------------------------------------------------------------------------------------------------
 # GPUs
@@ -318,7 +318,7 @@ def gpu_family(family: str) -> tuple[Gpu, ...]:
         raise ConfigError(
             f"unknown GPU family {family!r}" + (f" did you mean {guess}?" if guess else ""),
             hint=f"families: {', '.join(sorted(_families()))}",
-            fault="unknown GPU",
+            fault=Fault.UNKNOWN_GPU,
         )
     return members
 
@@ -404,7 +404,7 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None, driver: DriverVe
     raise ConfigError(
         f"unknown GPU {key_or_smi_name!r}{board}" + (f" did you mean {guess}?" if guess else ""),
         hint=f"known keys: {', '.join(g.key for g in gpus())} (add new models to imagesmith/data/gpus.toml)",
-        fault="unknown GPU",
+        fault=Fault.UNKNOWN_GPU,
     )
 
 

@@ -86,6 +86,7 @@ from imagesmith.pick.ranking import (
     mig_warnings,
     run_flags,
 )
+from imagesmith.pick.request import PickRequest, PickResult, of_flavor, pick_for, platform_of
 
 # the names other modules and tests use (private ones above: tests monkeypatch them here)
 __all__ = [
@@ -101,6 +102,8 @@ __all__ = [
     "Host",
     "Level",
     "Pick",
+    "PickRequest",
+    "PickResult",
     "Platform",
     "Rejected",
     "allowed_copies",
@@ -119,8 +122,11 @@ __all__ = [
     "interactive_access",
     "load_platforms",
     "mig_warnings",
+    "of_flavor",
     "parse_oci_source",
+    "pick_for",
     "platform_for",
+    "platform_of",
     "pull_image",
     "rank_registries",
     "read_host",

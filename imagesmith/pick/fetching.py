@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final
 from imagesmith import inputs
 from imagesmith.errors import (
     ConfigError,
+    Fault,
     IndexTrustError,
     ManifestUnknownError,
     RegistryError,
@@ -466,7 +467,7 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
     except ManifestUnknownError:
         raise
     except RegistryError as exc:
-        if exc.hint and exc.fault != "unreachable":
+        if exc.hint and exc.fault is not Fault.UNREACHABLE:
             raise  # denied, not found, …: the registry client's own fix applies
         raise RegistryError(
             f"{index_flag()} {source}: {exc.message}",

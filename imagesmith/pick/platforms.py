@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final
 
+from imagesmith import kinds
 from imagesmith.errors import (
     ConfigError,
 )
@@ -75,6 +76,13 @@ def load_platforms(path: Path | None = None) -> dict[str, Platform]:
             raise ConfigError(
                 f"{path}: platform[{i}]: missing or bad field {exc}", hint="fix the data row"
             ) from None
+        p = out[row["name"]]
+        unknown = [k for k in (*p.prefer, *p.avoid) if kinds.get(k) is None]
+        if unknown:
+            raise ConfigError(
+                f"{where}: platform {p.name}: {', '.join(map(repr, unknown))} is no registry kind",
+                hint=f"name kinds of imagesmith/data/registry_kinds.toml: {', '.join(kinds.kind_names())}",
+            )
     return out
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from imagesmith.credentials import Credentials
-from imagesmith.errors import RegistryError
+from imagesmith.errors import Fault, RegistryError
 
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 MANIFEST_LIST_V2 = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -42,7 +42,7 @@ class ManifestData:
             "and a size): push the image again, or drop this registry from the cell",
             registry=self.registry or None,
             digest=self.digest,
-            fault="invalid manifest",
+            fault=Fault.INVALID_MANIFEST,
         )
 
     def json(self) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from urllib.parse import urljoin
 
 import requests
 
-from imagesmith.errors import CorruptBlobError
+from imagesmith.errors import CorruptBlobError, Fault
 from imagesmith.registry.api import (
     _DIGEST,
     ACCEPT_MANIFESTS,
@@ -77,7 +77,7 @@ class RegistryClient(Uploader):
                     hint=f"registry {self.name} (or a proxy in front of it) serves something that is not an "
                     "image manifest there: check the reference, the registry's storage and any proxy in "
                     "between, or drop that registry",
-                    fault="too large",
+                    fault=Fault.TOO_LARGE,
                 ) from None
             self._check(resp, what, (200,), manifest=True)
             body = resp.content
@@ -110,7 +110,7 @@ class RegistryClient(Uploader):
             host=self.host,
             repository=repo,
             digest=reference,
-            fault="corrupt",
+            fault=Fault.CORRUPT,
             problem=problem,
         )
 

@@ -15,7 +15,7 @@ from typing import Any, Literal, get_args
 import requests
 
 from imagesmith import settings
-from imagesmith.errors import CorruptBlobError, RegistryError
+from imagesmith.errors import CorruptBlobError, Fault, RegistryError, Side
 from imagesmith.registry.api import _DIGEST, INDEX_TYPES, UPLOAD_CHUNK, ManifestData, RegistryApi
 from imagesmith.registry.faults import RetryPolicy
 from imagesmith.registry.upload import SizedChunks
@@ -44,7 +44,7 @@ def verify_level(value: str | None = None, *, allow_off: bool = False) -> Verify
 
 
 # -- copies -------------------------------------------------------------------------------------------------
-def _sided(side: str, exc: RegistryError) -> RegistryError:
+def _sided(side: Side, exc: RegistryError) -> RegistryError:
     """*exc* with the side of the copy that failed in front (``source registry r1 …``), its fix kept."""
     return exc if exc.side else exc.replace(side=side)
 
@@ -54,7 +54,7 @@ def read_blob(
     repo: str,
     digest: str,
     *,
-    side: str = "source",
+    side: Side = Side.SOURCE,
     size: int | None = None,
     policy: RetryPolicy | None = None,
 ) -> Iterator[bytes]:
@@ -95,7 +95,7 @@ def read_blob(
                     host=client.host,
                     repository=repo,
                     digest=digest,
-                    fault="unreachable",
+                    fault=Fault.UNREACHABLE,
                     transient=True,
                 ) from None
             time.sleep(min(policy.max_wait, policy.backoff * 2 ** (cuts - 1)))
@@ -113,7 +113,7 @@ def read_blob(
             host=client.host,
             repository=repo,
             digest=digest,
-            fault="corrupt",
+            fault=Fault.CORRUPT,
             problem=problem,
         )
 
@@ -164,7 +164,7 @@ def _prefetched(source: Iterator[bytes], depth: int = 4) -> Iterator[bytes]:
         stop.set()
 
 
-def blob_digest(client: RegistryApi, repo: str, digest: str, *, side: str, size: int | None = None) -> None:
+def blob_digest(client: RegistryApi, repo: str, digest: str, *, side: Side, size: int | None = None) -> None:
     """Read *digest* back from *client* in full and check it (CorruptBlobError when it does not hash)."""
     for _ in read_blob(client, repo, digest, side=side, size=size):
         pass
@@ -194,7 +194,7 @@ def _dst_problem(
         return _Distrust(missing=False, problem=f"HEAD gives {stat.size} bytes, the manifest says {size}")
     if verify in ("read", "full"):
         try:
-            blob_digest(dst, repo, digest, side="destination", size=size)
+            blob_digest(dst, repo, digest, side=Side.DESTINATION, size=size)
         except CorruptBlobError as exc:
             return _Distrust(missing=False, problem=exc.problem if exc.problem is not None else exc.message)
     return None
@@ -221,7 +221,7 @@ def copy_blob(
     try:
         problem = _dst_problem(dst, dst_repo, digest, size, verify)
     except RegistryError as exc:
-        raise _sided("destination", exc) from None
+        raise _sided(Side.DESTINATION, exc) from None
     if problem is None:
         return 0
     repairing = not problem.missing
@@ -229,7 +229,7 @@ def copy_blob(
         try:
             deleted = dst.delete_blob(dst_repo, digest)
         except RegistryError as exc:
-            raise _sided("destination", exc) from None
+            raise _sided(Side.DESTINATION, exc) from None
         if not deleted:
             raise _corrupt_at_destination(dst, dst_repo, digest, problem.problem, repaired=False)
     elif src.host == dst.host and src_repo != dst_repo:
@@ -237,7 +237,7 @@ def copy_blob(
             if dst.mount_blob(dst_repo, digest, src_repo):
                 return 0
         except RegistryError as exc:
-            raise _sided("destination", exc) from None
+            raise _sided(Side.DESTINATION, exc) from None
     sent = 0
 
     def stream() -> Iterator[bytes]:
@@ -245,19 +245,19 @@ def copy_blob(
         sent = 0
         # read ahead one upload chunk: the source sends chunk k+1 while the destination takes chunk k
         depth = max(2, getattr(dst, "chunk_size", UPLOAD_CHUNK) // _CHUNK + 1)
-        for chunk in _prefetched(read_blob(src, src_repo, digest, side="source", size=size), depth):
+        for chunk in _prefetched(read_blob(src, src_repo, digest, side=Side.SOURCE, size=size), depth):
             sent += len(chunk)
             yield chunk
 
     try:
         dst.upload_blob(dst_repo, digest, stream if size is None else SizedChunks(stream, size))
     except RegistryError as exc:
-        raise _sided("destination", exc) from None
+        raise _sided(Side.DESTINATION, exc) from None
     if repairing or verify == "full":
         try:
             again = _dst_problem(dst, dst_repo, digest, size, "read")
         except RegistryError as exc:
-            raise _sided("destination", exc) from None
+            raise _sided(Side.DESTINATION, exc) from None
         if again is not None:
             raise _corrupt_at_destination(dst, dst_repo, digest, again.problem, repaired=repairing)
     return sent
@@ -276,12 +276,12 @@ def _corrupt_at_destination(
         f"{tried}; nothing was tagged",
         hint=f"remove the blob from registry {dst.name}'s storage (Debian's docker-registry: delete it "
         "through the API, then run `docker-registry garbage-collect` on its config), then rerun",
-        side="destination",
+        side=Side.DESTINATION,
         registry=dst.name,
         host=dst.host,
         repository=repo,
         digest=digest,
-        fault="corrupt",
+        fault=Fault.CORRUPT,
         problem=problem,
     )
 
@@ -328,7 +328,7 @@ def read_small_blob(
         raise RegistryError(
             f"{where}: the {what} layer's digest is not a sha256 digest ({digest!r})",
             hint=_FOREIGN_ARTIFACT,
-            fault="foreign artifact",
+            fault=Fault.FOREIGN_ARTIFACT,
             field="digest",
         )
     if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= limit:
@@ -336,7 +336,7 @@ def read_small_blob(
             f"{where}: the {what} layer's size is {size!r}, not a byte count up to {limit} "
             f"({limit >> 20} MiB)",
             hint=_FOREIGN_ARTIFACT,
-            fault="foreign artifact",
+            fault=Fault.FOREIGN_ARTIFACT,
             field="size",
         )
     h, parts, got = hashlib.sha256(), [], 0
@@ -354,12 +354,12 @@ def read_small_blob(
             hint="a proxy or mirror altered it, or the registry's copy is damaged: read it again, or from "
             "another source",
             digest=digest,
-            fault="corrupt",
+            fault=Fault.CORRUPT,
         )
     return b"".join(parts)
 
 
-def verify_blobs(client: RegistryApi, repo: str, manifest: ManifestData, *, side: str) -> None:
+def verify_blobs(client: RegistryApi, repo: str, manifest: ManifestData, *, side: Side) -> None:
     """Read every blob of *manifest* back from *client* and check digest and size (the nightly's verify)."""
     for child in _children(manifest):
         verify_blobs(client, repo, client.get_manifest(repo, child), side=side)
@@ -398,7 +398,7 @@ def copy_manifest(
     try:
         manifest = src.get_manifest(src_repo, reference)
     except RegistryError as exc:
-        raise _sided("source", exc) from None
+        raise _sided(Side.SOURCE, exc) from None
     sent = 0
     children = _children(manifest)
     if children:
@@ -409,11 +409,11 @@ def copy_manifest(
         try:
             blobs = manifest.blobs()
         except RegistryError as exc:
-            raise _sided("source", exc) from None
+            raise _sided(Side.SOURCE, exc) from None
         for digest, size in blobs:
             sent += copy_blob(src, src_repo, dst, dst_repo, digest, size=size, verify=verify)
     try:
         dst.put_manifest(dst_repo, put_as or manifest.digest, manifest)
     except RegistryError as exc:
-        raise _sided("destination", exc) from None
+        raise _sided(Side.DESTINATION, exc) from None
     return manifest.digest, sent

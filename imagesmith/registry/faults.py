@@ -29,7 +29,7 @@ from tenacity import (
 from tenacity.stop import stop_base
 
 from imagesmith import http, settings
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, Fault
 from imagesmith.inputs import is_decimal, is_digits
 
 
@@ -170,7 +170,7 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
 class RegistryFault:
     """A registry error body translated: what it means, the fix, and whether waiting can help."""
 
-    label: str
+    label: Fault
     hint: str
     transient: bool = False
 
@@ -179,7 +179,7 @@ _FAULTS: tuple[tuple[re.Pattern[str], RegistryFault], ...] = (
     (
         re.compile(r"no space left on device|ENOSPC|disk full|insufficient storage|not enough space", re.I),
         RegistryFault(
-            "storage full",
+            Fault.STORAGE_FULL,
             "free space on the registry's storage (delete old tags and run its garbage collection, or grow "
             "the disk), then rerun; the upload was abandoned and cancelled",
         ),
@@ -187,14 +187,14 @@ _FAULTS: tuple[tuple[re.Pattern[str], RegistryFault], ...] = (
     (
         re.compile(r"quota|storage limit|exceeds? (the )?(limit|allowance)|TOOMANYREQUESTS.*storage", re.I),
         RegistryFault(
-            "quota exceeded",
+            Fault.QUOTA_EXCEEDED,
             "raise the project/repository quota in the registry (or delete old tags), then rerun",
         ),
     ),
     (
         re.compile(r"BLOB_UNKNOWN|blob unknown", re.I),
         RegistryFault(
-            "blob unknown",
+            Fault.BLOB_UNKNOWN,
             "the registry lacks a blob the manifest names (an interrupted copy, or garbage collection "
             "removed it): rerun, which copies the blob again",
         ),
@@ -202,7 +202,7 @@ _FAULTS: tuple[tuple[re.Pattern[str], RegistryFault], ...] = (
     (
         re.compile(r"NAME_INVALID|invalid repository name", re.I),
         RegistryFault(
-            "repository name invalid",
+            Fault.REPOSITORY_NAME_INVALID,
             "repository names are lowercase [a-z0-9] parts joined by '/', '.', '_' or '-': fix namespace/"
             "repository in the registries file",
         ),
@@ -210,7 +210,7 @@ _FAULTS: tuple[tuple[re.Pattern[str], RegistryFault], ...] = (
     (
         re.compile(r"NAME_UNKNOWN|repository name not known", re.I),
         RegistryFault(
-            "repository unknown",
+            Fault.REPOSITORY_UNKNOWN,
             "create the repository first (ECR: aws ecr create-repository; Harbor/ACR/SWR: the project or "
             "namespace), or fix namespace/repository in the registries file",
         ),
@@ -218,14 +218,14 @@ _FAULTS: tuple[tuple[re.Pattern[str], RegistryFault], ...] = (
     (
         re.compile(r"MANIFEST_INVALID|manifest invalid|MANIFEST_BLOB_UNKNOWN", re.I),
         RegistryFault(
-            "manifest invalid",
+            Fault.MANIFEST_INVALID,
             "the registry refused the manifest (a blob it names is missing, or the registry does not accept "
             "its media type): rerun to copy missing blobs, or drop this registry from the cell",
         ),
     ),
     (
         re.compile(r"\bDENIED\b|requested access to the resource is denied", re.I),
-        RegistryFault("denied", "check the account's push/pull rights on this repository"),
+        RegistryFault(Fault.DENIED, "check the account's push/pull rights on this repository"),
     ),
 )
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from imagesmith.errors import ImagesmithError, RegistryError
+from imagesmith.errors import Fault, ImagesmithError, RegistryError
 from imagesmith.registry.api import ManifestData, RegistryApi
 
 Step = Literal["before", "put", "read back"]
@@ -77,7 +77,7 @@ class PromotionError(RegistryError):
             registry=target.name,
             repository=target.repo,
             digest=digest,
-            fault="promotion",
+            fault=Fault.PROMOTION,
         )
         self.step: Step = step
         self.target = target

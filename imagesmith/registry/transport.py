@@ -29,7 +29,7 @@ from imagesmith.credentials import (
     realm_problem,
     sends_credentials,
 )
-from imagesmith.errors import ManifestUnknownError, RegistryError
+from imagesmith.errors import Fault, ManifestUnknownError, RegistryError
 from imagesmith.inputs import is_digits
 from imagesmith.registry.api import UPLOAD_CHUNK
 from imagesmith.registry.faults import (
@@ -203,7 +203,7 @@ class Transport:
         message: str,
         hint: str | None = None,
         *,
-        fault: str | None = None,
+        fault: Fault | None = None,
         transient: bool = False,
         said: str | None = None,
     ) -> RegistryError:
@@ -228,7 +228,7 @@ class Transport:
                 f"the {self.policy.deadline:.0f} s deadline (gave up after {attempts} attempt(s))",
                 hint=f"wait until {where} takes requests again (a pull/push rate limit: use an account with "
                 "a higher limit), then rerun; IMAGESMITH_REGISTRY_DEADLINE gives a longer wait more time",
-                fault="rate limited",
+                fault=Fault.RATE_LIMITED,
                 transient=True,
             )
         return self._fail(
@@ -236,7 +236,7 @@ class Transport:
             f"{exc.what} (gave up after {attempts} attempt(s) within {self.policy.deadline:.0f} s)",
             hint=f"check that {where} is up and reachable, then rerun (what is "
             "already copied is not sent again); IMAGESMITH_REGISTRY_DEADLINE gives a longer outage more time",
-            fault="unreachable",
+            fault=Fault.UNREACHABLE,
             transient=True,
         )
 
@@ -462,13 +462,13 @@ class Transport:
                     "the token endpoint refused an anonymous request; credentials were not sent: "
                     + self._withheld,
                     hint=self._withheld_hint(),
-                    fault="unauthorized",
+                    fault=Fault.UNAUTHORIZED,
                 )
             raise self._fail(
                 "unauthorized",
                 f"token endpoint refused the credentials (HTTP {answered})",
                 hint=self._hint(),
-                fault="unauthorized",
+                fault=Fault.UNAUTHORIZED,
             )
         return answered
 
@@ -540,7 +540,7 @@ class Transport:
                 hint=f"registry {self.name} (or a proxy in front of it) serves something that is not what "
                 "the registry API answers there: check the reference and the registry, or drop it from the "
                 "registries file",
-                fault="too large",
+                fault=Fault.TOO_LARGE,
             ) from None
 
     def _check(
@@ -563,13 +563,13 @@ class Transport:
                 hint = self._withheld_hint()
             elif self._credentials:
                 message = f"credentials from {self._credentials.origin} were refused ({message})"
-            raise self._fail(what, f"unauthorized: {message}", hint=hint, fault="unauthorized", said=said)
+            raise self._fail(what, f"unauthorized: {message}", hint=hint, fault=Fault.UNAUTHORIZED, said=said)
         if "MANIFEST_UNKNOWN" in codes or (resp.status_code == 404 and manifest and not codes):
             raise ManifestUnknownError(
                 f"registry {self.name} ({self.host}): {what}: manifest unknown ({message})",
                 registry=self.name,
                 host=self.host,
-                fault="manifest unknown",
+                fault=Fault.MANIFEST_UNKNOWN,
                 said=said,
             )
         fault = registry_fault(" ".join(codes) + " " + (body or ""))
@@ -580,7 +580,7 @@ class Transport:
                 what,
                 f"denied: {message}",
                 hint="check the account's push/pull rights on this repository",
-                fault="denied",
+                fault=Fault.DENIED,
                 said=said,
             )
         if resp.status_code == 405:
@@ -588,7 +588,7 @@ class Transport:
                 what,
                 f"HTTP 405 {message}",
                 hint="the registry refuses writes (read-only/maintenance mode) or deletes are disabled",
-                fault="read-only",
+                fault=Fault.READ_ONLY,
                 said=said,
             )
         if resp.status_code in _REDIRECTS:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from imagesmith import nvsmi
-from imagesmith.errors import ParseError
+from imagesmith.errors import Fault, ParseError
 from imagesmith.validate.context import Context, Result, fail
 from imagesmith.validate.criteria import Gpu
 
@@ -143,7 +143,7 @@ def _judge_smi(args: str, r: Result) -> Result:
             HUNG_FIX,
         )
     known = nvsmi.known_failure(r.output, f"nvidia-smi {args}".strip())
-    if known is not None and known.fault != "no devices":
+    if known is not None and known.fault is not Fault.NO_DEVICES:
         fail(known.message, known.hint or BROKEN_FIX)
     return r
 

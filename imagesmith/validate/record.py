@@ -1,5 +1,7 @@
-"""The validation report's data: what ``imagesmith validate`` writes (report.json) and ``imagesmith release``
-reads, versioned.
+"""The validation report: the one type (:class:`ValidationReport`) of the record the suite writes
+(report.json, :func:`write_report`), the host reads back out of an image (``validate/container.py``), release
+checks (``release/evidence.py`` wraps it with where it came from and its signature) and a release index
+carries a summary of (:meth:`ValidationReport.validated_on`); read and written here, versioned.
 
 Schema 2 (written now) carries the GPU inventory as a field (``gpus``: model, driver, memory, compute
 capability and ids of every GPU the suite saw) next to the verdict, the target, the start time and the checks;
@@ -15,10 +17,12 @@ import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from imagesmith import inputs, schema
 from imagesmith.errors import ConfigError
+from imagesmith.index import ValidatedOn
 from imagesmith.nvsmi import SmiGpu
 
 SCHEMA: Final[int] = schema.REPORT_SCHEMA
@@ -190,6 +194,28 @@ class ValidationReport:
     def link(self) -> str:
         return report_link(self.checks)
 
+    @property
+    def checks_verdict(self) -> str:
+        """The verdict the checks give by validate's own rule (any failure → failed; no check passed, or GPU
+        checks skipped for lack of a GPU → not validated; else passed): the ``verdict`` field is never taken
+        at its word."""
+        from imagesmith.validate.report import outcomes_of, verdict_of
+
+        return verdict_of(outcomes_of(list(self.checks), self.schema)).verdict
+
+    def validated_on(self, *, report_digest: str, date: str | None = None) -> ValidatedOn:
+        """What a release index records of this report (its ``validated_on`` row): the GPU host, the date
+        (*date*, else the start time), the published report's digest, the weakest link and the figures."""
+        return ValidatedOn(
+            gpu=self.gpu_model,
+            count=len(self.gpus),
+            driver=self.driver,
+            date=self.started if date is None else date,
+            report_digest=report_digest,
+            link=self.link,
+            figures=self.figures,
+        )
+
     def failed(self) -> tuple[str, ...]:
         """``name: first line of its message`` of every failed check."""
 
@@ -240,3 +266,9 @@ class ValidationReport:
 def gpus_json(gpus: Sequence[SmiGpu]) -> list[dict[str, Any]]:
     """The ``gpus`` field of a schema-2 report from the suite's GPU facts."""
     return [{f: getattr(g, f) for f in GPU_FIELDS} for g in gpus]
+
+
+def write_report(path: Path, document: Mapping[str, Any]) -> None:
+    """Write *document* (schema :data:`SCHEMA`, the shape of :data:`imagesmith.schema.VALIDATION_REPORT`) as
+    the report.json :meth:`ValidationReport.parse` reads back."""
+    path.write_text(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")

@@ -6,7 +6,6 @@ junit.xml is written by pytest itself (``--junitxml``); raw logs are written by 
 from __future__ import annotations
 
 import importlib
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -15,7 +14,7 @@ from typing import Any, NamedTuple
 
 from imagesmith.validate.context import SKIP_NO_GPU, SuiteOptions
 from imagesmith.validate.parsers import TopoMatrix, format_bytes
-from imagesmith.validate.record import PERF_CHECKS, gpus_json
+from imagesmith.validate.record import PERF_CHECKS, gpus_json, write_report
 from imagesmith.validate.record import SCHEMA as REPORT_SCHEMA
 
 PASSED, FAILED, NOT_VALIDATED = "passed", "failed", "not validated"
@@ -193,7 +192,7 @@ def write_bundle(
         "plot": plot_note,
         "logs": sorted(logs),
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
+    write_report(out / "report.json", report)
     (out / "report.md").write_text(
         render_markdown(report, checks, topo if isinstance(topo, TopoMatrix) else None)
     )

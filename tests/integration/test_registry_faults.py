@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith.errors import CorruptBlobError, RegistryError
+from imagesmith.errors import CorruptBlobError, RegistryError, Side
 from imagesmith.registry import (
     MANIFEST_V2,
     ManifestData,
@@ -147,7 +147,7 @@ def test_full_verify_reads_back_the_first_registry(repo: str, tmp_path: Path) ->
         data[0] ^= 0xFF
         path.write_bytes(bytes(data))
         with pytest.raises(CorruptBlobError, match="is corrupt"):
-            verify_blobs(client, repo, image, side="source")
+            verify_blobs(client, repo, image, side=Side.SOURCE)
 
 
 # -- 2. retries that match a flaky network -------------------------------------------------------------------
@@ -165,7 +165,7 @@ def test_copy_through_errors_and_drops_converges_and_verifies(
         digest, _ = copy_manifest(src, repo, "src", dst, repo, put_as="final", verify="full")
         assert digest == image.digest
         assert reg.client().manifest_digest(repo, "final") == image.digest
-        verify_blobs(reg.client(), repo, image, side="destination")
+        verify_blobs(reg.client(), repo, image, side=Side.DESTINATION)
         faults = [a for _, _, a in px.log if a != "forward"]
         assert len(faults) >= 5  # the proxy really was flaky
 
@@ -206,7 +206,7 @@ def test_a_chunk_refused_before_it_reached_the_registry_resumes_without_restarti
         copy_manifest(src, repo, "src", dst, repo, put_as="final")
         assert px.count("POST", "upload") == len(image.blobs())  # one session per blob: resumed, no restart
         assert px.count("GET", "upload") >= 1  # the session's offset was asked
-        verify_blobs(reg.client(), repo, image, side="destination")
+        verify_blobs(reg.client(), repo, image, side=Side.DESTINATION)
 
 
 @pytest.mark.registry
@@ -219,7 +219,7 @@ def test_a_chunk_lost_after_the_registry_took_it_restarts_that_blob_only(
         px.rules.append(lambda r: Action("drop_after") if r.method == "PATCH" and r.n == 3 else None)
         dst = fast(px.addr)
         copy_manifest(src, repo, "src", dst, repo, put_as="final")
-        verify_blobs(reg.client(), repo, image, side="destination")
+        verify_blobs(reg.client(), repo, image, side=Side.DESTINATION)
         assert px.count("POST", "upload") == len(image.blobs()) + 1  # that blob alone started again
 
 
@@ -246,7 +246,7 @@ def test_a_source_download_cut_once_is_resumed(regs: LocalRegistries, repo: str,
         digest, _ = copy_manifest(fast(px.addr), repo, "src", fast(reg.addr), repo, put_as="final")
         assert digest == image.digest
         assert px.count("GET", "blob") >= 2  # resumed with a Range request
-        verify_blobs(reg.client(), repo, image, side="destination")
+        verify_blobs(reg.client(), repo, image, side=Side.DESTINATION)
 
 
 @pytest.mark.registry

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from imagesmith.build import put_final_tags
-from imagesmith.errors import ImagesmithError, ManifestUnknownError
+from imagesmith.errors import ImagesmithError, ManifestUnknownError, Side
 from imagesmith.refs import Registry
 from imagesmith.registry import RegistryClient, copy_manifest, verify_blobs
 from tests.faultproxy import fault_proxy
@@ -119,7 +119,7 @@ def test_soak_twenty_copies_through_errors_and_drops_converge_verified(tmp_path:
         for repo in repos:
             for tag in FINAL_TAGS:
                 assert direct.manifest_digest(repo, tag) == image.digest
-            verify_blobs(direct, repo, image, side="destination")
+            verify_blobs(direct, repo, image, side=Side.DESTINATION)
         faults = sum(1 for _, _, a in px.log if a != "forward")
         duration = time.monotonic() - started
         print(

@@ -395,8 +395,8 @@ def test_a_carried_copy_whose_registry_kind_was_rewritten_takes_the_kind_of_the_
 ) -> None:
     """Re-check: a copy's ``kind`` decides which registry pick sends a renter to (a platform's preferred and
     avoided kinds). main checked a carried copy's name, host and repository against the registries file, but
-    kept the kind the (rewritten) registry index gave: the attacker's registry stayed "acr" in the next signed
-    index, and pick preferred it on the platforms that prefer ACR."""
+    kept the kind the (rewritten) registry index gave: the attacker's registry stayed "aliyun-acr" in the next
+    signed index, and pick preferred it on the platforms that prefer ACR."""
     digest = _candidate(regs, repo, "a")
     write_report(tmp_path / "r" / "a", f"{regs.plain}/{repo}@{digest}", "passed")
     _release(regs, repo, tmp_path, ["a"], [tmp_path / "r" / "a"]).raise_for_refusals()
@@ -406,7 +406,7 @@ def test_a_carried_copy_whose_registry_kind_was_rewritten_takes_the_kind_of_the_
     forged = dataclasses.replace(
         honest,
         registries=tuple(
-            dataclasses.replace(c, registry=dataclasses.replace(c.registry, kind="acr"))
+            dataclasses.replace(c, registry=dataclasses.replace(c.registry, kind="aliyun-acr"))
             if c.name == "plain"
             else c
             for c in honest.registries
@@ -420,7 +420,8 @@ def test_a_carried_copy_whose_registry_kind_was_rewritten_takes_the_kind_of_the_
     fresh = tmp_path / "fresh" / "index.json"
     out = _release(regs, repo, tmp_path, ["b"], [tmp_path / "r" / "b"], index_file=fresh, extend_from="plain")
     out.raise_for_refusals()
-    assert "entry a: registries[plain].kind: acr → generic" in "\n".join(out.corrections), out.corrections
+    corrections = "\n".join(out.corrections)
+    assert "entry a: registries[plain].kind: aliyun-acr → generic" in corrections, out.corrections
     for published in _written_and_published(regs, repo, fresh):
         a = published.by_tag("a")
         assert a is not None

@@ -58,7 +58,7 @@ def cell() -> Cell:
     (plain,) = build_plan(load_matrix("smoke", project=PROJECT), project=PROJECT).cells[:1]
     targets = (
         Registry(name="one", host="r1.example", repository=REPO, kind="generic"),
-        Registry(name="two", host="r2.example", repository=REPO, kind="acr"),
+        Registry(name="two", host="r2.example", repository=REPO, kind="azure-acr"),
     )
     return replace(plain, registries=targets)
 

@@ -81,7 +81,10 @@ def test_compat_cli_exits_1_and_json_names_the_driver(run_cli: Callable[..., Any
     assert (data["compatible"], data["mode"], data["needs_driver"]) == (False, "none", "550.90.07")
 
 
-def test_pick_on_a_driver_older_than_h100_picks_nothing(run_cli: Callable[..., Any]) -> None:
+def test_pick_on_a_driver_older_than_h100_picks_nothing(
+    run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the index's trust record: this test's own
     out = run_cli("pick", "--index", str(INDEX), "--driver", "470.82.01", "--gpu", "h100")
     assert out.exit_code == 10  # was 0: a cu118 image
     assert "needs driver ≥ 525.85.12" in out.stderr

@@ -192,17 +192,21 @@ def test_the_realm_decision() -> None:
     # own host: always fine over https (ghcr, Azure ACR, Tencent, GCR put their realm there)
     assert realm_problem("https://ghcr.io", "ghcr.io", "ghcr", "https://ghcr.io/token") is None
     acr = "https://myreg.azurecr.io"
-    assert realm_problem(acr, "myreg.azurecr.io", "acr", "https://myreg.azurecr.io/oauth2/token") is None
-    assert realm_problem(acr, "myreg.azurecr.io", "acr", "https://login.example/oauth2/token") is not None
+    assert (
+        realm_problem(acr, "myreg.azurecr.io", "azure-acr", "https://myreg.azurecr.io/oauth2/token") is None
+    )
+    assert (
+        realm_problem(acr, "myreg.azurecr.io", "azure-acr", "https://login.example/oauth2/token") is not None
+    )
     # Aliyun: the realm of the registry's own region only, and not for a look-alike host
     ali = "registry.cn-hangzhou.aliyuncs.com"
     auth = "https://dockerauth.cn-hangzhou.aliyuncs.com/auth"
-    assert realm_problem(f"https://{ali}", ali, "acr", auth) is None
+    assert realm_problem(f"https://{ali}", ali, "aliyun-acr", auth) is None
     ee = "team-registry.cn-hangzhou.cr.aliyuncs.com"
-    assert realm_problem(f"https://{ee}", ee, "acr", auth) is None
-    assert realm_problem(f"https://{ali}", ali, "acr", auth.replace("hangzhou", "beijing")) is not None
+    assert realm_problem(f"https://{ee}", ee, "aliyun-acr", auth) is None
+    assert realm_problem(f"https://{ali}", ali, "aliyun-acr", auth.replace("hangzhou", "beijing")) is not None
     fake = "registry.cn-hangzhou-aliyuncs.com"
-    assert realm_problem(f"https://{fake}", fake, "acr", auth) is not None
+    assert realm_problem(f"https://{fake}", fake, "aliyun-acr", auth) is not None
     # loopback may be plain HTTP (the local test registries)
     assert (
         realm_problem("http://127.0.0.1:5000", "127.0.0.1:5000", "generic", "http://127.0.0.1:5001/t") is None
@@ -428,7 +432,7 @@ def test_credentials_for_one_host_are_not_given_to_its_look_alike(tmp_path: Path
     provider = EnvironmentProvider(env)
     assert provider.get("x.cn-hangzhou.aliyuncs.com") == Credentials("u", "p", origin=f"${user_var}")
     assert provider.get("x.cn-hangzhou-aliyuncs.com") is None
-    assert CredentialChain("x-cn.hangzhou.aliyuncs.com", "acr", (provider,)).resolve() is None
+    assert CredentialChain("x-cn.hangzhou.aliyuncs.com", "aliyun-acr", (provider,)).resolve() is None
 
 
 def test_an_old_style_name_of_a_host_with_a_dash_is_refused_with_the_new_name() -> None:

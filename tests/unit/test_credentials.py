@@ -109,18 +109,21 @@ def test_ecr_region_is_read_from_the_host(host: str, region: str | None) -> None
 def test_the_token_kind_is_the_registry_kind_or_what_a_generic_host_reveals() -> None:
     assert token_kind(ECR, "generic") == "ecr"
     assert token_kind("public.ecr.aws", "generic") == "ecr"
-    assert token_kind(ACR, "generic") == "acr"
+    assert token_kind(ACR, "generic") == "azure-acr"
     assert token_kind(ACR, "ghcr") == "ghcr"  # a declared kind is never second-guessed
     assert token_kind("ghcr.io", "generic") == "generic"
-    assert host_part("acr", ACR, "name") == "myreg"
-    assert host_part("acr", "registry.cn-hangzhou.aliyuncs.com", "name") is None
+    assert host_part("azure-acr", ACR, "name") == "myreg"
+    assert host_part("aliyun-acr", "registry.cn-hangzhou.aliyuncs.com", "name") is None
     names = [p.name for p in credential_chain(ECR, "ecr").providers]
     assert names == ["environment", "docker config", "token command"]
     assert [p.name for p in credential_chain("ghcr.io", "ghcr").providers] == ["environment", "docker config"]
-    # kind acr on an Aliyun host: no Azure token command, and the hint speaks of Aliyun
+    # kind aliyun-acr: no Azure token command, and the hint speaks of Aliyun
     aliyun = "registry.cn-hangzhou.aliyuncs.com"
-    assert [p.name for p in credential_chain(aliyun, "acr").providers] == ["environment", "docker config"]
-    assert "Aliyun" in auth_hint(aliyun, "acr")
+    assert [p.name for p in credential_chain(aliyun, "aliyun-acr").providers] == [
+        "environment",
+        "docker config",
+    ]
+    assert "Aliyun" in auth_hint(aliyun, "aliyun-acr")
 
 
 # -- token commands ------------------------------------------------------------------------------------------
@@ -156,7 +159,7 @@ def test_ecr_public_uses_ecr_public_in_us_east_1(bin_dir: Path, no_config: dict[
 def test_acr_runs_az_and_takes_the_tokens_own_expiry(bin_dir: Path, no_config: dict[str, str]) -> None:
     exp = time.time() + 3 * 3600 - 60
     az = FakeCli(bin_dir, "az", body=f"echo {_jwt(exp)}")
-    creds = credential_chain(ACR, "acr", name="azure", env=no_config).resolve()
+    creds = credential_chain(ACR, "azure-acr", name="azure", env=no_config).resolve()
     assert creds is not None
     assert creds.username == "00000000-0000-0000-0000-000000000000"
     assert creds.password == _jwt(exp)
@@ -175,7 +178,7 @@ def test_acr_token_without_an_expiry_is_taken_as_3_hours(bin_dir: Path, no_confi
 def test_an_expiring_token_is_fetched_again(bin_dir: Path, no_config: dict[str, str]) -> None:
     """A cached token within the margin of its expiry is not handed out: the command runs again."""
     az = FakeCli(bin_dir, "az", body=f"echo {_jwt(time.time() + 30)}")
-    chain = credential_chain(ACR, "acr", env=no_config)
+    chain = credential_chain(ACR, "azure-acr", env=no_config)
     first = chain.resolve()
     assert first is not None
     assert first.expired()
@@ -198,7 +201,7 @@ def test_a_missing_program_is_one_clear_error(tmp_path: Path, monkeypatch: pytes
     assert "install the AWS CLI" in err.hint
     assert "IMAGESMITH_REGISTRY_123456789012_DKR_ECR_EU__WEST__1_AMAZONAWS_COM_USERNAME" in err.hint
     with pytest.raises(RegistryError, match=r"`az acr login --name myreg .*` cannot run") as acr:
-        credential_chain(ACR, "acr", env=env).resolve()
+        credential_chain(ACR, "azure-acr", env=env).resolve()
     assert acr.value.hint is not None
     assert "install the Azure CLI" in acr.value.hint
 
@@ -227,7 +230,7 @@ def test_a_failing_program_names_the_command_and_its_message_never_its_stdout(
 def test_a_program_that_prints_nothing_is_an_error(bin_dir: Path, no_config: dict[str, str]) -> None:
     FakeCli(bin_dir, "az", body="true")
     with pytest.raises(RegistryError, match=r"failed \(exit 0\): no password on stdout"):
-        credential_chain(ACR, "acr", env=no_config).resolve()
+        credential_chain(ACR, "azure-acr", env=no_config).resolve()
 
 
 def test_kind_ecr_on_a_host_without_a_region_fails_only_when_nothing_else_is_set(

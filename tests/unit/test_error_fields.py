@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from imagesmith.errors import ConfigError, CorruptBlobError, EngineError, RegistryError
+from imagesmith.errors import ConfigError, CorruptBlobError, EngineError, Fault, RegistryError, Side
 
 
 def test_a_copy_with_a_side_keeps_class_fix_and_fields_and_renders_the_side_in_front() -> None:
@@ -22,7 +23,7 @@ def test_a_copy_with_a_side_keeps_class_fix_and_fields_and_renders_the_side_in_f
 
 
 def test_appending_to_the_message_keeps_what_was_rendered() -> None:
-    exc = RegistryError("registry r (h): x", side="source")
+    exc = RegistryError("registry r (h): x", side=Side.SOURCE)
     exc.message += "\n  (2 more)"
     assert exc.render() == ("source registry r (h): x\n  (2 more)", None)
 
@@ -134,45 +135,63 @@ def test_an_error_whose_class_takes_other_arguments_is_copied_too() -> None:
     assert sided.message == "destination r1: a/b:v1: put failed: down"
 
 
-# -- a decision on a field compares with a value some error is raised with (issue 24 re-check) -------------
-def _field_values(field: str) -> tuple[set[str], list[tuple[str, str]]]:
-    """(the literal values imagesmith raises *field* with, the decisions comparing it with a literal)."""
+# -- fault and side are enums (issue 31): what the type does not cover ---------------------------------------
+#: the enum each field holds
+ENUMS = {"fault": "Fault", "side": "Side"}
+
+
+def _decisions(field: str) -> tuple[set[str], list[tuple[str, str]]]:
+    """(the members of the field's enum imagesmith names outside decisions — raises, the registry's fault
+    table —, the decisions on the field: where, and the member or literal it is compared with)."""
     import ast
 
     from tests.repo import REPO
 
+    enum = ENUMS[field]
     made: set[str] = set()
-    decided: list[tuple[str, str]] = []  # (where, the value compared with)
+    decided: list[tuple[str, str]] = []
     for path in sorted((REPO / "imagesmith").rglob("*.py")):
         tree = ast.parse(path.read_text())
+        in_decision: set[int] = set()
         for node in ast.walk(tree):
-            if isinstance(node, ast.keyword) and node.arg == field and isinstance(node.value, ast.Constant):
-                made.add(str(node.value.value))
-            # the registry's fault table: RegistryFault("storage full", …) becomes fault=fault.label
-            if (
-                field == "fault"
-                and isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Name)
-                and node.func.id == "RegistryFault"
-                and node.args
-                and isinstance(node.args[0], ast.Constant)
-            ):
-                made.add(str(node.args[0].value))
             if isinstance(node, ast.Compare) and any(
                 isinstance(s, ast.Attribute) and s.attr == field for s in [node.left, *node.comparators]
             ):
-                for side in [node.left, *node.comparators]:
-                    for c in ast.walk(side):
-                        if isinstance(c, ast.Constant) and isinstance(c.value, str):
-                            decided.append((f"{path.relative_to(REPO)}:{node.lineno}", c.value))
+                for c in (c for s in [node.left, *node.comparators] for c in ast.walk(s)):
+                    in_decision.add(id(c))
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str):
+                        decided.append((f"{path.relative_to(REPO)}:{node.lineno}", repr(c.value)))
+                    if isinstance(c, ast.Attribute) and isinstance(c.value, ast.Name) and c.value.id == enum:
+                        decided.append((f"{path.relative_to(REPO)}:{node.lineno}", c.attr))
+        for node in ast.walk(tree):
+            is_member = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+            if is_member and node.value.id == enum and id(node) not in in_decision:  # type: ignore[attr-defined]
+                made.add(node.attr)  # type: ignore[attr-defined]
     return made, decided
 
 
 @pytest.mark.parametrize("field", ["fault", "side"])
-def test_every_value_a_decision_compares_a_field_with_is_raised_somewhere(field: str) -> None:
-    """Fields replaced words so that a decision cannot miss by a rewording; a comparison with a value no
-    error carries (a typo, a renamed fault) would miss silently — never matching, never failing."""
-    made, decided = _field_values(field)
+def test_a_decision_on_the_field_compares_it_with_a_member(field: str) -> None:
+    """A raise with a misspelt or renamed ``fault``/``side`` is a mypy error (the parameters are typed
+    :class:`Fault` / :class:`Side`); a comparison with a literal is not (a member is a ``str``): it would
+    miss silently, never matching. Decisions name the member."""
+    _, decided = _decisions(field)
+    assert [d for d in decided if d[1].startswith("'")] == []
+
+
+@pytest.mark.parametrize("field", ["fault", "side"])
+def test_every_member_a_decision_compares_with_is_raised_somewhere(field: str) -> None:
+    """A member no error is raised with (left over after its raise went) is a decision that never matches:
+    the type cannot tell."""
+    made, decided = _decisions(field)
     assert decided or field == "side"  # the fault decisions exist (engine push, pick's index, compat, …)
-    never = [(where, value) for where, value in decided if value not in made]
-    assert never == []
+    assert [(where, member) for where, member in decided if member not in made] == []
+
+
+def test_a_fault_is_its_word_as_text() -> None:
+    """What the error fields show (summaries, JSON) and the side in front of the message are the words."""
+    exc = RegistryError("registry r (h): x", side=Side.DESTINATION, fault=Fault.STORAGE_FULL)
+    assert exc.fields() == {"side": "destination", "fault": "storage full"}
+    assert f"{exc.fault}" == "storage full"
+    assert json.dumps(exc.fields()) == '{"side": "destination", "fault": "storage full"}'
+    assert exc.message == "destination registry r (h): x"

@@ -380,11 +380,11 @@ def test_lock_help_lists_12_and_a_bad_index_url_is_a_bad_setting(run_cli: Run, m
 
 def test_a_registry_kind_in_capitals_names_the_lowercase_one(tmp_path: Path) -> None:
     path = tmp_path / "registries.toml"
-    path.write_text('[registries.a]\nhost = "x.azurecr.io"\nnamespace = "n"\nkind = "ACR"\n')
+    path.write_text('[registries.a]\nhost = "x.azurecr.io"\nnamespace = "n"\nkind = "AZURE-ACR"\n')
     with pytest.raises(ConfigError) as info:
         load_registries(path)
-    assert "'acr'" in info.value.message
-    assert info.value.hint == 'kind = "acr"'
+    assert "'azure-acr'" in info.value.message
+    assert info.value.hint == 'kind = "azure-acr"'
 
 
 def test_two_registries_with_one_image_name_are_refused(tmp_path: Path) -> None:

@@ -167,4 +167,4 @@ def test_unknown_registry_kind_names_the_known_ones(tmp_path: Path) -> None:
     assert "registries.x.kind" in text
     assert "'ecs'" in text
     assert "ecr" in text  # the nearest known kind
-    assert set(REGISTRY_KINDS) >= {"generic", "dockerhub", "ghcr", "acr", "ecr"}
+    assert set(REGISTRY_KINDS) >= {"generic", "dockerhub", "ghcr", "aliyun-acr", "azure-acr", "ecr"}

@@ -837,4 +837,4 @@ def test_a_function_of_another_module_that_returns_error_text_is_followed() -> N
     snippet = "from imagesmith.release import _with_fix\nwhy = _with_fix(err).split(' (fix: ')[0]\n"
     assert findings(snippet, "other.py") == []
     assert findings(snippet, "other.py", {"_with_fix"}) != []
-    assert "_with_fix" in text_functions((REPO / "imagesmith" / "release.py").read_text(), "release.py")
+    assert "_with_fix" in text_functions((REPO / "imagesmith" / "release" / "base.py").read_text(), "base.py")

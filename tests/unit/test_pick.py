@@ -53,7 +53,7 @@ def _own_cache_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 REGISTRIES = [
     ("dockerhub", "dockerhub", "docker.io/imagesmith/torch"),
     ("ghcr", "ghcr", "ghcr.io/imagesmith/torch"),
-    ("acr-hangzhou", "acr", "registry.cn-hangzhou.aliyuncs.com/imagesmith/torch"),
+    ("acr-hangzhou", "aliyun-acr", "registry.cn-hangzhou.aliyuncs.com/imagesmith/torch"),
 ]
 #: (torch, cuda, python): the released images of these tests
 RELEASED = [
@@ -329,13 +329,13 @@ def test_unknown_gpu_with_compute_cap_from_nvidia_smi(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("platform", "region", "kind"),
     [
-        ("autodl", None, "acr"),
-        ("aliyun", None, "acr"),
-        ("tencent", None, "acr"),  # no TCR copy: the next preferred kind
+        ("autodl", None, "aliyun-acr"),
+        ("aliyun", None, "aliyun-acr"),
+        ("tencent", None, "aliyun-acr"),  # no TCR copy: the next preferred kind
         ("runpod", None, "dockerhub"),
         ("vast", None, "dockerhub"),
         ("lambda", None, "dockerhub"),
-        (None, "cn-hangzhou", "acr"),
+        (None, "cn-hangzhou", "aliyun-acr"),
         (None, "us-east-1", "dockerhub"),
     ],
 )
@@ -345,8 +345,46 @@ def test_platform_chooses_the_registry(platform: str | None, region: str | None,
     assert pick.registry.kind == kind
 
 
+AZURE = ("azure", "azure-acr", "myreg.azurecr.io/imagesmith/torch")
+
+
+@pytest.mark.parametrize(
+    ("platform", "region"),
+    [("autodl", None), ("aliyun", None), ("tencent", None), ("huawei", None), (None, "cn-hangzhou")],
+)
+def test_a_china_host_gets_aliyun_acr_before_azure_acr(platform: str | None, region: str | None) -> None:
+    """Issue 31: one kind ``acr`` covered Aliyun's registry (in China) and Azure's (not), so an Azure copy
+    listed first was a China host's first choice; now Aliyun's is, and Azure's ranks before the avoided
+    global kinds only."""
+    plat = platform_for(load_platforms(), platform, region)
+    regs = [AZURE, *REGISTRIES]
+    pick = choose(make_index(registries=regs), host("580.95.05", "h100-sxm"), Constraints(), platform=plat)
+    assert pick.registry.kind == "aliyun-acr"
+    no_aliyun = [AZURE, *(r for r in REGISTRIES if r[1] != "aliyun-acr")]
+    pick = choose(
+        make_index(registries=no_aliyun), host("580.95.05", "h100-sxm"), Constraints(), platform=plat
+    )
+    assert [c.kind for c in [pick.registry, *pick.alternatives]] == ["azure-acr", "dockerhub", "ghcr"]
+
+
+def test_azure_acr_is_no_china_registry_elsewhere() -> None:
+    plat = platform_for(load_platforms(), "runpod", None)
+    regs = [AZURE, REGISTRIES[2]]
+    pick = choose(make_index(registries=regs), host("580.95.05", "h100-sxm"), Constraints(), platform=plat)
+    assert pick.registry.kind == "azure-acr"
+
+
+def test_a_platform_row_naming_no_registry_kind_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "platforms.toml"
+    row = 'name = "x"\nregion = "cn"\nprefer = ["acr"]\nrationale = "r"\nsource = "s"\nverified = false\n'
+    path.write_text("schema = 1\n[[platform]]\n" + row)
+    with pytest.raises(ConfigError, match="platform x: 'acr' is no registry kind") as info:
+        load_platforms(path)
+    assert "aliyun-acr" in (info.value.hint or "")
+
+
 def test_china_platform_with_only_global_registries_warns() -> None:
-    only_global = [r for r in REGISTRIES if r[1] != "acr"]
+    only_global = [r for r in REGISTRIES if r[1] != "aliyun-acr"]
     plat = platform_for(load_platforms(), "autodl", None)
     pick = choose(
         make_index(registries=only_global), host("580.95.05", "h100-sxm"), Constraints(), platform=plat

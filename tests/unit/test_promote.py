@@ -171,8 +171,8 @@ PUTS = {
     ("imagesmith/registry/promote.py", "roll_back"),  # putting a tag back where it was, or deleting it
     ("imagesmith/registry/copy.py", "copy_manifest"),  # by digest, or as build's staging tag (put_as)
     ("imagesmith/attestation.py", "attach_attestations"),  # sha256-<hex>.att
-    ("imagesmith/release.py", "attach_report"),  # sha256-<hex>.validation
-    ("imagesmith/release.py", "stage_index"),  # the index artifact by digest
+    ("imagesmith/release/artifacts.py", "attach_report"),  # sha256-<hex>.validation
+    ("imagesmith/release/artifacts.py", "stage_index"),  # the index artifact by digest
 }
 
 

@@ -228,7 +228,7 @@ def test_bearer_token_flow_as_docker_hub_and_acr_do_it(tmp_path: Path) -> None:
 
 
 # -- refresh once on 401 -------------------------------------------------------------------------------------
-@pytest.mark.parametrize(("scheme", "token"), [("basic", "ecr"), ("bearer", "acr")])
+@pytest.mark.parametrize(("scheme", "token"), [("basic", "ecr"), ("bearer", "azure-acr")])
 def test_a_refused_token_is_refreshed_once_and_the_request_retried(
     scheme: str, token: str, bin_dir: Path, tmp_path: Path
 ) -> None:
@@ -246,7 +246,7 @@ def test_a_refused_token_is_refreshed_once_and_the_request_retried(
         reg.close()
 
 
-@pytest.mark.parametrize(("scheme", "token"), [("basic", "ecr"), ("bearer", "acr")])
+@pytest.mark.parametrize(("scheme", "token"), [("basic", "ecr"), ("bearer", "azure-acr")])
 def test_a_refused_fresh_token_is_the_error_never_a_loop(
     scheme: str, token: str, bin_dir: Path, tmp_path: Path
 ) -> None:
@@ -334,10 +334,10 @@ def test_anonymous_pull_works_without_the_program_when_the_registry_allows_it(
     public = _ShortLivedRegistry("bearer", "u", accept="x", anonymous=True)
     private = _ShortLivedRegistry("bearer", "u", accept="x")
     try:
-        client = RegistryClient(public.addr, insecure=True, chain=_chain(public.addr, tmp_path, "acr"))
+        client = RegistryClient(public.addr, insecure=True, chain=_chain(public.addr, tmp_path, "azure-acr"))
         assert client.list_tags("org/app") == ["1.0"]
         closed = RegistryClient(
-            private.addr, insecure=True, chain=_chain(private.addr, tmp_path, "acr"), attempts=1
+            private.addr, insecure=True, chain=_chain(private.addr, tmp_path, "azure-acr"), attempts=1
         )
         with pytest.raises(RegistryError, match=r"`az acr login --name myreg .*` cannot run"):
             closed.list_tags("org/app")

@@ -154,27 +154,31 @@ def test_a_broken_row_is_one_error_naming_it(row: str, says: str) -> None:
 
 def test_the_packaged_kinds_keep_what_the_code_knew_before() -> None:
     """The kinds and their host rules as they were written in code before issue 24 (schema, scaffold,
-    credentials, pick) are kept, first and in their order; a kind added after them (the recipe) passes."""
-    assert kinds.kind_names()[:9] == (
+    credentials, pick) are kept, first and in their order, but for ``acr``, split into Aliyun's (in China) and
+    Azure's (issue 31); a kind added after them (the recipe) passes."""
+    assert kinds.kind_names()[:10] == (
         "generic",
         "dockerhub",
         "ghcr",
-        "acr",
+        "aliyun-acr",
+        "azure-acr",
         "tcr",
         "swr",
         "ecr",
         "quay",
         "artifact-registry",
     )
-    assert {"acr", "tcr", "swr"} <= set(kinds.china_kinds())
-    assert not {"generic", "dockerhub", "ghcr", "ecr", "quay", "artifact-registry"} & set(kinds.china_kinds())
+    assert {"aliyun-acr", "tcr", "swr"} <= set(kinds.china_kinds())
+    assert not {"generic", "dockerhub", "ghcr", "azure-acr", "ecr", "quay", "artifact-registry"} & set(
+        kinds.china_kinds()
+    )
     hosts = {
         "docker.io": "dockerhub",
         "registry-1.docker.io": "dockerhub",
         "ghcr.io": "ghcr",
         "quay.io": "quay",
-        "registry.cn-hangzhou.aliyuncs.com": "acr",
-        "myreg.azurecr.io": "acr",
+        "registry.cn-hangzhou.aliyuncs.com": "aliyun-acr",
+        "myreg.azurecr.io": "azure-acr",
         "123456789012.dkr.ecr.eu-west-1.amazonaws.com": "ecr",
         "x.tencentcloudcr.com": "tcr",
         "ccr.ccs.tencentyun.com": "tcr",
@@ -186,4 +190,39 @@ def test_the_packaged_kinds_keep_what_the_code_knew_before() -> None:
     command = kinds.token_command("1234.dkr.ecr.x.amazonaws.com", "ecr")
     assert command is not None
     assert command.problem.startswith("kind ecr, but host 1234.dkr.ecr.x.amazonaws.com is not ACCOUNT")
-    assert kinds.token_command("registry.cn-hangzhou.aliyuncs.com", "acr") is None
+    assert kinds.token_command("registry.cn-hangzhou.aliyuncs.com", "aliyun-acr") is None
+
+
+def test_the_retired_acr_kind_is_one_error_naming_the_kind_for_the_host(tmp_path: Path) -> None:
+    """``acr`` covered Aliyun's and Azure's registries (issue 31): a registries file naming it gets one
+    error whose fix is the kind of that host; a release index written before reads it by the host."""
+    from imagesmith.index import RegistryCopy
+    from imagesmith.matrix import load_registries
+
+    for host, new in [
+        ("registry.cn-hangzhou.aliyuncs.com", "aliyun-acr"),
+        ("myreg.azurecr.io", "azure-acr"),
+        ("registry.example", None),
+    ]:
+        path = tmp_path / "registries.toml"
+        path.write_text(f'[registries.a]\nhost = "{host}"\nnamespace = "n"\nkind = "acr"\n')
+        with pytest.raises(ConfigError) as info:
+            load_registries(path)
+        assert info.value.field == "registries.a.kind"
+        assert "'acr' is no longer a registry kind" in info.value.message
+        assert info.value.hint == (
+            f'kind = "{new}"' if new else "kind = one of aliyun-acr, azure-acr, by the host's cloud"
+        )
+        copy = RegistryCopy.parse(
+            name="a", reference=f"{host}/n/torch:t", digest="sha256:" + "0" * 64, kind="acr"
+        )
+        assert copy.kind == (new or "generic")
+    assert kinds.get("acr") is None
+    assert kinds.current("ghcr", "ghcr.io") == "ghcr"
+
+
+def test_a_retired_row_must_split_into_kinds() -> None:
+    text = (REPO / "imagesmith/data/registry_kinds.toml").read_text()
+    bad = text.replace('split = ["aliyun-acr", "azure-acr"]', 'split = ["aliyun-acr", "nope"]')
+    with pytest.raises(ConfigError, match=r"retired\[0\]"):
+        kinds.parse(bad)

@@ -273,7 +273,7 @@ def test_several_registries_push_once_and_copy(tmp_path: Path, run_cli: Callable
     m = load_matrix("h200", project=project)
     assert [(r.name, r.host, r.kind, r.insecure) for r in m.registries] == [
         ("main", "ghcr.io", "ghcr", False),
-        ("copy-2", "registry.cn-hangzhou.aliyuncs.com", "acr", False),
+        ("copy-2", "registry.cn-hangzhou.aliyuncs.com", "aliyun-acr", False),
         ("copy-3", "127.0.0.1:5000", "generic", True),
     ]
     assert m.registries[2].namespace == "p"  # no namespace given: the project's name

@@ -1,0 +1,79 @@
+"""What every part of release shares: the cell released, the artifact media types, the clock, and a
+reason worded with its fix line."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+from imagesmith.compat import MinDriver
+from imagesmith.errors import ImagesmithError
+from imagesmith.index import (
+    INDEX_MEDIA_TYPE,
+)
+from imagesmith.refs import Registry
+from imagesmith.tags import (
+    candidate_tag,
+    release_tag,
+)
+
+REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
+REPORT_ARTIFACT_TYPE: Final[str] = REPORT_MEDIA_TYPE
+INDEX_ARTIFACT_TYPE: Final[str] = INDEX_MEDIA_TYPE
+#: OCI 1.1 "empty" descriptor: the config of an artifact manifest (content ``{}``).
+EMPTY_MEDIA_TYPE: Final[str] = "application/vnd.oci.empty.v1+json"
+EMPTY_BLOB: Final[bytes] = b"{}"
+EMPTY_DIGEST: Final[str] = "sha256:" + hashlib.sha256(EMPTY_BLOB).hexdigest()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _sha(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _with_fix(exc: ImagesmithError) -> str:
+    """The message and, when it has one, the fix line of *exc* (a reason keeps what the user should do)."""
+    return f"{exc.message} (fix: {exc.hint})" if exc.hint else exc.message
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseCell:
+    matrix: str
+    id: str
+    tag: str
+    candidate: str
+    targets: tuple[Registry, ...]
+    torch: str
+    torchvision: str
+    cuda: str
+    python: str
+    min_driver: MinDriver
+    arch: tuple[str, ...]
+    shm_size: str | None
+    fingerprint: str
+
+    @classmethod
+    def from_plan(cls, cell: Any) -> ReleaseCell:
+        """From a :class:`imagesmith.plan.Cell` (tags: :mod:`imagesmith.tags`)."""
+        from imagesmith import compat
+
+        return cls(
+            matrix=cell.matrix,
+            id=cell.id,
+            tag=release_tag(cell),
+            candidate=candidate_tag(cell),
+            targets=tuple(cell.registries),
+            torch=cell.torch,
+            torchvision=cell.torchvision,
+            cuda=cell.cuda,
+            python=cell.python,
+            min_driver=cell.min_driver,
+            arch=tuple(compat.torch_variant(cell.torch, cell.variant).arch_list),
+            shm_size=cell.shm_min.lower() if cell.shm_min else None,
+            fingerprint=cell.fingerprint,
+        )
