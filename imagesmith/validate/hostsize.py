@@ -71,7 +71,7 @@ def parse_host(text: str) -> HostCapture:
             continue
         if line.startswith("# v1 "):
             parts = line.split()
-            if len(parts) == 4 and parts[3].lstrip("-").isdigit():
+            if len(parts) == 4 and is_digits(parts[3].lstrip("-")):
                 v1[parts[2]] = int(parts[3])
             cap.cgroup = "v1"
             continue
@@ -214,7 +214,7 @@ def parse_nics(text: str) -> Nics:
     fabrics: set[str] = set()
     for raw in text.splitlines():
         parts = raw.split()
-        if len(parts) >= 3 and parts[0] == "net" and parts[2].isdigit():
+        if len(parts) >= 3 and parts[0] == "net" and is_digits(parts[2]):
             fabrics.add("ethernet")
             rate = int(parts[2]) * 1e6 / 8
             if best is None or rate > best[0]:

@@ -19,6 +19,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from imagesmith.inputs import is_digits
+
 #: sequential throughput below which a data or checkpoint folder warns when the listing promised none:
 #: a local NVMe gives 2–7 GB/s, network storage of a GPU cloud 1–10 GB/s; below 1 GB/s read, an 8-GPU job
 #: waits on its data, below 0.5 GB/s write a 100 GB checkpoint takes minutes
@@ -144,13 +146,13 @@ def parse_storage(path: str, text: str) -> StorageFigures:
         elif current:
             sections[current].append(line)
     size = " ".join(sections.get("size", [])).strip()
-    fig.size_mib = int(size) if size.isdigit() else None
+    fig.size_mib = int(size) if is_digits(size) else None
     if "no-space" in sections:
         fig.problems.append(
             "less than 48 MiB free: not measured (the measurement uses at most a third of the free space)"
         )
     df = " ".join(sections.get("df", [])).split()
-    if len(df) >= 2 and df[0].isdigit() and df[1].isdigit():
+    if len(df) >= 2 and is_digits(df[0]) and is_digits(df[1]):
         fig.free_bytes, fig.size_bytes = int(df[0]), int(df[1])
     elif "df" in sections:
         fig.problems.append("df: " + " ".join(df)[:200])
