@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,7 +19,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from imagesmith import inputs, schema
+from imagesmith import atomicio, inputs, schema
 from imagesmith.compat import MinDriver, parse_driver
 from imagesmith.errors import ConfigError, RegistryError
 from imagesmith.refs import Registry, split_reference
@@ -649,11 +648,8 @@ def load_index(path: Path) -> ReleaseIndex:
 
 
 def save_index(index: ReleaseIndex, path: Path) -> None:
-    """Write atomically (temp file + rename) so a reader never sees half an index."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(dump_index(index), encoding="utf-8")
-    tmp.replace(path)
+    """Write atomically (imagesmith.atomicio: temp, fsync, rename) so a reader never sees half an index."""
+    atomicio.write_atomic(path, dump_index(index))
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from imagesmith import inputs
+from imagesmith import atomicio, inputs
 from imagesmith.errors import ImagesmithError, IndexTrustError
 
 #: the flag the index being read came from, as errors name it: ``--index`` (pick, index) or another command's
@@ -294,10 +294,7 @@ class TrustStore:
             }
         if data == self.data():
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(self.path)
+        atomicio.write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
         self._data = data
 
 

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, cast
 
-from imagesmith import inputs
+from imagesmith import atomicio, inputs
 from imagesmith.attestation import (
     ATTESTATION_FILE,
     DSSE_MEDIA_TYPE,
@@ -68,7 +68,7 @@ from imagesmith.attestation import (
     verify_validation,
 )
 from imagesmith.compat import MinDriver, parse_driver
-from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError, SignatureError
+from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError, SignatureError, StorageError
 from imagesmith.index import (
     INDEX_KEY_MEDIA_TYPE,
     INDEX_MEDIA_TYPE,
@@ -964,12 +964,9 @@ class VerifiedBlobs:
             newest = dict(sorted(merged.items(), key=lambda kv: kv[1])[-self.MAX_ENTRIES :])
             body = json.dumps({"schema": 1, "verified": newest}, sort_keys=True).encode()
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(body)
-                tmp.replace(self.path)
+                atomicio.write_atomic(self.path, body)
                 self._new = False
-            except OSError:
+            except (OSError, StorageError):
                 pass
 
 
@@ -1987,7 +1984,7 @@ def release_cells(
 
         envelope = signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, sign_key)
         if not signature.is_file() or not _signed_same(signature, body, sign_key):
-            signature.write_bytes(envelope + b"\n")
+            atomicio.write_atomic(signature, envelope + b"\n")
         else:
             envelope = signature.read_bytes().strip()
         outcome.index_signature = str(signature)
@@ -1995,7 +1992,7 @@ def release_cells(
         public = sign_key.public.pem
         published_key = index_file.with_name(index_file.name + ".pub")
         if not published_key.is_file() or published_key.read_bytes() != public:
-            published_key.write_bytes(public)
+            atomicio.write_atomic(published_key, public)
     else:
         echo(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "

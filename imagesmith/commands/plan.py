@@ -420,7 +420,15 @@ def lock_command(
     """Resolve exact transitive pins (with sha256 hashes) per (torch, variant, python) with uv into the
     project's locks/."""
     from imagesmith import compat
-    from imagesmith.lock import LockError, LockKey, add_interactive, compile_lock, lock_path, read_lock
+    from imagesmith.lock import (
+        LockError,
+        LockKey,
+        add_interactive,
+        compile_lock,
+        lock_path,
+        read_lock,
+        seal_lock,
+    )
     from imagesmith.matrix import load_matrix
 
     project = current_project(matrix)
@@ -467,7 +475,18 @@ def lock_command(
                 written.append(key)
                 continue
             if path.exists() and not force:
-                existing = read_lock(key, project.locks_dir)
+                try:
+                    existing = read_lock(key, project.locks_dir)
+                except LockError as exc:
+                    if exc.problem != "cut short":
+                        raise
+                    _restore_lock(key, path, project, interactive=interactive)
+                    written.append(key)
+                    continue
+                if existing is not None and not existing.sealed:
+                    seal_lock(existing)
+                    typer.echo(f"sealed  {project.rel(path)} (end line added; every pin as it was)")
+                    existing = read_lock(key, project.locks_dir)
                 if interactive and existing is not None and not existing.interactive_pins:
                     add_interactive(key, lock_dir=project.locks_dir)
                     typer.echo(f"added   {project.rel(path)} (interactive pins; runtime pins kept)")
@@ -495,6 +514,22 @@ def lock_command(
                 "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
             ),
         )
+
+
+def _restore_lock(key: LockKey, path: Path, project: Project, *, interactive: bool) -> None:
+    """A lock cut short (no end line): resolved again with every pin it still holds in full as a constraint
+    (``--keep-versions`` on what survived), so no version it had moves; written whole."""
+    from imagesmith.lock import add_interactive, compile_lock, salvage_lock
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    kept = salvage_lock(text, path, key)
+    compile_lock(key, lock_dir=project.locks_dir, keep=kept)
+    # its header says whether it had an interactive section (the section itself may be what was cut off)
+    had = kept is not None and any(k == "interactive-command" for k, _ in kept.header)
+    if interactive or had:
+        add_interactive(key, lock_dir=project.locks_dir, keep=kept)
+    held = len(kept.pins + kept.builder_pins + kept.interactive_pins) if kept is not None else 0
+    typer.echo(f"restored {project.rel(path)} (it was cut short: {held} whole pins kept, the rest resolved)")
 
 
 def _lock_bases(project: Project, matrix: str | None) -> None:

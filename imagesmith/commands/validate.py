@@ -17,7 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
-from imagesmith import settings
+from imagesmith import atomicio, settings
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ValidationFailed
 from imagesmith.inputs import is_digits, read_user_file, resolved
@@ -53,7 +53,7 @@ def _writable_report_dir(path: Path) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".imagesmith-write-test"
-        probe.write_text("")
+        probe.write_text("")  # scratch
         probe.unlink()
     except OSError as exc:
         raise ConfigError(
@@ -431,9 +431,7 @@ def _attest(
     written = json.loads(json.dumps(data, default=str))
     envelope = sign_validation(redact_report(written), repository=repo, digest=digest, key=key)
     out = report_dir / ATTESTATION_FILE
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(envelope + b"\n")
-    tmp.replace(out)
+    atomicio.write_atomic(out, envelope + b"\n")
     typer.echo(f"signed: {out} (attests {repo}@{digest}; key {key.key_id[:16]})")
 
 

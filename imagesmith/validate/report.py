@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from imagesmith import atomicio
 from imagesmith.validate.context import SKIP_NO_GPU, SuiteOptions
 from imagesmith.validate.parsers import TopoMatrix, format_bytes
 from imagesmith.validate.record import PERF_CHECKS, gpus_json
@@ -193,9 +194,11 @@ def write_bundle(
         "plot": plot_note,
         "logs": sorted(logs),
     }
-    (out / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False, default=str) + "\n")
-    (out / "report.md").write_text(
-        render_markdown(report, checks, topo if isinstance(topo, TopoMatrix) else None)
+    atomicio.write_atomic(
+        out / "report.json", json.dumps(report, indent=2, sort_keys=False, default=str) + "\n"
+    )
+    atomicio.write_atomic(
+        out / "report.md", render_markdown(report, checks, topo if isinstance(topo, TopoMatrix) else None)
     )
     return report
 
