@@ -24,6 +24,7 @@ from typer.core import TyperOption
 
 from imagesmith import __version__
 from imagesmith.commands import build as build_commands
+from imagesmith.commands import command_resources, set_project_option
 from imagesmith.commands import compat as compat_commands
 from imagesmith.commands import init as init_commands
 from imagesmith.commands import keys as keys_commands
@@ -32,7 +33,6 @@ from imagesmith.commands import refresh as refresh_commands
 from imagesmith.commands import release as release_commands
 from imagesmith.commands import sbom as sbom_commands
 from imagesmith.commands import schema as schema_commands
-from imagesmith.commands import set_project_option
 from imagesmith.commands import validate as validate_commands
 from imagesmith.errors import ImagesmithError
 
@@ -242,7 +242,8 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     try:
         click_command = typer.main.get_command(application)
         _harden(click_command)
-        result = click_command.main(args=args, standalone_mode=False, prog_name=prog)
+        with command_resources():  # the project lock a command takes is let go however it ends
+            result = click_command.main(args=args, standalone_mode=False, prog_name=prog)
     except _Interrupted as exc:
         return _aborted(exc.signum)
     except KeyboardInterrupt:

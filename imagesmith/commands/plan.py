@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from imagesmith.commands import current_project, epilog
+from imagesmith.commands import current_project, epilog, hold_project
 from imagesmith.errors import ConfigError, ImagesmithError, RenderError, UpstreamError, join_hints
 from imagesmith.inputs import resolved
 
@@ -98,6 +98,9 @@ RENDER_EPILOG = epilog(
         "0 = written, or (--check) current",
         "2 = bad matrix or project",
         "4 = (--check) files differ, a template failed, or the matrix is outside the project's matrices/",
+        "13 = a file could not be written whole (disk full, out of inodes, a link or no regular file there): "
+        "the old one is left as it was",
+        "14 = another imagesmith command holds the project's lock (it waits IMAGESMITH_LOCK_WAIT s first)",
     ],
 )
 LOCK_EPILOG = epilog(
@@ -112,6 +115,9 @@ LOCK_EPILOG = epilog(
         "0 = every lock written or kept",
         "2 = bad matrix or project, or a lock could not be resolved (uv), or the index URL is not one",
         "12 = (--sizes) the package index could not be read",
+        "13 = a file could not be written whole (disk full, out of inodes, a link or no regular file there): "
+        "the old one is left as it was",
+        "14 = another imagesmith command holds the project's lock (it waits IMAGESMITH_LOCK_WAIT s first)",
     ],
 )
 
@@ -326,6 +332,8 @@ def render_command(
     from imagesmith.render import check_rendered, looks_rendered, matrix_dir, render_plan, write_rendered
 
     project = current_project(matrix)
+    if not check:
+        hold_project(project, "render")
     names = [matrix] if matrix else project.matrix_names()
     if not names:
         raise ConfigError(
@@ -432,6 +440,7 @@ def lock_command(
     from imagesmith.matrix import load_matrix
 
     project = current_project(matrix)
+    hold_project(project, "lock")
     if sizes and no_sizes:
         raise ConfigError("--sizes and --no-sizes contradict each other", hint="give one of them")
     if bases:
