@@ -30,11 +30,14 @@ def _exit_aborted(why: str = "Ctrl-C", code: int = 130) -> None:
 def run() -> None:
     """``imagesmith``."""
     try:
-        if signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is not signal.SIG_IGN:
             signal.signal(signal.SIGTERM, _terminated)
         from imagesmith.cli import main
 
         code = main()
+        # the work is done: a SIGTERM from here on ends the process by default (never a traceback on the way)
+        signal.signal(signal.SIGTERM, previous)
     except KeyboardInterrupt:
         _exit_aborted()
     except _Terminated:
