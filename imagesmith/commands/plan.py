@@ -477,9 +477,14 @@ def lock_command(
         try:
             if path.exists() and keep_versions:
                 existing = read_lock(key, project.locks_dir)
-                compile_lock(key, lock_dir=project.locks_dir, keep=existing)
-                if interactive or (existing is not None and existing.interactive_pins):
-                    add_interactive(key, lock_dir=project.locks_dir, keep=existing)
+                with_section = interactive or (existing is not None and bool(existing.interactive_pins))
+                # one write: the runtime, builder and interactive pins together (a kill leaves old or new)
+                compile_lock(
+                    key,
+                    lock_dir=project.locks_dir,
+                    keep=existing,
+                    interactive=(existing or True) if with_section else False,
+                )
                 typer.echo(f"wrote   {project.rel(path)} (versions kept, hashes added)")
                 written.append(key)
                 continue
@@ -502,9 +507,7 @@ def lock_command(
                 else:
                     typer.echo(f"kept    {project.rel(path)}")
                 continue
-            compile_lock(key, lock_dir=project.locks_dir)
-            if interactive:
-                add_interactive(key, lock_dir=project.locks_dir)
+            compile_lock(key, lock_dir=project.locks_dir, interactive=interactive)
         except LockError as exc:
             failures.append(exc)
             # the whole answer (uv's last lines: an unreachable index, a conflict) under the cell it stopped
@@ -528,15 +531,18 @@ def lock_command(
 def _restore_lock(key: LockKey, path: Path, project: Project, *, interactive: bool) -> None:
     """A lock cut short (no end line): resolved again with every pin it still holds in full as a constraint
     (``--keep-versions`` on what survived), so no version it had moves; written whole."""
-    from imagesmith.lock import add_interactive, compile_lock, salvage_lock
+    from imagesmith.lock import compile_lock, salvage_lock
 
     text = path.read_text(encoding="utf-8", errors="replace")
     kept = salvage_lock(text, path, key)
-    compile_lock(key, lock_dir=project.locks_dir, keep=kept)
     # its header says whether it had an interactive section (the section itself may be what was cut off)
     had = kept is not None and any(k == "interactive-command" for k, _ in kept.header)
-    if interactive or had:
-        add_interactive(key, lock_dir=project.locks_dir, keep=kept)
+    compile_lock(
+        key,
+        lock_dir=project.locks_dir,
+        keep=kept,
+        interactive=(kept or True) if interactive or had else False,
+    )
     held = len(kept.pins + kept.builder_pins + kept.interactive_pins) if kept is not None else 0
     typer.echo(f"restored {project.rel(path)} (it was cut short: {held} whole pins kept, the rest resolved)")
 
