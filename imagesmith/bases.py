@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from imagesmith import inputs, kinds
+from imagesmith import atomicio, inputs, kinds
 from imagesmith.errors import ConfigError, ImagesmithError
 from imagesmith.refs import ImageRef, Registry
 
@@ -284,11 +284,7 @@ def write_bases(lock_dir: Path, entries: Iterable[BaseEntry]) -> Path:
         "[bases]",
         *(e.line() for e in sorted(entries, key=lambda e: e.name)),
     ]
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".toml.part")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return atomicio.write_atomic(path, "\n".join(lines) + "\n")
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from imagesmith import inputs
+from imagesmith import atomicio, inputs
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
 from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult, needs_buildkit
@@ -866,8 +866,7 @@ def write_summary(path: Path, matrix: str, outcomes: Sequence[CellOutcome], engi
         "backend": engine_backend,
         "cells": [asdict(o) for o in outcomes],
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    atomicio.write_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
 __all__ = [

@@ -24,6 +24,7 @@ from typer.core import TyperOption
 
 from imagesmith import __version__
 from imagesmith.commands import build as build_commands
+from imagesmith.commands import command_resources, set_project_option
 from imagesmith.commands import compat as compat_commands
 from imagesmith.commands import init as init_commands
 from imagesmith.commands import keys as keys_commands
@@ -32,7 +33,6 @@ from imagesmith.commands import refresh as refresh_commands
 from imagesmith.commands import release as release_commands
 from imagesmith.commands import sbom as sbom_commands
 from imagesmith.commands import schema as schema_commands
-from imagesmith.commands import set_project_option
 from imagesmith.commands import validate as validate_commands
 from imagesmith.errors import ImagesmithError
 
@@ -242,8 +242,11 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     try:
         click_command = typer.main.get_command(application)
         _harden(click_command)
-        result = click_command.main(args=args, standalone_mode=False, prog_name=prog)
-    except (KeyboardInterrupt, _Interrupted):
+        with command_resources():  # the project lock a command takes is let go however it ends
+            result = click_command.main(args=args, standalone_mode=False, prog_name=prog)
+    except _Interrupted as exc:
+        return _aborted(exc.signum)
+    except KeyboardInterrupt:
         return _aborted()
     except SystemExit as exc:
         # typer answers a closed pipe (EPIPE from click's echo) with sys.exit(1), imagesmith's crash code
@@ -302,8 +305,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         err.print(f"error: {message}\n  fix: see `{command} --help`{usage}", markup=False)
         return exc.exit_code if exc.exit_code not in (0, 1) else 2
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        _restore_handlers(previous)
     return result if isinstance(result, int) else 0
 
 
@@ -359,33 +361,58 @@ def _drop_buffered_output() -> None:
 
 
 class _Interrupted(BaseException):
-    """Ctrl-C while a command runs. Not a KeyboardInterrupt: typer turns that into a silent exit 130, and the
-    rule is one ``aborted`` line (:func:`_aborted`), whatever was running."""
+    """Ctrl-C (SIGINT) or SIGTERM (``kill``, ``docker stop``, a cancelled CI job) while a command runs. Not a
+    KeyboardInterrupt: typer turns that into a silent exit 130, and the rule is one ``aborted`` line
+    (:func:`_aborted`), whatever was running. Raised in the main thread, it unwinds every ``with`` block: a
+    child process run through ``subprocess.run`` is killed and waited for, temp files are removed, locks let
+    go."""
+
+    def __init__(self, signum: int = signal.SIGINT) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _interrupted(signum: int, frame: Any) -> None:
-    raise _Interrupted
+    raise _Interrupted(signum)
 
 
-def _catch_interrupts() -> Any:
-    """SIGINT raises :class:`_Interrupted` while :func:`_run` runs; returns the handler to restore (None where
-    no handler can be set: not the main thread, or SIGINT ignored by the parent)."""
+#: the signals a command ends on as on Ctrl-C
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _catch_interrupts() -> dict[int, Any] | None:
+    """SIGINT and SIGTERM raise :class:`_Interrupted` while :func:`_run` runs; returns the handlers to
+    restore (None where no handler can be set: not the main thread). A signal its parent ignores stays
+    ignored (``nohup``, a shell's background job)."""
+    previous: dict[int, Any] = {}
     try:
-        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-            return None
-        return signal.signal(signal.SIGINT, _interrupted)
+        for signum in _STOP_SIGNALS:
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, _interrupted)
     except ValueError:  # not the main thread
         return None
+    return previous
 
 
-def _aborted() -> int:
-    """Ctrl-C: the one ``aborted`` line, exit 130 (128 + SIGINT), whatever was running."""
+def _restore_handlers(previous: dict[int, Any] | None) -> None:
+    for signum, handler in (previous or {}).items():
+        signal.signal(signum, handler)
+
+
+def _aborted(signum: int = signal.SIGINT) -> int:
+    """Ctrl-C or SIGTERM: the one ``aborted`` line, exit 128 + the signal (130, 143), whatever was
+    running."""
+    # after the first signal the next one kills (a second Ctrl-C while the unwinding waits on a child)
+    for s in _STOP_SIGNALS:
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(s, signal.SIG_DFL)
+    why = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
     try:
-        sys.stderr.write("\nerror: aborted (Ctrl-C)\n  fix: run the command again to finish it\n")
+        sys.stderr.write(f"\nerror: aborted ({why})\n  fix: run the command again to finish it\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    return 130
+    return 128 + signum
 
 
 #: what a command whose reader went away (``imagesmith plan | head -1``) exits with: 128 + SIGPIPE, as a Unix

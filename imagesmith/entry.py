@@ -1,28 +1,45 @@
-"""The console scripts' entry points, kept light: Ctrl-C while imagesmith is still importing (the first few
-tenths of a second) ends like Ctrl-C at any later time — one ``aborted`` line, exit 130 — not a
-KeyboardInterrupt traceback. Nothing heavy is imported before the ``try``."""
+"""The console scripts' entry points, kept light: Ctrl-C or SIGTERM while imagesmith is still importing (the
+first few tenths of a second) ends like one at any later time — one ``aborted`` line, exit 130 or 143 — not a
+KeyboardInterrupt traceback or a silent death. Nothing heavy is imported before the ``try``."""
 
 from __future__ import annotations
 
+import signal
 import sys
+from typing import Any
 
-_ABORTED = "\nerror: aborted (Ctrl-C)\n  fix: run the command again to finish it\n"
+_ABORTED = "\nerror: aborted ({})\n  fix: run the command again to finish it\n"
 
 
-def _exit_aborted() -> None:
+class _Terminated(BaseException):
+    """SIGTERM before imagesmith.cli took over the signal."""
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def _exit_aborted(why: str = "Ctrl-C", code: int = 130) -> None:
     try:
-        sys.stderr.write(_ABORTED)
+        sys.stderr.write(_ABORTED.format(why))
         sys.stderr.flush()
     finally:
-        sys.exit(130)
+        sys.exit(code)
 
 
 def run() -> None:
     """``imagesmith``."""
     try:
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is not signal.SIG_IGN:
+            signal.signal(signal.SIGTERM, _terminated)
         from imagesmith.cli import main
 
         code = main()
+        # the work is done: a SIGTERM from here on ends the process by default (never a traceback on the way)
+        signal.signal(signal.SIGTERM, previous)
     except KeyboardInterrupt:
         _exit_aborted()
+    except _Terminated:
+        _exit_aborted("SIGTERM", 128 + signal.SIGTERM)
     sys.exit(code)

@@ -67,6 +67,11 @@ class Fault(StrEnum):
     SERIAL_REUSED = "serial reused"
     TRUST_RECORD_UNREADABLE = "trust record unreadable"
 
+    # this machine's own files and processes (atomicio, projectlock: issue 37)
+    STORAGE = "storage"
+    BUSY = "busy"
+    INDEX_MOVED = "index moved"
+
     # hosts, GPUs and images
     UNKNOWN_GPU = "unknown GPU"
     NO_DEVICES = "no devices"
@@ -296,3 +301,18 @@ class UpstreamError(ImagesmithError):
     """A package index or file host could not be read, or answered something unexpected (refresh-compat)."""
 
     exit_code = 12
+
+
+class StorageError(ImagesmithError):
+    """A file could not be written whole: the disk is full or out of inodes, the file system is read-only,
+    or the target is a symlink or not a regular file. Names the file, the free space there and what was left
+    as it was (imagesmith.atomicio)."""
+
+    exit_code = 13
+
+
+class BusyError(ImagesmithError):
+    """Another imagesmith command holds the project's (or a cache's) lock and did not let go within the wait
+    (imagesmith.projectlock). Names the command, its pid and the lock file."""
+
+    exit_code = 14

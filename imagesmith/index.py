@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -20,9 +19,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-from imagesmith import inputs, kinds, schema
+from imagesmith import atomicio, inputs, kinds, schema
 from imagesmith.compat import MinDriver, parse_driver
-from imagesmith.errors import ConfigError, RegistryError
+from imagesmith.errors import ConfigError, Fault, RegistryError
 from imagesmith.refs import Registry, split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
@@ -649,11 +648,8 @@ def load_index(path: Path) -> ReleaseIndex:
 
 
 def save_index(index: ReleaseIndex, path: Path) -> None:
-    """Write atomically (temp file + rename) so a reader never sees half an index."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(dump_index(index), encoding="utf-8")
-    tmp.replace(path)
+    """Write atomically (imagesmith.atomicio: temp, fsync, rename) so a reader never sees half an index."""
+    atomicio.write_atomic(path, dump_index(index))
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -717,4 +713,47 @@ def _blob(client: Any, repo: str, layer: Mapping[str, Any], what: str, where: st
 
     return read_small_blob(
         client, repo, layer.get("digest"), layer.get("size"), limit=MAX_INDEX_BYTES, what=what, where=where
+    )
+
+
+class IndexMovedError(RegistryError):
+    """The registry's release index moved under a release: it holds another index whose serial is at least
+    the one about to be published (another release published meanwhile). Publishing would lose that
+    release's entries or give one serial two bodies; nothing is moved."""
+
+    exit_code = 8
+
+
+def check_index_not_moved(
+    client: Any, repo: str, *, new_digest: str, new_body: bytes, current: str | None
+) -> None:
+    """The compare step of the index publish's compare-and-swap (imagesmith.release.publish_index_everywhere):
+    *current* is the digest ``repo:release-index`` holds now (None: no index yet). Publishing *new_body* (the
+    artifact *new_digest*) over it is refused (:class:`IndexMovedError`) when it holds another index whose
+    serial is at least the new one's: a release on another machine (or one that did not see this project's
+    index file) published meanwhile. The same index (a rerun) and an older serial pass."""
+    if current is None or current == new_digest:
+        return
+    new_serial = parse_index(
+        new_body.decode("utf-8", "replace"), source="the index this release publishes"
+    ).serial
+    body, _ = read_signed_index_artifact(client, repo)
+    if body == new_body:  # the same index (another signature layer): a rerun
+        return
+    try:
+        theirs = parse_index(body.decode("utf-8", "replace"), source=f"registry {client.name}: {repo}")
+    except ConfigError:
+        return  # not an index imagesmith can read: the release replaces it, as before
+    if theirs.serial < new_serial:
+        return
+    raise IndexMovedError(
+        f"registry {client.name}: {repo}:{INDEX_ARTIFACT_TAG} moved under this release: it holds serial "
+        f"{theirs.serial} ({current}), and this release would publish serial {new_serial} with other bytes "
+        "(another release published meanwhile); nothing was moved",
+        hint=f"take that index into this project's index file and rerun the release (move the file away and "
+        f"pass --extend-from {client.name}), so that no release's entry is lost and no serial has two bodies",
+        registry=client.name,
+        repository=repo,
+        digest=current,
+        fault=Fault.INDEX_MOVED,
     )

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from imagesmith import inputs
+from imagesmith import atomicio, inputs, projectlock
 from imagesmith.errors import Fault, ImagesmithError, IndexTrustError
 
 #: the flag the index being read came from, as errors name it: ``--index`` (pick, index) or another command's
@@ -269,7 +269,13 @@ class TrustStore:
         self, index: ReleaseIndex, body: bytes, trusted: Trusted, envelope: bytes | None = None
     ) -> None:
         """Remember *index* as the newest seen (when it is; with the key that verified it) and, on first use,
-        the key as this source's pin."""
+        the key as this source's pin. One pick at a time per cache folder (imagesmith.projectlock): the
+        record is read again under the lock, so a newer serial another pick recorded meanwhile stays."""
+        with projectlock.hold(self.path.parent, command="pick"):
+            self._data = None
+            self._record(index, body, trusted, envelope)
+
+    def _record(self, index: ReleaseIndex, body: bytes, trusted: Trusted, envelope: bytes | None) -> None:
         data = dict(self.data())
         data["source"] = self.source
         if "key" not in data and trusted.key is not None:
@@ -294,10 +300,7 @@ class TrustStore:
             }
         if data == self.data():
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(self.path)
+        atomicio.write_atomic(self.path, json.dumps(data, indent=2, sort_keys=True) + "\n")
         self._data = data
 
 

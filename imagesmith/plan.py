@@ -30,7 +30,7 @@ from imagesmith import __version__, compat
 from imagesmith.bases import BASES_FILE, BasesLock, own_digest, read_bases
 from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.layerplan import plan_layers, popularity
-from imagesmith.lock import Lock, LockKey, lock_keys_in, read_lock
+from imagesmith.lock import Lock, LockError, LockKey, lock_keys_in, read_lock
 from imagesmith.matrix import BaseSpec, Matrix, Rule
 from imagesmith.model import (
     NCCL_TESTS_BIN,
@@ -243,8 +243,12 @@ def build_plan(
     bases_shown = f"{locks_shown}/{BASES_FILE}"
     base_lock = read_bases(locks, bases_shown)
     # the layer order: a wheel more locks of the project pin comes earlier in its group
+    mine = {(t, v, p) for t, v, p, _, _ in _combinations(matrix)}
     shared = popularity(
-        (k.python, lk.pins) for k in lock_keys_in(locks) if (lk := read_lock(k, locks)) is not None
+        (k.python, lk.pins)
+        for k in lock_keys_in(locks)
+        if (lk := _read_lock(k, locks, matrix.name if (k.torch, k.variant, k.python) in mine else None))
+        is not None
     )
     considered: list[str] = []
     combos = [(base, *c) for base in matrix.bases for c in _combinations(matrix) if base.wants(c[1], c[3])]
@@ -368,11 +372,12 @@ def build_plan(
 
         lock: Lock | None
         if matrix.torch.source == "base":
-            lock = read_lock(LockKey(torch="suite", variant="any", python=python), locks)
+            lock_key = LockKey(torch="suite", variant="any", python=python)
             lock_name = f"suite-any-py{python}.txt"
         else:
-            lock = read_lock(LockKey(torch=torch, variant=variant_name, python=python), locks)
+            lock_key = LockKey(torch=torch, variant=variant_name, python=python)
             lock_name = f"{torch}-{variant_name}-py{python}.txt"
+        lock = _read_lock(lock_key, locks, matrix.name)
         if lock is None:
             where = (
                 "here" if variant_name == release.pypi_default else "where the variant's index is reachable"
@@ -583,3 +588,17 @@ __all__ = [
     "require_cuda",
     "with_fingerprint",
 ]
+
+
+def _read_lock(key: LockKey, locks: Path, matrix: str | None) -> Lock | None:
+    """:func:`read_lock`; a lock cut short names the command that restores it for *matrix* (a plain
+    ``imagesmith lock --matrix``, never --force)."""
+    try:
+        return read_lock(key, locks)
+    except LockError as exc:
+        if exc.problem != "cut short" or matrix is None:
+            raise
+        raise exc.replace(
+            hint=f"restore it: imagesmith lock --matrix {matrix} (no --force: it keeps every pin the file "
+            "still holds and resolves only the rest)"
+        ) from None

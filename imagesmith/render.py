@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from imagesmith import atomicio
 from imagesmith.errors import RenderError
 from imagesmith.matrix import Matrix
 from imagesmith.model import BuildPlan
@@ -96,13 +97,13 @@ def write_rendered(rendered: Mapping[Path, str], matrix_dirs: Iterable[Path]) ->
     """Write *rendered*, delete stale files of those matrices. Returns what changed."""
     matrix_dirs = list(matrix_dirs)
     drift = compare(rendered, matrix_dirs)
-    for path in drift.extra:
-        path.unlink()
-    for path in drift.missing + drift.differing:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(rendered[path], encoding="utf-8")
-        if path.name.endswith(".sh"):
-            path.chmod(0o755)
+    # the whole tree or nothing: every new file's temp first, then the renames (imagesmith.atomicio)
+    changed = drift.missing + drift.differing
+    atomicio.write_tree(
+        {p: rendered[p] for p in changed},
+        remove=drift.extra,
+        modes={p: 0o755 for p in changed if p.name.endswith(".sh")},
+    )
     for directory in matrix_dirs:
         if directory.is_dir():
             for sub in sorted(directory.rglob("*"), key=lambda p: len(p.parts), reverse=True):

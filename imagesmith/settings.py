@@ -71,6 +71,11 @@ VARIABLES: tuple[Variable, ...] = (
         "the suite's options (set by imagesmith validate)",
         "imagesmith/validate/context.py",
     ),
+    Variable(
+        "IMAGESMITH_LOCK_WAIT",
+        "seconds a command waits for another one's project or cache lock (default 30)",
+        "docs/interrupts.md",
+    ),
     Variable("IMAGESMITH_TODAY", "the date support windows are judged on (tests)", "docs/compat.md"),
 )
 #: other tools' variables imagesmith reads as settings of its own (the environment of a child process it

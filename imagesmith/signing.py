@@ -156,38 +156,43 @@ def ed25519_from_seed(seed: bytes, *, source: str) -> SigningKey:
     return _wrap_private(ed25519.Ed25519PrivateKey.from_private_bytes(seed), source)
 
 
-def write_keypair(private_path: Path, public_path: Path, key_type: KeyType = DEFAULT_KEY_TYPE) -> SigningKey:
+def write_keypair(
+    private_path: Path, public_path: Path, key_type: KeyType = DEFAULT_KEY_TYPE, *, finish: bool = False
+) -> SigningKey:
     """Create a key pair: *private_path* (mode 0600, created exclusively) and *public_path* (PEM).
 
-    Refuses to overwrite either file; nothing is written when one exists."""
+    Refuses to overwrite either file; nothing is written when one exists. Each file is created whole or not at
+    all (imagesmith.atomicio.write_exclusive), the private key first: a run killed between the two leaves a
+    whole private key without its public one, and a rerun with *finish* (``imagesmith keygen``) writes the
+    missing public key from it (the private key is never replaced, nor anything overwritten). A 0-byte
+    file (left by an imagesmith before that, killed mid-write) holds no key and is replaced."""
+    from imagesmith import atomicio
+
+    for p in (private_path, public_path):
+        if not p.is_symlink() and p.is_file() and p.stat().st_size == 0:
+            p.unlink()  # an empty file holds no key: what a kill mid-write left
+    if inputs.resolved(private_path) == inputs.resolved(public_path):
+        raise ConfigError(
+            f"the private and the public key would both be written to {private_path}",
+            hint="give the public key another path (--public)",
+        )
+    half = private_path.is_file() and not private_path.is_symlink() and not os.path.lexists(public_path)
+    if finish and half:
+        # a keygen killed after writing the private key: finish it (the key itself is never replaced)
+        key = load_signing_key(private_path)
+        atomicio.write_exclusive(public_path, key.public.pem, mode=0o644)
+        return key
     for p in (private_path, public_path):
         if p.exists() or p.is_symlink():
             raise ConfigError(
                 f"{p} already exists; keygen never overwrites a key",
                 hint="choose another path, or remove the old key pair first if it is really no longer used",
             )
-    if inputs.resolved(private_path) == inputs.resolved(public_path):
-        raise ConfigError(
-            f"the private and the public key would both be written to {private_path}",
-            hint="give the public key another path (--public)",
-        )
     key = generate_key(key_type, source=str(private_path))
-    private_path.parent.mkdir(parents=True, exist_ok=True)
-    public_path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    fd = os.open(private_path, flags, 0o600)
+    atomicio.write_exclusive(private_path, key.private_pem(), mode=0o600)
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, key.private_pem())
-    finally:
-        os.close(fd)
-    try:
-        fd = os.open(public_path, flags, 0o644)
-        try:
-            os.write(fd, key.public.pem)
-        finally:
-            os.close(fd)
-    except OSError:
+        atomicio.write_exclusive(public_path, key.public.pem, mode=0o644)
+    except BaseException:
         private_path.unlink()
         raise
     return key

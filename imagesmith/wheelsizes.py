@@ -27,7 +27,7 @@ from packaging.tags import Tag, compatible_tags, cpython_tags
 from packaging.utils import canonicalize_name, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
 
-from imagesmith import inputs
+from imagesmith import atomicio, inputs
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.lock import PYTHON_PLATFORM, Lock
 
@@ -219,7 +219,7 @@ def write_sizes(lock_dir: Path, rows: Sequence[WheelSize], missing: Sequence[str
     path = lock_dir / SIZES_FILE
     text = sizes_toml(rows, missing)
     tomllib.loads(text)  # never write what we cannot read back
-    path.write_text(text, encoding="utf-8")
+    atomicio.write_atomic(path, text)
     read_sizes(lock_dir)
     return path
 

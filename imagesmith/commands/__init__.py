@@ -7,6 +7,8 @@ directory (or above a matrix file named by path).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,8 +23,12 @@ _PROJECT_OPTION: list[str | None] = [None]
 #: every command's help ends with its examples and exit statuses; 1 is never a handled error: it means
 #: imagesmith crashed (a bug, please report it with the traceback)
 CRASH = "1 = imagesmith crashed (a bug: report it with the traceback)"
-#: every command: Ctrl-C and a reader of stdout that went away (the CLI edge, imagesmith.cli)
-SIGNALS = "130 = interrupted (Ctrl-C)", "141 = stdout closed by its reader (| head)"
+#: every command: Ctrl-C, SIGTERM and a reader of stdout that went away (the CLI edge, imagesmith.cli)
+SIGNALS = (
+    "130 = interrupted (Ctrl-C)",
+    "143 = stopped (SIGTERM)",
+    "141 = stdout closed by its reader (| head)",
+)
 
 
 def epilog(examples: list[str], codes: list[str]) -> str:
@@ -62,6 +68,32 @@ def current_project(matrix: str | None = None) -> Project:
         )
     near = Path(matrix) if matrix and ("/" in matrix or matrix.endswith(".toml")) else None
     return discover(project_option(), near=near)
+
+
+def hold_project(project: Project, command: str) -> None:
+    """One writer at a time: hold *project*'s lock (imagesmith.projectlock) until the running command ends,
+    however it ends (the click context lets go of it). Waits up to IMAGESMITH_LOCK_WAIT for another command
+    that holds it, then fails naming that command and its pid."""
+    from imagesmith import projectlock
+
+    if _RESOURCES:  # a command function called outside the CLI (a test) takes no lock
+        _RESOURCES[-1].enter_context(projectlock.hold(project.root, command=command))
+
+
+#: what the running command holds until it ends (:func:`command_resources`, entered by imagesmith.cli)
+_RESOURCES: list[contextlib.ExitStack] = []
+
+
+@contextlib.contextmanager
+def command_resources() -> Iterator[None]:
+    """The block one command runs in (imagesmith.cli): what it holds (:func:`hold_project`) is let go when it
+    ends, however it ends (an error, Ctrl-C, SIGTERM)."""
+    with contextlib.ExitStack() as stack:
+        _RESOURCES.append(stack)
+        try:
+            yield
+        finally:
+            _RESOURCES.remove(stack)
 
 
 def check_output_file(path: Path, flag: str) -> None:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from imagesmith.commands import check_output_file, current_project, epilog
+from imagesmith.commands import check_output_file, current_project, epilog, hold_project
 from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError, MatrixError
 
@@ -37,6 +37,9 @@ BUILD_EPILOG = epilog(
         "5 = a build failed, no Docker engine, or a pinned source is not cached",
         "6 = a push failed",
         "9 = a registry refused (auth, denied, unreachable)",
+        "13 = a file could not be written whole (disk full, out of inodes, a link or no regular file there): "
+        "the old one is left as it was",
+        "14 = another imagesmith command holds the project's lock (it waits IMAGESMITH_LOCK_WAIT s first)",
     ],
 )
 FETCH_EPILOG = epilog(
@@ -133,6 +136,7 @@ def build_command(
     if summary is not None:
         check_output_file(summary, "--summary")
     project, m, plan = load_plan(matrix, only, registries)
+    hold_project(project, "build")
     if not plan.cells:
         raise MatrixError(
             f"matrix {m.name}: no cell to build, every combination is dropped: "

@@ -6,6 +6,7 @@ into images runs ``imagesmith-validate`` without that dependency.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -56,7 +57,13 @@ def keygen(
         private.name + ".pub" if private.suffix == "" else private.stem + ".pub"
     )
     created = [str(p.parent) for p in dict.fromkeys((private, pub)) if not p.parent.exists()]
-    key = signing.write_keypair(private, pub, key_type)
+    finishing = private.is_file() and private.stat().st_size > 0 and not os.path.lexists(pub)
+    key = signing.write_keypair(private, pub, key_type, finish=True)
+    if finishing:  # an earlier keygen was killed between its two files
+        typer.echo(
+            f"public key:  {pub} ({key.key_type}, id {key.key_id}; written from the existing {private})"
+        )
+        return
     for folder in dict.fromkeys(created):
         typer.echo(f"created folder {folder}/")
     typer.echo(f"private key: {private} (mode 0600; keep it on validation runners only)")

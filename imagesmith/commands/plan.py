@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from imagesmith.commands import current_project, epilog
+from imagesmith.commands import current_project, epilog, hold_project
 from imagesmith.errors import ConfigError, ImagesmithError, RenderError, UpstreamError, join_hints
 from imagesmith.inputs import resolved
 
@@ -101,6 +101,9 @@ RENDER_EPILOG = epilog(
         "0 = written, or (--check) current",
         "2 = bad matrix or project",
         "4 = (--check) files differ, a template failed, or the matrix is outside the project's matrices/",
+        "13 = a file could not be written whole (disk full, out of inodes, a link or no regular file there): "
+        "the old one is left as it was",
+        "14 = another imagesmith command holds the project's lock (it waits IMAGESMITH_LOCK_WAIT s first)",
     ],
 )
 LOCK_EPILOG = epilog(
@@ -115,6 +118,9 @@ LOCK_EPILOG = epilog(
         "0 = every lock written or kept",
         "2 = bad matrix or project, or a lock could not be resolved (uv), or the index URL is not one",
         "12 = (--sizes) the package index could not be read",
+        "13 = a file could not be written whole (disk full, out of inodes, a link or no regular file there): "
+        "the old one is left as it was",
+        "14 = another imagesmith command holds the project's lock (it waits IMAGESMITH_LOCK_WAIT s first)",
     ],
 )
 
@@ -329,6 +335,8 @@ def render_command(
     from imagesmith.render import check_rendered, looks_rendered, matrix_dir, render_plan, write_rendered
 
     project = current_project(matrix)
+    if not check:
+        hold_project(project, "render")
     names = [matrix] if matrix else project.matrix_names()
     if not names:
         raise ConfigError(
@@ -423,10 +431,19 @@ def lock_command(
     """Resolve exact transitive pins (with sha256 hashes) per (torch, variant, python) with uv into the
     project's locks/."""
     from imagesmith import compat
-    from imagesmith.lock import LockError, LockKey, add_interactive, compile_lock, lock_path, read_lock
+    from imagesmith.lock import (
+        LockError,
+        LockKey,
+        add_interactive,
+        compile_lock,
+        lock_path,
+        read_lock,
+        seal_lock,
+    )
     from imagesmith.matrix import load_matrix
 
     project = current_project(matrix)
+    hold_project(project, "lock")
     if sizes and no_sizes:
         raise ConfigError("--sizes and --no-sizes contradict each other", hint="give one of them")
     if bases:
@@ -463,23 +480,37 @@ def lock_command(
         try:
             if path.exists() and keep_versions:
                 existing = read_lock(key, project.locks_dir)
-                compile_lock(key, lock_dir=project.locks_dir, keep=existing)
-                if interactive or (existing is not None and existing.interactive_pins):
-                    add_interactive(key, lock_dir=project.locks_dir, keep=existing)
+                with_section = interactive or (existing is not None and bool(existing.interactive_pins))
+                # one write: the runtime, builder and interactive pins together (a kill leaves old or new)
+                compile_lock(
+                    key,
+                    lock_dir=project.locks_dir,
+                    keep=existing,
+                    interactive=(existing or True) if with_section else False,
+                )
                 typer.echo(f"wrote   {project.rel(path)} (versions kept, hashes added)")
                 written.append(key)
                 continue
             if path.exists() and not force:
-                existing = read_lock(key, project.locks_dir)
+                try:
+                    existing = read_lock(key, project.locks_dir)
+                except LockError as exc:
+                    if exc.problem != "cut short":
+                        raise
+                    _restore_lock(key, path, project, interactive=interactive)
+                    written.append(key)
+                    continue
+                if existing is not None and not existing.sealed:
+                    seal_lock(existing)
+                    typer.echo(f"sealed  {project.rel(path)} (end line added; every pin as it was)")
+                    existing = read_lock(key, project.locks_dir)
                 if interactive and existing is not None and not existing.interactive_pins:
                     add_interactive(key, lock_dir=project.locks_dir)
                     typer.echo(f"added   {project.rel(path)} (interactive pins; runtime pins kept)")
                 else:
                     typer.echo(f"kept    {project.rel(path)}")
                 continue
-            compile_lock(key, lock_dir=project.locks_dir)
-            if interactive:
-                add_interactive(key, lock_dir=project.locks_dir)
+            compile_lock(key, lock_dir=project.locks_dir, interactive=interactive)
         except LockError as exc:
             failures.append(exc)
             # the whole answer (uv's last lines: an unreachable index, a conflict) under the cell it stopped
@@ -498,6 +529,25 @@ def lock_command(
                 "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
             ),
         )
+
+
+def _restore_lock(key: LockKey, path: Path, project: Project, *, interactive: bool) -> None:
+    """A lock cut short (no end line): resolved again with every pin it still holds in full as a constraint
+    (``--keep-versions`` on what survived), so no version it had moves; written whole."""
+    from imagesmith.lock import compile_lock, salvage_lock
+
+    text = path.read_text(encoding="utf-8", errors="replace")
+    kept = salvage_lock(text, path, key)
+    # its header says whether it had an interactive section (the section itself may be what was cut off)
+    had = kept is not None and any(k == "interactive-command" for k, _ in kept.header)
+    compile_lock(
+        key,
+        lock_dir=project.locks_dir,
+        keep=kept,
+        interactive=(kept or True) if interactive or had else False,
+    )
+    held = len(kept.pins + kept.builder_pins + kept.interactive_pins) if kept is not None else 0
+    typer.echo(f"restored {project.rel(path)} (it was cut short: {held} whole pins kept, the rest resolved)")
 
 
 def _lock_bases(project: Project, matrix: str | None) -> None:

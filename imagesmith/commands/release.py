@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from imagesmith import settings
-from imagesmith.commands import check_output_file, current_project, epilog
+from imagesmith.commands import check_output_file, current_project, epilog, hold_project
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
@@ -31,6 +31,9 @@ RELEASE_EPILOG = epilog(
         "8 = a cell was refused (no passing attestation of its exact digest signed by a trusted key, or a "
         "vulnerability at or above [release.vulnerabilities] fail_on that no valid allowlist entry covers)",
         "9 = a registry refused (auth, denied, unreachable)",
+        "13 = a file could not be written whole (disk full, out of inodes, a link or no regular file there): "
+        "the old one is left as it was",
+        "14 = another imagesmith command holds the project's lock (it waits IMAGESMITH_LOCK_WAIT s first)",
     ],
 )
 CANDIDATES_EPILOG = epilog(
@@ -406,6 +409,7 @@ def release(
     if index_file is not None:
         check_output_file(index_file, "--index-file")
     project = current_project(matrix)
+    hold_project(project, "release")
     trusted = []
     if trusted_key:
         from imagesmith import signing

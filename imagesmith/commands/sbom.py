@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from imagesmith import settings
+from imagesmith import atomicio, settings
 from imagesmith.commands import epilog
 
 SBOM_EPILOG = epilog(
@@ -88,7 +88,7 @@ def sbom(
     doc, digest, seconds = sboms.timed_sbom(image, engine=engine, insecure=insecure, hashes=hashes)
     out.mkdir(parents=True, exist_ok=True)
     path = out / (sboms.stem(digest) + sboms.SPDX_SUFFIX)
-    path.write_bytes(sboms.dump(doc))
+    atomicio.write_atomic(path, sboms.dump(doc))
     s = sboms.summarize(doc)
     typer.echo(
         f"{path}: {len(s.os_packages)} OS package(s), {len(s.python_packages)} Python package(s) "
@@ -97,5 +97,5 @@ def sbom(
     if signer is not None:
         envelope = sboms.sign_sbom(doc, repository=image.rpartition("@")[0], digest=digest, key=signer)
         att = out / (sboms.stem(digest) + sboms.SBOM_ENVELOPE_SUFFIX)
-        att.write_bytes(envelope)
+        atomicio.write_atomic(att, envelope)
         typer.echo(f"{att}: signed ({signer!r})")

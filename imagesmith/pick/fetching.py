@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import hashlib
-import os
 import re
 import sys
 import time
@@ -14,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from imagesmith import inputs
+from imagesmith import atomicio, inputs
 from imagesmith.errors import (
     ConfigError,
     Fault,
@@ -222,9 +221,7 @@ def fetch_index(
         if data is None:
             path.unlink(missing_ok=True)
             continue
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_bytes(data)
-        tmp.replace(path)
+        atomicio.write_atomic(path, data)
     if fresh is not None:
         store.record(index, body, fresh, envelope)
         say(fresh.line(source))

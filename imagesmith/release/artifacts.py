@@ -15,6 +15,7 @@ from imagesmith.errors import ImagesmithError, ReleaseError, SignatureError
 from imagesmith.index import (
     INDEX_KEY_MEDIA_TYPE,
     INDEX_MEDIA_TYPE,
+    check_index_not_moved,
 )
 from imagesmith.refs import Registry
 from imagesmith.registry import (
@@ -201,6 +202,14 @@ def publish_index_everywhere(
     for p in targets:
         try:
             before[p, INDEX_ARTIFACT_TAG] = p.client.manifest_digest(p.repo, INDEX_ARTIFACT_TAG)
+            # issue 37: compare before the swap: never over a newer index another release published
+            check_index_not_moved(
+                p.client,
+                p.repo,
+                new_digest=manifest.digest,
+                new_body=body,
+                current=before[p, INDEX_ARTIFACT_TAG],
+            )
             stage_index(p.client, p.repo, body, envelope, key)
         except ImagesmithError as exc:
             raise IndexPublicationError(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Final
 
-from imagesmith import inputs
+from imagesmith import atomicio, inputs
+from imagesmith.errors import StorageError
 from imagesmith.registry import (
     INDEX_TYPES,
     RegistryApi,
@@ -77,12 +77,9 @@ class VerifiedBlobs:
             newest = dict(sorted(merged.items(), key=lambda kv: kv[1])[-self.MAX_ENTRIES :])
             body = json.dumps({"schema": 1, "verified": newest}, sort_keys=True).encode()
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(body)
-                tmp.replace(self.path)
+                atomicio.write_atomic(self.path, body)
                 self._new = False
-            except OSError:
+            except (OSError, StorageError):
                 pass
 
 

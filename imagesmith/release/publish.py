@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from imagesmith import atomicio
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
 from imagesmith.index import (
     ReleasedImage,
@@ -197,14 +198,14 @@ def sign_index(index_file: Path, body: bytes, sign_key: SigningKey, outcome: Out
     signature = index_signature_path(index_file)
     envelope = signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, sign_key)
     if not signature.is_file() or not _signed_same(signature, body, sign_key):
-        signature.write_bytes(envelope + b"\n")
+        atomicio.write_atomic(signature, envelope + b"\n")
     else:
         envelope = signature.read_bytes().strip()
     outcome.index_signature = str(signature)
     public = sign_key.public.pem
     published_key = index_file.with_name(index_file.name + ".pub")
     if not published_key.is_file() or published_key.read_bytes() != public:
-        published_key.write_bytes(public)
+        atomicio.write_atomic(published_key, public)
     return envelope, public
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from imagesmith import inputs, schema
+from imagesmith import atomicio, inputs, schema
 from imagesmith.errors import ConfigError
 from imagesmith.index import ValidatedOn
 from imagesmith.nvsmi import SmiGpu
@@ -271,4 +271,4 @@ def gpus_json(gpus: Sequence[SmiGpu]) -> list[dict[str, Any]]:
 def write_report(path: Path, document: Mapping[str, Any]) -> None:
     """Write *document* (schema :data:`SCHEMA`, the shape of :data:`imagesmith.schema.VALIDATION_REPORT`) as
     the report.json :meth:`ValidationReport.parse` reads back."""
-    path.write_text(json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")
+    atomicio.write_atomic(path, json.dumps(document, indent=2, sort_keys=False, default=str) + "\n")

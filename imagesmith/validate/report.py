@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from imagesmith import atomicio
 from imagesmith.validate.context import SKIP_NO_GPU, SuiteOptions
 from imagesmith.validate.parsers import TopoMatrix, format_bytes
 from imagesmith.validate.record import PERF_CHECKS, gpus_json, write_report
@@ -193,8 +194,8 @@ def write_bundle(
         "logs": sorted(logs),
     }
     write_report(out / "report.json", report)
-    (out / "report.md").write_text(
-        render_markdown(report, checks, topo if isinstance(topo, TopoMatrix) else None)
+    atomicio.write_atomic(
+        out / "report.md", render_markdown(report, checks, topo if isinstance(topo, TopoMatrix) else None)
     )
     return report
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagesmith import settings
+from imagesmith import atomicio, settings
 from imagesmith.errors import ConfigError
 from imagesmith.inputs import is_digits, read_user_file, resolved
 
@@ -477,9 +477,7 @@ def _attest(
     written = json.loads(json.dumps(data, default=str))
     envelope = sign_validation(redact_report(written), repository=repo, digest=digest, key=key)
     out = report_dir / ATTESTATION_FILE
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_bytes(envelope + b"\n")
-    tmp.replace(out)
+    atomicio.write_atomic(out, envelope + b"\n")
     echo(f"signed: {out} (attests {repo}@{digest}; key {key.key_id[:16]})")
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -147,6 +151,82 @@ def check_docker_target(options: SuiteOptions) -> None:
     )
 
 
+#: seconds the suite's process group gets between SIGTERM and SIGKILL when imagesmith stops it
+STOP_GRACE_S = 5.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+        """In the suite's process, before pytest starts: SIGKILL when imagesmith dies (even by SIGKILL)."""
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # imagesmith died before the line above ran
+            os._exit(1)
+
+    return die_with_parent
+
+
+def _stop_group(pgid: int) -> None:
+    """SIGTERM to every process of the group, SIGKILL to what is left after :data:`STOP_GRACE_S`."""
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + (STOP_GRACE_S if signum == signal.SIGTERM else 0)
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.05)
+
+
+def run_in_own_group(argv: list[str], *, env: dict[str, str]) -> int:
+    """Run the suite (*argv*) in a process group of its own and return its exit status. However imagesmith
+    leaves this (the suite ends, an error, Ctrl-C, SIGTERM), the whole group is stopped: no check goes on
+    loading the GPU or writing a report after imagesmith is gone. SIGKILL of imagesmith itself kills the
+    suite's process too (PR_SET_PDEATHSIG). The suite's own children are stopped with the group."""
+    proc = subprocess.Popen(argv, env=env, start_new_session=True, preexec_fn=_die_with(os.getpid()))
+    # the suite's own children have no death signal: a watchdog stops the whole group when imagesmith dies
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(proc.pid)],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        return proc.wait()
+    finally:
+        _stop_group(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=STOP_GRACE_S)
+        watchdog.kill()
+        watchdog.wait()
+
+
+#: the watchdog: when imagesmith is gone, SIGKILL to the suite's process group; it ends with the group
+_WATCHDOG = """
+import os, signal, sys, time
+parent, group = int(sys.argv[1]), int(sys.argv[2])
+while True:
+    try:
+        os.killpg(group, 0)
+    except OSError:
+        sys.exit(0)
+    if os.getppid() != parent:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except OSError:
+            pass
+        sys.exit(0)
+    time.sleep(0.2)
+"""
+
+
 def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, Any]:
     """Run every check against ``options.target``; write the bundle to ``options.report_dir``; return
     report.json. An ``ssh://`` target is tried first (:func:`check_ssh_target`).
@@ -170,10 +250,10 @@ def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, 
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         # only our plugin: the suite must behave the same on hosts with many pytest plugins installed
         env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-        proc = subprocess.run(pytest_argv(options, select=select, ini=ini), env=env, check=False)
+        returncode = run_in_own_group(pytest_argv(options, select=select, ini=ini), env=env)
     if not report_json.exists():
         raise ValidationFailed(
-            f"the validation suite did not finish (pytest exit code {proc.returncode}); no report was "
+            f"the validation suite did not finish (pytest exit code {returncode}); no report was "
             f"written to "
             f"{report_dir}",
             hint="read the pytest output above; a target that cannot be reached is the usual cause",

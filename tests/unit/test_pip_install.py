@@ -329,14 +329,12 @@ def test_lock_keep_versions_re_resolves_existing_locks_with_their_pins(
 
     def compile_lock(key: LockKey, *, lock_dir: Path, keep: Any = None, **kw: Any) -> Path:
         calls.append(("compile", key.filename, keep is not None and bool(keep.pins)))
-        return lock_dir / key.filename
-
-    def add_interactive(key: LockKey, *, lock_dir: Path, keep: Any = None, **kw: Any) -> Path:
-        calls.append(("interactive", key.filename, keep is not None and bool(keep.interactive_pins)))
+        # issue 37: the interactive section in the same write, its earlier pins kept as constraints
+        earlier = kw.get("interactive")
+        calls.append(("interactive", key.filename, bool(getattr(earlier, "interactive_pins", ()))))
         return lock_dir / key.filename
 
     monkeypatch.setattr(lockmod, "compile_lock", compile_lock)
-    monkeypatch.setattr(lockmod, "add_interactive", add_interactive)
     # --no-sizes: the wheel-size record of the checkout itself is not this test's to rewrite
     result = run_cli(
         "-C", str(PROJECT.root), "lock", "--matrix", "smoke-interactive", "--keep-versions", "--no-sizes"

@@ -1,0 +1,257 @@
+"""Kill it anywhere (issue 37): the writing commands run as real processes, stopped by SIGKILL or SIGTERM
+at seeded random points; after every kill each file is the old one or the new one, whole and parseable; a
+plain rerun converges and leaves no temp file.
+
+Bounded: ``IMAGESMITH_KILLS`` kills per command (default 100) and ``IMAGESMITH_KILL_BUDGET_S`` seconds per
+command (default 100), whichever comes first; ``IMAGESMITH_KILL_SEED`` picks the points (default 37: the same
+points every run). The commands: ``render`` (a matrix change rewrites dockerfiles/), ``lock --force`` (the
+resolver is tests/fakeuv.py: no network) and ``keygen``. Needs nothing but the package: no engine, registry
+or network.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from imagesmith import atomicio, signing
+from imagesmith.lock import read_lock
+from tests import fakeuv
+from tests.unit.test_lock_whole import KEY, REF, _project
+
+IMAGESMITH = Path(sys.executable).with_name("imagesmith")
+KILLS = int(os.environ.get("IMAGESMITH_KILLS", "100"))
+BUDGET_S = float(os.environ.get("IMAGESMITH_KILL_BUDGET_S", "100"))
+SEED = int(os.environ.get("IMAGESMITH_KILL_SEED", "37"))
+
+
+@dataclass
+class Tally:
+    kills: int = 0
+    by_signal: dict[str, int] = field(default_factory=dict)
+    finished_first: int = 0
+
+
+def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(IMAGESMITH), *args], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+
+
+def _timed(args: list[str], env: dict[str, str]) -> float:
+    started = time.monotonic()
+    done = _run(args, env)
+    assert done.returncode == 0, done.stderr
+    return time.monotonic() - started
+
+
+def _kill_at(
+    args: list[str], env: dict[str, str], delay: float, signum: int, tally: Tally, done: tuple[int, ...]
+) -> None:
+    proc = subprocess.Popen(
+        [str(IMAGESMITH), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    time.sleep(delay)
+    finished = proc.poll() is not None
+    if not finished:
+        proc.send_signal(signum)
+    _, err = proc.communicate(timeout=120)
+    tally.kills += 1
+    name = signal.Signals(signum).name
+    tally.by_signal[name] = tally.by_signal.get(name, 0) + 1
+    if finished or proc.returncode in done:
+        tally.finished_first += 1
+        assert proc.returncode in done, err
+        return
+    if signum == signal.SIGKILL:
+        assert proc.returncode == -signal.SIGKILL, err
+        return
+    # SIGTERM: the one aborted line (or, before Python ran imagesmith's first line, the default action)
+    assert proc.returncode in (143, -signal.SIGTERM), err
+    if proc.returncode == 143:
+        assert "error: aborted (SIGTERM)" in err, err
+        assert "Traceback" not in err, err
+
+
+def _temps(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.name.endswith(atomicio.TMP_SUFFIX)]
+
+
+def _harness(
+    rng: random.Random,
+    args: list[str],
+    env: dict[str, str],
+    reset: Callable[[], None],
+    check: Callable[[], None],
+    converge: Callable[[], None],
+    done: tuple[int, ...] = (0,),
+) -> Tally:
+    """Kill *args* at random points of its run; *check* after every kill, a plain rerun and *converge* after
+    every few (then *reset* to the old state)."""
+    reset()
+    full = _timed(args, env)
+    reset()
+    tally = Tally()
+    started = time.monotonic()
+    while tally.kills < KILLS and time.monotonic() - started < BUDGET_S:
+        signum = rng.choice([signal.SIGKILL, signal.SIGKILL, signal.SIGTERM])
+        before = tally.finished_first
+        _kill_at(args, env, rng.uniform(0.15, 1.1) * full, signum, tally, done)
+        # a run that finished before its kill: the machine is faster now, aim earlier (and later after a kill)
+        full *= 0.85 if tally.finished_first > before else 1.03
+        check()
+        if rng.random() < 0.25:  # a plain rerun converges, whatever the kills before it left
+            converge()
+            reset()
+    converge()
+    assert tally.kills - tally.finished_first >= min(KILLS, 3), tally  # it did kill runs mid-way
+    return tally
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {**os.environ, **fakeuv.install(tmp_path / "bin", REF)}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    env.pop("IMAGESMITH_CACHE", None)
+    return env
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(folder).as_posix(): p.read_bytes()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and not p.name.endswith(atomicio.TMP_SUFFIX)
+    }
+
+
+def test_render_killed_anywhere_leaves_every_dockerfile_old_or_new(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    root = _project(tmp_path / "p")
+    matrix = root / "matrices" / "smoke.toml"
+    old_matrix = matrix.read_text()
+    new_matrix = old_matrix.replace('shm_min = "256m"', 'shm_min = "512m"').replace(
+        '"io.imagesmith.ulimits" = "memlock=-1,stack=67108864"',
+        '"io.imagesmith.ulimits" = "memlock=-1,stack=67108864"\n"org.example.kill" = "anywhere"',
+    )
+    assert new_matrix != old_matrix
+    out = root / "dockerfiles"
+    _run(["-C", str(root), "render"], env)
+    old = _snapshot(out)
+    matrix.write_text(new_matrix)
+    _run(["-C", str(root), "render"], env)
+    new = _snapshot(out)
+    assert old != new
+    assert old.keys() == new.keys()
+
+    def reset() -> None:  # the old tree, as the old matrix rendered it
+        for name, data in old.items():
+            (out / name).write_bytes(data)
+        matrix.write_text(new_matrix)
+
+    def check() -> None:
+        now = _snapshot(out)
+        assert now.keys() == old.keys()
+        for name, data in now.items():
+            assert data in (old[name], new[name]), f"{name} is neither the old nor the new file"
+
+    def converge() -> None:
+        done = _run(["-C", str(root), "render"], env)
+        assert done.returncode == 0, done.stderr
+        assert _snapshot(out) == new
+        assert _temps(out) == []
+
+    tally = _harness(random.Random(SEED), ["-C", str(root), "render"], env, reset, check, converge)
+    print(f"render: {tally}")
+
+
+def test_lock_killed_anywhere_leaves_the_lock_old_or_new_and_a_plain_rerun_keeps_it(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    root = _project(tmp_path / "p")
+    locks = root / "locks"
+    path = locks / KEY.filename
+    old = REF.read_text()
+    reference = read_lock(KEY, REF.parent)
+    assert reference is not None
+
+    def reset() -> None:
+        path.write_text(old)
+
+    def check() -> None:
+        text = path.read_text()
+        if text == old:
+            return
+        # the new lock: whole, sealed, the fake resolver's pins; `lock --force` of a matrix without the
+        # interactive flavor writes no interactive section
+        lock = read_lock(KEY, locks)
+        assert lock is not None
+        assert lock.sealed
+        assert (lock.pins, lock.builder_pins, lock.interactive_pins) == (
+            reference.pins,
+            reference.builder_pins,
+            (),
+        )
+
+    def converge() -> None:
+        before = path.read_text()
+        done = _run(["-C", str(root), "lock", "--matrix", "smoke", "--no-sizes"], env)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("kept"), done.stdout
+        assert path.read_text() == before
+        assert _temps(root) == []
+        assert _run(["-C", str(root), "plan", "--matrix", "smoke"], env).returncode == 0
+
+    args = ["-C", str(root), "lock", "--matrix", "smoke", "--force", "--no-sizes"]
+    tally = _harness(random.Random(SEED + 1), args, env, reset, check, converge)
+    print(f"lock: {tally}")
+
+
+def test_keygen_killed_anywhere_leaves_no_empty_key_and_a_rerun_finishes_the_pair(tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    keys = tmp_path / "keys"
+    priv, pub = keys / "release.key", keys / "release.pub"
+
+    def reset() -> None:
+        for p in (priv, pub):
+            p.unlink(missing_ok=True)
+
+    def check() -> None:
+        for p in (priv, pub):
+            assert not p.exists() or p.stat().st_size > 0, f"{p.name} is empty"
+        assert not (pub.exists() and not priv.exists()), "a public key without its private key"
+        if priv.exists():
+            key = signing.load_signing_key(priv)
+            if pub.exists():
+                assert signing.load_public_key(pub).key_id == key.key_id
+
+    def converge() -> None:
+        existed = priv.exists() and pub.exists()
+        done = _run(["keygen", str(priv)], env)
+        assert done.returncode == (2 if existed else 0), done.stderr
+        check()
+        assert priv.exists()
+        assert pub.exists()
+        assert _temps(keys) == []
+
+    # a keygen that finished before its kill leaves both files: the next one refuses them (2), as it must
+    args = ["keygen", str(priv)]
+    tally = _harness(random.Random(SEED + 2), args, env, reset, check, converge, done=(0, 2))
+    print(f"keygen: {tally}")
+
+
+def test_a_temp_file_a_killed_run_left_is_cleaned_by_the_next(tmp_path: Path) -> None:
+    """What SIGKILL leaves (a temp beside its target) is removed by the next write into that folder."""
+    env = _env(tmp_path)
+    root = _project(tmp_path / "p")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = root / "locks" / f".{KEY.filename}.{dead.pid}{atomicio.TMP_SUFFIX}"
+    stale.write_text(REF.read_text()[:100])
+    done = _run(["-C", str(root), "lock", "--matrix", "smoke", "--force", "--no-sizes"], env)
+    assert done.returncode == 0, done.stderr
+    assert not stale.exists()
