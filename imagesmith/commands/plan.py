@@ -230,7 +230,9 @@ def _planned(plan: BuildPlan) -> list[PlannedCell]:
             base=c.base_image,
             venv=c.venv,
             layers=c.layers,
-            group=f"{c.variant} py{c.python}",
+            # a renter tries another torch of the same CUDA variant and Python on the same OS: cells on
+            # another base share no wheel layer by construction (the base is in the layer's key)
+            group=f"{c.variant} py{c.python} {c.base_image}",
         )
         for c in plan.cells
         if c.layers
@@ -314,7 +316,7 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
         f"({est.registry_fraction:.2f}x)\n"
         + pulls(est.second_pull, "a renter's second pull, mean over cells of different locks")
         + "\n"
-        + pulls(est.second_pull_group, "… of the same CUDA variant and Python"),
+        + pulls(est.second_pull_group, "… of the same CUDA variant, Python and base"),
         markup=False,
     )
     if est.unsized:

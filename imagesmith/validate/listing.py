@@ -97,6 +97,7 @@ def parse_size_unit(text: str, *, source: str, key: str) -> int:
             'write a number and a byte unit, e.g. "141 GB" (10^9 bytes) or "256 GiB" (2^30 bytes)',
         )
     number, unit = float(m.group(1)), m.group(2)
+    _bounded(number, 0, 1e15, source=source, key=key, what="(the number of a size)")
     if unit.upper() in _SIZE_UNITS and (unit.upper() == "B" or unit[-1] == "B"):
         # the last letter says bytes (B) or bits (b); "GiB"/"gib": only the B matters
         return int(number * _SIZE_UNITS[unit.upper()])
@@ -145,6 +146,7 @@ def parse_rate(text: str, *, source: str, key: str) -> float:
             )
         raise _listing_error(source, key, f"{text!r} is not a rate", hint)
     number, prefix, binary, b = float(m.group(1)), m.group(2), m.group(3), m.group(4)
+    _bounded(number, 0, 1e15, source=source, key=key, what="(the number of a rate)")
     scale = (
         (2 ** (10 * "KMGT".index(prefix) + 10) if binary else 10 ** (3 * "KMGT".index(prefix) + 3))
         if prefix

@@ -288,3 +288,14 @@ def test_what_a_listing_validated_host_proved_reaches_the_index_and_pick() -> No
         " [listing: 12 promises kept; 16 vCPU/GPU; RAM 0.90× GPU memory; data read 1.2 GB/s; "
         "checkpoint write 1.5 GB/s]"
     )
+
+
+@pytest.mark.parametrize("text", ["9" * 400 + " GB", "1" + "0" * 330 + ".5 GiB"])
+def test_a_size_or_rate_past_any_real_value_is_one_error_not_an_overflow(text: str) -> None:
+    from imagesmith.errors import ImagesmithError
+    from imagesmith.validate.listing import parse_rate, parse_size_unit
+
+    for parse, value in ((parse_size_unit, text), (parse_rate, text + "/s")):
+        with pytest.raises(ImagesmithError) as info:
+            parse(value, source="listing.toml", key="gpu.memory")
+        assert "listing.toml" in info.value.message
