@@ -1996,6 +1996,10 @@ def release_cells(
         published_key = index_file.with_name(index_file.name + ".pub")
         if not published_key.is_file() or published_key.read_bytes() != public:
             published_key.write_bytes(public)
+        # issue 34 (call site): the one line a renter pastes, the key's fingerprint as its trust root
+        from imagesmith.indextrust import renter_line
+
+        echo(renter_line(merged.published_to, sign_key.public.fingerprint))
     else:
         echo(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
