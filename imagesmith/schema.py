@@ -567,6 +567,13 @@ PROJECT: Schema = Schema(
                                 description="the lowest severity that refuses a cell (default critical)",
                                 example='"high"',
                             ),
+                            "allowlist_max_days": Field(
+                                kind="integer",
+                                min=1,
+                                description="the furthest an allowlist entry may expire, in days from the "
+                                "release run (default 365): an entry expiring later counts as none",
+                                example="365",
+                            ),
                             "osv": replace(
                                 _PATH,
                                 description="OSV data file an SBOM (sha256-<hex>.cdx.json / .spdx.json in "
