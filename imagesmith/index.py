@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -649,11 +648,12 @@ def load_index(path: Path) -> ReleaseIndex:
 
 
 def save_index(index: ReleaseIndex, path: Path) -> None:
-    """Write atomically (temp file + rename) so a reader never sees half an index."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(dump_index(index), encoding="utf-8")
-    tmp.replace(path)
+    """Write atomically (temp file + rename) so a reader never sees half an index; a symbolic link or a
+    non-regular file at *path* is refused, never written through (issue 34:
+    :func:`imagesmith.labelcheck.write_file`)."""
+    from imagesmith.labelcheck import write_file
+
+    write_file(path, dump_index(index).encode("utf-8"))
 
 
 # ------------------------------------------------------------------------------------------------------------

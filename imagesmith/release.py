@@ -963,13 +963,12 @@ class VerifiedBlobs:
             merged = {**VerifiedBlobs(self.path)._seen, **self._seen}
             newest = dict(sorted(merged.items(), key=lambda kv: kv[1])[-self.MAX_ENTRIES :])
             body = json.dumps({"schema": 1, "verified": newest}, sort_keys=True).encode()
+            from imagesmith.labelcheck import write_file  # issue 34 (call site): temp + rename, no link
+
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-                tmp.write_bytes(body)
-                tmp.replace(self.path)
+                write_file(self.path, body)
                 self._new = False
-            except OSError:
+            except (OSError, ConfigError):
                 pass
 
 
@@ -1167,6 +1166,10 @@ def release_cell(
         )
         if said != planned
     ]
+    # issue 34 (call site): min_driver, arch and shm labels vs the plan's cell; torch/CUDA the suite recorded
+    from imagesmith.labelcheck import label_differences
+
+    differ += label_differences(cell, facts, passing)
     if differ:
         res.status = "refused"
         res.reasons.append(
@@ -1847,6 +1850,12 @@ def release_cells(
                 clients[t.name] = client_for(t)
     known = {r.name: r for r in known_registries} | {t.name: t for c in cells for t in c.targets}
     outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
+    if not dry_run:  # issue 34 (call site): a link or non-regular file where release writes: refused up front
+        from imagesmith.labelcheck import check_targets
+
+        check_targets(
+            [index_file, index_signature_path(index_file), index_file.with_name(index_file.name + ".pub")]
+        )
     verified = verified if verified is not None else VerifiedBlobs.default()
     entries: list[ReleasedImage] = []
     base = _base_index(
@@ -1979,6 +1988,8 @@ def release_cells(
             return outcome
         save_index(merged, index_file)
     body = dump_index(load_index(index_file)).encode()
+    from imagesmith.labelcheck import write_file
+
     signature = index_signature_path(index_file)
     envelope: bytes | None = None
     public: bytes | None = None
@@ -1987,7 +1998,7 @@ def release_cells(
 
         envelope = signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, sign_key)
         if not signature.is_file() or not _signed_same(signature, body, sign_key):
-            signature.write_bytes(envelope + b"\n")
+            write_file(signature, envelope + b"\n")  # issue 34 (call site): temp + rename, no link
         else:
             envelope = signature.read_bytes().strip()
         outcome.index_signature = str(signature)
@@ -1995,7 +2006,7 @@ def release_cells(
         public = sign_key.public.pem
         published_key = index_file.with_name(index_file.name + ".pub")
         if not published_key.is_file() or published_key.read_bytes() != public:
-            published_key.write_bytes(public)
+            write_file(published_key, public)  # issue 34 (call site): temp + rename, no link
         # issue 34 (call site): the one line a renter pastes, the key's fingerprint as its trust root
         from imagesmith.indextrust import renter_line
 
