@@ -171,12 +171,22 @@ class Trusted:
     key: PublicKey | None = None
     pins: bool = False
     aside: str = ""
+    #: a key published beside the index that is not the pin: taken only as the successor the index this key
+    #: signed names, and that signed it too (:func:`check_rotation`); refused otherwise
+    offered: PublicKey | None = None
 
     @classmethod
     def of(
-        cls, key: PublicKey, how: str, *, first_use: bool = False, pins: bool = False, aside: str = ""
+        cls,
+        key: PublicKey,
+        how: str,
+        *,
+        first_use: bool = False,
+        pins: bool = False,
+        aside: str = "",
+        offered: PublicKey | None = None,
     ) -> Trusted:
-        return cls(key.fingerprint, key.key_type, how, first_use, key, pins or first_use, aside)
+        return cls(key.fingerprint, key.key_type, how, first_use, key, pins or first_use, aside, offered)
 
     def line(self, source: str) -> str:
         if self.first_use:
@@ -564,9 +574,9 @@ def choose_key(
     if trust.fingerprint is not None:
         root = trust.fingerprint
         if pinned is not None and root in store.chain():
-            # the pin is the root, or a successor a pinned key signed (rotation): the pin verifies
-            _refuse_other_published(offered, pinned.fingerprint, store, source, published_where)
-            return Trusted.of(pinned, store.pinned_how())
+            # the pin is the root, or a successor a pinned key signed (rotation): the pin verifies; another
+            # key published beside it is taken only as a successor the index names (check_rotation)
+            return Trusted.of(pinned, store.pinned_how(), offered=_other(offered, pinned))
         if offered is None:
             raise IndexTrustError(
                 f"{index_flag()} {source}: no key with the fingerprint {root} ({trust.fingerprint_origin}) "
@@ -596,10 +606,10 @@ def choose_key(
             pins=True,
             aside=aside,
         )
-    if isinstance(known, str):
-        _refuse_other_published(offered, known, store, source, published_where)
     if pinned is not None:
-        return Trusted.of(pinned, store.pinned_how())
+        return Trusted.of(pinned, store.pinned_how(), offered=_other(offered, pinned))
+    if isinstance(known, str):
+        refuse_other_published(offered, known, store, source, published_where)
     if offered is not None:
         if trust.first_use:
             return Trusted.of(offered, str(store.path), first_use=True)
@@ -621,7 +631,51 @@ def choose_key(
     )
 
 
-def _refuse_other_published(
+def _other(offered: PublicKey | None, pinned: PublicKey) -> PublicKey | None:
+    return offered if offered is not None and offered.fingerprint != pinned.fingerprint else None
+
+
+def check_rotation(
+    index: ReleaseIndex,
+    body: bytes,
+    envelope: bytes | None,
+    trusted: Trusted,
+    *,
+    store: TrustStore,
+    source: str,
+    where: str,
+    published_where: str,
+) -> Trusted:
+    """*trusted* (the pin, which verified *index*) when no other key is published beside it; else the
+    published key as the pin's successor (TUF's root rotation: the new root is signed by the old root's key
+    and by its own) — when the index the pinned key signed names it in ``successor_key`` **and** it signed
+    the same bytes too. Anything else is refused: an unsigned claim (a key published beside an index that
+    does not name it, or that it did not sign) is someone replacing the key."""
+    offered = trusted.offered
+    if offered is None:
+        return trusted
+    if index.successor_key != offered.fingerprint:
+        refuse_other_published(offered, trusted.fingerprint, store, source, published_where)
+    try:
+        check_signature(body, envelope, [offered], source=source, where=where)
+    except IndexTrustError:
+        raise IndexTrustError(
+            f"{index_flag()} {source}: the index the pinned key {trusted.fingerprint} signed names "
+            f"{offered.fingerprint} as its successor, but that key did not sign it ({where}): a rotation is "
+            "signed by both keys",
+            fault="key changed",
+            hint="the publisher signs the rotation index with both keys (release --sign-key OLD --rotate-to "
+            "NEW.key); until then this index is not used",
+        ) from None
+    return Trusted.of(
+        offered,
+        f"the successor the index signed by {trusted.fingerprint} names",
+        pins=True,
+        aside=f"key rotation: the pin moves from {trusted.fingerprint} to {offered.fingerprint}",
+    )
+
+
+def refuse_other_published(
     offered: PublicKey | None, known: str, store: TrustStore, source: str, published_where: str
 ) -> None:
     """Refuse a key published beside the index that is not *known* (the pin): the publisher replaced its
@@ -731,6 +785,17 @@ def check_fresh(
             "runs "
             "and publishes; read the index from another registry of the publisher, or pass --refresh to ask "
             "the source again",
+        )
+    fresh = parse_timestamp(index.fresh_until) if index.fresh_until else None
+    if index.fresh_until and (fresh is None or now >= fresh):
+        raise IndexTrustError(
+            f"{index_flag()} {source}: the index (serial {index.serial}, written {index.generated}) was "
+            f"fresh until {index.fresh_until}; it is now {timestamp(now)}: a frozen copy (a mirror or "
+            "registry that stopped at an older index), or its publisher's nightly release has not re-issued "
+            "it",
+            fault="not fresh",
+            hint="pass --refresh to ask the source again, or read the index from another registry of the "
+            "publisher; tell the publisher if its release job has not run",
         )
     from imagesmith.index import SERIAL_AHEAD_S
 

@@ -1834,6 +1834,7 @@ def release_cells(
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
     index_valid_for: datetime.timedelta | None = None,
+    rotate_to: SigningKey | None = None,
     gate: Gate | None = None,
     sbom_for: SbomFinder | None = None,
     verified: VerifiedBlobs | None = None,
@@ -1959,6 +1960,8 @@ def release_cells(
         published_to=tuple(
             sorted({*base.published_to, *(index_location(t.host, t.repo) for t in _index_repos(cells))})
         ),
+        # issue 34 (call site): a key rotation names the successor inside the signed bytes
+        successor_key=rotate_to.public.fingerprint if rotate_to is not None and sign_key is not None else "",
     )
     outcome.index_changed = merged != base or not index_file.is_file()
     if not merged.images:  # nothing released, now or before: no index to write or publish
@@ -1996,21 +1999,23 @@ def release_cells(
     if sign_key is not None:
         from imagesmith import signing
 
-        envelope = signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, sign_key)
-        if not signature.is_file() or not _signed_same(signature, body, sign_key):
+        envelope = signing.sign_envelope_by(  # issue 34 (call site): a rotation is signed by both keys
+            body, signing.INDEX_PAYLOAD_TYPE, [sign_key, *([rotate_to] if rotate_to is not None else [])]
+        )
+        if not signature.is_file() or not _signed_same(signature, body, rotate_to or sign_key):
             write_file(signature, envelope + b"\n")  # issue 34 (call site): temp + rename, no link
         else:
             envelope = signature.read_bytes().strip()
         outcome.index_signature = str(signature)
         # the public half beside it (index.json.pub, the artifact's key layer): what pick pins on first use
-        public = sign_key.public.pem
+        public = (rotate_to or sign_key).public.pem  # issue 34 (call site): the successor's, on a rotation
         published_key = index_file.with_name(index_file.name + ".pub")
         if not published_key.is_file() or published_key.read_bytes() != public:
             write_file(published_key, public)  # issue 34 (call site): temp + rename, no link
         # issue 34 (call site): the one line a renter pastes, the key's fingerprint as its trust root
         from imagesmith.indextrust import renter_line
 
-        echo(renter_line(merged.published_to, sign_key.public.fingerprint))
+        echo(renter_line(merged.published_to, (rotate_to or sign_key).public.fingerprint))
     else:
         echo(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "
@@ -2042,6 +2047,7 @@ def release_matrix(
     extend_from: str | None = None,
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
+    rotate_to: SigningKey | None = None,
     scan_dirs: Sequence[Path] = (),
 ) -> Outcome:
     """Load the matrix of *project*, plan it, and release its cells (see the module docstring). *trusted*:
@@ -2081,6 +2087,7 @@ def release_matrix(
         trusted=keys,
         sign_key=sign_key,
         index_valid_for=proj.index_valid_for,
+        rotate_to=rotate_to,
         gate=gate,
         sbom_for=sbom_finder(scan_dirs, keys) if scan_dirs else None,
     )

@@ -1156,6 +1156,21 @@ RELEASE_INDEX: Schema = Schema(
                 _TIMESTAMP,
                 "a UTC timestamp like 2026-12-13T03:12:00Z",
             ),
+            "fresh_until": _text_field(
+                "issue 34, the freshness bound: until when a renter takes this index as current (written by "
+                "imagesmith release, [release] index_fresh_for after it was issued, renewed by every nightly "
+                "run): pick and index refuse it afterwards (a frozen mirror can serve it at most this long); "
+                "absent in indexes written before it",
+                _TIMESTAMP,
+                "a UTC timestamp like 2026-12-03T15:12:00Z",
+            ),
+            "successor_key": _text_field(
+                "issue 34, key rotation: the fingerprint of the key that signs the publisher's next indexes; "
+                "this index is signed by the current key and the successor, and a renter that pinned the "
+                "current key moves its pin to the successor",
+                r"sha256:[0-9a-f]{64}",
+                "sha256: and 64 lowercase hex digits",
+            ),
             "registries": Field(
                 kind="array",
                 description="the registry hosts the publisher releases to (written by imagesmith release): "

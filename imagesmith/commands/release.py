@@ -452,6 +452,16 @@ def release(
             "default $IMAGESMITH_SIGNING_KEY",
         ),
     ] = None,
+    rotate_to: Annotated[
+        Path | None,
+        typer.Option(
+            "--rotate-to",
+            metavar="NEW.key",
+            help="rotate the index key (issue 34): the index names NEW's fingerprint as its successor, is "
+            "signed by --sign-key and NEW, and publishes NEW's .pub; renters that pinned the current key "
+            "move to NEW by themselves. Sign with NEW alone from the next run on",
+        ),
+    ] = None,
     scan_reports: Annotated[
         list[Path] | None,
         typer.Option(
@@ -484,6 +494,21 @@ def release(
         from imagesmith import signing
 
         key = signing.load_signing_key(key_file)
+    successor = None
+    if rotate_to is not None:
+        from imagesmith import signing
+
+        if key is None:
+            raise ConfigError(
+                "--rotate-to needs --sign-key (or $IMAGESMITH_SIGNING_KEY): the current key signs the "
+                "rotation",
+                hint="pass --sign-key CURRENT.key --rotate-to NEW.key",
+            )
+        successor = signing.load_signing_key(rotate_to)
+        if successor.public.fingerprint == key.public.fingerprint:
+            raise ConfigError(
+                f"--rotate-to {rotate_to}: the same key as --sign-key", hint="give the new key's private half"
+            )
     outcome = releasing.release_matrix(
         project.resolve_matrix_name(matrix),
         report_dirs=reports,
@@ -497,6 +522,7 @@ def release(
         verify=verify_level(verify or None),
         trusted=trusted,
         sign_key=key,
+        rotate_to=successor,
         scan_dirs=scan_reports or [],
     )
     typer.echo(release_json(outcome) if as_json else release_text(outcome))

@@ -320,12 +320,30 @@ def _verify_index(
         offered = published() if trust.key is None else None
         trusted = indextrust.choose_key(trust, store, offered, source=source, published_where=published_where)
         assert trusted.key is not None
-        indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
+        try:
+            indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
+        except IndexTrustError:
+            if trusted.offered is not None:  # another key beside it, and the pin did not sign: a swap
+                indextrust.refuse_other_published(
+                    trusted.offered, trusted.fingerprint, store, source, published_where
+                )
+            raise
     index = parse_index(body, source=source)
     if location is not None:
         indextrust.check_location(index, location, source=source)
     indextrust.check_fresh(
         index, body, source=source, store=store, trust=trust, fingerprint=trusted.fingerprint
+    )
+    # issue 34: a key published beside it that is not the pin counts only as the successor this index names
+    trusted = indextrust.check_rotation(
+        index,
+        body,
+        envelope,
+        trusted,
+        store=store,
+        source=source,
+        where=where,
+        published_where=published_where,
     )
     return index, trusted
 

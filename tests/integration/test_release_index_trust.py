@@ -316,3 +316,46 @@ def test_release_never_writes_through_a_symlinked_sig_pub_or_index(
         assert (index_file.parent / written).is_file()
         assert not (index_file.parent / written).is_symlink()
     assert outside.read_text() == "not release's\n"
+
+
+def test_release_rotate_to_moves_a_renters_pin_to_the_new_key(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The publisher's key rotation end to end: release --rotate-to NEW signs the index with the current key
+    and NEW and names NEW as its successor; a renter that pinned the current key moves to NEW; the next
+    release signed by NEW alone is taken; an index signed by the retired key alone is refused."""
+    from imagesmith import signing
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY", raising=False)
+    old, new = signing.generate_key(), signing.generate_key()
+    index_file = tmp_path / "release" / "index.json"
+    said: list[str] = []
+    _release(regs, repo, tmp_path, "a", index_file, sign_key=old, echo=said.append).raise_for_refusals()  # type: ignore[attr-defined]
+    source = f"oci+http://{regs.plain}/{repo}"
+    assert (
+        f"renters: imagesmith pick --index oci://{regs.plain}/{repo}#{old.public.fingerprint} --pull" in said
+    )
+    first = run_cli("index", f"{source}#{old.public.fingerprint}", "--insecure")
+    assert first.exit_code == 0, first.stderr
+    _release(regs, repo, tmp_path, "b", index_file, sign_key=old, rotate_to=new).raise_for_refusals()  # type: ignore[attr-defined]
+    assert load_index(index_file).successor_key == new.public.fingerprint
+    assert index_file.with_name("index.json.pub").read_bytes() == new.public.pem
+    moved = run_cli("index", source, "--insecure", "--refresh")
+    assert moved.exit_code == 0, moved.stderr
+    assert f"the pin moves from {old.public.fingerprint} to {new.public.fingerprint}" in moved.stderr
+    _release(regs, repo, tmp_path, "c", index_file, sign_key=new).raise_for_refusals()  # type: ignore[attr-defined]
+    assert load_index(index_file).successor_key == ""
+    ok = run_cli("index", source, "--insecure", "--refresh")
+    assert ok.exit_code == 0, ok.stderr
+    assert f"index key: {new.public.fingerprint} (" in ok.stderr
+    # the retired key (someone who kept it) publishes a newer index signed by it alone: refused
+    _release(regs, repo, tmp_path, "d", index_file, sign_key=old).raise_for_refusals()  # type: ignore[attr-defined]
+    refused = run_cli("index", source, "--insecure", "--refresh")
+    assert refused.exit_code == 2
+    assert f"is {old.public.fingerprint}, not {new.public.fingerprint}" in refused.stderr

@@ -332,8 +332,12 @@ def test_release_issues_a_higher_serial_and_renews_past_half_its_validity() -> N
     assert first.serial == int(now.timestamp())
     assert (first.generated, first.expires) == ("2026-12-01T12:00:00Z", "2026-12-15T12:00:00Z")
     assert issued(first, previous=first.serial, valid_for=week2, now=now).serial == first.serial + 1
-    assert not renewal_due(first, week2, now + datetime.timedelta(days=6))
-    assert renewal_due(first, week2, now + datetime.timedelta(days=8))
+    assert first.fresh_until == "2026-12-03T00:00:00Z"  # issue 34: 36 h, the freshness bound
+    assert not renewal_due(first, week2, now + datetime.timedelta(hours=17))
+    assert renewal_due(first, week2, now + datetime.timedelta(hours=19))  # less than half of 36 h left
+    unbounded = replace(first, fresh_until="2099-01-01T00:00:00Z")
+    assert not renewal_due(unbounded, week2, now + datetime.timedelta(days=6))
+    assert renewal_due(unbounded, week2, now + datetime.timedelta(days=8))
     assert renewal_due(replace(first, serial=0, expires=""), week2, now)
     # a stale base (an older checkout's index file) still gets a serial above anything issued before now
     assert issued(replace(first, serial=3), previous=3, valid_for=week2, now=now).serial > 3

@@ -236,3 +236,96 @@ def test_release_prints_the_line_a_renter_pastes() -> None:
     assert line == f"renters: imagesmith pick --index oci://a.example/acme/torch#{FP} --pull"
     source, root = split_root(line.split("--index ", 1)[1].split()[0])
     assert (source, root) == ("oci://a.example/acme/torch", FP)
+
+
+# -- rotation and freshness (issue 34, item 3: as TUF does them) --------------------------------------------
+
+
+def _save(path: Path, index: Any, keys: list[Any], published: Any, *, serial: int) -> None:
+    from imagesmith.index import dump_index
+    from tests.indexkey import FAR
+
+    body = dump_index(replace(index, serial=serial, expires=FAR)).encode()
+    path.write_bytes(body)
+    path.with_name(path.name + ".sig").write_bytes(
+        signing.sign_envelope_by(body, signing.INDEX_PAYLOAD_TYPE, keys)
+    )
+    path.with_name(path.name + ".pub").write_bytes(published.public.pem)
+
+
+def test_a_rotation_the_pinned_key_signs_moves_the_pin_an_unsigned_claim_is_refused(
+    tmp_path: Path, run_cli: Any
+) -> None:
+    """main: an index signed by both the old (pinned) and the new key was refused, and the only way out —
+    deleting the record — was what an attacker's message asked for too. TUF: the new root is signed by the
+    old root's key and its own; a claim the old key did not sign is no rotation."""
+    path = save_signed_index(make_index(), tmp_path / "index.json", serial=10)
+    assert run_cli("pick", "--index", f"{path}#{FP}", *PICK).exit_code == 0  # KEY pinned
+    new = signing.generate_key()
+    rotating = replace(make_index(), successor_key=new.public.fingerprint)
+    # unsigned claims, each refused and nothing moved: the new key alone names itself; the pinned key names a
+    # successor that did not sign; both sign, but the index names no successor
+    for index, keys, said in (
+        (rotating, [new], f"is {new.public.fingerprint}, not {FP}"),
+        (rotating, [KEY], "but that key did not sign it"),
+        (make_index(), [KEY, new], f"is {new.public.fingerprint}, not {FP}"),
+    ):
+        _save(path, index, keys, new, serial=11)
+        res = run_cli("pick", "--index", str(path), *PICK)
+        assert res.exit_code == 2, res.stderr
+        assert said in res.stderr
+        (record,) = _records(tmp_path)
+        assert json.loads(record.read_text())["fingerprint"] == FP
+    # the rotation: the pinned key and its successor sign an index naming it; the pin moves
+    _save(path, rotating, [KEY, new], new, serial=12)
+    moved = run_cli("pick", "--index", str(path), *PICK)
+    assert moved.exit_code == 0, moved.stderr
+    assert f"key rotation: the pin moves from {FP} to {new.public.fingerprint}" in moved.stderr
+    (record,) = _records(tmp_path)
+    data = json.loads(record.read_text())
+    assert (data["fingerprint"], data["chain"]) == (new.public.fingerprint, [FP, new.public.fingerprint])
+    # the publisher's next index, signed by the new key alone: taken by the pin — also for a renter whose
+    # root still names the old key (the pin descends from it)
+    _save(path, make_index(), [new], new, serial=13)
+    for args in ([str(path)], [f"{path}#{FP}"]):
+        ok = run_cli("pick", "--index", *args, *PICK)
+        assert ok.exit_code == 0, ok.stderr
+        assert f"index key: {new.public.fingerprint} (" in ok.stderr
+    # the old key, now retired, publishing beside a newer index it alone signed: refused
+    _save(path, make_index(), [KEY], KEY, serial=14)
+    assert run_cli("pick", "--index", str(path), *PICK).exit_code == 2
+
+
+def test_a_valid_signature_by_the_pinned_key_among_others_verifies(tmp_path: Path, run_cli: Any) -> None:
+    path = tmp_path / "index.json"
+    other = signing.generate_key()
+    _save(path, make_index(), [other, KEY], KEY, serial=3)
+    res = run_cli("pick", "--index", f"{path}#{FP}", *PICK)
+    assert res.exit_code == 0, res.stderr
+    _save(path, make_index(), [other], KEY, serial=4)  # the other key alone: not the pinned key's index
+    assert "no signature verifies with a trusted key" in run_cli("pick", "--index", str(path), *PICK).stderr
+
+
+def test_a_frozen_index_past_its_freshness_bound_is_refused(tmp_path: Path, run_cli: Any) -> None:
+    """main: a renter that never saw the newest index took an older unexpired one for up to 14 days. The
+    signed ``fresh_until`` (36 h after release issued it; the nightly renews it) bounds that window."""
+    import datetime
+
+    from imagesmith.index import DEFAULT_FRESH_FOR, issued
+
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    week2 = datetime.timedelta(days=14)
+    old = issued(make_index(), previous=0, valid_for=week2, now=now - datetime.timedelta(hours=40))
+    assert old.expires > now.strftime("%Y-%m-%dT%H:%M:%SZ")  # not expired: only frozen
+    path = tmp_path / "index.json"
+    _save(path, old, [KEY], KEY, serial=old.serial)
+    res = run_cli("pick", "--index", f"{path}#{FP}", *PICK)
+    assert res.exit_code == 2, res.stderr
+    assert f"was fresh until {old.fresh_until}" in res.stderr
+    assert "a frozen copy" in res.stderr
+    assert datetime.timedelta(hours=36) == DEFAULT_FRESH_FOR
+    # the correct run: the index the nightly re-issued
+    fresh = issued(old, previous=old.serial, valid_for=week2, now=now)
+    _save(path, fresh, [KEY], KEY, serial=fresh.serial)
+    ok = run_cli("pick", "--index", f"{path}#{FP}", *PICK)
+    assert ok.exit_code == 0, ok.stderr
