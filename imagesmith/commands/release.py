@@ -55,7 +55,9 @@ INDEX_EPILOG = epilog(
 
 
 def _warn(message: str) -> None:
-    typer.echo(f"warning: {message}", err=True)
+    from imagesmith.scrub import scrub
+
+    typer.echo(scrub(f"warning: {message}"), err=True)
 
 
 def _index_trust(
@@ -156,7 +158,9 @@ def _no_verify_warning(source: str) -> None:
 
 
 def _note(line: str) -> None:
-    typer.echo(line, err=True)
+    from imagesmith.scrub import scrub
+
+    typer.echo(scrub(line), err=True)
 
 
 def _fetch_trusted(
@@ -477,6 +481,7 @@ def release(
     to every registry of their cell."""
     from imagesmith import release as releasing
     from imagesmith.registry import verify_level
+    from imagesmith.scrub import scrub
 
     if index_file is not None:
         check_output_file(index_file, "--index-file")
@@ -517,7 +522,7 @@ def release(
         index_file=index_file or project.release_index_file,
         registries_file=registries,
         extend_from=extend_from,
-        echo=lambda line: typer.echo(line, err=True),
+        echo=lambda line: typer.echo(scrub(line), err=True),
         project=project,
         verify=verify_level(verify or None),
         trusted=trusted,
@@ -525,7 +530,8 @@ def release(
         rotate_to=successor,
         scan_dirs=scan_reports or [],
     )
-    typer.echo(release_json(outcome) if as_json else release_text(outcome))
+    # issue 34: a registry's error quoted in a cell's reasons never shows a credential
+    typer.echo(scrub(release_json(outcome) if as_json else release_text(outcome)))
     outcome.raise_for_refusals()
 
 
