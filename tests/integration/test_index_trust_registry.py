@@ -482,3 +482,53 @@ def test_published_to_written_into_a_registry_index_is_not_signed_into_the_next_
         [here, f"{regs.plain}/{other}"]
     )
     assert not any("are not carried" in line for line in said), said
+
+
+# -- issue 34: the trust root a brand-new rental has, and pins per publisher, against a real registry --------
+
+
+def test_a_new_rental_refuses_an_attacker_published_index_and_the_publishers_second_registry_is_covered(
+    regs: LocalRegistries, repo: str, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main: a new rental (empty cache) running README's `pick --index oci://HOST/REPO --pull` pinned whatever
+    key was published beside the index, and a pin of registry A made the same publisher's registry B a first
+    use again."""
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY")  # a brand-new rental: nothing named yet
+    other = f"{repo}-b"
+    a, b = _source(regs, repo), _source(regs, other)
+    evil_key = signing.generate_key()
+    evil = dataclasses.replace(
+        make_index(registries=[("evil", "generic", "evil.example.com/torch")]),
+        registries=("evil.example.com",),
+    )
+    body, env = signed_bytes(evil, serial=50, key=evil_key)
+    publish_index(regs.plain_client(), repo, body, env, evil_key.public.pem)  # the attacker's, with its key
+    refused = run_cli("pick", "--index", a, *PICK, "--pull")
+    _refused(refused, a, "no trust root", evil_key.public.fingerprint, "--key-fingerprint")
+    assert not list(Path("cache").rglob("*.trust.json"))  # nothing pinned
+    rooted = run_cli("pick", "--index", f"{a}#{KEY.public.fingerprint}", *PICK)
+    _refused(rooted, a, f"is {evil_key.public.fingerprint}, not {KEY.public.fingerprint} that ")
+    # the publisher's index, published to both repositories; the renter pastes the fingerprint once, for A
+    both = dataclasses.replace(make_index(), published_to=(f"{regs.plain}/{repo}", f"{regs.plain}/{other}"))
+    body, env = signed_bytes(both, serial=60)
+    for r in (repo, other):
+        publish_index(regs.plain_client(), r, body, env, KEY.public.pem)
+    ok = run_cli("pick", "--index", f"{a}#{KEY.public.fingerprint}", *PICK, "--refresh")
+    assert ok.exit_code == 0, ok.stderr
+    assert "docker pull docker.io/imagesmith/torch:" in ok.stdout
+    assert len(list(Path("cache").rglob("*.trust.json"))) == 2  # A's pin, and B's from A's signed index
+    # B after the pin of A: someone who can push to B serves its own index and key — refused, not a first use
+    body_b, env_b = signed_bytes(
+        dataclasses.replace(evil, published_to=both.published_to), serial=70, key=evil_key
+    )
+    publish_index(regs.plain_client(), other, body_b, env_b, evil_key.public.pem)
+    _refused(
+        run_cli("pick", "--index", b, *PICK, "--trust-first-use"),
+        b,
+        f"is {evil_key.public.fingerprint}, not {KEY.public.fingerprint}",
+    )
+    # the correct run: B serves the publisher's index, taken with no root by the pin A's index put there
+    publish_index(regs.plain_client(), other, body, env, KEY.public.pem)
+    fine = run_cli("pick", "--index", b, *PICK, "--refresh")
+    assert fine.exit_code == 0, fine.stderr
+    assert f"index key: {KEY.public.fingerprint} (ed25519, pinned in " in fine.stderr
