@@ -422,6 +422,34 @@ def escrow_ref(escrow: Registry, image: str, digest: str) -> str:
     return f"{escrow.host}/{escrow_repo(escrow, image)}@{digest}"
 
 
+def escrow_holds(dst: RegistryApi, repo: str, digest: str, *, depth: int = 0) -> bool:
+    """Whether *dst* holds the escrow copy *repo@digest* by its content (issue 34: a HEAD alone — a tag that
+    answers the digest — was trusted): the manifest read by digest hashes to it, and every manifest it lists
+    (an index) and every blob (config, layers) is there with its size. Any answer short of that is False:
+    the copy is made again (what is there is not sent twice)."""
+    import hashlib
+
+    from imagesmith.registry.api import INDEX_TYPES
+
+    try:
+        manifest = dst.get_manifest(repo, digest)
+        if "sha256:" + hashlib.sha256(manifest.body).hexdigest() != digest:
+            return False
+        if manifest.media_type in INDEX_TYPES:
+            children = manifest.json().get("manifests")
+            if not isinstance(children, list) or depth > 2:
+                return False
+            return all(
+                isinstance(c, dict)
+                and isinstance(c.get("digest"), str)
+                and escrow_holds(dst, repo, c["digest"], depth=depth + 1)
+                for c in children
+            )
+        return all(dst.blob_size(repo, d) == size for d, size in manifest.blobs())
+    except (ImagesmithError, OSError, ValueError):
+        return False
+
+
 def escrow_copy(
     entry: BaseEntry,
     config: UserConfig,
@@ -440,7 +468,9 @@ def escrow_copy(
     src = src or client_for(endpoint(ref, known))
     dst = dst or client_for(escrow)
     repo = escrow_repo(escrow, entry.name)
-    if dst.manifest_digest(repo, escrow_tag(entry.digest)) == entry.digest:
+    if dst.manifest_digest(repo, escrow_tag(entry.digest)) == entry.digest and escrow_holds(
+        dst, repo, entry.digest
+    ):
         return escrow_ref(escrow, entry.name, entry.digest), 0
     digest, sent = copy_manifest(src, ref.path, entry.digest, dst, repo, put_as=escrow_tag(entry.digest))
     if digest != entry.digest:  # pragma: no cover - get_manifest checks content against the digest asked

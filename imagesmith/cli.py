@@ -35,6 +35,7 @@ from imagesmith.commands import sbom as sbom_commands
 from imagesmith.commands import schema as schema_commands
 from imagesmith.commands import validate as validate_commands
 from imagesmith.errors import ImagesmithError
+from imagesmith.scrub import scrub
 
 _display_type_rich = TyperOption.display_type_rich
 
@@ -257,7 +258,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         # the message is plain text: build logs and TOML keys contain [brackets] that are not rich markup
         message, fix = exc.render()  # the one place an error becomes text
         hint = fix or f"see `{_command_of(application, args, prog)} --help`"
-        message, hint = shown_plain(message), shown_plain(hint)
+        message, hint = shown_plain(scrub(message)), shown_plain(scrub(hint))  # issue 34: no credential shown
         err.print(f"[bold red]error:[/] {escape(message)}\n  fix: {escape(hint)}", markup=True)
         return exc.exit_code
     except typer.Exit as exc:
@@ -290,7 +291,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         where = f"{str(exc.filename)[:200]}: " if exc.filename else ""
         err.print(
             shown_plain(
-                f"error: {where}{exc.strerror or exc}\n  fix: check that path (see `{command} --help`)"
+                scrub(f"error: {where}{exc.strerror or exc}\n  fix: check that path (see `{command} --help`)")
             ),
             markup=False,
         )
@@ -299,7 +300,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
         command = _command_of(application, args, prog)
         ctx = getattr(exc, "ctx", None)
         usage = f" (usage: {ctx.get_usage().removeprefix('Usage: ').strip()})" if ctx is not None else ""
-        message = shown_plain(" ".join(exc.format_message().split()))
+        message = shown_plain(scrub(" ".join(exc.format_message().split())))
         if not message:  # no command given: the help went to stdout above
             message = f"no command given: {prog} does nothing on its own"
         err.print(f"error: {message}\n  fix: see `{command} --help`{usage}", markup=False)

@@ -149,6 +149,12 @@ def _checked_ca(path: Path, origin: str) -> Path:
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 
 
+def _is_fingerprint(text: str) -> bool:
+    from imagesmith.indextrust import is_fingerprint
+
+    return is_fingerprint(text)
+
+
 def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
     """Read the config file (if any), then apply the environment."""
     env = os.environ if env is None else env
@@ -185,12 +191,18 @@ def load_config(env: Mapping[str, str] | None = None) -> UserConfig:
             index_key_origin = f"{path}: pick.verify_key"
         if data.get("release", {}).get("index_key"):
             raw_key: str = data["release"]["index_key"]
-            index_key = raw_key if raw_key.lstrip().startswith("-----BEGIN") else Path(raw_key).expanduser()
+            # the PEM text, a key fingerprint (sha256:<64 hex>, issue 34: the trust root a renter pastes), or
+            # a path
+            index_key = (
+                raw_key
+                if raw_key.lstrip().startswith("-----BEGIN") or _is_fingerprint(raw_key)
+                else Path(raw_key).expanduser()
+            )
             if isinstance(index_key, Path) and not index_key.is_absolute():
                 index_key = path.parent / index_key  # relative to the config file, as a project's are
             index_key_origin = f"{path}: release.index_key"
     if value := settings.get("IMAGESMITH_INDEX_KEY", env=env):
-        index_key = Path(value).expanduser()
+        index_key = value.strip() if _is_fingerprint(value) else Path(value).expanduser()
         index_key_origin = "$IMAGESMITH_INDEX_KEY"
     if value := settings.get("IMAGESMITH_REGISTRY_MIRRORS", env=env):
         items = [i for i in value.split(",") if i.strip()]

@@ -66,6 +66,8 @@ class Fault(StrEnum):
     REPLAYED = "replayed"
     SERIAL_REUSED = "serial reused"
     TRUST_RECORD_UNREADABLE = "trust record unreadable"
+    NO_TRUST_ROOT = "no trust root"  # issue 34: no fingerprint, key or pin, and no --trust-first-use
+    NOT_FRESH = "not fresh"  # issue 34: past the index's signed fresh_until
 
     # this machine's own files and processes (atomicio, projectlock: issue 37)
     STORAGE = "storage"

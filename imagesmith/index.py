@@ -157,6 +157,12 @@ class ReleaseIndex:
     #: signed bytes: an index read from an ``oci://`` repository not listed is a copy of another repository's
     #: index and is refused. Empty in an index written before the field existed
     published_to: tuple[str, ...] = ()
+    #: issue 34, inside the signed bytes: until when a renter takes the index as current (the freshness bound:
+    #: a frozen mirror can serve it at most this long after it was issued); "" in an index written before it
+    fresh_until: str = ""
+    #: issue 34, key rotation: the fingerprint of the key that signs the publisher's next indexes (this index
+    #: is signed by both); a renter that pinned the signing key moves the pin to it. "" when none
+    successor_key: str = ""
 
     def by_tag(self, tag: str) -> ReleasedImage | None:
         return next((image for image in self.images if image.tag == tag), None)
@@ -441,6 +447,16 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
         raise r.fail(
             "published_to", f"repositories repeat: {list(published)}", hint="list each repository once"
         )
+    fresh_until = raw.get("fresh_until", "")
+    if fresh_until:
+        try:
+            datetime.datetime.fromisoformat(fresh_until.removesuffix("Z"))
+        except ValueError:
+            raise r.fail(
+                "fresh_until",
+                f"{fresh_until!r} is no date (no such day or hour)",
+                hint="regenerate it with imagesmith release",
+            ) from None
     return ReleaseIndex(
         generated=raw["generated"],
         images=images,
@@ -448,6 +464,8 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
         serial=serial,
         expires=raw.get("expires", ""),
         published_to=published,
+        fresh_until=fresh_until,
+        successor_key=raw.get("successor_key", ""),
     )
 
 
@@ -567,6 +585,10 @@ def dump_index(index: ReleaseIndex) -> str:
         doc["serial"] = index.serial
     if index.expires:
         doc["expires"] = index.expires
+    if index.fresh_until:
+        doc["fresh_until"] = index.fresh_until
+    if index.successor_key:
+        doc["successor_key"] = index.successor_key
     if index.registries:
         doc["registries"] = sorted(index.registries)
     if index.published_to:
@@ -594,21 +616,43 @@ MAX_GPUS: Final[int] = 1024
 MAX_INDEX_BYTES: Final[int] = 32 << 20
 
 
-def renewal_due(index: ReleaseIndex, valid_for: datetime.timedelta, now: datetime.datetime) -> bool:
-    """Whether release must issue *index* again although nothing in it changed: it has no serial or expiry
-    (written before issue 25), or less than half of *valid_for* is left (the nightly's run renews it long
-    before pick would refuse it)."""
-    if not index.serial or not index.expires:
+#: issue 34, the freshness bound: how long after it was issued a renter takes an index as current (its
+#: signed ``fresh_until``). A mirror or registry that freezes the index can serve it at most this long; the
+#: nightly release run (every 24 h) re-issues it once less than half is left, so a renter never sees it
+#: lapse while the nightly runs. TUF's timestamp role bounds its freeze window the same way (a short
+#: expiry, re-signed often)
+DEFAULT_FRESH_FOR: Final[datetime.timedelta] = datetime.timedelta(hours=36)
+
+
+def renewal_due(
+    index: ReleaseIndex,
+    valid_for: datetime.timedelta,
+    now: datetime.datetime,
+    fresh_for: datetime.timedelta = DEFAULT_FRESH_FOR,
+) -> bool:
+    """Whether release must issue *index* again although nothing in it changed: it has no serial, expiry or
+    freshness bound (written before issue 25 / 34), or less than half of *valid_for* (of *fresh_for*) is left
+    (the nightly's run renews it long before pick would refuse it)."""
+    if not index.serial or not index.expires or not index.fresh_until:
         return True
     try:
         expires = datetime.datetime.strptime(index.expires, "%Y-%m-%dT%H:%M:%SZ")
+        fresh = datetime.datetime.strptime(index.fresh_until, "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         return True
-    return expires.replace(tzinfo=datetime.timezone.utc) - now < valid_for / 2
+    return (
+        expires.replace(tzinfo=datetime.timezone.utc) - now < valid_for / 2
+        or fresh.replace(tzinfo=datetime.timezone.utc) - now < fresh_for / 2
+    )
 
 
 def issued(
-    index: ReleaseIndex, *, previous: int, valid_for: datetime.timedelta, now: datetime.datetime
+    index: ReleaseIndex,
+    *,
+    previous: int,
+    valid_for: datetime.timedelta,
+    now: datetime.datetime,
+    fresh_for: datetime.timedelta = DEFAULT_FRESH_FOR,
 ) -> ReleaseIndex:
     """*index* as release writes it now: generated *now*, valid for *valid_for*, and a serial above
     *previous* — the seconds since 1970 of *now*, or *previous* + 1 when that is higher, so that a release run
@@ -624,6 +668,7 @@ def issued(
         generated=now.strftime(stamp),
         serial=min(max(base + 1, clock), MAX_SERIAL),
         expires=(now + valid_for).strftime(stamp),
+        fresh_until=(now + min(fresh_for, valid_for)).strftime(stamp),
     )
 
 
@@ -648,7 +693,8 @@ def load_index(path: Path) -> ReleaseIndex:
 
 
 def save_index(index: ReleaseIndex, path: Path) -> None:
-    """Write atomically (imagesmith.atomicio: temp, fsync, rename) so a reader never sees half an index."""
+    """Write atomically (imagesmith.atomicio: temp, fsync, rename) so a reader never sees half an index; a
+    symbolic link or a non-regular file at *path* is refused, never written through (issue 34)."""
     atomicio.write_atomic(path, dump_index(index))
 
 

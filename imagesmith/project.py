@@ -367,8 +367,9 @@ def load_project(file: Path) -> Project:
     if "index_key" in release:
         raw_key = release["index_key"]
         index_key = (
-            raw_key
+            raw_key.strip()
             if raw_key.lstrip().startswith("-----BEGIN")
+            or re.fullmatch(r"(?i)\s*sha256:[0-9a-f]{64}\s*", raw_key)
             else _relative(file, "release.index_key", raw_key, root)
         )
     valid_for = parse_valid_for(release.get("index_valid_for"))

@@ -372,6 +372,11 @@ mirrors = []
 # public keys whose signed validation attestations `imagesmith release` accepts (a report file alone never
 # is): `imagesmith keygen keys/validation.key`, keep the .key on validation runners only, commit the .pub
 trusted_keys = []
+# renters trust the release index by its key's fingerprint, named out of band (issue 34): `imagesmith release
+# --sign-key` prints the line they paste (`renters: imagesmith pick --index oci://HOST/REPO#sha256:<fp> --pull`);
+# put that fingerprint in this project's README, and renters set it once in ~/.config/imagesmith/config.toml:
+#   [release]
+#   index_key = "sha256:<fp>"
 '''
     files[
         f"matrices/{matrix_name}.toml"

@@ -574,6 +574,13 @@ PROJECT: Schema = Schema(
                                 description="the lowest severity that refuses a cell (default critical)",
                                 example='"high"',
                             ),
+                            "allowlist_max_days": Field(
+                                kind="integer",
+                                min=1,
+                                description="the furthest an allowlist entry may expire, in days from the "
+                                "release run (default 365): an entry expiring later counts as none",
+                                example="365",
+                            ),
                             "osv": replace(
                                 _PATH,
                                 description="OSV data file an SBOM (sha256-<hex>.cdx.json / .spdx.json in "
@@ -1176,6 +1183,21 @@ RELEASE_INDEX: Schema = Schema(
                 "release): pick and index refuse it afterwards; absent in indexes written before issue 25",
                 _TIMESTAMP,
                 "a UTC timestamp like 2026-12-13T03:12:00Z",
+            ),
+            "fresh_until": _text_field(
+                "issue 34, the freshness bound: until when a renter takes this index as current (written by "
+                "imagesmith release, [release] index_fresh_for after it was issued, renewed by every nightly "
+                "run): pick and index refuse it afterwards (a frozen mirror can serve it at most this long); "
+                "absent in indexes written before it",
+                _TIMESTAMP,
+                "a UTC timestamp like 2026-12-03T15:12:00Z",
+            ),
+            "successor_key": _text_field(
+                "issue 34, key rotation: the fingerprint of the key that signs the publisher's next indexes; "
+                "this index is signed by the current key and the successor, and a renter that pinned the "
+                "current key moves its pin to the successor",
+                r"sha256:[0-9a-f]{64}",
+                "sha256: and 64 lowercase hex digits",
             ),
             "registries": Field(
                 kind="array",

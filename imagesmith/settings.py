@@ -44,7 +44,11 @@ VARIABLES: tuple[Variable, ...] = (
     Variable(
         "IMAGESMITH_SOURCE_MIRRORS", "URL templates tried before a source's pinned URL", "docs/build.md"
     ),
-    Variable("IMAGESMITH_INDEX_KEY", "the public key a release index must be signed with", "docs/release.md"),
+    Variable(
+        "IMAGESMITH_INDEX_KEY",
+        "the release index's key: its fingerprint sha256:<hex> (the trust root) or a path to it",
+        "docs/release.md",
+    ),
     Variable("IMAGESMITH_INDEX", "the release index pick and keys read", "docs/release.md"),
     Variable("IMAGESMITH_INDEX_URL", "the package index refresh-compat reads", "docs/compat.md"),
     Variable("IMAGESMITH_SIGNING_KEY", "the private key release and validate sign with", "docs/release.md"),

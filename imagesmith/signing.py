@@ -303,6 +303,19 @@ def sign_envelope(payload: bytes, payload_type: str, key: SigningKey) -> bytes:
     return json.dumps(envelope, separators=(",", ":")).encode()
 
 
+def sign_envelope_by(payload: bytes, payload_type: str, keys: Sequence[SigningKey]) -> bytes:
+    """A DSSE envelope over *payload* signed by each of *keys* (one signature each, in order): a key rotation
+    (issue 34) is signed by the current key and its successor, as TUF signs a new root with the old root's
+    keys and its own."""
+    message = pae(payload_type, payload)
+    envelope = {
+        "payloadType": payload_type,
+        "payload": base64.b64encode(payload).decode(),
+        "signatures": [{"keyid": k.key_id, "sig": base64.b64encode(k.sign(message)).decode()} for k in keys],
+    }
+    return json.dumps(envelope, separators=(",", ":")).encode()
+
+
 @dataclass(frozen=True)
 class Verified:
     """What a good envelope said, and which trusted key signed it."""

@@ -52,6 +52,9 @@ MAX_REPORT_BYTES: Final[int] = 64 << 20
 #: the largest OSV data file read
 MAX_OSV_BYTES: Final[int] = 256 << 20
 _DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+#: how far ahead an allowlist entry may expire by default (days), and the most ``allowlist_max_days`` takes
+DEFAULT_ALLOWLIST_MAX_DAYS: Final[int] = 365
+MAX_ALLOWLIST_MAX_DAYS: Final[int] = 3 * 365
 _DOCS = "docs/release.md (The vulnerability gate)"
 
 
@@ -79,6 +82,10 @@ class Finding:
     #: other ids of the same advisory (OSV ``aliases``/``upstream``, grype ``relatedVulnerabilities``): an
     #: allowlist entry for CVE-2024-45491 covers DEBIAN-CVE-2024-45491 and DSA-… that name it
     aliases: tuple[str, ...] = ()
+    #: the rating each alias's own record gives (grype's related records), where it gives one: an allowlist
+    #: entry for an alias covers this finding only at that severity (issue 34: an allowlisted Low CVE that a
+    #: Critical lists as related does not let the Critical through)
+    alias_ratings: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         fix = f"fixed in {self.fixed}" if self.fixed else "no fixed version"
@@ -98,6 +105,9 @@ class Policy:
     allowlist: tuple[AllowEntry, ...] = ()
     osv: Path | None = None
     source: str = ""
+    #: the furthest an allowlist entry may expire, in days from the release run (issue 34: an entry that
+    #: expires in 9999 is no expiry); ``allowlist_max_days`` of ``[release.vulnerabilities]``
+    max_days: int = 365
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +128,8 @@ class Verdict:
     allowlisted: tuple[tuple[Finding, AllowEntry], ...] = ()
     expired: tuple[tuple[Finding, AllowEntry], ...] = ()
     notes: tuple[str, ...] = field(default=())
+    #: the day it was judged (an entry that had not expired then was too far ahead)
+    today: datetime.date | None = None
 
     @property
     def passed(self) -> bool:
@@ -128,7 +140,13 @@ class Verdict:
         expired = {f: e for f, e in self.expired}
         for f in self.blocking:
             line = f"vulnerability {f.describe()} is at or above fail_on = {policy.fail_on!r}"
-            if f in expired:
+            if f in expired and self.today is not None and expired[f].expires >= self.today:
+                line += (
+                    f"; its allowlist entry expires {expired[f].expires.isoformat()}, more than "
+                    f"allowlist_max_days = {policy.max_days} days ahead (such an entry counts as none: write "
+                    "a nearer expiry)"
+                )
+            elif f in expired:
                 line += (
                     f"; its allowlist entry expired on {expired[f].expires.isoformat()} (an expired entry "
                     "counts as none)"
@@ -163,10 +181,19 @@ def parse_policy(table: Any, *, source: str, root: Path) -> Policy:
     where = f"{source}: release.vulnerabilities"
     if not isinstance(table, Mapping):
         raise ProjectError(f"{where}: expected a table", hint="write [release.vulnerabilities]")
-    unknown = sorted(set(table) - {"fail_on", "allowlist", "osv"})
+    unknown = sorted(set(table) - {"fail_on", "allowlist", "osv", "allowlist_max_days"})
     if unknown:
         raise ProjectError(
-            f"{where}.{unknown[0]}: unknown field", hint="known: fail_on, allowlist, osv (see " + _DOCS + ")"
+            f"{where}.{unknown[0]}: unknown field",
+            hint="known: fail_on, allowlist, osv, allowlist_max_days (see " + _DOCS + ")",
+        )
+    max_days = table.get("allowlist_max_days", DEFAULT_ALLOWLIST_MAX_DAYS)
+    if type(max_days) is not int or not 1 <= max_days <= MAX_ALLOWLIST_MAX_DAYS:
+        raise ProjectError(
+            f"{where}.allowlist_max_days: {max_days!r} is not a number of days from 1 to "
+            f"{MAX_ALLOWLIST_MAX_DAYS}",
+            hint=f"write allowlist_max_days = {DEFAULT_ALLOWLIST_MAX_DAYS} (an accepted risk is looked at "
+            "again at least this often)",
         )
     fail_on = table.get("fail_on", "critical")
     if fail_on not in FAIL_ON:
@@ -223,6 +250,7 @@ def parse_policy(table: Any, *, source: str, root: Path) -> Policy:
         allowlist=tuple(entries),
         osv=(root / osv) if osv else None,
         source=source,
+        max_days=max_days,
     )
 
 
@@ -374,26 +402,48 @@ def _grype_cvss(holder: Mapping[str, Any]) -> list[Any]:
     return [c.get("vector") for c in (cvss if isinstance(cvss, list) else ()) if isinstance(c, Mapping)]
 
 
-#: grype's built-in ignore rules drop a match made through a binary package's *source* name only where the
-#: binary is not what the advisory is about (kernel headers and linux-libc-dev against kernel CVEs): such a
-#: rule names a package (with its upstream) and ``match-type: exact-indirect-match`` and nothing else
-_GRYPE_FALSE_POSITIVE_RULE_KEYS: Final[frozenset[str]] = frozenset({"package", "match-type", "reason"})
+#: grype's built-in ignore rules (its ``ignoreLinuxKernelHeaders``: kernel headers and linux-libc-dev matched
+#: through their source package against kernel CVEs, a false positive): (package name pattern, upstream name
+#: pattern, package type), each with ``match-type: exact-indirect-match`` and nothing else. Only a rule that
+#: is exactly one of these, applied to a package it names, keeps a match ignored (issue 34: a rule *shaped*
+#: like them — any upstream-name — hid a Critical openssl match)
+GRYPE_DEFAULT_IGNORE_RULES: Final[tuple[tuple[str, str, str], ...]] = (
+    ("kernel-headers", "kernel", "rpm"),
+    ("linux(-.*)?-headers-.*", "linux.*", "deb"),
+    ("linux-libc-dev", "linux", "deb"),
+)
 
 
-def _grype_policy_rule(rule: Any) -> bool:
-    """Is *rule* (an ``appliedIgnoreRules`` entry) a policy decision (an advisory id, ``fix-state`` as
-    ``--only-fixed`` writes, a VEX status, a whole package) rather than grype's built-in rule for indirect
-    matches of kernel headers?"""
-    if not isinstance(rule, Mapping):
-        return True
-    set_keys = {k for k, v in rule.items() if v not in (None, "", False, {}, [])}
+def _set(value: Any) -> bool:
+    return value not in (None, "", False, {}, [])
+
+
+def _grype_default_rule(rule: Any, artifact: Mapping[str, Any]) -> bool:
+    """Is *rule* (an ``appliedIgnoreRules`` entry) exactly one of grype's built-in rules
+    (:data:`GRYPE_DEFAULT_IGNORE_RULES`), and is *artifact* (the ignored match's package) one it names — its
+    name, type and an upstream matching the rule's? Anything else is a policy decision (an advisory id,
+    ``fix-state`` as ``--only-fixed`` writes, a VEX status, a package) and the match counts."""
+    if not isinstance(rule, Mapping) or {k for k, v in rule.items() if _set(v)} != {"package", "match-type"}:
+        return False
     pkg = rule.get("package")
-    return not (
-        set_keys <= _GRYPE_FALSE_POSITIVE_RULE_KEYS
-        and rule.get("match-type") == "exact-indirect-match"
-        and isinstance(pkg, Mapping)
-        and bool(pkg.get("upstream-name"))
+    if rule.get("match-type") != "exact-indirect-match" or not isinstance(pkg, Mapping):
+        return False
+    named = {k: v for k, v in pkg.items() if _set(v)}
+    upstreams = (
+        [u.get("name") for u in (artifact.get("upstreams") or ()) if isinstance(u, Mapping)]
+        if isinstance(artifact.get("upstreams"), list)
+        else []
     )
+    for name, upstream, kind in GRYPE_DEFAULT_IGNORE_RULES:
+        if named != {"name": name, "upstream-name": upstream, "type": kind}:
+            continue
+        return (
+            artifact.get("type") == kind
+            and isinstance(artifact.get("name"), str)
+            and re.fullmatch(name, artifact["name"]) is not None
+            and any(isinstance(u, str) and re.fullmatch(upstream, u) for u in upstreams)
+        )
+    return False
 
 
 def _grype_finding(m: Any, source: str, where: str) -> Finding:
@@ -434,6 +484,12 @@ def _grype_finding(m: Any, source: str, where: str) -> Finding:
         fixed=", ".join(str(x) for x in fixed if isinstance(x, str)),
         ecosystem=str(art.get("type") or ""),
         aliases=tuple(str(r["id"]) for r in related if isinstance(r.get("id"), str)),
+        alias_ratings=tuple(
+            (str(r["id"]), rating)
+            for r in related
+            if isinstance(r.get("id"), str)
+            and (rating := _rated(r.get("severity"), _cvss_vectors_rating(_grype_cvss(r)))) != "unknown"
+        ),
     )
 
 
@@ -450,6 +506,16 @@ def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
         [target.get("manifestDigest"), *_list(target.get("repoDigests"), source, "source.target.repoDigests")]
     )
     _check_digest(found, digest, source, "source.target.manifestDigest / repoDigests")
+    # issue 34: the report's own target is what was scanned; repoDigests are other names of that image and may
+    # list the candidate beside another image's digest
+    own = _digests_in([target.get("manifestDigest")])
+    if own != {digest}:
+        raise _bad(
+            source,
+            f"scanned {', '.join(sorted(own)) or 'an image without a manifestDigest'} (source.target."
+            f"manifestDigest), not the candidate {digest}; repoDigests naming it does not make it its scan — "
+            "scan the image by digest (grype registry:IMAGE@sha256:…)",
+        )
     if "matches" not in doc:
         raise _bad(
             source,
@@ -463,7 +529,9 @@ def parse_grype(doc: Any, *, source: str, digest: str) -> list[Finding]:
     for i, m in enumerate(_list(doc.get("ignoredMatches"), source, "ignoredMatches")):
         where = f"ignoredMatches[{i}]"
         rules = _list(_obj(m, source, where).get("appliedIgnoreRules"), source, f"{where}.appliedIgnoreRules")
-        if not rules or any(_grype_policy_rule(r) for r in rules):
+        raw_art = _obj(m, source, where).get("artifact")
+        art = raw_art if isinstance(raw_art, Mapping) else {}
+        if not rules or not all(_grype_default_rule(r, art) for r in rules):
             f = _grype_finding(m, source, where)
             out.append(replace(f, package=f"{f.package} (hidden by grype's own ignore rule)"))
     return out
@@ -474,23 +542,46 @@ def parse_trivy(doc: Any, *, source: str, digest: str) -> list[Finding]:
     meta = _obj(doc.get("Metadata"), source, "Metadata")
     found = _digests_in(_list(meta.get("RepoDigests"), source, "Metadata.RepoDigests"))
     _check_digest(found, digest, source, "Metadata.RepoDigests")
+    # issue 34: the report's own target (ArtifactName, scanned by digest) is the candidate, and every name
+    # it lists is of that image: a report of another image whose RepoDigests also name the candidate is not
+    # its scan
+    own = _digests_in([doc.get("ArtifactName")])
+    if found != {digest} or (own and own != {digest}):
+        raise _bad(
+            source,
+            f"is a scan of {', '.join(sorted(found | own))} (ArtifactName, Metadata.RepoDigests), not only "
+            f"of the candidate {digest}: scan the image by digest (trivy image IMAGE@sha256:…)",
+        )
+    if not isinstance(doc.get("Results"), list) or not doc["Results"]:
+        raise _bad(
+            source,
+            "has no Results: trivy scanned nothing (no packages found, or the scan was cut short) — scan the "
+            "image again (trivy image --scanners vuln IMAGE@sha256:…), or use grype",
+        )
     results = [
         _obj(r, source, f"Results[{i}]") for i, r in enumerate(_list(doc.get("Results"), source, "Results"))
     ]
+    unclassed = next((i for i, r in enumerate(results) if not isinstance(r.get("Class"), str)), None)
+    if unclassed is not None:
+        raise _bad(
+            source,
+            f"Results[{unclassed}] has no Class (trivy writes os-pkgs or lang-pkgs on each result): a result "
+            "that says nothing of what was scanned cannot show the OS packages were — scan again with a "
+            "current trivy, or use grype",
+        )
     raw_os = meta.get("OS")
     os_info: Mapping[str, Any] = raw_os if isinstance(raw_os, Mapping) else {}
     family = os_info.get("Family")
+    if not isinstance(family, str) or not family:
+        raise _bad(
+            source,
+            "names no OS (Metadata.OS.Family): trivy detected no OS, so the OS packages (openssl, glibc, …) "
+            "were never scanned — scan an image trivy knows the OS of, or use grype",
+        )
     # trivy writes one result for the OS packages whenever it scanned them (Class "os-pkgs", Type the family;
     # no Vulnerabilities when clean): an OS it detected without that result was never looked at —
     # `--pkg-types library`, `--scanners secret`, or an OS release its database does not cover
-    if (
-        isinstance(family, str)
-        and family
-        and not any(
-            r.get("Class") == "os-pkgs" or (r.get("Class") is None and r.get("Type") == family)
-            for r in results
-        )
-    ):
+    if not any(r.get("Class") == "os-pkgs" for r in results):
         raise _bad(
             source,
             f"found the OS ({family} {os_info.get('Name') or ''}) but has no result for its packages "
@@ -1055,24 +1146,46 @@ def read_scan(path: Path, digest: str, policy: Policy | None) -> Scan:
     )
 
 
+def _covers(entry_id: str, f: Finding) -> bool:
+    """Does the allowlist entry *entry_id* (casefolded) name *f*: its own id, or an alias of it at the
+    finding's severity — an alias whose own record rates it lower is another advisory (issue 34: an
+    allowlisted Low CVE that a Critical lists as related is not the Critical)."""
+    if f.id.casefold() == entry_id:
+        return True
+    ratings = {a.casefold(): r for a, r in f.alias_ratings}
+    return any(
+        alias.casefold() == entry_id and _rank(ratings.get(entry_id, f.severity)) >= _rank(f.severity)
+        for alias in f.aliases
+    )
+
+
 def judge(scan: Scan, policy: Policy, *, today: datetime.date) -> Verdict:
-    """Which findings block (at or above ``fail_on``, not allowlisted by an entry that is still valid)."""
+    """Which findings block (at or above ``fail_on``, not allowlisted by an entry that is still valid: not
+    expired, and expiring no further than ``allowlist_max_days`` from *today*)."""
     floor = _rank(policy.fail_on)
-    allow = {e.id.casefold(): e for e in policy.allowlist}  # ids are unique, letters' case aside
+    horizon = today + datetime.timedelta(days=policy.max_days)
     blocking, allowed, expired = [], [], []
     for f in dict.fromkeys(scan.findings):
         if _rank(f.severity) < floor:
             continue
         # the finding's own id, then its aliases: the entry still valid counts, else the first expired one
-        entries = [e for i in (f.id, *f.aliases) if (e := allow.get(i.casefold())) is not None]
-        valid = next((e for e in entries if e.expires >= today), None)
+        entries = [e for e in policy.allowlist if _covers(e.id.casefold(), f)]
+        entries.sort(key=lambda e: e.id.casefold() != f.id.casefold())
+        valid = next((e for e in entries if today <= e.expires <= horizon), None)
         if valid is not None:
             allowed.append((f, valid))
             continue
+        far = next((e for e in entries if e.expires > horizon), None)  # said in the refusal
         if entries:
-            expired.append((f, entries[0]))
+            expired.append((f, far or entries[0]))
         blocking.append(f)
-    return Verdict(scan=scan, blocking=tuple(blocking), allowlisted=tuple(allowed), expired=tuple(expired))
+    return Verdict(
+        scan=scan,
+        blocking=tuple(blocking),
+        allowlisted=tuple(allowed),
+        expired=tuple(expired),
+        today=today,
+    )
 
 
 def gate(

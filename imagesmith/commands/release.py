@@ -58,25 +58,41 @@ INDEX_EPILOG = epilog(
 
 
 def _warn(message: str) -> None:
-    typer.echo(f"warning: {message}", err=True)
+    from imagesmith.scrub import scrub
+
+    typer.echo(scrub(f"warning: {message}"), err=True)
 
 
-def _index_trust(flag: Path | None, no_verify: bool) -> Any:
+def _index_trust(
+    flag: Path | None, no_verify: bool, *, fingerprint: str | None = None, first_use: bool = False
+) -> Any:
     """How pick and index trust the release index (:class:`imagesmith.indextrust.Trust`): the key of
-    --verify-key, else $IMAGESMITH_INDEX_KEY, else ``[release] index_key`` of the user config (or its older
-    ``[pick] verify_key``), else of the project's imagesmith.toml; none → the key pinned for the source, or
-    published beside it (first use). ``--no-verify``: nothing is checked (the caller warns)."""
-    from imagesmith.indextrust import IndexKey, Trust
+    --verify-key, else the fingerprint of --key-fingerprint (issue 34: the trust root), else
+    $IMAGESMITH_INDEX_KEY, else ``[release] index_key`` of the user config (or its older ``[pick]
+    verify_key``), else of the project's imagesmith.toml **only when named** (``--project``,
+    $IMAGESMITH_PROJECT: a walked-up file in a parent folder never chooses the key); each a key or its
+    fingerprint. None → the key pinned for the source; with ``--trust-first-use`` the key published beside it
+    (first use). ``--no-verify``: nothing is checked (the caller warns)."""
+    from dataclasses import replace
+
+    from imagesmith.indextrust import IndexKey, Trust, is_fingerprint, parse_fingerprint
 
     if no_verify:
-        if flag is not None:
+        if flag is not None or fingerprint is not None:
             raise ConfigError(
-                "--verify-key and --no-verify contradict each other",
+                f"{'--verify-key' if flag is not None else '--key-fingerprint'} and --no-verify contradict "
+                "each other",
                 hint="drop --no-verify: the index is then checked with the key given",
             )
         return Trust(verify=False)
+    root = parse_fingerprint(fingerprint, origin="--key-fingerprint") if fingerprint is not None else None
+    base = Trust(
+        first_use=first_use, fingerprint=root, fingerprint_origin="--key-fingerprint" if root else ""
+    )
     if flag is not None:
-        return Trust(key=IndexKey(_read_key(flag, "--verify-key"), f"--verify-key {flag}"))
+        return replace(base, key=IndexKey(_read_key(flag, "--verify-key"), f"--verify-key {flag}"))
+    if root is not None:
+        return base
     from imagesmith.config import load_config
 
     config = load_config()
@@ -84,15 +100,21 @@ def _index_trust(flag: Path | None, no_verify: bool) -> Any:
     if config.index_key is not None:
         named = (config.index_key, config.index_key_origin or config.source)
     else:
-        project = _project_quietly()
+        project = _project_named()
         if project is not None and project.index_key is not None:
             named = (project.index_key, f"{project.file}: release.index_key")
     if named is None:
-        return Trust()
+        return Trust(first_use=first_use)
     value, origin = named
     if isinstance(value, Path):
-        return Trust(key=IndexKey(_read_key(value, origin), f"{origin} ({value})"))
-    return Trust(key=IndexKey(value.encode(), origin))
+        return Trust(key=IndexKey(_read_key(value, origin), f"{origin} ({value})"), first_use=first_use)
+    if is_fingerprint(value):
+        return Trust(
+            fingerprint=parse_fingerprint(value, origin=origin),
+            fingerprint_origin=origin,
+            first_use=first_use,
+        )
+    return Trust(key=IndexKey(value.encode(), origin), first_use=first_use)
 
 
 def _read_key(path: Path, origin: str) -> bytes:
@@ -119,16 +141,16 @@ def _read_key(path: Path, origin: str) -> bytes:
     return data
 
 
-def _project_quietly() -> Any:
-    """The project here, when there is one (``--project``, ``$IMAGESMITH_PROJECT``, or an imagesmith.toml
-    above the working directory); None where there is none — pick runs on rentals without one."""
+def _project_named() -> Any:
+    """The project the renter named (``--project``, ``$IMAGESMITH_PROJECT``), else None: pick and index
+    never take a key from an imagesmith.toml found by walking up from the working directory (issue 34: a file
+    planted in a parent folder would choose the key that verifies the index)."""
     from imagesmith.commands import project_option
-    from imagesmith.project import PROJECT_ENV, discover, find_project_file, load_project
+    from imagesmith.project import PROJECT_ENV, discover
 
     if project_option() is not None or settings.get(PROJECT_ENV):
         return discover(project_option())
-    found = find_project_file(Path.cwd())
-    return load_project(found) if found is not None else None
+    return None
 
 
 def _no_verify_warning(source: str) -> None:
@@ -139,11 +161,20 @@ def _no_verify_warning(source: str) -> None:
 
 
 def _note(line: str) -> None:
-    typer.echo(line, err=True)
+    from imagesmith.scrub import scrub
+
+    typer.echo(scrub(line), err=True)
 
 
 def _fetch_trusted(
-    source: str, *, refresh: bool, insecure: bool, verify_key: Path | None, no_verify: bool
+    source: str,
+    *,
+    refresh: bool,
+    insecure: bool,
+    verify_key: Path | None,
+    no_verify: bool,
+    key_fingerprint: str | None = None,
+    trust_first_use: bool = False,
 ) -> Any:
     """The release index of *source* for pick and index: verified as :func:`_index_trust` says (the key's
     fingerprint noted on stderr), or with ``--no-verify`` unchecked and a warning on every run."""
@@ -154,11 +185,13 @@ def _fetch_trusted(
         refresh=refresh,
         warn=_warn,
         insecure=insecure,
-        trust=_index_trust(verify_key, no_verify),
+        trust=_index_trust(verify_key, no_verify, fingerprint=key_fingerprint, first_use=trust_first_use),
         note=_note,
     )
     if no_verify:
-        _no_verify_warning(source)
+        from imagesmith.indextrust import split_root
+
+        _no_verify_warning(split_root(source)[0])
     return idx
 
 
@@ -271,6 +304,24 @@ def pick(
             "it, pinned then; without any the index is refused. Its fingerprint is printed on stderr",
         ),
     ] = None,
+    key_fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--key-fingerprint",
+            metavar="sha256:HEX",
+            help="the trust root: the fingerprint of the publisher's index key (its release prints it; "
+            "also as --index SRC#sha256:HEX, $IMAGESMITH_INDEX_KEY or \\[release] index_key of the user "
+            "config); the key published beside the index is taken only when it has it",
+        ),
+    ] = None,
+    trust_first_use: Annotated[
+        bool,
+        typer.Option(
+            "--trust-first-use",
+            help="with no trust root and no key pinned for the source: trust and pin the key published "
+            "beside the index (whoever can push there chooses it; never on a rental you care about)",
+        ),
+    ] = False,
     no_verify: Annotated[
         bool,
         typer.Option(
@@ -299,7 +350,13 @@ def pick(
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
     idx = _fetch_trusted(
-        source, refresh=refresh, insecure=insecure, verify_key=verify_key, no_verify=no_verify
+        source,
+        refresh=refresh,
+        insecure=insecure,
+        verify_key=verify_key,
+        no_verify=no_verify,
+        key_fingerprint=key_fingerprint,
+        trust_first_use=trust_first_use,
     )
     request = picking.PickRequest(
         nvidia_smi=nvidia_smi,
@@ -390,6 +447,16 @@ def release(
             "default $IMAGESMITH_SIGNING_KEY",
         ),
     ] = None,
+    rotate_to: Annotated[
+        Path | None,
+        typer.Option(
+            "--rotate-to",
+            metavar="NEW.key",
+            help="rotate the index key (issue 34): the index names NEW's fingerprint as its successor, is "
+            "signed by --sign-key and NEW, and publishes NEW's .pub; renters that pinned the current key "
+            "move to NEW by themselves. Sign with NEW alone from the next run on",
+        ),
+    ] = None,
     scan_reports: Annotated[
         list[Path] | None,
         typer.Option(
@@ -405,6 +472,7 @@ def release(
     to every registry of their cell."""
     from imagesmith import release as releasing
     from imagesmith.registry import verify_level
+    from imagesmith.scrub import scrub
 
     if index_file is not None:
         check_output_file(index_file, "--index-file")
@@ -423,6 +491,21 @@ def release(
         from imagesmith import signing
 
         key = signing.load_signing_key(key_file)
+    successor = None
+    if rotate_to is not None:
+        from imagesmith import signing
+
+        if key is None:
+            raise ConfigError(
+                "--rotate-to needs --sign-key (or $IMAGESMITH_SIGNING_KEY): the current key signs the "
+                "rotation",
+                hint="pass --sign-key CURRENT.key --rotate-to NEW.key",
+            )
+        successor = signing.load_signing_key(rotate_to)
+        if successor.public.fingerprint == key.public.fingerprint:
+            raise ConfigError(
+                f"--rotate-to {rotate_to}: the same key as --sign-key", hint="give the new key's private half"
+            )
     outcome = releasing.release_matrix(
         project.resolve_matrix_name(matrix),
         report_dirs=reports,
@@ -431,14 +514,16 @@ def release(
         index_file=index_file or project.release_index_file,
         registries_file=registries,
         extend_from=extend_from,
-        echo=lambda line: typer.echo(line, err=True),
+        echo=lambda line: typer.echo(scrub(line), err=True),
         project=project,
         verify=verify_level(verify or None),
         trusted=trusted,
         sign_key=key,
+        rotate_to=successor,
         scan_dirs=scan_reports or [],
     )
-    typer.echo(release_json(outcome) if as_json else release_text(outcome))
+    # issue 34: a registry's error quoted in a cell's reasons never shows a credential
+    typer.echo(scrub(release_json(outcome) if as_json else release_text(outcome)))
     outcome.raise_for_refusals()
 
 
@@ -508,6 +593,24 @@ def index_show(
             "--no-verify", help="do not check the signature, serial or expiry (warned on every run)"
         ),
     ] = False,
+    key_fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--key-fingerprint",
+            metavar="sha256:HEX",
+            help="the trust root: the fingerprint of the publisher's index key (its release prints it; "
+            "also as --index SRC#sha256:HEX, $IMAGESMITH_INDEX_KEY or \\[release] index_key of the user "
+            "config); the key published beside the index is taken only when it has it",
+        ),
+    ] = None,
+    trust_first_use: Annotated[
+        bool,
+        typer.Option(
+            "--trust-first-use",
+            help="with no trust root and no key pinned for the source: trust and pin the key published "
+            "beside the index (whoever can push there chooses it; never on a rental you care about)",
+        ),
+    ] = False,
 ) -> None:
     """Load, verify (signature by the trusted or pinned key, serial, expiry; as pick does) and list a release
     index."""
@@ -518,7 +621,15 @@ def index_show(
         raise ConfigError(
             "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
         )
-    idx = _fetch_trusted(src, refresh=refresh, insecure=insecure, verify_key=verify_key, no_verify=no_verify)
+    idx = _fetch_trusted(
+        src,
+        refresh=refresh,
+        insecure=insecure,
+        verify_key=verify_key,
+        no_verify=no_verify,
+        key_fingerprint=key_fingerprint,
+        trust_first_use=trust_first_use,
+    )
     if as_json:
         typer.echo(dump_index(idx), nl=False)
         return

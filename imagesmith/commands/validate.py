@@ -322,8 +322,8 @@ def _fleet(index: str | None, passed: str | None, source: str) -> tuple[list[dic
     # the figures of validated hosts are the expected values this run's performance checks pass or fail
     # against (before imagesmith/data/perf.toml): an index someone who can push to the registry rewrote would
     # let a throttled host pass (figures lowered) or fail every run (raised). Verified as pick verifies it:
-    # the key of $IMAGESMITH_INDEX_KEY / [release] index_key, else the key pinned for the source, else the one
-    # published beside it (first use, its fingerprint printed)
+    # the key (or fingerprint, issue 34) of $IMAGESMITH_INDEX_KEY / [release] index_key or INDEX#sha256:…,
+    # else the key pinned for the source; never a first use (no --trust-first-use here)
     from imagesmith.indextrust import reading_as
 
     try:
@@ -333,9 +333,10 @@ def _fleet(index: str | None, passed: str | None, source: str) -> tuple[list[dic
             )
     except IndexTrustError as exc:
         raise exc.replace(
-            hint="set the publisher's index key once ([release] index_key in "
-            "~/.config/imagesmith/config.toml, or $IMAGESMITH_INDEX_KEY) and check the fingerprint with the "
-            "publisher, or give the expected figures as --baseline REPORT.json",
+            hint="name the publisher's index key by its fingerprint (--baseline-from SRC#sha256:<fp>, or "
+            'once: [release] index_key = "sha256:<fp>" in ~/.config/imagesmith/config.toml or '
+            "$IMAGESMITH_INDEX_KEY; its release prints it), or give the expected figures as --baseline "
+            "REPORT.json",
         ) from None
     groups = fleet_groups(read)
     if not groups:

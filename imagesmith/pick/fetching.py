@@ -81,9 +81,25 @@ def fetch_index(
     sha256: the signature is not computed again). *note* gets one line naming the key trusted.
     ``Trust(verify=False)`` (``--no-verify``) skips all of it.
     """
-    from imagesmith.indextrust import KEY_SUFFIX, MAX_KEY_BYTES, Trust, TrustStore
+    from imagesmith.indextrust import KEY_SUFFIX, MAX_KEY_BYTES, Trust, TrustStore, split_root
 
     trust = trust if trust is not None else Trust()
+    source, root = split_root(source, flag=index_flag())
+    if root is not None and trust.verify:
+        # the root in the index reference names this source's key: it wins over the user config's and the
+        # environment's (general) one; only a flag of the same run that names another is a contradiction
+        if trust.fingerprint_origin == "--key-fingerprint" and trust.fingerprint != root:
+            raise ConfigError(
+                f"{index_flag()} {source}#{root}: the fingerprint in the index reference differs from "
+                f"{trust.fingerprint} (--key-fingerprint)",
+                hint="name one trust root: drop one of the two",
+            )
+        named_key = (
+            trust.key if trust.key is not None and trust.key.origin.startswith("--verify-key") else None
+        )
+        trust = replace(
+            trust, key=named_key, fingerprint=root, fingerprint_origin=f"{index_flag()} {source}#{root[:15]}…"
+        )
     say = note or (lambda _: None)
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", source)
     if scheme and not source.startswith(("http://", "https://", "oci://", "oci+http://")):
@@ -117,6 +133,7 @@ def fetch_index(
             store=store,
         )
         store.record(index, signed, trusted, signature)
+        _pin_publisher(index, trusted, store, source)
         say(trusted.line(source))
         return index
     check_index_scheme(source, insecure=insecure)
@@ -224,8 +241,27 @@ def fetch_index(
         atomicio.write_atomic(path, data)
     if fresh is not None:
         store.record(index, body, fresh, envelope)
+        _pin_publisher(index, fresh, store, source)
         say(fresh.line(source))
     return index
+
+
+def _pin_publisher(index: ReleaseIndex, trusted: Trusted, store: TrustStore, source: str) -> None:
+    """A pin per publisher (issue 34): the key now pinned for *source*, when it verified *index*, is pinned
+    too for every repository the signed index names in ``published_to`` that has no pin yet — the same
+    publisher's second registry is then no first use (a key published there that differs is refused)."""
+    from imagesmith.indextrust import TrustStore as Store
+
+    pinned = store.data().get("fingerprint")
+    if not index.published_to or "key" not in store.data() or pinned != trusted.fingerprint:
+        return
+    for location in index.published_to:
+        try:
+            other = Store(_trust_dir(), _trust_key(f"oci://{location}"), shown=f"oci://{location}")
+            if other.path != store.path:
+                other.pin_if_unpinned(store, f"by the index of {source} its key signed (it names {location})")
+        except ConfigError:
+            continue  # a repository name pick could not read, or a damaged record (said when it is read)
 
 
 def _trust_dir() -> Path:
@@ -282,11 +318,31 @@ def _verify_index(
         offered = published() if trust.key is None else None
         trusted = indextrust.choose_key(trust, store, offered, source=source, published_where=published_where)
         assert trusted.key is not None
-        indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
+        try:
+            indextrust.check_signature(body, envelope, [trusted.key], source=source, where=where)
+        except IndexTrustError:
+            if trusted.offered is not None:  # another key beside it, and the pin did not sign: a swap
+                indextrust.refuse_other_published(
+                    trusted.offered, trusted.fingerprint, store, source, published_where
+                )
+            raise
     index = parse_index(body, source=source)
     if location is not None:
         indextrust.check_location(index, location, source=source)
-    indextrust.check_fresh(index, body, source=source, store=store, trust=trust)
+    indextrust.check_fresh(
+        index, body, source=source, store=store, trust=trust, fingerprint=trusted.fingerprint
+    )
+    # issue 34: a key published beside it that is not the pin counts only as the successor this index names
+    trusted = indextrust.check_rotation(
+        index,
+        body,
+        envelope,
+        trusted,
+        store=store,
+        source=source,
+        where=where,
+        published_where=published_where,
+    )
     return index, trusted
 
 

@@ -14,6 +14,7 @@ from imagesmith.errors import ImagesmithError, ReleaseError
 from imagesmith.index import (
     SbomRecord,
 )
+from imagesmith.labelcheck import label_differences
 from imagesmith.refs import Registry
 from imagesmith.registry import (
     RegistryApi,
@@ -215,6 +216,8 @@ def check_labels(run: CellRun) -> None:
         )
         if said != planned
     ]
+    # issue 34: min_driver, arch, shm labels vs the plan's cell; torch/CUDA the suite recorded vs the labels
+    differ += label_differences(cell, facts, run.passing)
     if differ:
         run.refuse(
             f"the image config of the candidate {run.digest} says {', '.join(differ)}: it is not this cell's "

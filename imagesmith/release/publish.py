@@ -9,7 +9,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from imagesmith import atomicio
 from imagesmith.errors import ConfigError, ImagesmithError, ReleaseError
 from imagesmith.index import (
     ReleasedImage,
@@ -23,6 +22,8 @@ from imagesmith.index import (
     renewal_due,
     save_index,
 )
+from imagesmith.indextrust import renter_line
+from imagesmith.labelcheck import write_file
 from imagesmith.project import DEFAULT_INDEX_VALID_DAYS
 from imagesmith.refs import Registry
 from imagesmith.registry import (
@@ -189,23 +190,32 @@ def write_index(
     return True
 
 
-def sign_index(index_file: Path, body: bytes, sign_key: SigningKey, outcome: Outcome) -> tuple[bytes, bytes]:
+def sign_index(
+    index_file: Path,
+    body: bytes,
+    sign_key: SigningKey,
+    outcome: Outcome,
+    rotate_to: SigningKey | None = None,
+) -> tuple[bytes, bytes]:
     """The DSSE envelope of the index *body* (kept when the one beside the file signs the same bytes: ECDSA
     signatures differ each time) and the public key beside it (``index.json.pub``, the artifact's key
     layer: what pick pins on first use)."""
     from imagesmith import signing
 
     signature = index_signature_path(index_file)
-    envelope = signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, sign_key)
-    if not signature.is_file() or not _signed_same(signature, body, sign_key):
-        atomicio.write_atomic(signature, envelope + b"\n")
+    # issue 34: a rotation is signed by both keys; the successor's key is the one published beside it
+    envelope = signing.sign_envelope_by(
+        body, signing.INDEX_PAYLOAD_TYPE, [sign_key, *([rotate_to] if rotate_to is not None else [])]
+    )
+    if not signature.is_file() or not _signed_same(signature, body, rotate_to or sign_key):
+        write_file(signature, envelope + b"\n")
     else:
         envelope = signature.read_bytes().strip()
     outcome.index_signature = str(signature)
-    public = sign_key.public.pem
+    public = (rotate_to or sign_key).public.pem
     published_key = index_file.with_name(index_file.name + ".pub")
     if not published_key.is_file() or published_key.read_bytes() != public:
-        atomicio.write_atomic(published_key, public)
+        write_file(published_key, public)
     return envelope, public
 
 
@@ -216,6 +226,8 @@ def publish(
     sign_key: SigningKey | None,
     outcome: Outcome,
     echo: Callable[[str], Any],
+    *,
+    rotate_to: SigningKey | None = None,
 ) -> None:
     """Sign the index file's content (with *sign_key*) and publish it to every repository of *repos*
     (:func:`publish_index_everywhere`); a failure is a failed ``(index)`` row of *outcome*."""
@@ -223,7 +235,9 @@ def publish(
     envelope: bytes | None = None
     public: bytes | None = None
     if sign_key is not None:
-        envelope, public = sign_index(index_file, body, sign_key, outcome)
+        envelope, public = sign_index(index_file, body, sign_key, outcome, rotate_to)
+        # issue 34: the one line a renter pastes, the key's fingerprint as its trust root
+        echo(renter_line(load_index(index_file).published_to, (rotate_to or sign_key).public.fingerprint))
     else:
         echo(
             "warning: the index is not signed (no --sign-key / $IMAGESMITH_SIGNING_KEY): "

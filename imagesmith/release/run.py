@@ -15,6 +15,7 @@ from imagesmith.index import (
     ReleaseIndex,
     ValidatedOn,
 )
+from imagesmith.labelcheck import check_targets
 from imagesmith.refs import Registry
 from imagesmith.registry import (
     RegistryApi,
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from imagesmith.project import Project
     from imagesmith.signing import PublicKey, SigningKey
 
+from imagesmith.release.artifacts import index_signature_path
 from imagesmith.release.base import ReleaseCell, _now
 from imagesmith.release.blobs import VerifiedBlobs
 from imagesmith.release.carried import _stored_validated_on, carry_over
@@ -58,6 +60,7 @@ def release_cells(
     gate: Gate | None = None,
     sbom_for: SbomFinder | None = None,
     verified: VerifiedBlobs | None = None,
+    rotate_to: SigningKey | None = None,
 ) -> Outcome:
     """Release *cells* (see the package docstring) on the evidence of *reports* signed by *trusted* keys;
     write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
@@ -71,6 +74,10 @@ def release_cells(
                 clients[t.name] = client_for(t)
     known = {r.name: r for r in known_registries} | {t.name: t for c in cells for t in c.targets}
     outcome = Outcome(matrix=matrix, dry_run=dry_run, index_file=str(index_file))
+    if not dry_run:  # issue 34: a link or non-regular file where release writes: refused up front
+        check_targets(
+            [index_file, index_signature_path(index_file), index_file.with_name(index_file.name + ".pub")]
+        )
     verified = verified if verified is not None else VerifiedBlobs.default()
     base = _base_index(
         index_file,
@@ -116,6 +123,10 @@ def release_cells(
     if carried is None:
         return outcome
     merged = merged_index(base, carried, entries, _index_repos(cells))
+    if (
+        rotate_to is not None and sign_key is not None
+    ):  # issue 34: the rotation is named inside the signed bytes
+        merged = replace(merged, successor_key=rotate_to.public.fingerprint)
     outcome.index_changed = merged != base or not index_file.is_file()
     if not merged.images:  # nothing released, now or before: no index to write or publish
         outcome.index_file = None
@@ -124,7 +135,7 @@ def release_cells(
     if dry_run:
         return outcome
     if write_index(merged, base, index_file, index_valid_for, outcome):
-        publish(index_file, _index_repos(cells), clients, sign_key, outcome, echo)
+        publish(index_file, _index_repos(cells), clients, sign_key, outcome, echo, rotate_to=rotate_to)
     return outcome
 
 
@@ -174,6 +185,7 @@ def release_matrix(
     trusted: Sequence[PublicKey] = (),
     sign_key: SigningKey | None = None,
     scan_dirs: Sequence[Path] = (),
+    rotate_to: SigningKey | None = None,
 ) -> Outcome:
     """Load the matrix of *project*, plan it, and release its cells (see the module docstring). *trusted*:
     the keys whose attestations count (the project's ``[release] trusted_keys`` are added)."""
@@ -214,6 +226,7 @@ def release_matrix(
         index_valid_for=proj.index_valid_for,
         gate=gate,
         sbom_for=sbom_finder(scan_dirs, keys) if scan_dirs else None,
+        rotate_to=rotate_to,
     )
 
 

@@ -47,10 +47,11 @@ def repo() -> str:
 
 @pytest.fixture(autouse=True)
 def _renter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fresh rental: its own cache (pinned keys, newest serials), no user config, no project, no key set."""
+    """A fresh rental: its own cache (pinned keys, newest serials), no user config, no project; the trust root
+    the renter pasted from the publisher's announcement (issue 34): the tests' key by its fingerprint."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "config.toml"))
-    monkeypatch.delenv("IMAGESMITH_INDEX_KEY", raising=False)
+    monkeypatch.setenv("IMAGESMITH_INDEX_KEY", KEY.public.fingerprint)
     monkeypatch.delenv("IMAGESMITH_PROJECT", raising=False)
     monkeypatch.chdir(tmp_path)
 
@@ -95,10 +96,11 @@ def _refused(res: Any, source: str, *words: str) -> tuple[str, str]:
 
 
 def test_an_unsigned_index_naming_its_own_hosts_is_refused(
-    regs: LocalRegistries, repo: str, run_cli: Any
+    regs: LocalRegistries, repo: str, run_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """main: one unsigned index pushed to one registry made pick print `docker pull evil.example.com/…`, exit
     0, nothing on stderr."""
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY")  # a rental with no trust root at all
     source = _source(regs, repo)
     evil = make_index(registries=[("evil", "generic", "evil.example.com/torch")])
     evil = dataclasses.replace(evil, registries=("evil.example.com",))
@@ -112,12 +114,16 @@ def test_an_unsigned_index_naming_its_own_hosts_is_refused(
         source,
         "the index is not signed",
     )
-    # the publisher's signed index: the rerun works, first use pins the key published with it
+    # the publisher's signed index: without a root still refused (issue 34: the key beside it is whatever
+    # the registry serves), nothing pinned or pulled
     _publish(regs, repo)
-    ok = run_cli("pick", "--index", source, *PICK, "--refresh")
+    _refused(
+        run_cli("pick", "--index", source, *PICK, "--refresh"), source, "no trust root", "--trust-first-use"
+    )
+    # the rerun with the fingerprint the publisher announces works, and pins the key published with it
+    ok = run_cli("pick", "--index", f"{source}#{KEY.public.fingerprint}", *PICK, "--refresh")
     assert ok.exit_code == 0, ok.stderr
-    assert f"note: first use of --index {source}: trusting the key published beside it, " in ok.stderr
-    assert KEY.public.fingerprint in ok.stderr
+    assert f"index key: {KEY.public.fingerprint} (ed25519, published beside it, the fingerprint " in ok.stderr
     assert "evil.example.com" not in ok.stdout
     assert "docker pull docker.io/imagesmith/torch:" in ok.stdout
 
@@ -249,7 +255,7 @@ def test_a_stored_attestation_naming_two_subjects_is_refused_by_release(
 
 
 def _signed_release(
-    regs: LocalRegistries, repo: str, tmp_path: Path, label: str
+    regs: LocalRegistries, repo: str, tmp_path: Path, label: str, said: list[str] | None = None
 ) -> tuple[RegistryClient, Path, signing.SigningKey, Callable[[], None]]:
     """One passing candidate in the plain registry and the release of it signed with a fresh release key:
     (the plain client, the index file, the key, the release run — called once here, again by the caller)."""
@@ -268,6 +274,7 @@ def _signed_release(
             client_for=clients_for(regs),
             trusted=TRUSTED,
             sign_key=release_key,
+            echo=(said if said is not None else []).append,
         ).raise_for_refusals()
 
     release()
@@ -278,14 +285,22 @@ def test_release_publishes_serial_expiry_and_key_and_pick_trusts_it_on_first_use
     regs: LocalRegistries, repo: str, tmp_path: Path, run_cli: Any
 ) -> None:
     """What release writes is what pick accepts by default: serial and expiry inside the signed bytes, the key
-    beside the index (file: index.json.pub; artifact: its key layer)."""
-    _, index_file, release_key, _ = _signed_release(regs, repo, tmp_path, "release then pick")
+    beside the index (file: index.json.pub; artifact: its key layer), and the line a renter pastes (issue 34:
+    the index by its repository with the key's fingerprint as the trust root)."""
+    said: list[str] = []
+    _, index_file, release_key, _ = _signed_release(regs, repo, tmp_path, "release then pick", said)
     doc = json.loads(index_file.read_text())
     assert doc["serial"] > 1_700_000_000
     assert doc["expires"] > doc["generated"]
     assert index_file.with_name("index.json.pub").read_bytes() == release_key.public.pem
+    (line,) = [ln for ln in said if ln.startswith("renters: ")]
+    pasted = f"oci://{regs.plain}/{repo}#{release_key.public.fingerprint}"
+    assert line == f"renters: imagesmith pick --index {pasted} --pull"
     source = _source(regs, repo)
-    res = run_cli("index", source, "--insecure")
+    refused = run_cli("index", source, "--insecure")  # the root of another publisher ($IMAGESMITH_INDEX_KEY)
+    assert refused.exit_code == 2
+    assert f"is {release_key.public.fingerprint}, not {KEY.public.fingerprint}" in refused.stderr
+    res = run_cli("index", pasted.replace("oci://", "oci+http://"), "--insecure")  # the line, pasted
     assert res.exit_code == 0, res.stderr
     assert release_key.public.fingerprint in res.stderr
     assert f", serial {doc['serial']}, expires {doc['expires']}" in res.stdout
@@ -297,12 +312,12 @@ def test_a_rerun_past_half_the_validity_renews_and_re_signs_the_index(
     """What the nightly relies on: a release run with nothing new to release re-issues the index once less
     than half of its validity is left (serial up, expiry moved, signed again, published), so renters never
     see it expire while the nightly runs; a run before that changes nothing."""
-    plain, index_file, _, release = _signed_release(regs, repo, tmp_path, "renew")
+    plain, index_file, release_key, release = _signed_release(regs, repo, tmp_path, "renew")
     first = json.loads(index_file.read_text())
     before = index_file.read_bytes(), plain.manifest_digest(repo, "release-index")
     release()  # the same day: nothing to renew, byte for byte
     assert (index_file.read_bytes(), plain.manifest_digest(repo, "release-index")) == before
-    source = _source(regs, repo)
+    source = f"{_source(regs, repo)}#{release_key.public.fingerprint}"  # the root the release printed
     assert run_cli("index", source, "--insecure").exit_code == 0  # a renter has seen this one
     # ten days later (as far as the index can tell): less than half of its 14 days is left
     aged = dict(first, expires="2000-01-01T00:00:00Z")
@@ -336,7 +351,8 @@ def test_a_signed_index_copied_to_another_repository_is_refused_there(
     for command in (
         ["pick", "--index", source, *PICK, "--verify-key", str(pub)],
         ["index", source, "--insecure", "--verify-key", str(pub)],
-        ["index", source, "--insecure"],  # first use, the copied key layer pinned: the same answer
+        # the publisher's root, the copied key layer matches it: the same answer
+        ["index", f"{source}#{release_key.public.fingerprint}", "--insecure"],
     ):
         _refused(
             run_cli(*command),
@@ -377,7 +393,7 @@ def test_a_key_layer_swapped_after_the_renter_verified_with_its_key_is_refused(
             source,
             f"is {evil_key.public.fingerprint}, not {KEY.public.fingerprint}",
             "the key that verified this source before",
-            "--verify-key NEW.pub",
+            "--key-fingerprint sha256:NEW",
         )
     _publish(regs, repo, serial=40)  # the publisher's next index: the rerun works, by the pinned key
     ok = run_cli("pick", "--index", source, *PICK, "--refresh")
@@ -466,3 +482,53 @@ def test_published_to_written_into_a_registry_index_is_not_signed_into_the_next_
         [here, f"{regs.plain}/{other}"]
     )
     assert not any("are not carried" in line for line in said), said
+
+
+# -- issue 34: the trust root a brand-new rental has, and pins per publisher, against a real registry --------
+
+
+def test_a_new_rental_refuses_an_attacker_published_index_and_the_publishers_second_registry_is_covered(
+    regs: LocalRegistries, repo: str, run_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """main: a new rental (empty cache) running README's `pick --index oci://HOST/REPO --pull` pinned whatever
+    key was published beside the index, and a pin of registry A made the same publisher's registry B a first
+    use again."""
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY")  # a brand-new rental: nothing named yet
+    other = f"{repo}-b"
+    a, b = _source(regs, repo), _source(regs, other)
+    evil_key = signing.generate_key()
+    evil = dataclasses.replace(
+        make_index(registries=[("evil", "generic", "evil.example.com/torch")]),
+        registries=("evil.example.com",),
+    )
+    body, env = signed_bytes(evil, serial=50, key=evil_key)
+    publish_index(regs.plain_client(), repo, body, env, evil_key.public.pem)  # the attacker's, with its key
+    refused = run_cli("pick", "--index", a, *PICK, "--pull")
+    _refused(refused, a, "no trust root", evil_key.public.fingerprint, "--key-fingerprint")
+    assert not list(Path("cache").rglob("*.trust.json"))  # nothing pinned
+    rooted = run_cli("pick", "--index", f"{a}#{KEY.public.fingerprint}", *PICK)
+    _refused(rooted, a, f"is {evil_key.public.fingerprint}, not {KEY.public.fingerprint} that ")
+    # the publisher's index, published to both repositories; the renter pastes the fingerprint once, for A
+    both = dataclasses.replace(make_index(), published_to=(f"{regs.plain}/{repo}", f"{regs.plain}/{other}"))
+    body, env = signed_bytes(both, serial=60)
+    for r in (repo, other):
+        publish_index(regs.plain_client(), r, body, env, KEY.public.pem)
+    ok = run_cli("pick", "--index", f"{a}#{KEY.public.fingerprint}", *PICK, "--refresh")
+    assert ok.exit_code == 0, ok.stderr
+    assert "docker pull docker.io/imagesmith/torch:" in ok.stdout
+    assert len(list(Path("cache").rglob("*.trust.json"))) == 2  # A's pin, and B's from A's signed index
+    # B after the pin of A: someone who can push to B serves its own index and key — refused, not a first use
+    body_b, env_b = signed_bytes(
+        dataclasses.replace(evil, published_to=both.published_to), serial=70, key=evil_key
+    )
+    publish_index(regs.plain_client(), other, body_b, env_b, evil_key.public.pem)
+    _refused(
+        run_cli("pick", "--index", b, *PICK, "--trust-first-use"),
+        b,
+        f"is {evil_key.public.fingerprint}, not {KEY.public.fingerprint}",
+    )
+    # the correct run: B serves the publisher's index, taken with no root by the pin A's index put there
+    publish_index(regs.plain_client(), other, body, env, KEY.public.pem)
+    fine = run_cli("pick", "--index", b, *PICK, "--refresh")
+    assert fine.exit_code == 0, fine.stderr
+    assert f"index key: {KEY.public.fingerprint} (ed25519, pinned in " in fine.stderr

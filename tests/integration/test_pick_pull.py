@@ -17,14 +17,15 @@ from tests.integration.test_release import TRUSTED, cell, clients_for, push_imag
 from tests.localinfra import LocalRegistries, local_registries
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
-#: the release key of these tests: release signs the index and publishes its .pub beside it (issue 25), which
-#: pick pins on first use
+#: the release key of these tests: release signs the index and publishes its .pub beside it (issue 25); the
+#: renter names it by its fingerprint (issue 34: the trust root), and pick pins it then
 RELEASE_KEY = signing.generate_key("ed25519")
 
 
 @pytest.fixture(autouse=True)
 def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMAGESMITH_INDEX_KEY", RELEASE_KEY.public.fingerprint)
 
 
 def released_index(regs: LocalRegistries, tmp_path: Path, what: str) -> tuple[str, str, Path]:

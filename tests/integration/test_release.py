@@ -141,10 +141,12 @@ def write_report(
     key: signing.SigningKey | None = KEY,
     digest: str | None = None,
     gpus: int = 2,
+    stack: dict[str, Any] | None = None,
 ) -> Path:
     """report.json as imagesmith validate writes it and, signed by *key* (None: unsigned), the attestation
     of *digest* (default: the digest at the end of *target*, as the engine would report it). Its GPU
-    inventory lists *gpus* H200s (0: a report that records no GPU host)."""
+    inventory lists *gpus* H200s (0: a report that records no GPU host); *stack*: the figures of its
+    test_record_stack (the torch and CUDA the suite found inside the image), none by default."""
     folder.mkdir(parents=True, exist_ok=True)
     checks: list[dict[str, Any]] = [
         {
@@ -161,6 +163,11 @@ def write_report(
             },
         }
     ]
+    if stack is not None:  # what the suite recorded inside the image (test_record_stack: torch, torch_cuda)
+        checks.append(
+            {"name": "test_record_stack", "module": "test_01_record", "status": "passed", "message": "",
+             "figures": stack}
+        )  # fmt: skip
     if failed:
         checks.append(
             {

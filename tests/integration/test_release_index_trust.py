@@ -224,3 +224,138 @@ def test_a_carried_entry_is_kept_only_while_its_attestation_verifies(
     again = _release(regs, repo, tmp_path, "a", index_file, trusted=[*TRUSTED, new_key.public])
     again.raise_for_refusals()  # type: ignore[attr-defined]
     assert [i.tag for i in load_index(index_file).images] == ["a", "b"]
+
+
+# -- issue 34: labels bound to the plan and to the evidence; release's writes never through a link ----------
+
+
+def _labelled_release(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    cid: str,
+    labels: dict[str, str],
+    stack: dict[str, str] | None = None,
+) -> Any:
+    from tests.integration.test_release import image_labels
+
+    rc = cell(cid, targets(regs, repo))
+    digest = push_image(
+        regs.plain_client(),
+        repo,
+        f"{cid}-candidate",
+        f"{cid} {repo} {uuid.uuid4()}",
+        labels={**image_labels(rc), **labels},
+    )
+    folder = tmp_path / "r" / f"{cid}-{uuid.uuid4().hex[:6]}"
+    write_report(folder, f"{regs.plain}/{repo}@{digest}", "passed", stack=stack)
+    return release_cells(
+        [rc],
+        matrix="t",
+        reports=collect_reports([folder], TRUSTED),
+        index_file=tmp_path / "index.json",
+        client_for=clients_for(regs),
+        trusted=TRUSTED,
+    )
+
+
+@pytest.mark.parametrize(
+    ("labels", "stack", "said"),
+    [
+        ({"io.imagesmith.min-driver.full": "450.80.02"}, None, "min-driver 450.80.02/"),
+        ({"io.imagesmith.torch-arch": "8.0,9.0"}, None, "arch 8.0,9.0 (the plan's cell: 7.5,"),
+        ({"io.imagesmith.shm-min": "64m"}, None, "shm-min 64m (the plan's cell: 1g)"),
+        ({}, {"torch": "2.4.1+cu121", "torch_cuda": "13.0"}, "torch 2.11.0 (the validation report "),
+        ({}, {"torch": "2.11.0+cu130", "torch_cuda": "12.1"}, "torch built for CUDA 12.1"),
+    ],
+)
+def test_lying_labels_are_refused_and_true_ones_release(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    labels: dict[str, str],
+    stack: dict[str, str] | None,
+    said: str,
+) -> None:
+    """main published whatever min-driver, arch and shm labels the candidate carried, and never compared the
+    torch the signed report recorded inside the image with its torch label: pick filters on exactly these."""
+    out = _labelled_release(regs, repo, tmp_path, "a", labels, stack)
+    (result,) = out.cells
+    assert result.status == "refused", result
+    assert any(said in r for r in result.reasons), result.reasons
+    assert regs.plain_client().manifest_digest(repo, "a") is None  # nothing promoted
+    # the correct run: the labels the plan's cell says, a report that recorded the same torch
+    ok = _labelled_release(regs, repo, tmp_path, "a", {}, {"torch": "2.11.0+cu130", "torch_cuda": "13.0"})
+    ok.raise_for_refusals()
+    assert regs.plain_client().manifest_digest(repo, "a") is not None
+
+
+@pytest.mark.parametrize("name", ["index.json.sig", "index.json.pub", "index.json"])
+def test_release_never_writes_through_a_symlinked_sig_pub_or_index(
+    regs: LocalRegistries, repo: str, tmp_path: Path, name: str
+) -> None:
+    """main wrote index.json.sig and index.json.pub through a committed symbolic link: the release job
+    overwrote a file outside the project."""
+    from imagesmith import signing
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not release's\n")
+    index_file = tmp_path / "release" / "index.json"
+    index_file.parent.mkdir()
+    (index_file.parent / name).symlink_to(outside)
+    key = signing.generate_key()
+    with pytest.raises(ConfigError, match="is a symbolic link") as err:
+        _release(regs, repo, tmp_path, "a", index_file, sign_key=key)
+    assert str(index_file.parent / name) in err.value.message
+    assert outside.read_text() == "not release's\n"
+    assert regs.plain_client().manifest_digest(repo, "a") is None  # refused before anything was promoted
+    # the correct run: the link removed, release writes regular files
+    (index_file.parent / name).unlink()
+    _release(regs, repo, tmp_path, "a", index_file, sign_key=key).raise_for_refusals()  # type: ignore[attr-defined]
+    for written in ("index.json", "index.json.sig", "index.json.pub"):
+        assert (index_file.parent / written).is_file()
+        assert not (index_file.parent / written).is_symlink()
+    assert outside.read_text() == "not release's\n"
+
+
+def test_release_rotate_to_moves_a_renters_pin_to_the_new_key(
+    regs: LocalRegistries,
+    repo: str,
+    tmp_path: Path,
+    run_cli: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The publisher's key rotation end to end: release --rotate-to NEW signs the index with the current key
+    and NEW and names NEW as its successor; a renter that pinned the current key moves to NEW; the next
+    release signed by NEW alone is taken; an index signed by the retired key alone is refused."""
+    from imagesmith import signing
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "config.toml"))
+    monkeypatch.delenv("IMAGESMITH_INDEX_KEY", raising=False)
+    old, new = signing.generate_key(), signing.generate_key()
+    index_file = tmp_path / "release" / "index.json"
+    said: list[str] = []
+    _release(regs, repo, tmp_path, "a", index_file, sign_key=old, echo=said.append).raise_for_refusals()  # type: ignore[attr-defined]
+    source = f"oci+http://{regs.plain}/{repo}"
+    assert (
+        f"renters: imagesmith pick --index oci://{regs.plain}/{repo}#{old.public.fingerprint} --pull" in said
+    )
+    first = run_cli("index", f"{source}#{old.public.fingerprint}", "--insecure")
+    assert first.exit_code == 0, first.stderr
+    _release(regs, repo, tmp_path, "b", index_file, sign_key=old, rotate_to=new).raise_for_refusals()  # type: ignore[attr-defined]
+    assert load_index(index_file).successor_key == new.public.fingerprint
+    assert index_file.with_name("index.json.pub").read_bytes() == new.public.pem
+    moved = run_cli("index", source, "--insecure", "--refresh")
+    assert moved.exit_code == 0, moved.stderr
+    assert f"the pin moves from {old.public.fingerprint} to {new.public.fingerprint}" in moved.stderr
+    _release(regs, repo, tmp_path, "c", index_file, sign_key=new).raise_for_refusals()  # type: ignore[attr-defined]
+    assert load_index(index_file).successor_key == ""
+    ok = run_cli("index", source, "--insecure", "--refresh")
+    assert ok.exit_code == 0, ok.stderr
+    assert f"index key: {new.public.fingerprint} (" in ok.stderr
+    # the retired key (someone who kept it) publishes a newer index signed by it alone: refused
+    _release(regs, repo, tmp_path, "d", index_file, sign_key=old).raise_for_refusals()  # type: ignore[attr-defined]
+    refused = run_cli("index", source, "--insecure", "--refresh")
+    assert refused.exit_code == 2
+    assert f"is {old.public.fingerprint}, not {new.public.fingerprint}" in refused.stderr

@@ -26,6 +26,7 @@ from tests.integration.test_release import (
     cell,
     clients_for,
     push_image,
+    smoke_labels,
     smoke_setup,
     targets,
     write_report,
@@ -161,7 +162,9 @@ def test_cli_release_scan_reports(
     without --scan-reports keeps the record."""
     repo = f"imagesmith-test/vulngate-{uuid.uuid4().hex[:10]}"
     matrix, registries, cid = smoke_setup(regs, repo, tmp_path, monkeypatch)
-    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}")
+    # the labels imagesmith build gives the smoke cell's image (issue 34: release compares them with the plan)
+    labels = smoke_labels(matrix, registries)
+    digest = push_image(regs.plain_client(), repo, f"{cid}-candidate", f"cli {repo}", labels=labels)
     write_report(tmp_path / "reports" / cid, f"{regs.plain}/{repo}@{digest}", "passed")
     pub = tmp_path / "validation.pub"
     pub.write_bytes(KEY.public.pem)

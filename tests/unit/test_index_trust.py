@@ -30,7 +30,11 @@ from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 from tests.unit.test_pick import make_index
 
-PICK = ("--driver", "580.95.05", "--gpu", "h100")
+#: pick's host flags; --trust-first-use: these tests start from a first use (issue 34 made it opt-in; the
+#: refusal without it is tested in test_trust_root.py)
+PICK = ("--driver", "580.95.05", "--gpu", "h100", "--trust-first-use")
+#: fetch_index's first use, opted in
+TOFU = Trust(first_use=True)
 
 
 @pytest.fixture(autouse=True)
@@ -90,8 +94,8 @@ def test_first_use_pins_the_published_key_and_prints_its_fingerprint(tmp_path: P
     assert other.public.fingerprint in error
     assert KEY.public.fingerprint in error
     assert "the key pinned for this source on first use" in error
-    assert "--verify-key NEW.pub" in fix
-    assert "remove " in fix
+    assert "--key-fingerprint sha256:NEW" in fix
+    assert "remove " not in fix  # issue 34: the way out an attacker's message asks for is not offered
     # the fix: the new key named explicitly (after checking it with the publisher)
     new_pub = tmp_path / "new.pub"
     new_pub.write_bytes(other.public.pem)
@@ -133,10 +137,16 @@ def test_the_key_from_the_user_config(tmp_path: Path, run_cli: Any, form: str) -
 def test_the_key_from_the_project_and_the_order_of_sources(
     tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A project's ``[release] index_key`` counts only for the project the renter names (``--project``,
+    $IMAGESMITH_PROJECT): one found by walking up from the working directory never does (issue 34)."""
     path = save_signed_index(make_index(), tmp_path / "index.json", publish_key=False)
     (tmp_path / "keys").mkdir()
     (tmp_path / "keys" / "release.pub").write_bytes(KEY.public.pem)
     (tmp_path / "imagesmith.toml").write_text('schema = 1\n[release]\nindex_key = "keys/release.pub"\n')
+    walked = run_cli("index", str(path))  # the project file is here, but not named
+    assert walked.exit_code == 2
+    assert "release.index_key" not in walked.stderr
+    monkeypatch.setenv("IMAGESMITH_PROJECT", str(tmp_path))
     res = run_cli("index", str(path))
     assert res.exit_code == 0, res.stderr
     assert f"from {tmp_path / 'imagesmith.toml'}: release.index_key" in res.stderr
@@ -194,7 +204,7 @@ def test_an_index_whose_serial_lies_past_the_clock_is_refused_and_not_recorded(t
 
     now = datetime.datetime(2026, 12, 1, 12, 0, tzinfo=datetime.timezone.utc)
     clock = int(now.timestamp())
-    trust = Trust(now=now)
+    trust = Trust(now=now, first_use=True)
     path = tmp_path / "index.json"
     for serial, when in ((clock + 2 * 86400, "2026-12-03T12:00:00Z"), (MAX_SERIAL, "past the year 9999")):
         save_signed_index(make_index(), path, serial=serial)
@@ -219,14 +229,14 @@ def test_a_signed_index_without_serial_or_expiry_is_refused(tmp_path: Path) -> N
     path.with_name("index.json.sig").write_bytes(signing.sign_envelope(body, signing.INDEX_PAYLOAD_TYPE, KEY))
     path.with_name("index.json.pub").write_bytes(KEY.public.pem)
     with pytest.raises(IndexTrustError, match="carries no serial or expiry"):
-        fetch_index(str(path))
+        fetch_index(str(path), trust=TOFU)
 
 
 def test_serial_and_expiry_are_inside_the_signed_bytes(tmp_path: Path) -> None:
     path = save_signed_index(make_index(), tmp_path / "index.json", expires="2026-01-01T00:00:00Z")
     path.write_bytes(path.read_bytes().replace(b"2026-01-01T00:00:00Z", b"2099-01-01T00:00:00Z"))
     with pytest.raises(IndexTrustError, match="signs another index than the one served"):
-        fetch_index(str(path))
+        fetch_index(str(path), trust=TOFU)
 
 
 @pytest.fixture
@@ -266,17 +276,17 @@ def test_refresh_does_not_replace_a_newer_cached_index_with_an_older_one(
     url, files = http_index
     newer = _serve(files, 7)
     notes: list[str] = []
-    assert fetch_index(url, insecure=True, note=notes.append).serial == 7
+    assert fetch_index(url, insecure=True, note=notes.append, trust=TOFU).serial == 7
     assert notes[0].startswith(f"note: first use of --index {url}: trusting the key published beside it")
     _serve(files, 3)  # the mirror now serves an older, validly signed index
     for _ in range(2):
         with pytest.raises(IndexTrustError, match=r"serial 3 .* older than serial 7") as info:
-            fetch_index(url, insecure=True, refresh=True)
+            fetch_index(url, insecure=True, refresh=True, trust=TOFU)
         assert info.value.fault == "replayed"  # what it is about, as a field (never decided on the text)
     assert picking._cache_path(url).read_bytes() == newer  # the newer one stays cached
-    assert fetch_index(url, insecure=True).serial == 7  # and answers within its hour
+    assert fetch_index(url, insecure=True, trust=TOFU).serial == 7  # and answers within its hour
     _serve(files, 8)
-    assert fetch_index(url, insecure=True, refresh=True).serial == 8  # a newer one is taken
+    assert fetch_index(url, insecure=True, refresh=True, trust=TOFU).serial == 8  # a newer one is taken
 
 
 def test_an_expired_cached_copy_is_not_used_when_the_source_is_down(
@@ -285,7 +295,7 @@ def test_an_expired_cached_copy_is_not_used_when_the_source_is_down(
     url, files = http_index
     soon = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(days=1)
     _serve(files, 1, expires=soon.strftime("%Y-%m-%dT%H:%M:%SZ"))
-    fetch_index(url, insecure=True)
+    fetch_index(url, insecure=True, trust=TOFU)
     later = Trust(now=soon + datetime.timedelta(seconds=1))
     files["/down"] = b""  # the source fails (HTTP 503): the cached copy would answer, but it has expired
     with pytest.raises(IndexTrustError, match="the index expired on") as info:
@@ -323,8 +333,12 @@ def test_release_issues_a_higher_serial_and_renews_past_half_its_validity() -> N
     assert first.serial == int(now.timestamp())
     assert (first.generated, first.expires) == ("2026-12-01T12:00:00Z", "2026-12-15T12:00:00Z")
     assert issued(first, previous=first.serial, valid_for=week2, now=now).serial == first.serial + 1
-    assert not renewal_due(first, week2, now + datetime.timedelta(days=6))
-    assert renewal_due(first, week2, now + datetime.timedelta(days=8))
+    assert first.fresh_until == "2026-12-03T00:00:00Z"  # issue 34: 36 h, the freshness bound
+    assert not renewal_due(first, week2, now + datetime.timedelta(hours=17))
+    assert renewal_due(first, week2, now + datetime.timedelta(hours=19))  # less than half of 36 h left
+    unbounded = replace(first, fresh_until="2099-01-01T00:00:00Z")
+    assert not renewal_due(unbounded, week2, now + datetime.timedelta(days=6))
+    assert renewal_due(unbounded, week2, now + datetime.timedelta(days=8))
     assert renewal_due(replace(first, serial=0, expires=""), week2, now)
     # a stale base (an older checkout's index file) still gets a serial above anything issued before now
     assert issued(replace(first, serial=3), previous=3, valid_for=week2, now=now).serial > 3
@@ -406,8 +420,8 @@ def test_a_pick_from_bytes_verified_before_loads_no_crypto(tmp_path: Path) -> No
     again: no `cryptography` import on that path (tens of ms of pick's start-up); expiry still counts."""
     path = save_signed_index(make_index(), tmp_path / "index.json")
     code = (
-        "import sys; from imagesmith.pick import fetch_index; "
-        f"fetch_index({str(path)!r}, note=print); "
+        "import sys; from imagesmith.pick import fetch_index; from imagesmith.indextrust import Trust; "
+        f"fetch_index({str(path)!r}, note=print, trust=Trust(first_use=True)); "
         "print(any(m.startswith('cryptography') for m in sys.modules))"
     )
     env = {"XDG_CACHE_HOME": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
@@ -422,15 +436,15 @@ def test_a_pick_from_bytes_verified_before_loads_no_crypto(tmp_path: Path) -> No
     assert second[1] == "False"
     path.write_bytes(path.read_bytes().replace(b"2.11.0", b"2.11.1"))  # other bytes: verified again, refused
     with pytest.raises(IndexTrustError, match="signs another index"):
-        fetch_index(str(path))
+        fetch_index(str(path), trust=TOFU)
 
 
 def test_bytes_verified_before_but_served_without_their_signature_are_refused(tmp_path: Path) -> None:
     path = save_signed_index(make_index(), tmp_path / "index.json")
-    assert fetch_index(str(path)).serial == 1
+    assert fetch_index(str(path), trust=TOFU).serial == 1
     path.with_name("index.json.sig").unlink()  # the same index, its signature gone
     with pytest.raises(IndexTrustError, match="the index is not signed") as info:
-        fetch_index(str(path))
+        fetch_index(str(path), trust=TOFU)
     assert info.value.fault == "not signed"
 
 
@@ -440,7 +454,7 @@ def test_a_device_beside_the_index_is_not_read_into_memory(tmp_path: Path, besid
     (tmp_path / beside).unlink()
     (tmp_path / beside).symlink_to("/dev/zero")  # endless bytes: never opened (not a regular file), refused
     with pytest.raises(IndexTrustError) as info:
-        fetch_index(str(path))
+        fetch_index(str(path), trust=TOFU)
     assert info.value.fault == ("no key" if beside.endswith(".pub") else "not signed")
 
 
@@ -470,6 +484,7 @@ def test_index_copies_and_pinned_keys_live_under_imagesmith_cache(
         str(examples / "release-index.json"),
         "--nvidia-smi",
         str(examples / "nvidia-smi-h200.txt"),
+        "--trust-first-use",
     )
     assert out.exit_code == 0, out.stderr
     assert "trusting the key published beside it" in out.stderr
@@ -531,7 +546,7 @@ def test_a_key_that_verified_the_source_is_its_pin_a_published_other_key_is_refu
         assert error.startswith(f"error: --index {path}: the key published beside the index")
         assert f"is {evil.public.fingerprint}, not {KEY.public.fingerprint}" in error
         assert "the key that verified this source before" in error
-        assert "--verify-key NEW.pub" in fix
+        assert "--key-fingerprint sha256:NEW" in fix
     # the publisher's own next index (its key published beside it): taken without --verify-key, by the pin
     save_signed_index(make_index(), path, serial=12)
     ok = run_cli("pick", "--index", str(path), *PICK)
@@ -615,7 +630,7 @@ def test_one_oci_source_however_spelled_shares_its_pin_and_newest_serial(
     monkeypatch.setattr(picking, "_download_oci", download_oci)
     body, env = signed_bytes(replace(make_index(), published_to=("docker.io/library/torch",)), serial=20)
     served["now"] = (body, env, KEY.public.pem)
-    fetch_index("oci://docker.io/torch", refresh=True)  # first use: KEY pinned, serial 20 seen
+    fetch_index("oci://docker.io/torch", refresh=True, trust=TOFU)  # first use: KEY pinned, serial 20 seen
     evil = signing.generate_key()
     body, env = signed_bytes(
         replace(make_index(), published_to=("docker.io/library/torch",)), serial=30, key=evil
@@ -623,12 +638,12 @@ def test_one_oci_source_however_spelled_shares_its_pin_and_newest_serial(
     served["now"] = (body, env, evil.public.pem)
     for spelling in ("oci://Index.Docker.IO/library/torch", "oci://registry-1.docker.io/torch:release-index"):
         with pytest.raises(IndexTrustError, match="the key pinned for this source on first use") as info:
-            fetch_index(spelling, refresh=True)
+            fetch_index(spelling, refresh=True, trust=TOFU)
         assert info.value.fault == "key changed"
     body, env = signed_bytes(replace(make_index(), published_to=("docker.io/library/torch",)), serial=10)
     served["now"] = (body, env, KEY.public.pem)
     with pytest.raises(IndexTrustError, match="older than serial 20"):
-        fetch_index("oci://DOCKER.IO/library/torch", refresh=True)
+        fetch_index("oci://DOCKER.IO/library/torch", refresh=True, trust=TOFU)
     assert picking._trust_key("oci://Docker.io/torch") == "oci://docker.io/library/torch:release-index"
     # the location compared with published_to is the host contacted: a one-label host is that host, not a
     # Docker Hub namespace (main: oci://acme/torch was compared as docker.io/acme/torch)
@@ -830,12 +845,15 @@ def test_validate_baseline_from_verifies_the_index_whose_figures_it_judges_by(
     assert error.startswith(f"error: --baseline-from {path}: no key to verify the release index with")
     assert "--baseline REPORT.json" in fix
     assert not (tmp_path / "r").exists()
-    # the publisher's signed index (its key published beside it, pinned on first use): its figures count
+    # the publisher's signed index, its key named by the fingerprint (issue 34: no first use here)
     save_signed_index(_with_figures(700.0), path, serial=5)
-    groups, source = _fleet(str(path), None, "")
-    assert source == str(path)
+    first_use = run_cli("validate", "--baseline-from", str(path), "--report", str(tmp_path / "r"))
+    assert first_use.exit_code == 2
+    assert "no trust root for this index" in first_use.stderr
+    groups, source = _fleet(f"{path}#{KEY.public.fingerprint}", None, "")
+    assert source == f"{path}#{KEY.public.fingerprint}"
     assert [g["figures"] for g in groups] == [{"matmul_tflops": 700.0}]
-    assert "trusting the key published beside it" in capsys.readouterr().err
+    assert f"index key: {KEY.public.fingerprint} (ed25519, published beside it" in capsys.readouterr().err
     # the figures rewritten after signing: the signature no longer covers them
     path.write_bytes(path.read_bytes().replace(b"700", b"7"))
     rewritten = run_cli("validate", "--baseline-from", str(path), "--report", str(tmp_path / "r"))

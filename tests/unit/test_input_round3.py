@@ -29,6 +29,8 @@ from tests.repo import PROJECT, REPO
 Run = Callable[..., CliResult]
 EXAMPLES = REPO / "docs" / "examples"
 INDEX = str(EXAMPLES / "release-index.json")
+#: the sample index with its key's fingerprint as the trust root (issue 34: no first use without an opt-in)
+ROOTED = INDEX + "#sha256:8ef7b6a1821dab01f46945bf3251f54ae014acc8a7064590ecd4d309f3fdcb68"
 H200 = EXAMPLES / "nvidia-smi-h200.txt"
 H100 = EXAMPLES / "nvidia-smi-535-h100.txt"
 BIG = "9" * 5000
@@ -236,7 +238,7 @@ def test_read_user_file_words_each_kind_of_path(tmp_path: Path) -> None:
 
 
 def test_pick_flavor_that_matches_nothing_names_the_flavors(run_cli: Run) -> None:
-    r = run_cli("pick", "--index", INDEX, "--driver", "535.104.05", "--gpu", "a100", "--flavor", "bogus")
+    r = run_cli("pick", "--index", ROOTED, "--driver", "535.104.05", "--gpu", "a100", "--flavor", "bogus")
     error, fix = _one_error(r, 3)
     assert "runtime" in error
     assert "interactive" in error
@@ -639,7 +641,9 @@ def test_the_wrong_object_is_named_as_what_it_is(run_cli: Run, tmp_path: Path, m
 
 
 def test_pick_torch_with_a_local_version_and_repeated_flags(run_cli: Run) -> None:
-    r = run_cli("pick", "--index", INDEX, "--driver", "535.104.05", "--gpu", "a100", "--torch", "2.4.1+cu121")
+    r = run_cli(
+        "pick", "--index", ROOTED, "--driver", "535.104.05", "--gpu", "a100", "--torch", "2.4.1+cu121"
+    )
     assert r.exit_code == 0, r.stderr
     assert "picked: 2.4.1-cu121" in r.stdout
     error, _ = _one_error(

@@ -191,9 +191,20 @@ def test_platform_data_the_image_defaults_and_autodl() -> None:
 def test_pick_flavor_interactive_prints_ports_and_variables(
     tmp_path: Path, run_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the key pinned on first use stays here
+    from tests.indexkey import KEY
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # the key pinned stays here
     index = _index_file(tmp_path)
-    args = ["pick", "--index", str(index), "--driver", "580.95.05", "--gpu", "h100-sxm"]
+    # the trust root: the tests' key by its fingerprint, in the --index value (issue 34)
+    args = [
+        "pick",
+        "--index",
+        f"{index}#{KEY.public.fingerprint}",
+        "--driver",
+        "580.95.05",
+        "--gpu",
+        "h100-sxm",
+    ]
     r = run_cli(*args, "--flavor", "interactive", "--platform", "autodl")
     assert r.exit_code == 0, r.stderr
     assert "picked: 2.7.1-cu126-py3.11-interactive" in r.stdout

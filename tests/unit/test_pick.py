@@ -44,10 +44,13 @@ NO_VERIFY = Trust(verify=False)
 
 @pytest.fixture(autouse=True)
 def _own_cache_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Keys pinned on first use and the newest index seen stay in this test's folder (issue 25)."""
+    """Keys pinned and the newest index seen stay in this test's folder (issue 25); the tests' index key is
+    the trust root, by its fingerprint (issue 34: no first use without --trust-first-use)."""
+    from tests.indexkey import KEY
+
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "no-config.toml"))
-    monkeypatch.delenv("IMAGESMITH_INDEX_KEY", raising=False)
+    monkeypatch.setenv("IMAGESMITH_INDEX_KEY", KEY.public.fingerprint)
 
 
 REGISTRIES = [
@@ -257,7 +260,9 @@ def test_cli_filter_that_matches_no_image_names_it_and_lists_the_index(
     res = run_cli("pick", "--index", str(path), "--driver", "580.95.05", "--gpu", "h100", flag, value)
     assert res.exit_code == NothingToDoError.exit_code == 3, res.stderr
     key_line, first, fix_line = res.stderr.strip().splitlines()
-    assert key_line.startswith("note: first use of --index")  # issue 25: the key it trusted, then the error
+    assert key_line.startswith(
+        "index key: "
+    )  # issue 25: the key it trusted (the root, issue 34), then the error
     assert (
         first
         == f"error: {flag} {value} matches no image of the release index: its " + first.split("its ", 1)[1]
@@ -781,7 +786,7 @@ def index_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
-    first = fetch_index(url, insecure=True)  # fills the cache ...
+    first = fetch_index(f"{url}#{KEY.public.fingerprint}", insecure=True)  # fills the cache (and pins) ...
     from imagesmith import pick as picking
 
     os.utime(picking._cache_path(url), (0, 0))  # ... which is stale now

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -608,6 +609,13 @@ def _grype_doc() -> dict[str, Any]:
     return doc
 
 
+def _grype_gate_policy(tmp_path: Path, doc: dict[str, Any], policy: vulngate.Policy) -> list[str]:
+    d = tmp_path / "scans"
+    d.mkdir(exist_ok=True)
+    (d / f"{vulngate.digest_stem(RECORDED)}.grype.json").write_text(json.dumps(doc))
+    return vulngate.gate([d], RECORDED, policy, today=TODAY)[1]
+
+
 def _grype_gate(tmp_path: Path, doc: dict[str, Any], fail_on: str = "critical") -> list[str]:
     d = tmp_path / "scans"
     d.mkdir(exist_ok=True)
@@ -654,8 +662,127 @@ def test_grypes_built_in_rule_for_indirect_kernel_header_matches_stays_ignored(t
         "vulnerability": "",
         "fix-state": "",
     }
-    doc["ignoredMatches"] = [{**critical, "appliedIgnoreRules": [kernel_rule]}]
+    headers = {
+        **critical["artifact"],
+        "name": "linux-headers-6.1.0-18-amd64",
+        "type": "deb",
+        "upstreams": [{"name": "linux"}],
+    }
+    doc["ignoredMatches"] = [{**critical, "artifact": headers, "appliedIgnoreRules": [kernel_rule]}]
     assert _grype_gate(tmp_path, doc) == []
+
+
+@pytest.mark.parametrize(
+    ("package", "rule_package"),
+    [
+        # issue 34: a rule shaped like the kernel-header rule (any upstream-name) hid a Critical openssl match
+        ("libssl3", {"name": "libssl3", "upstream-name": "openssl", "type": "deb"}),
+        ("libssl3", {"name": ".*", "upstream-name": ".*", "type": "deb"}),
+        # grype's own rule, but applied to a package it does not name
+        ("libssl3", {"name": "linux(-.*)?-headers-.*", "type": "deb", "upstream-name": "linux.*"}),
+        ("linux-libc-dev", {"name": "linux-libc-dev", "upstream-name": "linux"}),  # no type: not grype's
+    ],
+)
+def test_only_grypes_exact_default_ignore_rules_keep_a_match_ignored(
+    tmp_path: Path, package: str, rule_package: dict[str, str]
+) -> None:
+    doc = _grype_doc()
+    critical = doc["matches"].pop(0)
+    art = {**critical["artifact"], "name": package, "type": "deb", "upstreams": [{"name": "openssl"}]}
+    rule = {"package": rule_package, "match-type": "exact-indirect-match"}
+    doc["ignoredMatches"] = [{**critical, "artifact": art, "appliedIgnoreRules": [rule]}]
+    (reason,) = _grype_gate(tmp_path, doc)
+    assert f"{package} (hidden by grype's own ignore rule)" in reason
+    assert "(critical" in reason
+    # the correct run: the real linux-libc-dev rule on linux-libc-dev keeps it ignored
+    art = {**art, "name": "linux-libc-dev", "upstreams": [{"name": "linux"}]}
+    rule = {
+        "package": {"name": "linux-libc-dev", "upstream-name": "linux", "type": "deb"},
+        "match-type": "exact-indirect-match",
+    }
+    doc["ignoredMatches"] = [{**critical, "artifact": art, "appliedIgnoreRules": [rule]}]
+    assert _grype_gate(tmp_path, doc) == []
+
+
+def test_a_grype_report_of_another_image_listing_the_candidate_in_repo_digests_is_refused(
+    tmp_path: Path,
+) -> None:
+    """issue 34: a grype report whose manifestDigest is another image was taken because repoDigests also
+    listed the candidate."""
+    doc = _grype_doc()
+    other = "sha256:" + "cd" * 32
+    doc["source"]["target"]["manifestDigest"] = other
+    doc["source"]["target"]["repoDigests"].append(f"r.example/x@{RECORDED}")
+    with pytest.raises(
+        ConfigError, match=f"scanned {other} \\(source.target.manifestDigest\\), not the candidate"
+    ):
+        _grype_gate(tmp_path, doc)
+    # the correct report: its own target is the candidate
+    assert len(_grype_gate(tmp_path, _grype_doc())) == 1
+
+
+def test_a_trivy_report_naming_another_image_beside_the_candidate_is_refused() -> None:
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    other = "sha256:" + "cd" * 32
+    doc["ArtifactName"] = f"r.example/x@{other}"
+    with pytest.raises(ConfigError, match="not only of the candidate"):
+        vulngate.parse_trivy(doc, source="t", digest=RECORDED)
+    doc = json.loads((DATA / "trivy.json").read_text())
+    doc["Metadata"]["RepoDigests"].append(f"r.example/x@{other}")
+    with pytest.raises(ConfigError, match="not only of the candidate"):
+        vulngate.parse_trivy(doc, source="t", digest=RECORDED)
+
+
+def test_an_allowlist_entry_expiring_too_far_ahead_counts_as_none(tmp_path: Path) -> None:
+    """issue 34: ``expires = 9999-12-31`` was accepted: an accepted risk never looked at again."""
+    far = _policy(
+        tmp_path,
+        '[[release.vulnerabilities.allowlist]]\nid = "CVE-2024-45491"\nreason = "r"\n'
+        'expires = "9999-12-31"\n',
+    )
+    (reason,) = _grype_gate_policy(tmp_path, _grype_doc(), far)
+    assert "expires 9999-12-31, more than allowlist_max_days = 365 days ahead" in reason
+    near = replace(far, allowlist=(replace(far.allowlist[0], expires=TODAY + datetime.timedelta(days=365)),))
+    assert _grype_gate_policy(tmp_path, _grype_doc(), near) == []
+    # configurable, bounded
+    longer = _policy(
+        tmp_path,
+        'allowlist_max_days = 730\n[[release.vulnerabilities.allowlist]]\nid = "CVE-2024-45491"\n'
+        'reason = "r"\nexpires = "2028-06-30"\n',
+    )
+    assert _grype_gate_policy(tmp_path, _grype_doc(), longer) == []
+    for bad in ("0", "100000", '"365"'):
+        with pytest.raises(ProjectError, match="allowlist_max_days"):
+            _policy(tmp_path, f"allowlist_max_days = {bad}\n")
+
+
+def test_an_allowlisted_low_cve_does_not_cover_a_critical_listing_it_as_related(tmp_path: Path) -> None:
+    body = (
+        '[[release.vulnerabilities.allowlist]]\nid = "CVE-2099-0001"\nreason = "low, no impact"\n'
+        'expires = "2027-01-31"\n'
+    )
+    policy = _policy(tmp_path, body)
+
+    def judged(related_severity: str) -> vulngate.Verdict:
+        findings = vulngate.parse_grype(
+            {
+                "source": {"target": {"manifestDigest": RECORDED}},
+                "matches": [
+                    {
+                        "vulnerability": {"id": "CVE-2099-9999", "severity": "Critical"},
+                        "relatedVulnerabilities": [{"id": "CVE-2099-0001", "severity": related_severity}],
+                        "artifact": {"name": "openssl", "version": "3.0.0"},
+                    }
+                ],
+            },
+            source="r.grype.json",
+            digest=RECORDED,
+        )
+        scan = vulngate.Scan(digest=RECORDED, source="r", sha="s", scanner="grype", findings=tuple(findings))
+        return vulngate.judge(scan, policy, today=TODAY)
+
+    assert not judged("Low").passed  # another advisory, at its own (lower) severity: not covered
+    assert judged("Critical").passed  # the same advisory under another id, at the severity allowlisted
 
 
 def test_a_grype_report_without_matches_is_cut_short_not_clean(tmp_path: Path) -> None:
@@ -797,19 +924,33 @@ def test_a_trivy_report_that_never_scanned_the_os_packages_is_refused(tmp_path: 
     assert str(f) in err.value.message
 
 
-@pytest.mark.parametrize(
-    "edit",
-    [
-        lambda doc: doc["Results"][0].pop("Vulnerabilities"),  # scanned, clean
-        lambda doc: doc["Results"][0].pop("Class"),  # trivy before Class: the OS result's Type is the family
-        lambda doc: (doc["Metadata"].pop("OS"), doc["Results"].pop(0)),  # no OS found (distroless)
-    ],
-)
-def test_a_trivy_report_whose_os_packages_were_scanned_or_absent_is_read(edit: Callable[[Any], Any]) -> None:
+def test_a_trivy_report_whose_os_packages_were_scanned_clean_is_read() -> None:
     doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
-    edit(doc)
+    doc["Results"][0].pop("Vulnerabilities")  # scanned, clean
     findings = vulngate.parse_trivy(doc, source="t", digest=RECORDED)
     assert "requests" in {f.package for f in findings}
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        # issue 34: each of these passed as a clean scan
+        (lambda doc: doc["Results"][0].pop("Class"), "Results[0] has no Class"),
+        (lambda doc: (doc["Metadata"].pop("OS"), doc["Results"].pop(0)), "names no OS (Metadata.OS.Family)"),
+        (lambda doc: doc["Metadata"].pop("OS"), "names no OS"),
+        (lambda doc: doc.pop("Results"), "has no Results: trivy scanned nothing"),
+        (lambda doc: doc.update(Results=[]), "has no Results"),
+    ],
+)
+def test_a_trivy_report_that_scanned_no_os_packages_is_refused(
+    edit: Callable[[Any], Any], words: str
+) -> None:
+    doc: dict[str, Any] = json.loads((DATA / "trivy.json").read_text())
+    edit(doc)
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        vulngate.parse_trivy(doc, source="t", digest=RECORDED)
+    # the correct report is read
+    assert vulngate.parse_trivy(json.loads((DATA / "trivy.json").read_text()), source="t", digest=RECORDED)
 
 
 @pytest.mark.parametrize(
