@@ -85,7 +85,17 @@ def test_pick_on_a_driver_older_than_h100_picks_nothing(
     run_cli: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the index's trust record: this test's own
-    out = run_cli("pick", "--index", str(INDEX), "--driver", "470.82.01", "--gpu", "h100")
+    out = run_cli(
+        "pick",
+        "--index",
+        str(INDEX),
+        "--verify-key",
+        f"{INDEX}.pub",
+        "--driver",
+        "470.82.01",
+        "--gpu",
+        "h100",
+    )
     assert out.exit_code == 10  # was 0: a cu118 image
     assert "needs driver ≥ 525.85.12" in out.stderr
     assert "fix: a driver >= 525.85.12 would run at least one of them" in out.stderr

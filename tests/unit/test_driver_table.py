@@ -215,15 +215,21 @@ def test_pick_refuses_a_driver_below_the_boards_first_driver_and_picks_at_it(
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     index = str(REPO / "docs" / "examples" / "release-index.json")
-    below = run_cli("pick", "--index", index, "--driver", "525.89.02", "--gpu", "l4")
+    below = run_cli(
+        "pick", "--index", index, "--verify-key", f"{index}.pub", "--driver", "525.89.02", "--gpu", "l4"
+    )
     assert below.exit_code == 10  # was a cu118 image: the arch floor 520.61.05 let it through
     assert "needs driver ≥ 525.105.17" in below.stderr
     assert "fix: a driver >= 525.105.17 would run at least one of them" in below.stderr
-    at = run_cli("pick", "--index", index, "--driver", "525.105.17", "--gpu", "l4")
+    at = run_cli(
+        "pick", "--index", index, "--verify-key", f"{index}.pub", "--driver", "525.105.17", "--gpu", "l4"
+    )
     assert at.exit_code == 0, at.stderr
     assert "cu118" in at.stdout
     # the table proves 520.56.06 drives an RTX 4090: not refused for the board (the arch floor was 520.61.05)
-    early = run_cli("pick", "--index", index, "--driver", "520.56.06", "--gpu", "rtx4090")
+    early = run_cli(
+        "pick", "--index", index, "--verify-key", f"{index}.pub", "--driver", "520.56.06", "--gpu", "rtx4090"
+    )
     assert "cannot drive it at all" not in early.stdout + early.stderr
 
 
@@ -233,7 +239,15 @@ def test_pick_with_a_mig_device_name_judges_the_parent(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     index = str(REPO / "docs" / "examples" / "release-index.json")
     res = run_cli(
-        "pick", "--index", index, "--driver", "580.105.08", "--gpu", "NVIDIA A100-SXM4-80GB MIG 3g.40gb"
+        "pick",
+        "--index",
+        index,
+        "--verify-key",
+        f"{index}.pub",
+        "--driver",
+        "580.105.08",
+        "--gpu",
+        "NVIDIA A100-SXM4-80GB MIG 3g.40gb",
     )
     assert res.exit_code == 0, res.stderr
     assert (

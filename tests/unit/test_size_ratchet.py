@@ -18,25 +18,30 @@ MAX_FUNCTION_LINES = 120
 MAX_COMPLEXITY = 25
 LIMITS = (MAX_FUNCTION_LINES, MAX_COMPLEXITY)
 
-#: modules over MAX_MODULE_LINES: their lines (2026-12-02, issue 31)
+#: modules over MAX_MODULE_LINES: their lines (2026-12-02, issue 31; with the branches merged that day)
 MODULES: dict[str, int] = {
     "imagesmith/refresh.py": 1135,
-    "imagesmith/schema.py": 1566,
-    "imagesmith/vulngate.py": 1095,
+    "imagesmith/schema.py": 1588,  # 1566 before issues 33/34/39 merged (listing, trust root, extra bases)
+    "imagesmith/vulngate.py": 1208,  # 1095 before issue 34 merged (the gate's gaps)
 }
 
 #: functions over a limit: (module, function) → (lines, complexity) (2026-12-02, issue 31)
 FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
-    ("imagesmith/commands/build.py", "build_command"): (192, 19),
+    ("imagesmith/commands/build.py", "build_command"): (193, 19),
     ("imagesmith/commands/init.py", "init_command"): (160, 14),
-    ("imagesmith/commands/release.py", "pick"): (135, 4),  # 147, 8 before its command layer
+    ("imagesmith/commands/plan.py", "lock_command"): (132, 20),  # issue 37: the project lock, the restore
+    ("imagesmith/commands/release.py", "release"): (138, 7),  # issue 34: --rotate-to, the renter's line
+    ("imagesmith/commands/release.py", "pick"): (
+        159,
+        4,
+    ),  # 147, 8 before its command layer; +24: issue 34's flags
     ("imagesmith/commands/validate.py", "validate_command"): (253, 5),  # 369, 24 before its command layer
     ("imagesmith/compat/verdicts.py", "verdict"): (211, 26),
-    ("imagesmith/pick/fetching.py", "fetch_index"): (173, 27),
-    ("imagesmith/plan.py", "build_plan"): (263, 33),
+    ("imagesmith/pick/fetching.py", "fetch_index"): (189, 29),  # 173, 27 before issue 34 merged
+    ("imagesmith/plan.py", "build_plan"): (268, 33),
     ("imagesmith/registry/transport.py", "_send"): (136, 23),
     ("imagesmith/scaffold.py", "choose"): (140, 13),
-    ("imagesmith/scaffold.py", "project_files"): (175, 1),
+    ("imagesmith/scaffold.py", "project_files"): (180, 1),
     ("imagesmith/validate/clusterrun.py", "run_cluster"): (165, 14),
     ("imagesmith/validate/container.py", "run_in_image"): (137, 19),
     ("imagesmith/validate/probes/soak.py", "worker"): (133, 23),
