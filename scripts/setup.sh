@@ -49,7 +49,7 @@ fi
 
 # 1. packages -----------------------------------------------------------------------------------------------
 PKGS=(docker.io docker-registry debootstrap apache2-utils openssl curl git ca-certificates python3-venv python3-pip
-    openssh-client)
+    openssh-client iproute2 zstd)  # iproute2 (ip netns, tc) and zstd: scripts/bench_time_to_ready.py
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
