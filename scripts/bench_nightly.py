@@ -200,7 +200,10 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="imagesmith-bench-nightly-"))
     results: dict[str, Any] = {"host": {"cpus": os.cpu_count()}, "command": " ".join(sys.argv)}
     try:
-        with temp_registry(tmp / "registry") as reg, private_dockerd(tmp / "engine", bridge=BRIDGE) as engine:
+        with (
+            temp_registry(tmp / "registry") as reg,
+            private_dockerd(tmp / "engine", bridge=BRIDGE, nat=True) as engine,
+        ):
             root = project(tmp / "project", reg.addr, args.torch.split(","), args.flavors.split(","))
             imagesmith(["lock", "--matrix", "nightly"], cwd=root)
             imagesmith(["lock", "--sizes"], cwd=root)

@@ -65,6 +65,8 @@ DOCKER = "docker"
 NS = "isttr0"  # the network namespace and the stem of its veth pair
 HOST_IP, NS_IP = "10.236.36.1", "10.236.36.2"
 NS_REGISTRY = f"{NS_IP}:5000"
+#: the private engine's own bridge (no route out: containers run with --network none)
+BRIDGE = ("isttrbr0", "172.30.237.1/24")
 REPO_OURS, REPO_FAT = "ttr/ours", "ttr/fat"
 SMOKE_CELL = "2.11.0-cu130-py3.11-runtime-debian12"
 FLOOR_GB = 15.0
@@ -629,7 +631,7 @@ def main() -> None:
         python = f"{labels['io.imagesmith.venv']}/bin/python"
         results["ours"] = {"image_id": ours, "built_here": built}
         results["fat"] = make_fat(ours, fat_tag)
-        with private_dockerd(tmp / "engine", insecure=(NS_REGISTRY,)) as engine:
+        with private_dockerd(tmp / "engine", bridge=BRIDGE, insecure=(NS_REGISTRY,)) as engine:
             with temp_registry(tmp / "registry") as reg:
                 results["ours"]["push_s"] = push(ours, f"{reg.addr}/{REPO_OURS}:smoke")
                 results["fat"]["push_s"] = push(fat_tag, f"{reg.addr}/{REPO_FAT}:smoke")

@@ -7,8 +7,10 @@ A missing service is a test failure with the command that starts it, never a ski
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -134,20 +136,23 @@ def temp_registry(root: Path, *, readonly: bool = False) -> Iterator[TempRegistr
 
 @dataclass
 class PrivateDockerd:
-    """A second dockerd of our own: its own data root, exec root (and so its own containerd) and socket, no
-    bridge of the engine's own and no iptables rules of the engine's own, so that nothing it does touches the
-    machine's main engine, its images or its rules. With *bridge* (``(name, gateway CIDR)``) its containers
-    and builds get that bridge, created here with one MASQUERADE and two FORWARD rules of ours (a build's RUN
-    steps need a network), all removed by :meth:`stop`; without it, no bridge (``docker run --network none``
-    only)."""
+    """A second dockerd of our own: its own data root, exec root (and so its own containerd), socket and
+    bridge (``(name, gateway CIDR)``, created here), no iptables rules of the engine's own, so that nothing
+    it does touches the machine's main engine, its images or its rules.
+
+    Never ``--bridge=none``: a dockerd started so deletes the interface ``docker0`` — the machine's main
+    engine's bridge — at start (moby's ``removeDefaultBridgeInterface``). With *nat* its containers and builds
+    reach the network through that bridge (one MASQUERADE and two FORWARD rules of ours: a build's RUN steps
+    need one); without, the bridge has no route out. :meth:`stop` removes bridge and rules."""
 
     root: Path
     insecure: tuple[str, ...] = ()
-    bridge: tuple[str, str] | None = None
+    bridge: tuple[str, str] = ("isbench0", "172.30.238.1/24")
+    nat: bool = False
     proc: subprocess.Popen[bytes] | None = None
 
     def _rules(self) -> list[list[str]]:
-        if self.bridge is None:
+        if not self.nat:
             return []
         name, cidr = self.bridge
         net = str(ipaddress.ip_interface(cidr).network)
@@ -159,9 +164,9 @@ class PrivateDockerd:
         ]  # fmt: skip
 
     def _network_up(self) -> None:
-        if self.bridge is None:
-            return
         name, cidr = self.bridge
+        if name == "docker0":
+            raise ValueError("a private dockerd needs a bridge of its own, not the main engine's docker0")
         subprocess.run(["ip", "link", "add", name, "type", "bridge"], check=True, capture_output=True)
         subprocess.run(["ip", "addr", "add", cidr, "dev", name], check=True, capture_output=True)
         subprocess.run(["ip", "link", "set", name, "up"], check=True, capture_output=True)
@@ -169,15 +174,19 @@ class PrivateDockerd:
             subprocess.run(["iptables", "-t", table, "-I", chain, *rule], check=True, capture_output=True)
 
     def _network_down(self) -> None:
-        if self.bridge is None:
-            return
         for table, chain, *rule in self._rules():
             subprocess.run(["iptables", "-t", table, "-D", chain, *rule], capture_output=True, check=False)
-        subprocess.run(["ip", "link", "del", self.bridge[0]], capture_output=True, check=False)
+        if self.bridge[0] != "docker0":
+            subprocess.run(["ip", "link", "del", self.bridge[0]], capture_output=True, check=False)
+
+    @property
+    def exec_root(self) -> Path:
+        """Short (a unix socket's path holds 107 bytes): /run/imagesmith-bench/<hash of the root>."""
+        return Path("/run/imagesmith-bench") / hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
 
     @property
     def host(self) -> str:
-        return f"unix://{self.root / 'docker.sock'}"
+        return f"unix://{self.exec_root / 'docker.sock'}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -194,11 +203,11 @@ class PrivateDockerd:
         cmd = [
             "dockerd",
             f"--data-root={self.root / 'data'}",
-            f"--exec-root={self.root / 'exec'}",
+            f"--exec-root={self.exec_root / 'exec'}",
             f"--pidfile={self.root / 'docker.pid'}",
             f"--host={self.host}",
             "--storage-driver=overlay2",
-            f"--bridge={self.bridge[0] if self.bridge else 'none'}",
+            f"--bridge={self.bridge[0]}",
             "--iptables=false",
             "--ip-masq=false",
             *(f"--insecure-registry={r}" for r in self.insecure),
@@ -233,18 +242,20 @@ class PrivateDockerd:
                 self.proc.wait(timeout=10)
         self.proc = None
         mounts = Path("/proc/self/mounts").read_text().splitlines()
-        under = [m.split()[1] for m in mounts if m.split()[1].startswith(str(self.root) + "/")]
+        roots = (str(self.root) + "/", str(self.exec_root) + "/")
+        under = [m.split()[1] for m in mounts if m.split()[1].startswith(roots)]
         for point in sorted(under, key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         self._network_down()
+        shutil.rmtree(self.exec_root, ignore_errors=True)
 
 
 @contextmanager
 def private_dockerd(
-    root: Path, *, insecure: tuple[str, ...] = (), bridge: tuple[str, str] | None = None
+    root: Path, *, bridge: tuple[str, str], insecure: tuple[str, ...] = (), nat: bool = False
 ) -> Iterator[PrivateDockerd]:
-    """A :class:`PrivateDockerd` under *root*, stopped and its data removed afterwards."""
-    engine = PrivateDockerd(root=root, insecure=insecure, bridge=bridge)
+    """A :class:`PrivateDockerd` under *root* on *bridge*, stopped and its data removed afterwards."""
+    engine = PrivateDockerd(root=root, insecure=insecure, bridge=bridge, nat=nat)
     engine.start()
     try:
         yield engine
