@@ -645,8 +645,6 @@ def main() -> None:
                     results["sorted"] = sorted_variant(reg.addr, REPO_OURS)
                 results["layer_codecs"] = codec_support(reg.addr, engine)
                 print(f"layer codecs: {results['layer_codecs']}", file=sys.stderr, flush=True)
-                if args.codec_probe:
-                    results["codec_probe"] = codec_probe(reg.addr, REPO_OURS, tmp)
             with netns(), ns_registry(tmp / "registry" / "data", tmp):
                 for rate in rates:
                     set_rate(rate)
@@ -663,8 +661,10 @@ def main() -> None:
                 pull(engine, f"{NS_REGISTRY}/{REPO_OURS}:smoke", args.pull_timeout)
                 results["bytes_read"] = bytes_read(engine, f"{NS_REGISTRY}/{REPO_OURS}:smoke", python)
                 empty_store(engine)
-        results["ratios"] = ratios(results["rows"])
+                if args.codec_probe:  # last: CPU-bound, it would slow the pulls beside it
+                    results["codec_probe"] = codec_probe(NS_REGISTRY, REPO_OURS, tmp)
     finally:
+        results["ratios"] = ratios(results["rows"])  # also of a run stopped part way (the rows it has)
         if not args.keep_fat:
             quiet(DOCKER, "rmi", fat_tag)
         shutil.rmtree(tmp, ignore_errors=True)
