@@ -52,7 +52,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import requests
 
@@ -482,7 +482,7 @@ def pull(engine: PrivateDockerd, ref: str, timeout: float) -> dict[str, Any]:
     """One pull through the engine's API, each progress event timed."""
     import docker  # the SDK imagesmith depends on
 
-    api = docker.APIClient(base_url=engine.host, timeout=timeout + 60)
+    api = docker.APIClient(base_url=engine.host, timeout=int(timeout) + 60)
     repo, tag = ref.rsplit(":", 1)
     events: list[tuple[float, dict[str, Any]]] = []
     rx0, start = rx_bytes(), time.time()
@@ -502,18 +502,33 @@ def pull(engine: PrivateDockerd, ref: str, timeout: float) -> dict[str, Any]:
     return row
 
 
-def run_probe(engine: PrivateDockerd, ref: str, python: str) -> dict[str, Any]:
+class Engine(Protocol):
+    """What the probe and the page-cache count need of an engine: the environment that reaches it."""
+
+    @property
+    def env(self) -> dict[str, str]: ...
+
+
+class MachineEngine:
+    """The machine's own dockerd (``--bytes-read-only``: only reads its image, changes nothing in it)."""
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(os.environ)
+
+
+def run_probe(engine: Engine, ref: str, python: str) -> dict[str, Any]:
     t_run = time.time()
     out = sh(
         DOCKER, "run", "--rm", "--network", "none", "--entrypoint", python, ref, "-c", PROBE,
         env=engine.env, timeout=600,
     )  # fmt: skip
-    probe = json.loads(out.strip().splitlines()[-1])
+    probe: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     probe["t_run"] = t_run
     return probe
 
 
-def layer_dirs(engine: PrivateDockerd, ref: str) -> list[Path]:
+def layer_dirs(engine: Engine, ref: str) -> list[Path]:
     data = json.loads(sh(DOCKER, "image", "inspect", ref, env=engine.env))[0]["GraphDriver"]["Data"]
     dirs = [data["UpperDir"], *(data.get("LowerDir") or "").split(":")]
     return [Path(d) for d in dirs if d]
@@ -528,8 +543,20 @@ def files(dirs: list[Path]) -> Iterator[Path]:
                     yield p
 
 
-def bytes_read(engine: PrivateDockerd, ref: str, python: str) -> dict[str, Any]:
-    """Drop the image's files from the page cache, run the probe once, count what it touched and read."""
+def resident_pages(paths: list[Path]) -> dict[Path, int]:
+    """Bytes of each file in the page cache (``fincore``), files with none left out."""
+    out: dict[Path, int] = {}
+    for i in range(0, len(paths), 500):
+        text = sh("fincore", "--bytes", "--json", "--output", "RES,FILE", *map(str, paths[i : i + 500]))
+        for entry in json.loads(text)["fincore"]:
+            if int(entry["res"]) > 0:
+                out[Path(entry["file"])] = int(entry["res"])
+    return out
+
+
+def bytes_read(engine: Engine, ref: str, python: str) -> dict[str, Any]:
+    """Drop the image's files from the page cache, run the probe once, count what it read: the pages of the
+    image's files resident afterwards (``fincore``; readahead included)."""
     dirs = layer_dirs(engine, ref)
     sh("sync", "-f", str(dirs[0]))
     total = nfiles = 0
@@ -540,24 +567,24 @@ def bytes_read(engine: PrivateDockerd, ref: str, python: str) -> dict[str, Any]:
             fd = os.open(p, os.O_RDONLY | os.O_NOATIME)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(fd)
-    mark = time.time() - 1
+    paths = list(files(dirs))
+    before = resident_pages(paths)  # what the drop could not drop (dirty, or mapped elsewhere)
     probe = run_probe(engine, ref, python)
-    touched = [p for p in files(dirs) if p.stat().st_atime >= mark]
-    resident = 0
-    for i in range(0, len(touched), 200):
-        out = sh(
-            "fincore", "--bytes", "--noheadings", "--raw", "--output", "RES", *map(str, touched[i : i + 200])
-        )
-        resident += sum(int(x) for x in out.split())
+    after = resident_pages(paths)
+    resident = {p: n - before.get(p, 0) for p, n in after.items() if n > before.get(p, 0)}
+    touched = list(resident)
     biggest = sorted(touched, key=lambda p: p.stat().st_size, reverse=True)[:12]
     return {
         "image_files": nfiles,
         "image_bytes": total,
         "touched_files": len(touched),
         "touched_file_bytes": sum(p.stat().st_size for p in touched),
-        "read_bytes_resident": resident,
-        "read_fraction": resident / total if total else None,
-        "largest_touched": [{"file": p.name, "bytes": p.stat().st_size} for p in biggest],
+        "read_bytes_resident": sum(resident.values()),
+        "resident_before_probe": sum(before.values()),
+        "read_fraction": sum(resident.values()) / total if total else None,
+        "largest_touched": [
+            {"file": p.name, "bytes": p.stat().st_size, "read": resident[p]} for p in biggest
+        ],
         "cold_cache_import_torch_s": probe["t_torch"] - probe["t0"],
         "cold_cache_cuda_libs_s": probe["t_cuda"] - probe["t_torch"],
         "cold_cache_container_start_s": probe["t0"] - probe["t_run"],
@@ -605,6 +632,11 @@ def main() -> None:
         help="rates at which our image with its layers largest first is measured too",
     )
     ap.add_argument("--codec-probe", action="store_true", help="gzip levels / zstd on our largest layer")
+    ap.add_argument(
+        "--bytes-read-only",
+        action="store_true",
+        help="only step 5, on the machine's dockerd and its copy of our image (no pulls)",
+    )
     ap.add_argument("--keep-fat", action="store_true", help="keep the fat image on the machine's dockerd")
     ap.add_argument("--out", type=Path, default=Path("bench-time-to-ready.json"))
     args = ap.parse_args()
@@ -618,10 +650,21 @@ def main() -> None:
         ap.error(str(e))
     if os.geteuid() != 0:
         sys.exit("needs root: a network namespace, a veth pair, tc and a dockerd of its own")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
+    if args.bytes_read_only:
+        ours = find_ours()
+        if not ours:
+            sys.exit(
+                "no smoke runtime image on this machine's dockerd: run `imagesmith build --matrix smoke`"
+            )
+        labels = json.loads(sh(DOCKER, "image", "inspect", ours))[0]["Config"]["Labels"]
+        got = bytes_read(MachineEngine(), ours, f"{labels['io.imagesmith.venv']}/bin/python")
+        args.out.write_text(json.dumps({"command": " ".join(sys.argv), "bytes_read": got}, indent=2) + "\n")
+        print(json.dumps(got, indent=2))
+        return
     free = shutil.disk_usage(tempfile.gettempdir()).free / 1e9
     if free - 25 < FLOOR_GB:
         sys.exit(f"needs ~25 GB; {free:.1f} GB free would leave less than {FLOOR_GB:.0f} GB: stopped")
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit("terminated"))
     tmp = Path(tempfile.mkdtemp(prefix="imagesmith-bench-ttr-"))
     results: dict[str, Any] = {"host": {"cpus": os.cpu_count()}, "command": " ".join(sys.argv), "rows": []}
     fat_tag = "imagesmith-bench-ttr/fat:smoke"
