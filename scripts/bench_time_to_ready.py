@@ -157,7 +157,8 @@ def ratios(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for rate in sorted({int(r["rate_mbit"]) for r in rows}, reverse=True):
         per: dict[str, dict[str, float | None]] = {}
-        images = [i for i in ("ours", "sorted", "fat") if any(r["image"] == i for r in rows)]
+        here = [r for r in rows if r["rate_mbit"] == rate]
+        images = [i for i in ("ours", "sorted", "fat") if any(r["image"] == i for r in here)]
         for image in images:
             mine = [r for r in rows if r["rate_mbit"] == rate and r["image"] == image]
             per[image] = {}

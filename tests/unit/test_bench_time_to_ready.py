@@ -163,3 +163,10 @@ def test_the_sorted_variant_gets_its_own_ratio() -> None:
     assert got["200"]["sorted_over_fat"]["pull_s"] == pytest.approx(0.6)
     assert got["200"]["ours_over_fat"]["pull_s"] == pytest.approx(0.8)
     assert "fat_over_fat" not in got["200"]
+
+
+def test_an_image_measured_at_one_rate_only_is_not_in_the_others() -> None:
+    got = ttr.ratios([_row("sorted", 200, 6.0), _row("fat", 200, 10.0), _row("fat", 50, 30.0)])
+    assert "sorted_over_fat" in got["200"]
+    assert "sorted" not in got["50"]
+    assert "sorted_over_fat" not in got["50"]
