@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -43,7 +43,7 @@ from imagesmith.model import (
 )
 from imagesmith.refs import DOCKER_HUB, ImageRef
 from imagesmith.templating import render_cell_files
-from imagesmith.wheelsizes import read_sizes
+from imagesmith.wheelsizes import SizeTable, read_sizes
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -219,6 +219,72 @@ def _excluded_by(rules: Sequence[Rule], torch: str, variant: str, python: str, f
     return None
 
 
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything a plan reads from the project (its caller reads it: :func:`read_plan_inputs`), so that
+    :func:`plan_from` is a pure function of the matrix and this record."""
+
+    #: the project-relative locks folder and dockerfiles folder, as cells and messages show them
+    locks_shown: str
+    dockerfiles: str
+    #: every lock file of the locks folder, in file-name order (the layer order's popularity, the cells' pins)
+    locks: Mapping[LockKey, Lock] = field(default_factory=dict)
+    #: a cell's lock that is no lock file of the folder listing: read, or the error reading it (raised only
+    #: when a cell gets as far as its lock, as a dropped cell's lock is never read)
+    other_locks: Mapping[LockKey, Lock | LockError] = field(default_factory=dict)
+    #: the project's base lock (None: bases go by name) and wheel-size table
+    bases: BasesLock | None = None
+    sizes: SizeTable = field(default_factory=SizeTable)
+
+    def lock(self, key: LockKey) -> Lock | None:
+        """The lock of *key* (None: there is none); an unreadable one raises its error."""
+        found = self.locks[key] if key in self.locks else self.other_locks.get(key)
+        if isinstance(found, LockError):
+            raise found
+        return found
+
+
+def _lock_key(matrix: Matrix, torch: str, variant: str, python: str) -> LockKey:
+    """The key of the lock a cell of (*torch*, *variant*, *python*) of *matrix* is pinned by."""
+    if matrix.torch.source == "base":
+        return LockKey(torch="suite", variant="any", python=python)
+    return LockKey(torch=torch, variant=variant, python=python)
+
+
+def read_plan_inputs(matrix: Matrix, project: Project, lock_dir: Path | None = None) -> PlanInputs:
+    """Read what :func:`plan_from` plans *matrix* of *project* from: its lock files (*lock_dir* overrides
+    where), base lock and wheel sizes."""
+    locks = lock_dir or project.locks_dir
+    locks_shown = project.rel(locks)
+    sizes = read_sizes(locks)
+    base_lock = read_bases(locks, f"{locks_shown}/{BASES_FILE}")
+    mine = {(t, v, p) for t, v, p, _, _ in _combinations(matrix)}
+    folder = {
+        k: lk
+        for k in lock_keys_in(locks)
+        if (lk := _read_lock(k, locks, matrix.name if (k.torch, k.variant, k.python) in mine else None))
+        is not None
+    }
+    others: dict[LockKey, Lock | LockError] = {}
+    for torch, variant, python in sorted(mine):
+        key = _lock_key(matrix, torch, variant, python)
+        if key in folder or key in others:
+            continue
+        try:
+            if (lock := _read_lock(key, locks, matrix.name)) is not None:
+                others[key] = lock
+        except LockError as exc:
+            others[key] = exc
+    return PlanInputs(
+        locks_shown=locks_shown,
+        dockerfiles=project.dockerfiles_rel,
+        locks=folder,
+        other_locks=others,
+        bases=base_lock,
+        sizes=sizes,
+    )
+
+
 def build_plan(
     matrix: Matrix,
     *,
@@ -227,29 +293,28 @@ def build_plan(
     with_fingerprints: bool = True,
 ) -> BuildPlan:
     """Plan *matrix* of *project* (default: the project found from the working directory or the matrix
-    file). Pure apart from reading data: packaged compat tables and templates, the project's lock files
-    (*lock_dir* overrides where they are read from). Cell contexts are project-relative paths.
+    file): :func:`read_plan_inputs` (*lock_dir* overrides where the locks are read from), then the pure
+    :func:`plan_from`. Cell contexts are project-relative paths.
     """
     if project is None:
         from imagesmith.project import discover
 
         project = discover(near=matrix.path)
-    locks = lock_dir or project.locks_dir
-    locks_shown = project.rel(locks)
-    dockerfiles = project.dockerfiles_rel
+    inputs = read_plan_inputs(matrix, project, lock_dir)
+    return plan_from(matrix, inputs, with_fingerprints=with_fingerprints)
+
+
+def plan_from(matrix: Matrix, inputs: PlanInputs, *, with_fingerprints: bool = True) -> BuildPlan:
+    """Plan *matrix* from *inputs* (pure: it reads nothing but the packaged compat tables and templates)."""
+    locks_shown = inputs.locks_shown
+    dockerfiles = inputs.dockerfiles
     cells: list[Cell] = []
     dropped: list[Dropped] = []
-    sizes = read_sizes(locks)
+    sizes = inputs.sizes
     bases_shown = f"{locks_shown}/{BASES_FILE}"
-    base_lock = read_bases(locks, bases_shown)
+    base_lock = inputs.bases
     # the layer order: a wheel more locks of the project pin comes earlier in its group
-    mine = {(t, v, p) for t, v, p, _, _ in _combinations(matrix)}
-    shared = popularity(
-        (k.python, lk.pins)
-        for k in lock_keys_in(locks)
-        if (lk := _read_lock(k, locks, matrix.name if (k.torch, k.variant, k.python) in mine else None))
-        is not None
-    )
+    shared = popularity((k.python, lk.pins) for k, lk in inputs.locks.items())
     considered: list[str] = []
     combos = [(base, *c) for base in matrix.bases for c in _combinations(matrix) if base.wants(c[1], c[3])]
     for base, torch, variant_name, python, flavor, included in combos:
@@ -370,14 +435,9 @@ def build_plan(
             drop("interactive flavor: torch comes from the base image (the flavor builds on a runtime cell)")
             continue
 
-        lock: Lock | None
-        if matrix.torch.source == "base":
-            lock_key = LockKey(torch="suite", variant="any", python=python)
-            lock_name = f"suite-any-py{python}.txt"
-        else:
-            lock_key = LockKey(torch=torch, variant=variant_name, python=python)
-            lock_name = f"{torch}-{variant_name}-py{python}.txt"
-        lock = _read_lock(lock_key, locks, matrix.name)
+        lock_key = _lock_key(matrix, torch, variant_name, python)
+        lock_name = lock_key.filename
+        lock = inputs.lock(lock_key)
         if lock is None:
             where = (
                 "here" if variant_name == release.pypi_default else "where the variant's index is reachable"
@@ -581,10 +641,13 @@ __all__ = [
     "BuildPlan",
     "Cell",
     "Dropped",
+    "PlanInputs",
     "build_plan",
     "cell_id",
     "fingerprint",
     "nvcc_gencode",
+    "plan_from",
+    "read_plan_inputs",
     "require_cuda",
     "with_fingerprint",
 ]
