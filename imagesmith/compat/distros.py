@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-import imagesmith.compat as compat  # names tests monkeypatch are looked up through the package
 from imagesmith.compat.drivers import (
     _CUDA_XY_RE,
     _vkey,
 )
 from imagesmith.compat.tables import (
+    TABLES,
     DataError,
     _field,
     _rows,
@@ -59,7 +59,7 @@ def os_bases() -> tuple[OsBase, ...]:
 @functools.cache
 def default_source_pin(name: str) -> Mapping[str, str]:
     """The packaged default pin of source archive *name* (``nccl_tests``): version, commit, sha256."""
-    table = compat._load("sources.toml").get(name)
+    table = TABLES.load("sources.toml").get(name)
     if not isinstance(table, dict) or not all(
         isinstance(table.get(k), str) for k in ("version", "commit", "sha256")
     ):

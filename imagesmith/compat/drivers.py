@@ -14,9 +14,9 @@ from typing import Literal
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
-import imagesmith.compat as compat  # names tests monkeypatch are looked up through the package
 from imagesmith import settings
 from imagesmith.compat.tables import (
+    TABLES,
     DataError,
     _did_you_mean,
     _field,
@@ -436,7 +436,7 @@ def _supported_branches(on: datetime.date) -> list[BranchLifecycle]:
 def _unlisted_ended_below() -> tuple[int, str]:
     """(branch, source): NVIDIA called every branch older than this that its table did not list EOL."""
     name = "cuda.toml"
-    table = compat._load(name).get("unlisted_branches")
+    table = TABLES.load(name).get("unlisted_branches")
     if (
         not isinstance(table, dict)
         or not isinstance(table.get("ended_below"), int)

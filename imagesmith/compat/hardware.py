@@ -10,13 +10,13 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Literal
 
-import imagesmith.compat as compat  # names tests monkeypatch are looked up through the package
 from imagesmith.compat.drivers import (
     DriverVersion,
     _branches,
     parse_driver,
 )
 from imagesmith.compat.tables import (
+    TABLES,
     DataError,
     _field,
     _rows,
@@ -140,7 +140,7 @@ def _merged(a: BoardFloor, b: BoardFloor) -> BoardFloor:
 @functools.cache
 def _table_releases() -> tuple[DriverVersion, ...]:
     """The in-order release tags driver_table.toml was derived from (read, less the skipped ones)."""
-    data = compat._load("driver_table.toml")
+    data = TABLES.load("driver_table.toml")
     skipped = set(data.get("tags_skipped", ()))
     return tuple(sorted(parse_driver(t) for t in data.get("tags_read", ()) if t not in skipped))
 
@@ -359,7 +359,7 @@ def gpu(key_or_smi_name: str, *, memory_mib: int | None = None, driver: DriverVe
     """
     if not isinstance(key_or_smi_name, str) or not key_or_smi_name.strip():
         raise ConfigError("empty GPU name", hint="give a key such as h100-sxm or the name nvidia-smi prints")
-    found = compat.gpu_candidates(key_or_smi_name)
+    found = gpu_candidates(key_or_smi_name)
     if len(found) == 1:
         return found[0]
     if len(found) > 1:
@@ -482,7 +482,7 @@ def vgpu(name: str) -> Gpu | None:
     board = m.group("board").upper()
     tries = [board] + [board[: -len(s)] for s in _BOARD_SUFFIXES if board.endswith(s) and len(board) > len(s)]
     for attempt in tries:
-        found = next((f for w in ("", "NVIDIA ", "Tesla ") if (f := compat.gpu_candidates(w + attempt))), ())
+        found = next((f for w in ("", "NVIDIA ", "Tesla ") if (f := gpu_candidates(w + attempt))), ())
         if not found:
             continue
         families = {g.family for g in found}

@@ -6,7 +6,8 @@ from __future__ import annotations
 import difflib
 import functools
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -16,7 +17,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
-import imagesmith.compat as compat  # names tests monkeypatch are looked up through the package
 
 DATA_HINT = (
     "imagesmith's packaged data is broken: reinstall imagesmith (pip install --force-reinstall imagesmith), "
@@ -72,8 +72,19 @@ def _load(name: str) -> dict[str, Any]:
         raise DataError(f"imagesmith/data/{name}: invalid TOML: {exc}") from None
 
 
+@dataclass
+class Tables:
+    """Where compat reads its packaged tables from: every reader calls ``TABLES.load``, the one seam a test
+    swaps (``monkeypatch.setattr(tables.TABLES, "load", fake)``) to plant a broken or edited table."""
+
+    load: Callable[[str], dict[str, Any]]
+
+
+TABLES = Tables(load=_load)
+
+
 def _rows(name: str, table: str) -> list[dict[str, Any]]:
-    data = compat._load(name)
+    data = TABLES.load(name)
     rows = data.get(table)
     if not isinstance(rows, list) or not rows:
         raise DataError(f"imagesmith/data/{name}: no [[{table}]] rows")

@@ -11,11 +11,11 @@ from types import MappingProxyType
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-import imagesmith.compat as compat  # names tests monkeypatch are looked up through the package
 from imagesmith.compat.drivers import (
     normalize_cuda,
 )
 from imagesmith.compat.tables import (
+    TABLES,
     DataError,
     _field,
     _rows,
@@ -99,7 +99,7 @@ _ARCH_RE = re.compile(r"^([0-9]{1,2})\.([0-9])(a|f)?(\+PTX)?$")
 def torch_releases() -> tuple[TorchRelease, ...]:
     """Every torch release in the data, oldest first."""
     name = "torch.toml"
-    data = compat._load(name)
+    data = TABLES.load(name)
     pattern = data.get("index_url")
     if not isinstance(pattern, str) or "{variant}" not in pattern:
         raise DataError(f"imagesmith/data/{name}: `index_url` must be a string containing {{variant}}")
@@ -189,7 +189,7 @@ def torch_release(version: str) -> TorchRelease:
     A local suffix (``2.1.2+cu121``) is accepted and ignored.
     """
     raw = version.strip().split("+", 1)[0] if isinstance(version, str) else ""
-    releases = compat.torch_releases()
+    releases = torch_releases()
     for rel in releases:
         if rel.version == raw:
             return rel
@@ -204,4 +204,4 @@ def torch_release(version: str) -> TorchRelease:
 
 def torch_variant(torch: str, cuda: str) -> TorchVariant:
     """Shortcut for ``torch_release(torch).variant(cuda)`` (raises when never published)."""
-    return compat.torch_release(torch).variant(cuda)
+    return torch_release(torch).variant(cuda)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
-import imagesmith.compat as compat  # names tests monkeypatch are looked up through the package
+from imagesmith.compat import torchwheels  # looked up at call time: tests swap torch_release there
 from imagesmith.compat.drivers import (
     DriverVersion,
     MinDriver,
@@ -84,7 +84,7 @@ class _VerdictIds(TypedDict):
 def _first_covering(cc: str, *, newest: bool = False, since: str | None = None) -> str | None:
     """The first (or *newest*) torch release+variant with SASS for *cc*; with *since*: the first from that
     release on."""
-    releases = reversed(compat.torch_releases()) if newest else iter(compat.torch_releases())
+    releases = reversed(torchwheels.torch_releases()) if newest else iter(torchwheels.torch_releases())
     for rel in releases:
         if since is not None and _vkey(rel.version) < _vkey(since):
             continue
@@ -171,7 +171,7 @@ def verdict(
     drv = _as_driver(driver)
     g = gpu if isinstance(gpu, Gpu) else _lookup_gpu(gpu)
     warnings = driver_warnings(drv, today=today) + gpu_warnings(g)
-    rel = compat.torch_release(torch)
+    rel = torchwheels.torch_release(torch)
     vname, xy = normalize_cuda(cuda)
     base = _VerdictIds(driver=str(drv), gpu=g.key, torch=rel.version, cuda=xy, variant=vname)
     max_cuda = _max_cuda(drv)
@@ -179,7 +179,7 @@ def verdict(
 
     var = rel.variants.get(vname)
     if var is None:
-        others = [r.version for r in compat.torch_releases() if vname in r.variants]
+        others = [r.version for r in torchwheels.torch_releases() if vname in r.variants]
         where = (
             f"{vname} wheels exist for torch {others[0]} … {others[-1]}"
             if others

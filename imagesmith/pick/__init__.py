@@ -33,12 +33,6 @@ from imagesmith.pick.fetching import (
     _cache_path as _cache_path,
 )
 from imagesmith.pick.fetching import (
-    _download_http as _download_http,
-)
-from imagesmith.pick.fetching import (
-    _download_oci as _download_oci,
-)
-from imagesmith.pick.fetching import (
     _trust_key as _trust_key,
 )
 from imagesmith.pick.flavors import (
@@ -88,7 +82,8 @@ from imagesmith.pick.ranking import (
 )
 from imagesmith.pick.request import PickRequest, PickResult, of_flavor, pick_for, platform_of
 
-# the names other modules and tests use (private ones above: tests monkeypatch them here)
+# the names other modules and tests use (private ones above: tests read them here; a test swaps the
+# downloads through fetching.DOWNLOADS)
 __all__ = [
     "DEFAULT_TTL_S",
     "KNOWN_REGION_FORMS",

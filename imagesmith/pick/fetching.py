@@ -9,7 +9,7 @@ import re
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
@@ -35,8 +35,6 @@ from imagesmith.tags import INDEX_ARTIFACT_TAG
 if TYPE_CHECKING:
     from imagesmith.indextrust import Trust, Trusted, TrustStore
     from imagesmith.signing import PublicKey
-
-import imagesmith.pick as pick  # names tests monkeypatch are looked up through the package
 
 DEFAULT_TTL_S: Final[int] = 3600
 # ------------------------------------------------------------------------------------------------------------
@@ -170,19 +168,19 @@ def fetch_index(
     want_key = trust.verify and trust.key is None
     try:
         if source.startswith(("http://", "https://")):
-            status, body = pick._download_http(source)
+            status, body = DOWNLOADS.http(source)
             if status in (404, 410):
                 gone = ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
             elif status != 200:
                 raise ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
             elif trust.verify:
-                sig_status, sig_body = pick._download_http(source + ".sig")
+                sig_status, sig_body = DOWNLOADS.http(source + ".sig")
                 envelope = sig_body if sig_status == 200 else None
                 if want_key:
-                    key_status, key_body = pick._download_http(source + KEY_SUFFIX)
+                    key_status, key_body = DOWNLOADS.http(source + KEY_SUFFIX)
                     published = key_body if key_status == 200 else None
         else:
-            body, envelope, published = pick._download_oci(source, with_key=want_key)
+            body, envelope, published = DOWNLOADS.oci(source, with_key=want_key)
     except ManifestUnknownError as exc:
         gone = exc
     except (RegistryError, ConfigError) as exc:
@@ -528,3 +526,17 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
             + ("" if insecure else "; a plain-HTTP registry needs oci+http://")
             + "), or pass the index as a file or http(s) URL",
         ) from None
+
+
+@dataclass
+class Downloads:
+    """How :func:`fetch_index` gets an index's bytes: the one seam a test swaps
+    (``monkeypatch.setattr(fetching.DOWNLOADS, "oci", fake)``) to serve an index without a server."""
+
+    #: (status, body) of an https:// or http:// URL
+    http: Callable[[str], tuple[int, bytes]]
+    #: (index JSON, signature envelope or None, published key or None) of an oci:// artifact
+    oci: Callable[..., tuple[bytes, bytes | None, bytes | None]]
+
+
+DOWNLOADS = Downloads(http=_download_http, oci=_download_oci)

@@ -18,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from imagesmith import compat
-from imagesmith.compat import DriverVersion, parse_driver
+from imagesmith.compat import DriverVersion, parse_driver, torchwheels
+from imagesmith.compat.tables import TABLES
 from imagesmith.errors import ConfigError
 
 DATA = Path(compat.__file__).parent.parent / "data"
@@ -628,7 +629,7 @@ def test_loading_rejects_a_lifecycle_row_without_a_valid_month(monkeypatch: pyte
     real = compat._load("cuda.toml")
     broken = {**real, "lifecycle": [{"branch": 535, "designation": "long-term", "end_of_life": "June 2026",
                                      "source": "x"}]}  # fmt: skip
-    monkeypatch.setattr(compat, "_load", lambda name: broken if name == "cuda.toml" else real)
+    monkeypatch.setattr(TABLES, "load", lambda name: broken if name == "cuda.toml" else real)
     compat._lifecycles.cache_clear()
     try:
         with pytest.raises(compat.DataError, match=r"cuda\.toml: \[\[lifecycle\]\] 535: end_of_life"):
@@ -787,7 +788,7 @@ def test_r590_new_feature_branch_is_not_called_end_of_life() -> None:
 def test_lifecycle_rows_need_an_end_unless_new_feature(monkeypatch: pytest.MonkeyPatch) -> None:
     real = compat._load("cuda.toml")
     broken = {**real, "lifecycle": [{"branch": 600, "designation": "production", "source": "x"}]}
-    monkeypatch.setattr(compat, "_load", lambda name: broken if name == "cuda.toml" else real)
+    monkeypatch.setattr(TABLES, "load", lambda name: broken if name == "cuda.toml" else real)
     compat._lifecycles.cache_clear()
     try:
         with pytest.raises(
@@ -875,7 +876,7 @@ def test_v100_cannot_run_a_cuda_13_wheel_even_on_r580(monkeypatch: pytest.Monkey
     with_sm70 = dataclasses.replace(rel.variants["cu130"], arch_list=("7.0", "9.0"))
     fake = dataclasses.replace(rel, variants={**rel.variants, "cu130": with_sm70})
     real = compat.torch_release
-    monkeypatch.setattr(compat, "torch_release", lambda v: fake if v == "2.11.0" else real(v))
+    monkeypatch.setattr(torchwheels, "torch_release", lambda v: fake if v == "2.11.0" else real(v))
     v = compat.verdict("580.159.04", "v100", "2.11.0", "cu130", today=NOV_30)
     assert v.mode == "none"
     assert v.arch is not None

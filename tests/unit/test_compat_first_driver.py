@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from imagesmith import compat
 from imagesmith.compat import DriverVersion, parse_driver
+from imagesmith.compat.tables import TABLES
 from imagesmith.nvsmi import SmiGpu
 from imagesmith.pick import Host, assess
 from tests.repo import REPO
@@ -219,7 +220,7 @@ def _with_gpus_toml(monkeypatch: pytest.MonkeyPatch, edit: Callable[[dict[str, A
     broken = copy.deepcopy(real)
     edit(broken)
     load = compat._load
-    monkeypatch.setattr(compat, "_load", lambda name: broken if name == "gpus.toml" else load(name))
+    monkeypatch.setattr(TABLES, "load", lambda name: broken if name == "gpus.toml" else load(name))
     for cached in (compat.gpus, compat.arch_families):
         cached.cache_clear()
 

@@ -25,6 +25,7 @@ from imagesmith.errors import ConfigError, IndexTrustError
 from imagesmith.index import issued, parse_index, renewal_due
 from imagesmith.indextrust import Trust
 from imagesmith.pick import fetch_index
+from imagesmith.pick.fetching import DOWNLOADS
 from tests.indexkey import KEY, save_signed_index, signed_bytes
 from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
@@ -627,7 +628,7 @@ def test_one_oci_source_however_spelled_shares_its_pin_and_newest_serial(
     def download_oci(source: str, **_: object) -> tuple[bytes, bytes, bytes]:
         return served["now"]
 
-    monkeypatch.setattr(picking, "_download_oci", download_oci)
+    monkeypatch.setattr(DOWNLOADS, "oci", download_oci)
     body, env = signed_bytes(replace(make_index(), published_to=("docker.io/library/torch",)), serial=20)
     served["now"] = (body, env, KEY.public.pem)
     fetch_index("oci://docker.io/torch", refresh=True, trust=TOFU)  # first use: KEY pinned, serial 20 seen

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from imagesmith import compat, inputs
+from imagesmith.compat import hardware
 from imagesmith.errors import ConfigError, MatrixError
 from imagesmith.matrix import load_matrix, load_registries
 from imagesmith.project import PROJECT_FILE, load_project
@@ -456,7 +457,7 @@ def test_the_driver_narrows_a_cut_short_name(monkeypatch: Any) -> None:
 
     a, b = compat.gpu("rtx3090"), compat.gpu("rtx4090")
     b = replace(b, min_driver=compat.parse_driver("525.60.13"))
-    monkeypatch.setattr(compat, "gpu_candidates", lambda _name: (a, b))
+    monkeypatch.setattr(hardware, "gpu_candidates", lambda _name: (a, b))
     assert compat.gpu("NVIDIA GeForce ...", memory_mib=24576, driver=compat.parse_driver("470.82.01")) == a
 
 

@@ -34,6 +34,7 @@ from imagesmith.pick import (
     registry_region,
     version_matches,
 )
+from imagesmith.pick.fetching import DOWNLOADS
 from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 
@@ -857,14 +858,14 @@ def test_oci_manifest_unknown_is_not_replaced_by_the_cache(
     def unknown(src: str, **_: Any) -> bytes:
         raise ManifestUnknownError("registry registry.example: manifest unknown", hint="check the tag")
 
-    monkeypatch.setattr(picking, "_download_oci", unknown)
+    monkeypatch.setattr(DOWNLOADS, "oci", unknown)
     with pytest.raises(ManifestUnknownError, match="source says the index is not there"):
         fetch_index(source, warn=lambda m: pytest.fail(m), trust=NO_VERIFY)
 
     def down(src: str, **_: Any) -> bytes:
         raise RegistryError("registry registry.example: unreachable or failing", hint="check the network")
 
-    monkeypatch.setattr(picking, "_download_oci", down)
+    monkeypatch.setattr(DOWNLOADS, "oci", down)
     said: list[str] = []
     assert (
         fetch_index(source, warn=said.append, trust=NO_VERIFY).images
@@ -1175,7 +1176,6 @@ def test_cli_pull_on_a_detected_autodl_host_starts_with_acr(
 def test_plain_http_index_is_refused_without_insecure(
     source: str, secure: str, run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from imagesmith import pick as picking
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     fetched: list[str] = []
@@ -1188,8 +1188,8 @@ def test_plain_http_index_is_refused_without_insecure(
         fetched.append(url)
         return b"{}", None, None
 
-    monkeypatch.setattr(picking, "_download_http", download_http)
-    monkeypatch.setattr(picking, "_download_oci", download_oci)
+    monkeypatch.setattr(DOWNLOADS, "http", download_http)
+    monkeypatch.setattr(DOWNLOADS, "oci", download_oci)
     with pytest.raises(ConfigError, match="plain HTTP") as err:
         fetch_index(source)
     assert f"use {secure}, or pass --insecure" in (err.value.hint or "")

@@ -16,6 +16,7 @@ import pytest
 
 from imagesmith import compat
 from imagesmith import plan as plan_module
+from imagesmith.compat.tables import TABLES
 from imagesmith.errors import MatrixError
 from imagesmith.matrix import Matrix, load_matrix
 from imagesmith.model import BuildPlan
@@ -179,7 +180,7 @@ def test_toolkits_header_packages_must_be_a_list_of_names(
 ) -> None:
     real = compat._load("toolkits.toml")
     data = {**real, "distro": [{**real["distro"][0], "header_packages": value}]}
-    monkeypatch.setattr(compat, "_load", lambda name: data if name == "toolkits.toml" else real)
+    monkeypatch.setattr(TABLES, "load", lambda name: data if name == "toolkits.toml" else real)
     compat.distro_toolkits.cache_clear()
     try:
         with pytest.raises(compat.DataError, match="debian12: `header_packages` must be a list of package"):

@@ -16,6 +16,7 @@ from imagesmith import signing
 from imagesmith.errors import ConfigError, IndexTrustError
 from imagesmith.indextrust import Trust, TrustStore, renter_line, split_root
 from imagesmith.pick import fetch_index
+from imagesmith.pick.fetching import DOWNLOADS
 from tests.indexkey import KEY, save_signed_index, signed_bytes
 from tests.unit.test_pick import make_index
 
@@ -145,11 +146,10 @@ def test_the_same_publishers_second_registry_is_covered_by_the_pin(
 ) -> None:
     """main: a pin was per source: the machine that pinned the publisher's key for registry A treated the same
     publisher's registry B as a first use again (whatever key B served was pinned)."""
-    from imagesmith import pick as picking
 
     places = ("a.example/acme/torch", "b.example/acme/torch")
     served: dict[str, tuple[bytes, bytes, bytes]] = {}
-    monkeypatch.setattr(picking, "_download_oci", lambda source, **_: served[source.split("//")[1]])
+    monkeypatch.setattr(DOWNLOADS, "oci", lambda source, **_: served[source.split("//")[1]])
     index = replace(make_index(), published_to=places)
     body, env = signed_bytes(index, serial=5)
     served["a.example/acme/torch"] = (body, env, KEY.public.pem)
