@@ -24,7 +24,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from imagesmith import __version__, compat
 from imagesmith.bases import BASES_FILE, BasesLock, own_digest, read_bases
@@ -212,6 +212,63 @@ def _combinations(matrix: Matrix) -> list[tuple[str, str, str, str, bool]]:
     return out
 
 
+class _ToolkitChoice(NamedTuple):
+    """How a cell's nccl-tests stage gets make, nvcc and NCCL (``nccl_tests.toolkit``, docs/matrix.md)."""
+
+    toolkit: NcclToolkit
+    builder_image: str
+    distro: compat.DistroToolkit | None
+    note: str
+
+
+def _nccl_toolkit(
+    requested: str, base: BaseSpec, cuda: str, devel_image: str | None, ccs: Sequence[str]
+) -> _ToolkitChoice | str:
+    """The toolkit source a cell of CUDA *cuda* on *base* builds nccl-tests with, for the matrix's
+    ``nccl_tests.toolkit`` *requested*; or why there is none (the cell's drop reason)."""
+    major = int(cuda.split(".")[0])
+    distro = compat.distro_toolkit(base.os)
+    distro_fits = distro is not None and distro.serves(cuda)
+    toolkit: NcclToolkit
+    distro_used: compat.DistroToolkit | None = None
+    if requested == "base":
+        plain = _plain_os_image(base.image)
+        if plain is not None:
+            return (
+                f"nccl_tests.toolkit = 'base': {base.key}.image {base.image} is the plain {plain} OS "
+                "image (imagesmith/data/bases.toml), which carries no CUDA toolkit (/usr/local/cuda) and "
+                "no NCCL; toolkit 'base' is for a base image that brings its own (e.g. with torch.source "
+                "= 'base'). Use toolkit "
+                f"'auto'; {_own_toolkit(base, cuda)}"
+                + ("" if major >= 13 else "; " + _toolkit_fixes(base, cuda))
+            )
+        toolkit, builder_image = "base", base.image
+        note = "nccl-tests built with the base image's own CUDA toolkit (/usr/local/cuda)"
+    elif requested == "pip" or (requested == "auto" and major >= 13):
+        if major < 13:
+            return (
+                f"nccl_tests.toolkit = 'pip': CUDA {cuda} pip wheels carry no nvcc (only CUDA 13 "
+                f"and later ones do); {_own_toolkit(base, cuda)}; " + _toolkit_fixes(base, cuda)
+            )
+        toolkit, builder_image = "pip", base.image
+        note = f"nccl-tests built with nvcc from the CUDA {cuda} pip wheels on the plain base"
+    elif requested == "distro" or (requested == "auto" and distro_fits):
+        if distro is None or not distro_fits:
+            return f"nccl_tests.toolkit = 'distro': {_own_toolkit(base, cuda)}; " + _toolkit_fixes(base, cuda)
+        toolkit, builder_image, distro_used = "distro", base.image, distro
+        note = _distro_note(distro, cuda, ccs)
+    else:  # devel-image, or auto with no other source
+        if devel_image is None:
+            why = "asks for an nvidia/cuda devel image" if requested == "devel-image" else "is auto"
+            return (
+                f"CUDA {cuda} wheels carry no nvcc and nccl_tests.toolkit {why}: nccl-tests "
+                f"needs a toolkit; {_own_toolkit(base, cuda)}; " + _toolkit_fixes(base, cuda)
+            )
+        toolkit, builder_image = "devel-image", devel_image
+        note = f"nccl-tests built in {devel_image} ({base.key}.devel_images)"
+    return _ToolkitChoice(toolkit, builder_image, distro_used, note)
+
+
 def _excluded_by(rules: Sequence[Rule], torch: str, variant: str, python: str, flavor: str) -> Rule | None:
     for rule in rules:
         if rule.matches(torch=torch, variant=variant, python=python, flavor=flavor):
@@ -361,55 +418,11 @@ def plan_from(matrix: Matrix, inputs: PlanInputs, *, with_fingerprints: bool = T
         devel_image = base.devel_image(variant.cuda)
         major = int(variant.cuda.split(".")[0])
         ccs = [g.cc for g in matrix.gpus]
-        requested = matrix.nccl_tests.toolkit
-        distro = compat.distro_toolkit(base.os)
-        distro_fits = distro is not None and distro.serves(variant.cuda)
-        toolkit: NcclToolkit
-        distro_used: compat.DistroToolkit | None = None
-        if requested == "base":
-            plain = _plain_os_image(base.image)
-            if plain is not None:
-                drop(
-                    f"nccl_tests.toolkit = 'base': {base.key}.image {base.image} is the plain {plain} OS "
-                    "image (imagesmith/data/bases.toml), which carries no CUDA toolkit (/usr/local/cuda) and "
-                    "no NCCL; toolkit 'base' is for a base image that brings its own (e.g. with torch.source "
-                    "= 'base'). Use toolkit "
-                    f"'auto'; {_own_toolkit(base, variant.cuda)}"
-                    + ("" if major >= 13 else "; " + _toolkit_fixes(base, variant.cuda))
-                )
-                continue
-            toolkit, builder_image = "base", base.image
-            note = "nccl-tests built with the base image's own CUDA toolkit (/usr/local/cuda)"
-        elif requested == "pip" or (requested == "auto" and major >= 13):
-            if major < 13:
-                drop(
-                    f"nccl_tests.toolkit = 'pip': CUDA {variant.cuda} pip wheels carry no nvcc (only CUDA 13 "
-                    f"and later ones do); {_own_toolkit(base, variant.cuda)}; "
-                    + _toolkit_fixes(base, variant.cuda)
-                )
-                continue
-            toolkit, builder_image = "pip", base.image
-            note = f"nccl-tests built with nvcc from the CUDA {variant.cuda} pip wheels on the plain base"
-        elif requested == "distro" or (requested == "auto" and distro_fits):
-            if distro is None or not distro_fits:
-                drop(
-                    f"nccl_tests.toolkit = 'distro': {_own_toolkit(base, variant.cuda)}; "
-                    + _toolkit_fixes(base, variant.cuda)
-                )
-                continue
-            toolkit, builder_image, distro_used = "distro", base.image, distro
-            note = _distro_note(distro, variant.cuda, ccs)
-        else:  # devel-image, or auto with no other source
-            if devel_image is None:
-                why = "asks for an nvidia/cuda devel image" if requested == "devel-image" else "is auto"
-                drop(
-                    f"CUDA {variant.cuda} wheels carry no nvcc and nccl_tests.toolkit {why}: nccl-tests "
-                    f"needs a toolkit; {_own_toolkit(base, variant.cuda)}; "
-                    + _toolkit_fixes(base, variant.cuda)
-                )
-                continue
-            toolkit, builder_image = "devel-image", devel_image
-            note = f"nccl-tests built in {devel_image} ({base.key}.devel_images)"
+        chosen = _nccl_toolkit(matrix.nccl_tests.toolkit, base, variant.cuda, devel_image, ccs)
+        if isinstance(chosen, str):
+            drop(chosen)
+            continue
+        toolkit, builder_image, distro_used, note = chosen
         # CUDA 13 pip wheels carry nvcc: a devel cell is the runtime image plus those wheels (and g++/make),
         # so it needs no nvidia/cuda devel image and shares every layer up to torch with the runtime cell.
         pip_devel = toolkit == "pip"

@@ -38,7 +38,7 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/commands/validate.py", "validate_command"): (253, 5),  # 369, 24 before its command layer
     ("imagesmith/compat/verdicts.py", "verdict"): (211, 26),
     ("imagesmith/pick/fetching.py", "fetch_index"): (189, 29),  # 173, 27 before issue 34 merged
-    ("imagesmith/plan.py", "plan_from"): (243, 31),  # 268, 33 as build_plan, before its reads left it
+    ("imagesmith/plan.py", "plan_from"): (199, 25),  # 268, 33 as build_plan (its reads, its toolkit choice)
     ("imagesmith/registry/transport.py", "_send"): (136, 23),
     ("imagesmith/scaffold.py", "choose"): (140, 13),
     ("imagesmith/scaffold.py", "project_files"): (180, 1),
