@@ -515,3 +515,26 @@ def test_an_upload_that_keeps_progressing_is_not_given_up_however_long_it_takes(
         copy_manifest(src, repo, "src", dst, repo, put_as="final")
         verify_blobs(reg.client(), repo, image, side=Side.DESTINATION)
         assert px.count("PATCH", "upload") >= 16
+
+
+@pytest.mark.registry
+def test_a_source_that_stops_sending_a_blob_is_given_up_naming_the_stall(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """The source cuts its first blob answer half-way, then every resumed request stalls: the copy gives up
+    once no byte came for the deadline, naming the stall and the source."""
+    real = regs.plain_client()
+    push_layers(real, repo, "src", [os.urandom(300_000)])
+    with temp_registry(tmp_path) as reg, fault_proxy(regs.plain, max_seconds=60) as px:
+        px.rules.append(
+            lambda r: (
+                (Action("cut") if r.n == 0 else Action("stall", seconds=0.5))
+                if r.kind == "blob" and r.method == "GET"
+                else None
+            )
+        )
+        src = fast(px.addr, timeout=1.0, deadline=3.0)
+        with pytest.raises(RegistryError, match=r"no bytes for [0-9]+ s from registry ") as caught:
+            copy_manifest(src, repo, "src", reg.client(), repo, put_as="final")
+        assert caught.value.side is Side.SOURCE
+        assert "restarts on progress only" in caught.value.message
