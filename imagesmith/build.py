@@ -211,16 +211,34 @@ def stage_context(
             hint=f"run `imagesmith render --matrix {cell.matrix}`",
         )
     dest = staging_root / cell.matrix / cell.id
-    if dest.exists():
-        shutil.rmtree(dest)
-    shutil.copytree(src, dest)
-    archive = cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=cell.matrix)
-    shutil.copy2(archive, dest / "sources" / archive.name)
-    shutil.copy2(imagesmith_wheel(), dest / "wheels")
-    if wheels_dir is not None:
-        for wheel in sorted(wheels_dir.glob("*.whl")):
-            if not wheel.name.startswith("imagesmith-"):
-                shutil.copy2(wheel, dest / "wheels" / wheel.name)
+    refused: list[tuple[OSError, Path]] = []  # the first file the disk refused, with its errno
+
+    def copy(source: str, target: str) -> object:
+        try:
+            return shutil.copy2(source, target)
+        except OSError as exc:
+            refused.append((exc, Path(target)))
+            raise
+
+    try:
+        if dest.exists():
+            shutil.rmtree(dest)
+        shutil.copytree(src, dest, copy_function=copy)
+        archive = cached_archive(nccl_tests_archive(matrix.nccl_tests), matrix=cell.matrix)
+        copy(str(archive), str(dest / "sources" / archive.name))
+        wheel = imagesmith_wheel()
+        copy(str(wheel), str(dest / "wheels" / wheel.name))
+        if wheels_dir is not None:
+            for wheel in sorted(wheels_dir.glob("*.whl")):
+                if not wheel.name.startswith("imagesmith-"):
+                    copy(str(wheel), str(dest / "wheels" / wheel.name))
+    except OSError as exc:  # shutil.Error (copytree's list of failures) too: one error naming the file
+        first, path = refused[0] if refused else (exc, Path(exc.filename or dest))
+        error = atomicio.storage_error(
+            first, path, left=f"the staging folder {dest} was removed, nothing was built"
+        )  # before the removal: the free space is what the copy met
+        shutil.rmtree(dest, ignore_errors=True)
+        raise error from None
     return dest
 
 

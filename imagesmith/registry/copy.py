@@ -49,6 +49,25 @@ def _sided(side: Side, exc: RegistryError) -> RegistryError:
     return exc if exc.side else exc.replace(side=side)
 
 
+def _download_stalled(
+    client: RegistryApi, repo: str, digest: str, side: Side, got: int, idle: float
+) -> RegistryError:
+    """A blob download given up: the registry sent no byte of it for the deadline (issue 37)."""
+    return RegistryError(
+        f"registry {client.name} ({client.host}): GET blob {repo}@{digest[:19]}: no bytes for {idle:.0f} s "
+        f"from registry {client.name} (stopped at byte {got}; the deadline restarts on progress only)",
+        hint=f"check that registry {client.name} is up and not throttled, then rerun (blobs already copied "
+        "are not sent again); IMAGESMITH_REGISTRY_DEADLINE gives a slow registry more time",
+        side=side,
+        registry=client.name,
+        host=client.host,
+        repository=repo,
+        digest=digest,
+        fault=Fault.UNREACHABLE,
+        transient=True,
+    )
+
+
 def read_blob(
     client: RegistryApi,
     repo: str,
@@ -65,7 +84,7 @@ def read_blob(
     h = hashlib.sha256()
     got = 0
     cuts = 0
-    started = time.monotonic()
+    last = time.monotonic()  # the last byte the source sent: the deadline restarts on progress only
     while True:
         try:
             with client.get_blob(repo, digest, got) if got else client.get_blob(repo, digest) as resp:
@@ -79,12 +98,17 @@ def read_blob(
                     h.update(chunk)
                     got += len(chunk)
                     yield chunk
+                    last = time.monotonic()  # (the consumer's time is not the source's stall)
             break
         except RegistryError as exc:
+            if exc.transient and time.monotonic() - last >= policy.deadline:
+                raise _download_stalled(client, repo, digest, side, got, time.monotonic() - last) from None
             raise _sided(side, exc) from None
         except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
             cuts += 1
-            if cuts >= policy.attempts or time.monotonic() - started > policy.deadline:
+            if time.monotonic() - last >= policy.deadline:
+                raise _download_stalled(client, repo, digest, side, got, time.monotonic() - last) from None
+            if cuts >= policy.attempts:
                 raise RegistryError(
                     f"registry {client.name} ({client.host}): GET blob {repo}@{digest[:19]}: the "
                     f"download broke {cuts} time(s), last at byte {got} ({type(exc).__name__})",

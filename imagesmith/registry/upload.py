@@ -12,7 +12,7 @@ from urllib.parse import urljoin
 
 import requests
 
-from imagesmith.errors import RegistryError
+from imagesmith.errors import Fault, RegistryError
 from imagesmith.registry.api import BlobStat
 from imagesmith.registry.faults import _Transient, answer_codes
 from imagesmith.registry.transport import Transport, _length
@@ -23,6 +23,24 @@ class _Upload:
     """One upload session: where the registry said to send the next request."""
 
     location: str | None = None
+
+
+@dataclass
+class _Progress:
+    """When the registry last took more bytes of a blob: its upload gives up once it took none for the
+    policy's deadline (one deadline per blob, restarted by progress only, never by a retry or a restart)."""
+
+    last: float
+    held: int = 0
+
+    def took(self, held: int) -> None:
+        """The registry holds *held* bytes of the current session: progress when that is more than before."""
+        if held > self.held:
+            self.last = time.monotonic()
+        self.held = held
+
+    def idle(self) -> float:
+        return time.monotonic() - self.last
 
 
 class _Restart(Exception):
@@ -66,13 +84,17 @@ class Uploader(Transport):
         """
         scope = self._scope(repo, "pull,push")
         restarts = 0
+        progress = _Progress(last=time.monotonic())
         while True:
             up = self._start_upload(repo, digest, scope)
+            progress.held = 0
             try:
-                self._upload_chunks(repo, digest, scope, up, chunks)
+                self._upload_chunks(repo, digest, scope, up, chunks, progress)
                 return
             except _Restart as exc:
                 self._cancel_upload(up, scope)
+                if progress.idle() >= self.policy.deadline:
+                    raise self._stalled(repo, digest, progress) from None
                 restarts += 1
                 if restarts > self.policy.restarts:
                     raise self._fail(
@@ -82,10 +104,27 @@ class Uploader(Transport):
                     ) from None
             except _Transient as exc:
                 self._cancel_upload(up, scope)
+                if progress.idle() >= self.policy.deadline:
+                    raise self._stalled(repo, digest, progress) from exc
                 raise self._gave_up(exc, self.policy.attempts) from exc
             except BaseException:
                 self._cancel_upload(up, scope)
                 raise
+
+    def _stalled(self, repo: str, digest: str, progress: _Progress) -> RegistryError:
+        """The upload of *digest* given up: the registry took no byte of it for the deadline (issue 37)."""
+        error = self._fail(
+            f"upload {digest[:19]} to {repo}",
+            f"no bytes for {progress.idle():.0f} s from registry {self.name} (it holds {progress.held} "
+            f"bytes of the blob's current upload; the deadline of {self.policy.deadline:.0f} s restarts "
+            "on progress only)",
+            hint=f"check that registry {self.name} is up, not full and not throttled, then rerun (blobs "
+            "already copied are not sent again); IMAGESMITH_REGISTRY_DEADLINE gives a slow registry more "
+            "time",
+            fault=Fault.UNREACHABLE,
+            transient=True,
+        )
+        return error.replace(repository=repo, digest=digest)
 
     def _start_upload(self, repo: str, digest: str, scope: str) -> _Upload:
         resp = self._call("POST", f"/v2/{repo}/blobs/uploads/", scope=scope)
@@ -120,7 +159,13 @@ class Uploader(Transport):
         return int(rng.group(1)) + 1 if rng and rng.group(1) != "0" else 0
 
     def _upload_chunks(
-        self, repo: str, digest: str, scope: str, up: _Upload, chunks: Callable[[], Iterator[bytes]]
+        self,
+        repo: str,
+        digest: str,
+        scope: str,
+        up: _Upload,
+        chunks: Callable[[], Iterator[bytes]],
+        progress: _Progress,
     ) -> None:
         """PATCH the blob chunk by chunk. Each chunk's body is streamed from *chunks* as it arrives (the
         source keeps sending while the destination writes) and its pieces are kept until the registry took
@@ -152,7 +197,7 @@ class Uploader(Transport):
                     held += len(piece)
                 if not pending:
                     break
-                self._patch(repo, digest, scope, up, offset, held, pending, None)
+                self._patch(repo, digest, scope, up, (offset, held), pending, None, progress)
                 offset += held
                 continue
             length = min(self.chunk_size, size - offset)
@@ -174,7 +219,7 @@ class Uploader(Transport):
                     got += len(piece)
                     yield piece
 
-            self._patch(repo, digest, scope, up, offset, length, pending, more)
+            self._patch(repo, digest, scope, up, (offset, length), pending, more, progress)
             if failed:
                 raise failed[0]
             offset += sum(len(p) for p in pending)
@@ -192,19 +237,25 @@ class Uploader(Transport):
         digest: str,
         scope: str,
         up: _Upload,
-        offset: int,
-        length: int,
+        span: tuple[int, int],
         pending: list[bytes],
         more: Callable[[], Iterator[bytes]] | None,
+        progress: _Progress,
     ) -> None:
-        """PATCH bytes [offset, offset+length) — *pending* plus, when streaming, what *more* pulls — with
-        retries; after a failure the registry is asked what it holds and the rest is sent from *pending*."""
+        """PATCH bytes *span* (offset, length) — *pending* plus, when streaming, what *more* pulls — with
+        retries; after a failure the registry is asked what it holds and the rest is sent from *pending*.
+        Bytes the registry takes are *progress*; a retry finds it idle for the deadline: given up."""
+        offset, length = span
         pos = 0  # bytes of the chunk the registry holds
         for attempt in self.policy.retrying():
             with attempt:
                 started = time.monotonic()
                 if attempt.retry_state.attempt_number > 1:
                     held = self._upload_status(up, scope, started)
+                    if held is not None:
+                        progress.took(held)
+                    if progress.idle() >= self.policy.deadline:
+                        raise self._stalled(repo, digest, progress)
                     if held is None:
                         raise _Restart("upload session unknown after a failed chunk")
                     if not offset <= held <= offset + sum(len(p) for p in pending):
@@ -236,6 +287,7 @@ class Uploader(Transport):
                     raise _Restart(f"PATCH answered HTTP {resp.status_code} {message}")
                 self._check(resp, f"upload {digest[:19]} to {repo}", (202, 204))
                 up.location = urljoin(self.base + "/", resp.headers.get("Location", up.location))
+                progress.took(offset + length)
 
     def _finish_upload(self, repo: str, digest: str, scope: str, up: _Upload, size: int) -> None:
         """PUT ?digest=; a PUT whose answer was lost is done when the blob is there with its size."""

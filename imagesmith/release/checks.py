@@ -3,7 +3,7 @@ own labels against the plan and the index entry it would get; each a step over :
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -71,6 +71,32 @@ def find_candidate(run: CellRun) -> None:
         return
     run.held = held
     run.digest = run.result.digest = next(iter(held.values()))
+
+
+def released_digests(cell: ReleaseCell, clients: dict[str, RegistryApi]) -> dict[str, str]:
+    """Registry → the digest the cell's release tag resolves to now (registries that lack the tag, or cannot
+    be asked, are left out: this only finds what an interrupted run may have promoted)."""
+    found: dict[str, str] = {}
+    for t in cell.targets:
+        try:
+            digest = clients[t.name].manifest_digest(t.repo, cell.tag)
+        except ImagesmithError:
+            continue
+        if digest:
+            found[t.name] = digest
+    return found
+
+
+def released_at(digest: str, tagged: dict[str, str]) -> Callable[[CellRun], None]:
+    """A first step that releases *digest*, the one the release tag already points at in the registries of
+    *tagged*, instead of the candidate: how a rerun finishes a release interrupted before its index."""
+
+    def find_released(run: CellRun) -> None:
+        """The digest is the one the release tag resolves to (an earlier run promoted it)."""
+        run.held = {name: d for name, d in tagged.items() if d == digest}
+        run.digest = run.result.digest = digest
+
+    return find_released
 
 
 def collect_evidence(run: CellRun) -> None:

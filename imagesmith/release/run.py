@@ -31,13 +31,14 @@ from imagesmith.release.artifacts import index_signature_path
 from imagesmith.release.base import ReleaseCell, _now
 from imagesmith.release.blobs import VerifiedBlobs
 from imagesmith.release.carried import _stored_validated_on, carry_over
-from imagesmith.release.checks import _candidate_digests
+from imagesmith.release.checks import _candidate_digests, released_at, released_digests
 from imagesmith.release.evidence import Report, collect_reports
 from imagesmith.release.facts import bound_entry, entry_changes
 from imagesmith.release.gates import sbom_finder, vulnerability_gate
 from imagesmith.release.outcome import CellResult, Gate, Outcome, SbomFinder, index_entry
 from imagesmith.release.publish import _base_index, _index_repos, merged_index, publish, write_index
-from imagesmith.release.steps import release_cell
+from imagesmith.release.state import CellOptions, CellRun
+from imagesmith.release.steps import STEPS, release_cell, run_steps
 
 default_client = client_for
 
@@ -103,6 +104,21 @@ def release_cells(
             verified=verified,
         )
         verified.save()
+        if result.status in ("refused", "failed"):
+            options = CellOptions(
+                dry_run=dry_run,
+                client_for=client_for,
+                verify=verify,
+                trusted=trusted,
+                gate=gate,
+                sbom_for=sbom_for,
+                verified=verified,
+            )
+            finished = _finish_interrupted(cell, result, base, reports, clients, options)
+            if finished is not None:
+                outcome.cells.append(result)
+                result, passing = finished
+                verified.save()
         outcome.cells.append(result)
         if (
             result.digest
@@ -137,6 +153,38 @@ def release_cells(
     if write_index(merged, base, index_file, index_valid_for, outcome):
         publish(index_file, _index_repos(cells), clients, sign_key, outcome, echo, rotate_to=rotate_to)
     return outcome
+
+
+def _finish_interrupted(
+    cell: ReleaseCell,
+    candidate: CellResult,
+    base: ReleaseIndex,
+    reports: Sequence[Report],
+    clients: dict[str, RegistryApi],
+    options: CellOptions,
+) -> tuple[CellResult, list[Report]] | None:
+    """Issue 37: the release of a digest an earlier run promoted (the release tag moved onto it) but did not
+    record (killed before its index was written), when *candidate*, the cell's candidate now, was not
+    released (a newer build not validated yet, say). That digest goes through every step a candidate does
+    (signed passing evidence verified again, labels, entry; a registry the tag did not reach yet gets it),
+    and *candidate*'s refusal says what stays released. None when the tag points at nothing new: no tag, the
+    digest the index records (carried and re-verified as any entry), the candidate's, or several digests."""
+    tagged = released_digests(cell, clients)
+    recorded = base.by_tag(cell.tag)
+    others = set(tagged.values()) - {candidate.digest, recorded.digest if recorded is not None else None}
+    if len(others) != 1 or (recorded is not None and recorded.digest in tagged.values()):
+        return None
+    (digest,) = others
+    steps = (("find released", released_at(digest, tagged)), *STEPS[1:])
+    run = run_steps(CellRun(cell=cell, reports=reports, clients=clients, options=options), steps)
+    if run.result.status not in ("promoted", "up-to-date", "would-promote"):
+        return None
+    candidate.reasons.insert(
+        0,
+        f"the newer candidate {candidate.digest or '(none)'} is not validated: {cell.tag} stays on {digest}, "
+        "which an interrupted release promoted, and that is what the index records",
+    )
+    return run.result, (run.passing if run.promoting else [])
 
 
 def _released_entry(

@@ -139,3 +139,38 @@ def test_lock_on_a_full_disk_keeps_the_old_lock(tmp_path: Path) -> None:
         filler.unlink()
         done = _run("-C", str(root), "lock", "--matrix", "smoke", "--force", "--no-sizes", env=env)
         assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("exhaust", ["bytes", "inodes"])
+def test_build_staging_a_context_on_a_full_disk_is_one_error_naming_the_file(
+    tmp_path: Path, exhaust: str
+) -> None:
+    """`build` copies a cell's context into its staging folder: a full disk there (bytes or inodes) is one
+    StorageError naming the file, the free space and that the half-staged folder was removed — not
+    shutil's list of (source, destination, reason) tuples."""
+    from imagesmith.build import stage_context
+    from imagesmith.config import UserConfig
+    from imagesmith.errors import StorageError
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from tests.repo import PROJECT
+
+    matrix = load_matrix("smoke", project=PROJECT)
+    cell = build_plan(matrix, project=PROJECT).cells[0]
+    options = "size=8m,nr_inodes=400" if exhaust == "inodes" else "size=8m"
+    with _tmpfs(tmp_path / "mnt", options) as mnt:
+        staging = mnt / "contexts"
+        staging.mkdir()
+        _fill_bytes(mnt) if exhaust == "bytes" else _fill_inodes(mnt)
+        with pytest.raises(StorageError) as caught:
+            stage_context(cell, matrix, UserConfig(), staging, project=PROJECT)
+        message = caught.value.message
+        assert message.startswith(f"cannot write {staging}/"), message
+        assert "no space left on the device" in message
+        assert " MB" in message
+        assert "free" in message
+        assert "[(" not in message
+        assert "the staging folder" in message
+        assert "was removed" in message
+        assert str(caught.value.fields()["file"]).startswith(str(staging))
+        assert not (staging / cell.matrix / cell.id).exists()

@@ -5,8 +5,8 @@ plain rerun converges and leaves no temp file.
 Bounded: ``IMAGESMITH_KILLS`` kills per command (default 100) and ``IMAGESMITH_KILL_BUDGET_S`` seconds per
 command (default 100), whichever comes first; ``IMAGESMITH_KILL_SEED`` picks the points (default 37: the same
 points every run). The commands: ``render`` (a matrix change rewrites dockerfiles/), ``lock --force`` (the
-resolver is tests/fakeuv.py: no network) and ``keygen``. Needs nothing but the package: no engine, registry
-or network.
+resolver is tests/fakeuv.py: no network), ``keygen`` and ``release`` (one cell into a docker-registry on
+127.0.0.1 of its own, tests/localinfra.py). No engine, no network beyond loopback.
 """
 
 from __future__ import annotations
@@ -255,3 +255,93 @@ def test_a_temp_file_a_killed_run_left_is_cleaned_by_the_next(tmp_path: Path) ->
     done = _run(["-C", str(root), "lock", "--matrix", "smoke", "--force", "--no-sizes"], env)
     assert done.returncode == 0, done.stderr
     assert not stale.exists()
+
+
+def test_release_killed_anywhere_leaves_no_tag_on_a_missing_manifest_and_a_plain_rerun_records_the_tag(
+    tmp_path: Path,
+) -> None:
+    """`release` of one cell into a registry of its own (tests/localinfra.py's docker-registry): each round
+    pushes a new validated candidate; after every kill the index file is absent or whole, the release tag
+    (when set) names a manifest the registry serves; a plain rerun converges — exit 0 and the index records
+    the tag's digest, or, with a newer candidate not validated yet pushed first (issue 37's interrupted
+    release), exit 8 and still the index records the digest the tag points at."""
+    import json
+
+    from imagesmith.index import load_index
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from tests.integration.test_release import KEY as VALIDATION_KEY
+    from tests.integration.test_release import push_image, smoke_labels, write_report
+    from tests.localinfra import temp_registry
+    from tests.repo import PROJECT
+
+    repo = f"imagesmith-test/kill-{random.Random(SEED).getrandbits(32):08x}"
+    ns, name = repo.split("/")
+    rng = random.Random(SEED + 3)
+    with temp_registry(tmp_path / "reg") as reg:
+        client = reg.client()
+        matrix = tmp_path / "smoke.toml"
+        matrix.write_text(
+            (PROJECT.matrices_dir / "smoke.toml")
+            .read_text()
+            .replace('registries = ["local-plain", "local-tls"]', 'registries = ["r1"]')
+        )
+        registries = tmp_path / "registries.toml"
+        registries.write_text(
+            f'schema = 1\n[registries.r1]\nhost = "{reg.addr}"\nnamespace = "{ns}"\n'
+            f'repository = "{name}"\ninsecure = true\n'
+        )
+        cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+        labels = smoke_labels(matrix, registries)
+        pub = tmp_path / "validation.pub"
+        pub.write_bytes(VALIDATION_KEY.public.pem)
+        index = tmp_path / "release" / "index.json"
+        index.parent.mkdir()
+        env = {**_env(tmp_path), "IMAGESMITH_REGISTRY_ATTEMPTS": "2", "IMAGESMITH_REGISTRY_DEADLINE": "20"}
+        env.pop("IMAGESMITH_SIGNING_KEY", None)
+        rounds = iter(range(10**6))
+        args = [
+            "release",
+            "--matrix",
+            str(matrix),
+            "--registries",
+            str(registries),
+            "--index-file",
+            str(index),
+            "--trusted-key",
+            str(pub),
+            "--reports",
+            str(tmp_path / "reports"),
+        ]
+
+        def reset() -> None:  # a new build, validated
+            n = next(rounds)
+            digest = push_image(client, repo, f"{cid}-candidate", f"build {n}", labels=labels)
+            write_report(tmp_path / "reports" / str(n), f"{reg.addr}/{repo}@{digest}", "passed")
+
+        def check() -> None:
+            if index.exists():
+                for image in load_index(index).images:
+                    assert client.get_manifest(repo, image.digest).digest == image.digest
+            tagged = client.manifest_digest(repo, cid)
+            if tagged is not None:
+                assert client.get_manifest(repo, tagged).digest == tagged
+
+        def converge() -> None:
+            unvalidated = rng.random() < 0.5
+            if unvalidated:
+                push_image(client, repo, f"{cid}-candidate", f"newer {rng.random()}", labels=labels)
+            done = _run(args, env)
+            assert done.returncode == (8 if unvalidated else 0), done.stderr
+            assert "Traceback" not in done.stderr
+            check()
+            tagged = client.manifest_digest(repo, cid)
+            recorded = {i.tag: i.digest for i in load_index(index).images} if index.exists() else {}
+            assert recorded.get(cid) == tagged, (recorded, tagged, done.stderr)
+            assert _temps(index.parent) == []
+            if unvalidated:
+                assert "is not validated" in done.stderr or "no signed validation attestation" in done.stderr
+
+        tally = _harness(rng, args, env, reset, check, converge, done=(0,))
+        print(f"release: {tally}")
+        assert json.loads(index.read_text())["images"][0]["tag"] == cid

@@ -478,3 +478,63 @@ def test_an_answer_sent_a_byte_at_a_time_is_given_up_on_within_the_deadline(
             fast(px.addr, attempts=2, timeout=2.0, deadline=5.0).get_manifest(repo, "t")
         assert time.monotonic() - t < 10  # before: one byte per 0.5 s never trips a read timeout: minutes
         assert "fix:" in str(info.value)
+
+
+# -- issue 37: one deadline per blob upload, restarted by progress only -------------------------------------
+@pytest.mark.registry
+def test_an_upload_the_registry_takes_no_byte_of_is_given_up_naming_the_stall(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """Every PATCH after the first stalls (the registry never takes its bytes): the copy gives up once no byte
+    was taken for the deadline, saying so, and cancels the session — not a retry budget per request."""
+    src = regs.plain_client()
+    push_layers(src, repo, "src", [os.urandom(300_000)])
+    with temp_registry(tmp_path) as reg, fault_proxy(reg.addr, max_seconds=60) as px:
+        px.rules.append(lambda r: Action("stall", seconds=0.5) if r.method == "PATCH" and r.n > 1 else None)
+        dst = fast(px.addr, timeout=1.0, deadline=3.0)
+        with pytest.raises(RegistryError, match=r"no bytes for [0-9]+ s from registry ") as caught:
+            copy_manifest(src, repo, "src", dst, repo, put_as="final")
+        assert "restarts on progress only" in caught.value.message
+        assert str(caught.value.fields().get("digest", "")).startswith("sha256:")
+        assert uploads_left(reg) == []
+
+
+@pytest.mark.registry
+def test_an_upload_that_keeps_progressing_is_not_given_up_however_long_it_takes(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """Each chunk's first PATCH stalls a while, its retry goes through: the whole blob takes longer than the
+    deadline, but the registry takes bytes well within it every time, so the upload finishes."""
+    src = regs.plain_client()
+    image = push_layers(src, repo, "src", [os.urandom(8 * (64 << 10))])
+    with temp_registry(tmp_path) as reg, fault_proxy(reg.addr, max_seconds=90) as px:
+        px.rules.append(
+            lambda r: Action("stall", seconds=0.6) if r.method == "PATCH" and r.n % 2 == 1 else None
+        )
+        dst = fast(px.addr, timeout=2.0, deadline=3.0)
+        copy_manifest(src, repo, "src", dst, repo, put_as="final")
+        verify_blobs(reg.client(), repo, image, side=Side.DESTINATION)
+        assert px.count("PATCH", "upload") >= 16
+
+
+@pytest.mark.registry
+def test_a_source_that_stops_sending_a_blob_is_given_up_naming_the_stall(
+    regs: LocalRegistries, repo: str, tmp_path: Path
+) -> None:
+    """The source cuts its first blob answer half-way, then every resumed request stalls: the copy gives up
+    once no byte came for the deadline, naming the stall and the source."""
+    real = regs.plain_client()
+    push_layers(real, repo, "src", [os.urandom(300_000)])
+    with temp_registry(tmp_path) as reg, fault_proxy(regs.plain, max_seconds=60) as px:
+        px.rules.append(
+            lambda r: (
+                (Action("cut") if r.n == 0 else Action("stall", seconds=0.5))
+                if r.kind == "blob" and r.method == "GET"
+                else None
+            )
+        )
+        src = fast(px.addr, timeout=1.0, deadline=3.0)
+        with pytest.raises(RegistryError, match=r"no bytes for [0-9]+ s from registry ") as caught:
+            copy_manifest(src, repo, "src", reg.client(), repo, put_as="final")
+        assert caught.value.side is Side.SOURCE
+        assert "restarts on progress only" in caught.value.message

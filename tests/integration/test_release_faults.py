@@ -382,3 +382,102 @@ def test_cli_candidates_when_a_registry_cannot_be_asked_says_so_not_build_first(
     assert f"registry gone ({down}): unreachable or failing" in res.stderr
     assert "build" not in res.stderr.split("fix:", 1)[1]  # before: "run imagesmith build … --push first"
     assert "Traceback" not in res.stderr
+
+
+def test_a_release_killed_after_moving_the_tag_converges_on_a_plain_rerun_despite_a_newer_candidate(
+    repo: str, tmp_path: Path
+) -> None:
+    """Issue 37, the real command: `imagesmith release` is SIGKILLed while it reads back the release tag it
+    just moved (the registry behind the fault proxy stalls that read), so no index was written; `build`
+    then pushes a newer candidate, not validated. The same plain `release` command records the promoted
+    digest (from the attestation the killed run stored), says the newer candidate is not validated (exit
+    8), publishes the index; a third run changes no byte of it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from imagesmith.matrix import load_matrix
+    from imagesmith.plan import build_plan
+    from tests.integration.test_release import KEY
+    from tests.repo import PROJECT
+
+    ns, name = repo.split("/")
+    state = {"tagged": False, "stall": True}
+
+    def stall_after_the_tag(req: Request) -> Action | None:
+        if req.kind == "manifest" and req.method == "PUT" and req.path.endswith(f"/manifests/{cid}"):
+            state["tagged"] = True
+            return None
+        return Action("stall", seconds=15) if state["tagged"] and state["stall"] else None
+
+    with temp_registry(tmp_path / "reg") as reg, fault_proxy(reg.addr, max_seconds=240) as proxy:
+        matrix = tmp_path / "smoke.toml"
+        matrix.write_text(
+            (PROJECT.matrices_dir / "smoke.toml")
+            .read_text()
+            .replace('registries = ["local-plain", "local-tls"]', 'registries = ["r1"]')
+        )
+        registries = tmp_path / "registries.toml"
+        registries.write_text(
+            f'schema = 1\n[registries.r1]\nhost = "{proxy.addr}"\nnamespace = "{ns}"\n'
+            f'repository = "{name}"\ninsecure = true\n'
+        )
+        cid = build_plan(load_matrix(matrix, registries_file=registries)).cells[0].id
+        proxy.rules.append(stall_after_the_tag)
+        labels = smoke_labels(matrix, registries)
+        d1 = push_image(reg.client(), repo, f"{cid}-candidate", "first", labels=labels)
+        write_report(tmp_path / "reports" / cid, f"{reg.addr}/{repo}@{d1}", "passed")
+        pub = tmp_path / "validation.pub"
+        pub.write_bytes(KEY.public.pem)
+        index = tmp_path / "index.json"
+        args = [
+            str(Path(sys.executable).with_name("imagesmith")),
+            "release",
+            "--matrix",
+            str(matrix),
+            "--registries",
+            str(registries),
+            "--index-file",
+            str(index),
+            "--trusted-key",
+            str(pub),
+            "--reports",
+            str(tmp_path / "reports"),
+        ]
+        env = {
+            **os.environ,
+            "IMAGESMITH_CACHE": str(tmp_path / "cache"),
+            "IMAGESMITH_REGISTRY_ATTEMPTS": "2",
+            "IMAGESMITH_REGISTRY_DEADLINE": "30",
+        }
+        env.pop("IMAGESMITH_SIGNING_KEY", None)
+        killed = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            until = time.monotonic() + 120
+            while not proxy.count("GET", "manifest", action="stall") and killed.poll() is None:
+                assert time.monotonic() < until, "the release never reached its tag read-back"
+                time.sleep(0.05)
+        finally:
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(timeout=30)
+        state["stall"] = False
+        assert reg.client().manifest_digest(repo, cid) == d1  # the tag moved
+        assert not index.exists()  # and the run died before its index
+        d2 = push_image(reg.client(), repo, f"{cid}-candidate", "second", labels=labels)
+
+        def rerun() -> subprocess.CompletedProcess[str]:
+            return subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+        done = rerun()
+        assert done.returncode == 8, done.stderr
+        assert f"the newer candidate {d2} is not validated: {cid} stays on {d1}" in done.stderr
+        assert "Traceback" not in done.stderr
+        (entry,) = load_index(index).images
+        assert (entry.tag, entry.digest) == (cid, d1)
+        assert reg.client().manifest_digest(repo, cid) == d1
+        before = index.read_bytes()
+        again = rerun()
+        assert again.returncode == 8, again.stderr
+        assert index.read_bytes() == before

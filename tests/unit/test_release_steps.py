@@ -447,3 +447,72 @@ def test_every_step_is_a_short_documented_function(name: str, step: Any) -> None
 
     assert step.__doc__, name
     assert len(inspect.getsource(step).splitlines()) <= 60, name
+
+
+# -- an interrupted release converges (issue 37) -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("earlier", [False, True], ids=["first-release", "over-an-indexed-one"])
+def test_a_release_interrupted_before_its_index_is_recorded_by_the_next_run_despite_a_newer_candidate(
+    tmp_path: Any, earlier: bool
+) -> None:
+    """A run moved the release tag onto D1 everywhere and was killed before it wrote the index (which records
+    nothing, or an earlier D0); a newer candidate D2 was pushed meanwhile, not validated yet. The next plain
+    run records D1 (its stored signed attestation verified again, its labels checked) and refuses D2 as not
+    validated; a third run changes nothing."""
+    from imagesmith.index import load_index
+    from imagesmith.release import release_cells
+
+    clients, d1 = registries(in_b=True)
+    memory = VerifiedBlobs(None)
+    index_file = tmp_path / "index.json"
+
+    def push(labels: dict[str, str]) -> str:
+        built = image(labels)
+        for fake in clients.values():
+            fake.add_blob(IMAGES[built.digest])
+            fake.add_manifest(REPO, CELL.candidate, built)
+        return built.digest
+
+    if earlier:  # D0 released and recorded, then D1 built and validated
+        d0 = push({**LABELS, "org.opencontainers.image.revision": "0"})
+        release_cells(
+            [CELL],
+            matrix="m",
+            reports=[evidence(d0)],
+            index_file=index_file,
+            client_for=lambda r: clients[r.name],
+            trusted=TRUSTED,
+            verified=memory,
+        )
+        assert load_index(index_file).images[0].digest == d0
+        assert push(LABELS) == d1
+    first, _ = release_cell(CELL, [evidence(d1)], clients, dry_run=False, trusted=TRUSTED, verified=memory)
+    assert first.status == "promoted"  # the tag moved everywhere; then the run was killed: no index
+    newer = image({**LABELS, "org.opencontainers.image.revision": "2"})
+    assert push({**LABELS, "org.opencontainers.image.revision": "2"}) == newer.digest
+
+    def rerun() -> Any:
+        return release_cells(
+            [CELL],
+            matrix="m",
+            reports=[],  # a fresh runner: the evidence of D1 is the attestation the first run stored
+            index_file=index_file,
+            client_for=lambda r: clients[r.name],
+            trusted=TRUSTED,
+            verified=memory,
+        )
+
+    out = rerun()
+    (entry,) = load_index(index_file).images
+    assert (entry.tag, entry.digest) == (CELL.tag, d1)
+    assert sorted(r.name for r in entry.registries) == ["a", "b"]
+    statuses = {(c.digest, c.status) for c in out.cells}
+    assert statuses == {(d1, "up-to-date"), (newer.digest, "refused")}
+    (refused,) = [c for c in out.cells if c.status == "refused"]
+    assert refused.reasons[0].startswith(f"the newer candidate {newer.digest} is not validated")
+    assert d1 in refused.reasons[0]
+    before = index_file.read_bytes()
+    again = rerun()
+    assert index_file.read_bytes() == before
+    assert not again.index_changed
