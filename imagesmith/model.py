@@ -7,6 +7,7 @@ that need a cell import it from here, so no stage has to import the stage that p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
@@ -118,6 +119,15 @@ class Cell:
             f"base {image} moved {prev[:19]}…→{now[image][:19]}… (read {read.get(image, '?')})"
             for image, prev in self.base_moves
         ]
+
+    @property
+    def nccl_before_2_19(self) -> bool:
+        """The cell's NCCL (its nvidia-nccl pin) is older than 2.19: nccl-tests compiled against its headers
+        takes a path that allocates no buffers unless run with ``-p 1`` (the builder stage patches it in)."""
+        if not self.nccl_version:
+            return False
+        parts = [int(p) for p in re.findall(r"\d+", self.nccl_version)[:2]]
+        return len(parts) == 2 and (parts[0], parts[1]) < (2, 19)
 
     @property
     def hashed(self) -> bool:

@@ -268,3 +268,72 @@ def test_stale_matrix_folder_is_removed(tmp_path: Path) -> None:
         check_rendered({}, [stale], _rooted(tmp_path))
     write_rendered({}, [stale])
     assert not stale.exists()
+
+
+# -- nccl-tests and NCCL < 2.19 (issue 39) ---------------------------------------------------------
+_ALLOC_MARK = "imagesmith: allocate the buffers"
+
+
+@pytest.mark.parametrize(
+    ("nccl", "before"),
+    [
+        ("2.18.1", True),
+        ("2.9.9", True),
+        ("2.19.3", False),
+        ("2.21.5", False),
+        ("3.0.0", False),
+        (None, False),
+    ],
+)
+def test_nccl_before_2_19(nccl: str | None, before: bool) -> None:
+    cell = build_plan(load_matrix("smoke")).cells[0]
+    assert replace(cell, nccl_version=nccl).nccl_before_2_19 is before
+
+
+def test_only_cells_with_nccl_before_2_19_patch_nccl_tests() -> None:
+    """nccl-tests compiled against NCCL < 2.19 headers allocates no buffers on its default path: exactly those
+    cells (a100's torch 2.1.2 cu121, NCCL 2.18.1) get the sed that adds the allocation, checked by a grep."""
+    cells = build_plan(load_matrix("a100")).cells
+    patched = {c.id for c in cells if _ALLOC_MARK in render_cell_files(c)["Dockerfile"]}
+    assert patched == {c.id for c in cells if c.nccl_before_2_19}
+    assert "2.1.2-cu121-py3.11-runtime-debian12" in patched
+    assert any(not c.nccl_before_2_19 for c in cells)
+    debian = next(c for c in cells if c.id == "2.1.2-cu121-py3.11-runtime-debian12")
+    text = render_cell_files(debian)["Dockerfile"]
+    assert f'&& grep -q "{_ALLOC_MARK}" ' in text
+
+
+def test_the_nccl_tests_sed_allocates_the_buffers(tmp_path: Path) -> None:
+    """The rendered sed, run on the pinned nccl-tests' common.cu, puts the AllocateBuffs loop (for
+    NCCL < 2.19) right after the `#endif` of the >= 2.19 allocation block of the main-thread init."""
+    import re
+    import tarfile
+
+    from imagesmith.errors import SourceCacheError
+    from imagesmith.sources import cached_archive, nccl_tests_archive
+
+    matrix = load_matrix("a100")
+    try:
+        archive = cached_archive(nccl_tests_archive(matrix.nccl_tests))
+    except SourceCacheError:
+        pytest.skip("the pinned nccl-tests archive is not in the source cache (scripts/setup.sh seeds it)")
+    cell = next(c for c in build_plan(matrix).cells if c.nccl_before_2_19)
+    script = re.search(r" && sed -i '(.+?)' /tmp/src/", render_cell_files(cell)["Dockerfile"])
+    assert script is not None
+    member = f"nccl-tests-{cell.nccl_tests_commit}/src/common.cu"
+    with tarfile.open(archive) as tar:
+        source = tar.extractfile(member)
+        assert source is not None
+        original = source.read().decode()
+    path = tmp_path / "common.cu"
+    path.write_text(original)
+    subprocess.run(["sed", "-i", script.group(1), str(path)], check=True)
+    patched = path.read_text()
+    assert patched.count(_ALLOC_MARK) == 1
+    before, after = patched.split(_ALLOC_MARK)
+    guard = "#if NCCL_VERSION_CODE < NCCL_VERSION(2,19,0) /* "
+    assert before.endswith("     NCCLCHECK(ncclGroupEnd());\n#endif\n" + guard)
+    block, rest = after.split("#endif\n", 1)
+    assert block.count("TESTCHECK(AllocateBuffs(sendbuffs.data()+i,") == 1
+    assert rest.startswith("     // Capture memory used by after allocating buffers\n")
+    assert len(patched.splitlines()) == len(original.splitlines()) + 6
