@@ -126,7 +126,7 @@ class Cell:
         takes a path that allocates no buffers unless run with ``-p 1`` (the builder stage patches it in)."""
         if not self.nccl_version:
             return False
-        parts = [int(p) for p in re.findall(r"\d+", self.nccl_version)[:2]]
+        parts = [int(p) for p in re.findall(r"[0-9]+", self.nccl_version)[:2]]
         return len(parts) == 2 and (parts[0], parts[1]) < (2, 19)
 
     @property
