@@ -16,7 +16,7 @@ from typing import Final
 REDACTED: Final[str] = "<redacted>"
 
 #: ``scheme://userinfo@`` (userinfo holds no ``/``: ``oci://host/repo@sha256:…`` is no userinfo)
-_USERINFO: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?!<redacted>@)[^/\s@?#\"'<>]+@")
+_USERINFO: Final = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)(?!<redacted>@)([^/\s@?#\"'<>]+)@")
 #: a query parameter that carries a credential
 _QUERY: Final = re.compile(
     r"(?i)([?&;](?:access_token|refresh_token|id_token|token|password|passwd|pwd|secret|client_secret|api_key|"
@@ -35,12 +35,22 @@ _FIELD: Final = re.compile(
 )
 
 
+def _userinfo(m: re.Match[str]) -> str:
+    """An ``ssh://user@host`` target's user name is no secret (it names the account validate logs in as, and
+    every message about the target needs it): kept, unless a password follows it. Any other scheme's
+    userinfo may be a token (``https://TOKEN@host``): redacted whole."""
+    scheme, info = m.group(1), m.group(2)
+    if scheme.lower() == "ssh://" and ":" not in info:
+        return m.group(0)
+    return f"{scheme}{REDACTED}@"
+
+
 def scrub(text: str) -> str:
     """*text* with every URL password or user, credential query value, echoed Authorization header and
     credential JSON field replaced by ``<redacted>``."""
     if not text:
         return text
-    text = _USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    text = _USERINFO.sub(_userinfo, text)
     text = _QUERY.sub(lambda m: m.group(1) + REDACTED, text)
     text = _AUTHORIZATION.sub(
         lambda m: m.group(1) + (f"{m.group(2)} " if m.group(2) else "") + REDACTED, text

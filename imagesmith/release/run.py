@@ -139,10 +139,9 @@ def release_cells(
     if carried is None:
         return outcome
     merged = merged_index(base, carried, entries, _index_repos(cells))
-    if (
-        rotate_to is not None and sign_key is not None
-    ):  # issue 34: the rotation is named inside the signed bytes
-        merged = replace(merged, successor_key=rotate_to.public.fingerprint)
+    # issue 34: a rotation names its successor inside the signed bytes; an index without one names none
+    successor = rotate_to.public.fingerprint if rotate_to is not None and sign_key is not None else ""
+    merged = replace(merged, successor_key=successor)
     outcome.index_changed = merged != base or not index_file.is_file()
     if not merged.images:  # nothing released, now or before: no index to write or publish
         outcome.index_file = None

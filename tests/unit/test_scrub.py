@@ -133,3 +133,13 @@ def test_an_existing_escrow_copy_is_trusted_by_its_content_not_a_head(
     assert escrow_copy(entry, UserConfig(), esc, src=object(), dst=whole)[1] == 0  # type: ignore[arg-type]
     assert copied == []
     assert bases.escrow_holds is escrow_holds
+
+
+def test_an_ssh_targets_user_is_kept_its_password_is_not() -> None:
+    # the account validate logs in as names the target in every message about it: no secret
+    assert (
+        scrub("cannot reach ssh://root@127.0.0.1:2222 over ssh")
+        == "cannot reach ssh://root@127.0.0.1:2222 over ssh"
+    )
+    assert scrub("ssh://root:hunter2@host") == "ssh://<redacted>@host"
+    assert scrub("https://ghp_token@github.example/x") == "https://<redacted>@github.example/x"
