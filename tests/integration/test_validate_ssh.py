@@ -166,8 +166,8 @@ def test_suite_runs_over_ssh(sshd: Sshd, run_cli: Any, tmp_path: Path) -> None:
     assert report["options"]["ssh_identity_file"] == str(sshd.identity)
     checks = {c["name"]: c for c in report["checks"]}
     # 22 + the interactive flavor's 3 (skipped here: this host is no interactive image) + issue 28's GPU-free
-    # check and DDP scaling (the soak runs only with --soak) + issue 33's five (DCGM tier, host sizing, storage,
-    # the listing, the free rule again at the end)
+    # check and DDP scaling (the soak runs only with --soak) + issue 33's five (DCGM tier, host sizing,
+    # storage, the listing, the free rule again at the end)
     assert len(checks) == 36, sorted(checks)
     for name in ("test_dcgm_diag", "test_host_size", "test_storage", "test_listing", "test_gpus_still_free"):
         assert name in checks, sorted(checks)
