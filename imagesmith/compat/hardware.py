@@ -283,6 +283,14 @@ def _families() -> Mapping[str, str]:
         if default not in keys:
             raise DataError(f"imagesmith/data/{name}: family {fam}: default {default} is not a gpu key")
         out[fam] = default
+    for g in gpus():
+        if g.family not in out:
+            guess = nearest(g.family, out)
+            raise DataError(
+                f"imagesmith/data/{name}: gpu {g.key}: family {g.family!r} has no [[family]] row"
+                + (f" (did you mean {guess}?)" if guess else "")
+                + f"; add [[family]] key = {g.family!r} with its default SKU, or name a known family"
+            )
     return MappingProxyType(out)
 
 

@@ -997,3 +997,26 @@ def test_cu130_verdict_says_the_wheel_ships_the_13_0_update_2_runtime() -> None:
         for r in v.reasons
     )
     assert compat.wheel_runtime("2.8.0", "cu128") is None  # not read for 2.8: no claim
+
+
+def test_a_gpu_whose_family_has_no_family_row_is_one_data_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 31's recipe redo: a [[gpu]] row naming a family with no [[family]] row passed every guard
+    from imagesmith.compat import hardware
+
+    real = compat._load("gpus.toml")
+    gpus = [dict(g) for g in real["gpu"]]
+    gpus[0]["family"] = gpus[0]["family"] + "x"
+    broken = {**real, "gpu": gpus}
+    real_load = TABLES.load
+    monkeypatch.setattr(TABLES, "load", lambda name: broken if name == "gpus.toml" else real_load(name))
+    hardware.gpus.cache_clear()
+    hardware._families.cache_clear()
+    try:
+        with pytest.raises(
+            compat.DataError, match=rf"gpu {gpus[0]['key']}: family '{gpus[0]['family']}' has no"
+        ):
+            hardware._families()
+    finally:
+        monkeypatch.undo()
+        hardware.gpus.cache_clear()
+        hardware._families.cache_clear()
