@@ -29,18 +29,22 @@ For each cell of a plan:
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
 import shutil
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from imagesmith import atomicio, inputs
+from imagesmith import atomicio, inputs, projectlock
 from imagesmith.config import UserConfig, cache_root
 from imagesmith.distribution import suite_wheel
 from imagesmith.engine import BuildEvent, ContainerEngine, Engine, PushResult, needs_buildkit
@@ -189,6 +193,44 @@ def check_context_current(matrix: Matrix, project: Project) -> None:
 
     plan = build_plan(matrix, project=project)
     check_rendered(render_plan(plan, project), [matrix_dir(matrix, project)], project)
+
+
+RUN_PREFIX = "run-"
+
+
+@contextlib.contextmanager
+def run_staging(root: Path) -> Iterator[Path]:
+    """A staging folder of this run alone under *root* (``<cache>/contexts/run-XXXX``), so that two builds
+    sharing one cache (two projects, or two copies of one) never stage into the same folder. The run holds
+    the folder's lock (:func:`imagesmith.projectlock.hold`) while it builds and removes the folder at the end;
+    folders of runs that were killed (their lock let go by the kernel) are removed by the next run."""
+    with contextlib.ExitStack() as held:
+        with projectlock.hold(root, command="build"):  # briefly: a cleaner sees only held or dead folders
+            for left in sorted(root.glob(RUN_PREFIX + "*")):
+                if _run_alive(left):
+                    continue
+                shutil.rmtree(left, ignore_errors=True)
+            folder = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir=root))
+            held.callback(shutil.rmtree, folder, ignore_errors=True)
+            held.enter_context(projectlock.hold(folder, command="build", wait=0))
+        yield folder
+
+
+def _run_alive(folder: Path) -> bool:
+    """Whether a build holds *folder*'s lock (a flock of our own open file: conflicts in this process too)."""
+    try:
+        fd = os.open(folder / projectlock.LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # not ours to probe: kept
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 def stage_context(
@@ -858,8 +900,20 @@ def run_build(
         options = replace(options, bases=base_sources(options.project_of(matrix), options))
     assert options.bases is not None
     options.bases.check_mirrored(plan.cells, lambda ref: eng.inspect(ref) is not None)
-    staging_root = options.staging_root or cache_root() / "contexts"
-    staging_root.mkdir(parents=True, exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        staging_root = options.staging_root or stack.enter_context(run_staging(cache_root() / "contexts"))
+        staging_root.mkdir(parents=True, exist_ok=True)
+        return _build_cells(matrix, plan, eng, options, staging_root, report)
+
+
+def _build_cells(
+    matrix: Matrix,
+    plan: BuildPlan,
+    eng: ContainerEngine,
+    options: BuildOptions,
+    staging_root: Path,
+    report: Callable[[str, str, BuildEvent | None], None],
+) -> tuple[list[CellOutcome], list[ImagesmithError]]:
     outcomes: list[CellOutcome] = []
     errors: list[ImagesmithError] = []
 
