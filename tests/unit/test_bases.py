@@ -209,8 +209,8 @@ def test_this_projects_bases_are_all_made_locally() -> None:
     assert all(e.origin == "local" for e in lock.entries.values())
     for name in PROJECT.matrix_names():
         for cell in build_plan(load_matrix(name, project=PROJECT), project=PROJECT).cells:
-            assert cell.base_digests == ()
-            assert cell.base_image in cell.base_local
+            assert cell.bases.base_digests == ()
+            assert cell.bases.base_image in cell.bases.base_local
 
 
 # -- the build: where each base is pulled from ------------------------------------------------------------

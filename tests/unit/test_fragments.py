@@ -17,6 +17,7 @@ from imagesmith.matrix import FLAVORS, TORCH_SOURCES, load_matrix
 from imagesmith.model import NcclToolkit, PythonSource
 from imagesmith.plan import build_plan
 from imagesmith.templating import FRAGMENT_FOLDERS, fragments, render_cell_files
+from tests.cellfields import with_field
 from tests.repo import PROJECT
 
 TEMPLATES_DIR = PROJECT.root / "imagesmith" / "templates"
@@ -125,7 +126,7 @@ def _smoke() -> Any:
 def test_a_value_without_a_fragment_is_one_clear_error(
     field: str, value: str, folder: str, known: str
 ) -> None:
-    cell = replace(_smoke(), **{field: value})
+    cell = with_field(_smoke(), field, value)
     with pytest.raises(RenderError) as info:
         render_cell_files(cell)
     text = str(info.value)
@@ -160,6 +161,8 @@ def test_a_new_toolkit_is_one_fragment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(templating, "_ENV", env)
     assert "distro" in fragments("toolkit")
     cell = _smoke()
-    text = render_cell_files(replace(cell, nccl_toolkit="distro"))["Dockerfile"]
+    text = render_cell_files(replace(cell, toolkit=replace(cell.toolkit, nccl_toolkit="distro")))[
+        "Dockerfile"
+    ]
     assert "the builder is the plain base plus the distro's nvcc" in text
     assert text.replace("the distro's nvcc", "nvcc") == render_cell_files(cell)["Dockerfile"]
