@@ -517,23 +517,8 @@ def plan_from(matrix: Matrix, inputs: PlanInputs, *, with_fingerprints: bool = T
                     python_install_mirror=matrix.python.install_mirror,
                     venv=base.venv or VENV,
                 ),
-                bases=Bases(
-                    os=base.os,
-                    base_image=base.image,
-                    builder_image=builder_image,
-                    devel_image=cell_devel,
-                    **_base_fields(base_lock, base.image, builder_image, cell_devel),
-                ),
-                toolkit=Toolkit(
-                    nccl_toolkit=toolkit,
-                    distro_toolkit=distro_used,
-                    toolkit_note=note,
-                    nccl_tests_version=matrix.nccl_tests.version,
-                    nccl_tests_commit=matrix.nccl_tests.commit,
-                    nccl_tests_sha256=matrix.nccl_tests.sha256,
-                    nccl_tests_url=matrix.nccl_tests.url,
-                    nccl_tests_archive=matrix.nccl_tests.archive_name,
-                ),
+                bases=_bases(base_lock, base.os, base.image, builder_image, cell_devel),
+                toolkit=_toolkit(matrix, toolkit, distro_used, note),
                 lock=CellLock(
                     pins=lock.pins,
                     builder_pins=lock.builder_pins,
@@ -597,6 +582,31 @@ def _unpinned(lock: BasesLock | None, *images: str | None) -> list[str]:
     if lock is None:
         return []
     return [i for i in dict.fromkeys(i for i in images if i) if lock.get(i) is None and not own_digest(i)]
+
+
+def _toolkit(matrix: Matrix, toolkit: NcclToolkit, distro: compat.DistroToolkit | None, note: str) -> Toolkit:
+    """The cell's nccl-tests toolkit record: how its builder compiles the matrix's nccl-tests source."""
+    return Toolkit(
+        nccl_toolkit=toolkit,
+        distro_toolkit=distro,
+        toolkit_note=note,
+        nccl_tests_version=matrix.nccl_tests.version,
+        nccl_tests_commit=matrix.nccl_tests.commit,
+        nccl_tests_sha256=matrix.nccl_tests.sha256,
+        nccl_tests_url=matrix.nccl_tests.url,
+        nccl_tests_archive=matrix.nccl_tests.archive_name,
+    )
+
+
+def _bases(lock: BasesLock | None, os: str, base: str, builder: str, devel: str | None) -> Bases:
+    """The cell's bases record, with what the project's base lock says of each image."""
+    return Bases(
+        os=os,
+        base_image=base,
+        builder_image=builder,
+        devel_image=devel,
+        **_base_fields(lock, base, builder, devel),
+    )
 
 
 def _base_fields(lock: BasesLock | None, *images: str | None) -> dict[str, Any]:

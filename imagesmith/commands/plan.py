@@ -204,9 +204,11 @@ def plan_command(
 
 def _bases_line(cell: Any) -> str:
     """``plan --explain``: how the cell's bases are pinned; "rebuilt: base X moved a…→b…" when one moved."""
-    images = dict.fromkeys(i for i in (cell.base_image, cell.builder_image, cell.devel_image) if i)
-    pinned = dict(cell.base_digests)
-    if not pinned and not cell.base_local:
+    images = dict.fromkeys(
+        i for i in (cell.bases.base_image, cell.bases.builder_image, cell.bases.devel_image) if i
+    )
+    pinned = dict(cell.bases.base_digests)
+    if not pinned and not cell.bases.base_local:
         return ", ".join(images) + " by name (no locks/bases.toml: `imagesmith lock --bases` pins them)"
     parts = [
         f"{i} (pinned by the matrix)"
@@ -216,7 +218,7 @@ def _bases_line(cell: Any) -> str:
         else f"{i} (made locally: by name)"
         for i in images
     ]
-    moved = cell.moved_notes()
+    moved = cell.bases.moved_notes()
     return ", ".join(parts) + (f"; rebuilt: {'; '.join(moved)}" if moved else "")
 
 

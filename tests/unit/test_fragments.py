@@ -67,7 +67,7 @@ def test_the_planner_gives_only_allowed_values() -> None:
     assert cells
     seen: dict[str, set[str]] = {folder: set() for folder in FRAGMENT_FOLDERS}
     for cell in cells:
-        family = compat.os_family(cell.os)
+        family = compat.os_family(cell.bases.os)
         assert family is not None
         for folder, value in templating.fragment_values(cell, family).items():
             assert value in ALLOWED[folder], (cell.id, folder, value)
@@ -100,9 +100,9 @@ def test_the_skeleton_asks_no_fragment_value() -> None:
     fragments (so a new value edits no skeleton)."""
     skeleton = (TEMPLATES_DIR / "Dockerfile.j2").read_text()
     for field in (
-        "cell.nccl_toolkit",
-        "cell.python_source",
-        "cell.torch_source",
+        "cell.toolkit.nccl_toolkit",
+        "cell.runtime.python_source",
+        "cell.stack.torch_source",
         "cell.flavor ==",
         "os_family.",
     ):

@@ -38,7 +38,8 @@ MATRICES = sorted(p.stem for p in (REPO / "matrices").glob("*.toml") if p.stem !
 
 def _json(name: str) -> dict[str, Any]:
     plan = build_plan(load_matrix(name, project=PROJECT), project=PROJECT)
-    return json.loads(json.dumps(plan.to_json()))  # as printed: tuples become lists
+    printed: dict[str, Any] = json.loads(json.dumps(plan.to_json()))  # as printed: tuples become lists
+    return printed
 
 
 @pytest.mark.parametrize("name", MATRICES)

@@ -64,7 +64,7 @@ def test_only_the_cell_on_the_moved_base_is_rebuilt(
         ["-c", "from imagesmith.build import suite_digest; print(suite_digest())"], root, python=True
     ).stdout.strip()
     for cell in _cells(project, world).values():  # both built on d1 (as the nightly left them)
-        for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
+        for tag in (fingerprint_tag(cell.publish.fingerprint, suite), candidate_tag(cell)):
             copy_manifest(client, f"{prefix}/library/debian", d1, client, f"{prefix}/torch", put_as=tag)  # type: ignore[arg-type]
 
     _republish(world)
