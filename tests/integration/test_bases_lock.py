@@ -34,6 +34,7 @@ from imagesmith.config import load_config
 from imagesmith.engine import Engine
 from imagesmith.errors import BuildError
 from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
 from imagesmith.plan import build_plan
 from imagesmith.project import Project, load_project
 from imagesmith.registry import RegistryClient, copy_manifest
@@ -97,7 +98,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
         subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
 
 
-def _cells(project: Project, world: dict[str, Any]) -> dict[str, Any]:
+def _cells(project: Project, world: dict[str, Any]) -> dict[str, Cell]:
     """{"smoke": the cell on the base that moves, "other": the cell on the other name of the base}."""
     out = {}
     for key in ("smoke", "other"):

@@ -25,6 +25,7 @@ from imagesmith.build import BaseSources, build_args
 from imagesmith.config import UserConfig
 from imagesmith.errors import BuildError, RegistryError
 from imagesmith.matrix import load_matrix
+from imagesmith.model import BuildPlan
 from imagesmith.plan import build_plan
 from imagesmith.refs import Registry
 from imagesmith.render import render_cell_files
@@ -142,7 +143,7 @@ def _smoke_project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _plan(root: Path):  # type: ignore[no-untyped-def]
+def _plan(root: Path) -> BuildPlan:
     from imagesmith.project import load_project
 
     project = load_project(root / "imagesmith.toml")

@@ -16,6 +16,7 @@ from imagesmith.build import BaseSources
 from imagesmith.config import UserConfig
 from imagesmith.errors import BuildError, RegistryError
 from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
 from imagesmith.plan import build_plan
 from imagesmith.templating import render_cell_files
 from tests.repo import PROJECT, REPO
@@ -155,7 +156,7 @@ class _Mirror:
 CONFIG = UserConfig(registry_mirrors=(("docker.io", "127.0.0.1:5000/hub"),))
 
 
-def _a100_cells(*ids: str) -> list[Any]:
+def _a100_cells(*ids: str) -> list[Cell]:
     return list(build_plan(load_matrix("a100", project=PROJECT), project=PROJECT).select(list(ids)).cells)
 
 
@@ -204,7 +205,9 @@ def test_no_mirror_pinned_bases_and_a_mirror_that_does_not_answer_are_left_to_th
     never = _Mirror(set())
     BaseSources(UserConfig(), client_for=lambda r: never).check_mirrored([cell], held=lambda ref: False)  # type: ignore[arg-type,return-value]
     assert never.asked == []  # no mirror for docker.io: pulled from Docker Hub itself, as before
-    pinned = dataclasses.replace(cell, base_digests=(("ubuntu:22.04", "sha256:" + "b" * 64),))
+    pinned = dataclasses.replace(
+        cell, bases=dataclasses.replace(cell.bases, base_digests=(("ubuntu:22.04", "sha256:" + "b" * 64),))
+    )
     BaseSources(CONFIG, client_for=lambda r: never).check_mirrored([pinned], held=lambda ref: False)  # type: ignore[arg-type,return-value]
     assert never.asked == []  # by digest: BaseSources.ref falls back to the escrow copy, or says why not
     down = _Mirror(set(), down=True)

@@ -6,7 +6,7 @@ error."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, get_args
+from typing import get_args
 
 import jinja2
 import pytest
@@ -14,7 +14,7 @@ import pytest
 from imagesmith import compat, templating
 from imagesmith.errors import RenderError
 from imagesmith.matrix import FLAVORS, TORCH_SOURCES, load_matrix
-from imagesmith.model import NcclToolkit, PythonSource
+from imagesmith.model import Cell, NcclToolkit, PythonSource
 from imagesmith.plan import build_plan
 from imagesmith.templating import FRAGMENT_FOLDERS, fragments, render_cell_files
 from tests.cellfields import with_field
@@ -42,7 +42,7 @@ INTERFACES: dict[str, set[str]] = {
 }
 
 
-def _cells() -> list[Any]:
+def _cells() -> list[Cell]:
     return [
         c for name in PROJECT.matrix_names() for c in build_plan(load_matrix(name, project=PROJECT)).cells
     ]
@@ -109,7 +109,7 @@ def test_the_skeleton_asks_no_fragment_value() -> None:
         assert field not in skeleton, field
 
 
-def _smoke() -> Any:
+def _smoke() -> Cell:
     (cell,) = build_plan(load_matrix("smoke", project=PROJECT)).cells
     return cell
 
