@@ -401,6 +401,10 @@ def test_fit_passes_over_a_lock_whose_cuda_the_host_driver_cannot_run() -> None:
     base = [b for b in compat.os_bases() if b.python == key.python]
     common = {"gpus": gpus, "bases": base, "base_image": None, "gpu_floor": None}
     judged = _fit(key, host=compat.parse_driver("450.80.02"), **common)  # type: ignore[arg-type]
-    assert isinstance(judged, _Rejected) and judged.cause == "driver" and judged.needs == need
+    assert isinstance(judged, _Rejected)
+    assert judged.cause == "driver"
+    assert judged.needs == need
     fits = _fit(key, host=need, **common)  # type: ignore[arg-type]
-    assert isinstance(fits, tuple) and fits[1].lock == key and fits[1].cuda == cuda
+    assert isinstance(fits, tuple)
+    assert fits[1].lock == key
+    assert fits[1].cuda == cuda

@@ -44,7 +44,6 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/validate/container.py", "run_in_image"): (137, 19),
     ("imagesmith/validate/probes/soak.py", "worker"): (133, 23),
     ("imagesmith/validate/soak.py", "judge_soak"): (162, 28),
-    ("imagesmith/validate/listing.py", "judge_listing"): (147, 23),
 }
 
 
