@@ -43,7 +43,6 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/validate/clusterrun.py", "run_cluster"): (165, 14),
     ("imagesmith/validate/container.py", "run_in_image"): (137, 19),
     ("imagesmith/validate/probes/soak.py", "worker"): (133, 23),
-    ("imagesmith/validate/soak.py", "judge_soak"): (162, 28),
 }
 
 
