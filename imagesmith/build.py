@@ -74,6 +74,7 @@ from imagesmith.registry import (
     verify_level,
 )
 from imagesmith.sources import cached_archive, nccl_tests_archive
+from imagesmith.tagcheck import check_held
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
 
 if TYPE_CHECKING:
@@ -945,6 +946,22 @@ def _build_cells(
 
     with ThreadPoolExecutor(max_workers=options.jobs) as pool:
         outcomes = list(pool.map(one, plan.cells))
+    for cell, o in zip(plan.cells, outcomes, strict=True):  # a second writer may have moved a tag since
+        if o.status != "pushed":
+            continue
+        ours = {name: held["digest"] for name, held in o.registries.items()}
+        tags = (candidate_tag(cell), fingerprint_tag(cell.publish.fingerprint, o.suite))
+        try:
+            label = (FINGERPRINT_LABEL, cell.publish.fingerprint)
+            for name, tag, got in check_held(cell.publish.registries, options.client_for, tags, ours, label):
+                o.notes.append(
+                    f"{name}: {tag} names {got}, another build of the same inputs (built {ours[name]})"
+                )
+                o.registries[name]["digest"] = o.digest = got
+        except ImagesmithError as exc:
+            errors.append(exc)
+            o.status, o.error = "failed", str(exc)
+            o.registries.pop(exc.registry or "", None)  # the summary names no digest no tag names
     return outcomes, errors
 
 
