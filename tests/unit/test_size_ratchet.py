@@ -42,7 +42,6 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/registry/transport.py", "_send"): (136, 23),
     ("imagesmith/scaffold.py", "choose"): (140, 13),
     ("imagesmith/scaffold.py", "project_files"): (180, 1),
-    ("imagesmith/validate/clusterrun.py", "run_cluster"): (165, 14),
     ("imagesmith/validate/container.py", "run_in_image"): (137, 19),
     ("imagesmith/validate/probes/soak.py", "worker"): (133, 23),
     ("imagesmith/validate/report.py", "render_markdown"): (129, 18),
