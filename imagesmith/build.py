@@ -204,7 +204,7 @@ def stage_context(
 
     The extra CA (``config.extra_ca``) is not copied: the build gets it as a secret
     (:func:`build_secrets`)."""
-    src = project.path(cell.context)
+    src = project.path(cell.publish.context)
     if not (src / "Dockerfile").is_file():
         raise BuildError(
             f"cell {cell.id}: {project.rel(src)}/Dockerfile does not exist in project {project.root}",
@@ -274,7 +274,7 @@ class BaseSources:
         with self._lock:
             if image not in self._done:
                 self._done[image] = self._decide(
-                    image, dict(cell.base_digests).get(image), image in cell.base_local
+                    image, dict(cell.bases.base_digests).get(image), image in cell.bases.base_local
                 )
             return self._done[image]
 
@@ -338,8 +338,10 @@ class BaseSources:
 
         users: dict[str, list[str]] = {}
         for cell in cells:
-            pinned = dict(cell.base_digests)
-            for image in dict.fromkeys((cell.base_image, cell.builder_image, cell.devel_image)):
+            pinned = dict(cell.bases.base_digests)
+            for image in dict.fromkeys(
+                (cell.bases.base_image, cell.bases.builder_image, cell.bases.devel_image)
+            ):
                 if image and image not in pinned:
                     users.setdefault(image, []).append(cell.id)
         for image, ids in users.items():
@@ -380,18 +382,18 @@ class BaseSources:
 def build_args(cell: Cell, config: UserConfig, sources: BaseSources | None = None) -> dict[str, str]:
     """The build args of *cell*: base images by the reference *sources* decides (by digest where the
     project's base lock pins them), package mirrors, the torch index."""
-    profile = MIRROR_PROFILES[cell.mirror_build]
+    profile = MIRROR_PROFILES[cell.publish.mirror_build]
     sources = sources or BaseSources(config)
-    images = {"BASE_IMAGE": cell.base_image, "BUILDER_IMAGE": cell.builder_image}
-    if cell.devel_image:
-        images["DEVEL_IMAGE"] = cell.devel_image
+    images = {"BASE_IMAGE": cell.bases.base_image, "BUILDER_IMAGE": cell.bases.builder_image}
+    if cell.bases.devel_image:
+        images["DEVEL_IMAGE"] = cell.bases.devel_image
     args = {arg: sources.ref(cell, image)[0] for arg, image in images.items()}
     if profile.pip_index_url:
         args["IMAGESMITH_PIP_INDEX_URL"] = profile.pip_index_url
     if profile.apt_root:
         args["IMAGESMITH_APT_MIRROR"] = profile.apt_root
-    if cell.index_url and not cell.pypi_default:
-        args["TORCH_INDEX_URL"] = cell.index_url
+    if cell.stack.index_url and not cell.stack.pypi_default:
+        args["TORCH_INDEX_URL"] = cell.stack.index_url
     return args
 
 
@@ -468,11 +470,11 @@ def registry_state(
 ) -> dict[str, tuple[str | None, str | None]]:
     """Per registry: (digest of the fp tag, digest of the candidate tag)."""
     out = {}
-    for t in cell.registries:
+    for t in cell.publish.registries:
         c = clients[t.name]
         repo = t.repo
         out[t.name] = (
-            c.manifest_digest(repo, fingerprint_tag(cell.fingerprint, suite)),
+            c.manifest_digest(repo, fingerprint_tag(cell.publish.fingerprint, suite)),
             c.manifest_digest(repo, candidate_tag(cell)),
         )
     return out
@@ -490,8 +492,8 @@ def push_cell(
     """Engine push to the first registry (staging tag), verified API copy to the rest (staging tag there
     too), check that every registry serves the digest, then put the final tags everywhere
     (:func:`put_final_tags`)."""
-    first, rest = cell.registries[0], cell.registries[1:]
-    staging_ref = f"{first.image}:{staging_tag(cell.fingerprint, suite)}"
+    first, rest = cell.publish.registries[0], cell.publish.registries[1:]
+    staging_ref = f"{first.image}:{staging_tag(cell.publish.fingerprint, suite)}"
     report(cell.id, f"push → {first.name}", None)
     start = time.monotonic()
     src = clients[first.name]
@@ -506,7 +508,7 @@ def push_cell(
         probe=lambda: src.probe_write(src_repo),
     )
     try:
-        served = src.manifest_digest(src_repo, staging_tag(cell.fingerprint, suite))
+        served = src.manifest_digest(src_repo, staging_tag(cell.publish.fingerprint, suite))
         manifest = src.get_manifest(src_repo, pushed.digest)
         size_compressed = manifest.compressed_size()
         if verify == "full":  # the engine trusts blobs the registry says it has: read them all back
@@ -541,7 +543,7 @@ def push_cell(
                 manifest.digest,
                 clients[t.name],
                 t.repo,
-                put_as=staging_tag(cell.fingerprint, suite),
+                put_as=staging_tag(cell.publish.fingerprint, suite),
                 verify=verify,
             )
         except ImagesmithError as exc:
@@ -554,10 +556,10 @@ def push_cell(
                 + RETRY_HINT,
             )
     # verify: every registry serves the manifest by digest and under the staging tag before any final tag
-    for t in cell.registries:
+    for t in cell.publish.registries:
         try:
             got = clients[t.name].manifest_digest(t.repo, manifest.digest)
-            staged = clients[t.name].manifest_digest(t.repo, staging_tag(cell.fingerprint, suite))
+            staged = clients[t.name].manifest_digest(t.repo, staging_tag(cell.publish.fingerprint, suite))
         except ImagesmithError as exc:
             raise _wrapped(t, exc) from exc
         if got != manifest.digest or staged != manifest.digest:
@@ -567,12 +569,15 @@ def push_cell(
             )
     report(cell.id, "tag", None)
     put_final_tags(
-        cell.registries, clients, manifest, (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell))
+        cell.publish.registries,
+        clients,
+        manifest,
+        (fingerprint_tag(cell.publish.fingerprint, suite), candidate_tag(cell)),
     )
-    for t in cell.registries:
+    for t in cell.publish.registries:
         outcome.registries[t.name] = {
             "ref": f"{t.image}:{candidate_tag(cell)}",
-            "fingerprint_ref": f"{t.image}:{fingerprint_tag(cell.fingerprint, suite)}",
+            "fingerprint_ref": f"{t.image}:{fingerprint_tag(cell.publish.fingerprint, suite)}",
             "digest": manifest.digest,
         }
     outcome.push_s = time.monotonic() - start
@@ -638,13 +643,13 @@ def layer_report(
 
 
 def retag_cell(cell: Cell, clients: dict[str, RegistryApi], digest: str, outcome: CellOutcome) -> None:
-    first = cell.registries[0]
+    first = cell.publish.registries[0]
     try:
         manifest = clients[first.name].get_manifest(first.repo, digest)
     except ImagesmithError as exc:
         raise _wrapped(first, exc) from exc
-    put_final_tags(cell.registries, clients, manifest, (candidate_tag(cell),))
-    for t in cell.registries:
+    put_final_tags(cell.publish.registries, clients, manifest, (candidate_tag(cell),))
+    for t in cell.publish.registries:
         outcome.registries[t.name] = {"ref": f"{t.image}:{candidate_tag(cell)}", "digest": digest}
 
 
@@ -657,7 +662,7 @@ def build_cell(
     staging_root: Path,
     report: Reporter = _no_report,
 ) -> CellOutcome:
-    outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
+    outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.publish.fingerprint)
     start = time.monotonic()
     try:
         _build_cell(cell, matrix, engine, options, staging_root, report, outcome)
@@ -683,13 +688,13 @@ def _build_cell(
     suite = suite_digest()
     outcome.suite = suite
     if options.push:
-        if not cell.registries:
+        if not cell.publish.registries:
             raise PushError(
                 f"cell {cell.id}: --push, but no registry of matrix {matrix.name} takes this cell",
                 hint="add a registry to the matrix's `registries` (or widen its `cells` globs), or build "
                 "without --push",
             )
-        clients = {t.name: options.client_for(t) for t in cell.registries}
+        clients = {t.name: options.client_for(t) for t in cell.publish.registries}
         if not options.force:
             report(cell.id, "check registries", None)
             state = registry_state(cell, clients, suite)
@@ -702,20 +707,20 @@ def _build_cell(
                     outcome.reason = "fingerprint already in every registry"
                     outcome.registries = {
                         t.name: {"ref": f"{t.image}:{candidate_tag(cell)}", "digest": digest}
-                        for t in cell.registries
+                        for t in cell.publish.registries
                     }
                     return
                 retag_cell(cell, clients, digest, outcome)
                 outcome.status = "retagged"
                 outcome.reason = "fingerprint already pushed; candidate tag re-pointed"
                 return
-        if cell.base_moves and not options.force:
+        if cell.bases.base_moves and not options.force:
             outcome.reason = _moved_reason(cell, clients, suite)
             outcome.base_moved = bool(outcome.reason)
     elif not options.force:
         data = engine.inspect(local_ref(cell))
         labels = ((data or {}).get("Config") or {}).get("Labels") or {}
-        if labels.get(FINGERPRINT_LABEL) == cell.fingerprint and labels.get(SUITE_LABEL) == suite:
+        if labels.get(FINGERPRINT_LABEL) == cell.publish.fingerprint and labels.get(SUITE_LABEL) == suite:
             outcome.status = "skipped"
             outcome.reason = "image with this fingerprint already built locally"
             outcome.image_id = str((data or {}).get("Id", ""))
@@ -727,10 +732,12 @@ def _build_cell(
     )
     tags = [local_ref(cell)]
     if options.push:
-        tags.append(f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}")
+        tags.append(f"{cell.publish.registries[0].image}:{staging_tag(cell.publish.fingerprint, suite)}")
     sources = options.bases or BaseSources(options.config)
     args = build_args(cell, options.config, sources)
-    for image in dict.fromkeys(i for i in (cell.base_image, cell.builder_image, cell.devel_image) if i):
+    for image in dict.fromkeys(
+        i for i in (cell.bases.base_image, cell.bases.builder_image, cell.bases.devel_image) if i
+    ):
         ref, note = sources.ref(cell, image)
         outcome.bases[image] = ref
         if note:
@@ -751,17 +758,17 @@ def _build_cell(
     outcome.steps = result.steps
     outcome.cached_steps = result.cached_steps
     labels = engine.labels(result.image_id)
-    if labels.get(FINGERPRINT_LABEL) != cell.fingerprint:
+    if labels.get(FINGERPRINT_LABEL) != cell.publish.fingerprint:
         raise BuildError(
             f"cell {cell.id}: the built image's {FINGERPRINT_LABEL} label is "
             f"{labels.get(FINGERPRINT_LABEL)!r}, "
-            f"the plan says {cell.fingerprint}",
+            f"the plan says {cell.publish.fingerprint}",
             hint=f"re-render: `imagesmith render --matrix {cell.matrix}`",
         )
     outcome.size_uncompressed = int((engine.inspect(result.image_id) or {}).get("Size", 0))
     outcome.status = "built"
     if options.push:
-        staging_ref = f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}"
+        staging_ref = f"{cell.publish.registries[0].image}:{staging_tag(cell.publish.fingerprint, suite)}"
         try:
             push_cell(cell, engine, clients, outcome, report, suite, options.verify)
         finally:
@@ -775,13 +782,22 @@ def _moved_reason(cell: Cell, clients: dict[str, RegistryApi], suite: str) -> st
     digests is in its first registry (so the moved base is why it is built), else ""."""
     from imagesmith.plan import with_fingerprint
 
-    before = dict(cell.base_digests)
-    before.update(dict(cell.base_moves))
-    old = with_fingerprint(replace(cell, base_digests=tuple(before.items()), fingerprint=""))
-    first = cell.registries[0]
-    if clients[first.name].manifest_digest(first.repo, fingerprint_tag(old.fingerprint, suite)) is None:
+    before = dict(cell.bases.base_digests)
+    before.update(dict(cell.bases.base_moves))
+    old = with_fingerprint(
+        replace(
+            cell,
+            bases=replace(cell.bases, base_digests=tuple(before.items())),
+            publish=replace(cell.publish, fingerprint=""),
+        )
+    )
+    first = cell.publish.registries[0]
+    if (
+        clients[first.name].manifest_digest(first.repo, fingerprint_tag(old.publish.fingerprint, suite))
+        is None
+    ):
         return ""
-    return "rebuilt: " + "; ".join(cell.moved_notes())
+    return "rebuilt: " + "; ".join(cell.bases.moved_notes())
 
 
 def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
@@ -797,9 +813,9 @@ def preflight(matrix: Matrix, plan: BuildPlan, options: BuildOptions) -> None:
             f"--wheels {options.wheels_dir}: no *.whl files there", hint="give a folder of wheels"
         )
     check_context_current(matrix, options.project_of(matrix))
-    unhashed = [c for c in plan.cells if not c.hashed]
+    unhashed = [c for c in plan.cells if not c.lock.hashed]
     if unhashed and not options.allow_unhashed:
-        locks = sorted({c.lock_file for c in unhashed})
+        locks = sorted({c.lock.lock_file for c in unhashed})
         raise BuildError(
             f"{len(unhashed)} cell(s) of matrix {matrix.name} have pins without sha256 hashes "
             f"({', '.join(c.id for c in unhashed[:4])}{', …' if len(unhashed) > 4 else ''}); lock(s) "
@@ -840,7 +856,7 @@ def run_build(
         needs = [
             c.id
             for c in plan.cells
-            if needs_buildkit((project.path(c.context) / "Dockerfile").read_text(errors="replace"))
+            if needs_buildkit((project.path(c.publish.context) / "Dockerfile").read_text(errors="replace"))
         ]
         if needs or options.config.extra_ca is not None:
             why = (
@@ -868,7 +884,7 @@ def run_build(
             return build_cell(cell, matrix, eng, options, staging_root, report)
         except ImagesmithError as exc:
             errors.append(exc)
-            failed = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
+            failed = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.publish.fingerprint)
             failed.status, failed.error = "failed", str(exc)
             report(cell.id, "failed", None)
             return failed

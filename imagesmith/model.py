@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Final, Literal
 
 from imagesmith.compat import DistroToolkit, MinDriver
@@ -31,72 +31,66 @@ NcclToolkit = Literal["devel-image", "pip", "distro", "base"]
 PythonSource = Literal["distro", "uv", "base"]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Cell:
-    """One image to build. ``id`` doubles as the image tag."""
+#: The plan's JSON wire format (``Cell.to_json``, ``imagesmith plan --json``, read by CI fan-out): flat keys
+#: in this order, whatever record of the cell holds them (then ``hashed`` and ``image_refs``). The Python
+#: type is grouped; the wire is not, so no consumer of the JSON changes (tests/unit/test_plan_wire.py).
+WIRE_KEYS: Final[tuple[str, ...]] = (
+    "matrix", "id", "tag", "flavor", "torch", "torchvision", "torchaudio", "torch_source", "variant", "cuda",
+    "python", "python_full", "python_source", "uv", "python_install_mirror", "os", "base_image",
+    "builder_image", "devel_image", "nccl_toolkit", "distro_toolkit", "toolkit_note", "index_url",
+    "pypi_default", "pins", "builder_pins", "interactive_pins", "lock_file", "lock_verified", "lock_note",
+    "nccl_version", "min_driver", "require_cuda", "gpus", "gpu_families", "gpu_names", "archs",
+    "nvcc_gencode", "arch_coverage", "shm_min", "shm_min_bytes", "nccl_tests_version", "nccl_tests_commit",
+    "nccl_tests_sha256", "nccl_tests_url", "nccl_tests_archive", "mirror_build", "mirror_runtime",
+    "registries", "labels", "venv", "dockerfile", "context", "fingerprint", "layers", "base_digests",
+    "base_local", "base_moves", "base_read", "hashed", "image_refs",
+)  # fmt: skip
 
-    matrix: str
-    id: str
-    tag: str
-    flavor: str
+
+@dataclass(frozen=True, kw_only=True)
+class TorchStack:
+    """The wheels a cell installs and where pip finds them: torch and its companions for one CUDA variant."""
+
     torch: str
     torchvision: str
     torchaudio: str | None
     torch_source: str
     variant: str
     cuda: str
+    index_url: str | None
+    pypi_default: bool
+    nccl_version: str | None
+
+    @property
+    def nccl_before_2_19(self) -> bool:
+        """The cell's NCCL (its nvidia-nccl pin) is older than 2.19: nccl-tests compiled against its headers
+        takes a path that allocates no buffers unless run with ``-p 1`` (the builder stage patches it in)."""
+        if not self.nccl_version:
+            return False
+        parts = [int(p) for p in re.findall(r"[0-9]+", self.nccl_version)[:2]]
+        return len(parts) == 2 and (parts[0], parts[1]) < (2, 19)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runtime:
+    """The cell's Python: which version, where it comes from, and the environment it is installed into."""
+
     python: str
     python_full: str | None
     python_source: PythonSource
     uv: str | None
     python_install_mirror: str
+    venv: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bases:
+    """The images a cell is built from and what the project's base lock says about them."""
+
     os: str
     base_image: str
     builder_image: str
     devel_image: str | None
-    nccl_toolkit: NcclToolkit
-    #: the distribution's toolkit the builder unpacks (nccl_toolkit "distro"), else None
-    distro_toolkit: DistroToolkit | None = None
-    #: one line: which toolkit builds nccl-tests and why, and any GPU that gets PTX only (plan --explain)
-    toolkit_note: str = ""
-    index_url: str | None
-    pypi_default: bool
-    pins: tuple[tuple[str, str], ...]
-    builder_pins: tuple[tuple[str, str], ...]
-    #: the interactive flavor's pins on top of ``pins`` (the lock's interactive section); empty for the others
-    interactive_pins: tuple[tuple[str, str], ...] = ()
-    #: (name, version, sha256s) of the lock's pins that carry ``--hash`` lines; rendered into the requirements
-    #: files, which the build installs with ``pip --require-hashes``
-    pin_hashes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-    lock_file: str
-    lock_verified: bool
-    lock_note: str | None
-    nccl_version: str | None
-    min_driver: MinDriver
-    require_cuda: str
-    gpus: tuple[str, ...]
-    gpu_families: tuple[str, ...]
-    gpu_names: tuple[str, ...]
-    archs: tuple[str, ...]
-    nvcc_gencode: str
-    arch_coverage: tuple[tuple[str, str], ...]
-    shm_min: str
-    shm_min_bytes: int
-    nccl_tests_version: str
-    nccl_tests_commit: str
-    nccl_tests_sha256: str
-    nccl_tests_url: str
-    nccl_tests_archive: str
-    mirror_build: str
-    mirror_runtime: str
-    registries: tuple[Registry, ...]
-    labels: tuple[tuple[str, str], ...]
-    venv: str
-    dockerfile: str
-    context: str
-    fingerprint: str = ""
-    #: the wheel layers of the final stage (:mod:`imagesmith.layerplan`); empty: torch comes from the base
-    layers: tuple[WheelLayer, ...] = ()
     #: (image, digest) of each base/builder/devel image the project's ``bases.toml`` pins (hashed into the
     #: fingerprint, rendered as ``name@digest``); empty without a base lock (bases go by name)
     base_digests: tuple[tuple[str, str], ...] = ()
@@ -120,14 +114,37 @@ class Cell:
             for image, prev in self.base_moves
         ]
 
-    @property
-    def nccl_before_2_19(self) -> bool:
-        """The cell's NCCL (its nvidia-nccl pin) is older than 2.19: nccl-tests compiled against its headers
-        takes a path that allocates no buffers unless run with ``-p 1`` (the builder stage patches it in)."""
-        if not self.nccl_version:
-            return False
-        parts = [int(p) for p in re.findall(r"[0-9]+", self.nccl_version)[:2]]
-        return len(parts) == 2 and (parts[0], parts[1]) < (2, 19)
+
+@dataclass(frozen=True, kw_only=True)
+class Toolkit:
+    """How the builder stage compiles nccl-tests: the toolkit it uses and the nccl-tests source it builds."""
+
+    nccl_toolkit: NcclToolkit
+    #: the distribution's toolkit the builder unpacks (nccl_toolkit "distro"), else None
+    distro_toolkit: DistroToolkit | None = None
+    #: one line: which toolkit builds nccl-tests and why, and any GPU that gets PTX only (plan --explain)
+    toolkit_note: str = ""
+    nccl_tests_version: str
+    nccl_tests_commit: str
+    nccl_tests_sha256: str
+    nccl_tests_url: str
+    nccl_tests_archive: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellLock:
+    """The cell's pins, read from its lock file."""
+
+    pins: tuple[tuple[str, str], ...]
+    builder_pins: tuple[tuple[str, str], ...]
+    #: the interactive flavor's pins on top of ``pins`` (the lock's interactive section); empty for the others
+    interactive_pins: tuple[tuple[str, str], ...] = ()
+    #: (name, version, sha256s) of the lock's pins that carry ``--hash`` lines; rendered into the requirements
+    #: files, which the build installs with ``pip --require-hashes``
+    pin_hashes: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    lock_file: str
+    lock_verified: bool
+    lock_note: str | None
 
     @property
     def hashed(self) -> bool:
@@ -138,21 +155,94 @@ class Cell:
     def hashes_of(self, name: str, version: str) -> tuple[str, ...]:
         return next((h for n, v, h in self.pin_hashes if (n, v) == (name, version)), ())
 
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """The hosts a cell is for: the driver it needs, the GPUs and architectures it is built for, /dev/shm."""
+
+    min_driver: MinDriver
+    require_cuda: str
+    gpus: tuple[str, ...]
+    gpu_families: tuple[str, ...]
+    gpu_names: tuple[str, ...]
+    archs: tuple[str, ...]
+    nvcc_gencode: str
+    arch_coverage: tuple[tuple[str, str], ...]
+    shm_min: str
+    shm_min_bytes: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Publish:
+    """Where the cell's files go and its image is pushed: the build context, the mirrors the build installs
+    from, the wheel layers, the fingerprint, the labels and the target registries."""
+
+    mirror_build: str
+    mirror_runtime: str
+    registries: tuple[Registry, ...]
+    labels: tuple[tuple[str, str], ...]
+    dockerfile: str
+    context: str
+    fingerprint: str = ""
+    #: the wheel layers of the final stage (:mod:`imagesmith.layerplan`); empty: torch comes from the base
+    layers: tuple[WheelLayer, ...] = ()
+
+
+CellRecord = TorchStack | Runtime | Bases | Toolkit | CellLock | Hardware | Publish
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cell:
+    """One image to build. ``id`` doubles as the image tag.
+
+    A cell is its identity (matrix, id, tag, flavor: what selects, names and tags it) and seven records: the
+    torch ``stack``, the Python ``runtime``, the ``bases``, the nccl-tests ``toolkit``, the ``lock``, the
+    ``hardware`` it is for and what it ``publish``-es. Only the Python type is grouped: :meth:`to_json` (the
+    plan's wire format, ``imagesmith plan --json``) stays flat, keys and values as before the grouping
+    (:data:`WIRE_KEYS`).
+    """
+
+    matrix: str
+    id: str
+    tag: str
+    flavor: str
+    stack: TorchStack
+    runtime: Runtime
+    bases: Bases
+    toolkit: Toolkit
+    lock: CellLock
+    hardware: Hardware
+    publish: Publish
+
+    def records(self) -> tuple[CellRecord, ...]:
+        return (self.stack, self.runtime, self.bases, self.toolkit, self.lock, self.hardware, self.publish)
+
+    def leaves(self) -> list[tuple[str, Any]]:
+        """(field name, value) of every field of the cell, identity first, then each record's own."""
+        out: list[tuple[str, Any]] = [(n, getattr(self, n)) for n in ("matrix", "id", "tag", "flavor")]
+        for record in self.records():
+            out += [(f.name, getattr(record, f.name)) for f in fields(record)]
+        return out
+
     def to_json(self) -> dict[str, Any]:
-        data = asdict(self)
+        data: dict[str, Any] = {"matrix": self.matrix, "id": self.id, "tag": self.tag, "flavor": self.flavor}
+        for record in self.records():
+            data.update(asdict(record))
         del data["pin_hashes"]  # thousands of digests: the rendered requirements files carry them
-        data["hashed"] = self.hashed
-        data["pins"] = dict(self.pins)
-        data["builder_pins"] = dict(self.builder_pins)
-        data["interactive_pins"] = dict(self.interactive_pins)
-        data["arch_coverage"] = dict(self.arch_coverage)
-        data["labels"] = dict(self.labels)
-        for key in ("base_digests", "base_moves", "base_read"):
-            data[key] = dict(getattr(self, key))
-        data["layers"] = [layer.to_json() for layer in self.layers]
+        data["hashed"] = self.lock.hashed
+        lock, bases, pub = self.lock, self.bases, self.publish
+        data["pins"] = dict(lock.pins)
+        data["builder_pins"] = dict(lock.builder_pins)
+        data["interactive_pins"] = dict(lock.interactive_pins)
+        data["arch_coverage"] = dict(self.hardware.arch_coverage)
+        data["labels"] = dict(pub.labels)
+        data["base_digests"] = dict(bases.base_digests)
+        data["base_moves"] = dict(bases.base_moves)
+        data["base_read"] = dict(bases.base_read)
+        data["layers"] = [layer.to_json() for layer in pub.layers]
         data["min_driver"] = {
-            "full": str(self.min_driver.full),
-            "minor_version": str(self.min_driver.minor_version),
+            "full": str(self.hardware.min_driver.full),
+            "minor_version": str(self.hardware.min_driver.minor_version),
         }
         data["registries"] = [
             {
@@ -164,10 +254,10 @@ class Cell:
                 "kind": r.kind,
                 "repository": r.repository,
             }
-            for r in self.registries
+            for r in pub.registries
         ]
-        data["image_refs"] = [r.ref(self.tag) for r in self.registries]
-        return data
+        data["image_refs"] = [r.ref(self.tag) for r in pub.registries]
+        return {key: data[key] for key in WIRE_KEYS}
 
 
 @dataclass(frozen=True, kw_only=True)

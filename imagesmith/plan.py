@@ -35,11 +35,18 @@ from imagesmith.matrix import BaseSpec, Matrix, Rule
 from imagesmith.model import (
     NCCL_TESTS_BIN,
     VENV,
+    Bases,
     BuildPlan,
     Cell,
+    CellLock,
     Dropped,
+    Hardware,
     NcclToolkit,
+    Publish,
     PythonSource,
+    Runtime,
+    Toolkit,
+    TorchStack,
 )
 from imagesmith.refs import DOCKER_HUB, ImageRef
 from imagesmith.templating import render_cell_files
@@ -491,60 +498,59 @@ def plan_from(matrix: Matrix, inputs: PlanInputs, *, with_fingerprints: bool = T
                 id=cid,
                 tag=cid,
                 flavor=flavor,
-                torch=torch,
-                torchvision=release.torchvision,
-                torchaudio=release.torchaudio,
-                torch_source=matrix.torch.source,
-                variant=variant_name,
-                cuda=variant.cuda,
-                python=python,
-                python_full=managed if python_source == "uv" else None,
-                python_source=python_source,
-                uv=matrix.python.uv if python_source == "uv" else None,
-                python_install_mirror=matrix.python.install_mirror,
-                os=base.os,
-                base_image=base.image,
-                builder_image=builder_image,
-                devel_image=cell_devel,
-                nccl_toolkit=toolkit,
-                distro_toolkit=distro_used,
-                toolkit_note=note,
-                index_url=None if pypi_default else variant.index_url,
-                pypi_default=pypi_default,
-                pins=lock.pins,
-                builder_pins=lock.builder_pins,
-                interactive_pins=lock.interactive_pins if flavor == "interactive" else (),
-                pin_hashes=lock.hashes,
-                lock_file=f"{locks_shown}/{lock.path.name}",
-                lock_verified=lock.verified,
-                lock_note=lock.unverified_reason,
-                nccl_version=lock.version(f"nvidia-nccl-cu{major}") or variant.nccl,
-                min_driver=need,
-                require_cuda=require_cuda(variant.cuda),
-                gpus=tuple(g.key for g in matrix.gpus),
-                gpu_families=tuple(dict.fromkeys(g.family or g.key for g in matrix.gpus)),
-                gpu_names=tuple(g.name for g in matrix.gpus),
-                archs=tuple(sorted({_arch_digits(g.cc) for g in matrix.gpus}, key=int)),
-                nvcc_gencode=nvcc_gencode(ccs, distro_used.max_arch if distro_used else None),
-                arch_coverage=tuple(coverage),
-                shm_min=matrix.shm_min,
-                shm_min_bytes=matrix.shm_min_bytes,
-                nccl_tests_version=matrix.nccl_tests.version,
-                nccl_tests_commit=matrix.nccl_tests.commit,
-                nccl_tests_sha256=matrix.nccl_tests.sha256,
-                nccl_tests_url=matrix.nccl_tests.url,
-                nccl_tests_archive=matrix.nccl_tests.archive_name,
-                mirror_build=matrix.mirror.build,
-                mirror_runtime=matrix.mirror.runtime,
-                registries=targets,
-                labels=matrix.labels,
-                venv=base.venv or VENV,
-                dockerfile=f"{dockerfiles}/{matrix.name}/{cid}/Dockerfile",
-                context=f"{dockerfiles}/{matrix.name}/{cid}",
-                layers=()
-                if matrix.torch.source == "base"
-                else plan_layers(lock.pins, python, sizes, shared=shared),
-                **_base_fields(base_lock, base.image, builder_image, cell_devel),
+                stack=TorchStack(
+                    torch=torch,
+                    torchvision=release.torchvision,
+                    torchaudio=release.torchaudio,
+                    torch_source=matrix.torch.source,
+                    variant=variant_name,
+                    cuda=variant.cuda,
+                    index_url=None if pypi_default else variant.index_url,
+                    pypi_default=pypi_default,
+                    nccl_version=lock.version(f"nvidia-nccl-cu{major}") or variant.nccl,
+                ),
+                runtime=Runtime(
+                    python=python,
+                    python_full=managed if python_source == "uv" else None,
+                    python_source=python_source,
+                    uv=matrix.python.uv if python_source == "uv" else None,
+                    python_install_mirror=matrix.python.install_mirror,
+                    venv=base.venv or VENV,
+                ),
+                bases=_bases(base_lock, base.os, base.image, builder_image, cell_devel),
+                toolkit=_toolkit(matrix, toolkit, distro_used, note),
+                lock=CellLock(
+                    pins=lock.pins,
+                    builder_pins=lock.builder_pins,
+                    interactive_pins=lock.interactive_pins if flavor == "interactive" else (),
+                    pin_hashes=lock.hashes,
+                    lock_file=f"{locks_shown}/{lock.path.name}",
+                    lock_verified=lock.verified,
+                    lock_note=lock.unverified_reason,
+                ),
+                hardware=Hardware(
+                    min_driver=need,
+                    require_cuda=require_cuda(variant.cuda),
+                    gpus=tuple(g.key for g in matrix.gpus),
+                    gpu_families=tuple(dict.fromkeys(g.family or g.key for g in matrix.gpus)),
+                    gpu_names=tuple(g.name for g in matrix.gpus),
+                    archs=tuple(sorted({_arch_digits(g.cc) for g in matrix.gpus}, key=int)),
+                    nvcc_gencode=nvcc_gencode(ccs, distro_used.max_arch if distro_used else None),
+                    arch_coverage=tuple(coverage),
+                    shm_min=matrix.shm_min,
+                    shm_min_bytes=matrix.shm_min_bytes,
+                ),
+                publish=Publish(
+                    mirror_build=matrix.mirror.build,
+                    mirror_runtime=matrix.mirror.runtime,
+                    registries=targets,
+                    labels=matrix.labels,
+                    dockerfile=f"{dockerfiles}/{matrix.name}/{cid}/Dockerfile",
+                    context=f"{dockerfiles}/{matrix.name}/{cid}",
+                    layers=()
+                    if matrix.torch.source == "base"
+                    else plan_layers(lock.pins, python, sizes, shared=shared),
+                ),
             )
         )
     for reg in matrix.registries:
@@ -576,6 +582,31 @@ def _unpinned(lock: BasesLock | None, *images: str | None) -> list[str]:
     if lock is None:
         return []
     return [i for i in dict.fromkeys(i for i in images if i) if lock.get(i) is None and not own_digest(i)]
+
+
+def _toolkit(matrix: Matrix, toolkit: NcclToolkit, distro: compat.DistroToolkit | None, note: str) -> Toolkit:
+    """The cell's nccl-tests toolkit record: how its builder compiles the matrix's nccl-tests source."""
+    return Toolkit(
+        nccl_toolkit=toolkit,
+        distro_toolkit=distro,
+        toolkit_note=note,
+        nccl_tests_version=matrix.nccl_tests.version,
+        nccl_tests_commit=matrix.nccl_tests.commit,
+        nccl_tests_sha256=matrix.nccl_tests.sha256,
+        nccl_tests_url=matrix.nccl_tests.url,
+        nccl_tests_archive=matrix.nccl_tests.archive_name,
+    )
+
+
+def _bases(lock: BasesLock | None, os: str, base: str, builder: str, devel: str | None) -> Bases:
+    """The cell's bases record, with what the project's base lock says of each image."""
+    return Bases(
+        os=os,
+        base_image=base,
+        builder_image=builder,
+        devel_image=devel,
+        **_base_fields(lock, base, builder, devel),
+    )
 
 
 def _base_fields(lock: BasesLock | None, *images: str | None) -> dict[str, Any]:
@@ -627,25 +658,27 @@ def fingerprint(cell: Cell, files: dict[str, str]) -> str:
     payload = {
         "v": 1,
         "imagesmith": __version__,
-        "pins": list(cell.pins),
-        "builder_pins": list(cell.builder_pins),
-        "sources": [[cell.nccl_tests_archive, cell.nccl_tests_sha256]],
-        "base_image": cell.base_image,
-        "builder_image": cell.builder_image,
-        "devel_image": cell.devel_image,
+        "pins": list(cell.lock.pins),
+        "builder_pins": list(cell.lock.builder_pins),
+        "sources": [[cell.toolkit.nccl_tests_archive, cell.toolkit.nccl_tests_sha256]],
+        "base_image": cell.bases.base_image,
+        "builder_image": cell.bases.builder_image,
+        "devel_image": cell.bases.devel_image,
         "files": sorted((name, hashlib.sha256(text.encode()).hexdigest()) for name, text in files.items()),
     }
-    if cell.interactive_pins:  # only then: the other flavors' fingerprints stay what they were
-        payload["interactive_pins"] = list(cell.interactive_pins)
-    if cell.base_digests:  # a base lock pins them: a re-published tag moves the fingerprint
-        payload["base_digests"] = [list(p) for p in cell.base_digests]
+    if cell.lock.interactive_pins:  # only then: the other flavors' fingerprints stay what they were
+        payload["interactive_pins"] = list(cell.lock.interactive_pins)
+    if cell.bases.base_digests:  # a base lock pins them: a re-published tag moves the fingerprint
+        payload["base_digests"] = [list(p) for p in cell.bases.base_digests]
     h.update(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode())
     return h.hexdigest()
 
 
 def with_fingerprint(cell: Cell) -> Cell:
-    files = render_cell_files(replace(cell, fingerprint=FINGERPRINT_PLACEHOLDER))
-    return replace(cell, fingerprint=fingerprint(cell, files))
+    files = render_cell_files(
+        replace(cell, publish=replace(cell.publish, fingerprint=FINGERPRINT_PLACEHOLDER))
+    )
+    return replace(cell, publish=replace(cell.publish, fingerprint=fingerprint(cell, files)))
 
 
 __all__ = [

@@ -36,7 +36,7 @@ def render_plan(plan: BuildPlan, project: Project) -> dict[Path, str]:
     out: dict[Path, str] = {}
     for cell in plan.cells:
         for rel, text in render_cell_files(cell).items():
-            out[project.path(cell.context) / rel] = text
+            out[project.path(cell.publish.context) / rel] = text
     return out
 
 

@@ -79,42 +79,38 @@ def resolve_gpus(names: list[str]) -> tuple[compat.Gpu, ...]:
     return tuple(out)
 
 
-def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: str | None = None) -> Choice:
-    """The newest reference lock whose variant runs on every GPU of *gpus*, with an OS base for its Python,
-    and (with *driver*) whose CUDA runtime runs on that host driver without the compat package (the full
-    minimum driver of its CUDA release, ``imagesmith/data/cuda.toml``).
-    """
-    host = compat.parse_driver(driver) if driver is not None else None
-    # a GPU newer than CUDA alone implies (B200: 570.133.20) raises every cell's minimum driver; a driver
-    # older than that, or past the GPU's last branch (V100: R580), runs nothing of this project on it
-    gpu_floor = max((g.min_driver for g in gpus if g.min_driver is not None), default=None)
+def _check_driver_runs(
+    gpus: tuple[compat.Gpu, ...], host: compat.DriverVersion | None, driver: str | None
+) -> None:
+    """Refuse a host driver (``--driver``) older than a GPU's own minimum, one whose table of released products
+    lacks a GPU's board, or one past a GPU's last driver branch."""
+    if host is None:
+        return
     for g in gpus:
         last = compat.gpu_last_branch(g)
-        if host is not None and g.min_driver is not None and host < g.min_driver:
+        if g.min_driver is not None and host < g.min_driver:
             raise ConfigError(
                 f"--driver {driver}: {g.name} ({g.sm}) needs driver >= {g.min_driver}: older drivers do not "
                 f"support this GPU at all ({g.min_driver_source})",
                 hint=f"give the oldest driver the hosts really run (>= {g.min_driver}), or another --gpu",
             )
-        gap = compat.board_gap(g, host) if host is not None else None
+        gap = compat.board_gap(g, host)
         if gap is not None:
             raise ConfigError(
                 f"--driver {driver}: {g.name} ({g.sm}): {gap}",
                 hint="give a driver whose table of released products holds the board (NVIDIA's driver table, "
                 "imagesmith/data/driver_table.toml), or another --gpu",
             )
-        if (
-            host is not None
-            and last is not None
-            and last.last_branch is not None
-            and host.branch > last.last_branch
-        ):
+        if last is not None and last.last_branch is not None and host.branch > last.last_branch:
             raise ConfigError(
                 f"--driver {driver}: R{host.branch} does not support {last.name} GPUs such as {g.name}: "
                 f"R{last.last_branch} is their last driver branch",
                 hint=f"give the driver the hosts run (R{last.last_branch} or older), or another --gpu",
             )
-    bases = compat.os_bases()
+
+
+def _check_base(base_image: str | None, bases: Sequence[compat.OsBase]) -> None:
+    """Refuse a ``--base`` that is not one of the bases imagesmith can scaffold."""
     if base_image is not None and not any(b.image == base_image for b in bases):
         raise ConfigError(
             f"--base {base_image!r} is not a base imagesmith can scaffold",
@@ -124,82 +120,102 @@ def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: 
             "matrix and run `imagesmith lock` (docs/project.md; which OS releases carry a CUDA toolkit for "
             "nccl-tests: imagesmith/data/toolkits.toml)",
         )
+
+
+def _fit(
+    key: LockKey,
+    *,
+    gpus: tuple[compat.Gpu, ...],
+    bases: Sequence[compat.OsBase],
+    base_image: str | None,
+    host: compat.DriverVersion | None,
+    gpu_floor: compat.DriverVersion | None,
+) -> _Rejected | tuple[tuple[Version, int, Version], Choice] | None:
+    """One reference lock judged for *gpus*: why it is passed over, or its choice with its rank (newest torch
+    first; then the best kernels); None for a variant the torch release does not list."""
+    release = compat.torch_release(key.torch)
+    variant = release.variants.get(key.variant)
+    if variant is None:
+        return None
+    base = next(
+        (b for b in bases if b.python == key.python and (base_image is None or b.image == base_image)),
+        None,
+    )
+    if base is None:
+        where = f" {base_image}" if base_image else " a scaffoldable base"
+        return _Rejected(
+            Version(key.torch),
+            f"torch {key.torch} {key.variant} py{key.python}: python3 of{where} is not {key.python}",
+            "python",
+        )
+    need = compat.min_driver(variant.cuda).full
+    if host is not None and host < need:
+        return _Rejected(
+            Version(key.torch),
+            f"torch {key.torch} {key.variant}: CUDA {variant.cuda} needs driver >= {need}",
+            "driver",
+            need,
+        )
+    distro = compat.distro_toolkit(base.os)
+    if (
+        int(variant.cuda.split(".")[0]) < 13
+        and base.devel_image(variant.cuda) is None
+        and not (distro is not None and distro.serves(variant.cuda))
+    ):
+        own = (
+            f"{distro.release}'s nvidia-cuda-toolkit is CUDA {distro.cuda}, newer"
+            if distro is not None
+            else "no distribution toolkit"
+        )
+        return _Rejected(
+            Version(key.torch),
+            f"torch {key.torch} {key.variant}: no nvcc for CUDA {variant.cuda} on {base.image} "
+            f"({own}; no known nvidia/cuda devel image; nccl-tests needs nvcc)",
+            "nvcc",
+        )
+    coverage = [(g, compat.arch_coverage(variant.arch_list, g.cc)) for g in gpus]
+    missing = [f"{g.name} ({g.sm})" for g, c in coverage if c.kind == "none"]
+    if missing:
+        return _Rejected(
+            Version(key.torch),
+            f"torch {key.torch} {key.variant}: no kernels for {', '.join(missing)}",
+            "kernels",
+        )
+    rank = max(_COVERAGE_RANK.get(c.kind, 3) for _, c in coverage)
+    choice = Choice(
+        gpus=gpus,
+        lock=key,
+        base=base,
+        cuda=variant.cuda,
+        min_driver=str(max(need, gpu_floor) if gpu_floor is not None else need),
+        coverage=tuple((g.key, f"{c.kind}: {c.detail}") for g, c in coverage),
+        passed_over=(),
+    )
+    # newest torch first; then the best kernels (native SASS over binary-compatible over PTX JIT)
+    return (Version(key.torch), -rank, Version(key.python)), choice
+
+
+def choose(gpus: tuple[compat.Gpu, ...], base_image: str | None = None, driver: str | None = None) -> Choice:
+    """The newest reference lock whose variant runs on every GPU of *gpus*, with an OS base for its Python,
+    and (with *driver*) whose CUDA runtime runs on that host driver without the compat package (the full
+    minimum driver of its CUDA release, ``imagesmith/data/cuda.toml``).
+    """
+    host = compat.parse_driver(driver) if driver is not None else None
+    # a GPU newer than CUDA alone implies (B200: 570.133.20) raises every cell's minimum driver; a driver
+    # older than that, or past the GPU's last branch (V100: R580), runs nothing of this project on it
+    gpu_floor = max((g.min_driver for g in gpus if g.min_driver is not None), default=None)
+    _check_driver_runs(gpus, host, driver)
+    bases = compat.os_bases()
+    _check_base(base_image, bases)
     keys = [k for k in reference_lock_keys() if k.torch != "suite"]
     rejected: list[_Rejected] = []
     fits: list[tuple[tuple[Version, int, Version], Choice]] = []
     for key in keys:
-        release = compat.torch_release(key.torch)
-        variant = release.variants.get(key.variant)
-        if variant is None:
-            continue
-        base = next(
-            (b for b in bases if b.python == key.python and (base_image is None or b.image == base_image)),
-            None,
-        )
-        if base is None:
-            where = f" {base_image}" if base_image else " a scaffoldable base"
-            rejected.append(
-                _Rejected(
-                    Version(key.torch),
-                    f"torch {key.torch} {key.variant} py{key.python}: python3 of{where} is not {key.python}",
-                    "python",
-                )
-            )
-            continue
-        need = compat.min_driver(variant.cuda).full
-        if host is not None and host < need:
-            rejected.append(
-                _Rejected(
-                    Version(key.torch),
-                    f"torch {key.torch} {key.variant}: CUDA {variant.cuda} needs driver >= {need}",
-                    "driver",
-                    need,
-                )
-            )
-            continue
-        distro = compat.distro_toolkit(base.os)
-        if (
-            int(variant.cuda.split(".")[0]) < 13
-            and base.devel_image(variant.cuda) is None
-            and not (distro is not None and distro.serves(variant.cuda))
-        ):
-            own = (
-                f"{distro.release}'s nvidia-cuda-toolkit is CUDA {distro.cuda}, newer"
-                if distro is not None
-                else "no distribution toolkit"
-            )
-            rejected.append(
-                _Rejected(
-                    Version(key.torch),
-                    f"torch {key.torch} {key.variant}: no nvcc for CUDA {variant.cuda} on {base.image} "
-                    f"({own}; no known nvidia/cuda devel image; nccl-tests needs nvcc)",
-                    "nvcc",
-                )
-            )
-            continue
-        coverage = [(g, compat.arch_coverage(variant.arch_list, g.cc)) for g in gpus]
-        missing = [f"{g.name} ({g.sm})" for g, c in coverage if c.kind == "none"]
-        if missing:
-            rejected.append(
-                _Rejected(
-                    Version(key.torch),
-                    f"torch {key.torch} {key.variant}: no kernels for {', '.join(missing)}",
-                    "kernels",
-                )
-            )
-            continue
-        rank = max(_COVERAGE_RANK.get(c.kind, 3) for _, c in coverage)
-        choice = Choice(
-            gpus=gpus,
-            lock=key,
-            base=base,
-            cuda=variant.cuda,
-            min_driver=str(max(need, gpu_floor) if gpu_floor is not None else need),
-            coverage=tuple((g.key, f"{c.kind}: {c.detail}") for g, c in coverage),
-            passed_over=(),
-        )
-        # newest torch first; then the best kernels (native SASS over binary-compatible over PTX JIT)
-        fits.append(((Version(key.torch), -rank, Version(key.python)), choice))
+        judged = _fit(key, gpus=gpus, bases=bases, base_image=base_image, host=host, gpu_floor=gpu_floor)
+        if isinstance(judged, _Rejected):
+            rejected.append(judged)
+        elif judged is not None:
+            fits.append(judged)
     if not fits:
         raise ConfigError(
             "no reference lock of this imagesmith fits "
@@ -325,34 +341,9 @@ def _driver_line(choice: Choice) -> str:
     )
 
 
-def project_files(
-    *,
-    name: str,
-    gpu_args: list[str],
-    choice: Choice,
-    matrix_name: str,
-    registries: Sequence[str] = (DEFAULT_REGISTRY,),
-) -> dict[str, str]:
-    """Every file of the new project, keyed by path relative to its root (locks are added by the writer)."""
-    registry_names, registry_tables = _registry_tables(registries, name)
-    lock = choice.lock
-    pin = compat.default_source_pin("nccl_tests")
-    gpus = tuple(g.key for g in choice.gpus)
-    shm = "8g" if all(g.segment != "consumer" for g in choice.gpus) else "4g"
-    coverage = "".join(f"#   {key}: {text}\n" for key, text in choice.coverage)
-    passed = "".join(f"#   passed over: {p}\n" for p in choice.passed_over[:8])
-    devel_image = choice.base.devel_image(choice.cuda) if int(choice.cuda.split(".")[0]) < 13 else None
-    distro = compat.distro_toolkit(choice.base.os)
-    what = (
-        f"devel cells start FROM it; nccl-tests builds with {distro.release}'s own CUDA {distro.cuda} toolkit"
-        if distro is not None and distro.serves(choice.cuda)
-        else f"builds nccl-tests (CUDA {choice.cuda} wheels carry no nvcc)"
-    )
-    devel = f'devel_images = {{ "{choice.cuda}" = "{devel_image}" }}   # {what}\n' if devel_image else ""
-    files: dict[str, str] = {}
-    files[
-        PROJECT_FILE
-    ] = f'''# imagesmith project (written by `imagesmith init`, imagesmith {__version__}). Paths are relative to this file.
+def _project_toml(name: str, matrix_name: str) -> str:
+    """The new project's imagesmith.toml."""
+    return f'''# imagesmith project (written by `imagesmith init`, imagesmith {__version__}). Paths are relative to this file.
 schema = 1
 name = "{name}"
 default_matrix = "{matrix_name}"
@@ -378,9 +369,25 @@ trusted_keys = []
 #   [release]
 #   index_key = "sha256:<fp>"
 '''
-    files[
-        f"matrices/{matrix_name}.toml"
-    ] = f'''# {", ".join(gpu_args)} rentals. Chosen by `imagesmith init` from the reference locks of imagesmith {__version__}:
+
+
+def _matrix_toml(*, matrix_name: str, gpu_args: list[str], choice: Choice, registry_names: list[str]) -> str:
+    """The new project's one matrix: the chosen lock on the chosen base, for the GPUs asked for."""
+    lock = choice.lock
+    pin = compat.default_source_pin("nccl_tests")
+    gpus = tuple(g.key for g in choice.gpus)
+    shm = "8g" if all(g.segment != "consumer" for g in choice.gpus) else "4g"
+    coverage = "".join(f"#   {key}: {text}\n" for key, text in choice.coverage)
+    passed = "".join(f"#   passed over: {p}\n" for p in choice.passed_over[:8])
+    devel_image = choice.base.devel_image(choice.cuda) if int(choice.cuda.split(".")[0]) < 13 else None
+    distro = compat.distro_toolkit(choice.base.os)
+    what = (
+        f"devel cells start FROM it; nccl-tests builds with {distro.release}'s own CUDA {distro.cuda} toolkit"
+        if distro is not None and distro.serves(choice.cuda)
+        else f"builds nccl-tests (CUDA {choice.cuda} wheels carry no nvcc)"
+    )
+    devel = f'devel_images = {{ "{choice.cuda}" = "{devel_image}" }}   # {what}\n' if devel_image else ""
+    return f'''# {", ".join(gpu_args)} rentals. Chosen by `imagesmith init` from the reference locks of imagesmith {__version__}:
 # the newest torch whose wheels have kernels for every GPU below, on the base whose python3 is that lock's.
 {_driver_line(choice)}
 {coverage}{passed}# Add torch versions, variants or Python versions, then `imagesmith lock` (pins) and `imagesmith render`.
@@ -417,10 +424,11 @@ sha256 = "{pin["sha256"]}"
 build = "none"                   # tuna | aliyun | ustc: pip/apt mirrors while building (users in China)
 runtime = "none"                 # the same, written into the image for its users
 '''
-    ns = name
-    files[
-        "matrices/registries.toml"
-    ] = f'''# Registries the matrices push to, by name. Credentials never live here: `docker login`, the docker config or
+
+
+def _registries_toml(ns: str, registry_tables: str) -> str:
+    """matrices/registries.toml: the registries asked for, and commented examples under namespace *ns*."""
+    return f'''# Registries the matrices push to, by name. Credentials never live here: `docker login`, the docker config or
 # IMAGESMITH_REGISTRY_<HOST>_USERNAME/_PASSWORD in the environment (docs: imagesmith.registry).
 schema = 1
 
@@ -439,9 +447,11 @@ schema = 1
 # repository = "torch"
 # cells = ["*-runtime-*"]
 '''
-    files[
-        ".github/workflows/imagesmith.yml"
-    ] = f"""# Written by `imagesmith init`: render check and plan on every push; build + push on main.
+
+
+def _workflow_yml() -> str:
+    """The CI workflow: render check and plan on every push; build and push on main."""
+    return f"""# Written by `imagesmith init`: render check and plan on every push; build + push on main.
 # Secrets: REGISTRY_AUTH_JSON = a docker config.json ({{"auths": {{...}}}}) with push credentials for the
 # registries in matrices/registries.toml.
 name: imagesmith
@@ -489,7 +499,11 @@ jobs:
       - name: build and push changed cells
         run: imagesmith build --push --summary build-summary.json
 """
-    files["README.md"] = f"""# {name}
+
+
+def _readme(name: str, matrix_name: str) -> str:
+    """The new project's README."""
+    return f"""# {name}
 
 GPU training images built with imagesmith {__version__} (`pip install imagesmith`).
 
@@ -504,7 +518,27 @@ GPU training images built with imagesmith {__version__} (`pip install imagesmith
 - `locks/`: exact pins per (torch, variant, python): `imagesmith lock`
 - `dockerfiles/`: generated by `imagesmith render`: do not edit, commit them
 """
-    return files
+
+
+def project_files(
+    *,
+    name: str,
+    gpu_args: list[str],
+    choice: Choice,
+    matrix_name: str,
+    registries: Sequence[str] = (DEFAULT_REGISTRY,),
+) -> dict[str, str]:
+    """Every file of the new project, keyed by path relative to its root (locks are added by the writer)."""
+    registry_names, registry_tables = _registry_tables(registries, name)
+    return {
+        PROJECT_FILE: _project_toml(name, matrix_name),
+        f"matrices/{matrix_name}.toml": _matrix_toml(
+            matrix_name=matrix_name, gpu_args=gpu_args, choice=choice, registry_names=registry_names
+        ),
+        "matrices/registries.toml": _registries_toml(name, registry_tables),
+        ".github/workflows/imagesmith.yml": _workflow_yml(),
+        "README.md": _readme(name, matrix_name),
+    }
 
 
 def _sizes_for(lock_text: str, lock_file: Path, key: LockKey) -> str | None:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import PurePosixPath
 from typing import Any, Final
 
@@ -128,9 +127,9 @@ def fragment_values(cell: Cell, family: OsFamily) -> dict[str, str]:
     """The value that picks each fragment folder's fragment for *cell* (keys: :data:`FRAGMENT_FOLDERS`)."""
     return {
         "os": family.name,
-        "toolkit": cell.nccl_toolkit,
-        "python": cell.python_source,
-        "torch": cell.torch_source,
+        "toolkit": cell.toolkit.nccl_toolkit,
+        "python": cell.runtime.python_source,
+        "torch": cell.stack.torch_source,
         "flavor": cell.flavor,
     }
 
@@ -155,7 +154,7 @@ def _fragment_templates(cell: Cell, family: OsFamily) -> dict[str, str]:
 
 
 def site_packages(cell: Cell) -> str:
-    return f"{cell.venv}/lib/python{cell.python}/site-packages"
+    return f"{cell.runtime.venv}/lib/python{cell.runtime.python}/site-packages"
 
 
 #: What a rendered cell value may hold, by where the templates put it (issue 17, defence in depth behind the
@@ -248,8 +247,8 @@ def _single_line_text(cell: Cell) -> None:
             return [t for v in value for t in texts(v, rule)]
         return []
 
-    for f in fields(cell):
-        for text, allowed in texts(getattr(cell, f.name), _RENDERED_AS.get(f.name, SHELL_WORD)):
+    for name, value in cell.leaves():
+        for text, allowed in texts(value, _RENDERED_AS.get(name, SHELL_WORD)):
             # printable ASCII holds none of them (C0/DEL are Cc; Zl, Zp and the bidi controls are not ASCII):
             # the per-character look-up only for the rest (it was most of a cached plan's time)
             bad = (
@@ -259,13 +258,13 @@ def _single_line_text(cell: Cell) -> None:
             )
             if bad:
                 raise RenderError(
-                    f"cell {cell.id}: {f.name} holds a control character ({bad[0]!r}) in {text[:60]!r}",
+                    f"cell {cell.id}: {name} holds a control character ({bad[0]!r}) in {text[:60]!r}",
                     hint="the matrix (or lock) value it comes from must be one line of text",
                 )
             if allowed is not None and not allowed.fullmatch(text):
                 odd = next(c for c in text if not allowed.fullmatch(c))
                 raise RenderError(
-                    f"cell {cell.id}: {f.name} holds {odd!r} in {text[:60]!r}, which its place in the "
+                    f"cell {cell.id}: {name} holds {odd!r} in {text[:60]!r}, which its place in the "
                     "Dockerfile or a script cannot take safely",
                     hint="the matrix (or lock) value it comes from must match its field's pattern "
                     "(docs/matrix.md, Field rules)",
@@ -278,24 +277,24 @@ def _entrypoint_cell(cell: Cell) -> str:
     on = BUILT_ON.get(cell.flavor)
     if on is None:
         return cell.id
-    mark = f"-py{cell.python}-{cell.flavor}-"
-    return cell.id.replace(mark, f"-py{cell.python}-{on}-", 1) if mark in cell.id else cell.id
+    mark = f"-py{cell.runtime.python}-{cell.flavor}-"
+    return cell.id.replace(mark, f"-py{cell.runtime.python}-{on}-", 1) if mark in cell.id else cell.id
 
 
 def _pin_lines(cell: Cell, pins: tuple[tuple[str, str], ...]) -> str:
     """``name==version`` lines, each with its lock's ``--hash=sha256:`` lines (pip's hash-checking mode)."""
     out = []
     for n, v in pins:
-        hashes = cell.hashes_of(n, v)
+        hashes = cell.lock.hashes_of(n, v)
         out.append(f"{n}=={v}" + "".join(f" \\\n    --hash=sha256:{h}" for h in hashes) + "\n")
     return "".join(out)
 
 
 def _unhashed_note(cell: Cell) -> str:
-    if cell.hashed:
+    if cell.lock.hashed:
         return ""
     return (
-        f"# UNHASHED: lock {PurePosixPath(cell.lock_file).name} has no sha256 for every pin; "
+        f"# UNHASHED: lock {PurePosixPath(cell.lock.lock_file).name} has no sha256 for every pin; "
         "`imagesmith build` refuses this cell unless --allow-unhashed (fix: `imagesmith lock --force` where "
         "the index is reachable)\n"
     )
@@ -304,15 +303,15 @@ def _unhashed_note(cell: Cell) -> str:
 def render_cell_files(cell: Cell) -> dict[str, str]:
     """All files of *cell*'s build context, keyed by path relative to the context folder."""
     _single_line_text(cell)
-    family = compat.os_family(cell.os)
+    family = compat.os_family(cell.bases.os)
     if family is None:
         raise RenderError(
-            f"cell {cell.id}: no OS family for base os {cell.os!r}",
+            f"cell {cell.id}: no OS family for base os {cell.bases.os!r}",
             hint="known: "
             + "; ".join(f"{f.name} ({', '.join(f.os_prefixes)})" for f in compat.os_families()),
         )
-    runtime_mirror = MIRROR_PROFILES[cell.mirror_runtime]
-    build_mirror = MIRROR_PROFILES[cell.mirror_build]
+    runtime_mirror = MIRROR_PROFILES[cell.publish.mirror_runtime]
+    build_mirror = MIRROR_PROFILES[cell.publish.mirror_build]
     context = {
         "cell": cell,
         "os_family": family,
@@ -324,34 +323,44 @@ def render_cell_files(cell: Cell) -> dict[str, str]:
         "runtime_apt_mirror": runtime_mirror.apt_root,
         "site_packages": site_packages(cell),
         "nccl_tests_bin": NCCL_TESTS_BIN,
-        "cuda_major": cell.cuda.split(".")[0],
-        "cuda_home": f"{site_packages(cell)}/nvidia/cu{cell.cuda.split('.')[0]}",
+        "cuda_major": cell.stack.cuda.split(".")[0],
+        "cuda_home": f"{site_packages(cell)}/nvidia/cu{cell.stack.cuda.split('.')[0]}",
         "entrypoint_cell": _entrypoint_cell(cell),
         "interactive": INTERACTIVE_DEFAULTS,
         "layer_epoch": LAYER_EPOCH,
         # the torch wheel's TORCH_CUDA_ARCH_LIST: release reads the index entry's `arch` from this label
-        "torch_arch": ",".join(compat.torch_variant(cell.torch, cell.variant).arch_list),
+        "torch_arch": ",".join(compat.torch_variant(cell.stack.torch, cell.stack.variant).arch_list),
     }
     # No cell id in the pin files: the runtime and devel cells of one (torch, variant, python) COPY the same
     # requirements.txt and mount the same layer files (and wheel-layer.sh), so each wheel layer is built once
     # and pushed once.
     # The lock's name, not its path: the same pins render the same file (and share the wheel layers) in any
     # project.
-    header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}\n" + _unhashed_note(cell)
+    header = f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock.lock_file).name}\n" + _unhashed_note(
+        cell
+    )
     files = {
         "Dockerfile": _render("Dockerfile.j2", **context),
         "entrypoint.sh": _render("entrypoint.sh.j2", **context),
         f"{family.name}-mirror.sh": _render("mirror.sh.j2", **context),
-        "requirements.txt": header + _pin_lines(cell, cell.pins),
-        "builder-requirements.txt": header + _pin_lines(cell, cell.builder_pins),
+        "requirements.txt": header + _pin_lines(cell, cell.lock.pins),
+        "builder-requirements.txt": header + _pin_lines(cell, cell.lock.builder_pins),
     }
     files.update(
-        wheel_layer_files(cell.layers, venv=cell.venv, python=cell.python, hashed=cell.hashed, cell=cell)
+        wheel_layer_files(
+            cell.publish.layers,
+            venv=cell.runtime.venv,
+            python=cell.runtime.python,
+            hashed=cell.lock.hashed,
+            cell=cell,
+        )
     )
     if cell.flavor == "interactive":
         files["interactive-requirements.txt"] = (
-            f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock_file).name}, interactive section "
-            "(on top of requirements.txt)\n" + _unhashed_note(cell) + _pin_lines(cell, cell.interactive_pins)
+            f"# {HEADER}\n# pins from lock {PurePosixPath(cell.lock.lock_file).name}, interactive section "
+            "(on top of requirements.txt)\n"
+            + _unhashed_note(cell)
+            + _pin_lines(cell, cell.lock.interactive_pins)
         )
         for name, template in INTERACTIVE_FILES.items():
             files[name] = _render(template, **context)

@@ -164,7 +164,7 @@ def main() -> None:
         matrix = load_matrix(name, project=project)
         (cell, *_) = build_plan(matrix, project=project).cells
         ctx = stage_context(cell, matrix, config, tmp, project=project)
-        staged[label] = (ctx, build_args(cell, config), cell.nvcc_gencode)
+        staged[label] = (ctx, build_args(cell, config), cell.hardware.nvcc_gencode)
 
     results: dict[str, list[dict[str, float | str]]] = {label: [] for label in CELLS}
     tags: list[str] = []

@@ -215,7 +215,7 @@ def main() -> None:
     project = load_project(REPO / "imagesmith.toml")
     matrix = load_matrix(MATRIX, project=project)
     (cell,) = [c for c in build_plan(matrix, project=project).cells if c.flavor == "runtime"]
-    old = dict(cell.pins)[name]
+    old = dict(cell.lock.pins)[name]
     result: dict[str, Any] = {
         "cell": cell.id,
         "baseline": args.baseline,
@@ -232,12 +232,12 @@ def main() -> None:
         result["baseline_commit"] = sh("git", "-C", str(base_tree), "rev-parse", "HEAD").strip()
         result["after_commit"] = sh("git", "-C", str(REPO), "rev-parse", "HEAD").strip()
         staged = stage_context(cell, matrix, UserConfig(), tmp / "staged", project=project)
-        digest = pin_hash(name, new, cell.python, tmp)
-        changed_root = changed_project(tmp, cell.lock_file, name, old, new, digest)
+        digest = pin_hash(name, new, cell.runtime.python, tmp)
+        changed_root = changed_project(tmp, cell.lock.lock_file, name, old, new, digest)
         trees = {
-            "baseline": base_tree / cell.context,
-            "after": project.path(cell.context),
-            "changed": changed_root / cell.context,
+            "baseline": base_tree / cell.publish.context,
+            "after": project.path(cell.publish.context),
+            "changed": changed_root / cell.publish.context,
         }
         images: dict[str, Any] = {}
         for label, rendered in trees.items():

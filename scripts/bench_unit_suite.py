@@ -6,7 +6,9 @@ each alike):
 - ``base``: the tree of BASE (``git archive``, its own tests and code), serial, as scripts/test.sh ran it;
 - ``serial``: the tree of HEAD (committed; edits in progress change no run), serial: what making slow tests
   fast gained;
-- ``parallel``: the same tree with ``-n WORKERS`` (pytest-xdist), as scripts/test.sh runs it now.
+- ``parallel``: the same tree with ``-n WORKERS`` (pytest-xdist), as scripts/test.sh runs it now;
+- ``base-parallel``: the tree of BASE with ``-n WORKERS``: before/after of a change made once the suite ran in
+  parallel (issue 31: ``--only base-parallel parallel``).
 
 Wall time depends on what else the machine runs: the load average before and after each run is printed with
 it. CPU time (user + system of pytest and every process it waited for) hardly does.
@@ -85,7 +87,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
-        "--only", nargs="+", choices=["base", "serial", "parallel"], default=["base", "serial", "parallel"]
+        "--only",
+        nargs="+",
+        choices=["base", "serial", "parallel", "base-parallel"],
+        default=["base", "serial", "parallel"],
     )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
@@ -99,13 +104,15 @@ def main() -> None:
     print(f"{os.cpu_count()} CPUs; base = {args.base} ({base_rev}); head = {args.head} ({head})")
     results: dict[str, list[dict[str, object]]] = {name: [] for name in args.only}
     with tempfile.TemporaryDirectory(prefix="bench-unit-") as tmp:
-        trees = {"base": export(args.base, Path(tmp) / "base")} if "base" in args.only else {}
+        trees = {}
+        if {"base", "base-parallel"} & set(args.only):
+            trees["base"] = trees["base-parallel"] = export(args.base, Path(tmp) / "base")
         if {"serial", "parallel"} & set(args.only):
             trees["serial"] = trees["parallel"] = export(args.head, Path(tmp) / "head")
         for round_ in range(args.rounds):
             for name in args.only:
                 tree = trees[name]
-                r = cpu_run(tree, args.workers if name == "parallel" else 0)
+                r = cpu_run(tree, args.workers if name.endswith("parallel") else 0)
                 results[name].append(r)
                 print(
                     f"round {round_ + 1} {name:8} wall {r['wall_s']:6.1f} s  cpu {r['cpu_s']:6.1f} s  "
@@ -119,10 +126,11 @@ def main() -> None:
     print("\nbest of each (wall, cpu) and the ratio to base:")
     for name in args.only:
         line = f"  {name:8} wall {best(name, 'wall_s'):6.1f} s  cpu {best(name, 'cpu_s'):6.1f} s"
-        if "base" in results and name != "base":
+        ref = "base-parallel" if name == "parallel" and "base-parallel" in results else "base"
+        if ref in results and name != ref and not name.startswith("base"):
             line += (
-                f"  wall {best(name, 'wall_s') / best('base', 'wall_s'):.2f}x"
-                f"  cpu {best(name, 'cpu_s') / best('base', 'cpu_s'):.2f}x"
+                f"  wall {best(name, 'wall_s') / best(ref, 'wall_s'):.2f}x"
+                f"  cpu {best(name, 'cpu_s') / best(ref, 'cpu_s'):.2f}x  (to {ref})"
             )
         print(line)
     if args.out:

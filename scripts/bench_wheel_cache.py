@@ -181,9 +181,9 @@ def main() -> int:
     }
     result = {
         "run": run_id,
-        "torch": cell.torch,
-        "variant": cell.variant,
-        "python": cell.python,
+        "torch": cell.stack.torch,
+        "variant": cell.stack.variant,
+        "python": cell.runtime.python,
         "idle": idle,
         "cells": rows,
         "ratios": ratios,

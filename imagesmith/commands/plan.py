@@ -59,16 +59,16 @@ def github_matrix(plan: BuildPlan) -> dict[str, Any]:
                 "gpu": family,
                 "tag": c.tag,
                 "matrix": c.matrix,
-                "torch": c.torch,
-                "cuda": c.cuda,
-                "variant": c.variant,
-                "python": c.python,
+                "torch": c.stack.torch,
+                "cuda": c.stack.cuda,
+                "variant": c.stack.variant,
+                "python": c.runtime.python,
                 "flavor": c.flavor,
-                "dockerfile": c.dockerfile,
-                "fingerprint": c.fingerprint,
+                "dockerfile": c.publish.dockerfile,
+                "fingerprint": c.publish.fingerprint,
             }
             for c in plan.cells
-            for family in c.gpu_families
+            for family in c.hardware.gpu_families
         ]
     }
 
@@ -164,21 +164,21 @@ def plan_command(
     for col in ("cell", "torch", "cuda", "min driver (full / minor-version)", "pins", "fingerprint"):
         table.add_column(col)
     for c in plan.cells:
-        pins = f"{len(c.pins)}" + ("" if c.lock_verified else " (unverified)")
+        pins = f"{len(c.lock.pins)}" + ("" if c.lock.lock_verified else " (unverified)")
         table.add_row(
             c.id,
-            f"{c.torch} / {c.torchvision} / {c.torchaudio or '-'}",
-            f"{c.cuda} ({c.variant})",
-            f"{c.min_driver.full} / {c.min_driver.minor_version}",
+            f"{c.stack.torch} / {c.stack.torchvision} / {c.stack.torchaudio or '-'}",
+            f"{c.stack.cuda} ({c.stack.variant})",
+            f"{c.hardware.min_driver.full} / {c.hardware.min_driver.minor_version}",
             pins,
-            c.fingerprint[:12],
+            c.publish.fingerprint[:12],
         )
     console.print(table)
     if explain:
         console.print("\nnccl-tests builder per cell:")
         for c in plan.cells:
-            console.print(f"  {c.id}: {c.toolkit_note}", markup=False)
-        unhashed = [c for c in plan.cells if not c.hashed]
+            console.print(f"  {c.id}: {c.toolkit.toolkit_note}", markup=False)
+        unhashed = [c for c in plan.cells if not c.lock.hashed]
         if unhashed:  # a hand-written lock (an index unreachable where it was made) says so, per cell
             console.print(
                 f"\n{len(unhashed)} cell(s) whose lock has no sha256 for every pin (build refuses them "
@@ -186,8 +186,8 @@ def plan_command(
             )
             for c in unhashed:
                 console.print(
-                    f"  {c.id}: lock {Path(c.lock_file).name}: "
-                    + (c.lock_note or "no hashes")
+                    f"  {c.id}: lock {Path(c.lock.lock_file).name}: "
+                    + (c.lock.lock_note or "no hashes")
                     + f"; fix: imagesmith lock --matrix {m.name} --force where its index is reachable",
                     markup=False,
                 )
@@ -204,9 +204,11 @@ def plan_command(
 
 def _bases_line(cell: Any) -> str:
     """``plan --explain``: how the cell's bases are pinned; "rebuilt: base X moved a…→b…" when one moved."""
-    images = dict.fromkeys(i for i in (cell.base_image, cell.builder_image, cell.devel_image) if i)
-    pinned = dict(cell.base_digests)
-    if not pinned and not cell.base_local:
+    images = dict.fromkeys(
+        i for i in (cell.bases.base_image, cell.bases.builder_image, cell.bases.devel_image) if i
+    )
+    pinned = dict(cell.bases.base_digests)
+    if not pinned and not cell.bases.base_local:
         return ", ".join(images) + " by name (no locks/bases.toml: `imagesmith lock --bases` pins them)"
     parts = [
         f"{i} (pinned by the matrix)"
@@ -216,7 +218,7 @@ def _bases_line(cell: Any) -> str:
         else f"{i} (made locally: by name)"
         for i in images
     ]
-    moved = cell.moved_notes()
+    moved = cell.bases.moved_notes()
     return ", ".join(parts) + (f"; rebuilt: {'; '.join(moved)}" if moved else "")
 
 
@@ -226,16 +228,16 @@ def _planned(plan: BuildPlan) -> list[PlannedCell]:
     return [
         PlannedCell(
             id=c.id,
-            python=c.python,
-            base=c.base_image,
-            venv=c.venv,
-            layers=c.layers,
+            python=c.runtime.python,
+            base=c.bases.base_image,
+            venv=c.runtime.venv,
+            layers=c.publish.layers,
             # a renter tries another torch of the same CUDA variant and Python on the same OS: cells on
             # another base share no wheel layer by construction (the base is in the layer's key)
-            group=f"{c.variant} py{c.python} {c.base_image}",
+            group=f"{c.stack.variant} py{c.runtime.python} {c.bases.base_image}",
         )
         for c in plan.cells
-        if c.layers
+        if c.publish.layers
     ]
 
 
@@ -271,7 +273,7 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
     by_cell = {c.id: c for c in plan.cells}
     groups: dict[str, list[str]] = {}
     for c in cells:
-        groups.setdefault(by_cell[c.id].lock_file, []).append(c.id)
+        groups.setdefault(by_cell[c.id].lock.lock_file, []).append(c.id)
     lock_of = {cid: lock for lock, ids in groups.items() for cid in ids}
     console.print(
         f"\nlayer plan (a wheel of {MIN_LAYER_BYTES // 2**20} MiB or more gets its own layer; sizes from "
@@ -282,7 +284,7 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
         table = Table(title=f"{lock} — {', '.join(ids)}", title_justify="left")
         for col in ("#", "layer", "group", "compressed", "shared with (other locks: cells)"):
             table.add_column(col)
-        for layer in first.layers:
+        for layer in first.publish.layers:
             others = [o for o in sharing[first.id][layer.index] if lock_of[o] != lock]
             per_lock: dict[str, int] = {}
             for o in others:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -412,6 +412,10 @@ def _vtuple(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"[0-9]+", text)[:4])
 
 
+#: add one row: (key, promised, measured or None, kept or None); None: not measured
+_AddRow = Callable[[str, str, str | None, bool | None], None]
+
+
 def judge_listing(listing: Listing, m: Measured) -> list[Row]:
     """One row per promise of *listing*: kept, broken, or not measured (with why)."""
     rows: list[Row] = []
@@ -430,6 +434,14 @@ def judge_listing(listing: Listing, m: Measured) -> list[Row]:
         else:
             rows.append(Row(key, promised, measured, KEPT if ok else BROKEN, listing.origin.get(key, "")))
 
+    _gpu_rows(listing, m, row)
+    _host_rows(listing, m, row)
+    _storage_rows(listing, m, row)
+    return rows
+
+
+def _gpu_rows(listing: Listing, m: Measured, row: _AddRow) -> None:
+    """The GPUs' promises: model, count, memory, interconnect, MIG."""
     names = list(m.gpu_names) if m.gpu_names is not None else None
     if listing.gpu_model is not None:
         shown = ", ".join(sorted(set(names))) if names else None
@@ -491,6 +503,10 @@ def judge_listing(listing: Listing, m: Measured) -> list[Row]:
                 "enabled" if on else "disabled",
                 on == listing.mig,
             )
+
+
+def _host_rows(listing: Listing, m: Measured, row: _AddRow) -> None:
+    """The host's promises: driver and CUDA (or later), vCPUs, RAM, the NIC's rate, the fabric."""
     for key, want_v, have in (
         ("gpu.driver", listing.driver, m.driver),
         ("gpu.cuda", listing.cuda, m.driver_cuda),
@@ -527,6 +543,10 @@ def judge_listing(listing: Listing, m: Measured) -> list[Row]:
             None if fab is None else (", ".join(fab) or "none found"),
             None if fab is None else listing.fabric in fab,
         )
+
+
+def _storage_rows(listing: Listing, m: Measured, row: _AddRow) -> None:
+    """Each listed folder's promises: sequential read and write, random-read IOPS, free space."""
     for name, folder in listing.folders():
         seen = m.folders.get(name)
         base = f"storage.{name}"
@@ -558,4 +578,3 @@ def judge_listing(listing: Listing, m: Measured) -> list[Row]:
                 None if got_f is None else f"{format_size(got_f)} free",
                 None if got_f is None else got_f >= folder.free,
             )
-    return rows

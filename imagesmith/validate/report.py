@@ -256,6 +256,31 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
         L.append("")
         L.append("Warnings:")
         L.extend(f"- {w}" for w in report["warnings"])
+    L += _failures_section(checks)
+    L += _gpus_section(checks)
+    L += _free_section(_by_name(checks, "test_gpus_free"))
+    L += _topology_section(topo)
+    perf_rows = _perf_rows(checks)
+    nccl = _by_name(checks, "test_nccl_allreduce")
+    scaling = _by_name(checks, "test_scaling_efficiency")
+    soak = _by_name(checks, "test_soak")
+    L += _perf_section(perf_rows)
+    L += _nccl_section(nccl)
+    L += _scaling_section(scaling)
+    L += _soak_section(soak)
+    L.append("")
+    plot = report.get("plot", "")
+    L.append(f"Plot: ![busbw]({plot})" if plot.endswith(".png") else f"Plot: {plot}")
+    L.append("")
+    L += _checks_section(checks)
+    L.append("Raw logs: " + ", ".join([*(f"`{n}`" for n in report["logs"]), "`junit.xml`"]) + ".")
+    L.append("")
+    return "\n".join(L)
+
+
+def _failures_section(checks: list[CheckOutcome]) -> list[str]:
+    """Each failed check: its message and its fix."""
+    L: list[str] = []
     failed = [c for c in checks if c.status not in ("passed", "skipped")]
     if failed:
         L.append("")
@@ -268,6 +293,12 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
             L.append(c.message)
             L.append("```")
             L.append(f"**Fix:** {c.fix}")
+    return L
+
+
+def _gpus_section(checks: list[CheckOutcome]) -> list[str]:
+    """The GPU inventory table."""
+    L: list[str] = []
     inv = _by_name(checks, "test_gpu_inventory")
     if inv and inv.figures.get("gpus"):
         L.append("")
@@ -278,7 +309,12 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
         for g in inv.figures["gpus"]:
             mem = f"{g['memory_mib']} MiB" if g.get("memory_mib") else "?"
             L.append(f"| {g['index']} | {g['name']} | {mem} | {g.get('compute_cap')} | {g['bus_id']} |")
-    L += _free_section(_by_name(checks, "test_gpus_free"))
+    return L
+
+
+def _topology_section(topo: TopoMatrix | None) -> list[str]:
+    """The ``nvidia-smi topo -m`` matrix with each GPU's CPU and NUMA affinity."""
+    L: list[str] = []
     if topo is not None:
         L.append("")
         L.append("## Topology (`nvidia-smi topo -m`)")
@@ -292,7 +328,12 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
                 + " | ".join(cells)
                 + f" | {topo.cpu_affinity.get(a, '')} | {topo.numa_affinity.get(a, '')} |"
             )
-    perf_rows = [
+    return L
+
+
+def _perf_rows(checks: list[CheckOutcome]) -> list[dict[str, Any]]:
+    """Every judged figure against a healthy host: the perf checks', then NCCL's, scaling's and the soak's."""
+    perf_rows: list[dict[str, Any]] = [
         j
         for name in PERF_CHECKS
         for c in [_by_name(checks, name)]
@@ -308,6 +349,12 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
     soak = _by_name(checks, "test_soak")
     if soak:
         perf_rows += [j for j in soak.figures.get("judgements") or [] if isinstance(j, dict)]
+    return perf_rows
+
+
+def _perf_section(perf_rows: list[dict[str, Any]]) -> list[str]:
+    """The table of judged figures."""
+    L: list[str] = []
     if perf_rows:
         L.append("")
         L.append("## Performance against a healthy host")
@@ -323,6 +370,12 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
                 f"| {j.get('where')} | {j.get('figure')} | {measured} | {exp} | {ratio} | "
                 f"{j.get('verdict')} | {src} |"
             )
+    return L
+
+
+def _nccl_section(nccl: CheckOutcome | None) -> list[str]:
+    """NCCL all_reduce bus bandwidth per size and round."""
+    L: list[str] = []
     rounds = nccl.figures.get("rounds", []) if nccl else []
     if rounds:
         f = nccl.figures if nccl else {}
@@ -344,12 +397,12 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
                 + " | ".join(f"{r['busbw'].get(s, float('nan')):.2f}" for r in rounds)
                 + " |"
             )
-    L += _scaling_section(scaling)
-    L += _soak_section(soak)
-    L.append("")
-    plot = report.get("plot", "")
-    L.append(f"Plot: ![busbw]({plot})" if plot.endswith(".png") else f"Plot: {plot}")
-    L.append("")
+    return L
+
+
+def _checks_section(checks: list[CheckOutcome]) -> list[str]:
+    """One row per check: status, time, first line of its message."""
+    L: list[str] = []
     L.append("## Checks")
     L.append("")
     L.append("| check | status | time (s) | note |")
@@ -358,9 +411,7 @@ def render_markdown(report: dict[str, Any], checks: list[CheckOutcome], topo: To
         note = c.message.splitlines()[0][:160] if c.message else ""
         L.append(f"| {c.name} | {_status_icon(c.status)} | {c.duration_s:.1f} | {note.replace('|', '/')} |")
     L.append("")
-    L.append("Raw logs: " + ", ".join([*(f"`{n}`" for n in report["logs"]), "`junit.xml`"]) + ".")
-    L.append("")
-    return "\n".join(L)
+    return L
 
 
 def _listing_section(listing: CheckOutcome | None, report: Mapping[str, Any]) -> list[str]:

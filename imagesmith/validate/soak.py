@@ -484,112 +484,26 @@ def judge_soak(
         )
         gpu_failures = unmeasured(label, rows, interval=series.interval_s, world=series.world)
         for figure in FIGURES:
-            values = [(r, r.value(figure)) for r in full]
-            have = [(r, v) for r, v in values if v is not None]
-            if not have:
-                continue
-            per_gpu_means[figure].append(statistics.fmean(v for _, v in have))
-            ref_vals = [v for r, v in have if r in first]
-            unit, what = SOAK_UNITS[figure], SOAK_LABELS[figure]
-            if len(ref_vals) < 3:
-                gpu_failures.append(
-                    f"{label}: {what}: {len(ref_vals)} window(s) with a figure in the first minute, 3 "
-                    "needed: no reference, so no later minute could be judged against it"
-                )
-                continue
-            ref = statistics.fmean(ref_vals)
-            by_minute: dict[int, list[float]] = {}
-            for r, v in have:
-                by_minute.setdefault(r.minute, []).append(v)
-            per_minute = max(1, round(60 / series.interval_s))
-            table: list[dict[str, Any]] = []
-            low_minutes: list[tuple[int, float, float]] = []
-            warn_minutes: list[tuple[int, float, float]] = []
-            for minute, vals in sorted(by_minute.items()):
-                mean = statistics.fmean(vals)
-                ratio = mean / ref if ref > 0 else 0.0
-                partial = len(vals) < max(2, per_minute // 2)
-                table.append(
-                    {"minute": minute, "mean": round(mean, 3), "ratio": round(ratio, 4), "windows": len(vals)}
-                )
-                if minute == 1 or partial:
-                    continue
-                ratios_all.append(ratio)
-                if ratio < s.fail_ratio:
-                    low_minutes.append((minute, mean, ratio))
-                elif ratio < s.warn_ratio:
-                    warn_minutes.append((minute, mean, ratio))
-            out.minutes.append(
-                {
-                    "gpu": label,
-                    "figure": figure,
-                    "first_minute": round(ref, 3),
-                    "unit": unit,
-                    "minutes": table,
-                }
+            _judge_figure(
+                label,
+                figure,
+                full,
+                first,
+                later,
+                series=series,
+                s=s,
+                expected=expected,
+                out=out,
+                gpu_failures=gpu_failures,
+                ratios_all=ratios_all,
+                per_gpu_means=per_gpu_means,
             )
-            if low_minutes:
-                worst = min(low_minutes, key=lambda x: x[2])
-                gpu_failures.append(
-                    f"{label}: {what} fell to {worst[2]:.2f}× the first minute in minute {worst[0]} "
-                    f"({worst[1]:.4g} vs {ref:.4g} {unit}); below {s.fail_ratio:.2f}× in "
-                    f"{_minutes_text(m for m, _, _ in low_minutes)} of {max(by_minute)} minutes"
-                )
-            else:
-                dips = [(r, v / ref) for r, v in have if r in later and v / ref < s.fail_ratio]
-                n_later = sum(1 for r, _ in have if r in later)
-                if dips and len(dips) >= max(RECURRING_MIN, math.ceil(RECURRING_SHARE * n_later)):
-                    w = min(dips, key=lambda x: x[1])
-                    gpu_failures.append(
-                        f"{label}: {what} dropped below {s.fail_ratio:.2f}× the first minute in "
-                        f"{len(dips)} of {n_later} windows after it, in "
-                        f"{_minutes_text(r.minute for r, _ in dips)} (worst "
-                        f"{w[1]:.2f}× at {_clock(w[0].t0)}): recurring drops, as a co-tenant's bursts or "
-                        "periodic throttling make"
-                    )
-                elif dips:
-                    w = min(dips, key=lambda x: x[1])
-                    out.warnings.append(
-                        f"{label}: {what} below {s.fail_ratio:.2f}× the first minute in {len(dips)} of "
-                        f"{n_later} windows (worst {w[1]:.2f}× at {_clock(w[0].t0)})"
-                    )
-                if warn_minutes:
-                    worst = min(warn_minutes, key=lambda x: x[2])
-                    out.warnings.append(
-                        f"{label}: {what} at {worst[2]:.2f}× the first minute in minute {worst[0]} "
-                        f"({worst[1]:.4g} vs {ref:.4g} {unit})"
-                    )
-            exp_figure = EXPECTED_FIGURE.get(figure)
-            exp = (expected.get(label) or {}).get(figure) if exp_figure else None
-            if exp_figure and exp is not None:
-                judged = [
-                    judge(exp_figure, f"{label} minute {m}", statistics.fmean(v), exp, s.bands)
-                    for m, v in sorted(by_minute.items())
-                    if len(v) >= max(2, per_minute // 2) or m == 1
-                ]
-                if judged:
-                    worst_j = min(judged, key=lambda j: j.ratio if j.ratio is not None else -1.0)
-                    out.judgements.append(worst_j)
-                    if worst_j.verdict == "fail":
-                        gpu_failures.append(worst_j.sentence() + " (the worst minute of the soak)")
-                    elif worst_j.verdict == "warn":
-                        out.warnings.append(worst_j.sentence() + " (the worst minute of the soak)")
         out.failures += [f + cotenant for f in gpu_failures]
         if others and not gpu_failures:
             out.warnings.append(
                 f"{label}: other processes used this GPU during the soak: {'; '.join(others[:4])}"
             )
-        # clock events over every sample of every window
-        for bit, text in {**CLOCK_EVENTS_FAIL, **CLOCK_EVENTS_WARN}.items():
-            hit = [r for r in rows if r.reasons & bit]
-            if not hit:
-                continue
-            n = sum(r.reason_samples.get(bit, 0) for r in hit)
-            line = (
-                f"{label}: {text} in {n} of {sum(r.samples for r in rows)} nvidia-smi samples, "
-                f"{_minutes_text(r.minute for r in hit)}"
-            )
-            (out.failures if bit in CLOCK_EVENTS_FAIL else out.warnings).append(line)
+        _clock_events(label, rows, out)
         if not any(r.samples for r in rows):
             out.warnings.append(f"{label}: no nvidia-smi sample matched this GPU: clocks and events unknown")
     for event, where, when in new_xids:
@@ -603,6 +517,130 @@ def judge_soak(
     out.summary = _summary(series, per_gpu_means, ratios_all)
     out.sentence = soak_sentence(series, out, new_xids=len(new_xids))
     return out
+
+
+def _judge_figure(
+    label: str,
+    figure: str,
+    full: Sequence[SoakRow],
+    first: Sequence[SoakRow],
+    later: Sequence[SoakRow],
+    *,
+    series: SoakSeries,
+    s: SoakSettings,
+    expected: Mapping[str, Mapping[str, Expected | None]],
+    out: SoakResult,
+    gpu_failures: list[str],
+    ratios_all: list[float],
+    per_gpu_means: dict[str, list[float]],
+) -> None:
+    """One figure of one GPU over the soak: each minute against the first minute (a low minute fails, a
+    recurring drop fails, a single one warns), then the worst minute against the expected figure; into
+    *out*, *gpu_failures*, *ratios_all* and *per_gpu_means*."""
+    values = [(r, r.value(figure)) for r in full]
+    have = [(r, v) for r, v in values if v is not None]
+    if not have:
+        return
+    per_gpu_means[figure].append(statistics.fmean(v for _, v in have))
+    ref_vals = [v for r, v in have if r in first]
+    unit, what = SOAK_UNITS[figure], SOAK_LABELS[figure]
+    if len(ref_vals) < 3:
+        gpu_failures.append(
+            f"{label}: {what}: {len(ref_vals)} window(s) with a figure in the first minute, 3 "
+            "needed: no reference, so no later minute could be judged against it"
+        )
+        return
+    ref = statistics.fmean(ref_vals)
+    by_minute: dict[int, list[float]] = {}
+    for r, v in have:
+        by_minute.setdefault(r.minute, []).append(v)
+    per_minute = max(1, round(60 / series.interval_s))
+    table: list[dict[str, Any]] = []
+    low_minutes: list[tuple[int, float, float]] = []
+    warn_minutes: list[tuple[int, float, float]] = []
+    for minute, vals in sorted(by_minute.items()):
+        mean = statistics.fmean(vals)
+        ratio = mean / ref if ref > 0 else 0.0
+        partial = len(vals) < max(2, per_minute // 2)
+        table.append(
+            {"minute": minute, "mean": round(mean, 3), "ratio": round(ratio, 4), "windows": len(vals)}
+        )
+        if minute == 1 or partial:
+            continue
+        ratios_all.append(ratio)
+        if ratio < s.fail_ratio:
+            low_minutes.append((minute, mean, ratio))
+        elif ratio < s.warn_ratio:
+            warn_minutes.append((minute, mean, ratio))
+    out.minutes.append(
+        {
+            "gpu": label,
+            "figure": figure,
+            "first_minute": round(ref, 3),
+            "unit": unit,
+            "minutes": table,
+        }
+    )
+    if low_minutes:
+        worst = min(low_minutes, key=lambda x: x[2])
+        gpu_failures.append(
+            f"{label}: {what} fell to {worst[2]:.2f}× the first minute in minute {worst[0]} "
+            f"({worst[1]:.4g} vs {ref:.4g} {unit}); below {s.fail_ratio:.2f}× in "
+            f"{_minutes_text(m for m, _, _ in low_minutes)} of {max(by_minute)} minutes"
+        )
+    else:
+        dips = [(r, v / ref) for r, v in have if r in later and v / ref < s.fail_ratio]
+        n_later = sum(1 for r, _ in have if r in later)
+        if dips and len(dips) >= max(RECURRING_MIN, math.ceil(RECURRING_SHARE * n_later)):
+            w = min(dips, key=lambda x: x[1])
+            gpu_failures.append(
+                f"{label}: {what} dropped below {s.fail_ratio:.2f}× the first minute in "
+                f"{len(dips)} of {n_later} windows after it, in "
+                f"{_minutes_text(r.minute for r, _ in dips)} (worst "
+                f"{w[1]:.2f}× at {_clock(w[0].t0)}): recurring drops, as a co-tenant's bursts or "
+                "periodic throttling make"
+            )
+        elif dips:
+            w = min(dips, key=lambda x: x[1])
+            out.warnings.append(
+                f"{label}: {what} below {s.fail_ratio:.2f}× the first minute in {len(dips)} of "
+                f"{n_later} windows (worst {w[1]:.2f}× at {_clock(w[0].t0)})"
+            )
+        if warn_minutes:
+            worst = min(warn_minutes, key=lambda x: x[2])
+            out.warnings.append(
+                f"{label}: {what} at {worst[2]:.2f}× the first minute in minute {worst[0]} "
+                f"({worst[1]:.4g} vs {ref:.4g} {unit})"
+            )
+    exp_figure = EXPECTED_FIGURE.get(figure)
+    exp = (expected.get(label) or {}).get(figure) if exp_figure else None
+    if exp_figure and exp is not None:
+        judged = [
+            judge(exp_figure, f"{label} minute {m}", statistics.fmean(v), exp, s.bands)
+            for m, v in sorted(by_minute.items())
+            if len(v) >= max(2, per_minute // 2) or m == 1
+        ]
+        if judged:
+            worst_j = min(judged, key=lambda j: j.ratio if j.ratio is not None else -1.0)
+            out.judgements.append(worst_j)
+            if worst_j.verdict == "fail":
+                gpu_failures.append(worst_j.sentence() + " (the worst minute of the soak)")
+            elif worst_j.verdict == "warn":
+                out.warnings.append(worst_j.sentence() + " (the worst minute of the soak)")
+
+
+def _clock_events(label: str, rows: Sequence[SoakRow], out: SoakResult) -> None:
+    """The clock events of one GPU over every sample of every window: a failing one fails, the others warn."""
+    for bit, text in {**CLOCK_EVENTS_FAIL, **CLOCK_EVENTS_WARN}.items():
+        hit = [r for r in rows if r.reasons & bit]
+        if not hit:
+            continue
+        n = sum(r.reason_samples.get(bit, 0) for r in hit)
+        line = (
+            f"{label}: {text} in {n} of {sum(r.samples for r in rows)} nvidia-smi samples, "
+            f"{_minutes_text(r.minute for r in hit)}"
+        )
+        (out.failures if bit in CLOCK_EVENTS_FAIL else out.warnings).append(line)
 
 
 def _summary(series: SoakSeries, means: Mapping[str, list[float]], ratios: list[float]) -> dict[str, float]:

@@ -34,6 +34,7 @@ from imagesmith.config import load_config
 from imagesmith.engine import Engine
 from imagesmith.errors import BuildError
 from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
 from imagesmith.plan import build_plan
 from imagesmith.project import Project, load_project
 from imagesmith.registry import RegistryClient, copy_manifest
@@ -97,7 +98,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str,
         subprocess.run(["docker", "rmi", "-f", ref], capture_output=True, check=False)
 
 
-def _cells(project: Project, world: dict[str, Any]) -> dict[str, Any]:
+def _cells(project: Project, world: dict[str, Any]) -> dict[str, Cell]:
     """{"smoke": the cell on the base that moves, "other": the cell on the other name of the base}."""
     out = {}
     for key in ("smoke", "other"):
@@ -142,7 +143,7 @@ def test_moved_base_one_line_new_fingerprints_rebuild_and_escrow(
     suite = suite_digest()
     old = _cells(project, world)
     for cell in old.values():
-        for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
+        for tag in (fingerprint_tag(cell.publish.fingerprint, suite), candidate_tag(cell)):
             copy_manifest(client, f"{prefix}/library/debian", d1, client, f"{prefix}/torch", put_as=tag)
 
     _republish(world)
@@ -157,8 +158,8 @@ def test_moved_base_one_line_new_fingerprints_rebuild_and_escrow(
     assert "moved   base debian:bookworm moved" in again.stdout
 
     new = _cells(project, world)
-    assert new["smoke"].fingerprint != old["smoke"].fingerprint
-    assert new["other"].fingerprint == old["other"].fingerprint
+    assert new["smoke"].publish.fingerprint != old["smoke"].publish.fingerprint
+    assert new["other"].publish.fingerprint == old["other"].publish.fingerprint
     explain = run_cli("plan", "--matrix", world["smoke"], "--explain")
     today = dt.datetime.now(dt.timezone.utc).date().isoformat()
     reason = f"rebuilt: base debian:bookworm moved {d1[:19]}…→{d2[:19]}… (read {today})"
@@ -172,11 +173,11 @@ def test_moved_base_one_line_new_fingerprints_rebuild_and_escrow(
         new["other"], load_matrix(world["other"], project=project), NoEngine(), options, root / "st"
     )
     assert skipped.status == "skipped"
-    clients = {t.name: options.client_for(t) for t in new["smoke"].registries}
+    clients = {t.name: options.client_for(t) for t in new["smoke"].publish.registries}
     assert _moved_reason(new["smoke"], clients, suite) == reason
     assert all(
-        c.manifest_digest(t.repo, fingerprint_tag(new["smoke"].fingerprint, suite)) is None
-        for t in new["smoke"].registries
+        c.manifest_digest(t.repo, fingerprint_tag(new["smoke"].publish.fingerprint, suite)) is None
+        for t in new["smoke"].publish.registries
         for c in [clients[t.name]]
     )
 

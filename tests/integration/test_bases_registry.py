@@ -85,7 +85,7 @@ def test_a_base_named_by_digest_is_checked_escrowed_and_planned_by_that_digest(
     name = f"debian:bookworm@{digest}"
     assert client.manifest_digest(escrow_repo(escrow, name), escrow_tag(digest)) == digest
     (cell,) = build_plan(load_matrix("smoke", project=project), project=project).cells
-    assert dict(cell.base_digests) == {name: digest}
+    assert dict(cell.bases.base_digests) == {name: digest}
 
 
 def test_an_index_base_is_escrowed_with_every_manifest_it_lists(

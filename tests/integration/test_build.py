@@ -46,7 +46,7 @@ def test_build_args_apply_the_mirror_map_and_nothing_else() -> None:
     assert args["BASE_IMAGE"] == "127.0.0.1:5000/hub/library/debian:bookworm"
     assert args["BUILDER_IMAGE"] == "127.0.0.1:5000/hub/library/debian:bookworm"
     assert "TORCH_INDEX_URL" not in args  # PyPI's default variant: pip's default index
-    assert build_args(cell, UserConfig())["BASE_IMAGE"] == cell.base_image
+    assert build_args(cell, UserConfig())["BASE_IMAGE"] == cell.bases.base_image
 
 
 def _target(name: str, host: str, repo: str, *, insecure: bool) -> Registry:
@@ -71,7 +71,10 @@ def auth_env(regs: LocalRegistries, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _fake_cell(targets: tuple[Registry, ...]) -> Cell:
     fp = hashlib.sha256(uuid.uuid4().bytes).hexdigest()
-    return dataclasses.replace(_smoke_cell(), registries=targets, fingerprint=fp)
+    cell = _smoke_cell()
+    return dataclasses.replace(
+        cell, publish=dataclasses.replace(cell.publish, registries=targets, fingerprint=fp)
+    )
 
 
 def _small_image(engine: Engine, tmp_path: Path, cell: Cell, size: int = 300_000) -> str:
@@ -79,10 +82,10 @@ def _small_image(engine: Engine, tmp_path: Path, cell: Cell, size: int = 300_000
     ctx = tmp_path / "ctx"
     ctx.mkdir(exist_ok=True)
     (ctx / "Dockerfile").write_text(
-        f"FROM {BASE}\nRUN echo {cell.fingerprint} > /fp && head -c {size} /dev/urandom > /blob\n"
-        f"LABEL io.imagesmith.fingerprint={cell.fingerprint}\n"
+        f"FROM {BASE}\nRUN echo {cell.publish.fingerprint} > /fp && head -c {size} /dev/urandom > /blob\n"
+        f"LABEL io.imagesmith.fingerprint={cell.publish.fingerprint}\n"
     )
-    ref = f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite_digest())}"
+    ref = f"{cell.publish.registries[0].image}:{staging_tag(cell.publish.fingerprint, suite_digest())}"
     engine.build(context=ctx, tags=[ref])
     return ref
 
@@ -104,7 +107,7 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
     )
     cell = _fake_cell(targets)
     ref = _small_image(engine, tmp_path, cell)
-    outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
+    outcome = CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.publish.fingerprint)
     clients: dict[str, RegistryApi] = {t.name: client_for(t) for t in targets}
     suite = suite_digest()
     push_cell(cell, engine, clients, outcome, lambda *a: None, suite)
@@ -119,11 +122,16 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
     for t in targets:
         assert clients[t.name].manifest_digest(repo, candidate_tag(cell)) == outcome.digest
         assert (
-            clients[t.name].manifest_digest(repo, fingerprint_tag(cell.fingerprint, suite)) == outcome.digest
+            clients[t.name].manifest_digest(repo, fingerprint_tag(cell.publish.fingerprint, suite))
+            == outcome.digest
         )
     # issue 18: the copy puts the staging tag in every registry before the final tags (before: nothing)
     assert _tags(targets[1], cell) == sorted(
-        [candidate_tag(cell), fingerprint_tag(cell.fingerprint, suite), staging_tag(cell.fingerprint, suite)]
+        [
+            candidate_tag(cell),
+            fingerprint_tag(cell.publish.fingerprint, suite),
+            staging_tag(cell.publish.fingerprint, suite),
+        ]
     )
 
     # the next build of the same fingerprint: nothing built, nothing pushed
@@ -139,7 +147,9 @@ def test_push_once_copy_verify_then_tag_and_skip_next_time(
     # a missing candidate tag with the fingerprint present: only the tag is put back, no build
     clients["tls"].delete_manifest(repo, outcome.digest)
     clients["tls"].put_manifest(
-        repo, fingerprint_tag(cell.fingerprint, suite), clients["plain"].get_manifest(repo, outcome.digest)
+        repo,
+        fingerprint_tag(cell.publish.fingerprint, suite),
+        clients["plain"].get_manifest(repo, outcome.digest),
     )
     retag = build_cell(cell, load_matrix("smoke"), engine, BuildOptions(push=True), tmp_path / "staging")
     assert retag.status == "retagged"
@@ -176,7 +186,7 @@ def test_read_only_second_registry_fails_and_no_final_tag_anywhere(
         assert "registry ro" in str(info.value)
         assert ro.addr in str(info.value)
         # nothing final anywhere: only the complete staging manifest in the first registry
-        assert _tags(targets[0], cell) == [staging_tag(cell.fingerprint, suite_digest())]
+        assert _tags(targets[0], cell) == [staging_tag(cell.publish.fingerprint, suite_digest())]
         assert _tags(targets[1], cell) == []
         engine.remove(ref)
 
@@ -278,8 +288,8 @@ def test_stage_context_fills_sources_and_wheels_never_the_ca(tmp_path: Path) -> 
     extra.mkdir()
     (extra / "demo-1.0-py3-none-any.whl").write_bytes(b"PK")
     ctx = stage_context(cell, matrix, UserConfig(extra_ca=ca), tmp_path / "staging", extra, project=PROJECT)
-    assert (ctx / "Dockerfile").read_text() == (PROJECT.path(cell.context) / "Dockerfile").read_text()
-    assert (ctx / "sources" / f"nccl-tests-{cell.nccl_tests_commit}.tar").is_file()
+    assert (ctx / "Dockerfile").read_text() == (PROJECT.path(cell.publish.context) / "Dockerfile").read_text()
+    assert (ctx / "sources" / f"nccl-tests-{cell.toolkit.nccl_tests_commit}.tar").is_file()
     names = sorted(p.name for p in (ctx / "wheels").glob("*.whl"))
     assert len(names) == 2
     assert names[0] == "demo-1.0-py3-none-any.whl"

@@ -41,7 +41,7 @@ def _quick(target: object) -> RegistryClient:
 
 
 def _outcome(cell: Cell) -> CellOutcome:
-    return CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.fingerprint)
+    return CellOutcome(cell=cell.id, tag=candidate_tag(cell), fingerprint=cell.publish.fingerprint)
 
 
 # -- 3. final tags all-or-nothing as users see it ------------------------------------------------------------
@@ -79,7 +79,9 @@ def test_a_tag_phase_failure_is_reported_as_mixed_and_a_rerun_converges(
         found, errors = _candidate_digests(_RC_of(cell), clients)
         assert candidate_state(found, errors).startswith("mixed: tagged in r1, not in r2")
         # both registries got every fp tag before any candidate tag: r2 holds the fp tag, no candidate
-        assert clients["r2"].manifest_digest(repo, fingerprint_tag(cell.fingerprint, suite)) is not None
+        assert (
+            clients["r2"].manifest_digest(repo, fingerprint_tag(cell.publish.fingerprint, suite)) is not None
+        )
         assert clients["r2"].manifest_digest(repo, cand) is None
         refuse[0] = False
         outcome = _outcome(cell)

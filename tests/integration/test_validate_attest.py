@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.docker, pytest.mark.registry]
 def pinned_smoke() -> str:
     """``127.0.0.1:5000/imagesmith/torch@sha256:…`` of the smoke candidate, pulled by digest."""
     cell = build_plan(load_matrix("smoke")).cells[0]
-    target = cell.registries[0]
+    target = cell.publish.registries[0]
     digest = local_registries().plain_client().manifest_digest(target.repo, candidate_tag(cell))
     if digest is None:
         pytest.fail(

@@ -57,11 +57,11 @@ def engine() -> Engine:
 @pytest.fixture(scope="module")
 def smoke_image(engine: Engine) -> str:
     cell = build_plan(load_matrix("smoke")).cells[0]
-    candidates = [local_ref(cell), *(f"{t.image}:{candidate_tag(cell)}" for t in cell.registries)]
+    candidates = [local_ref(cell), *(f"{t.image}:{candidate_tag(cell)}" for t in cell.publish.registries)]
     for ref in candidates:
         if engine.inspect(ref) is not None:
             return ref
-    plain = f"{cell.registries[0].image}:{candidate_tag(cell)}"
+    plain = f"{cell.publish.registries[0].image}:{candidate_tag(cell)}"
     try:
         engine.pull(plain)
     except Exception as exc:  # the engine's own error says why; this test must not be skipped
@@ -110,11 +110,11 @@ def test_validate_image_without_gpu_is_not_validated(smoke_image: str, run_cli: 
 @pytest.fixture(scope="module")
 def interactive_image(engine: Engine) -> str:
     (cell,) = build_plan(load_matrix("smoke-interactive")).cells
-    candidates = [local_ref(cell), *(f"{t.image}:{candidate_tag(cell)}" for t in cell.registries)]
+    candidates = [local_ref(cell), *(f"{t.image}:{candidate_tag(cell)}" for t in cell.publish.registries)]
     for ref in candidates:
         if engine.inspect(ref) is not None:
             return ref
-    plain = f"{cell.registries[0].image}:{candidate_tag(cell)}"
+    plain = f"{cell.publish.registries[0].image}:{candidate_tag(cell)}"
     try:
         engine.pull(plain)
     except Exception as exc:  # the engine's own error says why; this test must not be skipped
@@ -144,7 +144,7 @@ def test_validate_interactive_image_checks_its_flavor(
 
 def cell_pin(name: str) -> str:
     (cell,) = build_plan(load_matrix("smoke-interactive")).cells
-    return dict(cell.interactive_pins)[name]
+    return dict(cell.lock.interactive_pins)[name]
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ from imagesmith.build import BaseSources, build_args
 from imagesmith.config import UserConfig
 from imagesmith.errors import BuildError, RegistryError
 from imagesmith.matrix import load_matrix
+from imagesmith.model import BuildPlan
 from imagesmith.plan import build_plan
 from imagesmith.refs import Registry
 from imagesmith.render import render_cell_files
@@ -142,7 +143,7 @@ def _smoke_project(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _plan(root: Path):  # type: ignore[no-untyped-def]
+def _plan(root: Path) -> BuildPlan:
     from imagesmith.project import load_project
 
     project = load_project(root / "imagesmith.toml")
@@ -152,25 +153,25 @@ def _plan(root: Path):  # type: ignore[no-untyped-def]
 def test_a_moved_base_moves_the_fingerprint_and_the_rendered_from(tmp_path: Path) -> None:
     root = _smoke_project(tmp_path)
     (by_name,) = _plan(root).cells
-    assert by_name.base_digests == ()
+    assert by_name.bases.base_digests == ()
     write_bases(root / "locks", [BaseEntry(name="debian:bookworm", origin="local")])
     (local,) = _plan(root).cells
     # made locally: nothing machine-specific in the plan, the fingerprint or the Dockerfile
-    assert local.base_local == ("debian:bookworm",)
-    assert local.fingerprint == by_name.fingerprint
+    assert local.bases.base_local == ("debian:bookworm",)
+    assert local.publish.fingerprint == by_name.publish.fingerprint
     write_bases(
         root / "locks", [BaseEntry(name="debian:bookworm", digest=A, registry="m", read="2026-12-01")]
     )
     (at_a,) = _plan(root).cells
-    assert at_a.fingerprint != by_name.fingerprint
+    assert at_a.publish.fingerprint != by_name.publish.fingerprint
     assert f"ARG BASE_IMAGE=debian:bookworm@{A}\n" in render_cell_files(at_a)["Dockerfile"]
     write_bases(
         root / "locks",
         [BaseEntry(name="debian:bookworm", digest=B, registry="m", read="2026-12-02", previous=A)],
     )
     (at_b,) = _plan(root).cells
-    assert at_b.fingerprint not in {at_a.fingerprint, by_name.fingerprint}
-    assert at_b.moved_notes() == [f"base debian:bookworm moved {A[:19]}…→{B[:19]}… (read 2026-12-02)"]
+    assert at_b.publish.fingerprint not in {at_a.publish.fingerprint, by_name.publish.fingerprint}
+    assert at_b.bases.moved_notes() == [f"base debian:bookworm moved {A[:19]}…→{B[:19]}… (read 2026-12-02)"]
 
 
 def test_a_cell_whose_base_the_lock_lacks_is_dropped_naming_the_fix(tmp_path: Path) -> None:
@@ -209,8 +210,8 @@ def test_this_projects_bases_are_all_made_locally() -> None:
     assert all(e.origin == "local" for e in lock.entries.values())
     for name in PROJECT.matrix_names():
         for cell in build_plan(load_matrix(name, project=PROJECT), project=PROJECT).cells:
-            assert cell.base_digests == ()
-            assert cell.base_image in cell.base_local
+            assert cell.bases.base_digests == ()
+            assert cell.bases.base_image in cell.bases.base_local
 
 
 # -- the build: where each base is pulled from ------------------------------------------------------------
@@ -429,7 +430,7 @@ def test_a_digest_named_base_plans_and_builds_by_its_own_digest_under_a_base_loc
     root = _digest_named_project(tmp_path, A)
     write_bases(root / "locks", [BaseEntry(name="debian:trixie", origin="local")])
     (cell,) = _plan(root).cells
-    assert dict(cell.base_digests) == {f"debian:bookworm@{A}": A}
+    assert dict(cell.bases.base_digests) == {f"debian:bookworm@{A}": A}
     assert f"ARG BASE_IMAGE=debian:bookworm@{A}\n" in render_cell_files(cell)["Dockerfile"]
     up = _Reg({("hub/library/debian", A): A})
     sources = BaseSources(CONFIG, client_for=lambda r: up)  # type: ignore[arg-type,return-value]
@@ -441,7 +442,7 @@ def test_a_digest_named_base_plans_and_builds_by_its_own_digest_under_a_base_loc
         escrow=ESCROW,
         client_for=lambda r: esc if r.name == "esc" else _Reg({}),  # type: ignore[arg-type,return-value]
     )
-    ref, note = sources.ref(cell, cell.base_image)
+    ref, note = sources.ref(cell, cell.bases.base_image)
     assert ref == f"127.0.0.1:5000/proj/bases/library/debian@{A}"
     assert note is not None
     assert "escrow copy" in note
@@ -546,10 +547,10 @@ def test_a_base_that_moves_and_moves_back_gets_its_first_fingerprint_again(tmp_p
     (at_b,) = _plan(root).cells
     write_bases(root / "locks", [back])
     (again,) = _plan(root).cells
-    assert at_b.fingerprint != first.fingerprint
-    assert again.fingerprint == first.fingerprint
+    assert at_b.publish.fingerprint != first.publish.fingerprint
+    assert again.publish.fingerprint == first.publish.fingerprint
     assert render_cell_files(again) == render_cell_files(first)
-    assert again.moved_notes() == [f"base debian:bookworm moved {B[:19]}…→{A[:19]}… (read 2026-12-01)"]
+    assert again.bases.moved_notes() == [f"base debian:bookworm moved {B[:19]}…→{A[:19]}… (read 2026-12-01)"]
 
 
 @pytest.mark.parametrize(

@@ -172,7 +172,7 @@ def _stage_only_the_dockerfile(monkeypatch: pytest.MonkeyPatch) -> None:
     def staged(cell: Cell, matrix: Any, config: Any, staging_root: Path, *args: Any, **kwargs: Any) -> Path:
         dest = staging_root / cell.id
         dest.mkdir(parents=True, exist_ok=True)
-        shutil.copy(PROJECT.path(cell.context) / "Dockerfile", dest / "Dockerfile")
+        shutil.copy(PROJECT.path(cell.publish.context) / "Dockerfile", dest / "Dockerfile")
         return dest
 
     monkeypatch.setattr("imagesmith.build.stage_context", staged)
@@ -187,7 +187,7 @@ def cell() -> Cell:
         Registry(name="one", host="r1.example", repository=REPO, kind="ecr"),
         Registry(name="two", host="r2.example", repository=REPO, kind="generic"),
     )
-    return replace(plain, registries=targets)
+    return replace(plain, publish=replace(plain.publish, registries=targets))
 
 
 def _build(cell: Cell, engine: MemoryEngine, registries: dict[str, FakeRegistry], tmp_path: Path) -> Any:
@@ -207,25 +207,27 @@ def test_the_engine_pushes_once_and_the_api_copies_to_the_rest(cell: Cell, tmp_p
     suite = suite_digest()
     assert outcome.status == "pushed"
     # one engine push, to the first registry, under the staging tag, with that registry's own credentials
-    staging = f"r1.example/team/torch:{staging_tag(cell.fingerprint, suite)}"
+    staging = f"r1.example/team/torch:{staging_tag(cell.publish.fingerprint, suite)}"
     assert engine.pushes == [(staging, "token-1")]
     one, two = registries["r1.example"], registries["r2.example"]
     # the local staging tag only carried the push: it is gone, the local tag keeps the image
     assert staging not in engine.images
-    assert engine.images[local_ref(cell)].labels[FINGERPRINT_LABEL] == cell.fingerprint
+    assert engine.images[local_ref(cell)].labels[FINGERPRINT_LABEL] == cell.publish.fingerprint
     # the second registry got every blob through the API, then the manifest under the staging tag (issue 18:
     # staging tags everywhere first; it was put by digest before), then the final tags
     assert outcome.bytes_copied_api == sum(len(b) for b in one.blobs.values())
     assert two.blobs == one.blobs
     assert two.writes[-3:] == [
-        f"manifest {REPO}:{staging_tag(cell.fingerprint, suite)}",
-        f"manifest {REPO}:{fingerprint_tag(cell.fingerprint, suite)}",
+        f"manifest {REPO}:{staging_tag(cell.publish.fingerprint, suite)}",
+        f"manifest {REPO}:{fingerprint_tag(cell.publish.fingerprint, suite)}",
         f"manifest {REPO}:{candidate_tag(cell)}",
     ]
     for registry in registries.values():
         assert registry.tags[REPO, candidate_tag(cell)] == outcome.digest
-        assert registry.tags[REPO, fingerprint_tag(cell.fingerprint, suite)] == outcome.digest
-    assert two.tags[REPO, staging_tag(cell.fingerprint, suite)] == outcome.digest  # the staging tag only
+        assert registry.tags[REPO, fingerprint_tag(cell.publish.fingerprint, suite)] == outcome.digest
+    assert (
+        two.tags[REPO, staging_tag(cell.publish.fingerprint, suite)] == outcome.digest
+    )  # the staging tag only
     assert outcome.bytes_pushed_engine == len(engine.images[local_ref(cell)].layer)
 
 
@@ -363,7 +365,7 @@ def test_a_tag_phase_failure_rolls_back_where_the_registry_can_delete_a_tag(
     suite = suite_digest()
     for registry in (one, two):  # the memory registries delete tags: nothing final is left anywhere
         assert (REPO, candidate_tag(cell)) not in registry.tags
-        assert (REPO, fingerprint_tag(cell.fingerprint, suite)) not in registry.tags
+        assert (REPO, fingerprint_tag(cell.publish.fingerprint, suite)) not in registry.tags
     assert f"untag {REPO}:{candidate_tag(cell)}" in one.writes
 
 
@@ -485,14 +487,23 @@ def test_a_cell_on_a_moved_base_is_built_by_digest_and_says_why(
     moved = with_fingerprint(
         replace(
             cell,
-            base_digests=(("debian:bookworm", b),),
-            base_local=(),
-            base_moves=(("debian:bookworm", a),),
-            base_read=(("debian:bookworm", "2026-12-01"),),
-            fingerprint="",
+            bases=replace(
+                cell.bases,
+                base_digests=(("debian:bookworm", b),),
+                base_local=(),
+                base_moves=(("debian:bookworm", a),),
+                base_read=(("debian:bookworm", "2026-12-01"),),
+            ),
+            publish=replace(cell.publish, fingerprint=""),
         )
     )
-    old = with_fingerprint(replace(moved, base_digests=(("debian:bookworm", a),), fingerprint=""))
+    old = with_fingerprint(
+        replace(
+            moved,
+            bases=replace(moved.bases, base_digests=(("debian:bookworm", a),)),
+            publish=replace(moved.publish, fingerprint=""),
+        )
+    )
     registries = {
         "r1.example": FakeRegistry("one", "r1.example"),
         "r2.example": FakeRegistry("two", "r2.example"),
@@ -502,7 +513,7 @@ def test_a_cell_on_a_moved_base_is_built_by_digest_and_says_why(
     suite = suite_digest()
     for registry in registries.values():
         registry.manifests[was.digest] = was
-        registry.tags[REPO, fingerprint_tag(old.fingerprint, suite)] = was.digest
+        registry.tags[REPO, fingerprint_tag(old.publish.fingerprint, suite)] = was.digest
 
     class Upstream:
         def manifest_digest(self, repo: str, reference: str) -> str | None:

@@ -60,7 +60,7 @@ def cell() -> Cell:
         Registry(name="one", host="r1.example", repository=REPO, kind="generic"),
         Registry(name="two", host="r2.example", repository=REPO, kind="azure-acr"),
     )
-    return replace(plain, registries=targets)
+    return replace(plain, publish=replace(plain.publish, registries=targets))
 
 
 def _run(cell: Cell, registries: dict[str, FakeRegistry], tmp_path: Path, force: bool = False) -> Any:
@@ -70,7 +70,7 @@ def _run(cell: Cell, registries: dict[str, FakeRegistry], tmp_path: Path, force:
 
 
 def test_everything_already_there_is_skipped(cell: Cell, tmp_path: Path) -> None:
-    fp, cand = fingerprint_tag(cell.fingerprint, suite_digest()), candidate_tag(cell)
+    fp, cand = fingerprint_tag(cell.publish.fingerprint, suite_digest()), candidate_tag(cell)
     regs = {n: registry(n, fp, cand) for n in ("one", "two")}
     outcome = _run(cell, regs, tmp_path)
     assert (outcome.status, outcome.digest) == ("skipped", DIGEST)
@@ -78,7 +78,7 @@ def test_everything_already_there_is_skipped(cell: Cell, tmp_path: Path) -> None
 
 
 def test_fingerprint_there_but_no_candidate_is_only_retagged(cell: Cell, tmp_path: Path) -> None:
-    fp = fingerprint_tag(cell.fingerprint, suite_digest())
+    fp = fingerprint_tag(cell.publish.fingerprint, suite_digest())
     regs = {n: registry(n, fp) for n in ("one", "two")}
     outcome = _run(cell, regs, tmp_path)
     assert outcome.status == "retagged"
@@ -88,7 +88,7 @@ def test_fingerprint_there_but_no_candidate_is_only_retagged(cell: Cell, tmp_pat
 
 
 def test_a_registry_missing_the_fingerprint_means_a_build(cell: Cell, tmp_path: Path) -> None:
-    fp = fingerprint_tag(cell.fingerprint, suite_digest())
+    fp = fingerprint_tag(cell.publish.fingerprint, suite_digest())
     regs = {"one": registry("one", fp), "two": registry("two")}
     with pytest.raises(AssertionError, match="the engine was used"):
         _run(cell, regs, tmp_path)
@@ -96,14 +96,14 @@ def test_a_registry_missing_the_fingerprint_means_a_build(cell: Cell, tmp_path: 
 
 def test_an_older_suite_is_rebuilt(cell: Cell, tmp_path: Path) -> None:
     """The identity is fingerprint + baked imagesmith: a tag of another suite digest does not count."""
-    old = fingerprint_tag(cell.fingerprint, "0" * 64)
+    old = fingerprint_tag(cell.publish.fingerprint, "0" * 64)
     regs = {n: registry(n, old, candidate_tag(cell)) for n in ("one", "two")}
     with pytest.raises(AssertionError, match="the engine was used"):
         _run(cell, regs, tmp_path)
 
 
 def test_force_builds_whatever_is_there(cell: Cell, tmp_path: Path) -> None:
-    fp, cand = fingerprint_tag(cell.fingerprint, suite_digest()), candidate_tag(cell)
+    fp, cand = fingerprint_tag(cell.publish.fingerprint, suite_digest()), candidate_tag(cell)
     regs = {n: registry(n, fp, cand) for n in ("one", "two")}
     with pytest.raises(AssertionError, match="the engine was used"):
         _run(cell, regs, tmp_path, force=True)

@@ -16,6 +16,7 @@ from imagesmith.build import BaseSources
 from imagesmith.config import UserConfig
 from imagesmith.errors import BuildError, RegistryError
 from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
 from imagesmith.plan import build_plan
 from imagesmith.templating import render_cell_files
 from tests.repo import PROJECT, REPO
@@ -31,36 +32,41 @@ def test_a100_plans_its_cu121_cells_on_debian12_beside_ubuntu() -> None:
     matrix = load_matrix("a100", project=PROJECT)
     assert [b.os for b in matrix.bases] == ["ubuntu22.04", "debian12"]
     plan = build_plan(matrix, project=PROJECT)
-    debian = [c for c in plan.cells if c.os == "debian12"]
+    debian = [c for c in plan.cells if c.bases.os == "debian12"]
     assert [c.id for c in debian] == DEBIAN_CU121
-    assert len([c for c in plan.cells if c.os == "ubuntu22.04"]) == 25  # the Ubuntu cells as they were
+    assert len([c for c in plan.cells if c.bases.os == "ubuntu22.04"]) == 25  # the Ubuntu cells as they were
     ubuntu = {c.id: c for c in plan.cells}
     for cell in debian:
         twin = ubuntu[cell.id.replace("-debian12", "-ubuntu22.04")]
         # same wheels, same lock, same driver floors: only the OS (and so the builder toolkit) differs
-        assert (cell.pins, cell.lock_file, cell.builder_pins) == (
-            twin.pins,
-            twin.lock_file,
-            twin.builder_pins,
+        assert (cell.lock.pins, cell.lock.lock_file, cell.lock.builder_pins) == (
+            twin.lock.pins,
+            twin.lock.lock_file,
+            twin.lock.builder_pins,
         )
-        assert (cell.min_driver, cell.require_cuda) == (twin.min_driver, twin.require_cuda)
-        assert cell.fingerprint != twin.fingerprint
-        assert (cell.base_image, cell.builder_image, cell.devel_image) == ("debian:bookworm",) * 2 + (None,)
-        assert cell.python_source == "distro"  # Debian 12's own python3.11: no uv download
-        assert cell.uv is None
-        assert cell.nccl_toolkit == "distro"
-        assert cell.distro_toolkit is not None
-        assert (cell.distro_toolkit.release, cell.distro_toolkit.cuda) == ("bookworm", "11.8")
+        assert (cell.hardware.min_driver, cell.hardware.require_cuda) == (
+            twin.hardware.min_driver,
+            twin.hardware.require_cuda,
+        )
+        assert cell.publish.fingerprint != twin.publish.fingerprint
+        assert (cell.bases.base_image, cell.bases.builder_image, cell.bases.devel_image) == (
+            "debian:bookworm",
+        ) * 2 + (None,)
+        assert cell.runtime.python_source == "distro"  # Debian 12's own python3.11: no uv download
+        assert cell.runtime.uv is None
+        assert cell.toolkit.nccl_toolkit == "distro"
+        assert cell.toolkit.distro_toolkit is not None
+        assert (cell.toolkit.distro_toolkit.release, cell.toolkit.distro_toolkit.cuda) == ("bookworm", "11.8")
         assert (
-            cell.nvcc_gencode
+            cell.hardware.nvcc_gencode
             == "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
         )
         # nccl-tests compiles against the headers of the very nvidia-nccl-cu12 wheel torch runs with
-        nccl = dict(cell.pins)["nvidia-nccl-cu12"]
-        assert cell.nccl_version == nccl
-        assert ("nvidia-nccl-cu12", nccl) in cell.builder_pins
+        nccl = dict(cell.lock.pins)["nvidia-nccl-cu12"]
+        assert cell.stack.nccl_version == nccl
+        assert ("nvidia-nccl-cu12", nccl) in cell.lock.builder_pins
         assert "nvidia/cuda:" not in render_cell_files(cell)["Dockerfile"]
-    assert [c.nccl_version for c in debian[::2]] == ["2.18.1", "2.19.3", "2.20.5"]
+    assert [c.stack.nccl_version for c in debian[::2]] == ["2.18.1", "2.19.3", "2.20.5"]
 
 
 def test_the_cu121_driver_floors_are_nvidias() -> None:
@@ -71,9 +77,14 @@ def test_the_cu121_driver_floors_are_nvidias() -> None:
         .select(["2.1.2-cu121-py3.11-runtime-debian12"])
         .cells
     )
-    assert (str(cell.min_driver.full), str(cell.min_driver.minor_version)) == ("530.30.02", "525.60.13")
-    assert cell.require_cuda.startswith("cuda>=12.1 brand=tesla,driver>=525,driver<526 ")
-    assert {part.split(",", 1)[1] for part in cell.require_cuda.split()[1:]} == {"driver>=525,driver<526"}
+    assert (str(cell.hardware.min_driver.full), str(cell.hardware.min_driver.minor_version)) == (
+        "530.30.02",
+        "525.60.13",
+    )
+    assert cell.hardware.require_cuda.startswith("cuda>=12.1 brand=tesla,driver>=525,driver<526 ")
+    assert {part.split(",", 1)[1] for part in cell.hardware.require_cuda.split()[1:]} == {
+        "driver>=525,driver<526"
+    }
     assert compat.verdict("470.82.01", "a100", "2.1.2", "cu121").mode == "none"
     assert compat.verdict("580.95.05", "h200", "2.1.2", "cu121").mode == "full"
 
@@ -92,7 +103,7 @@ def test_an_extra_base_builds_only_its_variants_and_flavors(tmp_path: Path) -> N
         .replace('registries = ["dockerhub", "ghcr", "acr-hangzhou"]', 'registries = ["local-plain"]')
     )
     plan = build_plan(load_matrix(path), project=PROJECT)
-    assert [c.id for c in plan.cells if c.os == "debian12"] == [
+    assert [c.id for c in plan.cells if c.bases.os == "debian12"] == [
         f"{t}-cu121-py3.11-runtime-debian12" for t in ("2.1.2", "2.2.2", "2.3.1")
     ]
     # what the base does not take is not even considered (no dropped line for each of them)
@@ -109,13 +120,13 @@ def test_build_takes_the_registries_from_registries_file(run_cli: Callable[..., 
     local = REPO / "matrices" / "local" / "registries.toml"
     _project, _m, plan = load_plan("a100", ["2.1.2-cu121-py3.11-runtime-debian12"], local)
     (cell,) = plan.cells
-    assert [(t.name, t.host, t.repository) for t in cell.registries] == [
+    assert [(t.name, t.host, t.repository) for t in cell.publish.registries] == [
         ("dockerhub", "127.0.0.1:5000", "a100/torch"),
         ("ghcr", "127.0.0.1:5443", "a100/torch"),
         ("acr-hangzhou", "127.0.0.1:5000", "a100-acr/torch"),
     ]
     _project, _m, plan = load_plan("a100", ["2.1.2-cu121-py3.11-runtime-debian12"])
-    assert [t.host for t in plan.cells[0].registries] == [
+    assert [t.host for t in plan.cells[0].publish.registries] == [
         "docker.io",
         "ghcr.io",
         "registry.cn-hangzhou.aliyuncs.com",
@@ -145,7 +156,7 @@ class _Mirror:
 CONFIG = UserConfig(registry_mirrors=(("docker.io", "127.0.0.1:5000/hub"),))
 
 
-def _a100_cells(*ids: str) -> list[Any]:
+def _a100_cells(*ids: str) -> list[Cell]:
     return list(build_plan(load_matrix("a100", project=PROJECT), project=PROJECT).select(list(ids)).cells)
 
 
@@ -194,7 +205,9 @@ def test_no_mirror_pinned_bases_and_a_mirror_that_does_not_answer_are_left_to_th
     never = _Mirror(set())
     BaseSources(UserConfig(), client_for=lambda r: never).check_mirrored([cell], held=lambda ref: False)  # type: ignore[arg-type,return-value]
     assert never.asked == []  # no mirror for docker.io: pulled from Docker Hub itself, as before
-    pinned = dataclasses.replace(cell, base_digests=(("ubuntu:22.04", "sha256:" + "b" * 64),))
+    pinned = dataclasses.replace(
+        cell, bases=dataclasses.replace(cell.bases, base_digests=(("ubuntu:22.04", "sha256:" + "b" * 64),))
+    )
     BaseSources(CONFIG, client_for=lambda r: never).check_mirrored([pinned], held=lambda ref: False)  # type: ignore[arg-type,return-value]
     assert never.asked == []  # by digest: BaseSources.ref falls back to the escrow copy, or says why not
     down = _Mirror(set(), down=True)

@@ -6,7 +6,7 @@ error."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, get_args
+from typing import get_args
 
 import jinja2
 import pytest
@@ -14,9 +14,10 @@ import pytest
 from imagesmith import compat, templating
 from imagesmith.errors import RenderError
 from imagesmith.matrix import FLAVORS, TORCH_SOURCES, load_matrix
-from imagesmith.model import NcclToolkit, PythonSource
+from imagesmith.model import Cell, NcclToolkit, PythonSource
 from imagesmith.plan import build_plan
 from imagesmith.templating import FRAGMENT_FOLDERS, fragments, render_cell_files
+from tests.cellfields import with_field
 from tests.repo import PROJECT
 
 TEMPLATES_DIR = PROJECT.root / "imagesmith" / "templates"
@@ -41,7 +42,7 @@ INTERFACES: dict[str, set[str]] = {
 }
 
 
-def _cells() -> list[Any]:
+def _cells() -> list[Cell]:
     return [
         c for name in PROJECT.matrix_names() for c in build_plan(load_matrix(name, project=PROJECT)).cells
     ]
@@ -66,7 +67,7 @@ def test_the_planner_gives_only_allowed_values() -> None:
     assert cells
     seen: dict[str, set[str]] = {folder: set() for folder in FRAGMENT_FOLDERS}
     for cell in cells:
-        family = compat.os_family(cell.os)
+        family = compat.os_family(cell.bases.os)
         assert family is not None
         for folder, value in templating.fragment_values(cell, family).items():
             assert value in ALLOWED[folder], (cell.id, folder, value)
@@ -99,16 +100,16 @@ def test_the_skeleton_asks_no_fragment_value() -> None:
     fragments (so a new value edits no skeleton)."""
     skeleton = (TEMPLATES_DIR / "Dockerfile.j2").read_text()
     for field in (
-        "cell.nccl_toolkit",
-        "cell.python_source",
-        "cell.torch_source",
+        "cell.toolkit.nccl_toolkit",
+        "cell.runtime.python_source",
+        "cell.stack.torch_source",
         "cell.flavor ==",
         "os_family.",
     ):
         assert field not in skeleton, field
 
 
-def _smoke() -> Any:
+def _smoke() -> Cell:
     (cell,) = build_plan(load_matrix("smoke", project=PROJECT)).cells
     return cell
 
@@ -125,7 +126,7 @@ def _smoke() -> Any:
 def test_a_value_without_a_fragment_is_one_clear_error(
     field: str, value: str, folder: str, known: str
 ) -> None:
-    cell = replace(_smoke(), **{field: value})
+    cell = with_field(_smoke(), field, value)
     with pytest.raises(RenderError) as info:
         render_cell_files(cell)
     text = str(info.value)
@@ -160,6 +161,8 @@ def test_a_new_toolkit_is_one_fragment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(templating, "_ENV", env)
     assert "distro" in fragments("toolkit")
     cell = _smoke()
-    text = render_cell_files(replace(cell, nccl_toolkit="distro"))["Dockerfile"]
+    text = render_cell_files(replace(cell, toolkit=replace(cell.toolkit, nccl_toolkit="distro")))[
+        "Dockerfile"
+    ]
     assert "the builder is the plain base plus the distro's nvcc" in text
     assert text.replace("the distro's nvcc", "nvcc") == render_cell_files(cell)["Dockerfile"]

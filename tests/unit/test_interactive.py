@@ -14,6 +14,7 @@ import pytest
 from imagesmith import lock as locking
 from imagesmith.lock import INTERACTIVE_MARKER, LockError, LockKey, parse_lock, read_lock
 from imagesmith.matrix import load_matrix
+from imagesmith.model import Cell
 from imagesmith.pick import image_flavor, interactive_access
 from imagesmith.plan import build_plan
 from imagesmith.templating import INTERACTIVE_DEFAULTS, render_cell_files
@@ -23,7 +24,7 @@ from tests.unit.test_pick import image_doc
 KEY = LockKey(torch="2.11.0", variant="cu130", python="3.11")
 
 
-def _cells() -> tuple[Any, Any]:
+def _cells() -> tuple[Cell, Cell]:
     (runtime,) = build_plan(load_matrix("smoke", project=PROJECT)).cells
     (interactive,) = build_plan(load_matrix("smoke-interactive", project=PROJECT)).cells
     return runtime, interactive

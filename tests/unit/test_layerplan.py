@@ -272,14 +272,14 @@ def test_collect_sizes_from_an_index_listing() -> None:
 def test_smoke_cell_renders_one_run_per_layer_on_its_pin_file() -> None:
     plan = build_plan(load_matrix(PROJECT.matrix_path("smoke")), project=PROJECT)
     cell = plan.cells[0]
-    assert len(cell.layers) >= 10
-    assert [layer.kind for layer in cell.layers][-1] == "rest"
-    kinds = [layer.kind for layer in cell.layers]
+    assert len(cell.publish.layers) >= 10
+    assert [layer.kind for layer in cell.publish.layers][-1] == "rest"
+    kinds = [layer.kind for layer in cell.publish.layers]
     assert kinds == sorted(kinds, key=["cuda", "nccl", "torch", "rest"].index)
     files = render_cell_files(cell)
     dockerfile = files["Dockerfile"]
     pins_in_layers: list[str] = []
-    for layer in cell.layers:
+    for layer in cell.publish.layers:
         # one RUN: the context's wheel-layer.sh on the layer's pin file, both bind-mounted (no COPY)
         assert (
             f"RUN --mount=type=bind,source={layer.file},target=/tmp/ctx/layer.txt \\\n"
@@ -296,19 +296,19 @@ def test_smoke_cell_renders_one_run_per_layer_on_its_pin_file() -> None:
         pins_in_layers += lines
     requirements = [ln for ln in files["requirements.txt"].splitlines() if not ln.startswith("#")]
     assert sorted(pins_in_layers) == sorted(requirements)
-    assert dockerfile.count("bash /tmp/ctx/wheel-layer.sh layers/") == len(cell.layers)
+    assert dockerfile.count("bash /tmp/ctx/wheel-layer.sh layers/") == len(cell.publish.layers)
     assert "pip check" in dockerfile
     assert "SOURCE_DATE_EPOCH=315532800" in files["wheel-layer.sh"]
     assert "--no-deps --require-hashes" in files["wheel-layer.sh"]
     assert "COPY layers/etc/hosts layers/etc/resolv.conf /etc/" in dockerfile
     # the layers come before anything cell-specific (requirements.txt, the suite wheel)
-    assert dockerfile.index(cell.layers[-1].file) < dockerfile.index("COPY requirements.txt")
+    assert dockerfile.index(cell.publish.layers[-1].file) < dockerfile.index("COPY requirements.txt")
 
 
 def test_base_torch_cells_have_no_layer_plan() -> None:
     plan = build_plan(load_matrix(PROJECT.matrix_path("h200-host")), project=PROJECT)
     assert plan.cells
-    assert all(c.layers == () for c in plan.cells)
+    assert all(c.publish.layers == () for c in plan.cells)
     assert not any(name.startswith("layers/") for name in render_cell_files(plan.cells[0]))
 
 
@@ -380,19 +380,21 @@ def test_cells_of_two_torch_releases_share_the_chain_of_cuda_layers() -> None:
     a = plan.cell("2.2.2-cu121-py3.10-runtime-ubuntu22.04")
     b = plan.cell("2.3.1-cu121-py3.10-runtime-ubuntu22.04")
     same = 0
-    while a.layers[same].pins == b.layers[same].pins:
+    while a.publish.layers[same].pins == b.publish.layers[same].pins:
         same += 1
     assert same >= 6  # cuBLAS, cuDNN, cuFFT, cuRAND, cuSOLVER, cuSPARSE …
-    assert {a.layers[i].kind for i in range(same)} == {"cuda"}
+    assert {a.publish.layers[i].kind for i in range(same)} == {"cuda"}
     fa, fb = render_cell_files(a), render_cell_files(b)
-    for layer in a.layers[:same]:
+    for layer in a.publish.layers[:same]:
         assert fa[layer.file] == fb[layer.file]
     assert fa["wheel-layer.sh"] == fb["wheel-layer.sh"]
     stage = "# Stage 2"
     cut = f"# layer {same + 1}: "  # the comment above the first differing layer
     da = fa["Dockerfile"][fa["Dockerfile"].index(stage) : fa["Dockerfile"].index(cut)]
     db = fb["Dockerfile"][fb["Dockerfile"].index(stage) : fb["Dockerfile"].index(cut)]
-    assert da.replace(a.torch, "T") == db.replace(b.torch, "T")  # only the comments name the release
+    assert da.replace(a.stack.torch, "T") == db.replace(
+        b.stack.torch, "T"
+    )  # only the comments name the release
     assert "RUN" in da
 
 

@@ -90,13 +90,13 @@ def test_every_pip_run_is_the_macro_with_cache_secret_and_hashes(cell: Cell) -> 
         assert tail[1] == "" or re.fullmatch(r" \\\n && touch -h -d @\d+ [/\w. -]+", tail[1]), run
         if "uv==" in run:  # uv itself (python.source uv) is no pin of the lock
             continue
-        assert ("--require-hashes" in run) == cell.hashed, run
+        assert ("--require-hashes" in run) == cell.lock.hashed, run
     for name in ("requirements.txt", "builder-requirements.txt", "interactive-requirements.txt"):
         if name not in files:
             continue
         pins = [ln for ln in files[name].splitlines() if re.match(r"^[a-z0-9]", ln)]
         hashed = [ln for ln in pins if ln.endswith(" \\")]
-        if cell.hashed:
+        if cell.lock.hashed:
             assert len(hashed) == len(pins), f"{name}: a pin without --hash"
             assert "# UNHASHED" not in files[name]
         else:
@@ -105,8 +105,8 @@ def test_every_pip_run_is_the_macro_with_cache_secret_and_hashes(cell: Cell) -> 
 
 def test_cu118_cells_are_the_unhashed_ones_and_the_rest_are_hashed() -> None:
     cells = _cells()
-    assert {c.variant for c in cells if not c.hashed} == {"cu118"}
-    assert any(c.hashed for c in cells)
+    assert {c.stack.variant for c in cells if not c.lock.hashed} == {"cu118"}
+    assert any(c.lock.hashed for c in cells)
 
 
 # -- locks ---------------------------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def test_the_build_refuses_unhashed_locks_unless_allowed(monkeypatch: pytest.Mon
     assert "imagesmith lock --matrix a100 --force" in (info.value.hint or "")
     assert "--allow-unhashed" in (info.value.hint or "")
     preflight(matrix, plan, BuildOptions(project=PROJECT, allow_unhashed=True))
-    hashed = replace(plan, cells=tuple(c for c in plan.cells if c.hashed))
+    hashed = replace(plan, cells=tuple(c for c in plan.cells if c.lock.hashed))
     preflight(matrix, hashed, BuildOptions(project=PROJECT))
 
 
@@ -300,14 +300,14 @@ def test_the_sdk_backend_still_builds_cells_without_run_mount(
 
     matrix = load_matrix("h200-host", project=PROJECT)
     plan = build_plan(matrix, project=PROJECT)
-    text = (PROJECT.path(plan.cells[0].context) / "Dockerfile").read_text()
+    text = (PROJECT.path(plan.cells[0].publish.context) / "Dockerfile").read_text()
     assert "--mount=" not in text
     monkeypatch.setattr("imagesmith.build.preflight", lambda *a: None)
     built: list[str] = []
 
     def fake_build_cell(cell: Cell, *args: Any, **kwargs: Any) -> CellOutcome:
         built.append(cell.id)
-        return CellOutcome(cell=cell.id, tag="t", fingerprint=cell.fingerprint, status="built")
+        return CellOutcome(cell=cell.id, tag="t", fingerprint=cell.publish.fingerprint, status="built")
 
     monkeypatch.setattr("imagesmith.build.build_cell", fake_build_cell)
     engine = MemoryEngine(registries={}, backend="sdk")

@@ -91,10 +91,10 @@ managed = { "3.12" = "3.12.12" }
     assert "2.1.2-cu121-py3.10-runtime-ubuntu22.04" in ids
     assert "2.1.2-cu121-py3.10-devel-ubuntu22.04" in ids
     cell = plan.cell("2.1.2-cu121-py3.10-devel-ubuntu22.04")
-    assert cell.devel_image == "nvidia/cuda:12.1.1-devel-ubuntu22.04"
+    assert cell.bases.devel_image == "nvidia/cuda:12.1.1-devel-ubuntu22.04"
     # the devel flavor starts FROM the devel image; nccl-tests is built with jammy's own toolkit (auto)
-    assert cell.builder_image == "ubuntu:22.04"
-    assert cell.nccl_toolkit == "distro"
+    assert cell.bases.builder_image == "ubuntu:22.04"
+    assert cell.toolkit.nccl_toolkit == "distro"
 
 
 def test_missing_lock_is_dropped_never_floated(tmp_path: Path) -> None:
@@ -188,33 +188,36 @@ flavor = "runtime"
 
 def test_a100_cells_have_exact_paired_pins() -> None:
     plan = build_plan(load_matrix("a100"))
-    variants = {c.variant for c in plan.cells}
+    variants = {c.stack.variant for c in plan.cells}
     assert variants == {"cu118", "cu121"}
     for cell in plan.cells:
-        pins = dict(cell.pins)
-        release = compat.torch_release(cell.torch)
-        suffix = "" if cell.variant == release.pypi_default else f"+{cell.variant}"
-        assert pins["torch"] == cell.torch + suffix
+        pins = dict(cell.lock.pins)
+        release = compat.torch_release(cell.stack.torch)
+        suffix = "" if cell.stack.variant == release.pypi_default else f"+{cell.stack.variant}"
+        assert pins["torch"] == cell.stack.torch + suffix
         assert pins["torchvision"] == release.torchvision + suffix
         assert pins["torchaudio"] == (release.torchaudio or "") + suffix
         assert pins["numpy"].startswith("1."), "torch < 2.4 needs numpy 1.x"
-        major = cell.cuda.split(".")[0]
-        assert pins[f"nvidia-nccl-cu{major}"] == release.variants[cell.variant].nccl
+        major = cell.stack.cuda.split(".")[0]
+        assert pins[f"nvidia-nccl-cu{major}"] == release.variants[cell.stack.variant].nccl
         assert "triton" in pins
         assert all(not n.startswith("nvidia-") or n.endswith(f"-cu{major}") for n in pins)
-        assert cell.index_url == (
-            None if cell.variant == release.pypi_default else release.variants[cell.variant].index_url
+        assert cell.stack.index_url == (
+            None
+            if cell.stack.variant == release.pypi_default
+            else release.variants[cell.stack.variant].index_url
         )
-        assert cell.lock_verified == (cell.variant == "cu121")
-    cu118 = [c for c in plan.cells if c.variant == "cu118"]
+        assert cell.lock.lock_verified == (cell.stack.variant == "cu121")
+    cu118 = [c for c in plan.cells if c.stack.variant == "cu118"]
     assert cu118
-    assert all(c.cuda == "11.8" and str(c.min_driver.full) == "520.61.05" for c in cu118)
+    assert all(c.stack.cuda == "11.8" and str(c.hardware.min_driver.full) == "520.61.05" for c in cu118)
     cu121 = plan.cell("2.1.2-cu121-py3.10-runtime-ubuntu22.04")
-    assert str(cu121.min_driver.full) == "530.30.02"
-    assert str(cu121.min_driver.minor_version) == "525.60.13"
-    assert cu121.archs == ("80",)
+    assert str(cu121.hardware.min_driver.full) == "530.30.02"
+    assert str(cu121.hardware.min_driver.minor_version) == "525.60.13"
+    assert cu121.hardware.archs == ("80",)
     assert (
-        cu121.nvcc_gencode == "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
+        cu121.hardware.nvcc_gencode
+        == "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_80,code=compute_80"
     )
     # 2.1.2 cu118: no published dependency metadata could be read here, so no lock and no cell
     assert (
@@ -254,25 +257,28 @@ def test_fingerprint_stable_and_sensitive() -> None:
     m = load_matrix("smoke")
     (a,) = build_plan(m).cells
     (b,) = build_plan(load_matrix("smoke")).cells
-    assert a.fingerprint == b.fingerprint
-    assert len(a.fingerprint) == 64
+    assert a.publish.fingerprint == b.publish.fingerprint
+    assert len(a.publish.fingerprint) == 64
+    unset = replace(a, publish=replace(a.publish, fingerprint=""))
     changes = {
-        "base image": replace(a, base_image="debian:trixie", fingerprint=""),
-        "pin": replace(a, pins=(*a.pins[:-1], (a.pins[-1][0], "0.0.0")), fingerprint=""),
-        "builder pin": replace(a, builder_pins=a.builder_pins[1:], fingerprint=""),
-        "source checksum": replace(a, nccl_tests_sha256="0" * 64, fingerprint=""),
-        "shm": replace(a, shm_min="1g", shm_min_bytes=1024**3, fingerprint=""),
-        "gencode": replace(a, nvcc_gencode="-gencode=arch=compute_80,code=sm_80", fingerprint=""),
-        "mirror": replace(a, mirror_runtime="tuna", fingerprint=""),
+        "base image": replace(unset, bases=replace(a.bases, base_image="debian:trixie")),
+        "pin": replace(unset, lock=replace(a.lock, pins=(*a.lock.pins[:-1], (a.lock.pins[-1][0], "0.0.0")))),
+        "builder pin": replace(unset, lock=replace(a.lock, builder_pins=a.lock.builder_pins[1:])),
+        "source checksum": replace(unset, toolkit=replace(a.toolkit, nccl_tests_sha256="0" * 64)),
+        "shm": replace(unset, hardware=replace(a.hardware, shm_min="1g", shm_min_bytes=1024**3)),
+        "gencode": replace(
+            unset, hardware=replace(a.hardware, nvcc_gencode="-gencode=arch=compute_80,code=sm_80")
+        ),
+        "mirror": replace(unset, publish=replace(unset.publish, mirror_runtime="tuna")),
     }
-    seen = {a.fingerprint}
+    seen = {a.publish.fingerprint}
     for what, changed in changes.items():
-        fp = with_fingerprint(changed).fingerprint
+        fp = with_fingerprint(changed).publish.fingerprint
         assert fp not in seen, f"fingerprint blind to a change of {what}"
         seen.add(fp)
     # the label carrying the fingerprint does not feed into it
     files = render_cell_files(a)
-    assert a.fingerprint in files["Dockerfile"]
+    assert a.publish.fingerprint in files["Dockerfile"]
     assert fingerprint(a, {"Dockerfile": "x"}) != fingerprint(a, {"Dockerfile": "y"})
 
 
@@ -284,8 +290,8 @@ def test_plan_is_pure_and_deterministic() -> None:
 def test_select_only() -> None:
     plan = build_plan(load_matrix("a100"))
     sub = plan.select(["2.{2,3}.*-cu118-*-runtime-*"])
-    assert {c.torch for c in sub.cells} == {"2.2.2", "2.3.1"}
-    assert all(c.variant == "cu118" and c.flavor == "runtime" for c in sub.cells)
+    assert {c.stack.torch for c in sub.cells} == {"2.2.2", "2.3.1"}
+    assert all(c.stack.variant == "cu118" and c.flavor == "runtime" for c in sub.cells)
     with pytest.raises(NothingToDoError, match="matched no cell"):
         plan.select(["9.9.9-*"])
 
@@ -381,8 +387,8 @@ def test_min_driver_is_the_cuda_runtimes_not_the_newest_gpus_floor() -> None:
     h200_floor = compat.gpu_min_driver(compat.gpu("h200"))
     assert h200_floor is not None
     for cell in plan.cells:
-        need = compat.min_driver(cell.cuda)
-        assert cell.min_driver == need, cell.id
+        need = compat.min_driver(cell.stack.cuda)
+        assert cell.hardware.min_driver == need, cell.id
         assert need.minor_version < h200_floor[0]
     a100 = compat.verdict("535.104.05", "a100-80gb-sxm4", "2.5.1", "12.4")
     h200 = compat.verdict("535.104.05", "h200", "2.5.1", "12.4")

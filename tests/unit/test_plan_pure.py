@@ -44,19 +44,21 @@ def _lock(key: LockKey) -> Lock:
 
 
 def test_plan_from_an_in_memory_record(smoke: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
-    wanted = {(c.torch, c.variant, c.python) for c in build_plan(smoke, project=PROJECT).cells}
+    wanted = {
+        (c.stack.torch, c.stack.variant, c.runtime.python) for c in build_plan(smoke, project=PROJECT).cells
+    }
     locks = {k: _lock(k) for k in (LockKey(torch=t, variant=v, python=p) for t, v, p in wanted)}
     _no_reads(monkeypatch)
     record = PlanInputs(locks_shown="my/locks", dockerfiles="out", locks=locks)
     plan = plan_from(smoke, record, with_fingerprints=False)
     assert plan.cells, plan.dropped
     for cell in plan.cells:
-        key = LockKey(torch=cell.torch, variant=cell.variant, python=cell.python)
-        assert cell.pins == locks[key].pins
-        assert cell.lock_file == f"my/locks/{key.filename}"
-        assert cell.nccl_version == "2.28.7"
-        assert cell.context == f"out/{smoke.name}/{cell.id}"
-        assert cell.base_digests == ()  # no base lock in the record: bases go by name
+        key = LockKey(torch=cell.stack.torch, variant=cell.stack.variant, python=cell.runtime.python)
+        assert cell.lock.pins == locks[key].pins
+        assert cell.lock.lock_file == f"my/locks/{key.filename}"
+        assert cell.stack.nccl_version == "2.28.7"
+        assert cell.publish.context == f"out/{smoke.name}/{cell.id}"
+        assert cell.bases.base_digests == ()  # no base lock in the record: bases go by name
     # with no locks at all, every cell is dropped naming the record's locks folder (never floated)
     empty = plan_from(smoke, PlanInputs(locks_shown="my/locks", dockerfiles="out"), with_fingerprints=False)
     assert not empty.cells
@@ -66,7 +68,7 @@ def test_plan_from_an_in_memory_record(smoke: Matrix, monkeypatch: pytest.Monkey
 def test_an_unreadable_lock_raises_when_a_cell_needs_it(smoke: Matrix) -> None:
     plan = build_plan(smoke, project=PROJECT, with_fingerprints=False)
     cell = plan.cells[0]
-    key = LockKey(torch=cell.torch, variant=cell.variant, python=cell.python)
+    key = LockKey(torch=cell.stack.torch, variant=cell.stack.variant, python=cell.runtime.python)
     broken = LockError("locks/x.txt: cut short", file="x.txt", problem="cut short")
     record = PlanInputs(locks_shown="locks", dockerfiles="out", other_locks={key: broken})
     with pytest.raises(LockError) as caught:

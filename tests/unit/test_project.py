@@ -227,7 +227,7 @@ def test_a_linked_locks_folder_plans_and_renders_as_a_plain_one(tmp_path: Path) 
         project = load_project(root / PROJECT_FILE)
         plan = build_plan(load_matrix("smoke", project=project), project=project)
         texts = [t for p, t in sorted(render_plan(plan, project).items()) if p.name == "Dockerfile"]
-        return [c.fingerprint for c in plan.cells], [c.lock_file for c in plan.cells], texts
+        return [c.publish.fingerprint for c in plan.cells], [c.lock.lock_file for c in plan.cells], texts
 
     fingerprints, lock_files, dockerfiles = planned(linked)
     assert lock_files

@@ -28,6 +28,7 @@ else:  # pragma: no cover
 from imagesmith import compat, refresh
 from imagesmith.errors import ConfigError, UpstreamError
 from imagesmith.fatbin import MAGIC, FatbinReport, FatbinScanner, scan
+from imagesmith.refresh import drafts, pypi
 from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 
@@ -286,19 +287,19 @@ def test_companions_pin_or_admit_torch() -> None:
 
 def test_the_python_range_comes_from_the_cp_tags() -> None:
     source = refresh.RecordedSource(DATA)
-    wheels = refresh._final(source.files("torch"))["2.15.0"]
+    wheels = drafts._final(source.files("torch"))["2.15.0"]
     assert refresh.python_range(wheels) == ">=3.11,<3.16"
     # the rebuilt 2.10.0 wheels (build tag 3) win over the first upload
-    assert refresh._pick_wheel(refresh._final(source.files("torch"))["2.10.0"]).build == 3
+    assert drafts._pick_wheel(drafts._final(source.files("torch"))["2.10.0"]).build == 3
 
 
 def test_the_index_defaults_to_pips(monkeypatch: pytest.MonkeyPatch) -> None:
     assert refresh.default_index_url({"PIP_INDEX_URL": "https://mirror.test/simple extra"}) == (
         "https://mirror.test/simple"
     )
-    monkeypatch.setattr(refresh, "_pip_config", lambda: {"global.index-url": "https://corp.test/simple"})
+    monkeypatch.setattr(pypi, "_pip_config", lambda: {"global.index-url": "https://corp.test/simple"})
     assert refresh.default_index_url({}) == "https://corp.test/simple"
-    monkeypatch.setattr(refresh, "_pip_config", lambda: {"global.cert": "/ca.pem"})
+    monkeypatch.setattr(pypi, "_pip_config", lambda: {"global.cert": "/ca.pem"})
     assert refresh.ca_bundle({}) == "/ca.pem"
     assert refresh.ca_bundle({"REQUESTS_CA_BUNDLE": "/other.pem"}) == "/other.pem"
 

@@ -62,7 +62,7 @@ def test_check_lists_differing_missing_extra(tmp_path: Path) -> None:
     (cell_dir / "Dockerfile").write_text("FROM scratch\n")
     (cell_dir / "entrypoint.sh").unlink()
     (cell_dir / "stray.txt").write_text("x")
-    (cell_dir / "sources" / plan.cells[0].nccl_tests_archive).write_text("filled by the build step")
+    (cell_dir / "sources" / plan.cells[0].toolkit.nccl_tests_archive).write_text("filled by the build step")
     with pytest.raises(RenderError) as info:
         check_rendered(rendered, [target], project)
     text = str(info.value)
@@ -99,8 +99,8 @@ def test_dockerfile_content_smoke() -> None:
     assert "ARG BASE_IMAGE=debian:bookworm" in text
     assert text.count("FROM ${") == 2
     assert "FROM debian" not in text  # every FROM goes through a build arg
-    assert f"sources/{cell.nccl_tests_archive}" in text
-    assert cell.nccl_tests_sha256 in text
+    assert f"sources/{cell.toolkit.nccl_tests_archive}" in text
+    assert cell.toolkit.nccl_tests_sha256 in text
     assert "CUDARTLIB=cudart_static" in text
     assert (
         'NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"' in text
@@ -115,7 +115,7 @@ def test_dockerfile_content_smoke() -> None:
         'io.imagesmith.min-driver.full="580.65.06"',
         'io.imagesmith.min-driver.minor-version="580.65.06"',
         'io.imagesmith.shm-min="256m"',
-        f'io.imagesmith.fingerprint="{cell.fingerprint}"',
+        f'io.imagesmith.fingerprint="{cell.publish.fingerprint}"',
         'io.imagesmith.validate="imagesmith-validate"',
         "org.opencontainers.image.version=",
     ):
@@ -137,7 +137,7 @@ def test_cuda13_devel_is_the_runtime_image_plus_pip_nvcc_layers() -> None:
     imagesmith's layer identical (same requirements.txt: no cell id in it), the devel layers after."""
     (runtime,) = build_plan(load_matrix("smoke")).cells
     (devel,) = build_plan(load_matrix("smoke-devel")).cells
-    assert (devel.flavor, devel.devel_image, devel.nccl_toolkit) == ("devel", None, "pip")
+    assert (devel.flavor, devel.bases.devel_image, devel.toolkit.nccl_toolkit) == ("devel", None, "pip")
     rt, dv = render_cell_files(runtime), render_cell_files(devel)
     assert rt["requirements.txt"] == dv["requirements.txt"]
 
@@ -181,7 +181,9 @@ def test_uv_managed_python_and_runtime_mirror() -> None:
     assert 'uv python install "3.11.14"' in text
     assert "ARG UV_PYTHON_INSTALL_MIRROR=" in text
     (mirrored,) = [
-        c for c in build_plan(load_matrix("rtx4090")).cells if c.torch == "2.7.1" and c.flavor == "runtime"
+        c
+        for c in build_plan(load_matrix("rtx4090")).cells
+        if c.stack.torch == "2.7.1" and c.flavor == "runtime"
     ]
     files = render_cell_files(mirrored)
     assert "index-url = https://pypi.tuna.tsinghua.edu.cn/simple" in files["mirror/pip.conf"]
@@ -214,7 +216,9 @@ def _entrypoint(tmp_path: Path, shm_bytes: int) -> Path:
     (cell,) = build_plan(load_matrix("smoke")).cells
     script = tmp_path / "entrypoint.sh"
     script.write_text(
-        render_cell_files(replace(cell, shm_min="999g", shm_min_bytes=shm_bytes))["entrypoint.sh"]
+        render_cell_files(
+            replace(cell, hardware=replace(cell.hardware, shm_min="999g", shm_min_bytes=shm_bytes))
+        )["entrypoint.sh"]
     )
     script.chmod(0o755)
     return script
@@ -287,7 +291,7 @@ _ALLOC_MARK = "imagesmith: allocate the buffers"
 )
 def test_nccl_before_2_19(nccl: str | None, before: bool) -> None:
     cell = build_plan(load_matrix("smoke")).cells[0]
-    assert replace(cell, nccl_version=nccl).nccl_before_2_19 is before
+    assert replace(cell.stack, nccl_version=nccl).nccl_before_2_19 is before
 
 
 def test_only_cells_with_nccl_before_2_19_patch_nccl_tests() -> None:
@@ -295,9 +299,9 @@ def test_only_cells_with_nccl_before_2_19_patch_nccl_tests() -> None:
     cells (a100's torch 2.1.2 cu121, NCCL 2.18.1) get the sed that adds the allocation, checked by a grep."""
     cells = build_plan(load_matrix("a100")).cells
     patched = {c.id for c in cells if _ALLOC_MARK in render_cell_files(c)["Dockerfile"]}
-    assert patched == {c.id for c in cells if c.nccl_before_2_19}
+    assert patched == {c.id for c in cells if c.stack.nccl_before_2_19}
     assert "2.1.2-cu121-py3.11-runtime-debian12" in patched
-    assert any(not c.nccl_before_2_19 for c in cells)
+    assert any(not c.stack.nccl_before_2_19 for c in cells)
     debian = next(c for c in cells if c.id == "2.1.2-cu121-py3.11-runtime-debian12")
     text = render_cell_files(debian)["Dockerfile"]
     assert f'&& grep -q "{_ALLOC_MARK}" ' in text
@@ -317,10 +321,10 @@ def test_the_nccl_tests_sed_allocates_the_buffers(tmp_path: Path) -> None:
         archive = cached_archive(nccl_tests_archive(matrix.nccl_tests))
     except SourceCacheError:
         pytest.skip("the pinned nccl-tests archive is not in the source cache (scripts/setup.sh seeds it)")
-    cell = next(c for c in build_plan(matrix).cells if c.nccl_before_2_19)
+    cell = next(c for c in build_plan(matrix).cells if c.stack.nccl_before_2_19)
     script = re.search(r" && sed -i '(.+?)' /tmp/src/", render_cell_files(cell)["Dockerfile"])
     assert script is not None
-    member = f"nccl-tests-{cell.nccl_tests_commit}/src/common.cu"
+    member = f"nccl-tests-{cell.toolkit.nccl_tests_commit}/src/common.cu"
     with tarfile.open(archive) as tar:
         source = tar.extractfile(member)
         assert source is not None

@@ -10,7 +10,6 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from imagesmith.matrix import load_matrix
 from imagesmith.model import Cell
 from imagesmith.plan import build_plan
 from imagesmith.templating import render_cell_files
+from tests.cellfields import leaf_fields, with_field
 from tests.repo import PROJECT
 
 if sys.version_info >= (3, 11):
@@ -41,11 +41,6 @@ def _cell() -> Cell:
     return cell
 
 
-def _changes(field: str, value: object) -> dict[str, Any]:
-    """``replace(cell, **…)`` with a value of any type in any field (what the renderer must refuse)."""
-    return {field: value}
-
-
 @functools.cache
 def _baseline_files() -> dict[str, str]:
     """The files of :func:`_cell`, rendered once (read only: every test compares against them)."""
@@ -57,7 +52,7 @@ def test_a_control_character_in_any_field_is_refused_by_the_renderer(field: str)
     cell = _cell()
     value = (("com.example.x", "a\nRUN evil"),) if field == "labels" else "a\nRUN evil"
     with pytest.raises(RenderError, match=rf"{field} holds a control character"):
-        render_cell_files(replace(cell, **_changes(field, value)))
+        render_cell_files(with_field(cell, field, value))
 
 
 def _toml_string(text: str) -> str:
@@ -396,7 +391,7 @@ def test_the_renderer_refuses_a_value_its_place_cannot_take(field: str, value: o
     """Defence in depth: a value that got past the loader (a cell made in code) is refused when rendered."""
     cell = _cell()
     with pytest.raises(RenderError, match=rf"{field} holds"):
-        render_cell_files(replace(cell, **_changes(field, value)))
+        render_cell_files(with_field(cell, field, value))
 
 
 def _hostile_cell_values(value: object, hostile: str) -> object | None:
@@ -411,7 +406,7 @@ def _hostile_cell_values(value: object, hostile: str) -> object | None:
 
 CELL_TEXT_FIELDS: tuple[str, ...] = tuple(
     f.name
-    for f in fields(Cell)
+    for f in leaf_fields()
     if f.name not in ("fingerprint",) and ("str" in str(f.type) or "tuple[str" in str(f.type))
 )
 
@@ -423,12 +418,12 @@ def test_a_hostile_value_in_any_cell_field_is_refused_by_the_renderer_or_adds_no
     cell = _cell()
     baseline = _shapes(_baseline_files())
     for hostile in HOSTILE:
-        value = _hostile_cell_values(getattr(cell, name), hostile)
+        value = _hostile_cell_values(dict(cell.leaves())[name], hostile)
         if value is None:
             continue
         refused: RenderError | None = None
         try:
-            files = render_cell_files(replace(cell, **_changes(name, value)))
+            files = render_cell_files(with_field(cell, name, value))
         except RenderError as exc:
             refused = exc
         if refused is not None:

@@ -387,3 +387,24 @@ def test_init_that_fails_to_render_leaves_nothing_behind(
     assert left == ["dockerfiles", "notes.txt"]
     monkeypatch.setattr(render, "write_rendered", real)
     assert run_cli("init", str(emptied), "--gpu", "h200").exit_code == 0
+
+
+def test_fit_passes_over_a_lock_whose_cuda_the_host_driver_cannot_run() -> None:
+    """scaffold._fit, one reference lock judged alone: a host driver older than the lock's CUDA minimum is
+    the ``driver`` cause, carrying the driver it needs (the hint's fix is chosen from it)."""
+    from imagesmith.scaffold import _fit, _Rejected
+
+    key = next(k for k in reference_lock_keys() if k.torch != "suite")
+    gpus = resolve_gpus(["h100"])
+    cuda = compat.torch_release(key.torch).variants[key.variant].cuda
+    need = compat.min_driver(cuda).full
+    base = [b for b in compat.os_bases() if b.python == key.python]
+    common = {"gpus": gpus, "bases": base, "base_image": None, "gpu_floor": None}
+    judged = _fit(key, host=compat.parse_driver("450.80.02"), **common)  # type: ignore[arg-type]
+    assert isinstance(judged, _Rejected)
+    assert judged.cause == "driver"
+    assert judged.needs == need
+    fits = _fit(key, host=need, **common)  # type: ignore[arg-type]
+    assert isinstance(fits, tuple)
+    assert fits[1].lock == key
+    assert fits[1].cuda == cuda

@@ -26,8 +26,8 @@ from imagesmith.schema import (
     VALIDATION_REPORT,
     Field,
     Schema,
-    _json,
 )
+from imagesmith.schema.core import _json
 from tests.repo import REPO
 
 if sys.version_info >= (3, 11):

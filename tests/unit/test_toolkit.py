@@ -107,19 +107,27 @@ def test_the_data_table_is_complete_and_sourced() -> None:
 
 def test_auto_picks_pip_for_cuda13(tmp_path: Path) -> None:
     (cell,) = build_plan(_matrix(tmp_path, torch="2.11.0", variant="cu130")).cells
-    assert (cell.nccl_toolkit, cell.builder_image, cell.distro_toolkit) == ("pip", "debian:bookworm", None)
+    assert (cell.toolkit.nccl_toolkit, cell.bases.builder_image, cell.toolkit.distro_toolkit) == (
+        "pip",
+        "debian:bookworm",
+        None,
+    )
 
 
 def test_auto_picks_the_distros_toolkit_and_explains(tmp_path: Path) -> None:
     (cell,) = build_plan(_matrix(tmp_path, torch="2.5.1", variant="cu124")).cells
-    assert cell.nccl_toolkit == "distro"
-    assert cell.builder_image == cell.base_image == "debian:bookworm"  # same glibc as the final stage
-    assert cell.distro_toolkit == compat.distro_toolkit("debian12")
-    assert "bookworm's nvidia-cuda-toolkit 11.8.89" in cell.toolkit_note
-    assert "CUDA 11.8 <= the cell's 12.4" in cell.toolkit_note
-    assert "PTX" not in cell.toolkit_note  # sm_80 and sm_90 are native to nvcc 11.8
-    assert "not checked with apt" not in cell.toolkit_note  # bookworm's row was read with apt-cache policy
-    assert cell.nvcc_gencode == (
+    assert cell.toolkit.nccl_toolkit == "distro"
+    assert (
+        cell.bases.builder_image == cell.bases.base_image == "debian:bookworm"
+    )  # same glibc as the final stage
+    assert cell.toolkit.distro_toolkit == compat.distro_toolkit("debian12")
+    assert "bookworm's nvidia-cuda-toolkit 11.8.89" in cell.toolkit.toolkit_note
+    assert "CUDA 11.8 <= the cell's 12.4" in cell.toolkit.toolkit_note
+    assert "PTX" not in cell.toolkit.toolkit_note  # sm_80 and sm_90 are native to nvcc 11.8
+    assert (
+        "not checked with apt" not in cell.toolkit.toolkit_note
+    )  # bookworm's row was read with apt-cache policy
+    assert cell.hardware.nvcc_gencode == (
         "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 "
         "-gencode=arch=compute_90,code=compute_90"
     )
@@ -149,7 +157,7 @@ def test_trixie_builder_installs_the_cccl_headers_cuda_12_4_includes(tmp_path: P
     locks.mkdir()  # trixie's python3 is 3.13: the py3.12 pins stand in (the builder stage uses only NCCL's)
     shutil.copy(PROJECT.locks_dir / "2.6.0-cu124-py3.12.txt", locks / "2.6.0-cu124-py3.13.txt")
     (cell,) = build_plan(_matrix(tmp_path, python="3.13", **args), lock_dir=locks).cells
-    assert (cell.nccl_toolkit, cell.builder_image) == ("distro", "debian:trixie")
+    assert (cell.toolkit.nccl_toolkit, cell.bases.builder_image) == ("distro", "debian:trixie")
     text = render_cell_files(cell)["Dockerfile"]
     assert "apt-get install -y --no-install-recommends make python3 python3-venv python3-pip " in text
     assert "ca-certificates g++-13 libcu++-dev \\\n" in text
@@ -169,8 +177,8 @@ def test_every_cuda_12_row_installs_libcuxx_for_nv_target() -> None:
         if int(tk.cuda.split(".")[0]) >= 12:
             assert "libcu++-dev" in tk.header_packages, tk.os
     (cell, *_) = build_plan(load_matrix("rtx4090", project=PROJECT)).cells  # noble's CUDA 12.0
-    assert cell.distro_toolkit is not None
-    assert cell.distro_toolkit.release == "noble"
+    assert cell.toolkit.distro_toolkit is not None
+    assert cell.toolkit.distro_toolkit.release == "noble"
     assert " g++-12 libcu++-dev \\\n" in render_cell_files(cell)["Dockerfile"]
 
 
@@ -209,10 +217,13 @@ def test_gpus_newer_than_the_distros_nvcc_get_ptx(tmp_path: Path) -> None:
     if not plan.cells:  # no 2.8.0 cu128 py3.12 lock for debian12 in this project: plan the lock-free way
         pytest.fail(f"expected a cell: {plan.dropped}")
     (cell,) = plan.cells
-    assert cell.nccl_toolkit == "distro"
-    assert cell.nvcc_gencode == "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
-    assert "nvcc 11.8 compiles up to sm_90, so sm_100 gets compute_90 PTX only" in cell.toolkit_note
-    assert "JIT" in cell.toolkit_note
+    assert cell.toolkit.nccl_toolkit == "distro"
+    assert (
+        cell.hardware.nvcc_gencode
+        == "-gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90"
+    )
+    assert "nvcc 11.8 compiles up to sm_90, so sm_100 gets compute_90 PTX only" in cell.toolkit.toolkit_note
+    assert "JIT" in cell.toolkit.toolkit_note
 
 
 def test_a_toolkit_newer_than_the_cell_is_never_used(tmp_path: Path) -> None:
@@ -240,8 +251,11 @@ def test_a_toolkit_newer_than_the_cell_is_never_used(tmp_path: Path) -> None:
     # auto falls back to the devel image where the matrix names one
     dev = '"11.8" = "nvidia/cuda:11.8.0-devel-ubuntu22.04"'
     (cell,) = build_plan(_matrix(tmp_path, devel_images=dev, **args)).cells
-    assert (cell.nccl_toolkit, cell.builder_image) == ("devel-image", "nvidia/cuda:11.8.0-devel-ubuntu22.04")
-    assert "nvidia/cuda:11.8.0-devel-ubuntu22.04" in cell.toolkit_note
+    assert (cell.toolkit.nccl_toolkit, cell.bases.builder_image) == (
+        "devel-image",
+        "nvidia/cuda:11.8.0-devel-ubuntu22.04",
+    )
+    assert "nvidia/cuda:11.8.0-devel-ubuntu22.04" in cell.toolkit.toolkit_note
 
 
 def test_explicit_toolkits(tmp_path: Path) -> None:
@@ -259,7 +273,7 @@ def test_explicit_toolkits(tmp_path: Path) -> None:
     dev = '"12.4" = "nvidia/cuda:12.4.1-devel-ubuntu22.04"'
     m = _matrix(tmp_path, torch="2.5.1", variant="cu124", toolkit="devel-image", devel_images=dev)
     (cell,) = build_plan(m).cells
-    assert cell.nccl_toolkit == "devel-image"
+    assert cell.toolkit.nccl_toolkit == "devel-image"
     text = render_cell_files(cell)["Dockerfile"]  # the devel-image fragment, which no project matrix uses now
     assert "ARG BUILDER_IMAGE=nvidia/cuda:12.4.1-devel-ubuntu22.04" in text
     assert "ENV CUDA_HOME=/usr/local/cuda" in text
@@ -281,7 +295,10 @@ def test_toolkit_base_on_a_plain_os_image_is_dropped_with_the_fix(tmp_path: Path
             tmp_path, toolkit="base", torch="2.5.1", variant="cu124", image="nvcr.io/nvidia/pytorch:24.05-py3"
         )
     ).cells
-    assert (cell.nccl_toolkit, cell.builder_image) == ("base", "nvcr.io/nvidia/pytorch:24.05-py3")
+    assert (cell.toolkit.nccl_toolkit, cell.bases.builder_image) == (
+        "base",
+        "nvcr.io/nvidia/pytorch:24.05-py3",
+    )
 
 
 def test_build_refuses_a_matrix_that_plans_no_cell(tmp_path: Path, run_cli: Any) -> None:
@@ -317,8 +334,8 @@ def test_devel_flavor_with_the_distro_toolkit(tmp_path: Path) -> None:
     assert 'add "12.4" to base.devel_images' in reason
     dev = '"12.4" = "nvidia/cuda:12.4.1-devel-ubuntu22.04"'
     (cell,) = build_plan(_matrix(tmp_path, devel_images=dev, **args)).cells
-    assert cell.nccl_toolkit == "distro"
-    assert cell.devel_image == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
+    assert cell.toolkit.nccl_toolkit == "distro"
+    assert cell.bases.devel_image == "nvidia/cuda:12.4.1-devel-ubuntu22.04"
     text = render_cell_files(cell)["Dockerfile"]
     assert "FROM ${DEVEL_IMAGE}" in text
     assert "ARG BUILDER_IMAGE=debian:bookworm" in text
@@ -329,22 +346,24 @@ def test_project_matrices_build_nccl_tests_without_nvidia_cuda_images(name: str)
     plan = build_plan(load_matrix(name, project=PROJECT))
     assert plan.cells
     for cell in plan.cells:
-        assert cell.nccl_toolkit == "distro", cell.id
-        assert cell.builder_image == cell.base_image, cell.id
+        assert cell.toolkit.nccl_toolkit == "distro", cell.id
+        assert cell.bases.builder_image == cell.bases.base_image, cell.id
         if cell.flavor != "devel":
             assert "nvidia/cuda:" not in render_cell_files(cell)["Dockerfile"], cell.id
 
 
 def test_h100_on_jammy_gets_ptx_and_says_so() -> None:
     cell = build_plan(load_matrix("h100", project=PROJECT)).cells[0]
-    assert "sm_90 gets compute_86 PTX only" in cell.toolkit_note
+    assert "sm_90 gets compute_86 PTX only" in cell.toolkit.toolkit_note
     assert "jammy row of imagesmith/data/toolkits.toml was read from the distribution's package pages" in (
-        cell.toolkit_note
+        cell.toolkit.toolkit_note
     )
     # an unverified row says what to do should it not build
-    assert "should its builder stage fail, set nccl_tests.toolkit = 'devel-image'" in cell.toolkit_note
-    assert f'with "{cell.cuda}" in base.devel_images, and correct the row' in cell.toolkit_note
-    assert cell.nvcc_gencode == "-gencode=arch=compute_86,code=compute_86"
+    assert (
+        "should its builder stage fail, set nccl_tests.toolkit = 'devel-image'" in cell.toolkit.toolkit_note
+    )
+    assert f'with "{cell.stack.cuda}" in base.devel_images, and correct the row' in cell.toolkit.toolkit_note
+    assert cell.hardware.nvcc_gencode == "-gencode=arch=compute_86,code=compute_86"
 
 
 def test_plan_explain_prints_the_builder_toolkit(run_cli: object) -> None:

@@ -299,3 +299,23 @@ def test_a_size_or_rate_past_any_real_value_is_one_error_not_an_overflow(text: s
         with pytest.raises(ImagesmithError) as info:
             parse(value, source="listing.toml", key="gpu.memory")
         assert "listing.toml" in info.value.message
+
+
+def test_host_rows_alone_driver_is_compared_as_a_version_and_an_unmeasured_one_says_why() -> None:
+    """listing._host_rows, one step of judge_listing: "or later" compares versions (570.10 < 570.9 as text),
+    and a promise the suite did not measure is UNMEASURED with the suite's reason."""
+    from imagesmith.validate.listing import _host_rows
+
+    seen: list[tuple[str, str | None, bool | None]] = []
+    promised = Listing(driver="570.9", cuda="12.8", vcpu=8)
+    _host_rows(
+        promised,
+        Measured(driver="570.10", driver_cuda="12.4"),
+        lambda k, p, got, ok: seen.append((k, got, ok)),
+    )
+    assert seen == [("gpu.driver", "570.10", True), ("gpu.cuda", "12.4", False), ("host.vcpu", None, None)]
+    rows = judge_listing(
+        promised, Measured(driver="570.10", driver_cuda="12.4", why_not={"host.vcpu": "no nproc"})
+    )
+    assert [(r.verdict, r.measured) for r in rows][1:] == [(BROKEN, "12.4"), (UNMEASURED, "no nproc")]
+    assert rows[0].verdict == KEPT

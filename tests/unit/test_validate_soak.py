@@ -432,3 +432,36 @@ def test_a_gpu_listed_at_the_start_that_the_soak_did_not_load_fails() -> None:
     no_uuid = soak_series([dict(r, uuid=None) if r.get("kind") == "window" else r for r in _raw()])
     assert list(no_uuid.rows) == ["cuda:0 (NVIDIA H200)"]
     assert [f.split(":")[0] for f in judge_soak(no_uuid, listed=listed).failures] == ["GPU 1 (NVIDIA H200)"]
+
+
+def test_judge_figure_alone_skips_minute_one_and_judges_every_later_minute() -> None:
+    """soak._judge_figure, one figure of one GPU: minute 1 is the reference (never judged against itself),
+    and each later full minute is judged: a drop in minute 3 fails even after a steady minute 2."""
+    from imagesmith.validate.soak import SoakResult, SoakRow, SoakSettings, _judge_figure
+
+    def w(i: int, tflops: float) -> SoakRow:
+        return SoakRow("GPU 0", "H200", i, i * 10.0, i * 10.0 + 10.0, tflops, None, None)
+
+    rows = [w(i, 100.0 if i < 12 else 50.0) for i in range(18)]  # minutes 1 and 2 steady, 3 at half
+    first = [r for r in rows if r.minute == 1]
+    later = [r for r in rows if r.minute > 1]
+    out, failures, ratios, means = SoakResult(), [], [], {"matmul_tflops": []}  # type: ignore[var-annotated]
+    series = SoakSeries(rows={"GPU 0": rows}, interval_s=10.0)
+    _judge_figure(
+        "GPU 0",
+        "matmul_tflops",
+        rows,
+        first,
+        later,
+        series=series,
+        s=SoakSettings(),
+        expected={},
+        out=out,
+        gpu_failures=failures,
+        ratios_all=ratios,
+        per_gpu_means=means,
+    )
+    assert ratios == [1.0, 0.5]
+    assert len(failures) == 1
+    assert "minute 3" in failures[0]
+    assert [m["minute"] for m in out.minutes[0]["minutes"]] == [1, 2, 3]

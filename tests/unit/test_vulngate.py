@@ -18,6 +18,7 @@ from imagesmith import vulngate
 from imagesmith.errors import ConfigError
 from imagesmith.index import VulnRecord, dump_index, parse_index
 from imagesmith.project import ProjectError
+from imagesmith.vulngate import reading
 
 DATA = Path(__file__).parent.parent / "data" / "vuln"
 RECORDED = "sha256:" + "ab" * 32  # the digest the recorded reports name
@@ -189,7 +190,7 @@ def test_hostile_report_is_one_error_naming_the_file(tmp_path: Path, body: bytes
 
 
 def test_oversized_report_is_refused_unread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(vulngate, "MAX_REPORT_BYTES", 1000)
+    monkeypatch.setattr(reading, "MAX_REPORT_BYTES", 1000)  # read by reading._read
     scans = _scans(tmp_path)
     with pytest.raises(ConfigError, match="more than"):
         vulngate.gate([scans], RECORDED, vulngate.Policy(fail_on="critical"), today=TODAY)

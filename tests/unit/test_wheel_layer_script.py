@@ -33,14 +33,17 @@ def _cells() -> list[Cell]:
         for c in build_plan(
             load_matrix(name, project=PROJECT), project=PROJECT, with_fingerprints=False
         ).cells
-        if c.layers
+        if c.publish.layers
     ]
 
 
 def _scripts() -> dict[str, str]:
     """Every distinct rendered script of the project's cells, plus both hash modes of the default venv."""
     out = {
-        f"{c.venv} py{c.python} hashed={c.hashed}": render_cell_files(c)[WHEEL_LAYER_SCRIPT] for c in _cells()
+        f"{c.runtime.venv} py{c.runtime.python} hashed={c.lock.hashed}": render_cell_files(c)[
+            WHEEL_LAYER_SCRIPT
+        ]
+        for c in _cells()
     }
     for hashed in (True, False):
         out[f"/opt/venv py3.11 hashed={hashed}"] = wheel_layer_script("/opt/venv", "3.11", hashed=hashed)
@@ -113,8 +116,8 @@ def test_each_layer_is_one_run_mounting_its_pin_file_the_script_the_cache_and_th
     dockerfile = files["Dockerfile"]
     assert not re.search(r"^COPY layers/\d", dockerfile, re.M)  # no COPY of a pin file: no layer of its own
     runs = [r for r in _runs(dockerfile) if "wheel-layer.sh layers/" in r]
-    assert len(runs) == len(cell.layers)
-    for run, layer in zip(runs, cell.layers, strict=True):
+    assert len(runs) == len(cell.publish.layers)
+    for run, layer in zip(runs, cell.publish.layers, strict=True):
         mounts = re.findall(r"--mount=(\S+)", run)
         assert mounts == [
             f"type=bind,source={layer.file},target=/tmp/ctx/layer.txt",
@@ -134,9 +137,9 @@ def test_each_layer_is_one_run_mounting_its_pin_file_the_script_the_cache_and_th
         assert target in stamped
     assert stamped.startswith(f"@{LAYER_EPOCH} ")
     script = files[WHEEL_LAYER_SCRIPT]
-    assert ("--require-hashes" in script) == cell.hashed
-    assert f"{cell.venv}/bin/python -m pip download --no-cache-dir --no-deps" in script
-    assert f"{cell.venv}/bin/python -m pip install --no-cache-dir --no-index --no-deps" in script
+    assert ("--require-hashes" in script) == cell.lock.hashed
+    assert f"{cell.runtime.venv}/bin/python -m pip download --no-cache-dir --no-deps" in script
+    assert f"{cell.runtime.venv}/bin/python -m pip install --no-cache-dir --no-index --no-deps" in script
 
 
 def test_cells_with_one_venv_share_the_script_bytes() -> None:
@@ -146,8 +149,8 @@ def test_cells_with_one_venv_share_the_script_bytes() -> None:
     for cell in _cells():
         script = render_cell_files(cell)[WHEEL_LAYER_SCRIPT]
         assert cell.id not in script
-        assert Path(cell.lock_file).name not in script
-        by_key.setdefault((cell.venv, cell.python, cell.hashed), set()).add(script)
+        assert Path(cell.lock.lock_file).name not in script
+        by_key.setdefault((cell.runtime.venv, cell.runtime.python, cell.lock.hashed), set()).add(script)
     assert all(len(v) == 1 for v in by_key.values()), {k: len(v) for k, v in by_key.items()}
     flavors = {c.flavor for c in _cells()}
     assert {"runtime", "devel", "interactive"} <= flavors
@@ -157,14 +160,18 @@ def test_the_script_is_part_of_the_fingerprint(monkeypatch: pytest.MonkeyPatch) 
     (cell,) = build_plan(
         load_matrix("smoke", project=PROJECT), project=PROJECT, with_fingerprints=False
     ).cells
-    before = with_fingerprint(replace(cell, fingerprint=FINGERPRINT_PLACEHOLDER)).fingerprint
+    before = with_fingerprint(
+        replace(cell, publish=replace(cell.publish, fingerprint=FINGERPRINT_PLACEHOLDER))
+    ).publish.fingerprint
     real = templating.wheel_layer_script
     monkeypatch.setattr(
         templating,
         "wheel_layer_script",
         lambda *a, **k: real(*a, **k).replace("--no-deps", "--no-deps -v", 1),
     )
-    after = with_fingerprint(replace(cell, fingerprint=FINGERPRINT_PLACEHOLDER)).fingerprint
+    after = with_fingerprint(
+        replace(cell, publish=replace(cell.publish, fingerprint=FINGERPRINT_PLACEHOLDER))
+    ).publish.fingerprint
     assert before != after
 
 

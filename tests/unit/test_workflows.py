@@ -277,7 +277,7 @@ def test_the_credential_steps_write_a_private_folder_and_the_always_step_removes
 def test_weekly_refresh_compat_sweeps_every_torch_row() -> None:
     """Issue 27: the default checks only the newest minor; the weekly job must cover every torch row."""
     from imagesmith import compat
-    from imagesmith.refresh import _in, parse_releases
+    from imagesmith.refresh.diff import _in, parse_releases
 
     text = (WORKFLOWS / "refresh-compat.yml").read_text(encoding="utf-8")
     calls = [

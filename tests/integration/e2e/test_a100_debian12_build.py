@@ -60,11 +60,15 @@ def _registries_file(regs: LocalRegistries, dest: Path) -> Path:
 def test_a100_cu121_debian12_cell_built_pushed_and_linked(regs: LocalRegistries, tmp_path: Path) -> None:
     registries = _registries_file(regs, tmp_path / "registries.toml")
     (cell,) = build_plan(load_matrix("a100", registries_file=registries)).select([CELL]).cells
-    assert (cell.cuda, cell.nccl_version, cell.python_source) == ("12.1", "2.18.1", "distro")
-    assert (cell.nccl_toolkit, cell.builder_image) == ("distro", "debian:bookworm")
-    assert cell.distro_toolkit is not None
-    assert cell.distro_toolkit.cuda == "11.8"
-    assert [t.name for t in cell.registries] == ["dockerhub", "ghcr", "acr-hangzhou"]
+    assert (cell.stack.cuda, cell.stack.nccl_version, cell.runtime.python_source) == (
+        "12.1",
+        "2.18.1",
+        "distro",
+    )
+    assert (cell.toolkit.nccl_toolkit, cell.bases.builder_image) == ("distro", "debian:bookworm")
+    assert cell.toolkit.distro_toolkit is not None
+    assert cell.toolkit.distro_toolkit.cuda == "11.8"
+    assert [t.name for t in cell.publish.registries] == ["dockerhub", "ghcr", "acr-hangzhou"]
     assert "nvidia/cuda:" not in render_cell_files(cell)["Dockerfile"]
 
     env = dict(os.environ)
@@ -94,17 +98,17 @@ def test_a100_cu121_debian12_cell_built_pushed_and_linked(regs: LocalRegistries,
 
     # one digest in every target (the engine pushed once; the rest were copied through the registry API)
     clients = {regs.plain: regs.plain_client(), regs.auth: regs.auth_client()}
-    for target in cell.registries:
+    for target in cell.publish.registries:
         client: RegistryClient = clients[target.host]
         assert client.manifest_digest(target.repo, candidate_tag(cell)) == digest, target.name
 
     # pulled back from the TLS registry (ghcr's name here)
     engine = Engine()
-    tls = next(t for t in cell.registries if t.host == regs.auth)
+    tls = next(t for t in cell.publish.registries if t.host == regs.auth)
     ref = f"{tls.image}:{candidate_tag(cell)}"
     for name in (
         f"imagesmith/{cell.matrix}:{cell.id}",
-        f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, str(row['suite']))}",
+        f"{cell.publish.registries[0].image}:{staging_tag(cell.publish.fingerprint, str(row['suite']))}",
         ref,
     ):
         engine.remove(name, force=True)
@@ -113,7 +117,7 @@ def test_a100_cu121_debian12_cell_built_pushed_and_linked(regs: LocalRegistries,
 
     labels = engine.labels(ref)
     assert labels["io.imagesmith.cell"] == CELL
-    assert labels["io.imagesmith.fingerprint"] == cell.fingerprint
+    assert labels["io.imagesmith.fingerprint"] == cell.publish.fingerprint
     assert (labels["io.imagesmith.cuda"], labels["io.imagesmith.nccl"]) == ("12.1", "2.18.1")
     assert labels["io.imagesmith.min-driver.full"] == "530.30.02"
     assert labels["io.imagesmith.min-driver.minor-version"] == "525.60.13"

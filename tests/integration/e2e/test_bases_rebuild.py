@@ -64,7 +64,7 @@ def test_only_the_cell_on_the_moved_base_is_rebuilt(
         ["-c", "from imagesmith.build import suite_digest; print(suite_digest())"], root, python=True
     ).stdout.strip()
     for cell in _cells(project, world).values():  # both built on d1 (as the nightly left them)
-        for tag in (fingerprint_tag(cell.fingerprint, suite), candidate_tag(cell)):
+        for tag in (fingerprint_tag(cell.publish.fingerprint, suite), candidate_tag(cell)):
             copy_manifest(client, f"{prefix}/library/debian", d1, client, f"{prefix}/torch", put_as=tag)  # type: ignore[arg-type]
 
     _republish(world)
@@ -73,7 +73,7 @@ def test_only_the_cell_on_the_moved_base_is_rebuilt(
     d2 = read_bases(project.locks_dir).entries["debian:bookworm"].digest  # type: ignore[union-attr]
     # what the CLI plans and bakes in is what this process seeded the registry with
     planned = json.loads(_imagesmith(["plan", "--matrix", world["other"], "--json"], root).stdout)
-    assert planned["cells"][0]["fingerprint"] == _cells(project, world)["other"].fingerprint
+    assert planned["cells"][0]["fingerprint"] == _cells(project, world)["other"].publish.fingerprint
     extra_ca = os.environ.get("IMAGESMITH_TEST_EXTRA_CA") or os.environ.get("PIP_CERT")
     ca = ["--extra-ca", extra_ca] if extra_ca else []  # pip in the build behind a TLS-intercepting proxy
     _imagesmith(["build", "--matrix", world["other"], "--push", "--summary", "other.json", *ca], root)

@@ -73,14 +73,16 @@ def _context(tmp_path: Path, cell: Cell, requirement: str, via: str = "pip_insta
     files = render_cell_files(cell)
     lines = files["Dockerfile"].splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("FROM ${BASE_IMAGE}"))
-    end = next(i for i, ln in enumerate(lines) if ln.startswith(f"RUN python3 -m venv {cell.venv}"))
-    family = compat.os_family(cell.os)
+    end = next(i for i, ln in enumerate(lines) if ln.startswith(f"RUN python3 -m venv {cell.runtime.venv}"))
+    family = compat.os_family(cell.bases.os)
     assert family is not None
     ctx = tmp_path / "ctx"
     ctx.mkdir(parents=True)
-    head = [f"ARG BASE_IMAGE={cell.base_image}", *lines[start : end + 1]]
+    head = [f"ARG BASE_IMAGE={cell.bases.base_image}", *lines[start : end + 1]]
     if via == "wheel-layer.sh":
-        extra = wheel_layer_files([PROBE_LAYER], venv=cell.venv, python=cell.python, hashed=True)
+        extra = wheel_layer_files(
+            [PROBE_LAYER], venv=cell.runtime.venv, python=cell.runtime.python, hashed=True
+        )
         extra[PROBE_LAYER.file] = requirement
         for name, text in extra.items():
             (ctx / name).parent.mkdir(parents=True, exist_ok=True)
@@ -125,8 +127,8 @@ def test_the_extra_ca_is_in_no_layer_and_pip_checks_hashes(
     probe = f"imagesmith-ca-probe-{token}".encode()
     ca = tmp_path / "extra-ca.pem"
     ca.write_bytes(host_ca.read_bytes() + b"\n# " + probe + b"\n")
-    version = cell.pins[[n for n, _ in cell.pins].index(PIN)][1]
-    hashes = cell.hashes_of(PIN, version)
+    version = cell.lock.pins[[n for n, _ in cell.lock.pins].index(PIN)][1]
+    hashes = cell.lock.hashes_of(PIN, version)
     assert hashes
     req = f"# run {token}\n{PIN}=={version}" + "".join(f" \\\n    --hash=sha256:{h}" for h in hashes) + "\n"
     ctx = _context(tmp_path, cell, req, via)
@@ -192,7 +194,7 @@ def test_the_extra_ca_is_in_no_layer_and_pip_checks_hashes(
 def test_a_wheel_whose_sha256_differs_from_the_lock_fails_the_build(
     tmp_path: Path, cell: Cell, config: UserConfig, via: str
 ) -> None:
-    version = cell.pins[[n for n, _ in cell.pins].index(PIN)][1]
+    version = cell.lock.pins[[n for n, _ in cell.lock.pins].index(PIN)][1]
     token = uuid.uuid4().hex
     req = f"# run {token}\n{PIN}=={version} \\\n    --hash=sha256:{'0' * 64}\n"
     ctx = _context(tmp_path, cell, req, via)

@@ -58,11 +58,11 @@ def pull_back_from_tls(cell: Cell, suite: str, regs: LocalRegistries) -> tuple[E
     """Remove the built image's local tags, then pull its candidate back from the TLS registry: (engine, that
     registry, the pulled reference)."""
     engine = Engine()
-    tls = next(t for t in cell.registries if t.name == "local-tls")
+    tls = next(t for t in cell.publish.registries if t.name == "local-tls")
     ref = f"{tls.image}:{candidate_tag(cell)}"
     for name in (
         f"imagesmith/{cell.matrix}:{cell.id}",
-        f"{cell.registries[0].image}:{staging_tag(cell.fingerprint, suite)}",
+        f"{cell.publish.registries[0].image}:{staging_tag(cell.publish.fingerprint, suite)}",
         ref,
     ):
         engine.remove(name, force=True)
@@ -111,22 +111,22 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
 
     # 2. digest parity + labels, through the registry API of both registries
     clients = {"local-plain": regs.plain_client(), "local-tls": regs.auth_client()}
-    assert {t.name for t in cell.registries} == set(clients)
-    for target in cell.registries:
+    assert {t.name for t in cell.publish.registries} == set(clients)
+    for target in cell.publish.registries:
         client: RegistryClient = clients[target.name]
         repo = target.repo
         assert client.manifest_digest(repo, candidate_tag(cell)) == digest, target.name
-        assert client.manifest_digest(repo, fingerprint_tag(cell.fingerprint, row["suite"])) == digest, (
-            target.name
-        )
+        assert (
+            client.manifest_digest(repo, fingerprint_tag(cell.publish.fingerprint, row["suite"])) == digest
+        ), target.name
         manifest = client.get_manifest(repo, digest)
         config_digest = manifest.json()["config"]["digest"]
         with client.get_blob(repo, config_digest) as resp:
             labels = json.loads(resp.content)["config"]["Labels"]
-        assert labels["io.imagesmith.fingerprint"] == cell.fingerprint
+        assert labels["io.imagesmith.fingerprint"] == cell.publish.fingerprint
         assert labels["io.imagesmith.suite"] == row["suite"]
-        assert labels["io.imagesmith.torch"] == cell.torch
-        assert labels["io.imagesmith.cuda"] == cell.cuda
+        assert labels["io.imagesmith.torch"] == cell.stack.torch
+        assert labels["io.imagesmith.cuda"] == cell.stack.cuda
         # what release reads an index entry's fields from (issue 25): the plan's values, from the image itself
         from imagesmith.release import ReleaseCell, image_facts
 
@@ -156,15 +156,15 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
     )
     assert out.exit_code == 0, out.output
     version, cuda = out.output.strip().splitlines()[-1].split()
-    assert version.split("+")[0] == cell.torch
-    assert cuda == cell.cuda
+    assert version.split("+")[0] == cell.stack.torch
+    assert cuda == cell.stack.cuda
     assert "WARNING" not in out.output  # enough /dev/shm: the entrypoint is silent
 
     # 4. the entrypoint's shm guard: 64 MB → loud warning with the fix, command still runs
     small = engine.run_container(ref, ["echo", "still-ran"], shm_size="64m", timeout_s=120)
     assert small.exit_code == 0
     assert "WARNING: /dev/shm is 64M" in small.output
-    assert f"--shm-size={cell.shm_min}" in small.output
+    assert f"--shm-size={cell.hardware.shm_min}" in small.output
     assert "--ipc=host" in small.output
     assert "still-ran" in small.output
 
@@ -186,7 +186,7 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
     # version and every nvidia-* wheel of the lock with its locked sha256, every OS package dpkg lists and
     # every Python distribution the image's Python sees
     sbom_dir = tmp_path / "sbom"
-    plain = next(t for t in cell.registries if t.name == "local-plain")
+    plain = next(t for t in cell.publish.registries if t.name == "local-plain")
     _imagesmith(
         [
             "sbom",
@@ -195,7 +195,7 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
             str(sbom_dir),
             "--insecure",
             "--lock",
-            str(REPO / cell.lock_file),
+            str(REPO / cell.lock.lock_file),
         ],
         cli_env,
         1800,
@@ -203,8 +203,8 @@ def test_smoke_build_push_pull_run_and_noop_rebuild(
     doc = json.loads((sbom_dir / f"{sbom.stem(digest)}.spdx.json").read_text())
     summary = sbom.summarize(doc)
     listed = {(canonicalize_name(n), v) for n, v in summary.python_packages}
-    pins = {(canonicalize_name(n), v.split("+")[0]) for n, v in cell.pins}
-    assert ("torch", cell.torch) in listed
+    pins = {(canonicalize_name(n), v.split("+")[0]) for n, v in cell.lock.pins}
+    assert ("torch", cell.stack.torch) in listed
     nvidia = {p for p in pins if p[0].startswith("nvidia-")}
     assert nvidia
     assert nvidia <= listed, sorted(nvidia - listed)

@@ -79,9 +79,13 @@ def _copy_out(ref: str, names: tuple[str, ...], dest: Path) -> list[Path]:
 
 def test_cuda12_cell_built_without_nvidia_cuda_images(regs: LocalRegistries, tmp_path: Path) -> None:
     (cell,) = build_plan(load_matrix("smoke-cu12")).cells
-    assert (cell.cuda, cell.nccl_toolkit, cell.builder_image) == ("12.4", "distro", "debian:bookworm")
-    assert cell.distro_toolkit is not None
-    assert cell.distro_toolkit.cuda == "11.8"
+    assert (cell.stack.cuda, cell.toolkit.nccl_toolkit, cell.bases.builder_image) == (
+        "12.4",
+        "distro",
+        "debian:bookworm",
+    )
+    assert cell.toolkit.distro_toolkit is not None
+    assert cell.toolkit.distro_toolkit.cuda == "11.8"
     dockerfile = render_cell_files(cell)["Dockerfile"]
     assert "nvidia/cuda:" not in dockerfile
     assert "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90" in dockerfile
@@ -101,8 +105,8 @@ def test_cuda12_cell_built_without_nvidia_cuda_images(regs: LocalRegistries, tmp
 
     # 2. digest parity through the registry API of both registries
     clients = {"local-plain": regs.plain_client(), "local-tls": regs.auth_client()}
-    assert {t.name for t in cell.registries} == set(clients)
-    for target in cell.registries:
+    assert {t.name for t in cell.publish.registries} == set(clients)
+    for target in cell.publish.registries:
         client: RegistryClient = clients[target.name]
         assert client.manifest_digest(target.repo, candidate_tag(cell)) == digest, target.name
 
@@ -118,7 +122,7 @@ def test_cuda12_cell_built_without_nvidia_cuda_images(regs: LocalRegistries, tmp
     )
     assert out.exit_code == 0, out.output
     version, cuda = out.output.strip().splitlines()[-1].split()
-    assert version.split("+")[0] == cell.torch
+    assert version.split("+")[0] == cell.stack.torch
     assert cuda == "12.4"
     assert "WARNING" not in out.output
 
@@ -142,7 +146,7 @@ def test_cuda12_cell_built_without_nvidia_cuda_images(regs: LocalRegistries, tmp
     small = engine.run_container(ref, ["echo", "still-ran"], shm_size="64m", timeout_s=120)
     assert small.exit_code == 0
     assert "WARNING: /dev/shm is 64M" in small.output
-    assert f"--shm-size={cell.shm_min}" in small.output
+    assert f"--shm-size={cell.hardware.shm_min}" in small.output
     assert "still-ran" in small.output
 
     # 7. the binaries, copied out: no GLIBC_ need newer than the image's glibc; SASS for both GPUs + PTX

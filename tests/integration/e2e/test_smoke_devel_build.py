@@ -58,7 +58,7 @@ def test_cuda13_devel_cell_shares_the_torch_layer_and_has_nvcc(regs: LocalRegist
     env.pop("IMAGESMITH_EXTRA_CA", None)
     (runtime,) = build_plan(load_matrix("smoke")).cells
     (devel,) = build_plan(load_matrix("smoke-devel")).cells
-    assert (devel.flavor, devel.devel_image, devel.nccl_toolkit) == ("devel", None, "pip")
+    assert (devel.flavor, devel.bases.devel_image, devel.toolkit.nccl_toolkit) == ("devel", None, "pip")
 
     rt_row = _build("smoke", env, tmp_path / "runtime.json")  # skipped when test_smoke_build pushed it
     assert rt_row["status"] in ("skipped", "pushed"), rt_row
@@ -66,7 +66,7 @@ def test_cuda13_devel_cell_shares_the_torch_layer_and_has_nvcc(regs: LocalRegist
     assert row["status"] == "pushed", row
 
     client = regs.plain_client()
-    plain = next(t for t in devel.registries if t.name == "local-plain")
+    plain = next(t for t in devel.publish.registries if t.name == "local-plain")
     repo = plain.repo
     rt_layers = client.get_manifest(repo, candidate_tag(runtime)).json()["layers"]
     dv_layers = client.get_manifest(repo, candidate_tag(devel)).json()["layers"]

@@ -100,7 +100,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     assert cell.flavor == "interactive"
     rt_row = _build("smoke", env, tmp / "runtime.json")
     row = _build("smoke-interactive", env, tmp / "interactive.json")
-    plain = next(t for t in cell.registries if t.name == "local-plain")
+    plain = next(t for t in cell.publish.registries if t.name == "local-plain")
     ref = f"{plain.image}:{candidate_tag(cell)}"
     Engine().pull(ref)
     return Built(

@@ -148,11 +148,15 @@ def test_trixie_toolkit_builder_stage_for_real(regs: LocalRegistries, tmp_path: 
     plan = build_plan(matrix, project=project)
     assert len(plan.cells) == 1, plan.dropped
     (cell,) = plan.cells
-    assert (cell.cuda, cell.nccl_toolkit, cell.builder_image) == ("12.8", "distro", "debian:trixie")
-    assert cell.distro_toolkit is not None
-    assert (cell.distro_toolkit.release, cell.distro_toolkit.cuda) == ("trixie", "12.4")
-    assert "sm_100 gets compute_90 PTX only" in cell.toolkit_note
-    assert cell.nvcc_gencode == (
+    assert (cell.stack.cuda, cell.toolkit.nccl_toolkit, cell.bases.builder_image) == (
+        "12.8",
+        "distro",
+        "debian:trixie",
+    )
+    assert cell.toolkit.distro_toolkit is not None
+    assert (cell.toolkit.distro_toolkit.release, cell.toolkit.distro_toolkit.cuda) == ("trixie", "12.4")
+    assert "sm_100 gets compute_90 PTX only" in cell.toolkit.toolkit_note
+    assert cell.hardware.nvcc_gencode == (
         "-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 "
         "-gencode=arch=compute_90,code=compute_90"
     )
@@ -160,7 +164,7 @@ def test_trixie_toolkit_builder_stage_for_real(regs: LocalRegistries, tmp_path: 
     config = load_config(env)
     context = stage_context(cell, matrix, config, tmp_path / "stage", project=project)
     engine = Engine()
-    tag = f"imagesmith-test/trixie-builder:{cell.fingerprint[:12]}"
+    tag = f"imagesmith-test/trixie-builder:{cell.publish.fingerprint[:12]}"
     try:
         engine.build(
             context=context,
