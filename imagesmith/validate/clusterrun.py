@@ -419,6 +419,101 @@ def _finding_json(f: Finding) -> dict[str, str]:
     return {"subject": f.subject, "kind": f.kind, "message": f.message, "fix": f.fix}
 
 
+def _read_logs(options: ClusterOptions) -> list[tuple[str, str]]:
+    """The --nccl-log files, read before any node is touched: a bad path is a flag error."""
+    return [
+        (path, inputs.read_user_text(path, "--nccl-log", hint="give an NCCL_DEBUG=INFO log file"))
+        for path in options.nccl_logs
+    ]
+
+
+def _fresh_report_dir(options: ClusterOptions) -> Path:
+    report_dir = Path(options.report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    for stale in (CLUSTER_JSON, CLUSTER_MD):  # an earlier run's verdict never stands beside this run
+        (report_dir / stale).unlink(missing_ok=True)
+    return report_dir
+
+
+def _port_json(p: Any) -> dict[str, Any]:
+    return {
+        "device": p.device,
+        "port": p.port,
+        "state": p.state,
+        "phys_state": p.phys_state,
+        "rate_gbps": p.rate_gbps,
+        "link_layer": p.link_layer,
+        "roce_v2_gids": list(p.roce_v2_gids),
+    }
+
+
+def _nic_promise(
+    ssh: Ssh, nodes: Sequence[Node], options: ClusterOptions
+) -> tuple[Promise, dict[str, list[dict[str, Any]]]]:
+    failures: list[Finding] = []
+    warnings: list[Finding] = []
+    inventory: dict[str, list[dict[str, Any]]] = {}
+    for n, out in zip(nodes, _probe_all(ssh, nodes, SYSFS_COMMAND, "the NIC inventory"), strict=True):
+        try:
+            ports = parse_sysfs_dump(out, source=f"{n.name} /sys/class/infiniband")
+        except ParseError as exc:
+            raise exc.replace(host=n.name) from None
+        v = judge_nics(
+            n.name, ports, fabric=options.fabric, rate_gbps=options.link_gbps, expect_ports=options.nic_ports
+        )
+        failures += v.failures
+        warnings += v.warnings
+        inventory[n.name] = [_port_json(p) for p in ports]
+    return _promise(f"NICs ({options.fabric})", failures, warnings), inventory
+
+
+def _gdr_promise(ssh: Ssh, nodes: Sequence[Node]) -> tuple[Promise, dict[str, dict[str, Any]]]:
+    failures: list[Finding] = []
+    gdr: dict[str, dict[str, Any]] = {}
+    for n, out in zip(nodes, _probe_all(ssh, nodes, GDR_COMMAND, "the GPUDirect RDMA probe"), strict=True):
+        g = parse_gdr(out)
+        gdr[n.name] = {
+            "peermem": g.peermem,
+            "dmabuf": g.dmabuf,
+            "open_module": g.open_module,
+            "kernel": g.kernel,
+        }
+        failures += judge_gdr(n.name, g)
+    return _promise("GPUDirect RDMA", failures, []), gdr
+
+
+def _transport_promise(logs: list[tuple[str, str]], options: ClusterOptions) -> Promise:
+    if not logs:
+        return Promise("NCCL transport", "not checked", why="no --nccl-log given")
+    failures: list[Finding] = []
+    warnings: list[Finding] = []
+    for _path, text in logs:
+        tv = judge_transport(parse_nccl_transport(text), fabric=options.fabric, expect_gdr=options.expect_gdr)
+        failures += tv.failures
+        warnings += tv.warnings
+    return _promise("NCCL transport", failures, warnings)
+
+
+def _verdict(promises: list[Promise], n_nodes: int) -> tuple[str, str]:
+    checked = [p for p in promises if p.verdict != "not checked"]
+    failed = [p for p in checked if p.verdict != "passed"]
+    if not failed:
+        return "passed", f"{len(checked)} promise(s) kept on {n_nodes} nodes"
+    return "failed", "; ".join(
+        f"{p.name}: " + ("; ".join(f.message for f in p.failures) or p.why or p.verdict) for p in failed
+    )
+
+
+def _promise_json(p: Promise) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "verdict": p.verdict,
+        "why": p.why,
+        "failures": [_finding_json(f) for f in p.failures],
+        "warnings": [_finding_json(f) for f in p.warnings],
+    }
+
+
 def run_cluster(
     nodes: Sequence[Node],
     options: ClusterOptions,
@@ -429,77 +524,27 @@ def run_cluster(
     """Every check over *nodes*; the cluster report (dict) written to ``options.report_dir`` at the end."""
     if options.fabric not in FABRICS:
         raise ConfigError(f"--fabric {options.fabric!r}: use one of {', '.join(FABRICS)}")
-    logs: list[tuple[str, str]] = []
-    for path in options.nccl_logs:  # read before any node is touched: a bad path is a flag error
-        logs.append(
-            (path, inputs.read_user_text(path, "--nccl-log", hint="give an NCCL_DEBUG=INFO log file"))
-        )
+    logs = _read_logs(options)
     ssh = Ssh(options)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     t0 = time.monotonic()
     preflight(ssh, nodes, need_iperf=options.bandwidth)
     echo(f"cluster: {len(nodes)} nodes answer over ssh")
-    report_dir = Path(options.report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (CLUSTER_JSON, CLUSTER_MD):  # an earlier run's verdict never stands beside this run
-        (report_dir / stale).unlink(missing_ok=True)
-
+    report_dir = _fresh_report_dir(options)
     node_reports: dict[str, dict[str, Any]] = {}
     if node_suite is not None:
         results = _each(nodes, lambda n: node_suite(n, report_dir / "nodes" / _safe(n.name)))
         node_reports = {n.name: r for n, r in zip(nodes, results, strict=True)}
-    ids = [
-        cluster.parse_identity(n.name, out)
-        for n, out in zip(
-            nodes, _probe_all(ssh, nodes, cluster.IDENTITY_COMMAND, "the identity probe"), strict=True
-        )
-    ]
+    probed = _probe_all(ssh, nodes, cluster.IDENTITY_COMMAND, "the identity probe")
+    ids = [cluster.parse_identity(n.name, out) for n, out in zip(nodes, probed, strict=True)]
     identity = cluster.judge_identities(ids)
     echo(f"cluster: identity of {len(ids)} nodes read")
-    nic_failures: list[Finding] = []
-    nic_warnings: list[Finding] = []
-    inventory: dict[str, list[dict[str, Any]]] = {}
-    for n, out in zip(nodes, _probe_all(ssh, nodes, SYSFS_COMMAND, "the NIC inventory"), strict=True):
-        try:
-            ports = parse_sysfs_dump(out, source=f"{n.name} /sys/class/infiniband")
-        except ParseError as exc:
-            raise exc.replace(host=n.name) from None
-        v = judge_nics(
-            n.name, ports, fabric=options.fabric, rate_gbps=options.link_gbps, expect_ports=options.nic_ports
-        )
-        nic_failures += v.failures
-        nic_warnings += v.warnings
-        inventory[n.name] = [
-            {
-                "device": p.device,
-                "port": p.port,
-                "state": p.state,
-                "phys_state": p.phys_state,
-                "rate_gbps": p.rate_gbps,
-                "link_layer": p.link_layer,
-                "roce_v2_gids": list(p.roce_v2_gids),
-            }
-            for p in ports
-        ]
-    promises = [
-        _promise("distinct machines", identity.failures, identity.warnings),
-        _promise(f"NICs ({options.fabric})", nic_failures, nic_warnings),
-    ]
+    nic_promise, inventory = _nic_promise(ssh, nodes, options)
+    promises = [_promise("distinct machines", identity.failures, identity.warnings), nic_promise]
     gdr: dict[str, dict[str, Any]] = {}
     if options.expect_gdr:
-        gdr_failures: list[Finding] = []
-        for n, out in zip(
-            nodes, _probe_all(ssh, nodes, GDR_COMMAND, "the GPUDirect RDMA probe"), strict=True
-        ):
-            g = parse_gdr(out)
-            gdr[n.name] = {
-                "peermem": g.peermem,
-                "dmabuf": g.dmabuf,
-                "open_module": g.open_module,
-                "kernel": g.kernel,
-            }
-            gdr_failures += judge_gdr(n.name, g)
-        promises.append(_promise("GPUDirect RDMA", gdr_failures, []))
+        gdr_promise, gdr = _gdr_promise(ssh, nodes)
+        promises.append(gdr_promise)
     bw: dict[str, Any] = {"pairs": [], "runs": 0}
     if options.bandwidth:
         echo(f"cluster: node-to-node bandwidth, {cluster.planned_runs(len(nodes))} pair run(s) in pass 1")
@@ -507,37 +552,12 @@ def run_cluster(
         promises.append(_promise("node-to-node bandwidth", bw.pop("findings"), []))
     else:
         promises.append(Promise("node-to-node bandwidth", "not checked", why="--no-bandwidth"))
-    if logs:
-        t_fail: list[Finding] = []
-        t_warn: list[Finding] = []
-        for _path, text in logs:
-            tv = judge_transport(
-                parse_nccl_transport(text), fabric=options.fabric, expect_gdr=options.expect_gdr
-            )
-            t_fail += tv.failures
-            t_warn += tv.warnings
-        promises.append(_promise("NCCL transport", t_fail, t_warn))
-    else:
-        promises.append(Promise("NCCL transport", "not checked", why="no --nccl-log given"))
-    for name, r in node_reports.items():
-        verdict = str(r.get("verdict", "failed"))
-        promises.append(
-            Promise(
-                f"node suite {name}",
-                verdict,
-                why=str(r.get("verdict_reason", "")),
-            )
-        )
-    checked = [p for p in promises if p.verdict != "not checked"]
-    failed = [p for p in checked if p.verdict != "passed"]
-    verdict = "failed" if failed else "passed"
-    reason = (
-        "; ".join(
-            f"{p.name}: " + ("; ".join(f.message for f in p.failures) or p.why or p.verdict) for p in failed
-        )
-        if failed
-        else f"{len(checked)} promise(s) kept on {len(nodes)} nodes"
-    )
+    promises.append(_transport_promise(logs, options))
+    promises += [
+        Promise(f"node suite {name}", str(r.get("verdict", "failed")), why=str(r.get("verdict_reason", "")))
+        for name, r in node_reports.items()
+    ]
+    verdict, reason = _verdict(promises, len(nodes))
     data: dict[str, Any] = {
         "schema": 1,
         "kind": "imagesmith cluster report",
@@ -564,26 +584,21 @@ def run_cluster(
             "min_ratio": options.min_ratio,
         },
         "bandwidth": bw,
-        "promises": [
-            {
-                "name": p.name,
-                "verdict": p.verdict,
-                "why": p.why,
-                "failures": [_finding_json(f) for f in p.failures],
-                "warnings": [_finding_json(f) for f in p.warnings],
-            }
-            for p in promises
-        ],
+        "promises": [_promise_json(p) for p in promises],
         "verdict": verdict,
         "verdict_reason": reason,
     }
+    _write_report(report_dir, data)
+    return data
+
+
+def _write_report(report_dir: Path, data: dict[str, Any]) -> None:
     from imagesmith.validate.container import write_report_file
 
     write_report_file(report_dir, CLUSTER_MD, render_markdown(data).encode())
     write_report_file(
         report_dir, CLUSTER_JSON, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
     )
-    return data
 
 
 def _safe(name: str) -> str:

@@ -36,7 +36,6 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/pick/fetching.py", "fetch_index"): (189, 29),  # 173, 27 before issue 34 merged
     ("imagesmith/plan.py", "plan_from"): (199, 25),  # 268, 33 as build_plan (its reads, its toolkit choice)
     ("imagesmith/registry/transport.py", "_send"): (136, 23),
-    ("imagesmith/validate/clusterrun.py", "run_cluster"): (165, 14),
     ("imagesmith/validate/container.py", "run_in_image"): (137, 19),
     ("imagesmith/validate/probes/soak.py", "worker"): (133, 23),
 }
