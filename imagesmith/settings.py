@@ -93,6 +93,8 @@ FOREIGN: tuple[Variable, ...] = (
     Variable("XDG_CACHE_HOME", "where the cache lives (imagesmith/)", "docs/release.md"),
     Variable("DOCKER_CONFIG", "docker's config folder (credentials)", "docs/build.md"),
     Variable("NCCL_TESTS_BIN", "an image's nccl-tests folder (its Dockerfile sets it)", "docs/validation.md"),
+    Variable("SLURM_JOB_NODELIST", "the nodes of the Slurm allocation it runs in", "docs/validation.md"),
+    Variable("SLURM_NODELIST", "the same, as older Slurm releases name it", "docs/validation.md"),
 )
 
 

@@ -14,12 +14,12 @@ and every rank in one job.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from imagesmith import settings
 from imagesmith.errors import ConfigError, Fault, ParseError
 from imagesmith.validate.nccltransport import judge_transport, parse_nccl_transport
 from imagesmith.validate.nics import Fabric, Finding
@@ -112,8 +112,7 @@ def expected_busbw(fabric: Fabric, nic_gbps: float | None, nics_per_node: int) -
 
 def slurm_nodes(env: Mapping[str, str] | None = None, *, timeout: float = 20.0) -> list[str]:
     """The node names of the Slurm allocation this runs in, through ``scontrol show hostnames``."""
-    env = os.environ if env is None else env
-    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    nodelist = settings.get("SLURM_JOB_NODELIST", env=env) or settings.get("SLURM_NODELIST", env=env)
     if not nodelist:
         raise ConfigError(
             "--slurm: SLURM_JOB_NODELIST is not set: this is not inside a Slurm allocation",
