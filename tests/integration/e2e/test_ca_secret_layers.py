@@ -93,7 +93,8 @@ def _context(tmp_path: Path, cell: Cell, requirement: str, via: str = "pip_insta
             _environment()
             .from_string(
                 '{% import "parts.j2" as parts with context %}'
-                '{{ parts.pip_install(cell.venv ~ "/bin/python", "-r /tmp/ctx/probe-requirements.txt") }}'
+                '{{ parts.pip_install(cell.runtime.venv ~ "/bin/python", '
+                '"-r /tmp/ctx/probe-requirements.txt") }}'
             )
             .render(cell=cell, os_family=family)
         )
