@@ -141,7 +141,7 @@ def main() -> int:
         ca.write_bytes(args.extra_ca.read_bytes() + b"\n# " + probe + b"\n")
         tags = []
         for i, venv in enumerate(VENVS[: args.cells], 1):
-            c = with_fingerprint(replace(cell, venv=venv))
+            c = with_fingerprint(replace(cell, runtime=replace(cell.runtime, venv=venv)))
             ctx = stage(render_cell_files(c), tmp / f"cell{i}", run_id, archive)
             tag = f"imagesmith-bench/wheel-cache:{run_id}-cell{i}"
             before, start = net_bytes(), time.monotonic()
