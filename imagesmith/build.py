@@ -74,7 +74,7 @@ from imagesmith.registry import (
     verify_level,
 )
 from imagesmith.sources import cached_archive, nccl_tests_archive
-from imagesmith.tagcheck import check_held
+from imagesmith.tagcheck import check_held, image_config
 from imagesmith.tags import candidate_tag, fingerprint_tag, local_ref, staging_tag
 
 if TYPE_CHECKING:
@@ -640,14 +640,7 @@ def _uploaded_bytes(engine: ContainerEngine, ref: str, manifest: ManifestData, p
 def _history(client: RegistryApi, repo: str, manifest: ManifestData) -> list[str]:
     """The Dockerfile step of each layer (bottom first), from the image config's history (``empty_layer``
     entries make no layer)."""
-    digest = str((manifest.json().get("config") or {}).get("digest", ""))
-    if not digest:
-        return []
-    body = b"".join(client.get_blob(repo, digest).iter_content(1 << 16))
-    try:
-        history = json.loads(body).get("history") or []
-    except (ValueError, AttributeError):
-        return []
+    history = image_config(client, repo, manifest).get("history") or []
     return [
         str(h.get("created_by") or h.get("comment") or "")  # an imported base has only a comment
         for h in history
