@@ -29,16 +29,21 @@ def _two_node_log(transport: str, *, hosts: tuple[str, str] = ("n1", "n2")) -> s
     return "\n".join(lines) + "\n" + (DATA / "cluster" / transport).read_text()
 
 
-def test_ib_run_at_its_busbw_passes_and_sizes_are_reported() -> None:
-    v = collective.judge_collective(
-        _two_node_log("nccl-ib-gdr.log"),
-        n_nodes=2,
+def _judge_ib(log: str, *, n_nodes: int = 2, min_ratio: float = 0.7) -> collective.CollectiveVerdict:
+    """*log* spread over two hosts, judged as 1 GPU per node on a declared 8 × 400G IB fabric."""
+    return collective.judge_collective(
+        _two_node_log(log),
+        n_nodes=n_nodes,
         gpus_per_node=1,
         fabric="ib",
         nic_gbps=400,
         nics_per_node=8,
-        min_ratio=0.7,
+        min_ratio=min_ratio,
     )
+
+
+def test_ib_run_at_its_busbw_passes_and_sizes_are_reported() -> None:
+    v = _judge_ib("nccl-ib-gdr.log")
     assert [f.kind for f in v.failures] == [], v.failures
     assert v.expected is not None
     assert v.expected.busbw_gbps == 455
@@ -46,28 +51,12 @@ def test_ib_run_at_its_busbw_passes_and_sizes_are_reported() -> None:
 
 
 def test_socket_fallback_where_ib_is_declared_fails_naming_the_transport() -> None:
-    v = collective.judge_collective(
-        _two_node_log("nccl-socket-fallback.log"),
-        n_nodes=2,
-        gpus_per_node=1,
-        fabric="ib",
-        nic_gbps=400,
-        nics_per_node=8,
-        min_ratio=0.7,
-    )
+    v = _judge_ib("nccl-socket-fallback.log")
     assert any("Socket" in f.message for f in v.failures)
 
 
 def test_low_busbw_and_ranks_alone_fail() -> None:
-    v = collective.judge_collective(
-        _two_node_log("nccl-ib-gdr.log"),
-        n_nodes=4,
-        gpus_per_node=1,
-        fabric="ib",
-        nic_gbps=400,
-        nics_per_node=8,
-        min_ratio=0.9,
-    )
+    v = _judge_ib("nccl-ib-gdr.log", n_nodes=4, min_ratio=0.9)
     assert {f.kind for f in v.failures} == {"ranks alone", "busbw low"}
 
 
