@@ -213,6 +213,12 @@ def validate_command(
     node_suite: bool = typer.Option(
         True, "--node-suite/--no-node-suite", help="Several nodes: also run the per-node suite on every node."
     ),
+    image: str | None = typer.Option(
+        None,
+        "--image",
+        help="Several nodes: the image the cluster ran (REPO@sha256:…), recorded in the cluster report and "
+        "attested by --sign-key; release records the passing report in that digest's index entry.",
+    ),
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # the request, the rules of its flags and the run: imagesmith.validate.request (pytest and the suite cost
@@ -269,10 +275,16 @@ def validate_command(
         iperf_seconds=iperf_seconds,
         min_ratio=bandwidth_min_ratio,
         node_suite=node_suite,
+        image=image,
+        sign_key=sign_key,
     )
     if request.select is not None:  # -k before the cluster's flags, as the rules check them
         check_select(request.select)
     several = cluster_cli.several(targets or [], cluster_flags)
+    if several:  # the cluster run signs the cluster report (cluster_cli.run), not a one-node report
+        import dataclasses
+
+        request = dataclasses.replace(request, cluster=True)
     prepared = prepare(request, read_fleet=_fleet, echo=typer.echo)
     if several:  # several ssh:// nodes: the cluster run (imagesmith.commands.cluster) with the same options
         cluster_cli.run(targets or [], cluster_flags, prepared.options, select=select)

@@ -29,8 +29,11 @@ from imagesmith.schema.core import Problem as Problem
 from imagesmith.schema.core import Schema as Schema
 from imagesmith.schema.core import check_toml_text as check_toml_text
 from imagesmith.schema.core import shown as shown
+from imagesmith.schema.index import CLUSTER_FABRICS as CLUSTER_FABRICS
 from imagesmith.schema.index import RELEASE_INDEX as RELEASE_INDEX
 from imagesmith.schema.index import RELEASE_INDEX_SCHEMA as RELEASE_INDEX_SCHEMA
+from imagesmith.schema.index import RELEASE_INDEX_SCHEMAS as RELEASE_INDEX_SCHEMAS
+from imagesmith.schema.index import RELEASE_INDEX_V1 as RELEASE_INDEX_V1
 from imagesmith.schema.matrix import ABS_PATH as ABS_PATH
 from imagesmith.schema.matrix import BIDI_CONTROLS as BIDI_CONTROLS
 from imagesmith.schema.matrix import FLAVORS as FLAVORS
@@ -49,6 +52,10 @@ from imagesmith.schema.registries import PORT as PORT
 from imagesmith.schema.registries import REGISTRIES as REGISTRIES
 from imagesmith.schema.registries import REGISTRY_KINDS as REGISTRY_KINDS
 from imagesmith.schema.registries import REPO_PATH as REPO_PATH
+from imagesmith.schema.report import CLUSTER_REPORT as CLUSTER_REPORT
+from imagesmith.schema.report import CLUSTER_REPORT_KIND as CLUSTER_REPORT_KIND
+from imagesmith.schema.report import CLUSTER_REPORT_SCHEMA as CLUSTER_REPORT_SCHEMA
+from imagesmith.schema.report import CLUSTER_REPORT_SCHEMAS as CLUSTER_REPORT_SCHEMAS
 from imagesmith.schema.report import LISTING as LISTING
 from imagesmith.schema.report import REPORT_GPU as REPORT_GPU
 from imagesmith.schema.report import REPORT_SCHEMA as REPORT_SCHEMA
@@ -65,4 +72,5 @@ SCHEMAS: tuple[Schema, ...] = (
     RELEASE_INDEX,
     VALIDATION_REPORT,
     LISTING,
+    CLUSTER_REPORT,
 )
