@@ -36,17 +36,17 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterEvidence:
-    """One cluster report found under ``--reports``: where, the digest it claims (the file's ``image``, else
-    the envelope's subject: never trusted, it only matches the report to a cell), and either the verified
-    report (``signed``) or why it is not evidence (``problem``)."""
+    """One cluster report found under ``--reports``: where, the digests it claims (the file's
+    ``image.digest`` and the envelope's subject: never trusted, they only match the report to a cell), and
+    either the verified report (``signed``) or why it is not evidence (``problem``)."""
 
     path: str
-    claimed: str | None
+    claims: tuple[str, ...]
     signed: SignedCluster | None = None
     problem: str | None = None
 
     def about(self, digest: str) -> bool:
-        return digest in (self.claimed, self.signed.digest if self.signed is not None else None)
+        return digest in self.claims or (self.signed is not None and self.signed.digest == digest)
 
 
 def read_cluster_evidence(folder: Path, trusted: Sequence[PublicKey]) -> ClusterEvidence:
@@ -60,33 +60,35 @@ def read_cluster_evidence(folder: Path, trusted: Sequence[PublicKey]) -> Cluster
     if not os.path.lexists(att_path):
         return ClusterEvidence(
             path=str(report_path),
-            claimed=claimed,
+            claims=_claims(claimed),
             problem=f"not signed: no {CLUSTER_ATTESTATION} beside it (validate the cluster with --image "
             "IMAGE@DIGEST --sign-key KEY on a validation runner)",
         )
     envelope = inputs.read_user_file(att_path, "", hint="check --reports")
-    claimed = claimed or claimed_digest(envelope)
+    claims = _claims(claimed, claimed_digest(envelope))
     if not trusted:
         return ClusterEvidence(
             path=str(att_path),
-            claimed=claimed,
+            claims=claims,
             problem="no trusted public key is configured ([release] trusted_keys in imagesmith.toml)",
         )
     try:
         signed = verify_report(envelope, trusted, source=str(att_path))
     except (SignatureError, ConfigError) as exc:  # altered, unknown key, a signed field that is malformed
-        return ClusterEvidence(
-            path=str(att_path), claimed=claimed_digest(envelope) or claimed, problem=exc.message
-        )
+        return ClusterEvidence(path=str(att_path), claims=claims, problem=exc.message)
     if claimed is not None and claimed != signed.digest:
         return ClusterEvidence(
             path=str(report_path),
-            claimed=claimed,
+            claims=claims,
             signed=signed,
             problem=f"its image.digest is {claimed}, but {CLUSTER_ATTESTATION} beside it is signed for "
             f"{signed.digest}",
         )
-    return ClusterEvidence(path=str(att_path), claimed=claimed or signed.digest, signed=signed)
+    return ClusterEvidence(path=str(att_path), claims=claims, signed=signed)
+
+
+def _claims(*digests: str | None) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(d for d in digests if d))
 
 
 def collect_cluster_reports(dirs: Sequence[Path], trusted: Sequence[PublicKey] = ()) -> list[ClusterEvidence]:
@@ -135,9 +137,7 @@ def _problem(e: ClusterEvidence, digest: str) -> str:
         return e.problem
     signed = e.signed
     assert signed is not None, "evidence without a problem is signed"
-    if signed.digest != digest:
-        return f"claims {digest} but is signed for {signed.digest}"
-    report = signed.report
+    report = signed.report  # about *digest*: a file claiming it beside an envelope for another is a problem
     if report.verdict != "passed" or report.promises_verdict != "passed":
         failed = "; ".join(report.failed()[:3]) or report.verdict_reason or "no promise checked"
         return f"the cluster validation of {digest} failed ({failed})"

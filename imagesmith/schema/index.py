@@ -275,10 +275,20 @@ RELEASE_INDEX: Schema = Schema(
                             "--sign-key KEY): pick prints it",
                             fields={
                                 "nodes": Field(
-                                    kind="integer", required=True, min=2, description="machines validated"
+                                    kind="integer",
+                                    required=True,
+                                    min=2,
+                                    description="machines validated",
+                                    message="expected a count of 2 or more nodes, got {value!r}",
+                                    hint="regenerate the index with imagesmith release",
                                 ),
                                 "gpus_per_node": Field(
-                                    kind="integer", required=True, min=1, description="GPUs of each node"
+                                    kind="integer",
+                                    required=True,
+                                    min=1,
+                                    description="GPUs of each node",
+                                    message="expected a count of 1 or more GPUs, got {value!r}",
+                                    hint="regenerate the index with imagesmith release",
                                 ),
                                 "fabric": Field(
                                     kind="string",

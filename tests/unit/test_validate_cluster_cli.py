@@ -73,7 +73,7 @@ def test_ssh_command_line_is_bounded_and_non_interactive() -> None:
         (["validate", "ssh://a", "ssh://b", "--image", "acme/torch@sha256:abc"], "not an image by digest"),
         (["validate", "ssh://a", "--image", "acme/t@sha256:" + "a" * 64], "apply only to several nodes"),
         (
-            ["validate", "ssh://a", "ssh://b", "--image", "acme/t@sha256:" + "a" * 64, "--sign-key", "{tmp}/k"],
+            ["validate", "ssh://a", "ssh://b", "--image", "a/t@sha256:" + "a" * 64, "--sign-key", "{tmp}/k"],
             "signing key",
         ),
         (["validate", "ssh://a", "docker://ctr"], "not an ssh:// target"),
