@@ -29,7 +29,6 @@ class ClusterFlags:
     min_ratio: float
     node_suite: bool
     image: str | None = None
-    sign_key: str | None = None
 
     def given(self) -> list[str]:
         """The cluster-only flags set away from their defaults (for the error of a one-target run)."""
@@ -65,12 +64,25 @@ def several(targets: list[str], flags: ClusterFlags) -> bool:
     return False
 
 
+def route(request: Any, targets: list[str], flags: ClusterFlags) -> tuple[Any, bool]:
+    """(the request, is it a cluster run): -k is checked before the cluster's flags (as the rules check them);
+    a cluster run signs its cluster report itself (:func:`run`), so its request signs nothing."""
+    from imagesmith.validate.request import check_select
+
+    if request.select is not None:
+        check_select(request.select)
+    if several(targets, flags):
+        return dataclasses.replace(request, cluster=True), True
+    return request, False
+
+
 def run(
     targets: list[str],
     flags: ClusterFlags,
     base: Any,
     *,
     select: str | None,
+    sign_key: str | None = None,
 ) -> None:
     """The cluster run; *base* is the one-node SuiteOptions the other flags made (each node's suite runs
     with it, its target and report folder replaced). ``--sign-key`` (or $IMAGESMITH_SIGNING_KEY) signs the
@@ -83,7 +95,7 @@ def run(
             f"--fabric {flags.fabric!r}: use one of {', '.join(FABRICS)}", hint="e.g. --fabric ib"
         )
     image = _image(flags.image)
-    key = _signing_key(flags, image)
+    key = _signing_key(sign_key, image)
     nodes = clusterrun.parse_nodes(targets, flags.nodes)
     options = clusterrun.ClusterOptions(
         fabric=flags.fabric,
@@ -153,17 +165,17 @@ def _image(text: str | None) -> str | None:
     return f"{repo}@{digest}"
 
 
-def _signing_key(flags: ClusterFlags, image: str | None) -> Any:
+def _signing_key(sign_key: str | None, image: str | None) -> Any:
     """The key that signs the cluster report (--sign-key, else $IMAGESMITH_SIGNING_KEY), loaded before any
     node is touched; None when the report is not to be signed. Signing needs --image: an attestation is
     about a digest."""
     from imagesmith import settings
 
     env_key = (settings.get("IMAGESMITH_SIGNING_KEY") or "").strip()
-    if flags.sign_key is None and not env_key:
+    if sign_key is None and not env_key:
         return None
     if image is None:
-        if flags.sign_key is not None:
+        if sign_key is not None:
             raise ConfigError(
                 "--sign-key: a cluster report attests the image the cluster ran, and no --image is given",
                 hint="add --image REPO@sha256:… (the image of the NCCL runs), or drop --sign-key",
@@ -173,4 +185,4 @@ def _signing_key(flags: ClusterFlags, image: str | None) -> Any:
         return None
     from imagesmith import signing
 
-    return signing.load_signing_key(Path(flags.sign_key or env_key))
+    return signing.load_signing_key(Path(sign_key or env_key))

@@ -32,8 +32,7 @@ from imagesmith.release.base import ReleaseCell, _now
 from imagesmith.release.blobs import VerifiedBlobs
 from imagesmith.release.carried import _stored_validated_on, carry_over
 from imagesmith.release.checks import _candidate_digests, released_at, released_digests
-from imagesmith.release.cluster import ClusterEvidence, collect_cluster_reports
-from imagesmith.release.evidence import Report, collect_reports
+from imagesmith.release.evidence import ClusterEvidence, Report, collect_cluster_reports, collect_reports
 from imagesmith.release.facts import bound_entry, entry_changes
 from imagesmith.release.gates import sbom_finder, vulnerability_gate
 from imagesmith.release.outcome import CellResult, Gate, Outcome, SbomFinder, index_entry

@@ -18,8 +18,7 @@ if TYPE_CHECKING:
 
 from imagesmith.release.base import ReleaseCell
 from imagesmith.release.blobs import VerifiedBlobs
-from imagesmith.release.cluster import ClusterEvidence
-from imagesmith.release.evidence import Report
+from imagesmith.release.evidence import ClusterEvidence, Report
 from imagesmith.release.outcome import CellResult, Gate, ReleaseStatus, SbomFinder
 
 

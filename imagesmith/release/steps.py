@@ -17,8 +17,7 @@ if TYPE_CHECKING:
 from imagesmith.release import checks, promotion
 from imagesmith.release.base import ReleaseCell
 from imagesmith.release.blobs import VerifiedBlobs
-from imagesmith.release.cluster import ClusterEvidence, check_cluster
-from imagesmith.release.evidence import Report
+from imagesmith.release.evidence import ClusterEvidence, Report
 from imagesmith.release.outcome import CellResult, Gate, SbomFinder
 from imagesmith.release.state import CellOptions, CellRun
 
@@ -26,14 +25,13 @@ from imagesmith.release.state import CellOptions, CellRun
 Step = Callable[[CellRun], None]
 
 #: the release of one cell, in order (a new gate is one function and one row here). Each step is a
-#: function of :mod:`imagesmith.release.checks`, :mod:`imagesmith.release.cluster` or
-#: :mod:`imagesmith.release.promotion`, tested alone in
+#: function of :mod:`imagesmith.release.checks` or :mod:`imagesmith.release.promotion`, tested alone in
 #: tests/unit/test_release_steps.py.
 STEPS: Final[tuple[tuple[str, Step], ...]] = (
     ("find candidate", checks.find_candidate),
     ("collect evidence", checks.collect_evidence),
     ("check evidence", checks.check_evidence),
-    ("check cluster evidence", check_cluster),
+    ("check cluster evidence", checks.check_cluster),
     ("scan gate", checks.scan_gate),
     ("signed SBOM", checks.signed_sbom),
     ("read image", checks.read_image),
@@ -78,8 +76,8 @@ def release_cell(
 
     Evidence is a signed attestation that verifies with a *trusted* key and whose subject is the candidate's
     digest: from *reports* (read by :func:`collect_reports`), else stored in one of the cell's registries.
-    *cluster_reports* (:func:`imagesmith.release.cluster.collect_cluster_reports`): the signed cluster reports
-    a passing one of which for the digest becomes the entry's ``cluster``."""
+    *cluster_reports* (read by :func:`imagesmith.release.evidence.collect_cluster_reports`): the signed
+    cluster reports, a passing one of which for the digest becomes the entry's ``cluster``."""
     options = CellOptions(
         dry_run=dry_run,
         client_for=client_for,

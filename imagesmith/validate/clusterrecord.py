@@ -1,8 +1,9 @@
 """The cluster report: the one type (:class:`ClusterReport`) of the record ``imagesmith validate ssh://n1
 ssh://n2 …`` writes (``cluster.json`` and ``cluster.md``, :func:`write_report`), signs (``cluster.dsse.json``,
-:func:`sign_report`), release checks (:func:`verify_report`, ``release/cluster.py``) and a release index
-carries a summary of (:meth:`ClusterReport.summary`, the entry's ``cluster``); read and written here,
-versioned (:data:`imagesmith.schema.CLUSTER_REPORT`, docs/schemas/cluster-report.schema.json).
+:func:`sign_report`), release checks (:func:`verify_report`: read by ``release/evidence.py``, judged by the
+step ``check_cluster`` of ``release/checks.py``) and a release index carries a summary of
+(:meth:`ClusterReport.summary`, the entry's ``cluster``); read and written here, versioned
+(:data:`imagesmith.schema.CLUSTER_REPORT`, docs/schemas/cluster-report.schema.json).
 
 Schema 2 (written now) adds ``image`` (the reference and manifest digest the run is evidence for,
 ``--image IMAGE@DIGEST``; null without it) and ``summary`` (nodes, GPUs per node, fabric, verdict). The

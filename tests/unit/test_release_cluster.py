@@ -1,7 +1,9 @@
-"""Issue 32, the evidence in the release: the step "check cluster evidence" (imagesmith/release/cluster.py)
-takes the signed cluster reports under --reports that claim the cell's digest; a passing one becomes the
-entry's ``cluster`` (index schema v2, shown by pick); one for another digest, with a bad signature, a failed
-verdict or a malformed signed field refuses the cell, naming the file, before anything is copied."""
+"""Issue 32, the evidence in the release: the step "check cluster evidence" (``check_cluster``,
+imagesmith/release/checks.py; the evidence read by imagesmith/release/evidence.py) takes the signed cluster
+reports under --reports that claim the cell's digest; a passing one becomes the entry's ``cluster`` (index
+schema v2, shown by pick); one for another digest, with a bad signature, a failed verdict or a malformed
+signed field refuses the cell, naming the file, before anything is copied.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from imagesmith import signing
 from imagesmith.errors import ConfigError
 from imagesmith.index import ClusterSummary, ReleaseIndex, dump_index, parse_index
 from imagesmith.release import VerifiedBlobs, release_cell
-from imagesmith.release.cluster import check_cluster, collect_cluster_reports
+from imagesmith.release.checks import check_cluster
+from imagesmith.release.evidence import collect_cluster_reports
 from imagesmith.release.outcome import index_entry
 from imagesmith.validate import clusterrecord
 from tests.clusterreports import changed, cluster_document
