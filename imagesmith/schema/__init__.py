@@ -7,15 +7,16 @@ needs the project or the data tables (a path inside the project, a GPU or torch 
 one field against another) stays with the reader, after this pass. :class:`Schema` describes
 ``imagesmith.toml`` (:mod:`imagesmith.project`), the user config (:mod:`imagesmith.config`),
 ``registries.toml`` and the matrix files (:mod:`imagesmith.matrix`), the release index
-(:mod:`imagesmith.index`) and the validation report (:mod:`imagesmith.validate.record`). Each reader words its
+(:mod:`imagesmith.index`), the validation report (:mod:`imagesmith.validate.record`) and the cluster report
+(:mod:`imagesmith.validate.clusterrecord`). Each reader words its
 problems through a :class:`Checker`; the index and the report keep their own wording by subclassing it.
 
 The package: :mod:`~imagesmith.schema.core` (the layer: :class:`Field`, :class:`Schema`, :class:`Checker`,
 the JSON Schema writer) and one module a family of files — :mod:`~imagesmith.schema.project`
 (``imagesmith.toml``, the user config), :mod:`~imagesmith.schema.registries`, :mod:`~imagesmith.schema.matrix`
 (with the strict shapes of values that reach a Dockerfile), :mod:`~imagesmith.schema.index` (the release
-index), :mod:`~imagesmith.schema.report` (the validation report, a listing). Every public name is importable
-from ``imagesmith.schema``, the path readers, tests and docs use.
+index), :mod:`~imagesmith.schema.report` (the validation report, a listing, the cluster report). Every public
+name is importable from ``imagesmith.schema``, the path readers, tests and docs use.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """The shapes of the validation report (:data:`VALIDATION_REPORT`, ``report.json`` of ``imagesmith
 validate``, read by :mod:`imagesmith.validate.record`), of the figures it measures (:data:`PERF_FIGURES`)
-and of what a GPU rental promised (:data:`LISTING`, ``imagesmith validate --listing``).
+of what a GPU rental promised (:data:`LISTING`, ``imagesmith validate --listing``) and of the cluster report
+(:data:`CLUSTER_REPORT`, ``cluster.json`` of ``imagesmith validate ssh://n1 ssh://n2 …``, read by
+:mod:`imagesmith.validate.clusterrecord`).
 """
 
 from __future__ import annotations
