@@ -6,8 +6,9 @@ existing single-node path, one pytest per node), then the cross-node checks of
 
 Bounded everywhere: every ssh has ``ConnectTimeout`` and keep-alives (a node that dies mid-command is noticed
 within ~15 s) and a wall-clock limit; a node that cannot be reached, lacks iperf3 or stops answering is one
-error naming the node and the fix, and then no cluster report is written (``cluster.json``/``cluster.md``
-appear together, each renamed into place, only at the end of a complete run).
+error naming the node and the fix, and then no cluster report is written (``cluster.dsse.json`` when signed,
+``cluster.md``, then ``cluster.json``, each renamed into place, only at the end of a complete run:
+:func:`imagesmith.validate.clusterrecord.write_report`).
 """
 
 from __future__ import annotations
