@@ -33,7 +33,7 @@ from imagesmith.release.blobs import VerifiedBlobs
 from imagesmith.release.carried import _stored_validated_on, carry_over
 from imagesmith.release.checks import _candidate_digests, released_at, released_digests
 from imagesmith.release.evidence import ClusterEvidence, Report, collect_cluster_reports, collect_reports
-from imagesmith.release.facts import bound_entry, entry_changes
+from imagesmith.release.facts import bound_entry, dated_as_before, entry_changes
 from imagesmith.release.gates import sbom_finder, vulnerability_gate
 from imagesmith.release.outcome import CellResult, Gate, Outcome, SbomFinder, index_entry
 from imagesmith.release.publish import _base_index, _index_repos, merged_index, publish, write_index
@@ -218,6 +218,7 @@ def _released_entry(
             vulnerabilities=entry.vulnerabilities or old.vulnerabilities,
             sbom=entry.sbom or old.sbom,
             cluster=entry.cluster or old.cluster,  # a rerun without the cluster folder keeps its record
+            validated_on=dated_as_before(entry.validated_on, old.validated_on),
         )
         outcome.corrections += [
             f"entry {entry.tag}: {c} (from its image config)" for c in entry_changes(old, entry)
