@@ -9,6 +9,8 @@ or JSON document.
   raises a bare ``ValueError`` past 4300 digits).
 * :func:`loads_toml` / :func:`loads_json` parse a document and refuse integers no real value has (TOML allows
   64 bits; an integer past Python's digit limit is one error naming the file, not a traceback).
+* :func:`check_output_file` checks, when a command starts, the file a flag names that it writes when it ends
+  (``--index-file``, ``--summary``): a folder, a FIFO or a folder nothing can be written to is one error now.
 """
 
 from __future__ import annotations

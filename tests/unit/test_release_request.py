@@ -178,3 +178,17 @@ def test_release_for_hands_the_request_and_what_was_prepared_to_the_release(
     assert (kw["scan_dirs"], kw["project"]) == ((Path("scans"),), project)
     release_for(replace(request, index_file=Path("out.json")), prepared, project=project)
     assert calls[1][1]["index_file"] == Path("out.json")
+
+
+def test_the_command_checks_its_flags_before_it_looks_for_the_project(
+    run_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``imagesmith release`` runs :func:`prepare_release` first: a bad flag is said even where no project is
+    (before, the missing imagesmith.toml hid it; the keys were read only once the project was locked)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("IMAGESMITH_PROJECT", raising=False)
+    new_file, _ = _key(tmp_path, "next")
+    result = run_cli("release", "--reports", "r", "--rotate-to", str(new_file))
+    assert result.exit_code == 2
+    assert "error: --rotate-to needs --sign-key" in result.stderr
+    assert not list(tmp_path.rglob("*.lock"))
