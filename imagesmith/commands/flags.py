@@ -196,8 +196,8 @@ EvidenceSignKey = Annotated[
     typer.Option(
         "--sign-key",
         help="Private key (imagesmith keygen) that signs the evidence: an in-toto attestation of the image's "
-        "digest, written beside report.json; only validation runners hold it. Default: "
-        "$IMAGESMITH_SIGNING_KEY (image targets only).",
+        "digest beside report.json (several nodes: of --image, beside cluster.json); only validation "
+        "runners hold it. Default: $IMAGESMITH_SIGNING_KEY (an image, or several nodes with --image).",
     ),
 ]
 #: what ``validate IMAGE`` hands the suite inside the image (not for people)
@@ -268,6 +268,12 @@ NodeSuite = Annotated[
     bool,
     typer.Option(
         "--node-suite/--no-node-suite", help="Several nodes: also run the per-node suite on every node."
+    ),
+]
+Image = Annotated[
+    str | None,
+    typer.Option(
+        "--image", help="Several nodes: the image they ran (REPO@sha256:…), attested by --sign-key."
     ),
 ]
 

@@ -9,17 +9,15 @@ visible: a run that could not prove the GPUs is never a pass); 2 for bad flags o
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
+from imagesmith.commands import cluster as cluster_cli
 from imagesmith.commands import epilog, flags
 from imagesmith.errors import ConfigError, ValidationFailed
-from imagesmith.validate.request import ValidateRequest, check_select, prepare, validate
+from imagesmith.validate.request import ValidateRequest, prepare, validate
 from imagesmith.validate.request import parse_duration as parse_duration  # its old home (tests, scripts)
-
-if TYPE_CHECKING:
-    from imagesmith.commands.cluster import ClusterFlags
 
 EPILOG = epilog(
     [
@@ -86,6 +84,7 @@ def validate_command(
     iperf_seconds: flags.IperfSeconds = 5,
     bandwidth_min_ratio: flags.BandwidthMinRatio = 0.7,
     node_suite: flags.NodeSuite = True,
+    image: flags.Image = None,
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # the request, the rules of its flags and the run: imagesmith.validate.request (pytest and the suite cost
@@ -129,8 +128,6 @@ def validate_command(
         baseline_fleet=baseline_fleet,
         baseline_figure=tuple(baseline_figure or ()),
     )
-    from imagesmith.commands import cluster as cluster_cli
-
     cluster_flags = cluster_cli.ClusterFlags(
         nodes=nodes,
         fabric=fabric,
@@ -142,21 +139,20 @@ def validate_command(
         iperf_seconds=iperf_seconds,
         min_ratio=bandwidth_min_ratio,
         node_suite=node_suite,
+        image=image,
     )
     _run(targets or [], request, cluster_flags)
 
 
-def _run(targets: list[str], request: ValidateRequest, cluster_flags: ClusterFlags) -> None:
+def _run(targets: list[str], request: ValidateRequest, cluster_flags: cluster_cli.ClusterFlags) -> None:
     """The run of a request: its rules (:func:`prepare`), then the suite on the one target, or the cluster run
     over several nodes (imagesmith.commands.cluster) with the same options; the verdict printed."""
-    from imagesmith.commands import cluster as cluster_cli
-
-    if request.select is not None:  # -k before the cluster's flags, as the rules check them
-        check_select(request.select)
-    several = cluster_cli.several(targets, cluster_flags)
+    request, several = cluster_cli.route(request, targets, cluster_flags)
     prepared = prepare(request, read_fleet=_fleet, echo=typer.echo)
     if several:  # several ssh:// nodes: the cluster run (imagesmith.commands.cluster) with the same options
-        cluster_cli.run(targets, cluster_flags, prepared.options, select=request.select)
+        cluster_cli.run(
+            targets, cluster_flags, prepared.options, select=request.select, sign_key=request.sign_key
+        )
         return
     result = validate(request, prepared, echo=typer.echo)
     if result.soak_sentence:
