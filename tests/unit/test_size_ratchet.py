@@ -26,12 +26,6 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ("imagesmith/commands/build.py", "build_command"): (193, 19),
     ("imagesmith/commands/init.py", "init_command"): (160, 14),
     ("imagesmith/commands/plan.py", "lock_command"): (132, 20),  # issue 37: the project lock, the restore
-    ("imagesmith/commands/release.py", "release"): (138, 7),  # issue 34: --rotate-to, the renter's line
-    ("imagesmith/commands/release.py", "pick"): (
-        159,
-        4,
-    ),  # 147, 8 before its command layer; +24: issue 34's flags
-    ("imagesmith/commands/validate.py", "validate_command"): (253, 5),  # 369, 24 before its command layer
     ("imagesmith/compat/verdicts.py", "verdict"): (211, 26),
     ("imagesmith/pick/fetching.py", "fetch_index"): (189, 29),  # 173, 27 before issue 34 merged
     ("imagesmith/plan.py", "plan_from"): (199, 25),  # 268, 33 as build_plan (its reads, its toolkit choice)
