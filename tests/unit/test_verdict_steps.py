@@ -49,7 +49,8 @@ def test_the_release_named_for_a_gpu_without_kernels() -> None:
     assert _covering_release("12.0", "2.0.0", dropped=False) == ("2.7.0+cu128", "first torch release")
     other, which = _covering_release("12.0", "2.9.0", dropped=False)
     assert which == "first torch release from 2.9.0 on"
-    assert other is not None and other.startswith("2.9.0+"), other
+    assert other is not None
+    assert other.startswith("2.9.0+"), other
 
 
 def test_gpu_floor_blocks_a_driver_older_than_the_gpu_and_names_its_floor() -> None:
