@@ -67,8 +67,13 @@ class FakeLoad:
 
     def __init__(self, clock: list[float], *, rank0_stops_at: float | None = None) -> None:
         self.clock, self.rank0_stops_at = clock, rank0_stops_at
+        self.started = False
+
+    def start(self) -> None:
+        self.started = True
 
     def iteration(self, mm_reps: int, cp_reps: int) -> tuple[float, float, float | None]:
+        assert self.started, "the stop flag is made before the first iteration"
         self.clock[0] += 2.0
         return 1.0, 0.5, None
 

@@ -101,8 +101,8 @@ class Load:
         # zeros: a sum that never overflows, however many rounds (bandwidth does not depend on the values)
         self.buf = torch.zeros(ALLREDUCE_BYTES // 4, dtype=torch.float32, device=dev) if dist else None
         self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-        self.flag = torch.zeros(1, dtype=torch.int32, device=dev) if dist else None
         self.dev = dev
+        self.flag = None
 
     def mm(self):
         self.torch.matmul(self.a, self.b, out=self.c)
@@ -154,6 +154,11 @@ class Load:
         mm_s = events[0].elapsed_time(events[1]) / 1000.0
         cp_s = events[1].elapsed_time(events[2]) / 1000.0
         return mm_s, cp_s, events[2].elapsed_time(events[3]) / 1000.0 if dist else None
+
+    def start(self):
+        """Make the group's stop flag (the load starts)."""
+        if self.dist:
+            self.flag = self.torch.zeros(1, dtype=self.torch.int32, device=self.dev)
 
     def agree_to_stop(self, stop):
         """Whether to stop: this worker's *stop*, or in a group rank 0's (the collectives stay matched)."""
@@ -221,6 +226,7 @@ def run_load(load, reps, duration, interval, meter):
     """Iterations of *load* until *duration* has passed, one ``window`` record every *interval* seconds and
     one for the last, partial, window."""
     t0 = time.time()
+    load.start()
     win, win_end = Window(0, 0.0), interval
     while True:
         win.add(*load.iteration(*reps))
