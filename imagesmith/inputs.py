@@ -365,7 +365,9 @@ def check_output_file(path: Path, flag: str) -> None:
 
     def refuse(why: str) -> ConfigError:
         return ConfigError(
-            f"{flag} {str(path)[:200]}: {why}", hint=f"give {flag} a file in a folder you can write"
+            f"{flag} {str(path)[:200]}: {why}",
+            hint=f"give {flag} a file in a folder you can write",
+            field=flag,
         )
 
     try:

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from imagesmith.inputs import check_output_file as check_output_file  # its old home (build, refresh)
+# its home is imagesmith.inputs: the stages' command layers (buildrequest) use it too
+from imagesmith.inputs import check_output_file as check_output_file
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
