@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 import requests
 
+from imagesmith import settings
+
 
 @dataclass(frozen=True, kw_only=True)
 class HttpPolicy:
@@ -56,11 +58,12 @@ class HttpPolicy:
 REGISTRY = HttpPolicy(
     name="registry API",
     connect_timeout=10.0,
-    read_timeout=60.0,
+    # the defaults of IMAGESMITH_REGISTRY_STALL / _DEADLINE (the retry policy reads the variables)
+    read_timeout=settings.default_seconds("IMAGESMITH_REGISTRY_STALL"),
     attempts=10,
     backoff=0.5,
     max_wait=10.0,
-    deadline=180.0,
+    deadline=settings.default_seconds("IMAGESMITH_REGISTRY_DEADLINE"),
     # an answer read whole (a tag list, a token, an error body); blobs are streamed, never read whole
     max_bytes=32 << 20,
 )
@@ -70,10 +73,21 @@ REGISTRY_MANIFEST = replace(REGISTRY, name="registry manifest", max_bytes=4 << 2
 #: a few MiB; a larger answer is none of these (a range request answered with the whole wheel)
 PACKAGE_INDEX = HttpPolicy(name="package index", connect_timeout=15.0, read_timeout=120.0, max_bytes=64 << 20)
 SOURCE_ARCHIVE = HttpPolicy(name="source archive", connect_timeout=10.0, read_timeout=60.0)
-RELEASE_INDEX = HttpPolicy(name="release index", connect_timeout=30.0, read_timeout=30.0)
+RELEASE_INDEX = HttpPolicy(
+    name="release index",
+    connect_timeout=30.0,
+    read_timeout=settings.default_seconds("IMAGESMITH_INDEX_STALL"),
+    deadline=settings.default_seconds("IMAGESMITH_INDEX_DEADLINE"),
+)
 #: ``pick --index oci://…``: the registry API, tried quickly (a refused connection is not transient, and a
 #: cached copy of the index may answer instead)
-INDEX_ARTIFACT = replace(REGISTRY, name="release index artifact", attempts=2, backoff=0.2, read_timeout=20.0)
+INDEX_ARTIFACT = replace(
+    REGISTRY,
+    name="release index artifact",
+    attempts=2,
+    backoff=0.2,
+    read_timeout=settings.default_seconds("IMAGESMITH_INDEX_STALL"),
+)
 
 
 def get(

@@ -33,9 +33,7 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
     ),  # 147, 8 before its command layer; +24: issue 34's flags
     ("imagesmith/commands/validate.py", "validate_command"): (253, 5),  # 369, 24 before its command layer
     ("imagesmith/compat/verdicts.py", "verdict"): (211, 26),
-    ("imagesmith/pick/fetching.py", "fetch_index"): (189, 29),  # 173, 27 before issue 34 merged
     ("imagesmith/plan.py", "plan_from"): (199, 25),  # 268, 33 as build_plan (its reads, its toolkit choice)
-    ("imagesmith/registry/transport.py", "_send"): (136, 23),
     ("imagesmith/validate/container.py", "run_in_image"): (137, 19),
     ("imagesmith/validate/probes/soak.py", "worker"): (133, 23),
 }
