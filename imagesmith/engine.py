@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
 
 import docker
 import docker.errors
-import requests
-import urllib3
 from docker.types import DeviceRequest, Mount, Ulimit
 from tenacity import (
     RetryCallState,
@@ -41,6 +39,7 @@ from imagesmith.buildlog import BuildEvent as BuildEvent  # where build and its 
 from imagesmith.buildlog import _build_stalled, _BuildKitParser, _error_tail, _lines_within
 from imagesmith.credentials import Credentials
 from imagesmith.errors import BuildError, ConfigError, EngineError, Fault, ImagesmithError, PushError
+from imagesmith.http import timed_out
 from imagesmith.refs import split_reference
 
 if TYPE_CHECKING:
@@ -372,7 +371,7 @@ class SdkBuilder:
         except docker.errors.APIError as exc:
             raise BuildError(f"build of {what} failed: {exc.explanation or exc}") from exc
         except Exception as exc:
-            if not _silent(exc):
+            if not timed_out(exc):
                 raise
             raise _build_stalled(what, stall, tail, "the engine's build output") from None
         if not image_id:
@@ -437,7 +436,7 @@ class Engine:
                 self.client = docker.DockerClient(base_url=base_url, timeout=timeout)
             else:
                 self.client = docker.from_env(timeout=timeout)
-            with self._answered("ping (docker info)"):
+            with self._answered("ping"):
                 self.client.ping()
         except docker.errors.DockerException as exc:
             raise EngineError(
@@ -470,29 +469,36 @@ class Engine:
         self.backend = self.builder.name
 
     @contextlib.contextmanager
-    def _answered(self, what: str, error: type[ImagesmithError] = EngineError) -> Iterator[None]:
-        """A call of the engine (``docker`` *what*) that it left unanswered for the engine timeout: one
-        *error* naming the call, the seconds and the fix, never requests' traceback (issue 37)."""
+    def _answered(
+        self, command: str, subject: str = "", error: type[ImagesmithError] = EngineError
+    ) -> Iterator[None]:
+        """A call of the engine (``docker`` *command* *subject*) that it left unanswered for the engine
+        timeout: one *error* naming the call, the seconds and the fix, never a traceback (issue 37)."""
         try:
             yield
         except Exception as exc:
-            if not _silent(exc):
+            if not timed_out(exc):
                 raise
             raise error(
-                f"docker {what}: the Docker engine gave no answer for {self.timeout:.0f} s "
+                f"docker {command}{' ' + subject if subject else ''}: the Docker engine gave no answer for "
+                f"{self.timeout:.0f} s "
                 f"({type(exc).__name__})",
                 hint="check that dockerd is up and not stuck (`docker info`; its log: `journalctl -u "
                 "docker`), then rerun; IMAGESMITH_ENGINE_TIMEOUT gives a slow engine longer",
                 fault=Fault.UNREACHABLE,
-                phase=f"docker {what.split(' ', 1)[0]}",
+                phase=f"docker {command}",
                 stalled=self.timeout,
             ) from None
 
     def _within(
-        self, stream: Iterable[dict[str, Any]], what: str, error: type[ImagesmithError] = EngineError
+        self,
+        stream: Iterable[dict[str, Any]],
+        command: str,
+        subject: str,
+        error: type[ImagesmithError] = EngineError,
     ) -> Iterator[dict[str, Any]]:
         """The chunks of an engine stream (a push, a pull), each within the engine timeout."""
-        with self._answered(what, error):
+        with self._answered(command, subject, error):
             yield from stream
 
     # -- build ----------------------------------------------------------------------------------------------
@@ -600,9 +606,9 @@ class Engine:
         pushed: set[str] = set()
         digest = ""
         try:
-            with self._answered(f"push {reference}", PushError):
+            with self._answered("push", reference, PushError):
                 stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth)
-            for chunk in self._within(stream, f"push {reference}", PushError):
+            for chunk in self._within(stream, "push", reference, PushError):
                 detail = chunk.get("errorDetail")
                 if detail or "error" in chunk:
                     msg = (detail or {}).get("message") or chunk.get("error") or "unknown error"
@@ -672,9 +678,9 @@ class Engine:
             repo, tag = split_tag(reference)
         auth = _auth_config(credentials)
         try:
-            with self._answered(f"pull {reference}"):
+            with self._answered("pull", reference):
                 stream = self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth)
-            for chunk in self._within(stream, f"pull {reference}"):
+            for chunk in self._within(stream, "pull", reference):
                 if progress is not None:
                     progress(chunk)
                 if chunk.get("errorDetail") or "error" in chunk:
@@ -689,7 +695,7 @@ class Engine:
     def inspect(self, reference: str) -> dict[str, Any] | None:
         """The engine's image inspect data, or None when the image is not there."""
         try:
-            with self._answered(f"image inspect {reference}"):
+            with self._answered("image inspect", reference):
                 data: dict[str, Any] = self.client.api.inspect_image(reference)  # type: ignore[no-untyped-call]
         except docker.errors.ImageNotFound:
             return None
@@ -706,7 +712,7 @@ class Engine:
     def tag(self, source: str, reference: str) -> None:
         repo, tag = split_tag(reference)
         try:
-            with self._answered(f"tag {source} {reference}"):
+            with self._answered("tag", f"{source} {reference}"):
                 self.client.api.tag(source, repo, tag)
         except docker.errors.APIError as exc:
             raise EngineError(f"tag {source} as {reference}: {exc.explanation or exc}") from exc
@@ -714,7 +720,7 @@ class Engine:
     def remove(self, reference: str, *, force: bool = False) -> bool:
         """Remove an image reference; False when it was not there."""
         try:
-            with self._answered(f"image rm {reference}"):
+            with self._answered("image rm", reference):
                 self.client.api.remove_image(reference, force=force)
         except docker.errors.ImageNotFound:
             return False
@@ -726,9 +732,10 @@ class Engine:
         """``docker import`` of a root filesystem tarball; returns the image id."""
         repo, tag = split_tag(reference)
         try:
-            out = self.client.api.import_image_from_file(
-                str(tarball), repository=repo, tag=tag, changes=list(changes) or None
-            )
+            with self._answered("import", f"{tarball} {reference}"):
+                out = self.client.api.import_image_from_file(
+                    str(tarball), repository=repo, tag=tag, changes=list(changes) or None
+                )
         except docker.errors.APIError as exc:
             raise EngineError(f"import {tarball} as {reference}: {exc.explanation or exc}") from exc
         if "error" in str(out).lower() and "status" not in str(out):
@@ -739,7 +746,7 @@ class Engine:
     def container_state(self, name: str) -> str | None:
         """``running``, ``exited``, … of container *name*, or None when the engine has no such container."""
         try:
-            with self._answered(f"container inspect {name}"):
+            with self._answered("container inspect", name):
                 container = self.client.containers.get(name)
         except docker.errors.NotFound:
             return None
@@ -751,7 +758,8 @@ class Engine:
         return str(container.status)
 
     def has_nvidia_runtime(self) -> bool:
-        runtimes = self.client.info().get("Runtimes") or {}
+        with self._answered("info"):
+            runtimes = self.client.info().get("Runtimes") or {}
         return "nvidia" in runtimes
 
     def run_container(
@@ -919,12 +927,3 @@ def _push_hint(message: str, where: str) -> str:
             "a higher limit, then run the build again (layers already pushed are not sent again)"
         )
     return f"check that registry {where} is up and reachable, then run the build again"
-
-
-def _silent(exc: BaseException) -> bool:
-    """Whether *exc* is a read that timed out (requests wraps one of a stream in a ConnectionError)."""
-    if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
-        return isinstance(exc.args[0], urllib3.exceptions.ReadTimeoutError | TimeoutError)
-    return isinstance(
-        exc, requests.exceptions.ReadTimeout | urllib3.exceptions.ReadTimeoutError | TimeoutError
-    )

@@ -8,16 +8,17 @@ import hashlib
 import re
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
 from imagesmith import atomicio, inputs
 from imagesmith.errors import (
     ConfigError,
     Fault,
+    ImagesmithError,
     IndexTrustError,
     ManifestUnknownError,
     RegistryError,
@@ -139,20 +140,7 @@ def fetch_index(
         )
         return from_cache(f"{source} (stale cache {cached})")
     if gone is not None:
-        if not cached.is_file():
-            raise type(gone)(
-                f"{index_flag()} {source}: {gone.message}",
-                hint=gone.hint
-                or f"check {index_flag()} {source}: the repository and tag (`imagesmith release` publishes "
-                "the tag "
-                f"{INDEX_ARTIFACT_TAG})",
-            )
-        raise type(gone)(
-            gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
-            "is not there)",
-            hint=f"check {index_flag()} {source} (`imagesmith release` publishes the tag "
-            f"{INDEX_ARTIFACT_TAG})",
-        )
+        raise _gone(gone, source, cached)
     fresh: Trusted | None = None
     if trust.verify:
         where = f"{source}.sig" if source.startswith(("http://", "https://")) else f"{source} signature layer"
@@ -182,6 +170,22 @@ def fetch_index(
         _pin_publisher(index, fresh, store, source)
         say(fresh.line(source))
     return index
+
+
+def _gone(gone: ConfigError | RegistryError, source: str, cached: Path) -> ImagesmithError:
+    """The source says the index is not there (HTTP 404/410, manifest unknown): never an old copy instead."""
+    if not cached.is_file():
+        return type(gone)(
+            f"{index_flag()} {source}: {gone.message}",
+            hint=gone.hint
+            or f"check {index_flag()} {source}: the repository and tag (`imagesmith release` publishes "
+            f"the tag {INDEX_ARTIFACT_TAG})",
+        )
+    return type(gone)(
+        gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
+        "is not there)",
+        hint=f"check {index_flag()} {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
+    )
 
 
 def _rooted(source: str, trust: Trust) -> tuple[str, Trust]:
@@ -459,7 +463,6 @@ def _download_http(url: str) -> tuple[int, bytes]:
     read waits at most ``IMAGESMITH_INDEX_STALL`` seconds for a byte (no headers, or a body stopped mid-way:
     a stall, named), the whole download at most ``IMAGESMITH_INDEX_DEADLINE`` (issue 37)."""
     import requests
-    import urllib3
 
     from imagesmith import http, settings
     from imagesmith.index import MAX_INDEX_BYTES
@@ -485,7 +488,7 @@ def _download_http(url: str) -> tuple[int, bytes]:
                     "index, its .sig and .pub over a channel you trust and pass the file",
                 )
             try:
-                return resp.status_code, b"".join(http.capped(_arriving(resp, until), policy))
+                return resp.status_code, b"".join(http.capped(http.arriving(resp, until), policy))
             except http.TooLarge:
                 raise ConfigError(
                     f"{index_flag()} {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): "
@@ -493,29 +496,16 @@ def _download_http(url: str) -> tuple[int, bytes]:
                     "release index",
                     hint="point --index at the index imagesmith release writes or publishes",
                 ) from None
-    except _Overdue:
+    except http.Overdue:
         raise _index_stalled(url, f"not complete within {policy.deadline:.0f} s", policy.deadline) from None
-    except (requests.RequestException, urllib3.exceptions.HTTPError) as exc:
-        if isinstance(exc, requests.exceptions.ReadTimeout | urllib3.exceptions.ReadTimeoutError):
+    except requests.RequestException as exc:
+        if http.timed_out(exc):
             host = urlsplit(url).netloc
             raise _index_stalled(url, f"no bytes for {stall:.0f} s from {host}", stall) from None
         raise ConfigError(
             f"{index_flag()} {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",
         ) from None
-
-
-class _Overdue(Exception):
-    """A download past its deadline (bytes kept coming, too slowly)."""
-
-
-def _arriving(resp: Any, until: float) -> Iterator[bytes]:
-    """*resp*'s body as its bytes arrive (each read waits the read timeout at most: a stall raises urllib3's
-    ReadTimeoutError), :class:`_Overdue` once past *until*."""
-    while chunk := resp.raw.read1(1 << 16, decode_content=True):
-        yield chunk
-        if time.monotonic() > until:
-            raise _Overdue
 
 
 def _index_stalled(url: str, what: str, seconds: float) -> ConfigError:
@@ -590,7 +580,7 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
     from imagesmith.http import INDEX_ARTIFACT as quick
 
     target = Registry(name=host, host=host, repository=repo, insecure=insecure)
-    stall = settings.seconds("IMAGESMITH_INDEX_STALL")
+    stall = min(quick.read_timeout, settings.seconds("IMAGESMITH_INDEX_STALL"))
     client = client_for(target, attempts=quick.attempts, backoff=quick.backoff, timeout=stall)
     try:
         return read_published_index(client, repo, tag, with_key=with_key)

@@ -326,7 +326,7 @@ class _HungEngine:
 
 
 ENGINE_CALLS = {
-    "docker image": lambda e: e.inspect("org/app:v1"),
+    "docker image inspect": lambda e: e.inspect("org/app:v1"),
     "docker tag": lambda e: e.tag("org/app:v1", "org/app:v2"),
     "docker push": lambda e: e.push("127.0.0.1:5999/org/app:v1", attempts=1),
 }
