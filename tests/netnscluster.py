@@ -5,7 +5,8 @@ one more namespace where the CLI runs. Nothing touches the root namespace's netw
 deletes every namespace it made on the way out (also after a failure), killing what still runs inside.
 
 Each node's sshd starts in the private mount namespace ``ip netns exec`` gives it, with a boot_id (and a
-machine-id) of its own bind-mounted over the kernel's: N kernels as far as anything started over ssh can see.
+machine-id) of its own bind-mounted over the kernel's, and in a UTS namespace of its own whose hostname is the
+namespace's name: N kernels as far as anything started over ssh can see.
 """
 
 from __future__ import annotations
@@ -84,7 +85,18 @@ class Cluster:
         log.write_text("")
         with log.open("ab") as out:
             node.proc = subprocess.Popen(
-                ["ip", "netns", "exec", node.name, "sh", "-c", f"{binds} && exec {SSHD} -D -e -f {cfg}"],
+                # a UTS namespace too: the node's own hostname (what mpirun's ranks report where they ran)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    node.name,
+                    "unshare",
+                    "--uts",
+                    "sh",
+                    "-c",
+                    f"hostname {node.name} && {binds} && exec {SSHD} -D -e -f {cfg}",
+                ],
                 stdout=out,
                 stderr=out,
             )

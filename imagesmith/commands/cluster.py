@@ -8,11 +8,43 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from imagesmith.errors import ConfigError, ImagesmithError, ValidationFailed
+
+#: flags of a cluster run, as ``imagesmith validate`` declares them
+Nodes = Annotated[
+    str | None,
+    typer.Option(
+        "--nodes", help="Several nodes: a file of ssh:// targets, one a line (`ssh://… [ADDRESS]`)."
+    ),
+]
+NicPorts = Annotated[
+    int | None,
+    typer.Option("--nic-ports", min=1, max=64, help="Several nodes: RDMA ports each node must have."),
+]
+IperfSeconds = Annotated[
+    int,
+    typer.Option("--iperf-seconds", min=1, max=120, help="Several nodes: seconds per iperf3 direction."),
+]
+Collective = Annotated[
+    str,
+    typer.Option(
+        "--collective",
+        help="Several nodes: all_reduce_perf + all_gather_perf across them (nccl-tests built with MPI=1): "
+        "auto (where the nodes have GPUs; srun with --slurm, else mpirun over ssh) | mpirun | srun | off.",
+    ),
+]
+Slurm = Annotated[
+    bool,
+    typer.Option(
+        "--slurm",
+        help="The nodes of the Slurm allocation this runs in; their collective through srun (implied "
+        "inside an allocation of 2+ nodes with no TARGET: name local:// for this node only).",
+    ),
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -27,6 +59,8 @@ class ClusterFlags:
     iperf_seconds: int
     min_ratio: float
     node_suite: bool
+    collective: str = "auto"
+    slurm: bool = False
 
     def given(self) -> list[str]:
         """The cluster-only flags set away from their defaults (for the error of a one-target run)."""
@@ -42,6 +76,7 @@ class ClusterFlags:
             ("--iperf-seconds", self.iperf_seconds, 5),
             ("--bandwidth-min-ratio", self.min_ratio, 0.7),
             ("--no-node-suite", self.node_suite, True),
+            ("--collective", self.collective, "auto"),
         ):
             if value != default:
                 out.append(flag)
@@ -49,8 +84,22 @@ class ClusterFlags:
 
 
 def several(targets: list[str], flags: ClusterFlags) -> bool:
-    """Is this a cluster run? Several TARGETs or ``--nodes``; cluster flags on one target are refused."""
+    """Is this a cluster run? Several TARGETs, ``--nodes`` or ``--slurm`` (the allocation's nodes: then
+    neither of the others); cluster flags on one target are refused."""
+    from imagesmith.validate.request import cluster_rules, slurm_wanted
+
+    if slurm_wanted(flags.slurm, [*targets, *([flags.nodes] if flags.nodes else [])]):
+        cluster_rules(flags.collective, slurm=True)
+        if targets or flags.nodes is not None:
+            raise ConfigError(
+                "--slurm takes the nodes from the Slurm allocation: TARGET and --nodes name them otherwise",
+                hint="leave out TARGET and --nodes, or leave out --slurm (inside an allocation: name "
+                "local:// to validate only this node)",
+                field="--slurm",
+            )
+        return True
     if len(targets) > 1 or flags.nodes is not None:
+        cluster_rules(flags.collective, slurm=False)
         return True
     given = flags.given()
     if given:
@@ -78,6 +127,16 @@ def run(
         raise ConfigError(
             f"--fabric {flags.fabric!r}: use one of {', '.join(FABRICS)}", hint="e.g. --fabric ib"
         )
+    from imagesmith.validate.request import slurm_wanted
+
+    slurm = slurm_wanted(flags.slurm, [*targets, *([flags.nodes] if flags.nodes else [])])
+    if slurm:
+        from imagesmith.validate.collective import slurm_nodes
+
+        if not flags.slurm:
+            typer.echo("cluster: inside a Slurm allocation with no TARGET: validating its nodes (--slurm)")
+        targets = [f"ssh://{name}" for name in slurm_nodes()]
+        typer.echo(f"cluster: the Slurm allocation's {len(targets)} node(s): {', '.join(targets)}")
     nodes = clusterrun.parse_nodes(targets, flags.nodes)
     options = clusterrun.ClusterOptions(
         fabric=flags.fabric,
@@ -91,6 +150,9 @@ def run(
         report_dir=base.report_dir,
         ssh_config=base.ssh_config,
         ssh_identity=base.ssh_identity_file,
+        collective=flags.collective,
+        slurm=slurm,
+        collective_timeout=float(base.nccl_timeout_s),
     )
 
     def node_suite(node: clusterrun.Node, folder: Path) -> dict[str, Any]:

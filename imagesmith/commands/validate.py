@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
+from imagesmith.commands import cluster as cluster_flags
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ValidationFailed
 from imagesmith.validate.request import ValidateRequest, check_select, prepare, validate
@@ -166,9 +167,7 @@ def validate_command(
     baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
     baseline_figure: Annotated[list[str] | None, typer.Option("--baseline-figure", hidden=True)] = None,
     baseline_fleet: str | None = typer.Option(None, "--baseline-fleet", hidden=True),
-    nodes: str | None = typer.Option(
-        None, "--nodes", help="Several nodes: a file of ssh:// targets, one a line (`ssh://… [ADDRESS]`)."
-    ),
+    nodes: cluster_flags.Nodes = None,
     fabric: str = typer.Option(
         "ethernet", "--fabric", help="Several nodes: the fabric the rental declares: ib | roce | ethernet."
     ),
@@ -180,9 +179,7 @@ def validate_command(
         help="Several nodes: the declared per-node rate (Gb/s) pairs and RDMA ports are judged against "
         "(default: each link's negotiated speed).",
     ),
-    nic_ports: int | None = typer.Option(
-        None, "--nic-ports", min=1, max=64, help="Several nodes: RDMA ports each node must have."
-    ),
+    nic_ports: cluster_flags.NicPorts = None,
     expect_gdr: bool = typer.Option(
         False,
         "--expect-gdr",
@@ -200,9 +197,7 @@ def validate_command(
     bandwidth: bool = typer.Option(
         True, "--bandwidth/--no-bandwidth", help="Several nodes: iperf3 node pairs (ring + re-pairing)."
     ),
-    iperf_seconds: int = typer.Option(
-        5, "--iperf-seconds", min=1, max=120, help="Several nodes: seconds per iperf3 direction."
-    ),
+    iperf_seconds: cluster_flags.IperfSeconds = 5,
     bandwidth_min_ratio: float = typer.Option(
         0.7,
         "--bandwidth-min-ratio",
@@ -213,6 +208,8 @@ def validate_command(
     node_suite: bool = typer.Option(
         True, "--node-suite/--no-node-suite", help="Several nodes: also run the per-node suite on every node."
     ),
+    collective: cluster_flags.Collective = "auto",
+    slurm: cluster_flags.Slurm = False,
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # the request, the rules of its flags and the run: imagesmith.validate.request (pytest and the suite cost
@@ -269,6 +266,8 @@ def validate_command(
         iperf_seconds=iperf_seconds,
         min_ratio=bandwidth_min_ratio,
         node_suite=node_suite,
+        collective=collective,
+        slurm=slurm,
     )
     if request.select is not None:  # -k before the cluster's flags, as the rules check them
         check_select(request.select)
