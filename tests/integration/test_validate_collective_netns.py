@@ -36,49 +36,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.netnscluster import Cluster, NetnsError, netns_cluster
-from tests.repo import REPO
+from tests.netnscluster import STANDIN_PATH, Cluster, NetnsError, nccl_tests_standin, netns_cluster
 
 pytestmark = pytest.mark.netns
-
-DATA = REPO / "tests" / "data" / "validate"
-RECORDED = {
-    "all_reduce_perf": DATA / "h200x2" / "all_reduce_perf-1.log",
-    "all_gather_perf": DATA / "cluster" / "all_gather_perf-h200x1.log",
-}
-
-#: prints the recorded log (every rank waits as long as rank 0 does); its own rank line from what Open MPI
-#: gave this process (its rank, the hostname of the node it landed on)
-STAND_IN = r"""#!/bin/sh
-# stand-in for nccl-tests (no GPU on these test nodes): replays a recorded nccl-tests log
-dir=$(dirname "$0")
-log="$dir/recorded/$(basename "$0").log"
-rank=${OMPI_COMM_WORLD_RANK:?not started by mpirun}
-printf '#  Rank %2d Group  0 Pid %6d on %10s device  0 [0000:00:06] NVIDIA H200\n' "$rank" $$ "$(hostname)"
-[ "$rank" = 0 ] || exec sleep "$(cat "$dir/delay")"
-sed -n '1,/^# Using devices/p' "$log" | grep -v '^# nccl-tests all_gather_perf on one H200'
-sleep "$(cat "$dir/delay")"
-cat "$dir/transport"
-sed -n '/^NCCL version/,$p' "$log"
-"""
 
 
 @pytest.fixture(scope="module")
 def standin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    d = tmp_path_factory.mktemp("standin")
-    (d / "recorded").mkdir()
-    for name, log in RECORDED.items():
-        shutil.copy(log, d / "recorded" / f"{name}.log")
-        (d / name).write_text(STAND_IN)
-        (d / name).chmod(0o755)
-    return d
+    return nccl_tests_standin(tmp_path_factory.mktemp("standin"))
 
 
 @pytest.fixture(scope="module")
 def netns(tmp_path_factory: pytest.TempPathFactory, standin: Path) -> Iterator[Cluster]:
     if shutil.which("mpirun") is None:
         pytest.fail("mpirun is missing: run `bash scripts/setup.sh` (installs openmpi-bin)")
-    path = f"PATH={standin}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+    path = STANDIN_PATH.format(standin)
     try:
         with netns_cluster(3, tmp_path_factory.mktemp("netns"), subnet="10.233.8") as c:
             for n in c.nodes:
@@ -91,10 +63,9 @@ def netns(tmp_path_factory: pytest.TempPathFactory, standin: Path) -> Iterator[C
 @pytest.fixture
 def cluster(netns: Cluster, standin: Path) -> Iterator[Cluster]:
     """Socket lines, a short pause; after each test every node healthy again."""
-    (standin / "transport").write_text((DATA / "cluster" / "nccl-socket-fallback.log").read_text())
-    (standin / "delay").write_text("0.2\n")
+    nccl_tests_standin(standin)
     yield netns
-    path = f"PATH={standin}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+    path = STANDIN_PATH.format(standin)
     for n in netns.nodes:
         subprocess.run(["ip", "-n", n.name, "link", "set", "eth0", "up"], check=False, timeout=30)
         if n.proc is None or n.proc.poll() is not None:
