@@ -132,7 +132,8 @@ def slurm_nodes(env: Mapping[str, str] | None = None, *, timeout: float = 20.0) 
     except FileNotFoundError:
         raise ConfigError(
             "--slurm: scontrol is not installed here",
-            hint="run imagesmith on a node of the allocation, where Slurm's client tools are",
+            hint="run imagesmith on a node of the allocation, where Slurm's client tools are (inside a "
+            "container of the allocation: name local:// to validate only it)",
             field="--slurm",
         ) from None
     except subprocess.TimeoutExpired:
