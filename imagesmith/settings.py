@@ -140,6 +140,7 @@ FOREIGN: tuple[Variable, ...] = (
     Variable("NCCL_TESTS_BIN", "an image's nccl-tests folder (its Dockerfile sets it)", "docs/validation.md"),
     Variable("SLURM_JOB_NODELIST", "the nodes of the Slurm allocation it runs in", "docs/validation.md"),
     Variable("SLURM_NODELIST", "the same, as older Slurm releases name it", "docs/validation.md"),
+    Variable("SLURM_JOB_NUM_NODES", "how many nodes the Slurm allocation has", "docs/validation.md"),
 )
 
 

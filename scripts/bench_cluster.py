@@ -8,6 +8,12 @@ per-node suite is the one-host suite, whose cost docs/benchmarks.md has): once w
 (iperf3 both directions per pair, `--iperf-seconds` each). Printed per size: wall time of each run, the pair
 runs made, the ring's rounds, and what all pairs (N·(N-1)/2 runs, N-1 rounds of a round-robin) would take.
 
+The cross-node collective (`--collective mpirun`): a third run per size, `--no-bandwidth`, where the nodes'
+`all_reduce_perf`/`all_gather_perf` are the stand-in of tests/netnscluster.py (it replays recorded nccl-tests
+output: no GPU here). What it measures is real: mpirun over ssh to every node, orted there, one rank per node,
+the output gathered and judged; the benchmark's own time on GPUs is estimated beside it from the fabric's
+busbw (assumptions printed).
+
 usage: sudo .venv/bin/python scripts/bench_cluster.py [--sizes 2,8] [--iperf-seconds 2] [--json FILE]
 """
 
@@ -24,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from imagesmith.validate import cluster  # noqa: E402
-from tests.netnscluster import Cluster, netns_cluster  # noqa: E402
+from tests.netnscluster import STANDIN_PATH, Cluster, nccl_tests_standin, netns_cluster  # noqa: E402
 
 
 def _run(c: Cluster, report: Path, *extra: str) -> tuple[float, dict[str, object]]:
@@ -48,6 +54,55 @@ def plan_cost(n: int) -> float:
     return (time.perf_counter() - t0) / 20
 
 
+#: the benchmark's own time on GPUs, estimated: -b 8M -e 8G -f 2 is 11 sizes; per size 5 warm-up, 20 timed
+#: out-of-place, 20 in-place and 1 checked iteration; a size S takes S × 2(n-1)/n / busbw (all_reduce) or
+#: S × (n-1)/n / busbw (all_gather); the sizes below 8G add about as much as 8G itself (a geometric series)
+GPU_BUSBW_GBPS = (
+    455.0  # FABRIC_BUSBW: 8 × 400G NDR InfiniBand, all_reduce at 1 GiB (SkyPilot CoreWeave 2×8 H200)
+)
+GPUS_PER_NODE = 8
+
+
+def gpu_benchmark_s(nodes: int) -> float:
+    ranks = nodes * GPUS_PER_NODE
+    size = 8 * 2**30
+    per_op = size * 2 * (ranks - 1) / ranks / (GPU_BUSBW_GBPS * 1e9) + size * (ranks - 1) / ranks / (
+        GPU_BUSBW_GBPS * 1e9
+    )
+    return 2 * 46 * per_op
+
+
+def _floats(v: object) -> list[float]:
+    assert isinstance(v, list)
+    return [float(x) for x in v]
+
+
+def _collective_rows(rows: list[dict[str, object]], measured: list[dict[str, object]]) -> None:
+    """The collective's cost: measured launches for the sizes run here, a straight line through them past
+    that, plus the estimated benchmark time on GPUs."""
+    print()
+    print(f"{'nodes':>5} {'+collective s':>13} {'launches s':>12} {'GPU benchmark s (est.)':>23}")
+    pts = [(int(str(r["nodes"])), sum(_floats(r["launch_s"]))) for r in measured]
+    (n0, t0), (n1, t1) = min(pts), max(pts)
+    slope = (t1 - t0) / (n1 - n0) if n1 != n0 else 0.0
+    for r in rows:
+        n = int(str(r["nodes"]))
+        if r.get("estimated"):
+            r["launch_s"] = est = round(t1 + slope * (n - n1), 1)
+            r["gpu_benchmark_s"] = round(gpu_benchmark_s(n), 1)
+            print(f"{n:>5} {'—':>13} {est:>12} {r['gpu_benchmark_s']:>23}   (estimated)")
+        else:
+            r["gpu_benchmark_s"] = round(gpu_benchmark_s(n), 1)
+            launches = "+".join(f"{x:g}" for x in _floats(r["launch_s"]))
+            print(f"{n:>5} {r['collective_s']:>13} {launches:>12} {r['gpu_benchmark_s']:>23}")
+    print(
+        "assumptions for the collective: launches (mpirun over ssh, orted on every node, both collectives) "
+        f"grow linearly as between {n0} and {n1} nodes here ({slope:.3f} s a node); GPU benchmark time: "
+        f"{GPUS_PER_NODE} GPUs a node at {GPU_BUSBW_GBPS:g} GB/s busbw, -b 8M -e 8G -f 2, 46 iterations a "
+        "size, NCCL's own start-up (seconds at 64 nodes) not included"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="2,8")
@@ -59,6 +114,13 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp, netns_cluster(n, Path(tmp)) as c:
             base_wall, _base = _run(c, Path(tmp) / "probe", "--no-bandwidth")
             full_wall, full = _run(c, Path(tmp) / "full", "--iperf-seconds", str(args.iperf_seconds))
+            standin = Path(tmp) / "standin-bin"
+            standin.mkdir()
+            nccl_tests_standin(standin)
+            for node in c.nodes:
+                c.start(node, sshd_extra=f"SetEnv {STANDIN_PATH.format(standin)}\n")
+            coll_wall, coll = _run(c, Path(tmp) / "coll", "--no-bandwidth", "--collective", "mpirun")
+        launches = [float(r["seconds"]) for r in coll["collective"]["runs"]]  # type: ignore[index]
         bw = full["bandwidth"]
         assert isinstance(bw, dict)
         rounds = len(cluster.ring_rounds([f"n{i}" for i in range(n)]))
@@ -73,6 +135,8 @@ def main() -> None:
                 "all_pairs_runs": n * (n - 1) // 2,
                 "all_pairs_rounds": n - 1 if n % 2 == 0 else n,
                 "plan_s": plan_cost(n),
+                "collective_s": round(coll_wall - base_wall, 2),
+                "launch_s": [round(x, 2) for x in launches],
             }
         )
     for n in (64, 1024):
@@ -116,6 +180,7 @@ def main() -> None:
         "non-blocking fabric); probes run 32 nodes at a time; no slow pair (each slow pair adds at most 2 "
         "runs in pass 2, one round per suspect beyond the number of good nodes)"
     )
+    _collective_rows(rows, measured)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2) + "\n")
 

@@ -48,9 +48,10 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 
 # 1. packages -----------------------------------------------------------------------------------------------
-# iproute2 and iperf3: the cluster tests' network namespaces, tc limits and node-pair runs (issue 32)
+# iproute2 and iperf3: the cluster tests' network namespaces, tc limits and node-pair runs (issue 32);
+# openmpi-bin: the cross-node collective's launcher (mpirun over the namespaces' sshd, issue 32)
 PKGS=(docker.io docker-registry debootstrap apache2-utils openssl curl git ca-certificates python3-venv python3-pip
-    openssh-client iproute2 iperf3 fio zstd)  # zstd: scripts/bench_time_to_ready.py's codec probe
+    openssh-client iproute2 iperf3 fio zstd openmpi-bin)  # zstd: scripts/bench_time_to_ready.py's codec probe
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -5,7 +5,8 @@ one more namespace where the CLI runs. Nothing touches the root namespace's netw
 deletes every namespace it made on the way out (also after a failure), killing what still runs inside.
 
 Each node's sshd starts in the private mount namespace ``ip netns exec`` gives it, with a boot_id (and a
-machine-id) of its own bind-mounted over the kernel's: N kernels as far as anything started over ssh can see.
+machine-id) of its own bind-mounted over the kernel's, and in a UTS namespace of its own whose hostname is the
+namespace's name: N kernels as far as anything started over ssh can see.
 """
 
 from __future__ import annotations
@@ -84,7 +85,18 @@ class Cluster:
         log.write_text("")
         with log.open("ab") as out:
             node.proc = subprocess.Popen(
-                ["ip", "netns", "exec", node.name, "sh", "-c", f"{binds} && exec {SSHD} -D -e -f {cfg}"],
+                # a UTS namespace too: the node's own hostname (what mpirun's ranks report where they ran)
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    node.name,
+                    "unshare",
+                    "--uts",
+                    "sh",
+                    "-c",
+                    f"hostname {node.name} && {binds} && exec {SSHD} -D -e -f {cfg}",
+                ],
                 stdout=out,
                 stderr=out,
             )
@@ -213,3 +225,47 @@ def netns_cluster(n: int, folder: Path, *, subnet: str = SUBNET) -> Iterator[Clu
             for pid in _sh("ip", "netns", "pids", name, check=False).stdout.split():
                 _sh("kill", "-9", pid, check=False)  # what a killed run left inside (an iperf3 under timeout)
             _sh("ip", "netns", "del", name, check=False)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# a stand-in for nccl-tests on the nodes (no GPU here): test_validate_collective_netns.py and
+# scripts/bench_cluster.py
+
+DATA = REPO / "tests" / "data" / "validate"
+#: the real runs it replays: 2×H200 all_reduce_perf, one-H200 all_gather_perf (nccl-tests 2.19.6, a lent H200)
+RECORDED = {
+    "all_reduce_perf": DATA / "h200x2" / "all_reduce_perf-1.log",
+    "all_gather_perf": DATA / "cluster" / "all_gather_perf-h200x1.log",
+}
+#: the nodes' sshd ``SetEnv``: the stand-in's folder first on PATH
+STANDIN_PATH = "PATH={}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+#: prints the recorded log (every rank waits as long as rank 0 does); its own rank line from what Open MPI
+#: gave this process (its rank, the hostname of the node it landed on)
+STAND_IN = r"""#!/bin/sh
+# stand-in for nccl-tests (no GPU on these test nodes): replays a recorded nccl-tests log
+dir=$(dirname "$0")
+log="$dir/recorded/$(basename "$0").log"
+rank=${OMPI_COMM_WORLD_RANK:?not started by mpirun}
+printf '#  Rank %2d Group  0 Pid %6d on %10s device  0 [0000:00:06] NVIDIA H200\n' "$rank" $$ "$(hostname)"
+[ "$rank" = 0 ] || exec sleep "$(cat "$dir/delay")"
+sed -n '1,/^# Using devices/p' "$log" | grep -v '^# nccl-tests all_gather_perf on one H200'
+sleep "$(cat "$dir/delay")"
+cat "$dir/transport"
+sed -n '/^NCCL version/,$p' "$log"
+"""
+
+
+def nccl_tests_standin(
+    folder: Path, *, delay: float = 0.2, transport: str = "nccl-socket-fallback.log"
+) -> Path:
+    """*folder* with ``all_reduce_perf`` and ``all_gather_perf`` stand-ins (rank 0 pauses *delay* s, then
+    prints the NCCL INFO lines of tests/data/validate/cluster/*transport* and the recorded table)."""
+    (folder / "recorded").mkdir(exist_ok=True)
+    for name, log in RECORDED.items():
+        shutil.copy(log, folder / "recorded" / f"{name}.log")
+        (folder / name).write_text(STAND_IN)
+        (folder / name).chmod(0o755)
+    (folder / "transport").write_text((DATA / "cluster" / transport).read_text())
+    (folder / "delay").write_text(f"{delay}\n")
+    return folder

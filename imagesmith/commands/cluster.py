@@ -29,6 +29,8 @@ class ClusterFlags:
     min_ratio: float
     node_suite: bool
     image: str | None = None
+    collective: str = "auto"
+    slurm: bool = False
 
     def given(self) -> list[str]:
         """The cluster-only flags set away from their defaults (for the error of a one-target run)."""
@@ -45,6 +47,7 @@ class ClusterFlags:
             ("--bandwidth-min-ratio", self.min_ratio, 0.7),
             ("--no-node-suite", self.node_suite, True),
             ("--image", self.image, None),
+            ("--collective", self.collective, "auto"),
         ):
             if value != default:
                 out.append(flag)
@@ -52,8 +55,22 @@ class ClusterFlags:
 
 
 def several(targets: list[str], flags: ClusterFlags) -> bool:
-    """Is this a cluster run? Several TARGETs or ``--nodes``; cluster flags on one target are refused."""
+    """Is this a cluster run? Several TARGETs, ``--nodes`` or ``--slurm`` (the allocation's nodes: then
+    neither of the others); cluster flags on one target are refused."""
+    from imagesmith.validate.request import cluster_rules, slurm_wanted
+
+    if slurm_wanted(flags.slurm, [*targets, *([flags.nodes] if flags.nodes else [])]):
+        cluster_rules(flags.collective, slurm=True)
+        if targets or flags.nodes is not None:
+            raise ConfigError(
+                "--slurm takes the nodes from the Slurm allocation: TARGET and --nodes name them otherwise",
+                hint="leave out TARGET and --nodes, or leave out --slurm (inside an allocation: name "
+                "local:// to validate only this node)",
+                field="--slurm",
+            )
+        return True
     if len(targets) > 1 or flags.nodes is not None:
+        cluster_rules(flags.collective, slurm=False)
         return True
     given = flags.given()
     if given:
@@ -96,6 +113,16 @@ def run(
         )
     image = _image(flags.image)
     key = _signing_key(sign_key, image)
+    from imagesmith.validate.request import slurm_wanted
+
+    slurm = slurm_wanted(flags.slurm, [*targets, *([flags.nodes] if flags.nodes else [])])
+    if slurm:
+        from imagesmith.validate.collective import slurm_nodes
+
+        if not flags.slurm:
+            typer.echo("cluster: inside a Slurm allocation with no TARGET: validating its nodes (--slurm)")
+        targets = [f"ssh://{name}" for name in slurm_nodes()]
+        typer.echo(f"cluster: the Slurm allocation's {len(targets)} node(s): {', '.join(targets)}")
     nodes = clusterrun.parse_nodes(targets, flags.nodes)
     options = clusterrun.ClusterOptions(
         fabric=flags.fabric,
@@ -110,6 +137,9 @@ def run(
         ssh_config=base.ssh_config,
         ssh_identity=base.ssh_identity_file,
         image=image,
+        collective=flags.collective,
+        slurm=slurm,
+        collective_timeout=float(base.nccl_timeout_s),
     )
 
     def node_suite(node: clusterrun.Node, folder: Path) -> dict[str, Any]:

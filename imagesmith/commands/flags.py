@@ -472,3 +472,19 @@ IndexNoVerify = Annotated[
     bool,
     typer.Option("--no-verify", help="do not check the signature, serial or expiry (warned on every run)"),
 ]
+Collective = Annotated[
+    str,
+    typer.Option(
+        "--collective",
+        help="Several nodes: all_reduce_perf + all_gather_perf across them (nccl-tests built with MPI=1): "
+        "auto (where the nodes have GPUs; srun with --slurm, else mpirun over ssh) | mpirun | srun | off.",
+    ),
+]
+Slurm = Annotated[
+    bool,
+    typer.Option(
+        "--slurm",
+        help="The nodes of the Slurm allocation this runs in; their collective through srun (implied "
+        "inside an allocation of 2+ nodes with no TARGET: name local:// for this node only).",
+    ),
+]

@@ -85,6 +85,8 @@ def validate_command(
     bandwidth_min_ratio: flags.BandwidthMinRatio = 0.7,
     node_suite: flags.NodeSuite = True,
     image: flags.Image = None,
+    collective: flags.Collective = "auto",
+    slurm: flags.Slurm = False,
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # the request, the rules of its flags and the run: imagesmith.validate.request (pytest and the suite cost
@@ -140,6 +142,8 @@ def validate_command(
         min_ratio=bandwidth_min_ratio,
         node_suite=node_suite,
         image=image,
+        collective=collective,
+        slurm=slurm,
     )
     _run(targets or [], request, cluster_flags)
 

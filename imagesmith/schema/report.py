@@ -293,6 +293,13 @@ CLUSTER_REPORT: Schema = Schema(
                 open=True,
                 fields={"fabric": replace(_FABRIC, required=True)},
             ),
+            "collective": Field(
+                kind="table",
+                open=True,
+                nullable=True,
+                description="the cross-node collective (--collective): its launcher, ranks and, per "
+                "nccl-tests run, busbw per message size and the NCCL transport; absent or null when not run",
+            ),
             "bandwidth": Field(
                 kind="table",
                 required=True,

@@ -125,6 +125,11 @@ class ClusterOptions:
     ssh_identity: str | None = None
     #: ``--image IMAGE@DIGEST``: the image the run is evidence for (the report's ``image``; signed with it)
     image: str | None = None
+    #: the cross-node collective (imagesmith.validate.clustercollective): auto | mpirun | srun | off
+    collective: str = "auto"
+    slurm: bool = False  # the nodes are the Slurm allocation's: auto launches with srun
+    collective_timeout: float = 300.0
+    collective_max_bytes: str = "8G"
 
 
 @dataclass(frozen=True)
@@ -435,6 +440,8 @@ def _fresh_report_dir(options: ClusterOptions) -> Path:
     # an earlier run's verdict (or signature) never stands beside this run
     for stale in (CLUSTER_JSON, CLUSTER_MD, clusterrecord.CLUSTER_ATTESTATION):
         (report_dir / stale).unlink(missing_ok=True)
+    for test in ("all_reduce_perf", "all_gather_perf"):
+        (report_dir / "collective" / f"{test}.log").unlink(missing_ok=True)
     return report_dir
 
 
@@ -557,6 +564,12 @@ def run_cluster(
         promises.append(_promise("node-to-node bandwidth", bw.pop("findings"), []))
     else:
         promises.append(Promise("node-to-node bandwidth", "not checked", why="--no-bandwidth"))
+    from imagesmith.validate import clustercollective
+
+    coll_promises, coll, coll_logs = clustercollective.collective_promises(
+        ssh, nodes, ids, options, echo=echo
+    )
+    promises += coll_promises
     promises.append(_transport_promise(logs, options))
     promises += [
         Promise(f"node suite {name}", str(r.get("verdict", "failed")), why=str(r.get("verdict_reason", "")))
@@ -590,13 +603,26 @@ def run_cluster(
             "min_ratio": options.min_ratio,
         },
         "bandwidth": bw,
+        "collective": coll,
         "promises": [_promise_json(p) for p in promises],
         "verdict": verdict,
         "verdict_reason": reason,
     }
     data["summary"] = clusterrecord.summary_json(data)
+    _write_logs(report_dir, coll_logs)
     clusterrecord.write_report(report_dir, data, render_markdown(data), sign=sign)
     return data
+
+
+def _write_logs(report_dir: Path, logs: dict[str, str]) -> None:
+    """The collective's logs, before the report (``clusterrecord.write_report`` writes cluster.json last: the
+    file that says the run completed)."""
+    from imagesmith.validate.container import write_report_file
+
+    if logs:
+        (report_dir / "collective").mkdir(exist_ok=True)
+    for name, text in logs.items():
+        write_report_file(report_dir / "collective", name, text.encode())
 
 
 def _safe(name: str) -> str:
@@ -625,6 +651,10 @@ def render_markdown(data: dict[str, Any]) -> str:
         lines += ["| from \\ to | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
         for a in names:
             lines.append(f"| {a} | " + " | ".join(cell.get((a, b), "—") for b in names) + " |")
+    if data.get("collective"):
+        from imagesmith.validate.clustercollective import render_markdown as collective_md
+
+        lines += collective_md(data["collective"])
     lines += ["", "## Nodes", "", "| node | boot_id | RDMA ports |", "|---|---|---|"]
     for n in data["nodes"]:
         ports = ", ".join(

@@ -132,7 +132,8 @@ def slurm_nodes(env: Mapping[str, str] | None = None, *, timeout: float = 20.0) 
     except FileNotFoundError:
         raise ConfigError(
             "--slurm: scontrol is not installed here",
-            hint="run imagesmith on a node of the allocation, where Slurm's client tools are",
+            hint="run imagesmith on a node of the allocation, where Slurm's client tools are (inside a "
+            "container of the allocation: name local:// to validate only it)",
             field="--slurm",
         ) from None
     except subprocess.TimeoutExpired:
@@ -170,12 +171,16 @@ def mpirun_argv(
     max_bytes: str = "8G",
     ssh_agent: str = "ssh -o BatchMode=yes -o ConnectTimeout=10",
     env: Mapping[str, str] = NCCL_ENV,
+    as_root: bool = False,
 ) -> list[str]:
-    """Open MPI (Debian's openmpi-bin) over ssh: one rank per GPU, ``--host a:8,b:8``."""
+    """Open MPI (Debian's openmpi-bin) over ssh: one rank per GPU, ``--host a:8,b:8``. Only this host
+    starts the nodes' daemons (no tree spawn: the nodes need no ssh to each other); *as_root*: Open MPI's
+    ``--allow-run-as-root`` (it refuses root otherwise)."""
     if gpus_per_node < 1 or not hosts:
         raise ConfigError("the collective needs at least one node and one GPU per node")
     argv = [
         "mpirun",
+        *(["--allow-run-as-root"] if as_root else []),
         "--host",
         ",".join(f"{h}:{gpus_per_node}" for h in hosts),
         "-np",
@@ -187,6 +192,12 @@ def mpirun_argv(
         "--mca",
         "plm_rsh_agent",
         ssh_agent,
+        "--mca",
+        "plm_rsh_no_tree_spawn",
+        "1",
+        # a node gone silent (power, link) is noticed in ~20 s, not Open MPI's 300 + 9 × 20 s
+        *("--mca", "oob_tcp_keepalive_time", "10", "--mca", "oob_tcp_keepalive_intvl", "5"),
+        *("--mca", "oob_tcp_keepalive_probes", "2"),
         "--mca",
         "btl",
         "self,tcp",  # MPI only carries the NCCL id and the timings; NCCL itself picks the fabric
@@ -205,8 +216,10 @@ def srun_argv(
     max_bytes: str = "8G",
     mpi: str = "pmix",
     env: Mapping[str, str] = NCCL_ENV,
+    nodelist: Sequence[str] = (),
 ) -> list[str]:
-    """Inside the allocation: ``srun --mpi=pmix`` (pmi2 on older sites), one task per GPU."""
+    """Inside the allocation: ``srun --mpi=pmix`` (pmi2 on older sites), one task per GPU; *nodelist*: on
+    exactly those nodes of the allocation."""
     if gpus_per_node < 1 or n_nodes < 1:
         raise ConfigError("the collective needs at least one node and one GPU per node")
     exports = ",".join(["ALL"] + [f"{k}={v}" for k, v in env.items()])
@@ -214,6 +227,7 @@ def srun_argv(
         "srun",
         f"--mpi={mpi}",
         f"--nodes={n_nodes}",
+        *([f"--nodelist={','.join(nodelist)}"] if nodelist else []),
         f"--ntasks-per-node={gpus_per_node}",
         f"--export={exports}",
         "--kill-on-bad-exit=1",  # one dead rank ends the step instead of leaving the others waiting
@@ -306,6 +320,17 @@ def launch(argv: Sequence[str], hosts: Sequence[str], *, timeout: float) -> Laun
 # ------------------------------------------------------------------------------------------------------------
 # the verdict
 
+# nccl-tests: "#  Rank  3 Group  0 Pid  1830 on     node-2 device  1 [0000:00:07] NVIDIA H200"
+_RANK_HOST = re.compile(
+    r"^#\s+Rank\s+([0-9]+)\s+Group\s+[0-9]+\s+Pid\s+[0-9]+\s+on\s+(\S+)\s+device\s+[0-9]+\s+\[([^\]]*)\]",
+    re.ASCII | re.MULTILINE,
+)
+
+
+def rank_hosts(output: str) -> list[tuple[int, str, str]]:
+    """(rank, host, PCI bus id) of every rank line of nccl-tests' "Using devices", by rank."""
+    return sorted({(int(m.group(1)), m.group(2), m.group(3)) for m in _RANK_HOST.finditer(output)})
+
 
 @dataclass
 class CollectiveVerdict:
@@ -330,8 +355,10 @@ def judge_collective(
     min_ratio: float,
     expect_gdr: bool = False,
     source: str = "the cross-node collective",
+    judge_busbw: bool = True,
 ) -> CollectiveVerdict:
-    """One run's output: every rank in one job, busbw at the largest size, the transport NCCL used."""
+    """One run's output: every rank in one job and on *n_nodes* machines, busbw at the largest size (unless
+    not *judge_busbw*: FABRIC_BUSBW's figures are all_reduce runs), the transport NCCL used."""
     try:
         result = parse_nccl_log(output, source=source)
     except ParseError as exc:
@@ -353,6 +380,18 @@ def judge_collective(
                 "with make MPI=1 MPI_HOME=/usr/lib/x86_64-linux-gnu/openmpi after make clean",
             )
         )
+    machines = sorted({host for _rank, host, _bus in rank_hosts(output)})
+    if machines and len(machines) < n_nodes and seen == ranks:  # (else: "ranks alone" says it)
+        v.failures.append(
+            Finding(
+                subject="cluster",
+                kind="ranks on fewer machines",
+                message=f"the collective's {seen} rank(s) ran on {len(machines)} machine(s) "
+                f"({', '.join(machines)}), {n_nodes} nodes given",
+                fix="two node names lead to one machine (an alias, a container of the same host): check the "
+                "node list against `hostname` on each",
+            )
+        )
     for line in result.failures:
         v.failures.append(
             Finding(subject="cluster", kind="collective failed", message=line, fix="read the log")
@@ -367,7 +406,7 @@ def judge_collective(
             )
         )
     top = result.rows[-1]
-    if expected is not None and top.busbw < min_ratio * expected.busbw_gbps:
+    if judge_busbw and expected is not None and top.busbw < min_ratio * expected.busbw_gbps:
         v.failures.append(
             Finding(
                 subject="cluster",
@@ -379,7 +418,7 @@ def judge_collective(
                 "fallback is the usual cause",
             )
         )
-    elif expected is None:
+    elif judge_busbw and expected is None:
         v.warnings.append(
             Finding(
                 subject="cluster",

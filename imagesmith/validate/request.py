@@ -78,6 +78,37 @@ class ValidateRequest:
     cluster: bool = False
 
 
+def slurm_wanted(slurm: bool, targets: Sequence[str], env: Mapping[str, str] | None = None) -> bool:
+    """``--slurm``, or implied: no TARGET and no ``--nodes`` inside a Slurm allocation of two or more nodes
+    (``SLURM_JOB_NODELIST``, ``SLURM_JOB_NUM_NODES``); ``local://`` validates only this node there."""
+    if slurm or targets:
+        return slurm
+    count = settings.get("SLURM_JOB_NUM_NODES", env=env) or ""
+    return bool(settings.get("SLURM_JOB_NODELIST", env=env)) and is_digits(count) and int(count) >= 2
+
+
+def cluster_rules(collective: str, *, slurm: bool) -> None:
+    """The rules of a cluster run's launch flags (``imagesmith.commands.cluster.several`` applies them before
+    :func:`prepare`: they decide whether this is a cluster run): ``--collective`` one of its modes; ``srun``
+    only where the nodes are the allocation's (*slurm*: ``--slurm``, given or implied)."""
+    from imagesmith.validate.clustercollective import MODES
+
+    if collective not in MODES:
+        raise ConfigError(
+            f"--collective {collective!r}: use one of {', '.join(MODES)}",
+            hint="auto runs it where the nodes have GPUs (srun inside a Slurm allocation, else mpirun)",
+            field="--collective",
+        )
+    if collective == "srun" and not slurm:
+        raise ConfigError(
+            "--collective srun: srun launches on the nodes of a Slurm allocation, and these nodes were named "
+            "by hand",
+            hint="run inside the allocation with --slurm (salloc -N 2 imagesmith validate --slurm), or use "
+            "--collective mpirun over ssh",
+            field="--collective",
+        )
+
+
 #: ``--baseline-from INDEX`` / ``--baseline-fleet JSON`` (and the baseline's source) → the fleet groups and
 #: their source: read by the command (pick's trusted fetch), handed in
 FleetReader = Callable[[str | None, str | None, str], tuple[list[dict[str, Any]], str]]

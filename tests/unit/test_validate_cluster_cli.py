@@ -81,6 +81,11 @@ def test_ssh_command_line_is_bounded_and_non_interactive() -> None:
         (["validate", "ssh://a", "ssh://b", "--nccl-log", "{tmp}/missing.log"], "--nccl-log"),
         (["validate", "--nodes", "{tmp}/missing.txt"], "--nodes"),
         (["validate", "ssh://a", "ssh://b", "--link-gbps", "0"], "--link-gbps"),
+        (["validate", "ssh://a", "--collective", "mpirun"], "apply only to several nodes"),
+        (["validate", "ssh://a", "ssh://b", "--collective", "nccl"], "use one of auto, mpirun, srun, off"),
+        (["validate", "ssh://a", "ssh://b", "--collective", "srun"], "srun launches on the nodes of a Slurm"),
+        (["validate", "ssh://a", "ssh://b", "--slurm"], "--slurm takes the nodes from the Slurm allocation"),
+        (["validate", "--slurm"], "SLURM_JOB_NODELIST is not set"),
     ],
 )
 def test_cluster_flags_are_refused_before_any_node_is_touched(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -127,3 +128,40 @@ def test_a_rank_that_dies_names_its_node(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         collective.launch([str(tmp_path / "fake-mpirun")], ["n1", "n3"], timeout=10)
     assert exc.value.host == "n3"
+
+
+def test_ranks_on_fewer_machines_than_nodes_fail() -> None:
+    """Two node names, one machine: every rank line says n1 (an alias, or two containers of one host)."""
+    one = collective.judge_collective(
+        _two_node_log("nccl-ib-gdr.log", hosts=("n1", "n1")),
+        n_nodes=2,
+        gpus_per_node=1,
+        fabric="ib",
+        nic_gbps=400,
+        nics_per_node=8,
+        min_ratio=0.7,
+    )
+    assert [f.kind for f in one.failures] == ["ranks on fewer machines"]
+    assert "ran on 1 machine(s) (n1), 2 nodes given" in one.failures[0].message
+    assert collective.rank_hosts(_two_node_log("nccl-ib-gdr.log")) == [
+        (0, "n1", "0000:00:06"),
+        (1, "n2", "0000:00:07"),
+    ]
+
+
+def test_all_gather_busbw_is_reported_not_judged() -> None:
+    """FABRIC_BUSBW's figures are all_reduce runs: all_gather is judged for ranks and transport only."""
+    log = _two_node_log("nccl-ib-gdr.log")
+    kw: dict[str, Any] = dict(n_nodes=2, gpus_per_node=1, fabric="ib", nic_gbps=400, nics_per_node=8)
+    assert [f.kind for f in collective.judge_collective(log, min_ratio=0.9, **kw).failures] == ["busbw low"]
+    assert collective.judge_collective(log, min_ratio=0.9, judge_busbw=False, **kw).failures == []
+
+
+def test_mpirun_runs_as_root_only_when_asked_and_spawns_no_tree() -> None:
+    argv = collective.mpirun_argv(["a", "b"], 1, as_root=True)
+    assert argv[:2] == ["mpirun", "--allow-run-as-root"]
+    assert "--allow-run-as-root" not in collective.mpirun_argv(["a", "b"], 1)
+    pairs = {argv[i + 1]: argv[i + 2] for i, w in enumerate(argv) if w == "--mca"}
+    assert pairs["plm_rsh_no_tree_spawn"] == "1"  # only this host sshes to the nodes
+    assert (pairs["oob_tcp_keepalive_time"], pairs["oob_tcp_keepalive_probes"]) == ("10", "2")
+    assert "--nodelist=n1,n2" in collective.srun_argv(2, 8, nodelist=["n1", "n2"])
