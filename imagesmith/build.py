@@ -606,8 +606,14 @@ def push_cell(
         except ImagesmithError as exc:
             raise _wrapped(t, exc) from exc
         if got != manifest.digest or staged != manifest.digest:
+            raced = (
+                f" under {staging_tag(cell.publish.fingerprint, suite)} (it names {staged}: another build "
+                "of the same cell pushed meanwhile)"
+                if got == manifest.digest and staged
+                else ""
+            )
             raise PushError(
-                f"registry {t.name} ({t.host}) does not serve {manifest.digest} after the push",
+                f"registry {t.name} ({t.host}) does not serve {manifest.digest}{raced} after the push",
                 hint=RETRY_HINT,
             )
     report(cell.id, "tag", None)

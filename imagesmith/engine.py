@@ -17,7 +17,7 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypedDict
@@ -35,8 +35,11 @@ from tenacity import (
 )
 
 from imagesmith import settings
+from imagesmith.buildlog import BuildEvent as BuildEvent  # where build and its command name it
+from imagesmith.buildlog import _build_stalled, _BuildKitParser, _error_tail, _lines_within
 from imagesmith.credentials import Credentials
 from imagesmith.errors import BuildError, ConfigError, EngineError, Fault, ImagesmithError, PushError
+from imagesmith.http import timed_out
 from imagesmith.refs import split_reference
 
 if TYPE_CHECKING:
@@ -67,17 +70,6 @@ _TRANSIENT_PUSH = re.compile(
     re.IGNORECASE,
 )
 _RATE_LIMITED = re.compile(r"toomanyrequests|too many requests|\b429\b", re.IGNORECASE)
-
-
-@dataclass
-class BuildEvent:
-    """Progress of one build: the current step, steps done/cached, bytes downloaded so far (BuildKit)."""
-
-    step: str = ""
-    steps_done: int = 0
-    steps_cached: int = 0
-    bytes_done: int = 0
-    line: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,47 +126,6 @@ class RunOptions(TypedDict, total=False):
     entrypoint: Sequence[str] | str | None
     user: str | None
     timeout_s: float  # default 600
-
-
-@dataclass
-class _BuildKitParser:
-    """Reads ``--progress=plain`` lines. Step ids (#N) named ``[stage k/n] …`` are build steps."""
-
-    event: BuildEvent = field(default_factory=BuildEvent)
-    names: dict[str, str] = field(default_factory=dict)
-    cached: set[str] = field(default_factory=set)
-    done: set[str] = field(default_factory=set)
-    layer_bytes: dict[str, int] = field(default_factory=dict)
-
-    _head = re.compile(r"^#([0-9]+) (.*)$")
-    _bytes = re.compile(r"^(sha256:[0-9a-f]+) ([0-9.]+)([kMG]?B) / ([0-9.]+)([kMG]?B)")
-
-    def feed(self, line: str) -> None:
-        self.event.line = line
-        m = self._head.match(line)
-        if not m:
-            return
-        sid, rest = m.groups()
-        if rest.startswith("[") and not rest.startswith("[internal]") and sid not in self.names:
-            if re.match(r"^\[[^\]]*[0-9]+/[0-9]+\] (?!FROM )", rest):
-                self.names[sid] = rest
-                self.event.step = rest[:120]
-        elif rest == "CACHED" and sid in self.names:
-            self.cached.add(sid)
-        elif rest.startswith("DONE") and sid in self.names:
-            self.done.add(sid)
-        else:
-            b = self._bytes.match(rest)
-            if b:
-                self.layer_bytes[b.group(1)] = _to_bytes(b.group(2), b.group(3))
-        self.event.steps_done = len(self.done | self.cached)
-        self.event.steps_cached = len(self.cached)
-        self.event.bytes_done = sum(self.layer_bytes.values())
-
-
-def _to_bytes(value: str, unit: str) -> int:
-    scale = {"B": 1, "kB": 1000, "MB": 1000**2, "GB": 1000**3}[unit]
-    return int(float(value) * scale)
 
 
 def buildkit_cli(path: str | None = None) -> str | None:
@@ -317,15 +268,16 @@ class BuildKitCliBuilder:
         parser = _BuildKitParser()
         tail: list[str] = []
         log_path = context / ".imagesmith-build.log"
+        stall = settings.seconds("IMAGESMITH_BUILD_STALL")
         with log_path.open("w") as log:
             proc = subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, errors="replace"
             )
-            assert proc.stdout is not None
-            for raw in proc.stdout:
+            for raw in _lines_within(proc, stall, what, log_path, tail):
                 line = raw.rstrip("\n")
                 log.write(raw)
-                tail = [*tail[-59:], line]
+                tail.append(line)  # in place: the stall's error names the last line
+                del tail[:-60]
                 parser.feed(line)
                 if on_event:
                     on_event(parser.event)
@@ -375,6 +327,7 @@ class SdkBuilder:
         event = BuildEvent()
         tail: list[str] = []
         image_id = ""
+        stall = settings.seconds("IMAGESMITH_BUILD_STALL")
         steps = cached = 0
         try:
             stream: Iterable[dict[str, Any]] = self.client.api.build(
@@ -388,6 +341,7 @@ class SdkBuilder:
                 rm=True,
                 forcerm=True,
                 decode=True,
+                timeout=int(stall),  # each read of the build's stream: the engine silent that long
             )
             for chunk in stream:
                 if "error" in chunk or "errorDetail" in chunk:
@@ -416,6 +370,10 @@ class SdkBuilder:
                         on_event(event)
         except docker.errors.APIError as exc:
             raise BuildError(f"build of {what} failed: {exc.explanation or exc}") from exc
+        except Exception as exc:
+            if not timed_out(exc):
+                raise
+            raise _build_stalled(what, stall, tail, "the engine's build output") from None
         if not image_id:
             raise BuildError(f"build of {what}: the engine reported no image id", hint="see the build output")
         image = self.client.images.get(image_id)
@@ -467,13 +425,19 @@ class ContainerEngine(Protocol):
 class Engine:
     """A Docker engine. ``backend`` chooses how builds run: ``auto`` (BuildKit CLI if usable, else SDK)."""
 
-    def __init__(self, *, backend: Backend = "auto", base_url: str | None = None, timeout: int = 600) -> None:
+    def __init__(
+        self, *, backend: Backend = "auto", base_url: str | None = None, timeout: float | None = None
+    ) -> None:
+        #: how long the engine may leave a call unanswered: an inspect, a tag, each read of a push's stream
+        self.timeout = settings.seconds("IMAGESMITH_ENGINE_TIMEOUT") if timeout is None else timeout
+        timeout = int(max(1.0, self.timeout))
         try:
             if base_url:
                 self.client = docker.DockerClient(base_url=base_url, timeout=timeout)
             else:
                 self.client = docker.from_env(timeout=timeout)
-            self.client.ping()
+            with self._answered("ping"):
+                self.client.ping()
         except docker.errors.DockerException as exc:
             raise EngineError(
                 f"cannot reach a Docker engine ({exc})",
@@ -503,6 +467,39 @@ class Engine:
                 )
         self.builder: ImageBuilder = BuildKitCliBuilder(self.cli) if self.cli else SdkBuilder(self.client)
         self.backend = self.builder.name
+
+    @contextlib.contextmanager
+    def _answered(
+        self, command: str, subject: str = "", error: type[ImagesmithError] = EngineError
+    ) -> Iterator[None]:
+        """A call of the engine (``docker`` *command* *subject*) that it left unanswered for the engine
+        timeout: one *error* naming the call, the seconds and the fix, never a traceback (issue 37)."""
+        try:
+            yield
+        except Exception as exc:
+            if not timed_out(exc):
+                raise
+            raise error(
+                f"docker {command}{' ' + subject if subject else ''}: the Docker engine gave no answer for "
+                f"{self.timeout:.0f} s "
+                f"({type(exc).__name__})",
+                hint="check that dockerd is up and not stuck (`docker info`; its log: `journalctl -u "
+                "docker`), then rerun; IMAGESMITH_ENGINE_TIMEOUT gives a slow engine longer",
+                fault=Fault.UNREACHABLE,
+                phase=f"docker {command}",
+                stalled=self.timeout,
+            ) from None
+
+    def _within(
+        self,
+        stream: Iterable[dict[str, Any]],
+        command: str,
+        subject: str,
+        error: type[ImagesmithError] = EngineError,
+    ) -> Iterator[dict[str, Any]]:
+        """The chunks of an engine stream (a push, a pull), each within the engine timeout."""
+        with self._answered(command, subject, error):
+            yield from stream
 
     # -- build ----------------------------------------------------------------------------------------------
     def build(self, *, context: Path, tags: Sequence[str], **options: Unpack[BuildFlags]) -> BuildResult:
@@ -609,8 +606,9 @@ class Engine:
         pushed: set[str] = set()
         digest = ""
         try:
-            stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth)
-            for chunk in stream:
+            with self._answered("push", reference, PushError):
+                stream = self.client.api.push(repo, tag=tag, stream=True, decode=True, auth_config=auth)
+            for chunk in self._within(stream, "push", reference, PushError):
                 detail = chunk.get("errorDetail")
                 if detail or "error" in chunk:
                     msg = (detail or {}).get("message") or chunk.get("error") or "unknown error"
@@ -680,7 +678,9 @@ class Engine:
             repo, tag = split_tag(reference)
         auth = _auth_config(credentials)
         try:
-            for chunk in self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth):
+            with self._answered("pull", reference):
+                stream = self.client.api.pull(repo, tag=tag, stream=True, decode=True, auth_config=auth)
+            for chunk in self._within(stream, "pull", reference):
                 if progress is not None:
                     progress(chunk)
                 if chunk.get("errorDetail") or "error" in chunk:
@@ -695,7 +695,8 @@ class Engine:
     def inspect(self, reference: str) -> dict[str, Any] | None:
         """The engine's image inspect data, or None when the image is not there."""
         try:
-            data: dict[str, Any] = self.client.api.inspect_image(reference)  # type: ignore[no-untyped-call]
+            with self._answered("image inspect", reference):
+                data: dict[str, Any] = self.client.api.inspect_image(reference)  # type: ignore[no-untyped-call]
         except docker.errors.ImageNotFound:
             return None
         except docker.errors.APIError as exc:
@@ -711,14 +712,16 @@ class Engine:
     def tag(self, source: str, reference: str) -> None:
         repo, tag = split_tag(reference)
         try:
-            self.client.api.tag(source, repo, tag)
+            with self._answered("tag", f"{source} {reference}"):
+                self.client.api.tag(source, repo, tag)
         except docker.errors.APIError as exc:
             raise EngineError(f"tag {source} as {reference}: {exc.explanation or exc}") from exc
 
     def remove(self, reference: str, *, force: bool = False) -> bool:
         """Remove an image reference; False when it was not there."""
         try:
-            self.client.api.remove_image(reference, force=force)
+            with self._answered("image rm", reference):
+                self.client.api.remove_image(reference, force=force)
         except docker.errors.ImageNotFound:
             return False
         except docker.errors.APIError as exc:
@@ -729,9 +732,10 @@ class Engine:
         """``docker import`` of a root filesystem tarball; returns the image id."""
         repo, tag = split_tag(reference)
         try:
-            out = self.client.api.import_image_from_file(
-                str(tarball), repository=repo, tag=tag, changes=list(changes) or None
-            )
+            with self._answered("import", f"{tarball} {reference}"):
+                out = self.client.api.import_image_from_file(
+                    str(tarball), repository=repo, tag=tag, changes=list(changes) or None
+                )
         except docker.errors.APIError as exc:
             raise EngineError(f"import {tarball} as {reference}: {exc.explanation or exc}") from exc
         if "error" in str(out).lower() and "status" not in str(out):
@@ -742,7 +746,8 @@ class Engine:
     def container_state(self, name: str) -> str | None:
         """``running``, ``exited``, … of container *name*, or None when the engine has no such container."""
         try:
-            container = self.client.containers.get(name)
+            with self._answered("container inspect", name):
+                container = self.client.containers.get(name)
         except docker.errors.NotFound:
             return None
         except docker.errors.APIError as exc:
@@ -753,7 +758,8 @@ class Engine:
         return str(container.status)
 
     def has_nvidia_runtime(self) -> bool:
-        runtimes = self.client.info().get("Runtimes") or {}
+        with self._answered("info"):
+            runtimes = self.client.info().get("Runtimes") or {}
         return "nvidia" in runtimes
 
     def run_container(
@@ -921,7 +927,3 @@ def _push_hint(message: str, where: str) -> str:
             "a higher limit, then run the build again (layers already pushed are not sent again)"
         )
     return f"check that registry {where} is up and reachable, then run the build again"
-
-
-def _error_tail(lines: Sequence[str], keep: int = 25) -> list[str]:
-    return [f"  | {line}" for line in lines[-keep:]]

@@ -96,9 +96,11 @@ class ImagesmithError(Exception):
     source or destination of a copy), ``fault`` (a :class:`Fault`: what went wrong, in a word: unreachable,
     rate limited, unauthorized, storage full, unknown GPU, …), ``transient`` (waiting may help), ``problem``
     (what is wrong with the thing named, alone: a corrupt blob's hash), ``cell``, ``file``/``field`` (where in
-    a file), ``said`` (a program's or service's own words, verbatim: the engine's, a registry's), and the fix
-    as data: ``hint``. The text is rendered once, at the edge (:meth:`render`, ``imagesmith.cli``): the
-    ``side`` goes in front of it there.
+    a file), ``said`` (a program's or service's own words, verbatim: the engine's, a registry's), ``phase``
+    (the step that failed: ``manifest PUT``, ``token fetch``, ``index download``, ``docker build``) and
+    ``stalled`` (the seconds it went without a byte or a line before it was given up: a deadline, issue 37),
+    and the fix as data: ``hint``. The text is rendered once, at the edge (:meth:`render`,
+    ``imagesmith.cli``): the ``side`` goes in front of it there.
     """
 
     exit_code = 1
@@ -120,6 +122,8 @@ class ImagesmithError(Exception):
         file: str | None = None,
         field: str | None = None,
         said: str | None = None,
+        phase: str | None = None,
+        stalled: float | None = None,
     ) -> None:
         super().__init__(message)
         self.text = message
@@ -136,6 +140,8 @@ class ImagesmithError(Exception):
         self.file = file
         self.field = field
         self.said = said
+        self.phase = phase
+        self.stalled = stalled
 
     @property
     def message(self) -> str:
@@ -153,7 +159,9 @@ class ImagesmithError(Exception):
     def fields(self) -> dict[str, object]:
         """The fields that are set (for logs, summaries and tests)."""
         names = ("registry", "host", "repository", "digest", "side", "fault", "problem", "cell", "file")
-        out: dict[str, object] = {n: getattr(self, n) for n in (*names, "field", "said") if getattr(self, n)}
+        out: dict[str, object] = {
+            n: getattr(self, n) for n in (*names, "field", "said", "phase", "stalled") if getattr(self, n)
+        }
         if self.transient:
             out["transient"] = True
         return out
@@ -191,6 +199,8 @@ _FIELDS = (
     "file",
     "field",
     "said",
+    "phase",
+    "stalled",
 )
 
 

@@ -23,10 +23,14 @@ words its own (a registry, an index, a source archive) from the exceptions ``req
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
 import requests
+import urllib3
+
+from imagesmith import settings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +60,12 @@ class HttpPolicy:
 REGISTRY = HttpPolicy(
     name="registry API",
     connect_timeout=10.0,
-    read_timeout=60.0,
+    # the defaults of IMAGESMITH_REGISTRY_STALL / _DEADLINE (the retry policy reads the variables)
+    read_timeout=settings.default_seconds("IMAGESMITH_REGISTRY_STALL"),
     attempts=10,
     backoff=0.5,
     max_wait=10.0,
-    deadline=180.0,
+    deadline=settings.default_seconds("IMAGESMITH_REGISTRY_DEADLINE"),
     # an answer read whole (a tag list, a token, an error body); blobs are streamed, never read whole
     max_bytes=32 << 20,
 )
@@ -70,10 +75,21 @@ REGISTRY_MANIFEST = replace(REGISTRY, name="registry manifest", max_bytes=4 << 2
 #: a few MiB; a larger answer is none of these (a range request answered with the whole wheel)
 PACKAGE_INDEX = HttpPolicy(name="package index", connect_timeout=15.0, read_timeout=120.0, max_bytes=64 << 20)
 SOURCE_ARCHIVE = HttpPolicy(name="source archive", connect_timeout=10.0, read_timeout=60.0)
-RELEASE_INDEX = HttpPolicy(name="release index", connect_timeout=30.0, read_timeout=30.0)
+RELEASE_INDEX = HttpPolicy(
+    name="release index",
+    connect_timeout=30.0,
+    read_timeout=settings.default_seconds("IMAGESMITH_INDEX_STALL"),
+    deadline=settings.default_seconds("IMAGESMITH_INDEX_DEADLINE"),
+)
 #: ``pick --index oci://…``: the registry API, tried quickly (a refused connection is not transient, and a
 #: cached copy of the index may answer instead)
-INDEX_ARTIFACT = replace(REGISTRY, name="release index artifact", attempts=2, backoff=0.2, read_timeout=20.0)
+INDEX_ARTIFACT = replace(
+    REGISTRY,
+    name="release index artifact",
+    attempts=2,
+    backoff=0.2,
+    read_timeout=20.0,  # or IMAGESMITH_INDEX_STALL, when that is shorter
+)
 
 
 def get(
@@ -112,3 +128,32 @@ def capped(chunks: Iterator[bytes], policy: HttpPolicy) -> Iterator[bytes]:
         if policy.max_bytes is not None and got > policy.max_bytes:
             raise TooLarge(policy.max_bytes)
         yield chunk
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether *exc* is a read that waited its whole read timeout for a byte (a stall): requests' and
+    urllib3's own, and requests' ConnectionError around urllib3's (a stream read mid-body)."""
+    if isinstance(exc, requests.exceptions.ConnectionError) and exc.args:
+        return isinstance(exc.args[0], urllib3.exceptions.ReadTimeoutError | TimeoutError)
+    return isinstance(
+        exc, requests.exceptions.ReadTimeout | urllib3.exceptions.ReadTimeoutError | TimeoutError
+    )
+
+
+class Overdue(Exception):
+    """A download past its deadline: its bytes kept coming, too slowly (:func:`arriving`)."""
+
+
+def arriving(resp: requests.Response, until: float) -> Iterator[bytes]:
+    """*resp*'s body (``stream=True``) as its bytes arrive: each read waits the read timeout at most (a stall:
+    requests' ReadTimeout), a broken stream is requests' ChunkedEncodingError, and :class:`Overdue` once the
+    clock (``time.monotonic``) passes *until*."""
+    try:
+        while chunk := resp.raw.read1(1 << 16, decode_content=True):
+            yield chunk
+            if time.monotonic() > until:
+                raise Overdue
+    except urllib3.exceptions.ReadTimeoutError as exc:
+        raise requests.exceptions.ReadTimeout(exc) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise requests.exceptions.ChunkedEncodingError(exc) from exc

@@ -9,6 +9,8 @@ or JSON document.
   raises a bare ``ValueError`` past 4300 digits).
 * :func:`loads_toml` / :func:`loads_json` parse a document and refuse integers no real value has (TOML allows
   64 bits; an integer past Python's digit limit is one error naming the file, not a traceback).
+* :func:`check_output_file` checks, when a command starts, the file a flag names that it writes when it ends
+  (``--index-file``, ``--summary``): a folder, a FIFO or a folder nothing can be written to is one error now.
 """
 
 from __future__ import annotations
@@ -353,3 +355,32 @@ def read_user_text(
     if data.startswith(b"\xef\xbb\xbf"):
         return "\ufeff" + decode_text(data[3:], f"{what} {path}".strip(), error=error, hint=hint)
     return decode_text(data, f"{what} {path}".strip() if what else str(path), error=error, hint=hint)
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """A file a command writes when it ends (``build --summary``), checked when it starts: a folder, a path
+    under a file, or a folder nothing can be written to would otherwise fail only after the work was done.
+    Writes nothing that stays (a probe file in the nearest existing folder, removed at once)."""
+    import tempfile
+
+    def refuse(why: str) -> ConfigError:
+        return ConfigError(
+            f"{flag} {str(path)[:200]}: {why}",
+            hint=f"give {flag} a file in a folder you can write",
+            field=flag,
+        )
+
+    try:
+        if path.is_dir():
+            raise refuse("is a folder")
+        if path.exists() and not is_regular_file(path):
+            raise refuse("is not a regular file (a FIFO, a socket or a device): writing would block")
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise refuse(f"{folder} is not a folder")
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".imagesmith-probe-"):
+            pass
+    except OSError as exc:
+        raise refuse(f"cannot write there ({exc.strerror or exc})") from None

@@ -368,191 +368,249 @@ def build_plan(
     return plan_from(matrix, inputs, with_fingerprints=with_fingerprints)
 
 
-def plan_from(matrix: Matrix, inputs: PlanInputs, *, with_fingerprints: bool = True) -> BuildPlan:
-    """Plan *matrix* from *inputs* (pure: it reads nothing but the packaged compat tables and templates)."""
-    locks_shown = inputs.locks_shown
-    dockerfiles = inputs.dockerfiles
-    cells: list[Cell] = []
-    dropped: list[Dropped] = []
-    sizes = inputs.sizes
-    bases_shown = f"{locks_shown}/{BASES_FILE}"
-    base_lock = inputs.bases
-    # the layer order: a wheel more locks of the project pin comes earlier in its group
-    shared = popularity((k.python, lk.pins) for k, lk in inputs.locks.items())
-    considered: list[str] = []
-    combos = [(base, *c) for base in matrix.bases for c in _combinations(matrix) if base.wants(c[1], c[3])]
-    for base, torch, variant_name, python, flavor, included in combos:
-        cid = cell_id(torch, variant_name, python, flavor, base.os)
-        considered.append(cid)
+class _Combo(NamedTuple):
+    """One combination the matrix asks for: a base, torch, variant, Python and flavor (``included``: from an
+    ``[[include]]`` entry, which no ``[[exclude]]`` rule drops)."""
 
-        def drop(reason: str, cid: str = cid) -> None:
-            dropped.append(Dropped(combination=cid, reason=reason))
+    base: BaseSpec
+    torch: str
+    variant: str
+    python: str
+    flavor: str
+    included: bool
 
-        release = compat.torch_release(torch)
-        if not included:
-            rule = _excluded_by(matrix.exclude, torch, variant_name, python, flavor)
-            if rule is not None:
-                drop(f"excluded by the matrix: {rule.reason}")
-                continue
-        variant = release.variants.get(variant_name)
-        if variant is None:
-            drop(
-                f"torch {torch} was never published for {variant_name} "
-                f"(its variants: {', '.join(sorted(release.variants))})"
-            )
-            continue
-        if not _python_in_range(release, python):
-            drop(f"torch {torch} supports Python {release.python}, not {python}")
-            continue
-        managed_full = matrix.python.managed_version(python)
-        refused = release.torchvision_refuses(managed_full) if managed_full else None
-        if refused is not None:
-            drop(f"{refused} (the matrix's uv-managed {python}); pin another {python}.x in python.managed")
-            continue
-        if python != base.python and managed_full is None:
-            drop(f"Python {python} is neither {base.os}'s ({base.python}) nor uv-managed")
-            continue
-        coverage: list[tuple[str, str]] = []
-        uncovered: list[str] = []
-        for gpu in matrix.gpus:
-            cov = compat.arch_coverage(variant.arch_list, gpu.cc)
-            coverage.append((gpu.key, f"{cov.kind}: {cov.detail}"))
-            if cov.kind == "none":
-                uncovered.append(f"{gpu.name} (sm_{_arch_digits(gpu.cc)}): {cov.detail}")
-        if uncovered:
-            drop(f"{variant_name} wheels of torch {torch} have no kernels for " + "; ".join(uncovered))
-            continue
-        devel_image = base.devel_image(variant.cuda)
-        major = int(variant.cuda.split(".")[0])
-        ccs = [g.cc for g in matrix.gpus]
-        chosen = _nccl_toolkit(matrix.nccl_tests.toolkit, base, variant.cuda, devel_image, ccs)
-        if isinstance(chosen, str):
-            drop(chosen)
-            continue
-        toolkit, builder_image, distro_used, note = chosen
-        # CUDA 13 pip wheels carry nvcc: a devel cell is the runtime image plus those wheels (and g++/make),
-        # so it needs no nvidia/cuda devel image and shares every layer up to torch with the runtime cell.
-        pip_devel = toolkit == "pip"
-        if flavor == "devel":
-            if matrix.torch.source == "base":
-                drop("devel flavor: torch comes from the base image, which already is the whole environment")
-                continue
-            if devel_image is None and toolkit == "distro" and distro_used is not None:
-                drop(
-                    f"devel flavor: the nccl-tests builder uses {distro_used.release}'s CUDA "
-                    f"{distro_used.cuda} packages, which the image does not carry (a devel image must give "
-                    f'extensions torch\'s CUDA {variant.cuda}): add "{variant.cuda}" to '
-                    f"{base.key}.devel_images"
-                )
-                continue
-            if devel_image is None and not pip_devel:
-                drop(
-                    f"devel flavor needs an nvidia/cuda:{variant.cuda}.x-devel image: add "
-                    f'"{variant.cuda}" to {base.key}.devel_images'
-                )
-                continue
-        if flavor == "interactive" and matrix.torch.source == "base":
-            drop("interactive flavor: torch comes from the base image (the flavor builds on a runtime cell)")
-            continue
 
-        lock_key = _lock_key(matrix, torch, variant_name, python)
-        lock_name = lock_key.filename
-        lock = inputs.lock(lock_key)
-        if lock is None:
-            where = (
-                "here" if variant_name == release.pypi_default else "where the variant's index is reachable"
-            )
-            drop(
-                f"no lock {locks_shown}/{lock_name}; the plan never floats a version: run "
-                f"`imagesmith lock --matrix {matrix.name}` {where}"
-            )
-            continue
-        if flavor == "interactive" and not lock.interactive_pins:
-            drop(
-                f"lock {locks_shown}/{lock_name} has no interactive section (JupyterLab, TensorBoard pins): "
-                f"run `imagesmith lock --matrix {matrix.name}` (it adds them, keeping the runtime pins)"
-            )
-            continue
-        need = compat.min_driver(variant.cuda)
-        pypi_default = variant_name == release.pypi_default
-        targets = tuple(r for r in matrix.registries if r.wants(cid))
-        managed = matrix.python.managed_version(python)
-        python_source: PythonSource
+def _python_reason(matrix: Matrix, base: BaseSpec, release: compat.TorchRelease, python: str) -> str | None:
+    """Why a cell of *release* cannot run on Python *python* (outside the release's range, a uv-managed
+    version its torchvision refuses, neither the base's nor uv-managed), or None."""
+    if not _python_in_range(release, python):
+        return f"torch {release.version} supports Python {release.python}, not {python}"
+    managed_full = matrix.python.managed_version(python)
+    refused = release.torchvision_refuses(managed_full) if managed_full else None
+    if refused is not None:
+        return f"{refused} (the matrix's uv-managed {python}); pin another {python}.x in python.managed"
+    if python != base.python and managed_full is None:
+        return f"Python {python} is neither {base.os}'s ({base.python}) nor uv-managed"
+    return None
+
+
+def _coverage(matrix: Matrix, variant: compat.TorchVariant) -> tuple[list[tuple[str, str]], list[str]]:
+    """The variant's kernels for each GPU of the matrix ((key, "kind: detail")), and the GPUs it has none
+    for, as the drop reason names them."""
+    coverage: list[tuple[str, str]] = []
+    uncovered: list[str] = []
+    for gpu in matrix.gpus:
+        cov = compat.arch_coverage(variant.arch_list, gpu.cc)
+        coverage.append((gpu.key, f"{cov.kind}: {cov.detail}"))
+        if cov.kind == "none":
+            uncovered.append(f"{gpu.name} (sm_{_arch_digits(gpu.cc)}): {cov.detail}")
+    return coverage, uncovered
+
+
+def _flavor_reason(
+    matrix: Matrix, base: BaseSpec, cuda: str, flavor: str, devel_image: str | None, chosen: _ToolkitChoice
+) -> str | None:
+    """Why the flavor cannot be built on this cell (a devel cell with no toolkit to give extensions, a
+    devel or interactive cell of a base-torch matrix), or None."""
+    # CUDA 13 pip wheels carry nvcc: a devel cell is the runtime image plus those wheels (and g++/make),
+    # so it needs no nvidia/cuda devel image and shares every layer up to torch with the runtime cell.
+    if flavor == "devel":
         if matrix.torch.source == "base":
-            python_source = "base"
-        else:
-            python_source = "distro" if python == base.python else "uv"
-        cell_devel = devel_image if flavor == "devel" and not pip_devel else None
-        unpinned = _unpinned(base_lock, base.image, builder_image, cell_devel)
-        if unpinned:  # a project that pins its bases builds none by a moving name (as no wheel floats)
-            drop(
-                f"base image {', '.join(unpinned)} has no entry in {bases_shown}: run "
-                f"`imagesmith lock --bases --matrix {matrix.name}` where its registry (or mirror) is "
-                f'reachable, or for a base made on each machine add "{unpinned[0]}" = {{ origin = "local" }} '
-                "under [bases] there"
+            return "devel flavor: torch comes from the base image, which already is the whole environment"
+        distro_used = chosen.distro
+        if devel_image is None and chosen.toolkit == "distro" and distro_used is not None:
+            return (
+                f"devel flavor: the nccl-tests builder uses {distro_used.release}'s CUDA "
+                f"{distro_used.cuda} packages, which the image does not carry (a devel image must give "
+                f'extensions torch\'s CUDA {cuda}): add "{cuda}" to {base.key}.devel_images'
             )
-            continue
-        cells.append(
-            Cell(
-                matrix=matrix.name,
-                id=cid,
-                tag=cid,
-                flavor=flavor,
-                stack=TorchStack(
-                    torch=torch,
-                    torchvision=release.torchvision,
-                    torchaudio=release.torchaudio,
-                    torch_source=matrix.torch.source,
-                    variant=variant_name,
-                    cuda=variant.cuda,
-                    index_url=None if pypi_default else variant.index_url,
-                    pypi_default=pypi_default,
-                    nccl_version=lock.version(f"nvidia-nccl-cu{major}") or variant.nccl,
-                ),
-                runtime=Runtime(
-                    python=python,
-                    python_full=managed if python_source == "uv" else None,
-                    python_source=python_source,
-                    uv=matrix.python.uv if python_source == "uv" else None,
-                    python_install_mirror=matrix.python.install_mirror,
-                    venv=base.venv or VENV,
-                ),
-                bases=_bases(base_lock, base.os, base.image, builder_image, cell_devel),
-                toolkit=_toolkit(matrix, toolkit, distro_used, note),
-                lock=CellLock(
-                    pins=lock.pins,
-                    builder_pins=lock.builder_pins,
-                    interactive_pins=lock.interactive_pins if flavor == "interactive" else (),
-                    pin_hashes=lock.hashes,
-                    lock_file=f"{locks_shown}/{lock.path.name}",
-                    lock_verified=lock.verified,
-                    lock_note=lock.unverified_reason,
-                ),
-                hardware=Hardware(
-                    min_driver=need,
-                    require_cuda=require_cuda(variant.cuda),
-                    gpus=tuple(g.key for g in matrix.gpus),
-                    gpu_families=tuple(dict.fromkeys(g.family or g.key for g in matrix.gpus)),
-                    gpu_names=tuple(g.name for g in matrix.gpus),
-                    archs=tuple(sorted({_arch_digits(g.cc) for g in matrix.gpus}, key=int)),
-                    nvcc_gencode=nvcc_gencode(ccs, distro_used.max_arch if distro_used else None),
-                    arch_coverage=tuple(coverage),
-                    shm_min=matrix.shm_min,
-                    shm_min_bytes=matrix.shm_min_bytes,
-                ),
-                publish=Publish(
-                    mirror_build=matrix.mirror.build,
-                    mirror_runtime=matrix.mirror.runtime,
-                    registries=targets,
-                    labels=matrix.labels,
-                    dockerfile=f"{dockerfiles}/{matrix.name}/{cid}/Dockerfile",
-                    context=f"{dockerfiles}/{matrix.name}/{cid}",
-                    layers=()
-                    if matrix.torch.source == "base"
-                    else plan_layers(lock.pins, python, sizes, shared=shared),
-                ),
+        if devel_image is None and chosen.toolkit != "pip":
+            return (
+                f"devel flavor needs an nvidia/cuda:{cuda}.x-devel image: add "
+                f'"{cuda}" to {base.key}.devel_images'
             )
+    if flavor == "interactive" and matrix.torch.source == "base":
+        return "interactive flavor: torch comes from the base image (the flavor builds on a runtime cell)"
+    return None
+
+
+def _lock_reason(
+    matrix: Matrix, inputs: PlanInputs, c: _Combo, release: compat.TorchRelease, lock: Lock | None, name: str
+) -> str | None:
+    """Why the cell's lock *lock* (file *name*) cannot pin it (there is none, or an interactive cell's has no
+    interactive section): the command that makes it; or None."""
+    if lock is None:
+        where = "here" if c.variant == release.pypi_default else "where the variant's index is reachable"
+        return (
+            f"no lock {inputs.locks_shown}/{name}; the plan never floats a version: run "
+            f"`imagesmith lock --matrix {matrix.name}` {where}"
         )
+    if c.flavor == "interactive" and not lock.interactive_pins:
+        return (
+            f"lock {inputs.locks_shown}/{name} has no interactive section (JupyterLab, TensorBoard pins): "
+            f"run `imagesmith lock --matrix {matrix.name}` (it adds them, keeping the runtime pins)"
+        )
+    return None
+
+
+def _unpinned_reason(matrix: Matrix, inputs: PlanInputs, unpinned: list[str]) -> str:
+    """The drop reason of a cell whose base images the project's base lock does not pin."""
+    return (
+        f"base image {', '.join(unpinned)} has no entry in {inputs.locks_shown}/{BASES_FILE}: run "
+        f"`imagesmith lock --bases --matrix {matrix.name}` where its registry (or mirror) is "
+        f'reachable, or for a base made on each machine add "{unpinned[0]}" = {{ origin = "local" }} '
+        "under [bases] there"
+    )
+
+
+def _runtime(matrix: Matrix, base: BaseSpec, python: str) -> Runtime:
+    """Where a cell's Python comes from: the base image (base-torch), the distribution's, or uv's."""
+    own: PythonSource = "distro" if python == base.python else "uv"
+    python_source: PythonSource = "base" if matrix.torch.source == "base" else own
+    return Runtime(
+        python=python,
+        python_full=matrix.python.managed_version(python) if python_source == "uv" else None,
+        python_source=python_source,
+        uv=matrix.python.uv if python_source == "uv" else None,
+        python_install_mirror=matrix.python.install_mirror,
+        venv=base.venv or VENV,
+    )
+
+
+def _hardware(
+    matrix: Matrix, cuda: str, coverage: list[tuple[str, str]], distro: compat.DistroToolkit | None
+) -> Hardware:
+    """The drivers and GPUs a cell of CUDA *cuda* is for, and how nccl-tests is compiled for them."""
+    return Hardware(
+        min_driver=compat.min_driver(cuda),
+        require_cuda=require_cuda(cuda),
+        gpus=tuple(g.key for g in matrix.gpus),
+        gpu_families=tuple(dict.fromkeys(g.family or g.key for g in matrix.gpus)),
+        gpu_names=tuple(g.name for g in matrix.gpus),
+        archs=tuple(sorted({_arch_digits(g.cc) for g in matrix.gpus}, key=int)),
+        nvcc_gencode=nvcc_gencode([g.cc for g in matrix.gpus], distro.max_arch if distro else None),
+        arch_coverage=tuple(coverage),
+        shm_min=matrix.shm_min,
+        shm_min_bytes=matrix.shm_min_bytes,
+    )
+
+
+def _cell(
+    matrix: Matrix,
+    inputs: PlanInputs,
+    c: _Combo,
+    *,
+    cid: str,
+    release: compat.TorchRelease,
+    variant: compat.TorchVariant,
+    chosen: _ToolkitChoice,
+    devel: str | None,
+    lock: Lock,
+    coverage: list[tuple[str, str]],
+    shared: Mapping[tuple[str, str, str], int],
+) -> Cell:
+    """The cell of combination *c*, every check passed: its stack, runtime, bases, toolkit, pins, hardware
+    and where it is published."""
+    pypi_default = c.variant == release.pypi_default
+    base_torch = matrix.torch.source == "base"
+    return Cell(
+        matrix=matrix.name,
+        id=cid,
+        tag=cid,
+        flavor=c.flavor,
+        stack=TorchStack(
+            torch=c.torch,
+            torchvision=release.torchvision,
+            torchaudio=release.torchaudio,
+            torch_source=matrix.torch.source,
+            variant=c.variant,
+            cuda=variant.cuda,
+            index_url=None if pypi_default else variant.index_url,
+            pypi_default=pypi_default,
+            nccl_version=lock.version(f"nvidia-nccl-cu{int(variant.cuda.split('.')[0])}") or variant.nccl,
+        ),
+        runtime=_runtime(matrix, c.base, c.python),
+        bases=_bases(inputs.bases, c.base.os, c.base.image, chosen.builder_image, devel),
+        toolkit=_toolkit(matrix, chosen.toolkit, chosen.distro, chosen.note),
+        lock=CellLock(
+            pins=lock.pins,
+            builder_pins=lock.builder_pins,
+            interactive_pins=lock.interactive_pins if c.flavor == "interactive" else (),
+            pin_hashes=lock.hashes,
+            lock_file=f"{inputs.locks_shown}/{lock.path.name}",
+            lock_verified=lock.verified,
+            lock_note=lock.unverified_reason,
+        ),
+        hardware=_hardware(matrix, variant.cuda, coverage, chosen.distro),
+        publish=Publish(
+            mirror_build=matrix.mirror.build,
+            mirror_runtime=matrix.mirror.runtime,
+            registries=tuple(r for r in matrix.registries if r.wants(cid)),
+            labels=matrix.labels,
+            dockerfile=f"{inputs.dockerfiles}/{matrix.name}/{cid}/Dockerfile",
+            context=f"{inputs.dockerfiles}/{matrix.name}/{cid}",
+            layers=() if base_torch else plan_layers(lock.pins, c.python, inputs.sizes, shared=shared),
+        ),
+    )
+
+
+def _plan_cell(
+    matrix: Matrix, inputs: PlanInputs, c: _Combo, cid: str, shared: Mapping[tuple[str, str, str], int]
+) -> Cell | str:
+    """The cell of combination *c*, or the reason it is dropped: the first check it fails, in the order
+    ``plan --explain`` documents."""
+    release = compat.torch_release(c.torch)
+    if not c.included:
+        rule = _excluded_by(matrix.exclude, c.torch, c.variant, c.python, c.flavor)
+        if rule is not None:
+            return f"excluded by the matrix: {rule.reason}"
+    variant = release.variants.get(c.variant)
+    if variant is None:
+        return (
+            f"torch {c.torch} was never published for {c.variant} "
+            f"(its variants: {', '.join(sorted(release.variants))})"
+        )
+    why = _python_reason(matrix, c.base, release, c.python)
+    if why is not None:
+        return why
+    coverage, uncovered = _coverage(matrix, variant)
+    if uncovered:
+        return f"{c.variant} wheels of torch {c.torch} have no kernels for " + "; ".join(uncovered)
+    devel_image = c.base.devel_image(variant.cuda)
+    ccs = [g.cc for g in matrix.gpus]
+    chosen = _nccl_toolkit(matrix.nccl_tests.toolkit, c.base, variant.cuda, devel_image, ccs)
+    if isinstance(chosen, str):
+        return chosen
+    why = _flavor_reason(matrix, c.base, variant.cuda, c.flavor, devel_image, chosen)
+    if why is not None:
+        return why
+    lock_key = _lock_key(matrix, c.torch, c.variant, c.python)
+    lock = inputs.lock(lock_key)
+    why = _lock_reason(matrix, inputs, c, release, lock, lock_key.filename)
+    if why is not None or lock is None:
+        return why or ""
+    devel = devel_image if c.flavor == "devel" and chosen.toolkit != "pip" else None
+    unpinned = _unpinned(inputs.bases, c.base.image, chosen.builder_image, devel)
+    if unpinned:  # a project that pins its bases builds none by a moving name (as no wheel floats)
+        return _unpinned_reason(matrix, inputs, unpinned)
+    return _cell(
+        matrix,
+        inputs,
+        c,
+        cid=cid,
+        release=release,
+        variant=variant,
+        chosen=chosen,
+        devel=devel,
+        lock=lock,
+        coverage=coverage,
+        shared=shared,
+    )
+
+
+def _check_registries(matrix: Matrix, considered: Sequence[str]) -> None:
+    """Every registry the matrix lists must get an image: one whose cell globs match none of the cells
+    considered is an error (the matrix's or the registries file's)."""
     for reg in matrix.registries:
         if considered and not any(reg.wants(c) for c in considered):
             shown = ", ".join(considered[:6]) + (" …" if len(considered) > 6 else "")
@@ -562,6 +620,27 @@ def plan_from(matrix: Matrix, inputs: PlanInputs, *, with_fingerprints: bool = T
                 hint=f"fix [registries.{reg.name}] cells in the registries file, or remove {reg.name!r} from "
                 "the matrix's registries",
             )
+
+
+def plan_from(matrix: Matrix, inputs: PlanInputs, *, with_fingerprints: bool = True) -> BuildPlan:
+    """Plan *matrix* from *inputs* (pure: it reads nothing but the packaged compat tables and templates)."""
+    cells: list[Cell] = []
+    dropped: list[Dropped] = []
+    # the layer order: a wheel more locks of the project pin comes earlier in its group
+    shared = popularity((k.python, lk.pins) for k, lk in inputs.locks.items())
+    considered: list[str] = []
+    combos = [
+        _Combo(base, *c) for base in matrix.bases for c in _combinations(matrix) if base.wants(c[1], c[3])
+    ]
+    for combo in combos:
+        cid = cell_id(combo.torch, combo.variant, combo.python, combo.flavor, combo.base.os)
+        considered.append(cid)
+        planned = _plan_cell(matrix, inputs, combo, cid, shared)
+        if isinstance(planned, str):
+            dropped.append(Dropped(combination=cid, reason=planned))
+        else:
+            cells.append(planned)
+    _check_registries(matrix, considered)
     plan = BuildPlan(matrix=matrix.name, cells=tuple(cells), dropped=tuple(dropped))
     if with_fingerprints:
         plan = replace(plan, cells=tuple(with_fingerprint(c) for c in plan.cells))

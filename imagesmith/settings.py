@@ -35,6 +35,16 @@ class Variable:
         return name == self.name or bool(self.pattern and re.fullmatch(self.pattern, name))
 
 
+@dataclass(frozen=True)
+class Seconds(Variable):
+    """A deadline: seconds from *low* to *high*, *default* when unset (read with :func:`seconds`). Every
+    deadline of imagesmith is one of these (docs/interrupts.md, *Deadlines*): the one place they are set."""
+
+    default: float = 0.0
+    low: float = 1.0
+    high: float = 86400.0
+
+
 VARIABLES: tuple[Variable, ...] = (
     Variable("IMAGESMITH_PROJECT", "the project root (folder with imagesmith.toml)", "docs/project.md"),
     Variable("IMAGESMITH_CONFIG", "the user config file", "imagesmith/config.py"),
@@ -54,7 +64,42 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("IMAGESMITH_SIGNING_KEY", "the private key release and validate sign with", "docs/release.md"),
     Variable("IMAGESMITH_VERIFY", "how far copies trust blobs: head, read, full", "docs/build.md"),
     Variable("IMAGESMITH_REGISTRY_ATTEMPTS", "tries of one registry request (1-1000)", "docs/build.md"),
-    Variable("IMAGESMITH_REGISTRY_DEADLINE", "seconds one registry operation may take", "docs/build.md"),
+    Seconds(
+        "IMAGESMITH_REGISTRY_DEADLINE",
+        "seconds one registry operation may take (a request with its retries; a blob: with no byte moved)",
+        "docs/build.md",
+        default=180.0,
+    ),
+    Seconds(
+        "IMAGESMITH_REGISTRY_STALL",
+        "seconds one registry request may go without a byte from the registry (default 60)",
+        "docs/interrupts.md",
+        default=60.0,
+    ),
+    Seconds(
+        "IMAGESMITH_INDEX_STALL",
+        "seconds pick's download of the index, its .sig or .pub may go without a byte (default 30)",
+        "docs/interrupts.md",
+        default=30.0,
+    ),
+    Seconds(
+        "IMAGESMITH_INDEX_DEADLINE",
+        "seconds one download of pick's index, its .sig or .pub may take in all (default 120)",
+        "docs/interrupts.md",
+        default=120.0,
+    ),
+    Seconds(
+        "IMAGESMITH_BUILD_STALL",
+        "seconds a build may print nothing before it is stopped (default 3600)",
+        "docs/interrupts.md",
+        default=3600.0,
+    ),
+    Seconds(
+        "IMAGESMITH_ENGINE_TIMEOUT",
+        "seconds the Docker engine may leave a call (inspect, tag, a push's stream) unanswered (default 600)",
+        "docs/interrupts.md",
+        default=600.0,
+    ),
     Variable(
         "IMAGESMITH_CERTS_D",
         "where registry CAs live (default /etc/docker/certs.d)",
@@ -121,6 +166,36 @@ def get(name: str, default: str | None = None, *, env: Mapping[str, str] | None 
         return default
     if value and not declared.pattern:
         _check_value(name, value)
+    return value
+
+
+def default_seconds(name: str) -> float:
+    """The default of the deadline *name* (what the HTTP policies start from: :mod:`imagesmith.http`)."""
+    declared = variable(name)
+    assert isinstance(declared, Seconds), name
+    return declared.default
+
+
+def seconds(name: str, *, env: Mapping[str, str] | None = None) -> float:
+    """The deadline *name* (a :class:`Seconds` variable) in seconds: its value, else its default. A value that
+    is not a number of seconds from its ``low`` to its ``high`` (``0``, ``-1``, ``nan``, ``inf``, text) is one
+    :class:`~imagesmith.errors.ConfigError` naming the variable and the range."""
+    declared = variable(name)
+    if not isinstance(declared, Seconds):
+        raise KeyError(f"{name} is not a deadline (declare it as Seconds in imagesmith/settings.py)")
+    text = (get(name, env=env) or "").strip()
+    if not text:
+        return declared.default
+    value = float(text) if re.fullmatch(r"[0-9]{1,9}(\.[0-9]{1,9})?", text, re.ASCII) else -1.0
+    if not declared.low <= value <= declared.high:
+        from imagesmith.errors import ConfigError
+
+        raise ConfigError(
+            f"{name}={text[:40]!r} is not a number of seconds",
+            hint=f"seconds from {declared.low:g} to {declared.high:g} (default {declared.default:g}), "
+            f"or unset it",
+            field=name,
+        )
     return value
 
 

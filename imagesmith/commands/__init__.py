@@ -12,6 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+# its home is imagesmith.inputs: the stages' command layers (buildrequest) use it too
+from imagesmith.inputs import check_output_file as check_output_file
+
 if TYPE_CHECKING:
     from imagesmith.project import Project
 
@@ -94,34 +97,3 @@ def command_resources() -> Iterator[None]:
             yield
         finally:
             _RESOURCES.remove(stack)
-
-
-def check_output_file(path: Path, flag: str) -> None:
-    """A file a command writes when it ends (``build --summary``), checked when it starts: a folder, a path
-    under a file, or a folder nothing can be written to would otherwise fail only after the work was done.
-    Writes nothing that stays (a probe file in the nearest existing folder, removed at once)."""
-    import tempfile
-
-    from imagesmith.errors import ConfigError
-
-    def refuse(why: str) -> ConfigError:
-        return ConfigError(
-            f"{flag} {str(path)[:200]}: {why}", hint=f"give {flag} a file in a folder you can write"
-        )
-
-    from imagesmith.inputs import is_regular_file
-
-    try:
-        if path.is_dir():
-            raise refuse("is a folder")
-        if path.exists() and not is_regular_file(path):
-            raise refuse("is not a regular file (a FIFO, a socket or a device): writing would block")
-        folder = path.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir():
-            raise refuse(f"{folder} is not a folder")
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".imagesmith-probe-"):
-            pass
-    except OSError as exc:
-        raise refuse(f"cannot write there ({exc.strerror or exc})") from None

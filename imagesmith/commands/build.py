@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from imagesmith.commands import check_output_file, current_project, epilog, hold_project
+from imagesmith.commands import current_project, epilog, hold_project
 from imagesmith.commands.plan import MATRIX_HELP
-from imagesmith.errors import ConfigError, MatrixError
+from imagesmith.errors import ConfigError
+
+if TYPE_CHECKING:
+    from imagesmith.build import Reporter
+    from imagesmith.buildrequest import BuildResult
+    from imagesmith.engine import BuildEvent
 
 
 def _human(n: int) -> str:
@@ -122,44 +127,29 @@ def build_command(
     ] = None,
 ) -> None:
     """Build (with --push: push) a matrix's images; cells whose fingerprint is already pushed are skipped."""
-    from imagesmith.build import BuildOptions, preflight, run_build, write_summary
-    from imagesmith.commands.plan import load_plan
-    from imagesmith.config import load_config
-    from imagesmith.engine import BuildEvent, Engine
-    from imagesmith.registry import verify_level
+    from imagesmith.buildrequest import BuildRequest, build, engine_for, finish, prepare
 
-    if backend not in ("auto", "buildkit", "sdk"):
-        raise ConfigError(
-            f"--backend {backend!r}: expected auto, buildkit or sdk", hint="--backend auto picks for you"
-        )
-    config = load_config().with_overrides(mirrors=registry_mirror or [], extra_ca=extra_ca)
-    if summary is not None:
-        check_output_file(summary, "--summary")
-    project, m, plan = load_plan(matrix, only, registries)
-    hold_project(project, "build")
-    if not plan.cells:
-        raise MatrixError(
-            f"matrix {m.name}: no cell to build, every combination is dropped: "
-            + "; ".join(f"{d.combination}: {d.reason}" for d in plan.dropped[:3])
-            + (f" (and {len(plan.dropped) - 3} more)" if len(plan.dropped) > 3 else ""),
-            hint=f"change the matrix as the reason says; `imagesmith plan --matrix {m.name} --explain` lists "
-            "every dropped combination",
-        )
-    options = BuildOptions(
+    request = BuildRequest(
+        matrix=matrix,
+        only=tuple(only or ()),
         push=push,
-        force=force,
+        registries=registries,
         jobs=jobs,
-        config=config,
-        wheels_dir=wheels,
-        project=project,
-        verify=verify_level(verify or None),
+        force=force,
+        summary=summary,
+        extra_ca=extra_ca,
+        registry_mirror=tuple(registry_mirror or ()),
+        wheels=wheels,
+        backend=backend,
         allow_unhashed=allow_unhashed,
+        verify=verify,
     )
-    preflight(m, plan, options)
-    engine = Engine(backend=backend)  # type: ignore[arg-type]
+    prepared = prepare(request, project_of=current_project, hold=hold_project)
+    engine = engine_for(request)
     console = Console(stderr=True, highlight=False)
     if not console.is_terminal:
         console = Console(stderr=True, highlight=False, width=200)
+    m, plan, config = prepared.matrix, prepared.plan, prepared.options.config
     console.print(
         f"matrix [bold]{m.name}[/]: {len(plan.cells)} cell(s), engine backend {engine.backend}"
         + (", push" if push else "")
@@ -174,7 +164,20 @@ def build_command(
         console=console,
         transient=False,
     )
-    tasks: dict[str, TaskID] = {}
+    with progress:
+        tasks = {
+            cell.id: progress.add_task("", cell=cell.id, phase="queued", detail="", total=None)
+            for cell in plan.cells
+        }
+        result = build(prepared, engine=engine, report=_reporter(progress, tasks))
+        for o in result.outcomes:
+            progress.update(tasks[o.cell], phase=o.status, detail=o.reason, total=1, completed=1)
+    _print_result(result)
+    finish(request, result, note=console.print)
+
+
+def _reporter(progress: Progress, tasks: dict[str, TaskID]) -> Reporter:
+    """The progress line of each cell, told of its phases (an engine's step at most twice a second)."""
     last: dict[str, float] = {}
 
     def report(cell: str, phase: str, event: BuildEvent | None) -> None:
@@ -192,20 +195,12 @@ def build_command(
             completed, total = 1, 1
         progress.update(tasks[cell], phase=phase, detail=detail, total=total, completed=completed)
 
-    with progress:
-        for cell in plan.cells:
-            tasks[cell.id] = progress.add_task("", cell=cell.id, phase="queued", detail="", total=None)
-        outcomes, errors = run_build(
-            m,
-            plan,
-            options,
-            engine=engine,
-            report=report,
-        )
-        for o in outcomes:
-            progress.update(tasks[o.cell], phase=o.status, detail=o.reason, total=1, completed=1)
+    return report
 
-    table = Table(title=f"imagesmith build — {m.name}")
+
+def _print_result(result: BuildResult) -> None:
+    """The table of the cells (stdout), then why a cell was built when a base moved, and its notes."""
+    table = Table(title=f"imagesmith build — {result.matrix}")
     for col in (
         "cell",
         "status",
@@ -220,7 +215,7 @@ def build_command(
         "copied",
     ):
         table.add_column(col)
-    for o in outcomes:
+    for o in result.outcomes:
         table.add_row(
             o.cell,
             o.status,
@@ -238,17 +233,9 @@ def build_command(
     if not out.is_terminal:  # logs and CI: do not squeeze the table into 80 columns
         out = Console(highlight=False, width=200)
     out.print(table)
-    for o in outcomes:  # why a cell was built when a base moved; a base from escrow or made locally
+    for o in result.outcomes:  # why a cell was built when a base moved; a base from escrow or made locally
         for line in ([o.reason] if o.base_moved else []) + o.notes:
             out.print(f"{o.cell}: {line}", markup=False)
-    if summary is not None:
-        write_summary(summary, m.name, outcomes, engine.backend)
-        console.print(f"summary written to {summary}")
-    if errors:
-        first = errors[0]
-        if len(errors) > 1:
-            first.message += f"\n  ({len(errors) - 1} more cell(s) failed; see the summary)"
-        raise first
 
 
 def fetch_sources_command(

@@ -9,16 +9,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from imagesmith.commands import current_project, epilog, hold_project
-from imagesmith.errors import ConfigError, ImagesmithError, RenderError, UpstreamError, join_hints
+from imagesmith.errors import ConfigError, RenderError
 from imagesmith.inputs import resolved
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from rich.console import Console
 
     from imagesmith.layerplan import PlannedCell, PullFigures
-    from imagesmith.lock import LockKey
     from imagesmith.matrix import Matrix
     from imagesmith.plan import BuildPlan
     from imagesmith.project import Project
@@ -35,15 +32,11 @@ MATRIX_HELP = (
 def load_plan(
     matrix: str | None, only: list[str] | None = None, registries_file: Path | None = None
 ) -> tuple[Project, Matrix, BuildPlan]:
-    """Shared by ``build``: find the project, load a matrix (its registries from *registries_file* when
-    given), plan it, apply ``--only`` globs."""
-    from imagesmith.matrix import load_matrix
-    from imagesmith.plan import build_plan
+    """Find the project, load a matrix (its registries from *registries_file* when given), plan it, apply
+    ``--only`` globs (:func:`imagesmith.buildrequest.load_plan` in the command's project)."""
+    from imagesmith import buildrequest
 
-    project = current_project(matrix)
-    m = load_matrix(project.resolve_matrix_name(matrix), project=project, registries_file=registries_file)
-    plan = build_plan(m, project=project)
-    return project, m, plan.select(only or [])
+    return buildrequest.load_plan(current_project, matrix, only or (), registries_file)
 
 
 def github_matrix(plan: BuildPlan) -> dict[str, Any]:
@@ -434,242 +427,14 @@ def lock_command(
 ) -> None:
     """Resolve exact transitive pins (with sha256 hashes) per (torch, variant, python) with uv into the
     project's locks/."""
-    from imagesmith import compat
-    from imagesmith.lock import (
-        LockError,
-        LockKey,
-        add_interactive,
-        compile_lock,
-        lock_path,
-        read_lock,
-        seal_lock,
+    from imagesmith.lockrequest import LockRequest, lock, prepare
+
+    request = LockRequest(
+        matrix=matrix, force=force, keep_versions=keep_versions, bases=bases, sizes=sizes, no_sizes=no_sizes
     )
-    from imagesmith.matrix import load_matrix
-
-    project = current_project(matrix)
-    hold_project(project, "lock")
-    if sizes and no_sizes:
-        raise ConfigError("--sizes and --no-sizes contradict each other", hint="give one of them")
-    if bases:
-        other = [
-            f for f, on in (("--sizes", sizes), ("--force", force), ("--keep-versions", keep_versions)) if on
-        ]
-        if other:
-            raise ConfigError(
-                f"--bases and {other[0]} do not go together: --bases pins base images only",
-                hint="run `imagesmith lock --bases` and the wheel lock as two commands",
-            )
-        _lock_bases(project, matrix)
-        return
-    if sizes:
-        _record_sizes(project)
-        return
-    m = load_matrix(project.resolve_matrix_name(matrix), project=project)
-    keys: list[LockKey] = []
-    if m.torch.source == "base":
-        keys = [LockKey(torch="suite", variant="any", python=p) for p in m.python.versions]
-    else:
-        combos = {(t, v, p) for t in m.torch.versions for v in m.torch.variants for p in m.python.versions}
-        combos |= {(r.torch, r.variant, r.python) for r in m.include}
-        for t, v, p in sorted(combos):
-            release = compat.torch_release(t)
-            if v in release.variants and release.python.contains(f"{p}.0"):
-                keys.append(LockKey(torch=t, variant=v, python=p))
-    # the interactive flavor's packages are a section of the same lock, resolved against its runtime pins
-    interactive = "interactive" in m.flavors or any(r.flavor == "interactive" for r in m.include)
-    failures: list[LockError] = []
-    written: list[LockKey] = []
-    for key in keys:
-        path = lock_path(key, project.locks_dir)
-        try:
-            if path.exists() and keep_versions:
-                existing = read_lock(key, project.locks_dir)
-                with_section = interactive or (existing is not None and bool(existing.interactive_pins))
-                # one write: the runtime, builder and interactive pins together (a kill leaves old or new)
-                compile_lock(
-                    key,
-                    lock_dir=project.locks_dir,
-                    keep=existing,
-                    interactive=(existing or True) if with_section else False,
-                )
-                typer.echo(f"wrote   {project.rel(path)} (versions kept, hashes added)")
-                written.append(key)
-                continue
-            if path.exists() and not force:
-                try:
-                    existing = read_lock(key, project.locks_dir)
-                except LockError as exc:
-                    if exc.problem != "cut short":
-                        raise
-                    _restore_lock(key, path, project, interactive=interactive)
-                    written.append(key)
-                    continue
-                if existing is not None and not existing.sealed:
-                    seal_lock(existing)
-                    typer.echo(f"sealed  {project.rel(path)} (end line added; every pin as it was)")
-                    existing = read_lock(key, project.locks_dir)
-                if interactive and existing is not None and not existing.interactive_pins:
-                    add_interactive(key, lock_dir=project.locks_dir)
-                    typer.echo(f"added   {project.rel(path)} (interactive pins; runtime pins kept)")
-                else:
-                    typer.echo(f"kept    {project.rel(path)}")
-                continue
-            compile_lock(key, lock_dir=project.locks_dir, interactive=interactive)
-        except LockError as exc:
-            failures.append(exc)
-            # the whole answer (uv's last lines: an unreachable index, a conflict) under the cell it stopped
-            detail = "".join(f"\n        {line}" for line in exc.message.splitlines()[1:])
-            typer.echo(f"FAILED  {key}{detail}", err=True)
-            continue
-        typer.echo(f"wrote   {project.rel(path)}")
-        written.append(key)
-    if written and not no_sizes:
-        _record_sizes(project, keys=written, soft=True)
-    if failures:
-        raise ConfigError(
-            "could not lock: " + "; ".join(e.message.splitlines()[0].rstrip(":") for e in failures),
-            hint=join_hints(
-                *(e.hint for e in failures),
-                "until then those cells are dropped from the plan (see `imagesmith plan --explain`)",
-            ),
-        )
-
-
-def _restore_lock(key: LockKey, path: Path, project: Project, *, interactive: bool) -> None:
-    """A lock cut short (no end line): resolved again with every pin it still holds in full as a constraint
-    (``--keep-versions`` on what survived), so no version it had moves; written whole."""
-    from imagesmith.lock import compile_lock, salvage_lock
-
-    text = path.read_text(encoding="utf-8", errors="replace")
-    kept = salvage_lock(text, path, key)
-    # its header says whether it had an interactive section (the section itself may be what was cut off)
-    had = kept is not None and any(k == "interactive-command" for k, _ in kept.header)
-    compile_lock(
-        key,
-        lock_dir=project.locks_dir,
-        keep=kept,
-        interactive=(kept or True) if interactive or had else False,
-    )
-    held = len(kept.pins + kept.builder_pins + kept.interactive_pins) if kept is not None else 0
-    typer.echo(f"restored {project.rel(path)} (it was cut short: {held} whole pins kept, the rest resolved)")
-
-
-def _lock_bases(project: Project, matrix: str | None) -> None:
-    """``imagesmith lock --bases``: re-read every base image of the matrices into bases.toml."""
-    import time
-
-    from imagesmith import bases as b
-    from imagesmith.config import load_config
-    from imagesmith.matrix import load_matrix, load_registries
-    from imagesmith.plan import matrix_bases
-
-    config = load_config()
-    known = (
-        list(load_registries(project.registries_file).values()) if project.registries_file.is_file() else []
-    )
-    shown = f"{project.rel(project.locks_dir)}/{b.BASES_FILE}"
-    lock = b.read_bases(project.locks_dir, shown)
-    entries = dict(lock.entries) if lock else {}
-    names = [matrix] if matrix else project.matrix_names()
-    images = list(
-        dict.fromkeys(image for n in names for _, image in matrix_bases(load_matrix(n, project=project)))
-    )
-    escrow = b.escrow_registry(project)
-    failures: list[str] = []
-    for image in images:
-        old = entries.get(image)
-        if old is not None and old.origin == "local":
-            typer.echo(f"local   {image} (made on each machine: taken by name, not pinned)")
-            continue
-        started = time.monotonic()
-        try:
-            got = b.resolve(image, config, known=known, pinned=old.digest if old is not None else None)
-        except ImagesmithError as exc:
-            failures.append(f"{image}: {exc.message.splitlines()[0]}")
-            typer.echo(f"FAILED  {image}: {exc.message.splitlines()[0]}", err=True)
-            continue
-        took = f"{(time.monotonic() - started) * 1000:.0f} ms"
-        if b.own_digest(image) is not None:  # pinned by the matrix itself: checked, escrowed, no line
-            new = b.BaseEntry(name=image, digest=got.digest, registry=got.where, read="")
-            typer.echo(f"served  {image} (the matrix pins it by digest: no line in {shown}, {took})")
-        elif old is None:
-            new = entries[image] = b.refreshed(old, image, got)
-            typer.echo(f"pinned  {image} {got.digest} (read from {got.where}, {took})")
-        elif (new := b.refreshed(old, image, got)) is old:
-            typer.echo(f"kept    {image} {got.digest} ({took})")
-        else:
-            entries[image] = new
-            typer.echo(f"moved   {new.moved()} from {got.where} ({took})")
-        if escrow is not None:
-            try:
-                ref, sent = b.escrow_copy(new, config, escrow, known=known)
-            except ImagesmithError as exc:
-                failures.append(f"{image}: escrow copy: {exc.message.splitlines()[0]}")
-                typer.echo(f"FAILED  escrow copy of {image}: {exc.message.splitlines()[0]}", err=True)
-                continue
-            typer.echo(f"escrow  {ref} ({sent / 1e6:.1f} MB copied)")
-    if (
-        matrix is None
-    ):  # every matrix read: a line none of them names pins nothing (a renamed or dropped base)
-        for name in sorted(set(entries) - set(images)):
-            typer.echo(
-                f"unused  {name} (no matrix of the project names it: kept; delete the line if it is gone)"
-            )
-    path = b.write_bases(project.locks_dir, entries.values())
-    typer.echo(f"wrote   {project.rel(path)} ({len(entries)} base(s))")
-    if failures:
-        raise ConfigError(
-            "could not pin: " + "; ".join(failures),
-            hint=b.LOCK_FIX
-            + " (the other bases were written; the plan refuses a matrix with an unpinned base)",
-        )
-
-
-def _record_sizes(project: Project, *, keys: Sequence[LockKey] | None = None, soft: bool = False) -> None:
-    """``imagesmith lock --sizes``: wheel-sizes.toml for every lock of the project's locks folder (*keys*:
-    only those, merged into the table). *soft*: an index that does not answer is a warning, not an error
-    (the locks were written; the plan then treats their wheels as unsized)."""
-    from imagesmith import refresh
-    from imagesmith.lock import lock_keys_in, read_lock
-    from imagesmith.wheelsizes import collect_sizes, merge, read_sizes, write_sizes
-
-    if keys is None:
-        keys = lock_keys_in(project.locks_dir)
-    locks = [lock for k in keys if (lock := read_lock(k, project.locks_dir)) is not None]
-    if not locks:
-        raise ConfigError(
-            f"no lock files in {project.rel(project.locks_dir)} to size",
-            hint="write them first: imagesmith lock --matrix NAME",
-        )
-    http = refresh.Http(verify=refresh.ca_bundle(), fix=refresh.Http.PIP_FIX)
-    source = refresh.LiveSource(refresh.default_index_url(), http)
-
-    class Lister:
-        def files(self, name: str) -> list[tuple[str, int]]:
-            return [(f.filename, f.size) for f in source.files(name)]
-
-    try:
-        rows, missing = collect_sizes(locks, Lister())
-    except UpstreamError as exc:
-        if not soft:
-            raise
-        typer.echo(
-            f"warning: wheel sizes not recorded ({exc.message.splitlines()[0]}); the layer plan keeps only "
-            "the CUDA, NCCL, torch and triton wheels apart until `imagesmith lock --sizes` runs where the "
-            "index answers",
-            err=True,
-        )
-        return
-    path = write_sizes(project.locks_dir, merge(read_sizes(project.locks_dir), rows), missing)
-    typer.echo(
-        f"wrote   {project.rel(path)} ({len(rows)} wheels of {len(locks)} locks, "
-        f"{http.requests} index requests, {http.bytes / 1e6:.1f} MB read)"
-    )
-    for pin in missing:
-        typer.echo(
-            f"unsized {pin}: not on the default index (its own layer if it is a CUDA, NCCL, torch, triton or "
-            "+variant wheel, else in the small rest)"
-        )
+    result = lock(request, prepare(request, project_of=current_project, hold=hold_project), echo=typer.echo)
+    if result.failure is not None:
+        raise result.failure
 
 
 def register(app: typer.Typer) -> None:

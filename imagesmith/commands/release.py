@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import platform as _platform
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from imagesmith import settings
-from imagesmith.commands import check_output_file, current_project, epilog, hold_project
+from imagesmith.commands import current_project, epilog, flags, hold_project
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
-from imagesmith.commands.plan import MATRIX_HELP
 from imagesmith.errors import ConfigError
 
 RELEASE_EPILOG = epilog(
@@ -227,117 +226,24 @@ def register(app: typer.Typer) -> None:
 
 
 def pick(
-    index: Annotated[
-        str | None,
-        typer.Option(
-            "--index",
-            help="release index: a file, an https URL, or oci://HOST/REPO[:TAG] (the artifact "
-            "`imagesmith release` publishes; http:// and oci+http:// only with --insecure). "
-            "Default: $IMAGESMITH_INDEX.",
-        ),
-    ] = None,
-    nvidia_smi: Annotated[
-        str | None,
-        typer.Option(
-            "--nvidia-smi",
-            metavar="FILE",
-            help="read the host from a saved output of `nvidia-smi`, `nvidia-smi --query-gpu=... "
-            "--format=csv` or `nvidia-smi -L` (add --driver: -L shows none); '-' = stdin",
-        ),
-    ] = None,
-    driver: Annotated[
-        str | None,
-        typer.Option(
-            "--driver", help="offline: the host's driver, e.g. 535.104.05 (with --gpu, or with an -L file)"
-        ),
-    ] = None,
-    gpu: Annotated[
-        list[str] | None, typer.Option("--gpu", help="offline: a GPU name or key (repeat for several GPUs)")
-    ] = None,
-    torch: Annotated[str | None, typer.Option("--torch", help="torch version prefix, e.g. 2.1")] = None,
-    cuda: Annotated[str | None, typer.Option("--cuda", help="CUDA version prefix, e.g. 12.1")] = None,
-    python: Annotated[str | None, typer.Option("--python", help="Python version, e.g. 3.10")] = None,
-    platform: Annotated[
-        str | None,
-        typer.Option(
-            "--platform",
-            help="where the host runs: autodl, aliyun, tencent, huawei, runpod, vast, lambda, "
-            "aws, gcp, generic (imagesmith/data/platforms.toml; chooses the registry)",
-        ),
-    ] = None,
-    region: Annotated[
-        str | None,
-        typer.Option(
-            "--region",
-            help="the host's cloud region, e.g. cn-hangzhou, ap-shanghai, cn-north-4, us-east-1, "
-            "europe-west4, or cn (chooses the registry; cn* and mainland ap-* cities: the mainland-China "
-            "order); an unknown one is refused",
-        ),
-    ] = None,
-    pull: Annotated[
-        bool, typer.Option("--pull", help="docker pull the picked image (with progress)")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the pick as JSON")] = False,
-    refresh: Annotated[
-        bool,
-        typer.Option(
-            "--refresh",
-            help="ignore the cached index and fail when the source cannot be reached (without it, an "
-            "unreachable source falls back to the cached copy, with a warning on stderr)",
-        ),
-    ] = False,
-    insecure: Annotated[
-        bool,
-        typer.Option(
-            "--insecure",
-            help="allow an index over plain HTTP (http://, oci+http://): only for a server on a network "
-            "you trust, such as a local test registry",
-        ),
-    ] = False,
-    verify_key: Annotated[
-        Path | None,
-        typer.Option(
-            "--verify-key",
-            help="public key the release index must be signed with (the .pub of release --sign-key). "
-            "Default: $IMAGESMITH_INDEX_KEY, else \\[release] index_key of the user config, then of the "
-            "project, else the key pinned for this index source, else (first use) the key published beside "
-            "it, pinned then; without any the index is refused. Its fingerprint is printed on stderr",
-        ),
-    ] = None,
-    key_fingerprint: Annotated[
-        str | None,
-        typer.Option(
-            "--key-fingerprint",
-            metavar="sha256:HEX",
-            help="the trust root: the fingerprint of the publisher's index key (its release prints it; "
-            "also as --index SRC#sha256:HEX, $IMAGESMITH_INDEX_KEY or \\[release] index_key of the user "
-            "config); the key published beside the index is taken only when it has it",
-        ),
-    ] = None,
-    trust_first_use: Annotated[
-        bool,
-        typer.Option(
-            "--trust-first-use",
-            help="with no trust root and no key pinned for the source: trust and pin the key published "
-            "beside the index (whoever can push there chooses it; never on a rental you care about)",
-        ),
-    ] = False,
-    no_verify: Annotated[
-        bool,
-        typer.Option(
-            "--no-verify",
-            help="use the index without checking its signature, serial or expiry (warned on every run): "
-            "whoever can change the index then chooses what this host runs",
-        ),
-    ] = False,
-    flavor: Annotated[
-        str | None,
-        typer.Option(
-            "--flavor",
-            help="only images of this flavor (runtime, devel, interactive; default: runtime where the index "
-            "has runtime images); interactive also prints the run line with its ports and variables",
-        ),
-    ] = None,
+    index: flags.PickIndex = None,
+    nvidia_smi: flags.NvidiaSmi = None,
+    driver: flags.Driver = None,
+    gpu: flags.Gpus = None,
+    torch: flags.Torch = None,
+    cuda: flags.Cuda = None,
+    python: flags.Python = None,
+    platform: flags.Platform = None,
+    region: flags.Region = None,
+    pull: flags.Pull = False,
+    as_json: flags.PickJson = False,
+    refresh: flags.PickRefresh = False,
+    insecure: flags.PickInsecure = False,
+    verify_key: flags.PickVerifyKey = None,
+    key_fingerprint: flags.KeyFingerprint = None,
+    trust_first_use: flags.TrustFirstUse = False,
+    no_verify: flags.PickNoVerify = False,
+    flavor: flags.Flavor = None,
 ) -> None:
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
@@ -388,139 +294,44 @@ def pick(
 
 
 def release(
-    reports: Annotated[
-        list[Path],
-        typer.Option(
-            "--reports",
-            help="folder(s) with validation reports (report.json, searched recursively); required, "
-            "repeatable: only digests they show passing are promoted",
-        ),
-    ],
-    matrix: Annotated[str | None, typer.Option("--matrix", help=MATRIX_HELP)] = None,
-    only: Annotated[list[str] | None, typer.Option("--only", help="cell id glob(s) to release")] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="print what would be promoted or refused")
-    ] = False,
-    index_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--index-file",
-            help="release index file to extend and update (default: paths.release_index of imagesmith.toml, "
-            "release/index.json)",
-        ),
-    ] = None,
-    registries: Annotated[
-        Path | None, typer.Option("--registries", help="registries file (default: the project's)")
-    ] = None,
-    extend_from: Annotated[
-        str | None,
-        typer.Option(
-            "--extend-from",
-            metavar="REGISTRY",
-            help="when the index file does not exist: extend the index this registry (a registries-file "
-            "name) publishes, each entry re-verified against its tags; never read from any other registry",
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print the outcome as JSON")] = False,
-    verify: Annotated[
-        str | None,
-        typer.Option(
-            "--verify",
-            help="how far copies trust blobs: head (default), read, full (also read back blobs already "
-            "promoted; the nightly); default $IMAGESMITH_VERIFY. At every level, each promoted blob is read "
-            "back and hashed once per registry (remembered in the cache: a rerun reads nothing again)",
-        ),
-    ] = None,
-    trusted_key: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--trusted-key",
-            help="public key whose signed validation attestations count (repeatable; added to [release] "
-            "trusted_keys of imagesmith.toml)",
-        ),
-    ] = None,
-    sign_key: Annotated[
-        Path | None,
-        typer.Option(
-            "--sign-key",
-            help="private key that signs the release index (index.json.sig and the index artifact); "
-            "default $IMAGESMITH_SIGNING_KEY",
-        ),
-    ] = None,
-    rotate_to: Annotated[
-        Path | None,
-        typer.Option(
-            "--rotate-to",
-            metavar="NEW.key",
-            help="rotate the index key (issue 34): the index names NEW's fingerprint as its successor, is "
-            "signed by --sign-key and NEW, and publishes NEW's .pub; renters that pinned the current key "
-            "move to NEW by themselves. Sign with NEW alone from the next run on",
-        ),
-    ] = None,
-    scan_reports: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--scan-reports",
-            metavar="DIR",
-            help="folder(s) with vulnerability scans named by digest: sha256-<hex>.grype.json (grype -o "
-            "json), .trivy.json (trivy -f json), or an SBOM .cdx.json/.spdx.json matched against the OSV "
-            "file of [release.vulnerabilities]; a cell with an advisory at or above fail_on is refused",
-        ),
-    ] = None,
+    reports: flags.ReportDirs,
+    matrix: flags.Matrix = None,
+    only: flags.ReleaseOnly = None,
+    dry_run: flags.DryRun = False,
+    index_file: flags.IndexFile = None,
+    registries: flags.Registries = None,
+    extend_from: flags.ExtendFrom = None,
+    as_json: flags.ReleaseJson = False,
+    verify: flags.Verify = None,
+    trusted_key: flags.TrustedKeys = None,
+    sign_key: flags.IndexSignKey = None,
+    rotate_to: flags.RotateTo = None,
+    scan_reports: flags.ScanReports = None,
 ) -> None:
     """Promote candidates whose exact digest has a passing validation attestation, signed by a trusted key,
     to every registry of their cell."""
     from imagesmith import release as releasing
-    from imagesmith.registry import verify_level
     from imagesmith.scrub import scrub
 
-    if index_file is not None:
-        check_output_file(index_file, "--index-file")
+    request = releasing.ReleaseRequest(
+        reports=tuple(reports),
+        matrix=matrix,
+        only=tuple(only or ()),
+        dry_run=dry_run,
+        index_file=index_file,
+        registries=registries,
+        extend_from=extend_from,
+        verify=verify,
+        trusted_keys=tuple(trusted_key or ()),
+        sign_key=sign_key,
+        rotate_to=rotate_to,
+        scan_reports=tuple(scan_reports or ()),
+    )
+    prepared = releasing.prepare_release(request)  # every flag's rule, before the project is locked
     project = current_project(matrix)
     hold_project(project, "release")
-    trusted = []
-    if trusted_key:
-        from imagesmith import signing
-
-        trusted = [signing.load_public_key(p) for p in trusted_key]
-    key = None
-    key_file = sign_key or (
-        Path(str(settings.get("IMAGESMITH_SIGNING_KEY"))) if settings.get("IMAGESMITH_SIGNING_KEY") else None
-    )
-    if key_file is not None:
-        from imagesmith import signing
-
-        key = signing.load_signing_key(key_file)
-    successor = None
-    if rotate_to is not None:
-        from imagesmith import signing
-
-        if key is None:
-            raise ConfigError(
-                "--rotate-to needs --sign-key (or $IMAGESMITH_SIGNING_KEY): the current key signs the "
-                "rotation",
-                hint="pass --sign-key CURRENT.key --rotate-to NEW.key",
-            )
-        successor = signing.load_signing_key(rotate_to)
-        if successor.public.fingerprint == key.public.fingerprint:
-            raise ConfigError(
-                f"--rotate-to {rotate_to}: the same key as --sign-key", hint="give the new key's private half"
-            )
-    outcome = releasing.release_matrix(
-        project.resolve_matrix_name(matrix),
-        report_dirs=reports,
-        only=only or [],
-        dry_run=dry_run,
-        index_file=index_file or project.release_index_file,
-        registries_file=registries,
-        extend_from=extend_from,
-        echo=lambda line: typer.echo(scrub(line), err=True),
-        project=project,
-        verify=verify_level(verify or None),
-        trusted=trusted,
-        sign_key=key,
-        rotate_to=successor,
-        scan_dirs=scan_reports or [],
+    outcome = releasing.release_for(
+        request, prepared, project=project, echo=lambda line: typer.echo(scrub(line), err=True)
     )
     # issue 34: a registry's error quoted in a cell's reasons never shows a credential
     typer.echo(scrub(release_json(outcome) if as_json else release_text(outcome)))
@@ -528,14 +339,10 @@ def release(
 
 
 def candidates(
-    matrix: Annotated[str | None, typer.Option("--matrix", help=MATRIX_HELP)] = None,
-    only: Annotated[list[str] | None, typer.Option("--only", help="cell id glob(s)")] = None,
-    registries: Annotated[
-        Path | None, typer.Option("--registries", help="registries file (default: the project's)")
-    ] = None,
-    pinned: Annotated[
-        bool, typer.Option("--pinned", help="print only the first pinned reference (IMAGE@DIGEST) per cell")
-    ] = False,
+    matrix: flags.Matrix = None,
+    only: flags.CellGlobs = None,
+    registries: flags.Registries = None,
+    pinned: flags.Pinned = False,
 ) -> None:
     """Each cell's candidate digest per registry (what `imagesmith validate IMAGE@DIGEST` tests)."""
     import json
@@ -567,50 +374,14 @@ def candidates(
 
 
 def index_show(
-    source: Annotated[
-        str | None,
-        typer.Argument(help="index file, https URL or oci://HOST/REPO[:TAG]; default $IMAGESMITH_INDEX"),
-    ] = None,
-    refresh: Annotated[
-        bool, typer.Option("--refresh", help="ignore the cached copy of a remote index")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="print the index as canonical JSON")] = False,
-    insecure: Annotated[
-        bool, typer.Option("--insecure", help="allow an index over plain HTTP (http://, oci+http://)")
-    ] = False,
-    verify_key: Annotated[
-        Path | None,
-        typer.Option(
-            "--verify-key",
-            help="public key the index must be signed with (default: $IMAGESMITH_INDEX_KEY, else \\[release] "
-            "index_key of the user config, then of the project, else the key pinned for the source, else "
-            "the key published beside it, pinned on first use)",
-        ),
-    ] = None,
-    no_verify: Annotated[
-        bool,
-        typer.Option(
-            "--no-verify", help="do not check the signature, serial or expiry (warned on every run)"
-        ),
-    ] = False,
-    key_fingerprint: Annotated[
-        str | None,
-        typer.Option(
-            "--key-fingerprint",
-            metavar="sha256:HEX",
-            help="the trust root: the fingerprint of the publisher's index key (its release prints it; "
-            "also as --index SRC#sha256:HEX, $IMAGESMITH_INDEX_KEY or \\[release] index_key of the user "
-            "config); the key published beside the index is taken only when it has it",
-        ),
-    ] = None,
-    trust_first_use: Annotated[
-        bool,
-        typer.Option(
-            "--trust-first-use",
-            help="with no trust root and no key pinned for the source: trust and pin the key published "
-            "beside the index (whoever can push there chooses it; never on a rental you care about)",
-        ),
-    ] = False,
+    source: flags.IndexSource = None,
+    refresh: flags.IndexRefresh = False,
+    as_json: flags.IndexJson = False,
+    insecure: flags.IndexInsecure = False,
+    verify_key: flags.IndexVerifyKey = None,
+    no_verify: flags.IndexNoVerify = False,
+    key_fingerprint: flags.KeyFingerprint = None,
+    trust_first_use: flags.TrustFirstUse = False,
 ) -> None:
     """Load, verify (signature by the trusted or pinned key, serial, expiry; as pick does) and list a release
     index."""

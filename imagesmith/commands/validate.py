@@ -9,13 +9,14 @@ visible: a run that could not prove the GPUs is never a pass); 2 for bad flags o
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from imagesmith.commands import epilog
+from imagesmith.commands import cluster as cluster_cli
+from imagesmith.commands import epilog, flags
 from imagesmith.errors import ConfigError, ValidationFailed
-from imagesmith.validate.request import ValidateRequest, check_select, prepare, validate
+from imagesmith.validate.request import ValidateRequest, prepare, validate
 from imagesmith.validate.request import parse_duration as parse_duration  # its old home (tests, scripts)
 
 EPILOG = epilog(
@@ -36,183 +37,54 @@ EPILOG = epilog(
 
 
 def validate_command(
-    targets: Annotated[
-        list[str] | None,
-        typer.Argument(
-            metavar="TARGET",
-            help="local://, docker://CONTAINER, ssh://user@host[:port], or an IMAGE (started with the GPUs); "
-            'several ssh:// targets validate a cluster (docs/validation.md "Several nodes"). Default local://.',
-        ),
-    ] = None,
-    expect_gpu: str | None = typer.Option(
-        None, "--expect-gpu", help='GPU model/memory/form, e.g. "A100 80GB".'
-    ),
-    expect_count: int | None = typer.Option(
-        None, "--expect-count", min=1, max=1024, help="Number of GPUs that must be there (1-1024)."
-    ),
-    expect_nvlink: bool = typer.Option(
-        False, "--expect-nvlink", help="Fail when a GPU pair is not NVLink (NV#)."
-    ),
-    listing: str | None = typer.Option(
-        None,
-        "--listing",
-        help="TOML file of what the rental promised (GPUs, interconnect, vCPU, RAM, NIC, storage, price): "
-        "each promise judged, the verdict fails on a broken one (docs/validation.md).",
-    ),
-    checkpoint_size: str = typer.Option(
-        "1g",
-        "--checkpoint-size",
-        help="What the storage check writes + fsyncs + reads back in each folder (your checkpoint's size; "
-        "16m to 64g).",
-    ),
-    dcgm_level: int | None = typer.Option(
-        None,
-        "--dcgm-level",
-        min=0,
-        max=4,
-        help="Where dcgmi is installed: dcgmi diag -r LEVEL (default 1, 3 with --soak; 0: off).",
-    ),
-    report: str | None = typer.Option(
-        None, "--report", help="Folder for the evidence bundle (default reports/validate-<time>)."
-    ),
-    shm_min: str | None = typer.Option(
-        None,
-        "--shm-min",
-        help="Least /dev/shm (e.g. 8g). Default: the image's io.imagesmith.shm-min label, else 1g.",
-    ),
-    shm_size: str | None = typer.Option(
-        None, "--shm-size", help="IMAGE only: start the container with this /dev/shm."
-    ),
-    gpus: str = typer.Option("auto", "--gpus", help="IMAGE only: auto | toolkit | devices | none."),
-    python: str = typer.Option("python3", "--python", help="The target's Python that has torch."),
-    nccl_tests: str | None = typer.Option(
-        None, "--nccl-tests", help="nccl-tests build folder or all_reduce_perf path."
-    ),
-    nccl_rounds: int = typer.Option(
-        3,
-        "--nccl-rounds",
-        min=1,
-        max=100,
-        help="Times all_reduce_perf runs: every round must reach the bus-bandwidth floor, the slowest is "
-        "judged against the expected figure, and a hung round fails.",
-    ),
-    nccl_max_bytes: str = typer.Option("1G", "--nccl-max-bytes", help="all_reduce_perf -e."),
-    nccl_timeout: int = typer.Option(
-        300,
-        "--nccl-timeout",
-        min=5,
-        max=86400,
-        help="Seconds before a round counts as hung (5 to 86400: a round is minutes, never a day).",
-    ),
-    baseline: str | None = typer.Option(
-        None,
-        "--baseline",
-        help="report.json of a good run on the same kind of host: its figures are the expected ones.",
-    ),
-    baseline_from: str | None = typer.Option(
-        None,
-        "--baseline-from",
-        help="Release index (file, URL, oci://): expect the median of its validated hosts with the same GPU "
-        "model, count and link. Verified as pick verifies it ($IMAGESMITH_INDEX_KEY / [release] index_key, "
-        "else the key pinned for the source or published beside it).",
-    ),
-    perf_fail_ratio: float = typer.Option(
-        0.80, "--perf-fail-ratio", min=0.01, max=1.5, help="Fail a figure below this × its expected value."
-    ),
-    perf_warn_ratio: float = typer.Option(
-        0.90, "--perf-warn-ratio", min=0.01, max=1.5, help="Warn below this × the expected value."
-    ),
-    perf_seconds: float = typer.Option(
-        0.4, "--perf-seconds", min=0.05, max=30, help="Seconds per bandwidth measure (matmul: 3×)."
-    ),
-    foreign_memory_max: str = typer.Option(
-        "3%",
-        "--foreign-memory-max",
-        help="Memory other processes may hold on a GPU before the free check fails: a % of the board or a "
-        "size (4g); less than that, or any process seen, warns.",
-    ),
-    soak: str | None = typer.Option(
-        None,
-        "--soak",
-        help="Also load every GPU for this long (10m, 90s, 1h; at least 2m): bf16 matmul, memory copies and, "
-        "with 2+ GPUs, NCCL all_reduce, sampled every few seconds; fails on a sustained drop against the "
-        "first minute or the expected figures, and on hardware/thermal slowdown or a new Xid.",
-    ),
-    soak_interval: float = typer.Option(
-        5.0, "--soak-interval", min=1, max=20, help="Seconds per soak window (each a point of the series)."
-    ),
-    soak_fail_ratio: float = typer.Option(
-        0.92, "--soak-fail-ratio", min=0.01, max=1.0, help="Fail a soak minute below this × the first minute."
-    ),
-    soak_warn_ratio: float = typer.Option(
-        0.96, "--soak-warn-ratio", min=0.01, max=1.0, help="Warn below this × the first minute."
-    ),
-    select: str | None = typer.Option(
-        None, "-k", "--select", help="pytest -k expression: run only matching checks."
-    ),
-    ssh_config: str | None = typer.Option(None, "--ssh-config", help="ssh:// only: ssh_config file to use."),
-    ssh_identity: str | None = typer.Option(None, "--ssh-identity", help="ssh:// only: private key file."),
-    shm_min_source: str | None = typer.Option(None, "--shm-min-source", hidden=True),
-    label: str | None = typer.Option(None, "--label", hidden=True),
-    listing_json: str | None = typer.Option(None, "--listing-json", hidden=True),
-    sign_key: str | None = typer.Option(
-        None,
-        "--sign-key",
-        help="Private key (imagesmith keygen) that signs the evidence: an in-toto attestation of the image's "
-        "digest, written beside report.json; only validation runners hold it. Default: "
-        "$IMAGESMITH_SIGNING_KEY (image targets only).",
-    ),
-    baseline_busbw: float | None = typer.Option(None, "--baseline-busbw", hidden=True),
-    baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
-    baseline_figure: Annotated[list[str] | None, typer.Option("--baseline-figure", hidden=True)] = None,
-    baseline_fleet: str | None = typer.Option(None, "--baseline-fleet", hidden=True),
-    nodes: str | None = typer.Option(
-        None, "--nodes", help="Several nodes: a file of ssh:// targets, one a line (`ssh://… [ADDRESS]`)."
-    ),
-    fabric: str = typer.Option(
-        "ethernet", "--fabric", help="Several nodes: the fabric the rental declares: ib | roce | ethernet."
-    ),
-    link_gbps: float | None = typer.Option(
-        None,
-        "--link-gbps",
-        min=0.001,
-        max=100000,
-        help="Several nodes: the declared per-node rate (Gb/s) pairs and RDMA ports are judged against "
-        "(default: each link's negotiated speed).",
-    ),
-    nic_ports: int | None = typer.Option(
-        None, "--nic-ports", min=1, max=64, help="Several nodes: RDMA ports each node must have."
-    ),
-    expect_gdr: bool = typer.Option(
-        False,
-        "--expect-gdr",
-        help="Several nodes: GPUDirect RDMA ready on every node (nvidia_peermem, or dma-buf: the open kernel "
-        "module on Linux 5.12+) and used by NCCL's IB channels (GDRDMA).",
-    ),
-    nccl_log: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--nccl-log",
-            help="Several nodes: an NCCL_DEBUG=INFO log of a cross-node run whose transport is judged "
-            "(repeatable).",
-        ),
-    ] = None,
-    bandwidth: bool = typer.Option(
-        True, "--bandwidth/--no-bandwidth", help="Several nodes: iperf3 node pairs (ring + re-pairing)."
-    ),
-    iperf_seconds: int = typer.Option(
-        5, "--iperf-seconds", min=1, max=120, help="Several nodes: seconds per iperf3 direction."
-    ),
-    bandwidth_min_ratio: float = typer.Option(
-        0.7,
-        "--bandwidth-min-ratio",
-        min=0.01,
-        max=1.0,
-        help="Several nodes: a pair fails below this × the rate.",
-    ),
-    node_suite: bool = typer.Option(
-        True, "--node-suite/--no-node-suite", help="Several nodes: also run the per-node suite on every node."
-    ),
+    targets: flags.Targets = None,
+    expect_gpu: flags.ExpectGpu = None,
+    expect_count: flags.ExpectCount = None,
+    expect_nvlink: flags.ExpectNvlink = False,
+    listing: flags.Listing = None,
+    checkpoint_size: flags.CheckpointSize = "1g",
+    dcgm_level: flags.DcgmLevel = None,
+    report: flags.Report = None,
+    shm_min: flags.ShmMin = None,
+    shm_size: flags.ShmSize = None,
+    gpus: flags.GpuAccess = "auto",
+    python: flags.TargetPython = "python3",
+    nccl_tests: flags.NcclTests = None,
+    nccl_rounds: flags.NcclRounds = 3,
+    nccl_max_bytes: flags.NcclMaxBytes = "1G",
+    nccl_timeout: flags.NcclTimeout = 300,
+    baseline: flags.Baseline = None,
+    baseline_from: flags.BaselineFrom = None,
+    perf_fail_ratio: flags.PerfFailRatio = 0.80,
+    perf_warn_ratio: flags.PerfWarnRatio = 0.90,
+    perf_seconds: flags.PerfSeconds = 0.4,
+    foreign_memory_max: flags.ForeignMemoryMax = "3%",
+    soak: flags.Soak = None,
+    soak_interval: flags.SoakInterval = 5.0,
+    soak_fail_ratio: flags.SoakFailRatio = 0.92,
+    soak_warn_ratio: flags.SoakWarnRatio = 0.96,
+    select: flags.Select = None,
+    ssh_config: flags.SshConfig = None,
+    ssh_identity: flags.SshIdentity = None,
+    shm_min_source: flags.ShmMinSource = None,
+    label: flags.Label = None,
+    listing_json: flags.ListingJson = None,
+    sign_key: flags.EvidenceSignKey = None,
+    baseline_busbw: flags.BaselineBusbw = None,
+    baseline_source: flags.BaselineSource = "",
+    baseline_figure: flags.BaselineFigure = None,
+    baseline_fleet: flags.BaselineFleet = None,
+    nodes: flags.Nodes = None,
+    fabric: flags.Fabric = "ethernet",
+    link_gbps: flags.LinkGbps = None,
+    nic_ports: flags.NicPorts = None,
+    expect_gdr: flags.ExpectGdr = False,
+    nccl_log: flags.NcclLog = None,
+    bandwidth: flags.Bandwidth = True,
+    iperf_seconds: flags.IperfSeconds = 5,
+    bandwidth_min_ratio: flags.BandwidthMinRatio = 0.7,
+    node_suite: flags.NodeSuite = True,
+    image: flags.Image = None,
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # the request, the rules of its flags and the run: imagesmith.validate.request (pytest and the suite cost
@@ -256,8 +128,6 @@ def validate_command(
         baseline_fleet=baseline_fleet,
         baseline_figure=tuple(baseline_figure or ()),
     )
-    from imagesmith.commands import cluster as cluster_cli
-
     cluster_flags = cluster_cli.ClusterFlags(
         nodes=nodes,
         fabric=fabric,
@@ -269,13 +139,20 @@ def validate_command(
         iperf_seconds=iperf_seconds,
         min_ratio=bandwidth_min_ratio,
         node_suite=node_suite,
+        image=image,
     )
-    if request.select is not None:  # -k before the cluster's flags, as the rules check them
-        check_select(request.select)
-    several = cluster_cli.several(targets or [], cluster_flags)
+    _run(targets or [], request, cluster_flags)
+
+
+def _run(targets: list[str], request: ValidateRequest, cluster_flags: cluster_cli.ClusterFlags) -> None:
+    """The run of a request: its rules (:func:`prepare`), then the suite on the one target, or the cluster run
+    over several nodes (imagesmith.commands.cluster) with the same options; the verdict printed."""
+    request, several = cluster_cli.route(request, targets, cluster_flags)
     prepared = prepare(request, read_fleet=_fleet, echo=typer.echo)
     if several:  # several ssh:// nodes: the cluster run (imagesmith.commands.cluster) with the same options
-        cluster_cli.run(targets or [], cluster_flags, prepared.options, select=select)
+        cluster_cli.run(
+            targets, cluster_flags, prepared.options, select=request.select, sign_key=request.sign_key
+        )
         return
     result = validate(request, prepared, echo=typer.echo)
     if result.soak_sentence:

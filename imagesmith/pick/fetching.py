@@ -12,11 +12,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
 from imagesmith import atomicio, inputs
 from imagesmith.errors import (
     ConfigError,
     Fault,
+    ImagesmithError,
     IndexTrustError,
     ManifestUnknownError,
     RegistryError,
@@ -79,25 +81,9 @@ def fetch_index(
     sha256: the signature is not computed again). *note* gets one line naming the key trusted.
     ``Trust(verify=False)`` (``--no-verify``) skips all of it.
     """
-    from imagesmith.indextrust import KEY_SUFFIX, MAX_KEY_BYTES, Trust, TrustStore, split_root
+    from imagesmith.indextrust import KEY_SUFFIX, Trust, TrustStore
 
-    trust = trust if trust is not None else Trust()
-    source, root = split_root(source, flag=index_flag())
-    if root is not None and trust.verify:
-        # the root in the index reference names this source's key: it wins over the user config's and the
-        # environment's (general) one; only a flag of the same run that names another is a contradiction
-        if trust.fingerprint_origin == "--key-fingerprint" and trust.fingerprint != root:
-            raise ConfigError(
-                f"{index_flag()} {source}#{root}: the fingerprint in the index reference differs from "
-                f"{trust.fingerprint} (--key-fingerprint)",
-                hint="name one trust root: drop one of the two",
-            )
-        named_key = (
-            trust.key if trust.key is not None and trust.key.origin.startswith("--verify-key") else None
-        )
-        trust = replace(
-            trust, key=named_key, fingerprint=root, fingerprint_origin=f"{index_flag()} {source}#{root[:15]}…"
-        )
+    source, trust = _rooted(source, trust if trust is not None else Trust())
     say = note or (lambda _: None)
     scheme = re.match(r"([A-Za-z][A-Za-z0-9+.-]*)://", source)
     if scheme and not source.startswith(("http://", "https://", "oci://", "oci+http://")):
@@ -107,33 +93,7 @@ def fetch_index(
             "with --insecure)",
         )
     if not source.startswith(("http://", "https://", "oci://", "oci+http://")):
-        from imagesmith.index import MAX_INDEX_BYTES, load_index
-
-        path = Path(source).expanduser()
-        try:
-            small = path.is_file() and path.stat().st_size <= MAX_INDEX_BYTES
-        except OSError:
-            small = False
-        signed = _read_or_none(path) if small and trust.verify else None
-        if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
-            return load_index(path)
-        store = TrustStore(_trust_dir(), "file:" + str(inputs.resolved(path)), shown=source)
-        sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
-        signature = _read_or_none(sig)
-        index, trusted = _verify_index(
-            signed,
-            signature,
-            lambda: _read_or_none(pub, MAX_KEY_BYTES),
-            source=source,
-            where=str(sig),
-            published_where=str(pub),
-            trust=trust,
-            store=store,
-        )
-        store.record(index, signed, trusted, signature)
-        _pin_publisher(index, trusted, store, source)
-        say(trusted.line(source))
-        return index
+        return _fetch_file(source, trust, say)
     check_index_scheme(source, insecure=insecure)
     cached = _cache_path(source)
     cached_sig = cached.with_suffix(".sig")
@@ -162,27 +122,8 @@ def fetch_index(
             return from_cache(f"{source} (cached {cached})")
         except IndexTrustError:
             pass  # a copy cached unverified, or expired since: read the source again
-    gone: ConfigError | RegistryError | None = None
-    envelope: bytes | None = None
-    published: bytes | None = None
-    want_key = trust.verify and trust.key is None
     try:
-        if source.startswith(("http://", "https://")):
-            status, body = DOWNLOADS.http(source)
-            if status in (404, 410):
-                gone = ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
-            elif status != 200:
-                raise ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
-            elif trust.verify:
-                sig_status, sig_body = DOWNLOADS.http(source + ".sig")
-                envelope = sig_body if sig_status == 200 else None
-                if want_key:
-                    key_status, key_body = DOWNLOADS.http(source + KEY_SUFFIX)
-                    published = key_body if key_status == 200 else None
-        else:
-            body, envelope, published = DOWNLOADS.oci(source, with_key=want_key)
-    except ManifestUnknownError as exc:
-        gone = exc
+        body, envelope, published, gone = _download(source, trust)
     except (RegistryError, ConfigError) as exc:
         if isinstance(exc, IndexTrustError) or not cached.is_file():
             raise
@@ -199,20 +140,7 @@ def fetch_index(
         )
         return from_cache(f"{source} (stale cache {cached})")
     if gone is not None:
-        if not cached.is_file():
-            raise type(gone)(
-                f"{index_flag()} {source}: {gone.message}",
-                hint=gone.hint
-                or f"check {index_flag()} {source}: the repository and tag (`imagesmith release` publishes "
-                "the tag "
-                f"{INDEX_ARTIFACT_TAG})",
-            )
-        raise type(gone)(
-            gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
-            "is not there)",
-            hint=f"check {index_flag()} {source} (`imagesmith release` publishes the tag "
-            f"{INDEX_ARTIFACT_TAG})",
-        )
+        raise _gone(gone, source, cached)
     fresh: Trusted | None = None
     if trust.verify:
         where = f"{source}.sig" if source.startswith(("http://", "https://")) else f"{source} signature layer"
@@ -242,6 +170,110 @@ def fetch_index(
         _pin_publisher(index, fresh, store, source)
         say(fresh.line(source))
     return index
+
+
+def _gone(gone: ConfigError | RegistryError, source: str, cached: Path) -> ImagesmithError:
+    """The source says the index is not there (HTTP 404/410, manifest unknown): never an old copy instead."""
+    if not cached.is_file():
+        return type(gone)(
+            f"{index_flag()} {source}: {gone.message}",
+            hint=gone.hint
+            or f"check {index_flag()} {source}: the repository and tag (`imagesmith release` publishes "
+            f"the tag {INDEX_ARTIFACT_TAG})",
+        )
+    return type(gone)(
+        gone.message + f" (a cached copy from {_cache_age(cached)} exists, but the source says the index "
+        "is not there)",
+        hint=f"check {index_flag()} {source} (`imagesmith release` publishes the tag {INDEX_ARTIFACT_TAG})",
+    )
+
+
+def _rooted(source: str, trust: Trust) -> tuple[str, Trust]:
+    """*source* without its ``#sha256:…`` trust root, and *trust* with that root as the key to check with."""
+    from imagesmith.indextrust import split_root
+
+    source, root = split_root(source, flag=index_flag())
+    if root is None or not trust.verify:
+        return source, trust
+    # the root in the index reference names this source's key: it wins over the user config's and the
+    # environment's (general) one; only a flag of the same run that names another is a contradiction
+    if trust.fingerprint_origin == "--key-fingerprint" and trust.fingerprint != root:
+        raise ConfigError(
+            f"{index_flag()} {source}#{root}: the fingerprint in the index reference differs from "
+            f"{trust.fingerprint} (--key-fingerprint)",
+            hint="name one trust root: drop one of the two",
+        )
+    named_key = trust.key if trust.key is not None and trust.key.origin.startswith("--verify-key") else None
+    return source, replace(
+        trust, key=named_key, fingerprint=root, fingerprint_origin=f"{index_flag()} {source}#{root[:15]}…"
+    )
+
+
+def _fetch_file(source: str, trust: Trust, say: Callable[[str], None]) -> ReleaseIndex:
+    """The index of a local file, verified against its ``.sig`` (and ``.pub`` on first use)."""
+    from imagesmith.index import MAX_INDEX_BYTES, load_index
+    from imagesmith.indextrust import KEY_SUFFIX, MAX_KEY_BYTES, TrustStore
+
+    path = Path(source).expanduser()
+    try:
+        small = path.is_file() and path.stat().st_size <= MAX_INDEX_BYTES
+    except OSError:
+        small = False
+    signed = _read_or_none(path) if small and trust.verify else None
+    if signed is None:  # not verified, or unreadable/too big: load_index reads it or says why not
+        return load_index(path)
+    store = TrustStore(_trust_dir(), "file:" + str(inputs.resolved(path)), shown=source)
+    sig, pub = path.with_name(path.name + ".sig"), path.with_name(path.name + KEY_SUFFIX)
+    signature = _read_or_none(sig)
+    index, trusted = _verify_index(
+        signed,
+        signature,
+        lambda: _read_or_none(pub, MAX_KEY_BYTES),
+        source=source,
+        where=str(sig),
+        published_where=str(pub),
+        trust=trust,
+        store=store,
+    )
+    store.record(index, signed, trusted, signature)
+    _pin_publisher(index, trusted, store, source)
+    say(trusted.line(source))
+    return index
+
+
+def _download(
+    source: str, trust: Trust
+) -> tuple[bytes, bytes | None, bytes | None, ConfigError | RegistryError | None]:
+    """(index, its signature or None, the published key or None, the answer that it is not there or None)
+    of a remote *source*: ``https://`` (its ``.sig`` and ``.pub`` beside it) or ``oci://``."""
+    from imagesmith.indextrust import KEY_SUFFIX
+
+    want_key = trust.verify and trust.key is None
+    envelope: bytes | None = None
+    published: bytes | None = None
+    try:
+        if not source.startswith(("http://", "https://")):
+            body, envelope, published = DOWNLOADS.oci(source, with_key=want_key)
+            return body, envelope, published, None
+        status, body = DOWNLOADS.http(source)
+        if status in (404, 410):
+            return (
+                b"",
+                None,
+                None,
+                ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL"),
+            )
+        if status != 200:
+            raise ConfigError(f"{index_flag()} {source}: HTTP {status}", hint="check the URL")
+        if trust.verify:
+            sig_status, sig_body = DOWNLOADS.http(source + ".sig")
+            envelope = sig_body if sig_status == 200 else None
+            if want_key:
+                key_status, key_body = DOWNLOADS.http(source + KEY_SUFFIX)
+                published = key_body if key_status == 200 else None
+    except ManifestUnknownError as exc:
+        return b"", None, None, exc
+    return body, envelope, published, None
 
 
 def _pin_publisher(index: ReleaseIndex, trusted: Trusted, store: TrustStore, source: str) -> None:
@@ -427,13 +459,21 @@ def _cache_age(path: Path) -> str:
 
 
 def _download_http(url: str) -> tuple[int, bytes]:
-    """(status, body) of *url*; a body past :data:`~imagesmith.index.MAX_INDEX_BYTES` is refused unread."""
+    """(status, body) of *url*; a body past :data:`~imagesmith.index.MAX_INDEX_BYTES` is refused unread. Each
+    read waits at most ``IMAGESMITH_INDEX_STALL`` seconds for a byte (no headers, or a body stopped mid-way:
+    a stall, named), the whole download at most ``IMAGESMITH_INDEX_DEADLINE`` (issue 37)."""
     import requests
 
-    from imagesmith import http
+    from imagesmith import http, settings
     from imagesmith.index import MAX_INDEX_BYTES
 
-    policy = replace(http.RELEASE_INDEX, max_bytes=MAX_INDEX_BYTES)
+    stall = settings.seconds("IMAGESMITH_INDEX_STALL")
+    policy = replace(
+        http.RELEASE_INDEX.with_timeout(stall),
+        max_bytes=MAX_INDEX_BYTES,
+        deadline=settings.seconds("IMAGESMITH_INDEX_DEADLINE"),
+    )
+    until = time.monotonic() + policy.deadline
     try:
         with http.get(url, policy, stream=True) as resp:
             landed = str(resp.url or url)
@@ -448,7 +488,7 @@ def _download_http(url: str) -> tuple[int, bytes]:
                     "index, its .sig and .pub over a channel you trust and pass the file",
                 )
             try:
-                return resp.status_code, b"".join(http.capped(resp.iter_content(1 << 16), policy))
+                return resp.status_code, b"".join(http.capped(http.arriving(resp, until), policy))
             except http.TooLarge:
                 raise ConfigError(
                     f"{index_flag()} {url}: more than {MAX_INDEX_BYTES >> 20} MiB (an index takes a few): "
@@ -456,11 +496,37 @@ def _download_http(url: str) -> tuple[int, bytes]:
                     "release index",
                     hint="point --index at the index imagesmith release writes or publishes",
                 ) from None
+    except http.Overdue:
+        raise _index_stalled(url, f"not complete within {policy.deadline:.0f} s", policy.deadline) from None
     except requests.RequestException as exc:
+        if http.timed_out(exc):
+            host = urlsplit(url).netloc
+            raise _index_stalled(url, f"no bytes for {stall:.0f} s from {host}", stall) from None
         raise ConfigError(
             f"{index_flag()} {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",
         ) from None
+
+
+def _index_stalled(url: str, what: str, seconds: float) -> ConfigError:
+    """A download of *url* (the index, its .sig or .pub) given up on its deadline: one error naming both."""
+    from imagesmith.indextrust import KEY_SUFFIX
+
+    phase = (
+        "index signature download"
+        if url.endswith(".sig")
+        else "index key download"
+        if url.endswith(KEY_SUFFIX)
+        else "index download"
+    )
+    return ConfigError(
+        f"{index_flag()} {url}: {what} ({phase}; given up)",
+        hint="check that the index's server is up and reachable, or pass a local file; "
+        "IMAGESMITH_INDEX_STALL and IMAGESMITH_INDEX_DEADLINE give a slow server more time",
+        fault=Fault.UNREACHABLE,
+        phase=phase,
+        stalled=seconds,
+    )
 
 
 def parse_oci_source(source: str) -> tuple[str, str, str, bool]:
@@ -508,11 +574,14 @@ def _download_oci(source: str, *, with_key: bool = False) -> tuple[bytes, bytes 
     from imagesmith.registry import client_for
 
     host, repo, tag, insecure = parse_oci_source(source)
-    # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead
+    # one retry, quickly: a refused connection is not transient, and a cached copy may answer instead; a
+    # registry that sends no byte for IMAGESMITH_INDEX_STALL seconds is a stall the client names
+    from imagesmith import settings
     from imagesmith.http import INDEX_ARTIFACT as quick
 
     target = Registry(name=host, host=host, repository=repo, insecure=insecure)
-    client = client_for(target, attempts=quick.attempts, backoff=quick.backoff, timeout=quick.read_timeout)
+    stall = min(quick.read_timeout, settings.seconds("IMAGESMITH_INDEX_STALL"))
+    client = client_for(target, attempts=quick.attempts, backoff=quick.backoff, timeout=stall)
     try:
         return read_published_index(client, repo, tag, with_key=with_key)
     except ManifestUnknownError:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import email.utils
 import json
-import math
 import os
 import re
 import time
@@ -30,7 +29,7 @@ from tenacity.stop import stop_base
 
 from imagesmith import http, settings
 from imagesmith.errors import ConfigError, Fault
-from imagesmith.inputs import is_decimal, is_digits
+from imagesmith.inputs import is_digits
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,16 +62,14 @@ class RetryPolicy:
                     hint=f"a whole number from 1 to 1000 (default {cls.attempts}), or unset it",
                 )
             policy = replace(policy, attempts=int(attempts))
-        deadline = (settings.get("IMAGESMITH_REGISTRY_DEADLINE", env=env) or "").strip()
-        if deadline:
-            seconds = float(deadline) if is_decimal(deadline) else math.nan  # float() takes "١٠" too
-            if not 1.0 <= seconds <= 86400.0:  # also refuses nan and inf
-                raise ConfigError(
-                    f"IMAGESMITH_REGISTRY_DEADLINE={deadline[:40]!r} is not a number of seconds",
-                    hint=f"seconds from 1 to 86400 (default {cls.deadline:g}), or unset it",
-                )
-            policy = replace(policy, deadline=seconds)
-        return policy
+        deadline = settings.seconds("IMAGESMITH_REGISTRY_DEADLINE", env=env)
+        stall = settings.seconds("IMAGESMITH_REGISTRY_STALL", env=env)
+        return replace(
+            policy,
+            deadline=deadline,
+            read_timeout=stall,
+            connect_timeout=min(policy.connect_timeout, stall),
+        )
 
     def retrying(self, retry: Any = None) -> Retrying:
         backoff = wait_exponential_jitter(multiplier=self.backoff, max=self.max_wait, jitter=self.backoff)
@@ -124,12 +121,24 @@ class _Transient(Exception):
     registry asked to wait (``Retry-After``), and the host at fault when it is not the registry's own (a token
     service, blob storage a redirect led to)."""
 
-    def __init__(self, what: str, *, retry_after: float | None = None, elsewhere: str | None = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        retry_after: float | None = None,
+        elsewhere: str | None = None,
+        stalled: float | None = None,
+        phase: str | None = None,
+    ) -> None:
         super().__init__(what)
         self.what = what
         self.retry_after = retry_after
         #: the host at fault when it is not the registry's own, as the fix line names it
         self.elsewhere = elsewhere
+        #: the seconds the registry sent no byte for, when that was the fault (a read timeout: a stall)
+        self.stalled = stalled
+        #: the request phase that failed (``manifest PUT``, ``token fetch``), as the error names it
+        self.phase = phase
 
 
 def _asked_wait(state: RetryCallState) -> float | None:

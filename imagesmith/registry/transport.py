@@ -11,7 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
@@ -221,6 +221,8 @@ class Transport:
         where = f"registry {self.name} ({self.host})"
         if exc.elsewhere:
             where = f"registry {self.name}'s {exc.elsewhere}"
+        if exc.stalled is not None:
+            return self._stall(exc, attempts, where)
         if exc.retry_after is not None and exc.retry_after > 0:
             return self._fail(
                 "rate limited or unavailable",
@@ -240,6 +242,23 @@ class Transport:
             transient=True,
         )
 
+    def _stall(self, exc: _Transient, attempts: int, where: str) -> RegistryError:
+        """A request phase given up on a stall: the registry (or its token service, its storage) sent no
+        byte for the read timeout on the last attempt (issue 37)."""
+        phase = exc.phase or "request"
+        sender = where if exc.elsewhere else f"registry {self.name}"
+        error = self._fail(
+            phase,
+            f"no bytes for {exc.stalled:.0f} s from {sender} ({exc.what}; gave up after {attempts} "
+            f"attempt(s) within the {self.policy.deadline:.0f} s deadline)",
+            hint=f"check that {where} is up and not overloaded, then rerun (what is already copied is not "
+            "sent again); IMAGESMITH_REGISTRY_STALL gives a slow registry longer to send a byte, "
+            "IMAGESMITH_REGISTRY_DEADLINE more time in all",
+            fault=Fault.UNREACHABLE,
+            transient=True,
+        )
+        return error.replace(phase=phase, stalled=exc.stalled)
+
     def _retrying(self, fn: Callable[[float], T]) -> T:
         """*fn(started)* with the policy's retries on _Transient; RegistryError once they are spent."""
         started = time.monotonic()
@@ -249,8 +268,9 @@ class Transport:
         except _Transient as exc:
             raise self._gave_up(exc, retrying.statistics.get("attempt_number", self.policy.attempts)) from exc
 
-    def _token(self, params: dict[str, str], scope: str) -> str | int:
-        """A Bearer header value from the realm, or the status (401/403) it refused the credentials with."""
+    def _token(self, params: dict[str, str], scope: str, timeout: tuple[float, float]) -> str | int:
+        """A Bearer header value from the realm, or the status (401/403) it refused the credentials with;
+        within the request's *timeout* (a token service that sends no byte for the read timeout: a stall)."""
         realm = params.get("realm")
         if not realm:
             raise self._fail(
@@ -273,23 +293,23 @@ class Transport:
         if problem and self._withheld is None:
             self._withheld = problem  # an anonymous token may do (a public repository); named if not
         headers = {"Authorization": creds.basic()} if creds else {}
+        service = f"token service {urlsplit(realm).netloc}"
         try:
             resp = self.session.get(
                 realm,
                 params=query,
                 headers=headers,
-                timeout=(self.policy.connect_timeout, self.policy.read_timeout),
+                timeout=timeout,
                 verify=self.verify,
                 allow_redirects=False,  # a redirect must not carry the credentials on to another host
                 stream=True,
             )
-            try:
-                _read_within(
-                    resp, time.monotonic() + self.policy.read_timeout, f"token endpoint {_short(realm)}"
-                )
-            except _Transient as exc:
-                exc.elsewhere = f"token service {urlsplit(realm).netloc}"
-                raise
+            _read_within(
+                resp, time.monotonic() + timeout[1], f"token endpoint {_short(realm)}", stall=timeout[1]
+            )
+        except _Transient as exc:
+            exc.elsewhere, exc.phase = service, "token fetch"
+            raise
         except requests.exceptions.SSLError as exc:
             raise self._fail(
                 "auth",
@@ -298,9 +318,13 @@ class Transport:
                 "host",
             ) from exc
         except requests.RequestException as exc:
+            stalled = timeout[1] if isinstance(exc, requests.exceptions.ReadTimeout) else None
             raise _Transient(
-                f"token endpoint {_short(realm)}: {type(exc).__name__}",
-                elsewhere=f"token service {urlsplit(realm).netloc}",
+                f"token endpoint {_short(realm)}: "
+                + ("no answer" if stalled is not None else type(exc).__name__),
+                elsewhere=service,
+                stalled=stalled,
+                phase="token fetch",
             ) from exc
         if resp.status_code >= 500 or resp.status_code == 429:
             resp.close()
@@ -355,84 +379,16 @@ class Transport:
         Credentials (Basic, or a cached token) go only with requests to the registry's own origin over https
         (plain HTTP only on loopback, :func:`~imagesmith.credentials.sends_credentials`): redirects are
         followed here, hop by hop, and a hop to another host (blob storage, a CDN), an absolute ``Location``
-        or ``Link`` elsewhere, goes without them; a 401 from another host is not answered."""
+        or ``Link`` elsewhere, goes without them; a 401 from another host is not answered.
+
+        Each read waits at most the read timeout (``IMAGESMITH_REGISTRY_STALL``) for a byte: a registry
+        that sends none for that long (no headers, or a body stopped mid-way) is a stall, a _Transient that
+        names it (issue 37), the token service's too."""
         full = url if url.startswith("http") else self.base + url
         timeout = self.policy.timeout(time.monotonic() if started is None else started)
-
-        def one(verb: str, target: str, h: dict[str, str], body: Any) -> requests.Response:
-            try:
-                resp = self.session.request(
-                    verb,
-                    target,
-                    headers=h,
-                    data=body,
-                    params=params if target == full else None,
-                    stream=True,
-                    timeout=timeout,
-                    verify=self.verify,
-                    allow_redirects=False,
-                )
-                if not stream:  # the whole answer within the read timeout, not one byte per timeout
-                    _read_within(
-                        resp,
-                        time.monotonic() + timeout[1],
-                        f"{verb} {_short(target)}",
-                        limit,
-                        head=verb == "HEAD",
-                    )
-                return resp
-            except requests.exceptions.SSLError as exc:
-                raise self._fail(
-                    "TLS",
-                    f"certificate not trusted ({exc.__class__.__name__})",
-                    hint=f"put the registry's CA in /etc/docker/certs.d/{self.host}/ca.crt",
-                ) from exc
-            except (
-                requests.ConnectionError,
-                requests.Timeout,
-                requests.exceptions.ChunkedEncodingError,
-            ) as exc:
-                other = urlsplit(target).netloc
-                raise _Transient(
-                    f"{verb} {_short(target)}: {type(exc).__name__}",
-                    elsewhere=None
-                    if other.lower() == self.api_host.lower()
-                    else f"storage {other}, where the registry redirected the request",
-                ) from exc
-
-        def attempt(auth: str | None) -> requests.Response:
-            verb, target, body = method, full, data
-            resp = None
-            for _hop in range(_MAX_REDIRECTS + 1):
-                h = dict(headers or {})
-                if auth and sends_credentials(self.base, target):
-                    h["Authorization"] = auth
-                resp = one(verb, target, h, body)
-                location = resp.headers.get("Location")
-                if not (allow_redirects and resp.status_code in _REDIRECTS and location):
-                    break
-                if body is not None and not isinstance(body, bytes | str) and resp.status_code in (307, 308):
-                    break  # a streamed body cannot be sent again: the caller sees the redirect
-                resp.close()
-                target = urljoin(resp.url or target, location)
-                if resp.status_code == 303 or (
-                    resp.status_code in (301, 302) and verb not in ("GET", "HEAD")
-                ):
-                    verb, body = ("HEAD" if verb == "HEAD" else "GET"), None
-            assert resp is not None
-            if resp.status_code >= 500 or resp.status_code == 429:
-                _codes, msg = _error_codes(resp)
-                if lasting_fault(resp.status_code, msg) is not None:
-                    return resp  # storage full, quota, …: waiting does not help; _check reports it
-                resp.close()
-                raise _Transient(
-                    f"{method} {_short(full)}: HTTP {resp.status_code} {msg}".strip(),
-                    retry_after=retry_after_seconds(resp.headers.get("Retry-After")),
-                )
-            return resp
-
+        request = _Request(method, full, headers, data, params, stream, allow_redirects, timeout, limit)
         own = sends_credentials(self.base, full)
-        resp = attempt((self._auth.get(scope) or self._auth.get("*")) if own else None)
+        resp = self._attempt(request, (self._auth.get(scope) or self._auth.get("*")) if own else None)
         if resp.status_code != 401 or "WWW-Authenticate" not in resp.headers:
             return resp
         if not own or not sends_credentials(self.base, resp.url or full):
@@ -441,7 +397,19 @@ class Transport:
         if scheme not in ("basic", "bearer"):
             return resp
         resp.close()
-        answered = self._answer(scheme, params_, scope, attempt)
+        return self._challenged(request, scheme, params_, scope)
+
+    def _challenged(
+        self, request: _Request, scheme: str, params: dict[str, str], scope: str
+    ) -> requests.Response:
+        """The answer to *request* once its Basic or Bearer challenge is answered (fresh credentials once
+        more when refused); the error that names the refusal otherwise."""
+
+        def attempt(auth: str | None) -> requests.Response:
+            return self._attempt(request, auth)
+
+        full = request.url
+        answered = self._answer(scheme, params, scope, attempt, request.timeout)
         if (
             isinstance(answered, requests.Response)
             and answered.status_code == 401
@@ -452,25 +420,113 @@ class Transport:
         if refused and self._refresh():  # a short-lived token or helper: once more with fresh ones, no loop
             if isinstance(answered, requests.Response):
                 answered.close()
-            answered = self._answer(scheme, params_, scope, attempt)
-        if isinstance(answered, int):
-            if self._deferred is not None:
-                raise self._deferred
-            if self._withheld is not None:
-                raise self._fail(
-                    "unauthorized",
-                    "the token endpoint refused an anonymous request; credentials were not sent: "
-                    + self._withheld,
-                    hint=self._withheld_hint(),
-                    fault=Fault.UNAUTHORIZED,
-                )
+            answered = self._answer(scheme, params, scope, attempt, request.timeout)
+        if not isinstance(answered, int):
+            return answered
+        if self._deferred is not None:
+            raise self._deferred
+        if self._withheld is not None:
             raise self._fail(
                 "unauthorized",
-                f"token endpoint refused the credentials (HTTP {answered})",
-                hint=self._hint(),
+                "the token endpoint refused an anonymous request; credentials were not sent: "
+                + self._withheld,
+                hint=self._withheld_hint(),
                 fault=Fault.UNAUTHORIZED,
             )
-        return answered
+        raise self._fail(
+            "unauthorized",
+            f"token endpoint refused the credentials (HTTP {answered})",
+            hint=self._hint(),
+            fault=Fault.UNAUTHORIZED,
+        )
+
+    def _attempt(self, request: _Request, auth: str | None) -> requests.Response:
+        """*request* sent with *auth* (to the registry's own origin only), its redirects followed hop by hop;
+        a 5xx or 429 that waiting may fix is a _Transient."""
+        verb, target, body = request.method, request.url, request.data
+        resp = None
+        for _hop in range(_MAX_REDIRECTS + 1):
+            h = dict(request.headers or {})
+            if auth and sends_credentials(self.base, target):
+                h["Authorization"] = auth
+            resp = self._one(request, verb, target, h, body)
+            location = resp.headers.get("Location")
+            if not (request.allow_redirects and resp.status_code in _REDIRECTS and location):
+                break
+            if body is not None and not isinstance(body, bytes | str) and resp.status_code in (307, 308):
+                break  # a streamed body cannot be sent again: the caller sees the redirect
+            resp.close()
+            target = urljoin(resp.url or target, location)
+            if resp.status_code == 303 or (resp.status_code in (301, 302) and verb not in ("GET", "HEAD")):
+                verb, body = ("HEAD" if verb == "HEAD" else "GET"), None
+        assert resp is not None
+        if resp.status_code >= 500 or resp.status_code == 429:
+            _codes, msg = _error_codes(resp)
+            if lasting_fault(resp.status_code, msg) is not None:
+                return resp  # storage full, quota, …: waiting does not help; _check reports it
+            resp.close()
+            raise _Transient(
+                f"{request.method} {_short(request.url)}: HTTP {resp.status_code} {msg}".strip(),
+                retry_after=retry_after_seconds(resp.headers.get("Retry-After")),
+            )
+        return resp
+
+    def _one(
+        self, request: _Request, verb: str, target: str, h: dict[str, str], body: Any
+    ) -> requests.Response:
+        """One hop of *request*: *verb* *target*, its answer read whole within the read timeout unless
+        streamed; a fault of the connection (a stall: no byte for the read timeout) is a _Transient."""
+        phase = _phase(request.method, request.url)
+        other = urlsplit(target).netloc
+        elsewhere = (
+            None
+            if other.lower() == self.api_host.lower()
+            else f"storage {other}, where the registry redirected the request"
+        )
+        stall = request.timeout[1]
+        try:
+            resp = self.session.request(
+                verb,
+                target,
+                headers=h,
+                data=body,
+                params=request.params if target == request.url else None,
+                stream=True,
+                timeout=request.timeout,
+                verify=self.verify,
+                allow_redirects=False,
+            )
+            if not request.stream:  # the whole answer within the read timeout, not one byte per timeout
+                _read_within(
+                    resp,
+                    time.monotonic() + stall,
+                    f"{verb} {_short(target)}",
+                    request.limit,
+                    head=verb == "HEAD",
+                    stall=stall,
+                )
+            return resp
+        except _Transient as exc:
+            exc.phase, exc.elsewhere = phase, exc.elsewhere or elsewhere
+            raise
+        except requests.exceptions.SSLError as exc:
+            raise self._fail(
+                "TLS",
+                f"certificate not trusted ({exc.__class__.__name__})",
+                hint=f"put the registry's CA in /etc/docker/certs.d/{self.host}/ca.crt",
+            ) from exc
+        except requests.exceptions.ReadTimeout as exc:  # the answer's headers did not come: a stall
+            raise _Transient(
+                f"{verb} {_short(target)}: no answer", elsewhere=elsewhere, stalled=stall, phase=phase
+            ) from exc
+        except (
+            requests.ConnectionError,
+            requests.Timeout,
+            requests.exceptions.ChunkedEncodingError,
+        ) as exc:
+            raise _Transient(
+                f"{verb} {_short(target)}: {type(exc).__name__}", elsewhere=elsewhere, phase=phase
+            ) from exc
 
     def _foreign_challenge(self, resp: requests.Response, full: str) -> requests.Response:
         """A 401 from where this registry's credentials may not go: explained when it is this registry over
@@ -510,6 +566,7 @@ class Transport:
         params: dict[str, str],
         scope: str,
         attempt: Callable[[str | None], requests.Response],
+        timeout: tuple[float, float],
     ) -> requests.Response | int:
         """Answer a Basic or Bearer challenge: the response, or the status the token endpoint refused with."""
         if scheme == "basic":
@@ -522,7 +579,7 @@ class Transport:
                 )
             self._auth["*"] = creds.basic()
             return attempt(self._auth["*"])
-        token = self._token(params, scope)
+        token = self._token(params, scope, timeout)
         if isinstance(token, int):
             return token
         self._auth[scope] = token
@@ -616,13 +673,19 @@ class Transport:
 class _ReadBy:
     """A response's raw stream that gives up at *until* (what :func:`_read_within` reads through): requests
     reads it as it reads any urllib3 stream (``stream``), here chunk by chunk as the bytes arrive (``read1``),
-    raising _Transient once the deadline has passed and ChunkedEncodingError for a broken stream."""
+    raising _Transient once the deadline has passed or no byte came for *stall* seconds (the socket's read
+    timeout: a body stopped mid-way), and ChunkedEncodingError for a broken stream."""
 
     def __init__(
-        self, resp: requests.Response, until: float, what: str, limit: int = MAX_ANSWER_BYTES
+        self,
+        resp: requests.Response,
+        until: float,
+        what: str,
+        limit: int = MAX_ANSWER_BYTES,
+        stall: float | None = None,
     ) -> None:
         self._resp, self._raw, self._until, self._what = resp, resp.raw, until, what
-        self._limit = limit
+        self._limit, self._stall = limit, stall
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
         got = 0
@@ -638,6 +701,11 @@ class _ReadBy:
                     raise _Transient(
                         f"{self._what}: the answer arrived too slowly (not complete within the read timeout)"
                     )
+        except (urllib3.exceptions.ReadTimeoutError, TimeoutError) as exc:
+            self._resp.close()
+            raise _Transient(
+                f"{self._what}: the answer stopped after {got} bytes", stalled=self._stall
+            ) from exc
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             self._resp.close()
             raise requests.exceptions.ChunkedEncodingError(str(exc)) from exc
@@ -647,19 +715,26 @@ class _ReadBy:
 
 
 def _read_within(
-    resp: requests.Response, until: float, what: str, limit: int = MAX_ANSWER_BYTES, *, head: bool = False
+    resp: requests.Response,
+    until: float,
+    what: str,
+    limit: int = MAX_ANSWER_BYTES,
+    *,
+    head: bool = False,
+    stall: float | None = None,
 ) -> None:
     """Read *resp*'s body into it (as ``stream=False`` does: ``resp.content``), giving up at *until*: a
     registry that sends its answer a byte at a time (each read quick, so no read timeout fires) is a transient
-    fault, not a hang. requests itself reads and keeps the body; only its stream is the deadline's. At most
-    *limit* bytes: a larger ``Content-Length`` (not of a HEAD, which has no body) or body is
+    fault, not a hang; one that stops sending for the read timeout (*stall* seconds) is a stall. requests
+    itself reads and keeps the body; only its stream is the deadline's. At most *limit* bytes: a larger
+    ``Content-Length`` (not of a HEAD, which has no body) or body is
     :class:`~imagesmith.registry.faults._TooLarge`, closed without reading on."""
     length = resp.headers.get("Content-Length", "").strip()
     if not head and is_digits(length) and int(length) > limit:
         resp.close()
         raise _TooLarge(limit, int(length))
     raw = resp.raw
-    resp.raw = _ReadBy(resp, until, what, limit)
+    resp.raw = _ReadBy(resp, until, what, limit, stall)
     try:
         resp.content  # noqa: B018 (read and kept by requests)
     finally:
@@ -672,6 +747,36 @@ def _length(resp: requests.Response) -> int:
     text = resp.headers.get("Content-Length", "").strip()
     resp.close()
     return int(text) if is_digits(text) else -1
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One request of :meth:`Transport._send`, as its hops and its challenge's answer send it again."""
+
+    method: str
+    url: str
+    headers: Mapping[str, str] | None
+    data: Any
+    params: Mapping[str, str] | None
+    stream: bool
+    allow_redirects: bool
+    timeout: tuple[float, float]
+    limit: int
+
+
+def _phase(method: str, url: str) -> str:
+    """The request phase *method* *url* is, as a stall names it: ``manifest PUT``, ``tag list``, ``blob
+    GET``, ``blob upload PATCH`` (from the path's API shape: ``/v2/<name>/manifests/<reference>``)."""
+    parts = urlsplit(url).path.rstrip("/").split("/")
+    if len(parts) >= 2 and parts[-2] == "manifests":
+        return f"manifest {method}"
+    if parts[-2:] == ["tags", "list"]:
+        return "tag list"
+    if "uploads" in parts[-2:]:
+        return f"blob upload {method}"
+    if len(parts) >= 2 and parts[-2] == "blobs":
+        return f"blob {method}"
+    return "ping" if parts[-1:] == ["v2"] else f"{method} request"
 
 
 def _same_host(a: str, b: str) -> bool:

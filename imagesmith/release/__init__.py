@@ -52,7 +52,9 @@ One module per part (``release-layers`` in pyproject.toml keeps them one way; ca
 - :mod:`.steps` — :data:`STEPS`, the release of one cell as a list of named steps, and :func:`release_cell`;
 - :mod:`.carried` — carried-entry re-verification (:func:`verify_carried`, :func:`rebind_carried`);
 - :mod:`.publish` — the index extended, written, signed and published;
-- :mod:`.run` — :func:`release_cells`, :func:`release_matrix`, :func:`candidates`.
+- :mod:`.run` — :func:`release_cells`, :func:`release_matrix`, :func:`candidates`;
+- :mod:`.request` — the command's layer: :class:`ReleaseRequest`, its flag rules (:func:`prepare_release`) and
+  :func:`release_for`.
 """
 
 from __future__ import annotations
@@ -132,6 +134,12 @@ from imagesmith.release.outcome import (
 from imagesmith.release.promotion import (
     TagPromotionError,
 )
+from imagesmith.release.request import (
+    PreparedRelease,
+    ReleaseRequest,
+    prepare_release,
+    release_for,
+)
 from imagesmith.release.run import (
     candidate_state,
     candidates,
@@ -176,8 +184,10 @@ __all__ = [
     "ImageFacts",
     "IndexPublicationError",
     "Outcome",
+    "PreparedRelease",
     "Rebound",
     "ReleaseCell",
+    "ReleaseRequest",
     "ReleaseStatus",
     "Report",
     "SbomFinder",
@@ -203,6 +213,7 @@ __all__ = [
     "index_problem",
     "index_signature_path",
     "parse_report",
+    "prepare_release",
     "publish_index",
     "publish_index_everywhere",
     "read_evidence",
@@ -210,6 +221,7 @@ __all__ = [
     "rebind_carried",
     "release_cell",
     "release_cells",
+    "release_for",
     "release_matrix",
     "run_steps",
     "sbom_finder",

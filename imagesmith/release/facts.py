@@ -155,12 +155,29 @@ def image_facts(client: RegistryApi, repo: str, digest: str) -> ImageFacts:
     )
 
 
+def dated_as_before(now: Sequence[ValidatedOn], before: Sequence[ValidatedOn]) -> tuple[ValidatedOn, ...]:
+    """*now* with the date the index already records for the same report (same ``report_digest``): a report
+    without a start time is dated when it is read, and a rerun must not rewrite the index for that alone."""
+    dates = {v.report_digest: v.date for v in before if v.report_digest}
+    return tuple(replace(v, date=dates.get(v.report_digest, v.date)) for v in now)
+
+
+def _one_per_report(validated_on: Sequence[ValidatedOn]) -> tuple[ValidatedOn, ...]:
+    """One record per report (its ``report_digest``), the earliest date standing: the same report read twice
+    (the local copy and the attestation stored with the image, a second apart when the report has no start
+    time and is dated when read) is one validation run, not two."""
+    first: dict[object, ValidatedOn] = {}
+    for v in sorted(set(validated_on), key=lambda v: (v.date, v.gpu, v.report_digest)):
+        first.setdefault(v.report_digest or v, v)
+    return tuple(first.values())
+
+
 def bound_entry(
     image: ReleasedImage, facts: ImageFacts, validated_on: Sequence[ValidatedOn]
 ) -> tuple[ReleasedImage, list[str]]:
     """*image* with every field pick decides on taken from *facts* (the image config of its digest) and
     *validated_on* (its verified, passing attestations); and what changed (``field: old → new``)."""
-    vals = tuple(sorted(set(validated_on), key=lambda v: (v.date, v.gpu, v.report_digest)))
+    vals = _one_per_report(dated_as_before(validated_on, image.validated_on))
     new = replace(
         image,
         torch=facts.torch,

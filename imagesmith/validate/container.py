@@ -385,26 +385,8 @@ def run_with_plan(
         return run({}), note
 
 
-def run_in_image(
-    image: str,
-    options: SuiteOptions,
-    *,
-    select: str | None,
-    shm_override: str | None,
-    shm_min_override: int | None,
-    gpus: str,
-    echo: Any = print,
-    engine: ContainerEngine | None = None,
-    subject: tuple[str, str] | None = None,
-) -> dict[str, Any]:
-    """Run the suite in a container of *image* and write the host's report (:func:`host_report`).
-
-    *subject*: (digest, image id) the engine reported for *image* before the run (``validate --sign-key``):
-    the image about to run must have that id, and the digest is recorded as the report's ``image.digest``."""
-    from imagesmith.engine import BindMount, Engine
-
-    if engine is None:
-        engine = Engine()
+def _inspected(engine: ContainerEngine, image: str, subject: tuple[str, str] | None) -> dict[str, Any]:
+    """The engine's record of *image*; with *subject* (digest, image id) it must still be that image."""
     config = engine.inspect(image)
     if config is None:
         raise ConfigError(
@@ -416,40 +398,42 @@ def run_in_image(
             "attested: it moved before the run; nothing ran",
             hint="validate the image by digest (IMAGE@sha256:…), which cannot move",
         )
-    labels = dict((config.get("Config") or {}).get("Labels") or {})
-    if "io.imagesmith.validate" not in labels:
-        echo(f"note: {image} has no io.imagesmith.validate label; trying imagesmith-validate anyway")
-    plan = plan_image_run(config, shm_override=shm_override, shm_min_override=shm_min_override)
-    opts = SuiteOptions(
-        **{
-            **json.loads(options.to_json()),
-            "shm_min_bytes": plan.shm_min_bytes,
-            "shm_min_source": plan.shm_source,
-            "target_label": image,
-        }
-    )
+    return config
+
+
+def _fresh_report_dir(options: SuiteOptions) -> Path:
+    """The report folder, made, with nothing left in it of what the host writes or signs."""
     report_dir = resolved(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     for name in (*HOST_WRITTEN, HOST_SIGNED):
         (report_dir / name).unlink(missing_ok=True)
-    gpu_arg: str | None = None
-    mode: GpuMode = "auto"
-    if gpus != "none":
-        if gpus in ("toolkit", "devices"):
-            mode = gpus  # type: ignore[assignment]
-            gpu_arg = "all"
-        elif gpus == "auto":
-            gpu_arg = "all" if engine.has_nvidia_runtime() or any(Path("/dev").glob("nvidia[0-9]*")) else None
-    argv = inner_argv(opts, select=select)
-    echo(
-        f"starting {image}: shm {plan.shm_size} ({plan.shm_source}), ulimits "
-        f"{','.join(f'{k}={v}' for k, v in plan.ulimits.items())}, GPUs: "
-        + ("none visible on this host" if gpu_arg is None else f"all ({mode})")
-    )
-    echo("$ " + " ".join(shlex.quote(a) for a in argv))
+    return report_dir
+
+
+def _gpu_choice(gpus: str, engine: ContainerEngine) -> tuple[str | None, GpuMode]:
+    """(the engine's GPU argument, how GPUs are given) for ``--gpus`` *gpus*: none gives none; toolkit and
+    devices give all that way; auto gives all only where the host has the NVIDIA runtime or device nodes."""
+    if gpus in ("toolkit", "devices"):
+        return "all", gpus  # type: ignore[return-value]
+    if gpus == "auto" and (engine.has_nvidia_runtime() or any(Path("/dev").glob("nvidia[0-9]*"))):
+        return "all", "auto"
+    return None, "auto"
+
+
+def _run_suite(
+    engine: ContainerEngine,
+    image: str,
+    argv: Sequence[str],
+    plan: ImageRunPlan,
+    *,
+    gpu_arg: str | None,
+    mode: GpuMode,
+) -> tuple[RunResult, str, ScratchFiles]:
+    """Run the suite in a container of *image* that writes only to an empty scratch folder of ours (never the
+    report folder); return the run, the ulimit note and what the container left there."""
+    from imagesmith.engine import BindMount
     from imagesmith.errors import EngineError
 
-    # the container writes only here: an empty folder of ours, never the report folder
     scratch = Path(tempfile.mkdtemp(prefix="imagesmith-scratch-"))
     try:
         try:
@@ -471,22 +455,25 @@ def run_in_image(
                     "docker://CONTAINER (the suite then runs from here)",
                 ) from None
             raise
-        taken = read_scratch(scratch)
+        return result, ulimit_note, read_scratch(scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    if HOST_SIGNED in taken.files:  # the suite never signs: an image that plants evidence is hostile
-        taken = ScratchFiles(
-            files={k: v for k, v in taken.files.items() if k != HOST_SIGNED},
-            refused=(
-                *taken.refused,
-                f"{HOST_SIGNED}: only the host signs evidence; the suite never writes one",
-            ),
-        )
-    if ulimit_note:
-        echo(f"warning: {ulimit_note}")
-    echo(result.output.rstrip())
-    for why in taken.refused:
-        echo(f"warning: refused from the container's scratch folder: {why}")
+
+
+def _unsigned(taken: ScratchFiles) -> ScratchFiles:
+    """*taken* without a signature file: the suite never signs, so an image that plants one is hostile (it is
+    refused, with why)."""
+    if HOST_SIGNED not in taken.files:
+        return taken
+    return ScratchFiles(
+        files={k: v for k, v in taken.files.items() if k != HOST_SIGNED},
+        refused=(*taken.refused, f"{HOST_SIGNED}: only the host signs evidence; the suite never writes one"),
+    )
+
+
+def _claim_bytes(taken: ScratchFiles, result: RunResult, image: str) -> bytes:
+    """The suite's report.json from the scratch folder; none means the suite did not run (the output's tail
+    says why)."""
     claim_bytes = taken.files.get("report.json")
     if claim_bytes is None:
         tail = "\n".join(result.output.strip().splitlines()[-15:])
@@ -497,7 +484,59 @@ def run_in_image(
             hint="the image must carry imagesmith-validate (every image imagesmith builds does); for others "
             "start a container and use docker://CONTAINER",
         )
-    claim = _read_claim(claim_bytes, image=image)
+    return claim_bytes
+
+
+def run_in_image(
+    image: str,
+    options: SuiteOptions,
+    *,
+    select: str | None,
+    shm_override: str | None,
+    shm_min_override: int | None,
+    gpus: str,
+    echo: Any = print,
+    engine: ContainerEngine | None = None,
+    subject: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """Run the suite in a container of *image* and write the host's report (:func:`host_report`).
+
+    *subject*: (digest, image id) the engine reported for *image* before the run (``validate --sign-key``):
+    the image about to run must have that id, and the digest is recorded as the report's ``image.digest``."""
+    from imagesmith.engine import Engine
+
+    if engine is None:
+        engine = Engine()
+    config = _inspected(engine, image, subject)
+    labels = dict((config.get("Config") or {}).get("Labels") or {})
+    if "io.imagesmith.validate" not in labels:
+        echo(f"note: {image} has no io.imagesmith.validate label; trying imagesmith-validate anyway")
+    plan = plan_image_run(config, shm_override=shm_override, shm_min_override=shm_min_override)
+    opts = SuiteOptions(
+        **{
+            **json.loads(options.to_json()),
+            "shm_min_bytes": plan.shm_min_bytes,
+            "shm_min_source": plan.shm_source,
+            "target_label": image,
+        }
+    )
+    report_dir = _fresh_report_dir(options)
+    gpu_arg, mode = _gpu_choice(gpus, engine)
+    argv = inner_argv(opts, select=select)
+    echo(
+        f"starting {image}: shm {plan.shm_size} ({plan.shm_source}), ulimits "
+        f"{','.join(f'{k}={v}' for k, v in plan.ulimits.items())}, GPUs: "
+        + ("none visible on this host" if gpu_arg is None else f"all ({mode})")
+    )
+    echo("$ " + " ".join(shlex.quote(a) for a in argv))
+    result, ulimit_note, taken = _run_suite(engine, image, argv, plan, gpu_arg=gpu_arg, mode=mode)
+    taken = _unsigned(taken)
+    if ulimit_note:
+        echo(f"warning: {ulimit_note}")
+    echo(result.output.rstrip())
+    for why in taken.refused:
+        echo(f"warning: refused from the container's scratch folder: {why}")
+    claim = _read_claim(_claim_bytes(taken, result, image), image=image)
     for name, body in taken.files.items():
         if name not in HOST_WRITTEN:
             write_report_file(report_dir, name, body)

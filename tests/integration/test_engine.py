@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from imagesmith.engine import Engine, _BuildKitParser, split_tag
+from imagesmith.buildlog import _BuildKitParser
+from imagesmith.engine import Engine, split_tag
 from imagesmith.errors import BuildError, EngineError, PushError
 from imagesmith.registry import Credentials
 from tests.localinfra import LocalRegistries, free_port, local_registries

@@ -11,15 +11,17 @@ resolver is tests/fakeuv.py: no network), ``keygen`` and ``release`` (one cell i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from imagesmith import atomicio, signing
 from imagesmith.lock import read_lock
@@ -345,3 +347,212 @@ def test_release_killed_anywhere_leaves_no_tag_on_a_missing_manifest_and_a_plain
         tally = _harness(rng, args, env, reset, check, converge, done=(0,))
         print(f"release: {tally}")
         assert json.loads(index.read_text())["images"][0]["tag"] == cid
+
+
+# -- pick: a renter's trust store and index copy under kills and a concurrent pick ---------------------------
+PICK_HOST = ("--insecure", "--driver", "580.95.05", "--gpu", "h100")
+
+
+def _big_index(images: int) -> Any:
+    """An index of *images* released images (a large index makes each pick's read-check-record longer)."""
+    import hashlib
+    import json
+
+    from imagesmith.index import SCHEMA, parse_index
+    from tests.unit.test_pick import RELEASED, image_doc
+
+    docs = []
+    for i in range(images):
+        doc = image_doc(*RELEASED[i % len(RELEASED)], n=i)
+        doc["tag"], doc["cell"] = f"{doc['tag']}-b{i}", f"{doc['cell']}-b{i}"
+        doc["digest"] = "sha256:" + hashlib.sha256(f"image {i}".encode()).hexdigest()
+        for copy in doc["registries"]:
+            copy["digest"] = doc["digest"]
+            copy["reference"] = copy["reference"].rsplit(":", 1)[0] + ":" + doc["tag"]
+        docs.append(doc)
+    whole = {"schema": SCHEMA, "generated": "2026-11-28T00:00:00Z", "images": docs}
+    return parse_index(json.dumps(whole), source="test index")
+
+
+class _Replica:
+    """An index server on 127.0.0.1 (tests/localhttp.py's server) serving signed versions of one index, one
+    pick at a time: the n-th pick to ask for INDEX gets ``versions[n]`` (the last one once they run out) and
+    its INDEX.sig; the next pick's INDEX waits until that .sig was served. Like a mirror whose replicas lag
+    behind each other: two picks at once can get a newer and then an older serial."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.cond = threading.Condition()
+        self.versions: list[tuple[bytes, bytes]] = []
+        self.served = 0
+        self.current: tuple[bytes, bytes] | None = None
+
+    def serve(self, *versions: tuple[bytes, bytes]) -> None:
+        with self.cond:
+            self.versions, self.served, self.current = list(versions), 0, None
+            self.cond.notify_all()
+
+    def answer(self, path: str) -> bytes | None:
+        from tests.indexkey import KEY
+
+        if path == "/index.json.pub":
+            return KEY.public.pem
+        with self.cond:
+            if path == "/index.json":
+                self.cond.wait_for(lambda: self.current is None, timeout=20)
+                self.current = self.versions[min(self.served, len(self.versions) - 1)]
+                self.served += 1
+                return self.current[0]
+            if path == "/index.json.sig":
+                sig = (self.current or self.versions[-1])[1]
+                self.current = None
+                self.cond.notify_all()
+                return sig
+        return None
+
+
+@contextlib.contextmanager
+def _replica_server() -> Iterator[tuple[str, _Replica]]:
+    import http.server
+    import threading
+
+    from tests.localhttp import QuietHTTPServer
+
+    replica = _Replica()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = replica.answer(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/index.json", replica
+    finally:
+        server.shutdown()
+        server.server_close()
+        assert server.unexpected() == []
+
+
+def _renter_env(tmp_path: Path) -> dict[str, str]:
+    """A renter: a cache of its own, no user config, no project, the publisher's key by its fingerprint."""
+    from tests.indexkey import KEY
+
+    env = _env(tmp_path)
+    env["IMAGESMITH_CONFIG"] = str(tmp_path / "config.toml")
+    env["IMAGESMITH_INDEX_KEY"] = KEY.public.fingerprint
+    env.pop("IMAGESMITH_PROJECT", None)
+    return env
+
+
+def _trust_records(cache: Path) -> dict[str, dict[str, Any]]:
+    """Every trust record and index copy under *cache*, each whole: JSON that imagesmith reads back."""
+    import json
+
+    from imagesmith.index import parse_index
+
+    records: dict[str, dict[str, Any]] = {}
+    for path in sorted((cache / "imagesmith" / "index").glob("*.json")):
+        text = path.read_text()
+        if path.name.endswith(".trust.json"):
+            records[path.name] = json.loads(text)  # whole JSON, never cut
+        else:
+            parse_index(text, source=str(path))  # the index copy: whole and valid
+    return records
+
+
+def _newest_serial(records: dict[str, dict[str, Any]]) -> int | None:
+    (record,) = records.values()
+    newest = record.get("newest")
+    return None if newest is None else int(newest["serial"])
+
+
+def test_pick_refresh_killed_anywhere_leaves_the_trust_record_whole_and_a_plain_pick_works(
+    tmp_path: Path,
+) -> None:
+    """`pick --refresh` of an index served on 127.0.0.1, a new serial each round; SIGKILL/SIGTERM at random
+    points. After every kill the trust record and the index copy are whole (JSON imagesmith reads back) and
+    the record's newest serial never goes back; a plain `pick` works and leaves no temp file."""
+    from tests.indexkey import signed_bytes
+
+    index = _big_index(40)
+    env = _renter_env(tmp_path)
+    cache = Path(env["XDG_CACHE_HOME"])
+    serials = iter(range(1, 10**6))
+    floor = [0]
+    with _replica_server() as (url, replica):
+        args = ["pick", "--index", url, *PICK_HOST, "--refresh"]
+
+        def reset() -> None:  # the publisher released again
+            replica.serve(signed_bytes(index, serial=next(serials)))
+
+        def check() -> None:
+            records = _trust_records(cache)
+            if records:
+                serial = _newest_serial(records)
+                assert serial is not None
+                assert serial >= floor[0], "the trust record went back to an older serial"
+                floor[0] = serial
+
+        def converge() -> None:
+            done = _run(["pick", "--index", url, *PICK_HOST], env)
+            assert done.returncode == 0, done.stderr
+            assert "docker pull" in done.stdout, done.stdout
+            check()
+            assert _temps(cache) == []
+
+        reset()
+        tally = _harness(random.Random(SEED + 5), args, env, reset, check, converge)
+    print(f"pick --refresh: {tally}")
+
+
+def test_two_picks_refreshing_at_once_keep_the_newest_serial_in_one_whole_trust_record(
+    tmp_path: Path,
+) -> None:
+    """Two renters' `pick --refresh` at once on one cache, the index served by lagging replicas: the first
+    pick gets serial N+2, the second N+1 right after (both newer than the record's N). Both exit 0 (or the
+    second is refused as older than the N+2 the first recorded, exit 2, or waits for the cache's lock and
+    says who holds it, exit 14), and afterwards the one trust record is whole and names N+2, the newest serial
+    either pick saw. Without the trust store's lock (and its read again under it), the second pick, which read
+    the record before the first wrote it, writes N+1 over N+2: the replay floor goes back."""
+    from tests.indexkey import signed_bytes
+
+    index = _big_index(300)
+    env = _renter_env(tmp_path)
+    cache = Path(env["XDG_CACHE_HOME"])
+    rounds = int(os.environ.get("IMAGESMITH_PICK_PAIRS", "4"))
+    outcomes: dict[int, int] = {}
+    with _replica_server() as (url, replica):
+        args = [str(IMAGESMITH), "pick", "--index", url, *PICK_HOST, "--refresh"]
+        replica.serve(signed_bytes(index, serial=1))
+        assert _run(args[1:], env).returncode == 0
+        newest = 1
+        for _ in range(rounds):
+            replica.serve(signed_bytes(index, serial=newest + 2), signed_bytes(index, serial=newest + 1))
+            procs = [
+                subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                for _ in range(2)
+            ]
+            for proc in procs:
+                out, err = proc.communicate(timeout=120)
+                outcomes[proc.returncode] = outcomes.get(proc.returncode, 0) + 1
+                assert "Traceback" not in err, err
+                if proc.returncode == 0:
+                    assert "docker pull" in out, out
+                elif proc.returncode == 14:
+                    assert "error: another imagesmith pick (pid " in err, err
+                else:
+                    assert proc.returncode == 2, err
+                    assert "older than" in err or "replay" in err, err
+            newest += 2
+            assert _newest_serial(_trust_records(cache)) == newest, "the trust record went back"
+            assert _temps(cache) == []
+    print(f"two picks at once: {rounds} rounds, exits {outcomes}")

@@ -134,3 +134,32 @@ def test_a_tag_deleted_after_the_put_fails_the_run(cell: Cell, tmp_path: Path) -
     assert "names no manifest" in error.message
     assert outcome.status == "failed"
     assert "one" not in outcome.registries
+
+
+def test_a_staging_tag_another_build_moved_before_the_final_tags_names_the_race(
+    cell: Cell, tmp_path: Path
+) -> None:
+    """Two builds of the same cell share the staging tag: when the other one's copy moves it in registry two
+    after this run's copy put it, the run stops before any final tag (exit 6) and says what the tag names now
+    (before: only "does not serve D after the push")."""
+    staging = staging_tag(cell.publish.fingerprint, suite_digest())
+
+    class Raced(FakeRegistry):
+        other = ""
+
+        def put_manifest(self, repo: str, reference: str, manifest: ManifestData) -> str:
+            digest = super().put_manifest(repo, reference, manifest)
+            if reference == staging and not self.other:
+                self.other = _other_image(self, cell.publish.fingerprint)
+                self.tags[repo, staging] = self.other
+            return digest
+
+    raced = Raced("two", "r2.example")
+    registries = {"r1.example": FakeRegistry("one", "r1.example"), "r2.example": raced}
+    (outcome,), (error,) = _run(cell, MemoryEngine(registries), tmp_path)
+    assert isinstance(error, PushError)
+    assert error.exit_code == 6
+    assert f"under {staging} (it names {raced.other}: another build of the same cell" in error.message
+    assert "no final tag was moved" in (error.hint or "")
+    assert outcome.status == "failed"
+    assert (REPO, candidate_tag(cell)) not in raced.tags

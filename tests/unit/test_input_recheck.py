@@ -339,12 +339,12 @@ def test_a_build_summary_that_cannot_be_written_fails_before_any_build(
     tmp_path: Path, run_cli: Callable[..., CliResult], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`build --summary DIR` built (and pushed) every cell, then failed writing the summary (exit 2)."""
-    import imagesmith.commands.plan as plan_commands
+    import imagesmith.buildrequest as buildrequest
 
     def no_plan(*_: object, **__: object) -> None:
         raise AssertionError("the matrix was planned before --summary was checked")
 
-    monkeypatch.setattr(plan_commands, "load_plan", no_plan)
+    monkeypatch.setattr(buildrequest, "load_plan", no_plan)
     monkeypatch.setenv("IMAGESMITH_CONFIG", str(tmp_path / "none.toml"))
     (tmp_path / "file").write_text("x")
     for summary, why in (

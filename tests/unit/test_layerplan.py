@@ -480,8 +480,10 @@ def test_lock_sizes_of_an_index_that_does_not_answer(
 ) -> None:
     """``lock --sizes`` fails naming the index and pip's own setting; after ``lock`` wrote locks the same
     failure is a warning (the locks stay written, the plan keeps the large families apart)."""
-    from imagesmith.commands.plan import _record_sizes
+    import typer
+
     from imagesmith.lock import lock_keys_in
+    from imagesmith.lockrequest import record_sizes
     from imagesmith.project import load_project
 
     root = _sized_project(tmp_path, run_cli)
@@ -497,7 +499,7 @@ def test_lock_sizes_of_an_index_that_does_not_answer(
     assert not (root / "locks" / "wheel-sizes.toml").exists()
     project = load_project(root / "imagesmith.toml")
     capsys.readouterr()
-    _record_sizes(project, keys=lock_keys_in(project.locks_dir), soft=True)
+    record_sizes(project, keys=lock_keys_in(project.locks_dir), soft=True, echo=typer.echo)
     err = capsys.readouterr().err
     assert "warning: wheel sizes not recorded" in err
     assert "imagesmith lock --sizes" in err

@@ -148,6 +148,7 @@ def test_the_release_of_a_cell_is_these_named_steps_in_this_order() -> None:
         "find candidate",
         "collect evidence",
         "check evidence",
+        "check cluster evidence",
         "scan gate",
         "signed SBOM",
         "read image",
@@ -454,14 +455,25 @@ def test_every_step_is_a_short_documented_function(name: str, step: Any) -> None
 
 @pytest.mark.parametrize("earlier", [False, True], ids=["first-release", "over-an-indexed-one"])
 def test_a_release_interrupted_before_its_index_is_recorded_by_the_next_run_despite_a_newer_candidate(
-    tmp_path: Any, earlier: bool
+    tmp_path: Any, earlier: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run moved the release tag onto D1 everywhere and was killed before it wrote the index (which records
     nothing, or an earlier D0); a newer candidate D2 was pushed meanwhile, not validated yet. The next plain
     run records D1 (its stored signed attestation verified again, its labels checked) and refuses D2 as not
-    validated; a third run changes nothing."""
+    validated; a third run changes nothing, though every read of the report (which has no start time, so it
+    is dated when read) is a second later than the one before (this test flaked on a second boundary)."""
+    import itertools
+
     from imagesmith.index import load_index
+    from imagesmith.release import evidence as evidence_module
     from imagesmith.release import release_cells
+
+    seconds = itertools.count()
+    monkeypatch.setattr(
+        evidence_module,
+        "_now",
+        lambda: (lambda n: f"2026-12-02T10:{n // 60:02d}:{n % 60:02d}Z")(next(seconds)),
+    )
 
     clients, d1 = registries(in_b=True)
     memory = VerifiedBlobs(None)
@@ -506,6 +518,7 @@ def test_a_release_interrupted_before_its_index_is_recorded_by_the_next_run_desp
     out = rerun()
     (entry,) = load_index(index_file).images
     assert (entry.tag, entry.digest) == (CELL.tag, d1)
+    assert len(entry.validated_on) == 1  # one report, read twice a second apart: one validation run
     assert sorted(r.name for r in entry.registries) == ["a", "b"]
     statuses = {(c.digest, c.status) for c in out.cells}
     assert statuses == {(d1, "up-to-date"), (newer.digest, "refused")}

@@ -22,23 +22,7 @@ LIMITS = (MAX_FUNCTION_LINES, MAX_COMPLEXITY)
 MODULES: dict[str, int] = {}
 
 #: functions over a limit: (module, function) → (lines, complexity) (2026-12-02, issue 31)
-FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {
-    ("imagesmith/commands/build.py", "build_command"): (193, 19),
-    ("imagesmith/commands/init.py", "init_command"): (160, 14),
-    ("imagesmith/commands/plan.py", "lock_command"): (132, 20),  # issue 37: the project lock, the restore
-    ("imagesmith/commands/release.py", "release"): (138, 7),  # issue 34: --rotate-to, the renter's line
-    ("imagesmith/commands/release.py", "pick"): (
-        159,
-        4,
-    ),  # 147, 8 before its command layer; +24: issue 34's flags
-    ("imagesmith/commands/validate.py", "validate_command"): (253, 5),  # 369, 24 before its command layer
-    ("imagesmith/compat/verdicts.py", "verdict"): (211, 26),
-    ("imagesmith/pick/fetching.py", "fetch_index"): (189, 29),  # 173, 27 before issue 34 merged
-    ("imagesmith/plan.py", "plan_from"): (199, 25),  # 268, 33 as build_plan (its reads, its toolkit choice)
-    ("imagesmith/registry/transport.py", "_send"): (136, 23),
-    ("imagesmith/validate/container.py", "run_in_image"): (137, 19),
-    ("imagesmith/validate/probes/soak.py", "worker"): (133, 23),
-}
+FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {}
 
 
 def measure(path: Path) -> tuple[int, dict[tuple[str, int], tuple[int, int]]]:

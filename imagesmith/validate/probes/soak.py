@@ -21,6 +21,7 @@ Test hooks: IMAGESMITH_SOAK_RANKS (number of workers; default one per GPU, sever
 IMAGESMITH_SOAK_BACKEND (nccl; gloo lets two workers share one GPU).
 """
 
+import collections
 import datetime
 import json
 import multiprocessing as mp
@@ -69,123 +70,197 @@ def gpu_id(props):
     return None
 
 
+def join_group(rank, world, port, backend):
+    """The workers' process group (torch.distributed), or None for a worker alone."""
+    if world <= 1:
+        return None
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    return dist
+
+
+class Load:
+    """One worker's load on its GPU: matmuls, device-memory copies and (in a group) an all_reduce, each
+    part timed with CUDA events."""
+
+    def __init__(self, torch, dev, dtype, dist):
+        self.torch = torch
+        self.dist = dist
+        self.a = torch.randn(MATMUL_N, MATMUL_N, device=dev, dtype=dtype)
+        self.b = torch.randn(MATMUL_N, MATMUL_N, device=dev, dtype=dtype)
+        self.c = torch.empty_like(self.a)
+        self.src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=dev)
+        self.dst = torch.empty_like(self.src)
+        # zeros: a sum that never overflows, however many rounds (bandwidth does not depend on the values)
+        self.buf = torch.zeros(ALLREDUCE_BYTES // 4, dtype=torch.float32, device=dev) if dist else None
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        self.dev = dev
+        self.flag = None
+
+    def mm(self):
+        self.torch.matmul(self.a, self.b, out=self.c)
+
+    def cp(self):
+        self.dst.copy_(self.src)
+
+    def timed(self, fn, reps):
+        events = self.events
+        events[0].record()
+        for _ in range(reps):
+            fn()
+        events[1].record()
+        events[1].synchronize()
+        return events[0].elapsed_time(events[1]) / 1000.0
+
+    def calibrate(self):
+        """(matmuls, copies) per iteration: about MATMUL_SECONDS and COPY_SECONDS of each, after a warm-up;
+        in a group every rank takes the slowest GPU's counts, so the all_reduces line up."""
+        torch, dist = self.torch, self.dist
+        for _ in range(3):
+            self.mm()
+            self.cp()
+        if dist:
+            dist.all_reduce(self.buf)
+        torch.cuda.synchronize()
+        mm_reps = max(1, round(MATMUL_SECONDS / max(self.timed(self.mm, 5) / 5, 1e-6)))
+        cp_reps = max(1, round(COPY_SECONDS / max(self.timed(self.cp, 5) / 5, 1e-6)))
+        if dist:
+            counts = torch.tensor([mm_reps, cp_reps], device=self.dev, dtype=torch.int64)
+            dist.all_reduce(counts, op=dist.ReduceOp.MIN)
+            mm_reps, cp_reps = (int(x) for x in counts.tolist())
+        return mm_reps, cp_reps
+
+    def iteration(self, mm_reps, cp_reps):
+        """One iteration: (seconds of matmuls, of copies, of the all_reduce or None alone)."""
+        events, dist = self.events, self.dist
+        events[0].record()
+        for _ in range(mm_reps):
+            self.mm()
+        events[1].record()
+        for _ in range(cp_reps):
+            self.cp()
+        events[2].record()
+        if dist:
+            dist.all_reduce(self.buf)
+        events[3].record()
+        events[3].synchronize()
+        mm_s = events[0].elapsed_time(events[1]) / 1000.0
+        cp_s = events[1].elapsed_time(events[2]) / 1000.0
+        return mm_s, cp_s, events[2].elapsed_time(events[3]) / 1000.0 if dist else None
+
+    def start(self):
+        """Make the group's stop flag (the load starts)."""
+        if self.dist:
+            self.flag = self.torch.zeros(1, dtype=self.torch.int32, device=self.dev)
+
+    def agree_to_stop(self, stop):
+        """Whether to stop: this worker's *stop*, or in a group rank 0's (the collectives stay matched)."""
+        if not self.dist:
+            return stop
+        self.flag.fill_(1 if stop else 0)
+        self.dist.broadcast(self.flag, 0)
+        return bool(self.flag.item())
+
+
+class Window:
+    """The timings of one interval of one worker, summed over its iterations."""
+
+    def __init__(self, index, start):
+        self.index = index
+        self.start = start
+        self.mm_s = 0.0
+        self.cp_s = 0.0
+        self.ar_s = 0.0
+        self.iters = 0
+
+    def add(self, mm_s, cp_s, ar_s):
+        self.mm_s += mm_s
+        self.cp_s += cp_s
+        if ar_s is not None:
+            self.ar_s += ar_s
+        self.iters += 1
+
+    def record(self, meter, now):
+        """The ``window`` record: whose it is, then what the GPU delivered (a part that took no time has no
+        figure)."""
+        it = self.iters
+        return {
+            "kind": "window",
+            **meter.ids,
+            "window": self.index,
+            "t0": round(self.start, 3),
+            "t1": round(now, 3),
+            "iterations": it,
+            "dtype": meter.dtype,
+            "matmul_tflops": meter.flops * it / self.mm_s / 1e12 if self.mm_s > 0 else None,
+            "copy_gbps": meter.copied * it / self.cp_s / 1e9 if self.cp_s > 0 else None,
+            "allreduce_busbw_gbps": (
+                ALLREDUCE_BYTES * it / self.ar_s / 1e9 * meter.bus_factor
+                if meter.bus_factor is not None and self.ar_s > 0
+                else None
+            ),
+        }
+
+
+#: what turns a window's timings into its record: the worker (rank, cuda_index, uuid, name), the matmuls'
+#: dtype, one iteration's flops and bytes copied (read + written), the all_reduce's bus factor (None alone)
+Meter = collections.namedtuple("Meter", "ids dtype flops copied bus_factor")
+
+
+def next_window_end(win_end, now, interval):
+    """The end of the next window after one closed at *now*: whole intervals on from the first, skipping
+    those an iteration overran."""
+    while win_end <= now:
+        win_end += interval
+    return win_end
+
+
+def run_load(load, reps, duration, interval, meter):
+    """Iterations of *load* until *duration* has passed, one ``window`` record every *interval* seconds and
+    one for the last, partial, window."""
+    t0 = time.time()
+    load.start()
+    win, win_end = Window(0, 0.0), interval
+    while True:
+        win.add(*load.iteration(*reps))
+        now = time.time() - t0
+        stop = load.agree_to_stop(now >= duration)
+        if now >= win_end or stop:
+            emit(win.record(meter, now))
+            win_end = next_window_end(win_end, now, interval)
+            win = Window(win.index + 1, now)
+        if stop:
+            return
+
+
 def worker(rank, world, port, backend, duration, interval, start_barrier):
     try:
         import torch
 
-        count = torch.cuda.device_count()
-        device_index = rank % count
+        device_index = rank % torch.cuda.device_count()
         dev = torch.device("cuda", device_index)
         torch.cuda.set_device(dev)
         props = torch.cuda.get_device_properties(device_index)
         dtype = torch.bfloat16 if props.major >= 8 else torch.float16
-        dist = None
-        if world > 1:
-            import torch.distributed as dist
-
-            dist.init_process_group(
-                backend,
-                init_method=f"tcp://127.0.0.1:{port}",
-                rank=rank,
-                world_size=world,
-                timeout=datetime.timedelta(seconds=120),
-            )
-        a = torch.randn(MATMUL_N, MATMUL_N, device=dev, dtype=dtype)
-        b = torch.randn(MATMUL_N, MATMUL_N, device=dev, dtype=dtype)
-        c = torch.empty_like(a)
-        src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=dev)
-        dst = torch.empty_like(src)
-        # zeros: a sum that never overflows, however many rounds (bandwidth does not depend on the values)
-        buf = torch.zeros(ALLREDUCE_BYTES // 4, dtype=torch.float32, device=dev) if dist else None
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
-
-        def timed(fn, reps):
-            events[0].record()
-            for _ in range(reps):
-                fn()
-            events[1].record()
-            events[1].synchronize()
-            return events[0].elapsed_time(events[1]) / 1000.0
-
-        def mm():
-            torch.matmul(a, b, out=c)
-
-        def cp():
-            dst.copy_(src)
-
-        for _ in range(3):
-            mm()
-            cp()
-        if dist:
-            dist.all_reduce(buf)
-        torch.cuda.synchronize()
-        mm_reps = max(1, round(MATMUL_SECONDS / max(timed(mm, 5) / 5, 1e-6)))
-        cp_reps = max(1, round(COPY_SECONDS / max(timed(cp, 5) / 5, 1e-6)))
-        if dist:  # every rank runs the same counts (the slowest GPU's), so the all_reduces line up
-            counts = torch.tensor([mm_reps, cp_reps], device=dev, dtype=torch.int64)
-            dist.all_reduce(counts, op=dist.ReduceOp.MIN)
-            mm_reps, cp_reps = (int(x) for x in counts.tolist())
-        flops = 2 * MATMUL_N**3 * mm_reps
-        copied = 2 * COPY_BYTES * cp_reps  # bytes read + written
-        bus_factor = 2 * (world - 1) / world if world > 1 else 0.0
+        dist = join_group(rank, world, port, backend)
+        load = Load(torch, dev, dtype, dist)
+        mm_reps, cp_reps = load.calibrate()
+        meter = Meter(
+            ids={"rank": rank, "cuda_index": device_index, "uuid": gpu_id(props), "name": props.name},
+            dtype=str(dtype).replace("torch.", ""),
+            flops=2 * MATMUL_N**3 * mm_reps,
+            copied=2 * COPY_BYTES * cp_reps,
+            bus_factor=2 * (world - 1) / world if dist else None,
+        )
         start_barrier.wait(timeout=600)
-        t0 = time.time()
-        window, win_start, win_end = 0, 0.0, interval
-        acc = {"mm_s": 0.0, "cp_s": 0.0, "ar_s": 0.0, "iters": 0}
-        flag = torch.zeros(1, dtype=torch.int32, device=dev) if dist else None
-        while True:
-            events[0].record()
-            for _ in range(mm_reps):
-                mm()
-            events[1].record()
-            for _ in range(cp_reps):
-                cp()
-            events[2].record()
-            if dist:
-                dist.all_reduce(buf)
-            events[3].record()
-            events[3].synchronize()
-            acc["mm_s"] += events[0].elapsed_time(events[1]) / 1000.0
-            acc["cp_s"] += events[1].elapsed_time(events[2]) / 1000.0
-            if dist:
-                acc["ar_s"] += events[2].elapsed_time(events[3]) / 1000.0
-            acc["iters"] += 1
-            now = time.time() - t0
-            stop = now >= duration
-            if dist:  # rank 0's clock decides for everyone: the collectives stay matched
-                flag.fill_(1 if stop else 0)
-                dist.broadcast(flag, 0)
-                stop = bool(flag.item())
-            if now >= win_end or stop:
-                it = acc["iters"]
-                emit(
-                    {
-                        "kind": "window",
-                        "rank": rank,
-                        "cuda_index": device_index,
-                        "uuid": gpu_id(props),
-                        "name": props.name,
-                        "window": window,
-                        "t0": round(win_start, 3),
-                        "t1": round(now, 3),
-                        "iterations": it,
-                        "dtype": str(dtype).replace("torch.", ""),
-                        "matmul_tflops": flops * it / acc["mm_s"] / 1e12 if acc["mm_s"] > 0 else None,
-                        "copy_gbps": copied * it / acc["cp_s"] / 1e9 if acc["cp_s"] > 0 else None,
-                        "allreduce_busbw_gbps": (
-                            ALLREDUCE_BYTES * it / acc["ar_s"] / 1e9 * bus_factor
-                            if dist and acc["ar_s"] > 0
-                            else None
-                        ),
-                    }
-                )
-                window += 1
-                win_start = now
-                while win_end <= now:
-                    win_end += interval
-                acc = {"mm_s": 0.0, "cp_s": 0.0, "ar_s": 0.0, "iters": 0}
-            if stop:
-                break
+        run_load(load, (mm_reps, cp_reps), duration, interval, meter)
         if dist:
             dist.barrier()
             dist.destroy_process_group()
