@@ -212,6 +212,22 @@ def _harden(cmd: Any) -> None:
         _harden(sub)
 
 
+#: the click command of each Typer app, built and hardened once per process: typer builds it from every
+#: command's signature (tens of ms each time), and a process that calls :func:`main` again (the unit suite,
+#: a few thousand times) gets the same command; click makes a new context for every call
+_CLICK_COMMANDS: dict[int, tuple[typer.Typer, Any]] = {}
+
+
+def _click_command(application: typer.Typer) -> Any:
+    """``typer.main.get_command(application)`` with :func:`_harden` applied, made once for *application*."""
+    cached = _CLICK_COMMANDS.get(id(application))
+    if cached is None or cached[0] is not application:
+        click_command = typer.main.get_command(application)
+        _harden(click_command)
+        cached = _CLICK_COMMANDS[id(application)] = (application, click_command)
+    return cached[1]
+
+
 def _tolerant_streams() -> None:
     """stdout and stderr that never raise on a character their encoding lacks (``PYTHONIOENCODING=ascii``, a
     C locale, a Windows console): ``✔`` becomes ``\\u2714`` there instead of a UnicodeEncodeError."""
@@ -241,8 +257,7 @@ def _run(application: typer.Typer, argv: Sequence[str] | None, prog: str) -> int
     set_project_option(None)
     previous = _catch_interrupts()
     try:
-        click_command = typer.main.get_command(application)
-        _harden(click_command)
+        click_command = _click_command(application)
         with command_resources():  # the project lock a command takes is let go however it ends
             result = click_command.main(args=args, standalone_mode=False, prog_name=prog)
     except _Interrupted as exc:
