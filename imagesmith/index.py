@@ -26,6 +26,8 @@ from imagesmith.refs import Registry, split_reference
 from imagesmith.tags import INDEX_ARTIFACT_TAG
 
 SCHEMA: Final[str] = schema.RELEASE_INDEX_SCHEMA
+#: the schema of an index without a ``cluster`` summary (what older readers take)
+SCHEMA_V1: Final[str] = schema.RELEASE_INDEX_V1
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,6 +121,20 @@ class SbomRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClusterSummary:
+    """Issue 32: the signed, passing multi-node validation of the digest (``imagesmith validate ssh://n1
+    ssh://n2 … --image IMAGE@DIGEST --sign-key KEY``, checked by release's "check cluster evidence" step):
+    how many machines, GPUs on each, the fabric declared and judged, when, and the sha256 of the signed
+    cluster report (:mod:`imagesmith.validate.clusterrecord`)."""
+
+    nodes: int
+    gpus_per_node: int
+    fabric: str
+    date: str
+    report_digest: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReleasedImage:
     tag: str
     matrix: str
@@ -138,6 +154,7 @@ class ReleasedImage:
     platform: str = "linux/amd64"
     vulnerabilities: VulnRecord | None = None
     sbom: SbomRecord | None = None
+    cluster: ClusterSummary | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -310,6 +327,7 @@ def _image(r: _Reader, obj: Mapping[str, Any], path: str) -> ReleasedImage:
         platform=obj.get("platform", "linux/amd64"),
         vulnerabilities=_vuln(obj.get("vulnerabilities")),
         sbom=_sbom(obj.get("sbom")),
+        cluster=_cluster(obj.get("cluster")),
     )
 
 
@@ -322,6 +340,18 @@ def _vuln(v: Mapping[str, Any] | None) -> VulnRecord | None:
         report_digest=v["report_digest"],
         fail_on=v["fail_on"],
         allowlisted=tuple(v.get("allowlisted") or ()),
+    )
+
+
+def _cluster(v: Mapping[str, Any] | None) -> ClusterSummary | None:
+    if v is None:
+        return None
+    return ClusterSummary(
+        nodes=v["nodes"],
+        gpus_per_node=v["gpus_per_node"],
+        fabric=v["fabric"],
+        date=v["date"],
+        report_digest=v["report_digest"],
     )
 
 
@@ -421,6 +451,15 @@ def parse_index(text: str | bytes, *, source: str) -> ReleaseIndex:
         )
     schema.RELEASE_INDEX.check(raw, checker=r)
     images = tuple(_image(r, raw_img, f"images[{i}]") for i, raw_img in enumerate(raw["images"]))
+    if raw["schema"] == SCHEMA_V1:
+        with_cluster = [i for i, image in enumerate(images) if image.cluster is not None]
+        if with_cluster:  # the field came with v2: a v1 index that has it was not written by release
+            raise r.fail(
+                f"images[{with_cluster[0]}].cluster",
+                f"is a field of {SCHEMA}, not of {SCHEMA_V1}",
+                hint="regenerate the index with imagesmith release (it writes v2 for an index with a "
+                "cluster summary)",
+            )
     tags = [image.tag for image in images]
     dupes = sorted({t for t in tags if tags.count(t) > 1})
     if dupes:
@@ -575,12 +614,28 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
             if image.sbom is not None
             else {}
         ),
+        **(
+            {
+                "cluster": {
+                    "nodes": image.cluster.nodes,
+                    "gpus_per_node": image.cluster.gpus_per_node,
+                    "fabric": image.cluster.fabric,
+                    "date": image.cluster.date,
+                    "report_digest": image.cluster.report_digest,
+                }
+            }
+            if image.cluster is not None
+            else {}
+        ),
     }
 
 
 def dump_index(index: ReleaseIndex) -> str:
     """Canonical JSON text (sorted images, two-space indent, trailing newline): same index → same bytes."""
-    doc: dict[str, Any] = {"schema": index.schema, "generated": index.generated}
+    # v2 only where an entry needs it (its cluster summary): an index without one stays readable by older
+    # imagesmith (issue 32)
+    needs_v2 = any(image.cluster is not None for image in index.images)
+    doc: dict[str, Any] = {"schema": SCHEMA if needs_v2 else SCHEMA_V1, "generated": index.generated}
     if index.serial:
         doc["serial"] = index.serial
     if index.expires:

@@ -6,6 +6,7 @@ mid-run."""
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ class ClusterFlags:
     iperf_seconds: int
     min_ratio: float
     node_suite: bool
+    image: str | None = None
 
     def given(self) -> list[str]:
         """The cluster-only flags set away from their defaults (for the error of a one-target run)."""
@@ -42,6 +44,7 @@ class ClusterFlags:
             ("--iperf-seconds", self.iperf_seconds, 5),
             ("--bandwidth-min-ratio", self.min_ratio, 0.7),
             ("--no-node-suite", self.node_suite, True),
+            ("--image", self.image, None),
         ):
             if value != default:
                 out.append(flag)
@@ -61,23 +64,38 @@ def several(targets: list[str], flags: ClusterFlags) -> bool:
     return False
 
 
+def route(request: Any, targets: list[str], flags: ClusterFlags) -> tuple[Any, bool]:
+    """(the request, is it a cluster run): -k is checked before the cluster's flags (as the rules check them);
+    a cluster run signs its cluster report itself (:func:`run`), so its request signs nothing."""
+    from imagesmith.validate.request import check_select
+
+    if request.select is not None:
+        check_select(request.select)
+    if several(targets, flags):
+        return dataclasses.replace(request, cluster=True), True
+    return request, False
+
+
 def run(
     targets: list[str],
     flags: ClusterFlags,
     base: Any,
     *,
     select: str | None,
+    sign_key: str | None = None,
 ) -> None:
     """The cluster run; *base* is the one-node SuiteOptions the other flags made (each node's suite runs
-    with it, its target and report folder replaced). --sign-key was refused before (`_signer`: only an
-    image has a digest to attest)."""
-    from imagesmith.validate import clusterrun
+    with it, its target and report folder replaced). ``--sign-key`` (or $IMAGESMITH_SIGNING_KEY) signs the
+    cluster report as an attestation of ``--image``'s digest (cluster.dsse.json beside cluster.json)."""
+    from imagesmith.validate import clusterrecord, clusterrun
     from imagesmith.validate.nics import FABRICS
 
     if flags.fabric not in FABRICS:
         raise ConfigError(
             f"--fabric {flags.fabric!r}: use one of {', '.join(FABRICS)}", hint="e.g. --fabric ib"
         )
+    image = _image(flags.image)
+    key = _signing_key(sign_key, image)
     nodes = clusterrun.parse_nodes(targets, flags.nodes)
     options = clusterrun.ClusterOptions(
         fabric=flags.fabric,
@@ -91,6 +109,7 @@ def run(
         report_dir=base.report_dir,
         ssh_config=base.ssh_config,
         ssh_identity=base.ssh_identity_file,
+        image=image,
     )
 
     def node_suite(node: clusterrun.Node, folder: Path) -> dict[str, Any]:
@@ -102,10 +121,22 @@ def run(
         except ImagesmithError as exc:
             return {"verdict": "failed", "verdict_reason": exc.message}
 
+    def sign(document: Any) -> bytes:
+        return clusterrecord.sign_report(document, key=key)
+
     data = clusterrun.run_cluster(
-        nodes, options, node_suite=node_suite if flags.node_suite else None, echo=typer.echo
+        nodes,
+        options,
+        node_suite=node_suite if flags.node_suite else None,
+        echo=typer.echo,
+        sign=sign if key is not None else None,
     )
     where = Path(options.report_dir) / clusterrun.CLUSTER_MD
+    if key is not None:
+        typer.echo(
+            f"signed: {Path(options.report_dir) / clusterrecord.CLUSTER_ATTESTATION} (attests {image}; key "
+            f"{key.key_id[:16]})"
+        )
     for p in data["promises"]:
         typer.echo(f"  {p['verdict']:>11}  {p['name']}")
     typer.echo(f"cluster verdict: {data['verdict']} — {data['verdict_reason']} (report: {where})")
@@ -114,3 +145,44 @@ def run(
             f"cluster validation of {len(nodes)} nodes failed: {data['verdict_reason']}",
             hint=f"read the failures and fixes in {where}",
         )
+
+
+def _image(text: str | None) -> str | None:
+    """``--image REPO@sha256:<64 hex>``: a digest, which cannot move (a tag could name another image by the
+    time the report is read)."""
+    if text is None:
+        return None
+    from imagesmith.refs import split_reference
+
+    repo, _tag, digest = split_reference(text)
+    if digest is None or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+        raise ConfigError(
+            f"--image {text!r}: not an image by digest",
+            hint="name the image the cluster ran by its digest: --image REPO@sha256:<64 hex> (docker "
+            "inspect --format '{{index .RepoDigests 0}}' IMAGE prints it)",
+            field="--image",
+        )
+    return f"{repo}@{digest}"
+
+
+def _signing_key(sign_key: str | None, image: str | None) -> Any:
+    """The key that signs the cluster report (--sign-key, else $IMAGESMITH_SIGNING_KEY), loaded before any
+    node is touched; None when the report is not to be signed. Signing needs --image: an attestation is
+    about a digest."""
+    from imagesmith import settings
+
+    env_key = (settings.get("IMAGESMITH_SIGNING_KEY") or "").strip()
+    if sign_key is None and not env_key:
+        return None
+    if image is None:
+        if sign_key is not None:
+            raise ConfigError(
+                "--sign-key: a cluster report attests the image the cluster ran, and no --image is given",
+                hint="add --image REPO@sha256:… (the image of the NCCL runs), or drop --sign-key",
+                field="--sign-key",
+            )
+        typer.echo("note: no --image: the cluster report is not signed ($IMAGESMITH_SIGNING_KEY unused)")
+        return None
+    from imagesmith import signing
+
+    return signing.load_signing_key(Path(sign_key or env_key))

@@ -56,6 +56,8 @@ def pick_text(pick: Pick, *, verbose: bool = True) -> str:
         ),
         f"  registry: {pick.registry_why}",
     ]
+    if pick.cluster_line:  # issue 32: its signed multi-node validation
+        lines.insert(3, f"  {pick.cluster_line}")
     if pick.alternatives:
         lines.append(
             "  also in (same digest; --pull tries them in this order): "
@@ -79,6 +81,10 @@ def release_text(outcome: Outcome) -> str:
         lines.append(f"  {c.cell}: {c.status}" + (f" {c.digest}" if c.digest else ""))
         lines += [f"    - {s}" for s in c.steps]
         lines += [f"    ! {r}" for r in c.reasons]
+        if c.cluster is not None:
+            from imagesmith.pick.ranking import cluster_sentence
+
+            lines.append(f"    cluster: {cluster_sentence(c.cluster)}")
         if c.vulnerabilities is not None:
             v = c.vulnerabilities
             lines.append(

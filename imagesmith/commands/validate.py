@@ -13,9 +13,10 @@ from typing import Annotated, Any
 
 import typer
 
+from imagesmith.commands import cluster as cluster_cli
 from imagesmith.commands import epilog
 from imagesmith.errors import ConfigError, ValidationFailed
-from imagesmith.validate.request import ValidateRequest, check_select, prepare, validate
+from imagesmith.validate.request import ValidateRequest, prepare, validate
 from imagesmith.validate.request import parse_duration as parse_duration  # its old home (tests, scripts)
 
 EPILOG = epilog(
@@ -159,8 +160,8 @@ def validate_command(
         None,
         "--sign-key",
         help="Private key (imagesmith keygen) that signs the evidence: an in-toto attestation of the image's "
-        "digest, written beside report.json; only validation runners hold it. Default: "
-        "$IMAGESMITH_SIGNING_KEY (image targets only).",
+        "digest beside report.json (several nodes: of --image, beside cluster.json); only validation "
+        "runners hold it. Default: $IMAGESMITH_SIGNING_KEY (an image, or several nodes with --image).",
     ),
     baseline_busbw: float | None = typer.Option(None, "--baseline-busbw", hidden=True),
     baseline_source: str = typer.Option("", "--baseline-source", hidden=True),
@@ -213,6 +214,9 @@ def validate_command(
     node_suite: bool = typer.Option(
         True, "--node-suite/--no-node-suite", help="Several nodes: also run the per-node suite on every node."
     ),
+    image: str | None = typer.Option(
+        None, "--image", help="Several nodes: the image they ran (REPO@sha256:…), attested by --sign-key."
+    ),
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
     # the request, the rules of its flags and the run: imagesmith.validate.request (pytest and the suite cost
@@ -256,8 +260,6 @@ def validate_command(
         baseline_fleet=baseline_fleet,
         baseline_figure=tuple(baseline_figure or ()),
     )
-    from imagesmith.commands import cluster as cluster_cli
-
     cluster_flags = cluster_cli.ClusterFlags(
         nodes=nodes,
         fabric=fabric,
@@ -269,13 +271,12 @@ def validate_command(
         iperf_seconds=iperf_seconds,
         min_ratio=bandwidth_min_ratio,
         node_suite=node_suite,
+        image=image,
     )
-    if request.select is not None:  # -k before the cluster's flags, as the rules check them
-        check_select(request.select)
-    several = cluster_cli.several(targets or [], cluster_flags)
+    request, several = cluster_cli.route(request, targets or [], cluster_flags)
     prepared = prepare(request, read_fleet=_fleet, echo=typer.echo)
     if several:  # several ssh:// nodes: the cluster run (imagesmith.commands.cluster) with the same options
-        cluster_cli.run(targets or [], cluster_flags, prepared.options, select=select)
+        cluster_cli.run(targets or [], cluster_flags, prepared.options, select=select, sign_key=sign_key)
         return
     result = validate(request, prepared, echo=typer.echo)
     if result.soak_sentence:

@@ -14,6 +14,7 @@ from imagesmith.errors import (
     NoImageFitsError,
 )
 from imagesmith.index import (
+    ClusterSummary,
     RegistryCopy,
     ReleasedImage,
     ReleaseIndex,
@@ -79,6 +80,11 @@ class Pick:
         """``host/repo:tag@sha256:…``: readable, and pins exactly the validated digest."""
         return f"{self.registry.reference}@{self.registry.digest}"
 
+    @property
+    def cluster_line(self) -> str:
+        """Issue 32: what the picked image's signed multi-node validation showed ("" without one)."""
+        return cluster_sentence(self.image.cluster)
+
     def pull_argv(self) -> list[str]:
         return ["docker", "pull", self.reference]
 
@@ -117,12 +123,40 @@ class Pick:
                 }
                 for v in img.validated_on
             ],
+            "cluster": (
+                {
+                    "nodes": img.cluster.nodes,
+                    "gpus_per_node": img.cluster.gpus_per_node,
+                    "fabric": img.cluster.fabric,
+                    "date": img.cluster.date,
+                    "report_digest": img.cluster.report_digest,
+                }
+                if img.cluster is not None
+                else None
+            ),
             "pull": shlex.join(self.pull_argv()),
             "run": shlex.join(self.run_argv()),
             "warnings": list(self.warnings),
             "host_warnings": list(self.host_warnings),
             "rejected": [{"tag": r.tag, "reason": r.reason} for r in self.rejected],
         }
+
+
+#: how pick names a fabric the cluster run declared and judged
+FABRIC_NAMES: dict[str, str] = {"ib": "InfiniBand", "roce": "RoCE", "ethernet": "Ethernet"}
+
+
+def cluster_sentence(cluster: ClusterSummary | None) -> str:
+    """``validated on 3 nodes × 8 GPUs, fabric ib (InfiniBand) (2026-12-02; cluster report sha256:…)``; ""
+    without a cluster summary."""
+    if cluster is None:
+        return ""
+    name = FABRIC_NAMES.get(cluster.fabric)
+    fabric = f"{cluster.fabric} ({name})" if name else cluster.fabric
+    return (
+        f"validated on {cluster.nodes} nodes × {cluster.gpus_per_node} GPUs, fabric {fabric} "
+        f"({cluster.date[:10]}; cluster report {cluster.report_digest[:19]}…)"
+    )
 
 
 def run_flags(image: ReleasedImage) -> list[str]:

@@ -28,10 +28,16 @@ if TYPE_CHECKING:
 
 from imagesmith.release.base import ReleaseCell, _now, _with_fix
 from imagesmith.release.blobs import _blobs_of
-from imagesmith.release.evidence import Report, attested_report, usable_evidence
+from imagesmith.release.evidence import (
+    ClusterEvidence,
+    Report,
+    attested_report,
+    usable_evidence,
+)
 from imagesmith.release.facts import image_facts, index_problem
 from imagesmith.release.outcome import index_entry
 from imagesmith.release.state import CellRun
+from imagesmith.validate.clusterrecord import SignedCluster
 
 
 def _candidate_digests(
@@ -306,3 +312,47 @@ def _no_evidence_reasons(
             "validation runner, then pass --reports DIR"
         )
     return out
+
+
+def check_cluster(run: CellRun) -> None:
+    """Every cluster report that claims this cell's digest is signed by a trusted key, about this digest,
+    passed by its promises and names GPUs on every node; the newest becomes the entry's ``cluster``. One
+    that does not refuses the cell, naming the file and why."""
+    digest = run.digest
+    mine = [e for e in run.cluster_reports if e.about(digest)]
+    refusals: list[str] = []
+    good: list[SignedCluster] = []
+    for e in mine:
+        why = _problem(e, digest)
+        if why:
+            refusals.append(f"cluster report {e.path}: {why}")
+        elif e.signed is not None:
+            good.append(e.signed)
+    if refusals:
+        run.refuse(
+            *refusals,
+            f"validate the cluster again with this image (imagesmith validate ssh://n1 ssh://n2 … --image "
+            f"{run.cell.targets[0].image}@{digest} --sign-key KEY), or leave its folder out of --reports",
+        )
+        return
+    if good:
+        newest = max(good, key=lambda s: s.report.started)
+        run.result.cluster = newest.report.summary(report_digest=newest.sha)
+
+
+def _problem(e: ClusterEvidence, digest: str) -> str:
+    if e.problem is not None:
+        return e.problem
+    signed = e.signed
+    assert signed is not None, "evidence without a problem is signed"
+    report = signed.report  # about *digest*: a file claiming it beside an envelope for another is a problem
+    if report.verdict != "passed" or report.promises_verdict != "passed":
+        failed = "; ".join(report.failed()[:3]) or report.verdict_reason or "no promise checked"
+        return f"the cluster validation of {digest} failed ({failed})"
+    empty = [n.name for n in report.nodes if n.gpus == 0]
+    if empty:
+        return (
+            f"node {empty[0]} lists no GPU (nodes[].gpus): a cluster report of GPU-less nodes says nothing "
+            "about GPUs, so it cannot stand behind a GPU image"
+        )
+    return ""

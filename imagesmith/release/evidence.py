@@ -1,5 +1,6 @@
 """Validation evidence: the signed attestations of ``imagesmith validate`` (and the report files beside
-them), read and verified against the trusted keys; which of them can stand behind an index entry."""
+them), read and verified against the trusted keys; which of them can stand behind an index entry; and the
+signed cluster reports of a multi-node run (:class:`ClusterEvidence`, issue 32)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,14 @@ from imagesmith.index import (
     Shm,
     ValidatedOn,
 )
+from imagesmith.validate.clusterrecord import (
+    CLUSTER_ATTESTATION,
+    CLUSTER_JSON,
+    ClusterReport,
+    SignedCluster,
+    verify_report,
+)
+from imagesmith.validate.clusterrecord import claimed_digest as cluster_claimed_digest
 from imagesmith.validate.record import ValidationReport
 from imagesmith.validate.redact import redact_report_bytes
 
@@ -303,3 +312,81 @@ def _validated_on_problem(r: Report) -> str | None:
         return None
     said = problem.problem or problem.message  # the problem alone, without the probe entry's file and field
     return f"{r.path}: its validated-on record is not what a release index holds ({said})"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# cluster evidence (issue 32): the signed cluster reports of ``imagesmith validate ssh://n1 ssh://n2 …
+# --image IMAGE@DIGEST --sign-key KEY`` under --reports (cluster.json, cluster.dsse.json beside it); the step
+# that checks them is checks.check_cluster
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterEvidence:
+    """One cluster report found under ``--reports``: where, the digests it claims (the file's
+    ``image.digest`` and the envelope's subject: never trusted, they only match the report to a cell), and
+    either the verified report (``signed``) or why it is not evidence (``problem``)."""
+
+    path: str
+    claims: tuple[str, ...]
+    signed: SignedCluster | None = None
+    problem: str | None = None
+
+    def about(self, digest: str) -> bool:
+        return digest in self.claims or (self.signed is not None and self.signed.digest == digest)
+
+
+def read_cluster_evidence(folder: Path, trusted: Sequence[PublicKey]) -> ClusterEvidence:
+    """The cluster evidence of one folder: cluster.json (checked: a malformed one is a ConfigError naming
+    the file and the field) and the envelope beside it, verified."""
+    report_path, att_path = folder / CLUSTER_JSON, folder / CLUSTER_ATTESTATION
+    claimed: str | None = None
+    if os.path.lexists(report_path):
+        body = inputs.read_user_file(report_path, "", hint="check --reports")
+        claimed = ClusterReport.parse(body, source=str(report_path)).image_digest
+    if not os.path.lexists(att_path):
+        return ClusterEvidence(
+            path=str(report_path),
+            claims=_claims(claimed),
+            problem=f"not signed: no {CLUSTER_ATTESTATION} beside it (validate the cluster with --image "
+            "IMAGE@DIGEST --sign-key KEY on a validation runner)",
+        )
+    envelope = inputs.read_user_file(att_path, "", hint="check --reports")
+    claims = _claims(claimed, cluster_claimed_digest(envelope))
+    if not trusted:
+        return ClusterEvidence(
+            path=str(att_path),
+            claims=claims,
+            problem="no trusted public key is configured ([release] trusted_keys in imagesmith.toml)",
+        )
+    try:
+        signed = verify_report(envelope, trusted, source=str(att_path))
+    except (SignatureError, ConfigError) as exc:  # altered, unknown key, a signed field that is malformed
+        return ClusterEvidence(path=str(att_path), claims=claims, problem=exc.message)
+    if claimed is not None and claimed != signed.digest:
+        return ClusterEvidence(
+            path=str(report_path),
+            claims=claims,
+            signed=signed,
+            problem=f"its image.digest is {claimed}, but {CLUSTER_ATTESTATION} beside it is signed for "
+            f"{signed.digest}",
+        )
+    return ClusterEvidence(path=str(att_path), claims=claims, signed=signed)
+
+
+def _claims(*digests: str | None) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(d for d in digests if d))
+
+
+def collect_cluster_reports(dirs: Sequence[Path], trusted: Sequence[PublicKey] = ()) -> list[ClusterEvidence]:
+    """Every cluster report (cluster.json or cluster.dsse.json) under *dirs* (``--reports``), read as
+    evidence against the *trusted* keys. A file given itself counts for its folder."""
+    folders: set[Path] = set()
+    for d in dirs:
+        if inputs.is_regular_file(d):
+            if d.name in (CLUSTER_JSON, CLUSTER_ATTESTATION):
+                folders.add(d.parent)
+            continue
+        if inputs.folder_problem(d) is not None:
+            continue  # collect_reports names it
+        folders |= {p.parent for p in (*d.rglob(CLUSTER_JSON), *d.rglob(CLUSTER_ATTESTATION))}
+    return [read_cluster_evidence(f, trusted) for f in sorted(folders)]

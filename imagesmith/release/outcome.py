@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal
 
 from imagesmith.errors import ReleaseError
 from imagesmith.index import (
+    ClusterSummary,
     RegistryCopy,
     ReleasedImage,
     SbomRecord,
@@ -43,6 +44,7 @@ class CellResult:
     registries: dict[str, str] = field(default_factory=dict)  # name -> digest the release tag now resolves to
     vulnerabilities: VulnRecord | None = None  # the vulnerability gate's verdict (imagesmith.vulngate)
     sbom: SbomRecord | None = None  # the signed SBOM stored beside the validation attestation
+    cluster: ClusterSummary | None = None  # the signed, passing cluster report of the digest (issue 32)
     #: what the image config of the digest says (the entry's fields come from it, not from the plan)
     facts: ImageFacts | None = None
 
@@ -112,6 +114,7 @@ def index_entry(
         released=released,
         vulnerabilities=result.vulnerabilities,
         sbom=result.sbom,
+        cluster=result.cluster,
     )
     if result.facts is None:
         return entry

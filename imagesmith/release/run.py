@@ -32,7 +32,7 @@ from imagesmith.release.base import ReleaseCell, _now
 from imagesmith.release.blobs import VerifiedBlobs
 from imagesmith.release.carried import _stored_validated_on, carry_over
 from imagesmith.release.checks import _candidate_digests, released_at, released_digests
-from imagesmith.release.evidence import Report, collect_reports
+from imagesmith.release.evidence import ClusterEvidence, Report, collect_cluster_reports, collect_reports
 from imagesmith.release.facts import bound_entry, entry_changes
 from imagesmith.release.gates import sbom_finder, vulnerability_gate
 from imagesmith.release.outcome import CellResult, Gate, Outcome, SbomFinder, index_entry
@@ -62,6 +62,7 @@ def release_cells(
     sbom_for: SbomFinder | None = None,
     verified: VerifiedBlobs | None = None,
     rotate_to: SigningKey | None = None,
+    cluster_reports: Sequence[ClusterEvidence] = (),
 ) -> Outcome:
     """Release *cells* (see the package docstring) on the evidence of *reports* signed by *trusted* keys;
     write and publish the index, signed with *sign_key* when given (the envelope beside the file, and in
@@ -102,6 +103,7 @@ def release_cells(
             gate=gate,
             sbom_for=sbom_for,
             verified=verified,
+            cluster_reports=cluster_reports,
         )
         verified.save()
         if result.status in ("refused", "failed"):
@@ -114,7 +116,7 @@ def release_cells(
                 sbom_for=sbom_for,
                 verified=verified,
             )
-            finished = _finish_interrupted(cell, result, base, reports, clients, options)
+            finished = _finish_interrupted(cell, result, base, reports, clients, options, cluster_reports)
             if finished is not None:
                 outcome.cells.append(result)
                 result, passing = finished
@@ -161,6 +163,7 @@ def _finish_interrupted(
     reports: Sequence[Report],
     clients: dict[str, RegistryApi],
     options: CellOptions,
+    cluster_reports: Sequence[ClusterEvidence] = (),
 ) -> tuple[CellResult, list[Report]] | None:
     """Issue 37: the release of a digest an earlier run promoted (the release tag moved onto it) but did not
     record (killed before its index was written), when *candidate*, the cell's candidate now, was not
@@ -175,7 +178,12 @@ def _finish_interrupted(
         return None
     (digest,) = others
     steps = (("find released", released_at(digest, tagged)), *STEPS[1:])
-    run = run_steps(CellRun(cell=cell, reports=reports, clients=clients, options=options), steps)
+    run = run_steps(
+        CellRun(
+            cell=cell, reports=reports, clients=clients, options=options, cluster_reports=cluster_reports
+        ),
+        steps,
+    )
     if run.result.status not in ("promoted", "up-to-date", "would-promote"):
         return None
     candidate.reasons.insert(
@@ -209,6 +217,7 @@ def _released_entry(
             entry,
             vulnerabilities=entry.vulnerabilities or old.vulnerabilities,
             sbom=entry.sbom or old.sbom,
+            cluster=entry.cluster or old.cluster,  # a rerun without the cluster folder keeps its record
         )
         outcome.corrections += [
             f"entry {entry.tag}: {c} (from its image config)" for c in entry_changes(old, entry)
@@ -255,6 +264,7 @@ def release_matrix(
     if project is not None and project.trusted_keys:
         keys += load_trusted_keys(project.trusted_keys, origin=f"{project.file}: release.trusted_keys")
     reports = collect_reports(report_dirs, keys)
+    cluster_reports = collect_cluster_reports(report_dirs, keys)
     cells = [ReleaseCell.from_plan(c) for c in plan.cells]
     gate = vulnerability_gate(scan_dirs, proj.file)
     return release_cells(
@@ -274,6 +284,7 @@ def release_matrix(
         gate=gate,
         sbom_for=sbom_finder(scan_dirs, keys) if scan_dirs else None,
         rotate_to=rotate_to,
+        cluster_reports=cluster_reports,
     )
 
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 from imagesmith.release.base import ReleaseCell
 from imagesmith.release.blobs import VerifiedBlobs
-from imagesmith.release.evidence import Report
+from imagesmith.release.evidence import ClusterEvidence, Report
 from imagesmith.release.outcome import CellResult, Gate, ReleaseStatus, SbomFinder
 
 
@@ -50,6 +50,8 @@ class CellRun:
     reports: Sequence[Report]
     clients: dict[str, RegistryApi]
     options: CellOptions
+    #: the cluster reports found under --reports (check_cluster takes those that claim the digest)
+    cluster_reports: Sequence[ClusterEvidence] = ()
     result: CellResult = field(init=False)
     #: find_candidate: registry → the candidate's digest (every registry that holds it), and that digest
     held: dict[str, str] = field(default_factory=dict)

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 from imagesmith.release import checks, promotion
 from imagesmith.release.base import ReleaseCell
 from imagesmith.release.blobs import VerifiedBlobs
-from imagesmith.release.evidence import Report
+from imagesmith.release.evidence import ClusterEvidence, Report
 from imagesmith.release.outcome import CellResult, Gate, SbomFinder
 from imagesmith.release.state import CellOptions, CellRun
 
@@ -31,6 +31,7 @@ STEPS: Final[tuple[tuple[str, Step], ...]] = (
     ("find candidate", checks.find_candidate),
     ("collect evidence", checks.collect_evidence),
     ("check evidence", checks.check_evidence),
+    ("check cluster evidence", checks.check_cluster),
     ("scan gate", checks.scan_gate),
     ("signed SBOM", checks.signed_sbom),
     ("read image", checks.read_image),
@@ -64,6 +65,7 @@ def release_cell(
     gate: Gate | None = None,
     sbom_for: SbomFinder | None = None,
     verified: VerifiedBlobs | None = None,
+    cluster_reports: Sequence[ClusterEvidence] = (),
 ) -> tuple[CellResult, list[Report]]:
     """Promote one cell (or say why not): :data:`STEPS` over one :class:`CellRun`. Returns the result and the
     passing reports of the digest (none when the cell was refused before anything was copied).
@@ -73,7 +75,9 @@ def release_cell(
     which the default ``--verify head`` trusts) is repaired or named, and no release tag moves.
 
     Evidence is a signed attestation that verifies with a *trusted* key and whose subject is the candidate's
-    digest: from *reports* (read by :func:`collect_reports`), else stored in one of the cell's registries."""
+    digest: from *reports* (read by :func:`collect_reports`), else stored in one of the cell's registries.
+    *cluster_reports* (read by :func:`imagesmith.release.evidence.collect_cluster_reports`): the signed
+    cluster reports, a passing one of which for the digest becomes the entry's ``cluster``."""
     options = CellOptions(
         dry_run=dry_run,
         client_for=client_for,
@@ -83,5 +87,7 @@ def release_cell(
         sbom_for=sbom_for,
         verified=verified,
     )
-    run = run_steps(CellRun(cell=cell, reports=reports, clients=clients, options=options))
+    run = run_steps(
+        CellRun(cell=cell, reports=reports, clients=clients, options=options, cluster_reports=cluster_reports)
+    )
     return run.result, (run.passing if run.promoting else [])

@@ -7,15 +7,16 @@ needs the project or the data tables (a path inside the project, a GPU or torch 
 one field against another) stays with the reader, after this pass. :class:`Schema` describes
 ``imagesmith.toml`` (:mod:`imagesmith.project`), the user config (:mod:`imagesmith.config`),
 ``registries.toml`` and the matrix files (:mod:`imagesmith.matrix`), the release index
-(:mod:`imagesmith.index`) and the validation report (:mod:`imagesmith.validate.record`). Each reader words its
+(:mod:`imagesmith.index`), the validation report (:mod:`imagesmith.validate.record`) and the cluster report
+(:mod:`imagesmith.validate.clusterrecord`). Each reader words its
 problems through a :class:`Checker`; the index and the report keep their own wording by subclassing it.
 
 The package: :mod:`~imagesmith.schema.core` (the layer: :class:`Field`, :class:`Schema`, :class:`Checker`,
 the JSON Schema writer) and one module a family of files — :mod:`~imagesmith.schema.project`
 (``imagesmith.toml``, the user config), :mod:`~imagesmith.schema.registries`, :mod:`~imagesmith.schema.matrix`
 (with the strict shapes of values that reach a Dockerfile), :mod:`~imagesmith.schema.index` (the release
-index), :mod:`~imagesmith.schema.report` (the validation report, a listing). Every public name is importable
-from ``imagesmith.schema``, the path readers, tests and docs use.
+index), :mod:`~imagesmith.schema.report` (the validation report, a listing, the cluster report). Every public
+name is importable from ``imagesmith.schema``, the path readers, tests and docs use.
 """
 
 from __future__ import annotations
@@ -29,8 +30,11 @@ from imagesmith.schema.core import Problem as Problem
 from imagesmith.schema.core import Schema as Schema
 from imagesmith.schema.core import check_toml_text as check_toml_text
 from imagesmith.schema.core import shown as shown
+from imagesmith.schema.index import CLUSTER_FABRICS as CLUSTER_FABRICS
 from imagesmith.schema.index import RELEASE_INDEX as RELEASE_INDEX
 from imagesmith.schema.index import RELEASE_INDEX_SCHEMA as RELEASE_INDEX_SCHEMA
+from imagesmith.schema.index import RELEASE_INDEX_SCHEMAS as RELEASE_INDEX_SCHEMAS
+from imagesmith.schema.index import RELEASE_INDEX_V1 as RELEASE_INDEX_V1
 from imagesmith.schema.matrix import ABS_PATH as ABS_PATH
 from imagesmith.schema.matrix import BIDI_CONTROLS as BIDI_CONTROLS
 from imagesmith.schema.matrix import FLAVORS as FLAVORS
@@ -49,6 +53,10 @@ from imagesmith.schema.registries import PORT as PORT
 from imagesmith.schema.registries import REGISTRIES as REGISTRIES
 from imagesmith.schema.registries import REGISTRY_KINDS as REGISTRY_KINDS
 from imagesmith.schema.registries import REPO_PATH as REPO_PATH
+from imagesmith.schema.report import CLUSTER_REPORT as CLUSTER_REPORT
+from imagesmith.schema.report import CLUSTER_REPORT_KIND as CLUSTER_REPORT_KIND
+from imagesmith.schema.report import CLUSTER_REPORT_SCHEMA as CLUSTER_REPORT_SCHEMA
+from imagesmith.schema.report import CLUSTER_REPORT_SCHEMAS as CLUSTER_REPORT_SCHEMAS
 from imagesmith.schema.report import LISTING as LISTING
 from imagesmith.schema.report import REPORT_GPU as REPORT_GPU
 from imagesmith.schema.report import REPORT_SCHEMA as REPORT_SCHEMA
@@ -65,4 +73,5 @@ SCHEMAS: tuple[Schema, ...] = (
     RELEASE_INDEX,
     VALIDATION_REPORT,
     LISTING,
+    CLUSTER_REPORT,
 )

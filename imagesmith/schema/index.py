@@ -10,8 +10,14 @@ from imagesmith.schema.registries import HOST_PORT, PORT, REPO_PATH
 # -- the release index (imagesmith.index: reference form, digests that must agree, repeated tags and registry
 # names stay in its reader). Its reader words problems its own way (imagesmith.index._Reader).
 
-#: the ``schema`` value of a release index this imagesmith reads and writes
-RELEASE_INDEX_SCHEMA: Final[str] = "imagesmith.release-index/v1"
+#: the ``schema`` values of a release index this imagesmith reads; v2 (issue 32) adds an entry's ``cluster``
+#: (its signed multi-node validation). Release writes v2 only for an index that holds a ``cluster`` summary,
+#: else v1: a renter's older imagesmith keeps reading every index that does not need the new field
+RELEASE_INDEX_V1: Final[str] = "imagesmith.release-index/v1"
+RELEASE_INDEX_SCHEMA: Final[str] = "imagesmith.release-index/v2"
+RELEASE_INDEX_SCHEMAS: Final[tuple[str, ...]] = (RELEASE_INDEX_V1, RELEASE_INDEX_SCHEMA)
+#: the fabrics a cluster validation declares (imagesmith.validate.nics.FABRICS)
+CLUSTER_FABRICS: Final[tuple[str, ...]] = ("ib", "roce", "ethernet")
 _DIGEST = r"sha256:[0-9a-f]{64}"
 _DRIVER = r"\d{3}(\.\d{1,3}){1,2}"
 _DATE = r"\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?"
@@ -49,9 +55,10 @@ RELEASE_INDEX: Schema = Schema(
             "schema": Field(
                 kind="string",
                 required=True,
-                enum=(RELEASE_INDEX_SCHEMA,),
-                message=f"{{value!r}} is not {RELEASE_INDEX_SCHEMA!r}",
-                hint="this imagesmith reads only that schema; upgrade imagesmith or regenerate the index",
+                enum=RELEASE_INDEX_SCHEMAS,
+                message=f"{{value!r}} is not one of {', '.join(map(repr, RELEASE_INDEX_SCHEMAS))}",
+                hint="this imagesmith reads only those schemas; upgrade imagesmith or regenerate the index",
+                description="v1, or v2 for an index with a `cluster` entry (issue 32)",
             ),
             "generated": _text_field("when the index was written", _DATE, "an ISO timestamp", required=True),
             "serial": Field(
@@ -258,6 +265,44 @@ RELEASE_INDEX: Schema = Schema(
                                     kind="array",
                                     description="advisories at or above fail_on let through by the allowlist",
                                     items=_text_field(what="an advisory id"),
+                                ),
+                            },
+                        ),
+                        "cluster": Field(
+                            kind="table",
+                            description="issue 32 (schema v2): the signed, passing multi-node validation of "
+                            "this digest (imagesmith validate ssh://n1 ssh://n2 … --image IMAGE@DIGEST "
+                            "--sign-key KEY): pick prints it",
+                            fields={
+                                "nodes": Field(
+                                    kind="integer",
+                                    required=True,
+                                    min=2,
+                                    description="machines validated",
+                                    message="expected a count of 2 or more nodes, got {value!r}",
+                                    hint="regenerate the index with imagesmith release",
+                                ),
+                                "gpus_per_node": Field(
+                                    kind="integer",
+                                    required=True,
+                                    min=1,
+                                    description="GPUs of each node",
+                                    message="expected a count of 1 or more GPUs, got {value!r}",
+                                    hint="regenerate the index with imagesmith release",
+                                ),
+                                "fabric": Field(
+                                    kind="string",
+                                    required=True,
+                                    enum=CLUSTER_FABRICS,
+                                    description="the fabric the run declared and judged",
+                                ),
+                                "date": _text_field(
+                                    pattern=_DATE, what="an ISO date like 2026-11-29", required=True
+                                ),
+                                "report_digest": _text_field(
+                                    pattern=_DIGEST,
+                                    what="sha256 of the signed cluster report",
+                                    required=True,
                                 ),
                             },
                         ),

@@ -1,6 +1,8 @@
 """The shapes of the validation report (:data:`VALIDATION_REPORT`, ``report.json`` of ``imagesmith
 validate``, read by :mod:`imagesmith.validate.record`), of the figures it measures (:data:`PERF_FIGURES`)
-and of what a GPU rental promised (:data:`LISTING`, ``imagesmith validate --listing``).
+of what a GPU rental promised (:data:`LISTING`, ``imagesmith validate --listing``) and of the cluster report
+(:data:`CLUSTER_REPORT`, ``cluster.json`` of ``imagesmith validate ssh://n1 ssh://n2 …``, read by
+:mod:`imagesmith.validate.clusterrecord`).
 """
 
 from __future__ import annotations
@@ -185,6 +187,141 @@ LISTING: Schema = Schema(
                     "currency": _promise("string", "its currency", '"USD"'),
                 },
             ),
+        },
+    ),
+)
+
+
+# -- the cluster report: cluster.json of ``imagesmith validate ssh://n1 ssh://n2 …`` (issue 32), read by
+# imagesmith.validate.clusterrecord and checked by release. Its root is closed (release reads it as evidence:
+# an unknown key is a report imagesmith did not write); the node, bandwidth and promise tables are open.
+
+#: the cluster report schema validate writes, and those a reader takes: 2 adds ``image`` (the digest the run
+#: is evidence for) and ``summary``
+CLUSTER_REPORT_SCHEMA: Final[int] = 2
+CLUSTER_REPORT_SCHEMAS: Final[tuple[int, ...]] = (1, 2)
+CLUSTER_REPORT_KIND: Final[str] = "imagesmith cluster report"
+#: a cluster verdict, and one promise's
+CLUSTER_VERDICTS: Final[tuple[str, ...]] = ("passed", "failed")
+PROMISE_VERDICTS: Final[tuple[str, ...]] = ("passed", "failed", "not checked", "not validated")
+_FABRIC = Field(kind="string", enum=("ib", "roce", "ethernet"), description="ib, roce or ethernet")
+_FINDING = Field(
+    kind="table",
+    open=True,
+    fields={
+        "subject": Field(kind="string"),
+        "kind": Field(kind="string"),
+        "message": Field(kind="string"),
+        "fix": Field(kind="string"),
+    },
+)
+
+CLUSTER_REPORT: Schema = Schema(
+    title="imagesmith cluster report (cluster.json, written by imagesmith validate ssh://n1 ssh://n2 …)",
+    file_name="cluster-report",
+    docs="docs/validation.md",
+    root=Field(
+        kind="table",
+        fields={
+            "schema": Field(
+                kind="integer",
+                required=True,
+                enum=CLUSTER_REPORT_SCHEMAS,
+                hint="release with the imagesmith version that validated, or upgrade imagesmith",
+                description="report format; 2 records `image` and `summary`",
+            ),
+            "kind": Field(kind="string", required=True, enum=(CLUSTER_REPORT_KIND,)),
+            "started": Field(
+                kind="string",
+                required=True,
+                pattern=r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z",
+                description="UTC start time",
+            ),
+            "seconds": Field(kind="number", description="how long the run took"),
+            "image": Field(
+                kind="table",
+                nullable=True,
+                description="schema 2: the image the run is evidence for (--image IMAGE@DIGEST); null "
+                "without one",
+                fields={
+                    "reference": Field(kind="string", required=True, min=1),
+                    "digest": Field(
+                        kind="string", required=True, pattern=_DIGEST, description="its manifest digest"
+                    ),
+                },
+            ),
+            "summary": Field(
+                kind="table",
+                description="schema 2: what the index records (the reader recomputes it from the report)",
+                fields={
+                    "nodes": Field(kind="integer", required=True, min=2),
+                    "gpus_per_node": Field(
+                        kind="integer", required=True, min=0, description="the fewest GPUs of a node"
+                    ),
+                    "fabric": replace(_FABRIC, required=True),
+                    "verdict": Field(kind="string", required=True, enum=CLUSTER_VERDICTS),
+                },
+            ),
+            "nodes": Field(
+                kind="array",
+                required=True,
+                min=2,
+                description="one entry per node",
+                items=Field(
+                    kind="table",
+                    open=True,
+                    fields={
+                        "name": Field(kind="string", required=True, min=1),
+                        "address": Field(kind="string"),
+                        "boot_id": Field(kind="string", required=True, min=1),
+                        "machine_id": Field(kind="string"),
+                        "gpus": Field(
+                            kind="array",
+                            required=True,
+                            description="[uuid, PCI bus id] of each GPU the node lists",
+                            items=Field(kind="array", items=Field(kind="string")),
+                        ),
+                        "rdma_ports": Field(kind="array", items=Field(kind="table", open=True)),
+                        "node_report": Field(kind="string", nullable=True),
+                        "gpudirect_rdma": Field(kind="table", open=True, nullable=True),
+                    },
+                ),
+            ),
+            "declared": Field(
+                kind="table",
+                required=True,
+                open=True,
+                fields={"fabric": replace(_FABRIC, required=True)},
+            ),
+            "bandwidth": Field(
+                kind="table",
+                required=True,
+                open=True,
+                description="the node-pair bandwidth matrix (iperf3, both directions)",
+                fields={
+                    "pairs": Field(kind="array", items=Field(kind="table", open=True)),
+                    "runs": Field(kind="integer", min=0),
+                },
+            ),
+            "promises": Field(
+                kind="array",
+                required=True,
+                min=1,
+                description="the verdict per promise",
+                items=Field(
+                    kind="table",
+                    open=True,
+                    fields={
+                        "name": Field(kind="string", required=True, min=1),
+                        "verdict": Field(kind="string", required=True, enum=PROMISE_VERDICTS),
+                        "why": Field(kind="string"),
+                        "failures": Field(kind="array", items=_FINDING),
+                        "warnings": Field(kind="array", items=_FINDING),
+                    },
+                ),
+            ),
+            "verdict": Field(kind="string", required=True, enum=CLUSTER_VERDICTS),
+            "verdict_reason": Field(kind="string"),
         },
     ),
 )

@@ -6,17 +6,17 @@ existing single-node path, one pytest per node), then the cross-node checks of
 
 Bounded everywhere: every ssh has ``ConnectTimeout`` and keep-alives (a node that dies mid-command is noticed
 within ~15 s) and a wall-clock limit; a node that cannot be reached, lacks iperf3 or stops answering is one
-error naming the node and the fix, and then no cluster report is written (``cluster.json``/``cluster.md``
-appear together, each renamed into place, only at the end of a complete run).
+error naming the node and the fix, and then no cluster report is written (``cluster.dsse.json`` when signed,
+``cluster.md``, then ``cluster.json``, each renamed into place, only at the end of a complete run:
+:func:`imagesmith.validate.clusterrecord.write_report`).
 """
 
 from __future__ import annotations
 
-import json
 import shlex
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +24,7 @@ from typing import Any
 
 from imagesmith import inputs
 from imagesmith.errors import ConfigError, ParseError, ValidationFailed
-from imagesmith.validate import cluster
+from imagesmith.validate import cluster, clusterrecord
 from imagesmith.validate.nccltransport import judge_transport, parse_nccl_transport
 from imagesmith.validate.nics import (
     FABRICS,
@@ -50,8 +50,8 @@ ALIVE_COUNT = 2
 #: wall-clock limit of a plain probe command (identity, sysfs, tool check)
 PROBE_TIMEOUT_S = 30
 IPERF_PORT = 5201
-CLUSTER_JSON = "cluster.json"
-CLUSTER_MD = "cluster.md"
+CLUSTER_JSON = clusterrecord.CLUSTER_JSON
+CLUSTER_MD = clusterrecord.CLUSTER_MD
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +127,8 @@ class ClusterOptions:
     report_dir: str = "reports/cluster"
     ssh_config: str | None = None
     ssh_identity: str | None = None
+    #: ``--image IMAGE@DIGEST``: the image the run is evidence for (the report's ``image``; signed with it)
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -434,7 +436,8 @@ def _read_logs(options: ClusterOptions) -> list[tuple[str, str]]:
 def _fresh_report_dir(options: ClusterOptions) -> Path:
     report_dir = Path(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (CLUSTER_JSON, CLUSTER_MD):  # an earlier run's verdict never stands beside this run
+    # an earlier run's verdict (or signature) never stands beside this run
+    for stale in (CLUSTER_JSON, CLUSTER_MD, clusterrecord.CLUSTER_ATTESTATION):
         (report_dir / stale).unlink(missing_ok=True)
     return report_dir
 
@@ -545,8 +548,10 @@ def run_cluster(
     *,
     node_suite: Callable[[Node, Path], dict[str, Any]] | None = None,
     echo: Callable[[str], None] = print,
+    sign: Callable[[Mapping[str, Any]], bytes] | None = None,
 ) -> dict[str, Any]:
-    """Every check over *nodes*; the cluster report (dict) written to ``options.report_dir`` at the end."""
+    """Every check over *nodes*; the cluster report (dict) written to ``options.report_dir`` at the end,
+    with its signed envelope when *sign* is given (:func:`imagesmith.validate.clusterrecord.write_report`)."""
     if options.fabric not in FABRICS:
         raise ConfigError(f"--fabric {options.fabric!r}: use one of {', '.join(FABRICS)}")
     logs = _read_logs(options)
@@ -584,10 +589,11 @@ def run_cluster(
     ]
     verdict, reason = _verdict(promises, len(nodes))
     data: dict[str, Any] = {
-        "schema": 1,
-        "kind": "imagesmith cluster report",
+        "schema": clusterrecord.SCHEMA,
+        "kind": clusterrecord.KIND,
         "started": started,
         "seconds": round(time.monotonic() - t0, 1),
+        "image": clusterrecord.image_json(options.image),
         "nodes": [
             {
                 "name": n.name,
@@ -613,17 +619,9 @@ def run_cluster(
         "verdict": verdict,
         "verdict_reason": reason,
     }
-    _write_report(report_dir, data)
+    data["summary"] = clusterrecord.summary_json(data)
+    clusterrecord.write_report(report_dir, data, render_markdown(data), sign=sign)
     return data
-
-
-def _write_report(report_dir: Path, data: dict[str, Any]) -> None:
-    from imagesmith.validate.container import write_report_file
-
-    write_report_file(report_dir, CLUSTER_MD, render_markdown(data).encode())
-    write_report_file(
-        report_dir, CLUSTER_JSON, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode()
-    )
 
 
 def _safe(name: str) -> str:
@@ -632,6 +630,8 @@ def _safe(name: str) -> str:
 
 def render_markdown(data: dict[str, Any]) -> str:
     lines = [f"# Cluster validation: {data['verdict'].upper()}", "", data["verdict_reason"], ""]
+    if data.get("image"):
+        lines += [f"Image: `{data['image']['reference']}`", ""]
     lines += ["## Promises", "", "| promise | verdict |", "|---|---|"]
     lines += [f"| {p['name']} | {p['verdict']} |" for p in data["promises"]]
     problems = [(p["name"], f) for p in data["promises"] for f in p["failures"]]

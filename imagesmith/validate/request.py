@@ -74,6 +74,8 @@ class ValidateRequest:
     baseline_figure: Sequence[str] = ()
     baseline_from: str | None = None
     baseline_fleet: str | None = None
+    #: several nodes: the cluster run signs its own report (imagesmith.commands.cluster), not this request
+    cluster: bool = False
 
 
 #: ``--baseline-from INDEX`` / ``--baseline-fleet JSON`` (and the baseline's source) → the fleet groups and
@@ -217,7 +219,7 @@ def _target_rules(r: ValidateRequest, echo: Callable[[str], Any]) -> tuple[Targe
             "validated",
             hint="drop the @sha256:… part; to validate an exact digest, pass IMAGE@sha256:… as TARGET",
         )
-    signer = _signer(t, r.sign_key, echo)
+    signer = None if r.cluster else _signer(t, r.sign_key, echo)
     if t.kind != "image" and (r.shm_size or r.gpus != "auto"):
         raise ConfigError("--shm-size and --gpus apply only when TARGET is an image")
     if t.kind != "ssh" and (r.ssh_config or r.ssh_identity):

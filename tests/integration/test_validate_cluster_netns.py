@@ -18,7 +18,8 @@ nodes given the same boot_id file — what containers of one host really show.
 - n2 killed (sshd stopped, link down) once the bandwidth step has started: exit 7 naming n2, no report;
 - n3's sshd stopped before the run: exit 2 naming n3 with the fix, before any check; a node whose PATH
   has no iperf3: exit 2 naming it with the install command.
-- the per-node suite (one check: no GPU, no torch here) on all three at once, each bundle under nodes/.
+- the per-node suite (one check: no GPU, no torch here) on all three at once, each bundle under nodes/;
+- with --image and --sign-key, the cluster report names the digest and is signed (what release reads).
 """
 
 from __future__ import annotations
@@ -100,6 +101,38 @@ def test_three_healthy_nodes_pass(cluster: Cluster, tmp_path: Path) -> None:
     }
     assert all(p["ok"] and p["forward_gbps"] > 0.14 and p["reverse_gbps"] > 0.14 for p in bw["pairs"])
     assert (tmp_path / "cluster.md").read_text().startswith("# Cluster validation: PASSED")
+
+
+def test_a_signed_cluster_report_names_the_image_and_release_reads_it(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """--image and --sign-key: cluster.dsse.json beside cluster.json attests the digest, with the summary, and
+    the release's reader verifies it (these nodes list no GPU, so release's step would refuse it as evidence:
+    tests/unit/test_release_cluster.py)."""
+    from imagesmith import signing
+    from imagesmith.release.evidence import collect_cluster_reports
+    from imagesmith.validate import clusterrecord
+
+    key = signing.generate_key()
+    key_file = tmp_path / "runner.key"
+    key_file.write_bytes(key.private_pem())
+    key_file.chmod(0o600)
+    digest = "sha256:" + "c" * 64
+    report = tmp_path / "r"
+    r = cluster.validate(
+        report, "--no-bandwidth", "--image", f"reg.example/t@{digest}", "--sign-key", str(key_file)
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"signed: {report / 'cluster.dsse.json'} (attests reg.example/t@{digest}" in r.stdout
+    data = _report(report)
+    assert data["image"] == {"reference": f"reg.example/t@{digest}", "digest": digest}
+    assert data["summary"] == {"nodes": 3, "gpus_per_node": 0, "fabric": "ethernet", "verdict": "passed"}
+    (found,) = collect_cluster_reports([report], [key.public])
+    assert found.signed is not None
+    assert found.signed.digest == digest
+    assert found.signed.report == clusterrecord.ClusterReport.parse(
+        (report / "cluster.json").read_bytes(), source="c"
+    )
 
 
 def test_a_rate_limited_link_fails_naming_the_pair(cluster: Cluster, tmp_path: Path) -> None:

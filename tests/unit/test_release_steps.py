@@ -148,6 +148,7 @@ def test_the_release_of_a_cell_is_these_named_steps_in_this_order() -> None:
         "find candidate",
         "collect evidence",
         "check evidence",
+        "check cluster evidence",
         "scan gate",
         "signed SBOM",
         "read image",
