@@ -30,12 +30,16 @@ from imagesmith.validate.nics import (
     FABRICS,
     GDR_COMMAND,
     SYSFS_COMMAND,
+    TOPO_COMMAND,
     Fabric,
     Finding,
+    judge_affinity,
     judge_gdr,
     judge_nics,
     parse_gdr,
     parse_sysfs_dump,
+    parse_topo,
+    topo_skip_reason,
 )
 from imagesmith.validate.target import parse_target
 
@@ -492,6 +496,27 @@ def _gdr_promise(ssh: Ssh, nodes: Sequence[Node]) -> tuple[Promise, dict[str, di
     return _promise("GPUDirect RDMA", failures, []), gdr
 
 
+def _affinity_promise(ssh: Ssh, nodes: Sequence[Node]) -> Promise:
+    """Each GPU's nearest NIC (``nvidia-smi topo -m``), judged where GPUDirect RDMA is declared. A node
+    without nvidia-smi is not checked, with the reason, never passed."""
+    failures: list[Finding] = []
+    skipped: list[str] = []
+    for n, out in zip(nodes, _probe_all(ssh, nodes, TOPO_COMMAND, "the NIC-GPU affinity probe"), strict=True):
+        try:
+            topo = parse_topo(out, source=f"{n.name} nvidia-smi topo -m")
+        except ParseError as exc:
+            raise exc.replace(host=n.name) from None
+        if topo is None:
+            skipped.append(f"{n.name}: {topo_skip_reason(out)}")
+        else:
+            failures += judge_affinity(n.name, topo)
+    if failures or not skipped:
+        return Promise(
+            "NIC-GPU affinity", "failed" if failures else "passed", failures, why="; ".join(skipped)
+        )
+    return Promise("NIC-GPU affinity", "not checked", why="; ".join(skipped))
+
+
 def _transport_promise(logs: list[tuple[str, str]], options: ClusterOptions) -> Promise:
     if not logs:
         return Promise("NCCL transport", "not checked", why="no --nccl-log given")
@@ -556,7 +581,7 @@ def run_cluster(
     gdr: dict[str, dict[str, Any]] = {}
     if options.expect_gdr:
         gdr_promise, gdr = _gdr_promise(ssh, nodes)
-        promises.append(gdr_promise)
+        promises += [gdr_promise, _affinity_promise(ssh, nodes)]
     bw: dict[str, Any] = {"pairs": [], "runs": 0}
     if options.bandwidth:
         echo(f"cluster: node-to-node bandwidth, {cluster.planned_runs(len(nodes))} pair run(s) in pass 1")

@@ -8,6 +8,8 @@ the verdict, so unit tests replay captures of real hosts (tests/data/validate/cl
 source). The sysfs files are the kernel's stable ABI (Documentation/ABI/stable/sysfs-class-infiniband):
 ``state`` ``4: ACTIVE``, ``phys_state`` ``5: LinkUp``, ``rate`` ``200 Gb/sec (4X HDR)``, ``link_layer``
 ``InfiniBand`` or ``Ethernet`` (RoCE), ``gids/N`` and ``gid_attrs/types/N`` (``IB/RoCE v1``, ``RoCE v2``).
+Also GPUDirect RDMA readiness (:func:`judge_gdr`) and each GPU's nearest NIC from ``nvidia-smi topo -m``
+(:func:`parse_topo`, :func:`judge_affinity`).
 """
 
 from __future__ import annotations
@@ -374,3 +376,136 @@ def judge_gdr(node: str, g: GdrReadiness) -> list[Finding]:
             "host memory",
         )
     ]
+
+
+# -----------------------------------------------------------------------------------------------------------
+# NIC↔GPU affinity (``nvidia-smi topo -m``)
+
+#: what a node runs: the topology matrix, or a ``#`` line saying why there is none (no nvidia-smi, or it
+#: failed: no driver); never a non-zero exit, so a node without GPUs is an answer, not a lost node
+TOPO_COMMAND = (
+    "if command -v nvidia-smi >/dev/null 2>&1; then "
+    "nvidia-smi topo -m 2>&1 || echo '# nvidia-smi topo -m failed'; "
+    "else echo '# no nvidia-smi'; fi"
+)
+#: the GPU↔NIC paths that keep both on one PCIe switch tree: NCCL's default ``NCCL_NET_GDR_LEVEL`` is PXB,
+#: so beyond it (PHB, NODE, SYS) NCCL moves that GPU's network data through host memory, not GPUDirect RDMA
+GDR_PATHS = ("PIX", "PXB")
+_PATHS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS", "SOC")  # nearest first; SOC: old drivers' SYS
+_NV_RE = re.compile(r"^NV[0-9]{1,3}$", re.ASCII)
+_GPU_RE = re.compile(r"^GPU([0-9]{1,3})$", re.ASCII)
+_NICK_RE = re.compile(r"^NIC[0-9]{1,3}$", re.ASCII)
+_NIC_NAME_RE = re.compile(r"^(?:mlx[0-9]_[A-Za-z0-9_]{1,40}|[a-z][A-Za-z0-9_.-]{0,40}_[0-9]{1,4})$", re.ASCII)
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]{0,12}m", re.ASCII)
+_LEGEND_RE = re.compile(r"^\s*(NIC[0-9]{1,3}):\s*([A-Za-z0-9_.-]{1,64})\s*$", re.ASCII)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    """GPU rows × NIC columns of ``nvidia-smi topo -m``: ``paths[g][k]`` is GPU *g*'s path to ``nics[k]``."""
+
+    gpus: tuple[int, ...]
+    nics: tuple[str, ...]  # RDMA device names (mlx5_0) once the NIC Legend is read
+    paths: tuple[tuple[str, ...], ...]
+
+
+def parse_topo(text: str, *, source: str = "nvidia-smi topo -m") -> Topology | None:
+    """The matrix, or None where :data:`TOPO_COMMAND` said there is none. Columns are ``NIC<k>`` named by
+    the "NIC Legend" (recent drivers; a capture without any legend keeps ``NIC<k>``) or the device names
+    themselves (older drivers). A cut or
+    foreign capture is a :class:`ParseError` naming the field: no header, a GPU row with fewer cells than
+    columns, a cell that is no topology path, a ``NIC<k>`` the legend does not name."""
+    lines = [_ANSI_RE.sub("", ln).rstrip() for ln in text.splitlines()]  # the header is underlined
+    if any(ln.startswith("# no nvidia-smi") or ln.startswith("# nvidia-smi topo -m failed") for ln in lines):
+        return None
+    header_at = next(
+        (i for i, ln in enumerate(lines) if ln.split()[:1] == ["GPU0"] and ln[:1].isspace()), None
+    )
+    if header_at is None:
+        raise ParseError(f"{source}: no matrix header (a line of GPU0 … columns)", field="topo header")
+    columns = lines[header_at].split()
+    nic_at = [i for i, c in enumerate(columns) if _NICK_RE.match(c) or _NIC_NAME_RE.match(c)]
+    legend = {m.group(1): m.group(2) for ln in lines if (m := _LEGEND_RE.match(ln))}
+    names = []
+    for i in nic_at:
+        name = columns[i]
+        if _NICK_RE.match(name) and legend:  # no legend at all (a quote that left it out): NIC<k> stays
+            if name not in legend:
+                raise ParseError(
+                    f"{source}: NIC column {name} has no line in the NIC Legend (a cut capture?)",
+                    field="NIC Legend",
+                )
+            name = legend[name]
+        names.append(name)
+    gpus: list[int] = []
+    paths: list[tuple[str, ...]] = []
+    for ln in lines[header_at + 1 :]:
+        cells = ln.split()
+        m = _GPU_RE.match(cells[0]) if cells else None
+        if m is None:
+            if cells and (cells[0].startswith("NIC") or cells[0].startswith("mlx") or cells[0] == "Legend:"):
+                break  # the NIC rows and the legend follow the GPU rows
+            continue
+        gpu = m.group(1)
+        if nic_at and len(cells) < nic_at[-1] + 2:
+            raise ParseError(
+                f"{source}: GPU{gpu} row has {len(cells) - 1} cells, {len(columns)} columns (a cut capture?)",
+                field=f"GPU{gpu} row",
+            )
+        row = tuple(cells[i + 1] for i in nic_at)
+        for col, cell in zip(names, row, strict=True):
+            if cell not in _PATHS and not _NV_RE.match(cell):
+                raise ParseError(
+                    f"{source}: GPU{gpu} to {col}: {cell[:20]!r} is no topology path "
+                    f"({'/'.join(_PATHS)} or NV<n>)",
+                    field=f"GPU{gpu} {col}",
+                )
+        gpus.append(int(gpu))
+        paths.append(row)
+    if not gpus:
+        raise ParseError(f"{source}: a header but no GPU row (a cut capture?)", field="GPU rows")
+    return Topology(gpus=tuple(gpus), nics=tuple(names), paths=tuple(paths))
+
+
+def topo_skip_reason(text: str) -> str:
+    """Why :data:`TOPO_COMMAND` printed no matrix (for a report's "not checked")."""
+    if "# no nvidia-smi" in text:
+        return "no nvidia-smi on the node"
+    said = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")), "")
+    return f"nvidia-smi topo -m failed: {said[:160] or 'it said nothing'}"
+
+
+def _rank(path: str) -> int:
+    return 0 if _NV_RE.match(path) else _PATHS.index(path)
+
+
+def judge_affinity(node: str, topo: Topology) -> list[Finding]:
+    """With GPUDirect RDMA declared, each GPU needs a NIC at PIX or PXB (one PCIe switch tree). A GPU whose
+    nearest NIC is PHB, NODE or SYS fails naming the GPU index and that NIC: NCCL's default GDR level (PXB)
+    sends its network traffic through host memory, so the GPUDirect promise is not kept for it. No NIC in
+    the matrix at all fails once, naming the node."""
+    if not topo.nics:
+        return [
+            Finding(
+                subject=node,
+                kind="no nic in topology",
+                message=f"{node}: nvidia-smi topo -m shows no NIC next to the {len(topo.gpus)} GPU(s)",
+                fix="the RDMA NICs are not visible to the driver here (not passed into the container/VM?)",
+            )
+        ]
+    out = []
+    for gpu, row in zip(topo.gpus, topo.paths, strict=True):
+        best = min(range(len(row)), key=lambda k: _rank(row[k]))
+        if row[best] in GDR_PATHS or _NV_RE.match(row[best]):
+            continue
+        out.append(
+            Finding(
+                subject=f"{node} GPU{gpu}",
+                kind="nic far from gpu",
+                message=f"{node} GPU{gpu}: nearest NIC {topo.nics[best]} is {row[best]} (PIX or PXB needed "
+                "for GPUDirect RDMA)",
+                fix="NCCL will stage this GPU's network traffic through host memory; ask for a host whose "
+                "GPUs each share a PCIe switch with a NIC (or raise NCCL_NET_GDR_LEVEL knowingly)",
+            )
+        )
+    return out

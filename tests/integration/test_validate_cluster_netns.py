@@ -218,6 +218,10 @@ def test_a_socket_only_nccl_log_fails_where_ib_is_declared(cluster: Cluster, tmp
     assert [(f["kind"], f["subject"]) for f in gdr_failures] == [
         ("no nvidia driver", n.label) for n in cluster.nodes
     ]
+    # and no nvidia-smi: NIC-GPU affinity is not checked, each node named with the reason (never passed)
+    affinity = _promise(_report(tmp_path / "gdr"), "NIC-GPU affinity")
+    assert affinity["verdict"] == "not checked"
+    assert affinity["why"] == "; ".join(f"{n.label}: no nvidia-smi on the node" for n in cluster.nodes)
 
 
 def test_a_node_that_dies_mid_run_is_named_and_no_report_is_written(cluster: Cluster, tmp_path: Path) -> None:
