@@ -200,7 +200,7 @@ def host_report(
         "target": image,
         "started": str(claim.get("started") or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())),
         "duration_s": claim.get("duration_s", container.get("duration_s", 0.0)),
-        "options": asdict(options),
+        "options": options.recorded(),
         "gpus": claim.get("gpus") or [],
         "checks": [asdict(c) for c in checks],
         "warnings": warnings,

@@ -49,6 +49,8 @@ class SuiteOptions:
     shm_min_bytes: int = 1024**3
     shm_min_source: str = "imagesmith default (1 GiB)"
     report_dir: str = "reports/validate"
+    #: where the bundle is put when the run ends, when ``report_dir`` is its temp folder beside it (validate)
+    bundle_dir: str = ""
     python: str = "python3"
     nccl_tests: str | None = None
     nccl_rounds: int = 3
@@ -88,6 +90,12 @@ class SuiteOptions:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
+
+    def recorded(self) -> dict[str, Any]:
+        """The options as the report records them: the folder the bundle ends up in, not its temp folder."""
+        fields = asdict(self)
+        fields["report_dir"] = fields.pop("bundle_dir") or self.report_dir
+        return fields
 
     @classmethod
     def from_json(cls, text: str) -> SuiteOptions:

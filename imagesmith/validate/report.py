@@ -180,7 +180,7 @@ def write_bundle(
         "target": options.target_label or options.target,
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": round(finished - started, 1),
-        "options": asdict(options),
+        "options": options.recorded(),
         # the GPU inventory as a field (schema 2): what release records as "validated on"
         "gpus": gpus_json(getattr(gpu_facts, "gpus", None) or []),
         "checks": [asdict(c) for c in checks],

@@ -12,8 +12,10 @@ when a run starts.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import re
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -354,18 +356,42 @@ def validate(
 ) -> ValidateResult:
     """Run the suite the request asks for (*p*: what :func:`prepare` made of it), on the host or in the image
     (``validate/container.py``), sign the evidence when a key is given, and say what it found."""
-    from imagesmith.attestation import ATTESTATION_FILE
     from imagesmith.validate.record import soak_sentence_of
+    from imagesmith.validate.staging import publish, staging_dir
+
+    t, subject = p.target, p.subject
+    final = Path(p.options.report_dir)
+    staging = staging_dir(final)
+    options = dataclasses.replace(p.options, report_dir=str(staging), bundle_dir=str(final))
+    try:
+        data = _run(request, p, options, echo)
+        if p.signer is not None and subject is not None:
+            _attest(t.spec, subject, data, staging, p.signer, echo)
+    except BaseException:  # an error, Ctrl-C: nothing replaces the bundle a folder already holds
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    publish(staging, final)
+    return ValidateResult(
+        target_label=options.target_label,
+        verdict=str(data["verdict"]),
+        reason=str(data["verdict_reason"]),
+        cause=str(data.get("verdict_cause") or ""),
+        report=final / "report.md",
+        soak_sentence=soak_sentence_of(data.get("checks") or []),
+        data=data,
+    )
+
+
+def _run(
+    request: ValidateRequest, p: Prepared, options: SuiteOptions, echo: Callable[[str], Any]
+) -> dict[str, Any]:
     from imagesmith.validate.runner import run_suite
 
-    t, options, subject = p.target, p.options, p.subject
-    data: dict[str, Any]
-    # an attestation of an earlier run never stands beside this run's report (release reads the pair)
-    (Path(options.report_dir) / ATTESTATION_FILE).unlink(missing_ok=True)
+    t, subject = p.target, p.subject
     if t.kind == "image":
         from imagesmith.validate.container import run_in_image
 
-        data = run_in_image(
+        return run_in_image(
             t.spec,
             options,
             select=request.select,
@@ -375,19 +401,7 @@ def validate(
             echo=echo,
             subject=(subject[1], subject[2]) if subject is not None else None,
         )
-    else:
-        data = run_suite(options, select=request.select)
-    if p.signer is not None and subject is not None:
-        _attest(t.spec, subject, data, Path(options.report_dir), p.signer, echo)
-    return ValidateResult(
-        target_label=options.target_label,
-        verdict=str(data["verdict"]),
-        reason=str(data["verdict_reason"]),
-        cause=str(data.get("verdict_cause") or ""),
-        report=Path(options.report_dir) / "report.md",
-        soak_sentence=soak_sentence_of(data.get("checks") or []),
-        data=data,
-    )
+    return run_suite(options, select=request.select)
 
 
 def _writable_report_dir(path: Path) -> None:
@@ -397,6 +411,9 @@ def _writable_report_dir(path: Path) -> None:
     """
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--report {path}: exists and is not a folder", hint="give a folder for the bundle")
+    from imagesmith.validate.staging import check_replaceable
+
+    check_replaceable(path)
     missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
