@@ -15,7 +15,6 @@ import contextlib
 import dataclasses
 import json
 import re
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -357,7 +356,7 @@ def validate(
     """Run the suite the request asks for (*p*: what :func:`prepare` made of it), on the host or in the image
     (``validate/container.py``), sign the evidence when a key is given, and say what it found."""
     from imagesmith.validate.record import soak_sentence_of
-    from imagesmith.validate.staging import publish, staging_dir
+    from imagesmith.validate.staging import discard, publish, staging_dir
 
     t, subject = p.target, p.subject
     final = Path(p.options.report_dir)
@@ -368,7 +367,7 @@ def validate(
         if p.signer is not None and subject is not None:
             _attest(t.spec, subject, data, staging, p.signer, echo)
     except BaseException:  # an error, Ctrl-C: nothing replaces the bundle a folder already holds
-        shutil.rmtree(staging, ignore_errors=True)
+        discard(staging, final)
         raise
     publish(staging, final)
     return ValidateResult(

@@ -7,6 +7,7 @@ step (``renameat2(RENAME_EXCHANGE)`` where the kernel has it, else moved aside f
 every instant DIR is the old whole bundle or the new whole one (absent, on a first run). On an error or an
 abort the temp folder is removed and DIR is left as it was; a run killed outright leaves its temp folder,
 which the next run into that parent removes (its pid, in the name, is gone; a live run's are left alone).
+A report folder that is a mount point (the scratch folder inside an image) is filled in place.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ def check_replaceable(path: Path) -> None:
 
 
 def staging_dir(final: Path) -> Path:
-    """A new, empty temp folder beside *final*, after removing the leftovers of dead runs in that parent."""
+    """A new, empty temp folder beside *final*, after removing the leftovers of dead runs in that parent;
+    *final* itself when it is a mount point (a mount cannot be renamed: the scratch folder the host
+    bind-mounts into an image, which the host copies files out of and writes the bundle from itself)."""
+    if os.path.ismount(final):
+        return final
     parent = final.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
     remove_dead_leftovers(parent)
@@ -71,6 +76,8 @@ def remove_dead_leftovers(parent: Path) -> list[Path]:
 
 def publish(staging: Path, final: Path) -> None:
     """Put the filled *staging* folder in place as *final*, replacing a bundle *final* holds."""
+    if staging == final:  # a mount point, filled in place
+        return
     final = final.absolute()
     if not final.exists():
         staging.rename(final)
@@ -82,6 +89,12 @@ def publish(staging: Path, final: Path) -> None:
         final.rename(aside)
         staging.rename(final)
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def discard(staging: Path, final: Path) -> None:
+    """Remove the temp folder of a run that ends without a verdict: *final* stays as it was."""
+    if staging != final:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _exchange(a: Path, b: Path) -> bool:

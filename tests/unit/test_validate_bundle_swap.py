@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from imagesmith.errors import ValidationFailed
-from imagesmith.validate import runner
+from imagesmith.validate import runner, staging
 from imagesmith.validate.context import SuiteOptions
 
 OLD = {"report.json": '{"verdict": "passed", "old": true}\n', "report.md": "# old\n", "old.log": "old\n"}
@@ -100,6 +100,19 @@ def test_the_report_records_the_bundle_folder_not_its_temp_folder() -> None:
     assert recorded["report_dir"] == "reports/run"
     assert "bundle_dir" not in recorded
     assert SuiteOptions(report_dir="reports/run").recorded()["report_dir"] == "reports/run"
+
+
+def test_a_mount_point_is_filled_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The scratch folder bind-mounted into an image (``--report /imagesmith-report``) cannot be renamed."""
+    mount = tmp_path / "imagesmith-report"
+    mount.mkdir()
+    monkeypatch.setattr(staging.os.path, "ismount", lambda p: Path(p) == mount)
+    assert staging.staging_dir(mount) == mount
+    (mount / "report.json").write_text("{}\n")
+    staging.publish(mount, mount)
+    staging.discard(mount, mount)
+    assert _files(mount) == {"report.json": "{}\n"}
+    assert _leftovers(tmp_path) == []
 
 
 #: nvidia-smi that says it was called and then hangs: validate is killed while its suite runs
