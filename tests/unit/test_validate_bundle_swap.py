@@ -106,7 +106,7 @@ def test_a_mount_point_is_filled_in_place(tmp_path: Path, monkeypatch: pytest.Mo
     """The scratch folder bind-mounted into an image (``--report /imagesmith-report``) cannot be renamed."""
     mount = tmp_path / "imagesmith-report"
     mount.mkdir()
-    monkeypatch.setattr(staging.os.path, "ismount", lambda p: Path(p) == mount)
+    monkeypatch.setattr(os.path, "ismount", lambda p: Path(p) == mount)
     assert staging.staging_dir(mount) == mount
     (mount / "report.json").write_text("{}\n")
     staging.publish(mount, mount)
