@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -416,9 +417,11 @@ def _writable_report_dir(path: Path) -> None:
     missing = [p for p in (path, *path.parents) if not p.exists()]
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".imagesmith-write-test"
-        probe.write_text("")
-        probe.unlink()
+        # the bundle is filled in a temp folder beside it (validate/staging.py): its parent is written too
+        for folder in {path, path if os.path.ismount(path) else path.absolute().parent}:
+            probe = folder / f".imagesmith-write-test-{os.getpid()}"
+            probe.write_text("")
+            probe.unlink()
     except OSError as exc:
         raise ConfigError(
             f"--report {path}: cannot write the evidence bundle there ({exc.strerror or exc})",
