@@ -365,12 +365,14 @@ def validate(
     options = dataclasses.replace(p.options, report_dir=str(staging), bundle_dir=str(final))
     try:
         data = _run(request, p, options, echo)
-        if p.signer is not None and subject is not None:
-            _attest(t.spec, subject, data, staging, p.signer, echo)
     except BaseException:  # an error, Ctrl-C: nothing replaces the bundle a folder already holds
         discard(staging, final)
         raise
-    publish(staging, final)
+    try:
+        if p.signer is not None and subject is not None:
+            _attest(t.spec, subject, data, staging, p.signer, echo)
+    finally:  # a verdict: the bundle goes in place, unsigned when signing refused (the report is no evidence)
+        publish(staging, final)
     return ValidateResult(
         target_label=options.target_label,
         verdict=str(data["verdict"]),

@@ -27,7 +27,7 @@ from imagesmith.errors import ConfigError
 _LEFTOVER = re.compile(r"\..+\.(?:tmp|old)-([0-9]+)-[0-9a-f]+", flags=re.ASCII)
 
 #: files that mark a folder as an evidence bundle (what a rerun may replace whole)
-BUNDLE_FILES = ("report.json", "report.md", "junit.xml")
+BUNDLE_FILES = ("report.json", "report.md", "junit.xml", "attestation.dsse.json")
 
 
 def check_replaceable(path: Path) -> None:
