@@ -255,7 +255,7 @@ def run_suite(options: SuiteOptions, *, select: str | None = None) -> dict[str, 
         raise ValidationFailed(
             f"the validation suite did not finish (pytest exit code {returncode}); no report was "
             f"written to "
-            f"{report_dir}",
+            f"{options.bundle_dir or report_dir}",
             hint="read the pytest output above; a target that cannot be reached is the usual cause",
         )
     data: dict[str, Any] = json.loads(report_json.read_text())

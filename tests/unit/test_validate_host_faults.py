@@ -566,21 +566,24 @@ def test_expect_gpu_memory_of_other_gpus(expect: str, name: str, mib: int, ok: b
 def test_suite_that_dies_leaves_no_earlier_verdict(
     host: Path, run_cli: Callable[..., Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A second run into the same folder whose suite is killed (the OOM killer takes pytest): exit 7, and
-    neither report.json nor report.md of the first run is left to say otherwise."""
+    """A second run into the same folder whose suite is killed (the OOM killer takes pytest): exit 7, no
+    verdict of its own, and the folder is the first run's whole bundle, untouched (issue 37 item 5: the
+    bundle is put in place only when a run ends with a verdict; before, the first run's two files were
+    removed and the rest of its bundle left)."""
     from imagesmith.validate import runner
 
     report = tmp_path / "report"
     r = run_cli("validate", "local://", "-k", GPU_CHECKS, "--report", str(report))
     assert (report / "report.md").is_file()
+    first = {p.name: p.read_bytes() for p in report.iterdir()}
     monkeypatch.setattr(
         runner, "pytest_argv", lambda *a, **k: [sys.executable, "-c", "import os; os._exit(137)"]
     )
     r = run_cli("validate", "local://", "-k", GPU_CHECKS, "--report", str(report))
     assert r.exit_code == 7
-    assert "did not finish (pytest exit code 137)" in r.stderr
-    assert not (report / "report.json").exists()
-    assert not (report / "report.md").exists()
+    assert f"did not finish (pytest exit code 137); no report was written to {report}" in r.stderr
+    assert {p.name: p.read_bytes() for p in report.iterdir()} == first
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
 
 
 @pytest.mark.parametrize(
