@@ -29,7 +29,7 @@ from imagesmith.tags import cosign_attestation_tag
 
 if TYPE_CHECKING:
     from imagesmith.registry import RegistryApi
-    from imagesmith.signing import PublicKey, SigningKey
+    from imagesmith.signing import PublicKey, SigningKey, Statement, Verified
 
 #: the file ``imagesmith validate --sign-key`` writes beside report.json (one DSSE envelope, JSON)
 ATTESTATION_FILE: Final[str] = "attestation.dsse.json"
@@ -108,22 +108,30 @@ class Attested:
     envelope: bytes
 
 
+def verified_statement(
+    envelope: bytes, trusted: Sequence[PublicKey], predicate_type: str, *, where: str = ""
+) -> tuple[Statement, Verified, list[str]]:
+    """The in-toto statement *envelope* carries, its signature verified against *trusted* and its predicate of
+    *predicate_type*; with the verification and the statement's subject digests, sorted. ``SignatureError``
+    otherwise (altered, unknown key, another predicate), its message after *where*."""
+    from imagesmith import signing
+
+    verified = signing.verify_envelope(envelope, trusted, payload_type=signing.INTOTO_PAYLOAD_TYPE)
+    st = signing.parse_statement(verified.payload)
+    if st.predicate_type != predicate_type:
+        raise SignatureError(
+            f"{where}the signed statement's predicateType is {st.predicate_type!r}, not {predicate_type!r}"
+        )
+    return st, verified, sorted({d for _, d in st.subjects})
+
+
 def verify_validation(
     envelope: bytes, trusted: Sequence[PublicKey], *, digest: str | None = None
 ) -> Attested:
     """Verify a validation envelope against *trusted*; with *digest*, the statement must be about it.
 
     Raises ``SignatureError`` naming why not (altered, unknown key, another digest, another predicate)."""
-    from imagesmith import signing
-
-    verified = signing.verify_envelope(envelope, trusted, payload_type=signing.INTOTO_PAYLOAD_TYPE)
-    st = signing.parse_statement(verified.payload)
-    if st.predicate_type != VALIDATION_PREDICATE_TYPE:
-        raise SignatureError(
-            f"the signed statement's predicateType is {st.predicate_type!r}, "
-            f"not {VALIDATION_PREDICATE_TYPE!r}"
-        )
-    subjects = sorted({d for _, d in st.subjects})
+    st, verified, subjects = verified_statement(envelope, trusted, VALIDATION_PREDICATE_TYPE)
     if digest is not None and digest not in subjects:
         raise SignatureError(
             f"the signed statement is about {', '.join(subjects)}, not {digest} "

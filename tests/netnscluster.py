@@ -11,6 +11,7 @@ namespace's name: N kernels as far as anything started over ssh can see.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -269,3 +270,19 @@ def nccl_tests_standin(
     (folder / "transport").write_text((DATA / "cluster" / transport).read_text())
     (folder / "delay").write_text(f"{delay}\n")
     return folder
+
+
+def cluster_report(path: Path) -> dict[str, object]:
+    """The cluster.json a run wrote into *path*."""
+    data: dict[str, object] = json.loads((path / "cluster.json").read_text())
+    return data
+
+
+def promise(data: dict[str, object], name: str) -> dict[str, object]:
+    """The promise *name* of a cluster report (an assertion error listing the names it has otherwise)."""
+    promises = data["promises"]
+    assert isinstance(promises, list)
+    found = [p for p in promises if p["name"] == name]
+    assert found, [p["name"] for p in promises]
+    p: dict[str, object] = found[0]
+    return p

@@ -237,16 +237,11 @@ def verify_report(envelope: bytes, trusted: Sequence[PublicKey], *, source: str)
     """Verify a cluster envelope against *trusted* (SignatureError naming why not: altered, unknown key,
     another predicate, not one digest), then read the report it carries (ConfigError naming the field) and
     check that the report names the digest the statement is about (``image.digest``)."""
-    from imagesmith import signing
+    from imagesmith.attestation import verified_statement
 
-    verified = signing.verify_envelope(envelope, trusted, payload_type=signing.INTOTO_PAYLOAD_TYPE)
-    st = signing.parse_statement(verified.payload)
-    if st.predicate_type != CLUSTER_PREDICATE_TYPE:
-        raise SignatureError(
-            f"{source}: the signed statement's predicateType is {st.predicate_type!r}, not "
-            f"{CLUSTER_PREDICATE_TYPE!r}"
-        )
-    subjects = sorted({d for _, d in st.subjects})
+    st, verified, subjects = verified_statement(
+        envelope, trusted, CLUSTER_PREDICATE_TYPE, where=f"{source}: "
+    )
     if len(subjects) != 1:
         raise SignatureError(
             f"{source}: the signed statement names {len(subjects)} digests; a cluster names one"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.netnscluster import Cluster, NetnsError, netns_cluster
+from tests.netnscluster import Cluster, NetnsError, cluster_report, netns_cluster, promise
 from tests.repo import REPO
 
 pytestmark = pytest.mark.netns
@@ -65,24 +65,10 @@ def cluster(netns: Cluster) -> Iterator[Cluster]:
             netns.start(n)
 
 
-def _report(path: Path) -> dict[str, object]:
-    data: dict[str, object] = json.loads((path / "cluster.json").read_text())
-    return data
-
-
-def _promise(data: dict[str, object], name: str) -> dict[str, object]:
-    promises = data["promises"]
-    assert isinstance(promises, list)
-    found = [p for p in promises if p["name"] == name]
-    assert found, [p["name"] for p in promises]
-    p: dict[str, object] = found[0]
-    return p
-
-
 def test_three_healthy_nodes_pass(cluster: Cluster, tmp_path: Path) -> None:
     r = cluster.validate(tmp_path, "--link-gbps", "0.2", "--iperf-seconds", "2")
     assert r.returncode == 0, r.stdout + r.stderr
-    data = _report(tmp_path)
+    data = cluster_report(tmp_path)
     assert data["verdict"] == "passed"
     nodes = data["nodes"]
     assert isinstance(nodes, list)
@@ -124,7 +110,7 @@ def test_a_signed_cluster_report_names_the_image_and_release_reads_it(
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"signed: {report / 'cluster.dsse.json'} (attests reg.example/t@{digest}" in r.stdout
-    data = _report(report)
+    data = cluster_report(report)
     assert data["image"] == {"reference": f"reg.example/t@{digest}", "digest": digest}
     assert data["summary"] == {"nodes": 3, "gpus_per_node": 0, "fabric": "ethernet", "verdict": "passed"}
     (found,) = collect_cluster_reports([report], [key.public])
@@ -164,14 +150,14 @@ def test_a_rate_limited_link_fails_naming_the_pair(cluster: Cluster, tmp_path: P
     assert r.returncode == 7, r.stdout + r.stderr
     pair = f"{n1.label}↔{n2.label}"
     assert pair in r.stderr
-    data = _report(tmp_path)
-    bw = _promise(data, "node-to-node bandwidth")
+    data = cluster_report(tmp_path)
+    bw = promise(data, "node-to-node bandwidth")
     assert bw["verdict"] == "failed"
     failures = bw["failures"]
     assert isinstance(failures, list)
     assert [(f["kind"], f["subject"]) for f in failures] == [("pair slow", pair)]
     assert f"{n1.label}→{n2.label}" in failures[0]["message"]
-    assert _promise(data, "distinct machines")["verdict"] == "passed"
+    assert promise(data, "distinct machines")["verdict"] == "passed"
     bandwidth = data["bandwidth"]
     assert isinstance(bandwidth, dict)
     assert bandwidth["runs"] == 5  # the ring's 3, then n1 and n2 each against n3
@@ -185,7 +171,7 @@ def test_a_node_sharing_anothers_kernel_fails_naming_both(cluster: Cluster, tmp_
     finally:
         cluster.start(n3, boot_id=str(uuid.uuid4()))
     assert r.returncode == 7, r.stdout + r.stderr
-    p = _promise(_report(tmp_path), "distinct machines")
+    p = promise(cluster_report(tmp_path), "distinct machines")
     failures = p["failures"]
     assert isinstance(failures, list)
     assert [(f["kind"], f["subject"]) for f in failures] == [("same machine", f"{n1.label} and {n3.label}")]
@@ -196,14 +182,14 @@ def test_a_socket_only_nccl_log_fails_where_ib_is_declared(cluster: Cluster, tmp
     log = FIXTURES / "nccl-socket-fallback.log"
     r = cluster.validate(tmp_path, "--no-bandwidth", "--fabric", "ib", "--nccl-log", str(log))
     assert r.returncode == 7, r.stdout + r.stderr
-    data = _report(tmp_path)
-    t = _promise(data, "NCCL transport")
+    data = cluster_report(tmp_path)
+    t = promise(data, "NCCL transport")
     failures = t["failures"]
     assert isinstance(failures, list)
     assert [(f["kind"], f["subject"]) for f in failures] == [("socket transport", "NET/Socket")]
     assert "NET/Socket" in r.stderr
     # no RDMA port on these nodes either: the NIC promise fails for IB, naming each node
-    nics = _promise(data, "NICs (ib)")
+    nics = promise(data, "NICs (ib)")
     nic_failures = nics["failures"]
     assert isinstance(nic_failures, list)
     assert [f["subject"] for f in nic_failures] == [n.label for n in cluster.nodes]
@@ -213,13 +199,13 @@ def test_a_socket_only_nccl_log_fails_where_ib_is_declared(cluster: Cluster, tmp
     # GPUDirect RDMA expected: these nodes have no NVIDIA driver at all, each is named
     gdr = cluster.validate(tmp_path / "gdr", "--no-bandwidth", "--expect-gdr")
     assert gdr.returncode == 7, gdr.stdout + gdr.stderr
-    gdr_failures = _promise(_report(tmp_path / "gdr"), "GPUDirect RDMA")["failures"]
+    gdr_failures = promise(cluster_report(tmp_path / "gdr"), "GPUDirect RDMA")["failures"]
     assert isinstance(gdr_failures, list)
     assert [(f["kind"], f["subject"]) for f in gdr_failures] == [
         ("no nvidia driver", n.label) for n in cluster.nodes
     ]
     # and no nvidia-smi: NIC-GPU affinity is not checked, each node named with the reason (never passed)
-    affinity = _promise(_report(tmp_path / "gdr"), "NIC-GPU affinity")
+    affinity = promise(cluster_report(tmp_path / "gdr"), "NIC-GPU affinity")
     assert affinity["verdict"] == "not checked"
     assert affinity["why"] == "; ".join(f"{n.label}: no nvidia-smi on the node" for n in cluster.nodes)
 
@@ -280,7 +266,7 @@ def test_the_per_node_suite_runs_on_every_node_at_once(cluster: Cluster, tmp_pat
     validated": -k chose the checks, never a pass), so the cluster run is not a pass either."""
     r = cluster.validate(tmp_path, "--no-bandwidth", "-k", "test_shm_size", node_suite=True, timeout=600)
     assert r.returncode == 7, r.stdout + r.stderr
-    data = _report(tmp_path)
+    data = cluster_report(tmp_path)
     nodes = data["nodes"]
     assert isinstance(nodes, list)
     for node, entry in zip(cluster.nodes, nodes, strict=True):
@@ -288,5 +274,5 @@ def test_the_per_node_suite_runs_on_every_node_at_once(cluster: Cluster, tmp_pat
         report = json.loads(own.read_text())
         assert report["target"] == node.target
         assert [c["name"] for c in report["checks"]] == ["test_shm_size"]
-        assert _promise(data, f"node suite {node.label}")["verdict"] == "not validated"
-    assert _promise(data, "distinct machines")["verdict"] == "passed"
+        assert promise(data, f"node suite {node.label}")["verdict"] == "not validated"
+    assert promise(data, "distinct machines")["verdict"] == "passed"

@@ -25,7 +25,6 @@ figures are the replay.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -36,7 +35,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.netnscluster import STANDIN_PATH, Cluster, NetnsError, nccl_tests_standin, netns_cluster
+from tests.netnscluster import (
+    STANDIN_PATH,
+    Cluster,
+    NetnsError,
+    cluster_report,
+    nccl_tests_standin,
+    netns_cluster,
+    promise,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -72,24 +79,10 @@ def cluster(netns: Cluster, standin: Path) -> Iterator[Cluster]:
             netns.start(n, sshd_extra=f"SetEnv {path}\n")
 
 
-def _report(path: Path) -> dict[str, object]:
-    data: dict[str, object] = json.loads((path / "cluster.json").read_text())
-    return data
-
-
-def _promise(data: dict[str, object], name: str) -> dict[str, object]:
-    promises = data["promises"]
-    assert isinstance(promises, list)
-    found = [p for p in promises if p["name"] == name]
-    assert found, [p["name"] for p in promises]
-    p: dict[str, object] = found[0]
-    return p
-
-
 def test_a_healthy_collective_over_mpirun_passes(cluster: Cluster, tmp_path: Path) -> None:
     r = cluster.validate(tmp_path, "--no-bandwidth", "--link-gbps", "0.2", "--collective", "mpirun")
     assert r.returncode == 0, r.stdout + r.stderr
-    data = _report(tmp_path)
+    data = cluster_report(tmp_path)
     coll = data["collective"]
     assert isinstance(coll, dict)
     assert (coll["launcher"], coll["nodes"], coll["ranks"]) == ("mpirun", 3, 3)
@@ -106,7 +99,7 @@ def test_a_healthy_collective_over_mpirun_passes(cluster: Cluster, tmp_path: Pat
     assert reduce["transport"]["nets"] == ["Socket"]
     assert reduce["argv"][:2] == ["mpirun", "--allow-run-as-root"]
     for test in ("all_reduce_perf", "all_gather_perf"):
-        assert _promise(data, f"cross-node NCCL {test}")["verdict"] == "passed"
+        assert promise(data, f"cross-node NCCL {test}")["verdict"] == "passed"
         assert "Collective test concluded" in (tmp_path / "collective" / f"{test}.log").read_text()
     md = (tmp_path / "cluster.md").read_text()
     assert "## Cross-node NCCL (mpirun: 3 nodes × 1 rank(s))" in md
@@ -176,8 +169,8 @@ def test_the_socket_transport_where_ib_is_declared_fails_naming_it(cluster: Clus
         "mpirun",
     )
     assert r.returncode == 7, r.stdout + r.stderr
-    data = _report(tmp_path)
-    p = _promise(data, "cross-node NCCL all_reduce_perf")
+    data = cluster_report(tmp_path)
+    p = promise(data, "cross-node NCCL all_reduce_perf")
     assert p["verdict"] == "failed"
     failures = p["failures"]
     assert isinstance(failures, list)
