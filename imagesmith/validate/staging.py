@@ -30,6 +30,11 @@ _LEFTOVER = re.compile(r"\..+\.(?:tmp|old)-([0-9]+)-[0-9a-f]+", flags=re.ASCII)
 BUNDLE_FILES = ("report.json", "report.md", "junit.xml", "attestation.dsse.json")
 
 
+def is_staging(name: str) -> bool:
+    """Whether *name* is a temp or set-aside folder of a validate run (never evidence: release skips it)."""
+    return _LEFTOVER.fullmatch(name) is not None
+
+
 def check_replaceable(path: Path) -> None:
     """A folder given as --report that already exists is replaced whole at the end of the run: only an
     empty folder or an earlier bundle may be, never a folder of other files (``--report .``)."""

@@ -98,6 +98,11 @@ def test_collect_walks_folders(tmp_path: Path) -> None:
     for i in range(3):
         write(tmp_path / f"cell{i}" / "gpu" / "report.json", {"verdict": "passed", "target": f"x@{D}"})
     write(tmp_path / "cell0" / "notes.json", {"verdict": "ignored"})
+    # a validate run's temp folder and the bundle a rerun set aside (issue 37 item 5) are not read
+    write(
+        tmp_path / "cell1" / ".gpu.tmp-4242-0a1b" / "report.json", {"verdict": "passed", "target": f"x@{D}"}
+    )
+    write(tmp_path / ".cell2.old-4242-0a1b" / "report.json", {"verdict": "passed", "target": f"x@{D}"})
     found = collect_reports([tmp_path])
     assert len(found) == 3
     # a report file alone is never evidence, whatever it claims
