@@ -259,7 +259,7 @@ def collect_reports(dirs: Sequence[Path], trusted: Sequence[PublicKey] = ()) -> 
                 out += read_evidence(d.parent, trusted, report_file=d)
             continue
         found = [*d.rglob("report.json"), *d.rglob(ATTESTATION_FILE)]
-        # a validate run's temp folder (being filled, or a killed run's), or the bundle it replaced: no evidence
+        # a validate run's temp folder (being filled, a killed run's) or the bundle it replaced: no evidence
         found = [p for p in found if not any(is_staging(part) for part in p.relative_to(d).parts)]
         for f in sorted({p.parent for p in found}):
             out += read_evidence(f, trusted)
