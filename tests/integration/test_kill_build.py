@@ -56,8 +56,10 @@ MATRIX = "killbuild"
 FINGERPRINT_LABEL = "io.imagesmith.fingerprint"
 #: how a losing `build --push` of a pair says it lost: its final tag moved by the other run (the read-back,
 #: imagesmith/tagcheck.py), or the engine pushed the other run's image under the local staging tag both runs
-#: share on one engine (push_cell's check that the registry serves the digest this run built)
-LOST = ("that this run built and tagged there", "after the push")
+#: share on one engine (push_cell's check that the registry serves the digest this run built: "does not serve
+#: … after the push", or "serves D2 for … the engine pushed D1" when the other run's push landed on the
+#: staging tag between this run's push and its read of the tag)
+LOST = ("that this run built and tagged there", "after the push", "the engine pushed")
 
 
 @dataclass
