@@ -4,8 +4,9 @@
 before a file is written), the run (:func:`keygen`) and one typed result (:class:`KeygenResult`) the command
 prints.
 
-``imagesmith.signing`` (and so ``cryptography``) is imported inside the functions: the validation suite baked
-into images runs ``imagesmith-validate`` (the CLI, so this module) without that dependency.
+``imagesmith.signing`` (and so ``cryptography``) is imported here: the command imports this module only when
+it runs (the validation suite baked into images runs ``imagesmith-validate``, the CLI, without that
+dependency).
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from imagesmith import signing
 from imagesmith.errors import ConfigError
-
-if TYPE_CHECKING:
-    from imagesmith.signing import KeyType
+from imagesmith.signing import KeyType
 
 #: the key type of ``--type`` when it is not given (cosign's own key type)
-DEFAULT_KEY_TYPE = "ecdsa-p256"
+DEFAULT_KEY_TYPE: KeyType = signing.DEFAULT_KEY_TYPE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,8 +104,6 @@ def prepare(request: KeygenRequest) -> PreparedKeygen:
 
 def keygen(prepared: PreparedKeygen) -> KeygenResult:
     """Write the key pair (or, *finishing*, the public key of the private one there)."""
-    from imagesmith import signing
-
     p = prepared
     key = signing.write_keypair(p.private, p.public, p.key_type, finish=True)
     return KeygenResult(

@@ -4,8 +4,8 @@ one ``ConfigError`` naming the flag — its ``field`` —, in a fixed order, bef
 (:func:`make`: the SPDX document written, and signed when a key was given) and one typed result
 (:class:`SbomResult`) the command prints.
 
-Nothing heavy is imported at module level: ``imagesmith --help`` loads this (the signing key's
-``cryptography`` only when a key is read).
+The command imports this module when it runs; the signing key's ``cryptography`` is loaded only when a key
+is read (an unsigned SBOM does not need it).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from imagesmith import atomicio, settings
 from imagesmith import sbom as sboms
 from imagesmith.errors import ConfigError
+from imagesmith.lock import lock_keys_in, read_lock
 
 if TYPE_CHECKING:
     from imagesmith.signing import SigningKey
@@ -79,8 +80,6 @@ def prepare(request: SbomRequest) -> PreparedSbom:
     r = request
     hashes: list[tuple[str, str, tuple[str, ...]]] = []
     if r.lock is not None:
-        from imagesmith.lock import lock_keys_in, read_lock
-
         lock_key = next((k for k in lock_keys_in(r.lock.parent) if k.filename == r.lock.name), None)
         found = read_lock(lock_key, r.lock.parent) if lock_key is not None else None
         if found is None:

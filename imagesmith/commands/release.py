@@ -12,9 +12,10 @@ from typing import Any
 import typer
 
 from imagesmith import settings
-from imagesmith.commands import current_project, epilog, flags, hold_project
+from imagesmith.commands import current_project, epilog, flags, hold_project, project_option
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.errors import ConfigError
+from imagesmith.scrub import scrub
 
 RELEASE_EPILOG = epilog(
     [
@@ -57,8 +58,6 @@ INDEX_EPILOG = epilog(
 
 
 def _warn(message: str) -> None:
-    from imagesmith.scrub import scrub
-
     typer.echo(scrub(f"warning: {message}"), err=True)
 
 
@@ -78,7 +77,6 @@ def _project_named() -> Any:
     """The project the renter named (``--project``, ``$IMAGESMITH_PROJECT``), else None: pick and index
     never take a key from an imagesmith.toml found by walking up from the working directory (issue 34: a file
     planted in a parent folder would choose the key that verifies the index)."""
-    from imagesmith.commands import project_option
     from imagesmith.project import PROJECT_ENV, discover
 
     if project_option() is not None or settings.get(PROJECT_ENV):
@@ -87,8 +85,6 @@ def _project_named() -> Any:
 
 
 def _note(line: str) -> None:
-    from imagesmith.scrub import scrub
-
     typer.echo(scrub(line), err=True)
 
 
@@ -204,7 +200,6 @@ def release(
     """Promote candidates whose exact digest has a passing validation attestation, signed by a trusted key,
     to every registry of their cell."""
     from imagesmith import release as releasing
-    from imagesmith.scrub import scrub
 
     request = releasing.ReleaseRequest(
         reports=tuple(reports),

@@ -1,14 +1,13 @@
 """CLI command ``sbom``: the SBOM of a built image, made from the image by syft, signed for release.
 
 The flags go into one :class:`~imagesmith.sbomrequest.SbomRequest`; its rules, the run and the result are
-``imagesmith.sbomrequest``'s.
+``imagesmith.sbomrequest``'s, imported when the command runs (``imagesmith --help`` does not need it).
 """
 
 from __future__ import annotations
 
 import typer
 
-from imagesmith import sbomrequest
 from imagesmith.commands import epilog, flags
 
 SBOM_EPILOG = epilog(
@@ -38,6 +37,8 @@ def sbom(
     insecure: flags.SbomInsecure = False,
 ) -> None:
     """Make the SPDX 2.3 SBOM of an image (every OS and Python package, version, license, locked hash)."""
+    from imagesmith import sbomrequest
+
     request = sbomrequest.SbomRequest(
         image=image, out=out, sign_key=sign_key, lock=lock, engine=engine, insecure=insecure
     )

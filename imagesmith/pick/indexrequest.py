@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from imagesmith import inputs, settings
+from imagesmith.config import load_config
 from imagesmith.errors import ConfigError
 from imagesmith.index import ReleaseIndex, dump_index
 from imagesmith.indextrust import (
@@ -187,8 +188,6 @@ def index_trust(
         return replace(base, key=IndexKey(read_key(flag, "--verify-key"), f"--verify-key {flag}"))
     if root is not None:
         return base
-    from imagesmith.config import load_config
-
     config = load_config()
     named: tuple[Path | str, str] | None = None
     if config.index_key is not None:
