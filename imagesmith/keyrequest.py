@@ -75,8 +75,6 @@ def prepare(request: KeygenRequest) -> PreparedKeygen:
     with, PRIVATE (``keygen FILE``) and then ``--public`` name a file to create (not a folder, not a path
     under a file); the public key's path defaults to PRIVATE with the suffix ``.pub``. A file that exists
     already is refused by the run (:func:`imagesmith.signing.write_keypair`: created exclusively)."""
-    from imagesmith import signing
-
     r = request
     key_type = next((t for t in signing.KEY_TYPES if t == r.key_type), None)
     if key_type is None:
