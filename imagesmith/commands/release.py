@@ -300,7 +300,7 @@ def pick(
     else:
         typer.echo(pick_text(chosen) + ("\n\n" + "\n".join(access.lines(chosen)) if access else ""))
     if verify_cluster:  # issue 32: the signed cluster report beside the image, checked against the index
-        for line in picking.verify_cluster(chosen):
+        for line in picking.verify_cluster(chosen, insecure=insecure):
             typer.echo(line, err=as_json)
     if pull:
         picking.pull_image(chosen, echo=lambda line: typer.echo(line, err=True))

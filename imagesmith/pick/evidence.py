@@ -20,10 +20,13 @@ if TYPE_CHECKING:
 from imagesmith.pick.ranking import Pick, cluster_sentence
 
 
-def verify_cluster(pick: Pick, *, client_for: Callable[[Registry], RegistryApi] | None = None) -> list[str]:
+def verify_cluster(
+    pick: Pick, *, insecure: bool = False, client_for: Callable[[Registry], RegistryApi] | None = None
+) -> list[str]:
     """The lines that say the picked image's cluster evidence verified (ConfigError when its entry records
     none; RegistryError naming the registry, the tag and the field when the artifact is missing, altered,
-    swapped or another image's: nothing an attacker can push there passes)."""
+    swapped or another image's: nothing an attacker can push there passes). *insecure* (pick's
+    ``--insecure``): the registry is spoken to in plain HTTP, as the index was."""
     from imagesmith.release.clusterartifact import verify_cluster_artifact
     from imagesmith.tags import cluster_tag
 
@@ -38,9 +41,13 @@ def verify_cluster(pick: Pick, *, client_for: Callable[[Registry], RegistryApi] 
             digest=image.digest,
         )
     if client_for is None:
+        from dataclasses import replace
+
         from imagesmith.registry import client_for as make
 
-        client_for = make
+        def client_for(r: Registry) -> RegistryApi:
+            return make(replace(r, insecure=True) if insecure else r)
+
     client = client_for(copy.registry)
     signed = verify_cluster_artifact(client, copy.registry.repo, image.digest, cluster)
     key = signed.key.fingerprint if signed.key is not None else "?"
