@@ -118,7 +118,7 @@ def redact_report_bytes(body: bytes) -> bytes:
 
 #: an IPv4 address anywhere in a text (a node's address, an OOB interface in an NCCL line)
 _IPV4: Final = re.compile(
-    r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w.])"
+    r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(?![\w.])"
 )
 #: node fields that name the machine itself (its address, its systemd machine id, the local folder of its
 #: suite's report, named after its ssh target): replaced whole
