@@ -175,6 +175,7 @@ def test_a_registry_that_does_not_keep_the_artifact_fails_the_cell_before_any_ta
 def _foreign_manifest(fake: FakeRegistry, digest: str, **change: Any) -> ManifestData:
     """A cluster artifact of *digest* (2 nodes: another report than the released one), its blobs stored."""
     signed = change.pop("signed", None) or signed_of(digest, nodes=2)
+    assert signed.key is not None
     key = change.pop("key", None) or signed.key.pem
     subject = change.pop("subject", None) or fake.get_manifest(REPO, digest)
     layers = change.pop("layers", None) or [(DSSE_MEDIA_TYPE, signed.envelope), (CLUSTER_KEY_MEDIA_TYPE, key)]
