@@ -26,8 +26,8 @@ from imagesmith.release.base import CLUSTER_ARTIFACT_TYPE, CLUSTER_KEY_MEDIA_TYP
 from imagesmith.tags import cluster_tag
 from imagesmith.validate.clusterrecord import SignedCluster, verify_report
 
-#: the largest envelope taken from a registry (a 64-node report with its bandwidth matrix and collective
-#: runs is well under 1 MiB) and the largest public key (a PEM of P-256 or Ed25519 is under 200 bytes)
+#: the largest envelope taken from a registry (a signed report of 64 nodes × 8 GPUs with 64 bandwidth pairs
+#: is 47,772 bytes: docs/validation.md) and the largest public key (a PEM of P-256 is 178 bytes)
 MAX_ENVELOPE_BYTES: Final[int] = 4 << 20
 MAX_KEY_BYTES: Final[int] = 16 << 10
 _TAMPERED = (

@@ -346,3 +346,12 @@ def test_pick_verify_cluster_fetches_and_checks_the_picked_digests_report(tmp_pa
     with pytest.raises(ConfigError) as none:
         verify_cluster(_pick_of(fake, digest, None), client_for=lambda _r: fake)
     assert none.value.field == "cluster"
+
+
+def test_pick_refuses_verify_cluster_with_an_unverified_index(run_cli: Any, tmp_path: Path) -> None:
+    index = tmp_path / "index.json"
+    index.write_text("{}")  # never read: the flags are refused first
+    out = run_cli("pick", "--index", str(index), "--no-verify", "--verify-cluster", "--driver", "580.95.05")
+    assert out.exit_code == 2
+    assert "--verify-cluster checks the cluster evidence against the signed index" in out.stderr
+    assert "drop --no-verify" in out.stderr
