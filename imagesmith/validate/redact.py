@@ -8,6 +8,7 @@ a registry hashes the same as the one attached.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Iterable
@@ -120,6 +121,27 @@ def redact_report_bytes(body: bytes) -> bytes:
 _IPV4: Final = re.compile(
     r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(?![\w.])"
 )
+#: a run of hex digits, colons and dots with two colons or more: an IPv6 address when ``ipaddress`` says so
+#: (a PCI bus id, a MAC address, a time of day are not); also after ``name:`` (NCCL's ``ib0:fe80::…<0>``)
+_IPV6_CANDIDATE: Final = re.compile(
+    r"(?:(?<![\w:.%])|(?<=\w:))[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:%[\w.-]+)?"
+)
+
+
+def _redact_ipv6(text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        token = match.group(0)
+        body = token.rstrip(".")
+        address = body.partition("%")[0]
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            return token
+        return REDACTED + token[len(body) :]
+
+    return _IPV6_CANDIDATE.sub(one, text)
+
+
 #: node fields that name the machine itself (its address, its systemd machine id, the local folder of its
 #: suite's report, named after its ssh target): replaced whole
 _NODE_IDS: Final[tuple[str, ...]] = ("address", "machine_id", "node_report")
@@ -169,7 +191,7 @@ def _walk_cluster(value: Any, words: list[tuple[re.Pattern[str], str]]) -> Any:
     if isinstance(value, str):
         for pattern, alias in words:
             value = pattern.sub(alias, value)
-        return _IPV4.sub(REDACTED, redact_text(value))
+        return _IPV4.sub(REDACTED, _redact_ipv6(redact_text(value)))
     if isinstance(value, list):
         return [_walk_cluster(v, words) for v in value]
     if isinstance(value, dict):
@@ -180,9 +202,9 @@ def _walk_cluster(value: Any, words: list[tuple[re.Pattern[str], str]]) -> Any:
 def redact_cluster(report: dict[str, Any]) -> dict[str, Any]:
     """A copy of a cluster report fit to leave the cluster (signed, attached to the image in registries):
     each node's name, ssh host and address is ``node-<i>`` wherever it appears (promises, bandwidth pairs,
-    the collective's argv and ranks), another host a rank names ``host-<k>``, login users, IPv4 addresses,
-    ssh targets and home-folder user names ``<redacted>``; each node's ``address``, ``machine_id`` and
-    ``node_report`` and its RoCE GIDs (which embed its IPv4 address) ``<redacted>``. Node count, GPU
+    the collective's argv and ranks), another host a rank names ``host-<k>``, login users, IPv4 and IPv6
+    addresses, ssh targets and home-folder user names ``<redacted>``; each node's ``address``, ``machine_id``
+    and ``node_report`` and its RoCE GIDs (which embed its IPv4 address) ``<redacted>``. Node count, GPU
     inventory, fabric, figures and verdicts are kept (the summary is unchanged). Pure and idempotent (a
     redacted report redacts to itself: release checks a signed report that way, :func:`cluster_redacted`)."""
     words = [(_as_word(value), alias) for value, alias in _node_pseudonyms(report)]

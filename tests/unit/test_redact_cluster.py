@@ -128,3 +128,20 @@ def test_any_nodes_redact_idempotently_and_leave_no_host(
     assert [n["name"] for n in once["nodes"]] == [f"node-{i + 1}" for i in range(len(hosts))]
     for host in hosts:
         assert host not in once["verdict_reason"].split(" ")
+
+
+def test_ipv6_addresses_are_redacted_and_bus_ids_macs_and_times_are_kept() -> None:
+    data = report()
+    data["promises"][1]["failures"][0]["fix"] = (
+        "NCCL INFO NET/Socket : Using ib0:fe80::a00:27ff:fe4e:66a1%ib0<0>; peer [2001:db8::17]:29500; "
+        "GPU 0000:3b:00.0, MAC 0c:42:a1:5e:00:01, at 12:30:45"
+    )
+    out = redact_cluster(data)
+    fix = out["promises"][1]["failures"][0]["fix"]
+    assert "fe80" not in fix
+    assert "2001:db8" not in fix
+    assert f"[{REDACTED}]:29500" in fix
+    assert "0000:3b:00.0" in fix
+    assert "0c:42:a1:5e:00:01" in fix
+    assert "12:30:45" in fix
+    assert redact_cluster(out) == out
