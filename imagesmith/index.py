@@ -125,13 +125,17 @@ class ClusterSummary:
     """Issue 32: the signed, passing multi-node validation of the digest (``imagesmith validate ssh://n1
     ssh://n2 … --image IMAGE@DIGEST --sign-key KEY``, checked by release's "check cluster evidence" step):
     how many machines, GPUs on each, the fabric declared and judged, when, and the sha256 of the signed
-    cluster report (:mod:`imagesmith.validate.clusterrecord`)."""
+    cluster report (:mod:`imagesmith.validate.clusterrecord`). ``artifact``: the manifest digest of the
+    artifact ``sha256-<hex>.cluster`` release attached beside the image in every registry (the signed
+    envelope and its signer's public key): the signed index binds it, ``pick --verify-cluster`` checks it;
+    "" in an entry released before it was attached."""
 
     nodes: int
     gpus_per_node: int
     fabric: str
     date: str
     report_digest: str
+    artifact: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -352,6 +356,7 @@ def _cluster(v: Mapping[str, Any] | None) -> ClusterSummary | None:
         fabric=v["fabric"],
         date=v["date"],
         report_digest=v["report_digest"],
+        artifact=v.get("artifact", ""),
     )
 
 
@@ -623,6 +628,7 @@ def _image_json(image: ReleasedImage) -> dict[str, Any]:
                     "date": image.cluster.date,
                     "report_digest": image.cluster.report_digest,
                 }
+                | ({"artifact": image.cluster.artifact} if image.cluster.artifact else {})
             }
             if image.cluster is not None
             else {}

@@ -6,6 +6,7 @@
 ``<cell id>-candidate``                 built, pushed and verified in every registry; not yet released (build)
 ``<cell id>``                           released: a candidate whose exact digest passed validation (release)
 ``sha256-<hex>.validation``             the validation report attached to an image digest (release; a copy)
+``sha256-<hex>.cluster``                the signed cluster report of an image digest (release; issue 32)
 ``sha256-<hex>.att``                    signed validation attestations of an image digest (cosign's layout)
 ``release-index``                       the release index artifact (release writes, pick reads)
 ``imagesmith/<matrix>:<cell id>``       the engine-local name of a built cell (build, validate)
@@ -54,6 +55,11 @@ def release_tag(cell: _Cell) -> str:
 def attestation_tag(digest: str) -> str:
     """``sha256-<hex>.validation``: the tag of the report artifact attached to image *digest*."""
     return digest.replace(":", "-") + ".validation"
+
+
+def cluster_tag(digest: str) -> str:
+    """``sha256-<hex>.cluster``: the tag of the signed cluster report artifact attached to image *digest*."""
+    return digest.replace(":", "-") + ".cluster"
 
 
 def cosign_attestation_tag(digest: str) -> str:

@@ -326,6 +326,15 @@ Region = Annotated[
     ),
 ]
 Pull = Annotated[bool, typer.Option("--pull", help="docker pull the picked image (with progress)")]
+VerifyCluster = Annotated[
+    bool,
+    typer.Option(
+        "--verify-cluster",
+        help="fetch the picked image's signed cluster report from its registry (sha256-<hex>.cluster) and "
+        "check it against the signed index: the artifact the index records, its DSSE signature, about the "
+        "picked digest; exit 9 naming the registry, tag and field when it is missing or altered",
+    ),
+]
 PickJson = Annotated[bool, typer.Option("--json", help="print the pick as JSON")]
 PickRefresh = Annotated[
     bool,

@@ -105,7 +105,8 @@ PICK_EPILOG = epilog(
         "7 = the nvidia-smi output is unusable (not nvidia-smi output, nvidia-smi failed, -L output without "
         "--driver)",
         "9 = a registry failed: the oci:// index cannot be read, or --pull failed from every registry "
-        "holding the image or got another digest",
+        "holding the image or got another digest, or (--verify-cluster) the image's cluster artifact is "
+        "missing, altered or not the one the signed index records",
         "10 = no image of the index runs on this host (the error names the driver that would)",
     ],
 )
@@ -138,9 +139,18 @@ def pick(
     trust_first_use: flags.TrustFirstUse = False,
     no_verify: flags.PickNoVerify = False,
     flavor: flags.Flavor = None,
+    verify_cluster: flags.VerifyCluster = False,
 ) -> None:
     """Choose the released image for this GPU host and print how to pull and run it."""
     from imagesmith import pick as picking
+
+    if verify_cluster and no_verify:
+        raise ConfigError(
+            "--verify-cluster checks the cluster evidence against the signed index, and --no-verify leaves "
+            "the index unchecked",
+            hint="drop --no-verify (name the publisher's key with --verify-key, or pin it on first use)",
+            field="--verify-cluster",
+        )
 
     source = index or settings.get("IMAGESMITH_INDEX")
     if not source:
@@ -178,6 +188,9 @@ def pick(
         typer.echo(pick_json(chosen))
     else:
         typer.echo(pick_text(chosen) + ("\n\n" + "\n".join(access.lines(chosen)) if access else ""))
+    if verify_cluster:  # issue 32: the signed cluster report beside the image, checked against the index
+        for line in picking.verify_cluster(chosen, insecure=insecure):
+            typer.echo(line, err=as_json)
     if pull:
         picking.pull_image(chosen, echo=lambda line: typer.echo(line, err=True))
 

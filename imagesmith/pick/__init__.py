@@ -20,6 +20,7 @@ Nothing here imports a heavy module at import time: the path with a cached index
 
 from __future__ import annotations
 
+from imagesmith.pick.evidence import verify_cluster
 from imagesmith.pick.fetching import (
     DEFAULT_TTL_S,
     allowed_copies,
@@ -128,5 +129,6 @@ __all__ = [
     "read_smi_text",
     "registry_region",
     "run_flags",
+    "verify_cluster",
     "version_matches",
 ]

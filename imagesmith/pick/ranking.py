@@ -130,6 +130,7 @@ class Pick:
                     "fabric": img.cluster.fabric,
                     "date": img.cluster.date,
                     "report_digest": img.cluster.report_digest,
+                    "artifact": img.cluster.artifact or None,
                 }
                 if img.cluster is not None
                 else None

@@ -22,6 +22,10 @@ from imagesmith.tags import (
 REPORT_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.validation-report.v1+json"
 REPORT_ARTIFACT_TYPE: Final[str] = REPORT_MEDIA_TYPE
 INDEX_ARTIFACT_TYPE: Final[str] = INDEX_MEDIA_TYPE
+#: issue 32: the signed cluster report attached to an image digest (``sha256-<hex>.cluster``): its artifact
+#: type, and the media type of its second layer, the public key the envelope verifies with (PEM)
+CLUSTER_ARTIFACT_TYPE: Final[str] = "application/vnd.imagesmith.cluster-report.v1+dsse"
+CLUSTER_KEY_MEDIA_TYPE: Final[str] = "application/vnd.imagesmith.cluster-report.key.v1+pem"
 #: OCI 1.1 "empty" descriptor: the config of an artifact manifest (content ``{}``).
 EMPTY_MEDIA_TYPE: Final[str] = "application/vnd.oci.empty.v1+json"
 EMPTY_BLOB: Final[bytes] = b"{}"

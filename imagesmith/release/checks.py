@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 from imagesmith.release.base import ReleaseCell, _now, _with_fix
 from imagesmith.release.blobs import _blobs_of
+from imagesmith.release.clusterartifact import cluster_manifest
 from imagesmith.release.evidence import (
     ClusterEvidence,
     Report,
@@ -338,6 +339,24 @@ def check_cluster(run: CellRun) -> None:
     if good:
         newest = max(good, key=lambda s: s.report.started)
         run.result.cluster = newest.report.summary(report_digest=newest.sha)
+        run.cluster_signed = newest
+
+
+def cluster_artifact(run: CellRun) -> None:
+    """The artifact of the signed cluster report (``sha256-<hex>.cluster``, subject the image manifest the
+    source serves): its manifest digest becomes the entry's ``cluster.artifact``, so the signed index binds
+    the envelope the copy attaches in every registry."""
+    signed = run.cluster_signed
+    if signed is None or run.result.cluster is None:
+        return
+    source = run.origin
+    try:
+        run.cluster_subject = subject = run.clients[source.name].get_manifest(source.repo, run.digest)
+    except ImagesmithError as exc:
+        run.fail(f"reading the manifest of {run.digest} from {source.name} failed: {_with_fix(exc)}")
+        return
+    artifact = cluster_manifest(subject, signed).digest
+    run.result.cluster = replace(run.result.cluster, artifact=artifact)
 
 
 def _problem(e: ClusterEvidence, digest: str) -> str:
@@ -349,6 +368,13 @@ def _problem(e: ClusterEvidence, digest: str) -> str:
     if report.verdict != "passed" or report.promises_verdict != "passed":
         failed = "; ".join(report.failed()[:3]) or report.verdict_reason or "no promise checked"
         return f"the cluster validation of {digest} failed ({failed})"
+    if not signed.published_safe:  # signed before validate redacted it: it names the nodes' hosts
+        return (
+            "its signed report names the nodes' hosts, addresses or login users (signed by an imagesmith "
+            "that did not redact it), so it cannot be attached to the image in the registries: validate "
+            "the cluster again with this imagesmith (it signs the report redacted; cluster.json keeps the "
+            "names)"
+        )
     empty = [n.name for n in report.nodes if n.gpus == 0]
     if empty:
         return (

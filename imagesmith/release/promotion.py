@@ -26,9 +26,11 @@ from imagesmith.registry import (
 )
 from imagesmith.release.artifacts import attach_report, attached_report_ok
 from imagesmith.release.base import ReleaseCell, _with_fix
+from imagesmith.release.clusterartifact import attach_cluster, cluster_problem
 from imagesmith.release.state import CellRun
 from imagesmith.tags import (
     attestation_tag,
+    cluster_tag,
     cosign_attestation_tag,
 )
 
@@ -39,15 +41,16 @@ class _There(NamedTuple):
     has_manifest: bool
     has_report: bool
     has_att: bool
+    has_cluster: bool  # the signed cluster report is served whole (or the entry has none)
     tagged: str | None  # what the release tag resolves to now
     unread: list[tuple[str, int]]  # the blobs not yet read back there
 
 
 def copy(run: CellRun) -> None:
     """Phase 1, in every registry of the cell (one thread each when each has its own clients): copy the
-    manifest by digest and its blobs, read each blob back once, store the attestations and the report; never
-    the release tag. One registry failing leaves every release tag where it was. With ``--dry-run``, what
-    would be done is the result."""
+    manifest by digest and its blobs, read each blob back once, store the attestations, the report and the
+    signed cluster report (read back whole); never the release tag. One registry failing leaves every
+    release tag where it was. With ``--dry-run``, what would be done is the result."""
     run.promoting = True
     cell, res, digest = run.cell, run.result, run.digest
     if run.options.client_for is None or len(cell.targets) == 1:
@@ -102,6 +105,9 @@ def _what_is_there(run: CellRun, c: RegistryApi, t: Registry) -> _There:
         has_manifest=has_manifest,
         has_report=has_manifest and attached_report_ok(c, t.repo, digest),
         has_att=has_manifest and has_attestations(c, t.repo, digest, run.envelopes + run.sbom_envelopes),
+        has_cluster=run.cluster_signed is None
+        or run.result.cluster is None
+        or (has_manifest and cluster_problem(c, t.repo, digest, run.result.cluster) is None),
         tagged=c.manifest_digest(t.repo, run.cell.tag),
         unread=[(d, n) for d, n in run.blobs if memory is None or not memory.has(c.host, d)],
     )
@@ -125,6 +131,8 @@ def _todo(run: CellRun, t: Registry, there: _There) -> list[str]:
         )
     if not there.has_report:
         todo.append(f"attach {run.report.path} as {t.image}:{attestation_tag(digest)}")
+    if not there.has_cluster:
+        todo.append(f"attach the signed cluster report as {t.image}:{cluster_tag(digest)}")
     if there.tagged != digest:
         was = f" (was {there.tagged[:19]}…)" if there.tagged else ""
         todo.append(f"tag {t.image}:{run.cell.tag} → {digest[:19]}…" + was)
@@ -177,6 +185,11 @@ def _store_evidence(run: CellRun, c: RegistryApi, t: Registry, there: _There) ->
             attach_attestations(c, t.repo, digest, run.sbom_envelopes, SPDX_PREDICATE_TYPE)
     if not there.has_report:
         attach_report(c, t.repo, c.get_manifest(t.repo, digest), run.report)
+    if not there.has_cluster:  # put, then read back whole and verified (or a RegistryError naming it)
+        assert run.cluster_signed is not None
+        assert run.cluster_subject is not None
+        assert run.result.cluster is not None
+        attach_cluster(c, t.repo, run.cluster_subject, run.cluster_signed, run.result.cluster)
     if c.manifest_digest(t.repo, digest) != digest:  # served by digest, checked, before any tag
         raise ReleaseError(
             f"{t.name}: {t.image}@{digest} is not served after the copy",

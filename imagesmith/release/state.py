@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from imagesmith.refs import Registry
 from imagesmith.registry import (
+    ManifestData,
     RegistryApi,
     Verify,
 )
@@ -20,6 +21,7 @@ from imagesmith.release.base import ReleaseCell
 from imagesmith.release.blobs import VerifiedBlobs
 from imagesmith.release.evidence import ClusterEvidence, Report
 from imagesmith.release.outcome import CellResult, Gate, ReleaseStatus, SbomFinder
+from imagesmith.validate.clusterrecord import SignedCluster
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +65,10 @@ class CellRun:
     unreadable: list[str] = field(default_factory=list)
     #: check_evidence: the passing, usable reports of the digest
     passing: list[Report] = field(default_factory=list)
+    #: check_cluster: the signed cluster report behind the entry's ``cluster`` (attached in every registry);
+    #: cluster_artifact: the image manifest it is attached to (read from the source)
+    cluster_signed: SignedCluster | None = None
+    cluster_subject: ManifestData | None = None
     #: signed_sbom: the verified SBOM envelopes stored beside the attestations
     sbom_envelopes: list[bytes] = field(default_factory=list)
     #: read_image: the registry the image is copied from, and its blobs (digest, size)

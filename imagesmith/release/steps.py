@@ -35,6 +35,7 @@ STEPS: Final[tuple[tuple[str, Step], ...]] = (
     ("scan gate", checks.scan_gate),
     ("signed SBOM", checks.signed_sbom),
     ("read image", checks.read_image),
+    ("cluster artifact", checks.cluster_artifact),
     ("check labels", checks.check_labels),
     ("check entry", checks.check_entry),
     ("copy", promotion.copy),

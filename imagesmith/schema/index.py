@@ -304,6 +304,13 @@ RELEASE_INDEX: Schema = Schema(
                                     what="sha256 of the signed cluster report",
                                     required=True,
                                 ),
+                                "artifact": _text_field(
+                                    "the manifest digest of the artifact sha256-<hex>.cluster: the signed "
+                                    "cluster report attached beside the image in every registry (pick "
+                                    "--verify-cluster fetches and checks it)",
+                                    pattern=_DIGEST,
+                                    what="a sha256 digest",
+                                ),
                             },
                         ),
                         "sbom": Field(

@@ -204,9 +204,12 @@ def report_digest(predicate_bytes: bytes) -> str:
 
 
 def sign_report(document: Mapping[str, Any], *, key: SigningKey) -> bytes:
-    """The DSSE envelope of the cluster statement: subject the ``image`` of *document*, predicate the report.
-    A report without an image has nothing to attest (``--image IMAGE@DIGEST``)."""
+    """The DSSE envelope of the cluster statement: subject the ``image`` of *document*, predicate the report
+    redacted (:func:`imagesmith.validate.redact.redact_cluster`: no node host, address, login user or machine
+    id; release attaches the envelope to the image in every registry, ``sha256-<hex>.cluster``). The local
+    cluster.json keeps them. A report without an image has nothing to attest (``--image IMAGE@DIGEST``)."""
     from imagesmith import signing
+    from imagesmith.validate.redact import redact_cluster
 
     image = document.get("image")
     if not isinstance(image, dict):
@@ -215,7 +218,7 @@ def sign_report(document: Mapping[str, Any], *, key: SigningKey) -> bytes:
             hint="give the image the cluster ran: --image REPO@sha256:…",
         )
     repository = str(image["reference"]).rsplit("@", 1)[0]
-    plain = json.loads(json.dumps(document, default=str))  # exactly what cluster.json holds
+    plain = redact_cluster(json.loads(json.dumps(document, default=str)))  # what cluster.json holds, redacted
     return signing.sign_statement(repository, str(image["digest"]), CLUSTER_PREDICATE_TYPE, plain, key)
 
 
@@ -227,10 +230,20 @@ class SignedCluster:
     report: ClusterReport
     body: bytes  # the predicate, canonical JSON (hashed as the index's report_digest)
     signer: str
+    envelope: bytes = b""  # the DSSE envelope verified (what release attaches in registries)
+    key: PublicKey | None = None  # the key it verified with (its PEM is attached beside the envelope)
 
     @property
     def sha(self) -> str:
         return report_digest(self.body)
+
+    @property
+    def published_safe(self) -> bool:
+        """The signed report names no node host, address, login user or machine id (an envelope signed
+        before validate redacted it does): only then may release attach it in registries."""
+        from imagesmith.validate.redact import cluster_redacted
+
+        return cluster_redacted(json.loads(self.body))
 
 
 def verify_report(envelope: bytes, trusted: Sequence[PublicKey], *, source: str) -> SignedCluster:
@@ -257,7 +270,14 @@ def verify_report(envelope: bytes, trusted: Sequence[PublicKey], *, source: str)
             hint="sign the report of the image the cluster ran: imagesmith validate ssh://… --image "
             "REPO@sha256:… --sign-key KEY",
         )
-    return SignedCluster(digest=subjects[0], report=report, body=body, signer=verified.key.describe())
+    return SignedCluster(
+        digest=subjects[0],
+        report=report,
+        body=body,
+        signer=verified.key.describe(),
+        envelope=envelope,
+        key=verified.key,
+    )
 
 
 def claimed_digest(envelope: bytes) -> str | None:

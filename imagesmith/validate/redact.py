@@ -8,6 +8,7 @@ a registry hashes the same as the one attached.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from collections.abc import Iterable
@@ -110,3 +111,116 @@ def redact_report_bytes(body: bytes) -> bytes:
     if not isinstance(data, dict):
         return body
     return (json.dumps(redact_report(data), indent=2, ensure_ascii=False) + "\n").encode()
+
+
+# ------------------------------------------------------------------------------------------------------------
+# the cluster report (issue 32): what ``imagesmith validate ssh://n1 ssh://n2 … --sign-key`` signs, and
+# ``imagesmith release`` attaches to the image in every registry (``sha256-<hex>.cluster``)
+
+#: an IPv4 address anywhere in a text (a node's address, an OOB interface in an NCCL line)
+_IPV4: Final = re.compile(
+    r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(?![\w.])"
+)
+#: a run of hex digits, colons and dots with two colons or more: an IPv6 address when ``ipaddress`` says so
+#: (a PCI bus id, a MAC address, a time of day are not); also after ``name:`` (NCCL's ``ib0:fe80::…<0>``)
+_IPV6_CANDIDATE: Final = re.compile(
+    r"(?:(?<![\w:.%])|(?<=\w:))[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*(?:%[\w.-]+)?"
+)
+
+
+def _redact_ipv6(text: str) -> str:
+    def one(match: re.Match[str]) -> str:
+        token = match.group(0)
+        body = token.rstrip(".")
+        address = body.partition("%")[0]
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            return token
+        return REDACTED + token[len(body) :]
+
+    return _IPV6_CANDIDATE.sub(one, text)
+
+
+#: node fields that name the machine itself (its address, its systemd machine id, the local folder of its
+#: suite's report, named after its ssh target): replaced whole
+_NODE_IDS: Final[tuple[str, ...]] = ("address", "machine_id", "node_report")
+
+
+def _node_pseudonyms(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """(value, pseudonym) of every node name, its ssh host and host:port, its address, and every host a
+    collective rank names, longest value first: node *i* is ``node-<i>`` (in the report's order), a rank host
+    that is no node's ssh host ``host-<k>`` (in order of first appearance); a login user is ``<redacted>``."""
+    nodes = report.get("nodes")
+    pairs: dict[str, str] = {}
+    for i, node in enumerate(n for n in (nodes if isinstance(nodes, list) else []) if isinstance(n, dict)):
+        alias = f"node-{i + 1}"
+        name = node.get("name")
+        if isinstance(name, str) and name:
+            parts = _ssh_parts("ssh://" + name)
+            user = name.rpartition("@")[0]
+            for part in [name, *parts]:
+                if part and part != user:
+                    pairs.setdefault(part, alias)
+            if len(user) >= 2:
+                pairs.setdefault(user, REDACTED)
+        address = node.get("address")
+        if isinstance(address, str) and len(address) >= 2 and address != REDACTED:
+            pairs.setdefault(address, alias)
+    collective = report.get("collective")
+    runs = collective.get("runs") if isinstance(collective, dict) else None
+    hosts = [
+        rank["host"]
+        for run in (runs if isinstance(runs, list) else [])
+        if isinstance(run, dict) and isinstance(run.get("ranks"), list)
+        for rank in run["ranks"]
+        if isinstance(rank, dict) and isinstance(rank.get("host"), str) and rank["host"]
+    ]
+    others = [h for h in dict.fromkeys(hosts) if h not in pairs]
+    for k, host in enumerate(others):
+        pairs[host] = f"host-{k + 1}"
+    return sorted(pairs.items(), key=lambda p: len(p[0]), reverse=True)
+
+
+def _as_word(value: str) -> re.Pattern[str]:
+    """*value* where it stands alone (``n1`` in ``n1↔n2`` or ``root@n1:22``, never in ``ens1n1``)."""
+    return re.compile(r"(?<![\w.-])" + re.escape(value) + r"(?![\w-])")
+
+
+def _walk_cluster(value: Any, words: list[tuple[re.Pattern[str], str]]) -> Any:
+    if isinstance(value, str):
+        for pattern, alias in words:
+            value = pattern.sub(alias, value)
+        return _IPV4.sub(REDACTED, _redact_ipv6(redact_text(value)))
+    if isinstance(value, list):
+        return [_walk_cluster(v, words) for v in value]
+    if isinstance(value, dict):
+        return {k: _walk_cluster(v, words) for k, v in value.items()}
+    return value
+
+
+def redact_cluster(report: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a cluster report fit to leave the cluster (signed, attached to the image in registries):
+    each node's name, ssh host and address is ``node-<i>`` wherever it appears (promises, bandwidth pairs,
+    the collective's argv and ranks), another host a rank names ``host-<k>``, login users, IPv4 and IPv6
+    addresses, ssh targets and home-folder user names ``<redacted>``; each node's ``address``, ``machine_id``
+    and ``node_report`` and its RoCE GIDs (which embed its IPv4 address) ``<redacted>``. Node count, GPU
+    inventory, fabric, figures and verdicts are kept (the summary is unchanged). Pure and idempotent (a
+    redacted report redacts to itself: release checks a signed report that way, :func:`cluster_redacted`)."""
+    words = [(_as_word(value), alias) for value, alias in _node_pseudonyms(report)]
+    out: dict[str, Any] = _walk_cluster(report, words)
+    for node in out.get("nodes") or ():
+        if not isinstance(node, dict):
+            continue
+        for key in _NODE_IDS:
+            if isinstance(node.get(key), str) and node[key]:
+                node[key] = REDACTED
+        for port in node.get("rdma_ports") or ():
+            if isinstance(port, dict) and isinstance(port.get("roce_v2_gids"), list):
+                port["roce_v2_gids"] = [REDACTED for _ in port["roce_v2_gids"]]
+    return out
+
+
+def cluster_redacted(report: dict[str, Any]) -> bool:
+    """*report* names no node host, address or user (:func:`redact_cluster` leaves it as it is)."""
+    return redact_cluster(report) == report

@@ -116,9 +116,20 @@ def test_a_signed_cluster_report_names_the_image_and_release_reads_it(
     (found,) = collect_cluster_reports([report], [key.public])
     assert found.signed is not None
     assert found.signed.digest == digest
+    # what is signed (and release attaches in registries) is the report redacted: no node's ssh target or
+    # address; cluster.json keeps them
+    from imagesmith.validate.redact import redact_cluster
+
     assert found.signed.report == clusterrecord.ClusterReport.parse(
-        (report / "cluster.json").read_bytes(), source="c"
+        clusterrecord.canonical(redact_cluster(data)), source="c"
     )
+    assert [n.name for n in found.signed.report.nodes] == ["node-1", "node-2", "node-3"]
+    assert found.signed.published_safe
+    signed_text = found.signed.body.decode()
+    nodes: list[dict[str, str]] = json.loads((report / "cluster.json").read_text())["nodes"]
+    for node in nodes:
+        assert node["name"] not in signed_text
+        assert node["address"] not in signed_text
 
 
 def test_a_rate_limited_link_fails_naming_the_pair(cluster: Cluster, tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ when it is malformed or its fields disagree."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from imagesmith import signing
 from imagesmith.errors import ConfigError, SignatureError
 from imagesmith.validate import clusterrecord
 from imagesmith.validate.clusterrecord import ClusterReport
+from imagesmith.validate.redact import redact_cluster
 from tests.clusterreports import DELETE, changed, cluster_document
 
 DIGEST = "sha256:" + "d" * 64
@@ -118,8 +120,17 @@ def test_write_report_writes_the_envelope_the_markdown_then_the_json(tmp_path: P
         (tmp_path / "cluster.dsse.json").read_bytes(), TRUSTED, source="cluster.dsse.json"
     )
     assert signed.digest == DIGEST
-    assert signed.report == ClusterReport.parse(body(data), source="c.json")
-    assert signed.sha == clusterrecord.report_digest(clusterrecord.canonical(data))
+    # what is signed (and release attaches in registries) is redacted; cluster.json keeps the names
+    public = redact_cluster(data)
+    assert signed.report == ClusterReport.parse(body(public), source="c.json")
+    assert signed.sha == clusterrecord.report_digest(clusterrecord.canonical(public))
+    assert [n.name for n in signed.report.nodes] == ["node-1", "node-2", "node-3"]
+    text = signed.body.decode()
+    for secret in ("root", "n1", "10.0.0.1", "m-1"):
+        assert not re.search(rf"(?<![\w-]){re.escape(secret)}(?![\w-])", text), secret
+    assert '"boot-1"' in text
+    assert "GPU-1-0" in text
+    assert signed.published_safe
 
 
 def test_write_report_refuses_a_document_release_would_refuse_and_writes_nothing(tmp_path: Path) -> None:

@@ -20,7 +20,9 @@ from imagesmith.release import VerifiedBlobs, release_cell
 from imagesmith.release.checks import check_cluster
 from imagesmith.release.evidence import collect_cluster_reports
 from imagesmith.release.outcome import index_entry
+from imagesmith.tags import cluster_tag
 from imagesmith.validate import clusterrecord
+from imagesmith.validate.redact import redact_cluster
 from tests.clusterreports import changed, cluster_document
 from tests.unit.test_release_steps import CELL, KEY, REPO, TRUSTED, evidence, registries, run_of, up_to
 
@@ -63,7 +65,8 @@ def test_a_passing_signed_cluster_report_of_the_digest_is_the_entrys_cluster(tmp
         gpus_per_node=8,
         fabric="ib",
         date="2026-12-02T10:00:00Z",
-        report_digest=clusterrecord.report_digest(clusterrecord.canonical(data)),
+        report_digest=clusterrecord.report_digest(clusterrecord.canonical(redact_cluster(data))),
+        artifact=clients["a"].tagged(REPO)[cluster_tag(digest)],  # the signed report attached beside it
     )
     entry = index_entry(CELL, result, [evidence(digest)], "2026-12-02T11:00:00Z")
     assert entry.cluster == result.cluster
@@ -139,7 +142,7 @@ def _no_gpus(digest: str) -> tuple[dict[str, Any], bytes | None, bool]:
         (_foreign, f"but cluster.dsse.json beside it is signed for {OTHER}"),
         (_altered, "cluster.dsse.json"),
         (_unknown_key, "cluster.dsse.json"),
-        (_failed, "failed (node-to-node bandwidth: pair n1↔n2"),
+        (_failed, "failed (node-to-node bandwidth: pair node-1↔node-2"),  # the signed report is redacted
         (_lying_verdict, "failed (node-to-node bandwidth"),
         (_malformed_signed, "summary.gpus_per_node: says 80"),
         (_statement_for_other, "image.digest"),
@@ -263,7 +266,7 @@ def test_pick_prints_the_cluster_line_of_the_picked_image() -> None:
     )
     assert pick.cluster_line == line
     assert f"  {line}" in pick_text(pick).splitlines()
-    assert pick.to_json()["cluster"] == CLUSTER_DOC
+    assert pick.to_json()["cluster"] == CLUSTER_DOC | {"artifact": None}  # released before it was attached
     plain = parse_index(json.dumps(_index_doc("imagesmith.release-index/v2", None)), source="i.json")
     none = choose(plain, host("580.95.05", "h100-sxm"), Constraints(), platform=GENERIC)
     assert none.cluster_line == ""

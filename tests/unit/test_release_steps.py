@@ -152,6 +152,7 @@ def test_the_release_of_a_cell_is_these_named_steps_in_this_order() -> None:
         "scan gate",
         "signed SBOM",
         "read image",
+        "cluster artifact",
         "check labels",
         "check entry",
         "copy",
