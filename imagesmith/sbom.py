@@ -198,6 +198,18 @@ def summarize(doc: Mapping[str, Any]) -> Summary:
     )
 
 
+def image_digest(reference: str) -> str:
+    """The digest of *reference* ``HOST/REPO@sha256:<hex>`` (a ConfigError about IMAGE when it is not one)."""
+    name, at, digest = reference.rpartition("@")
+    if not at or not name or not _DIGEST.fullmatch(digest):
+        raise ConfigError(
+            f"{reference!r} is not IMAGE@sha256:<64 hex>",
+            hint="give the image by digest: imagesmith candidates --pinned prints it",
+            field="IMAGE",
+        )
+    return digest
+
+
 def make_sbom(
     reference: str,
     *,
@@ -207,12 +219,7 @@ def make_sbom(
 ) -> tuple[dict[str, Any], str]:
     """(the SPDX document, the digest it is about) for *reference* ``HOST/REPO@sha256:<hex>``. The document
     must describe exactly that digest (a registry that served another manifest is refused)."""
-    name, at, digest = reference.rpartition("@")
-    if not at or not name or not _DIGEST.fullmatch(digest):
-        raise ConfigError(
-            f"{reference!r} is not IMAGE@sha256:<64 hex>",
-            hint="give the image by digest: imagesmith candidates --pinned prints it",
-        )
+    digest = image_digest(reference)
     doc = run_syft(("docker:" if engine else "registry:") + reference, insecure=insecure)
     if not engine and digest not in described_digests(doc):
         raise SbomError(

@@ -497,3 +497,43 @@ Slurm = Annotated[
         "inside an allocation of 2+ nodes with no TARGET: name local:// for this node only).",
     ),
 ]
+
+
+# -- keygen, sbom (issue 31: their command layers, keyrequest.py and sbomrequest.py) ------------------------
+PrivateKey = Annotated[
+    Path, typer.Argument(help="private key file to create (mode 0600; never overwritten, never printed)")
+]
+PublicKey = Annotated[
+    Path | None,
+    typer.Option("--public", help="public key file to create (PEM; default: PRIVATE with suffix .pub)"),
+]
+KeyType = Annotated[
+    str, typer.Option("--type", help="ecdsa-p256 (default; cosign's own key type) or ed25519")
+]
+SbomImage = Annotated[str, typer.Argument(help="the image by digest: HOST/REPO@sha256:<hex>")]
+SbomOut = Annotated[
+    Path,
+    typer.Option(
+        "--out",
+        help="folder for sha256-<hex>.spdx.json (and, signed, sha256-<hex>.sbom.dsse.json): what "
+        "release --scan-reports reads",
+    ),
+]
+SbomSignKey = Annotated[
+    Path | None,
+    typer.Option(
+        "--sign-key",
+        help="private key that signs the in-toto SBOM attestation (predicateType "
+        "https://spdx.dev/Document); default $IMAGESMITH_SIGNING_KEY",
+    ),
+]
+SbomLock = Annotated[
+    Path | None,
+    typer.Option("--lock", help="the cell's lock file: its --hash=sha256 lines go into the SBOM"),
+]
+SbomEngine = Annotated[
+    bool, typer.Option("--engine", help="read the image from the local Docker engine, not the registry")
+]
+SbomInsecure = Annotated[
+    bool, typer.Option("--insecure", help="the registry speaks plain HTTP (a local test registry)")
+]

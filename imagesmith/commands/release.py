@@ -12,9 +12,10 @@ from typing import Any
 import typer
 
 from imagesmith import settings
-from imagesmith.commands import current_project, epilog, flags, hold_project
+from imagesmith.commands import current_project, epilog, flags, hold_project, project_option
 from imagesmith.commands.output import pick_json, pick_text, release_json, release_text
 from imagesmith.errors import ConfigError
+from imagesmith.scrub import scrub
 
 RELEASE_EPILOG = epilog(
     [
@@ -57,94 +58,25 @@ INDEX_EPILOG = epilog(
 
 
 def _warn(message: str) -> None:
-    from imagesmith.scrub import scrub
-
     typer.echo(scrub(f"warning: {message}"), err=True)
 
 
 def _index_trust(
     flag: Path | None, no_verify: bool, *, fingerprint: str | None = None, first_use: bool = False
 ) -> Any:
-    """How pick and index trust the release index (:class:`imagesmith.indextrust.Trust`): the key of
-    --verify-key, else the fingerprint of --key-fingerprint (issue 34: the trust root), else
-    $IMAGESMITH_INDEX_KEY, else ``[release] index_key`` of the user config (or its older ``[pick]
-    verify_key``), else of the project's imagesmith.toml **only when named** (``--project``,
-    $IMAGESMITH_PROJECT: a walked-up file in a parent folder never chooses the key); each a key or its
-    fingerprint. None → the key pinned for the source; with ``--trust-first-use`` the key published beside it
-    (first use). ``--no-verify``: nothing is checked (the caller warns)."""
-    from dataclasses import replace
+    """How pick, index and ``validate --baseline-from`` trust the release index
+    (:func:`imagesmith.pick.indexrequest.index_trust`), with the project the renter named."""
+    from imagesmith.pick.indexrequest import index_trust
 
-    from imagesmith.indextrust import IndexKey, Trust, is_fingerprint, parse_fingerprint
-
-    if no_verify:
-        if flag is not None or fingerprint is not None:
-            raise ConfigError(
-                f"{'--verify-key' if flag is not None else '--key-fingerprint'} and --no-verify contradict "
-                "each other",
-                hint="drop --no-verify: the index is then checked with the key given",
-            )
-        return Trust(verify=False)
-    root = parse_fingerprint(fingerprint, origin="--key-fingerprint") if fingerprint is not None else None
-    base = Trust(
-        first_use=first_use, fingerprint=root, fingerprint_origin="--key-fingerprint" if root else ""
+    return index_trust(
+        flag, no_verify, fingerprint=fingerprint, first_use=first_use, named_project=_project_named
     )
-    if flag is not None:
-        return replace(base, key=IndexKey(_read_key(flag, "--verify-key"), f"--verify-key {flag}"))
-    if root is not None:
-        return base
-    from imagesmith.config import load_config
-
-    config = load_config()
-    named: tuple[Path | str, str] | None = None
-    if config.index_key is not None:
-        named = (config.index_key, config.index_key_origin or config.source)
-    else:
-        project = _project_named()
-        if project is not None and project.index_key is not None:
-            named = (project.index_key, f"{project.file}: release.index_key")
-    if named is None:
-        return Trust(first_use=first_use)
-    value, origin = named
-    if isinstance(value, Path):
-        return Trust(key=IndexKey(_read_key(value, origin), f"{origin} ({value})"), first_use=first_use)
-    if is_fingerprint(value):
-        return Trust(
-            fingerprint=parse_fingerprint(value, origin=origin),
-            fingerprint_origin=origin,
-            first_use=first_use,
-        )
-    return Trust(key=IndexKey(value.encode(), origin), first_use=first_use)
-
-
-def _read_key(path: Path, origin: str) -> bytes:
-    """The PEM text of the key file *path* named by *origin*; parsed only when a signature is checked (a
-    pick from a cached index verified before loads no crypto), so an unusable file is said here already."""
-    from imagesmith import inputs
-    from imagesmith.indextrust import pem_fingerprint
-
-    try:  # a FIFO, a device, a folder or a huge file is one error, never a read that blocks
-        data = inputs.read_user_file(
-            path,
-            origin,
-            hint=f"point {origin} at the PEM public key file (a `.pub` that `imagesmith keygen` wrote)",
-            max_bytes=1 << 20,
-        )
-    except ConfigError:
-        if path.exists():
-            raise
-        data = b""  # missing: load_public_key below says so, naming where the path came from
-    if pem_fingerprint(data) is None:
-        from imagesmith import signing
-
-        signing.load_public_key(path, origin)  # says why: unreadable, not PEM, not a key imagesmith takes
-    return data
 
 
 def _project_named() -> Any:
     """The project the renter named (``--project``, ``$IMAGESMITH_PROJECT``), else None: pick and index
     never take a key from an imagesmith.toml found by walking up from the working directory (issue 34: a file
     planted in a parent folder would choose the key that verifies the index)."""
-    from imagesmith.commands import project_option
     from imagesmith.project import PROJECT_ENV, discover
 
     if project_option() is not None or settings.get(PROJECT_ENV):
@@ -152,46 +84,8 @@ def _project_named() -> Any:
     return None
 
 
-def _no_verify_warning(source: str) -> None:
-    _warn(
-        f"--no-verify: the release index {source} is used without checking its signature, serial or expiry: "
-        "whoever can change it chooses the image this host runs"
-    )
-
-
 def _note(line: str) -> None:
-    from imagesmith.scrub import scrub
-
     typer.echo(scrub(line), err=True)
-
-
-def _fetch_trusted(
-    source: str,
-    *,
-    refresh: bool,
-    insecure: bool,
-    verify_key: Path | None,
-    no_verify: bool,
-    key_fingerprint: str | None = None,
-    trust_first_use: bool = False,
-) -> Any:
-    """The release index of *source* for pick and index: verified as :func:`_index_trust` says (the key's
-    fingerprint noted on stderr), or with ``--no-verify`` unchecked and a warning on every run."""
-    from imagesmith import pick as picking
-
-    idx = picking.fetch_index(
-        source,
-        refresh=refresh,
-        warn=_warn,
-        insecure=insecure,
-        trust=_index_trust(verify_key, no_verify, fingerprint=key_fingerprint, first_use=trust_first_use),
-        note=_note,
-    )
-    if no_verify:
-        from imagesmith.indextrust import split_root
-
-        _no_verify_warning(split_root(source)[0])
-    return idx
 
 
 PICK_EPILOG = epilog(
@@ -265,15 +159,10 @@ def pick(
             hint="pass --index FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX",
         )
     host = picking.read_host(nvidia_smi_file=nvidia_smi, driver=driver, gpus=gpu or ())
-    idx = _fetch_trusted(
-        source,
-        refresh=refresh,
-        insecure=insecure,
-        verify_key=verify_key,
-        no_verify=no_verify,
-        key_fingerprint=key_fingerprint,
-        trust_first_use=trust_first_use,
-    )
+    from imagesmith.pick.indexrequest import fetch_trusted
+
+    trust = _index_trust(verify_key, no_verify, fingerprint=key_fingerprint, first_use=trust_first_use)
+    idx = fetch_trusted(source, trust, refresh=refresh, insecure=insecure, warn=_warn, note=_note)
     request = picking.PickRequest(
         nvidia_smi=nvidia_smi,
         driver=driver,
@@ -324,7 +213,6 @@ def release(
     """Promote candidates whose exact digest has a passing validation attestation, signed by a trusted key,
     to every registry of their cell."""
     from imagesmith import release as releasing
-    from imagesmith.scrub import scrub
 
     request = releasing.ReleaseRequest(
         reports=tuple(reports),
@@ -358,32 +246,16 @@ def candidates(
     pinned: flags.Pinned = False,
 ) -> None:
     """Each cell's candidate digest per registry (what `imagesmith validate IMAGE@DIGEST` tests)."""
-    import json
-
     from imagesmith import release as releasing
-    from imagesmith.errors import RegistryError, ReleaseError
 
-    project = current_project(matrix)
-    rows = releasing.candidates(
-        project.resolve_matrix_name(matrix), only=only or [], registries_file=registries, project=project
+    request = releasing.CandidatesRequest(
+        matrix=matrix, only=tuple(only or ()), registries=registries, pinned=pinned
     )
-    if pinned:
-        missing = [r["cell"] for r in rows if not r["pinned"]]
-        unasked = [e for r in rows if not r["pinned"] for e in r["errors"]]
-        if unasked:  # the registries could not be asked: a fault to rerun, not a missing build
-            raise RegistryError(
-                f"no candidate found for {', '.join(missing)}: " + "; ".join(dict.fromkeys(unasked)),
-                hint="rerun when the registries answer (the errors above name them and their fix)",
-            )
-        if missing:
-            raise ReleaseError(
-                f"no candidate pushed for {', '.join(missing)}",
-                hint="run imagesmith build --matrix MATRIX --only CELL --push first",
-            )
-        for r in rows:
-            typer.echo(r["pinned"][0])
-        return
-    typer.echo(json.dumps(rows, indent=2))
+    prepared = releasing.prepare_candidates(request, project_of=current_project)
+    result = releasing.candidates_for(request, prepared)
+    result.raise_for_missing()  # --pinned: nothing printed when a cell has no candidate
+    for line in result.lines():
+        typer.echo(line)
 
 
 def index_show(
@@ -398,15 +270,10 @@ def index_show(
 ) -> None:
     """Load, verify (signature by the trusted or pinned key, serial, expiry; as pick does) and list a release
     index."""
-    from imagesmith.index import dump_index
+    from imagesmith.pick import indexrequest
 
-    src = source or settings.get("IMAGESMITH_INDEX")
-    if not src:
-        raise ConfigError(
-            "no release index given", hint="pass FILE|URL|oci://HOST/REPO[:TAG] or set IMAGESMITH_INDEX"
-        )
-    idx = _fetch_trusted(
-        src,
+    request = indexrequest.IndexRequest(
+        source=source,
         refresh=refresh,
         insecure=insecure,
         verify_key=verify_key,
@@ -414,20 +281,10 @@ def index_show(
         key_fingerprint=key_fingerprint,
         trust_first_use=trust_first_use,
     )
+    prepared = indexrequest.prepare(request, named_project=_project_named)
+    result = indexrequest.show(request, prepared, warn=_warn, note=_note)
     if as_json:
-        typer.echo(dump_index(idx), nl=False)
+        typer.echo(result.json(), nl=False)
         return
-    typer.echo(
-        f"{src}: {len(idx.images)} image(s), generated {idx.generated}"
-        + (f", serial {idx.serial}, expires {idx.expires}" if idx.serial else "")
-    )
-    typer.echo(
-        "  registries (the publisher's hosts): "
-        + (", ".join(idx.registries) or "not listed (an index written before issue 17)")
-    )
-    for img in idx.images:
-        hosts = ", ".join(f"{r.name}" for r in img.registries)
-        typer.echo(
-            f"  {img.tag}  torch {img.torch} CUDA {img.cuda} py{img.python}  driver >= {img.min_driver.full} "
-            f"(minor {img.min_driver.minor_version})  {img.digest[:19]}…  [{hosts}]"
-        )
+    for line in result.lines():
+        typer.echo(line)

@@ -1,14 +1,14 @@
-"""CLI command ``sbom``: the SBOM of a built image, made from the image by syft, signed for release."""
+"""CLI command ``sbom``: the SBOM of a built image, made from the image by syft, signed for release.
+
+The flags go into one :class:`~imagesmith.sbomrequest.SbomRequest`; its rules, the run and the result are
+``imagesmith.sbomrequest``'s, imported when the command runs (``imagesmith --help`` does not need it).
+"""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated
-
 import typer
 
-from imagesmith import atomicio, settings
-from imagesmith.commands import epilog
+from imagesmith.commands import epilog, flags
 
 SBOM_EPILOG = epilog(
     [
@@ -29,73 +29,19 @@ def register(app: typer.Typer) -> None:
 
 
 def sbom(
-    image: Annotated[str, typer.Argument(help="the image by digest: HOST/REPO@sha256:<hex>")],
-    out: Annotated[
-        Path,
-        typer.Option(
-            "--out",
-            help="folder for sha256-<hex>.spdx.json (and, signed, sha256-<hex>.sbom.dsse.json): what "
-            "release --scan-reports reads",
-        ),
-    ],
-    sign_key: Annotated[
-        Path | None,
-        typer.Option(
-            "--sign-key",
-            help="private key that signs the in-toto SBOM attestation (predicateType "
-            "https://spdx.dev/Document); default $IMAGESMITH_SIGNING_KEY",
-        ),
-    ] = None,
-    lock: Annotated[
-        Path | None,
-        typer.Option("--lock", help="the cell's lock file: its --hash=sha256 lines go into the SBOM"),
-    ] = None,
-    engine: Annotated[
-        bool, typer.Option("--engine", help="read the image from the local Docker engine, not the registry")
-    ] = False,
-    insecure: Annotated[
-        bool, typer.Option("--insecure", help="the registry speaks plain HTTP (a local test registry)")
-    ] = False,
+    image: flags.SbomImage,
+    out: flags.SbomOut,
+    sign_key: flags.SbomSignKey = None,
+    lock: flags.SbomLock = None,
+    engine: flags.SbomEngine = False,
+    insecure: flags.SbomInsecure = False,
 ) -> None:
     """Make the SPDX 2.3 SBOM of an image (every OS and Python package, version, license, locked hash)."""
-    from imagesmith import sbom as sboms
+    from imagesmith import sbomrequest
 
-    hashes: list[tuple[str, str, tuple[str, ...]]] = []
-    if lock is not None:
-        from imagesmith.errors import ConfigError
-        from imagesmith.lock import lock_keys_in, read_lock
-
-        lock_key = next((k for k in lock_keys_in(lock.parent) if k.filename == lock.name), None)
-        found = read_lock(lock_key, lock.parent) if lock_key is not None else None
-        if found is None:
-            raise ConfigError(
-                f"--lock {lock}: not a lock file (TORCH-VARIANT-pyX.Y.txt of imagesmith lock)",
-                hint="pass the cell's lock file from the project's locks folder",
-            )
-        hashes = list(found.hashes)
-    if out.exists() and not out.is_dir():
-        from imagesmith.errors import ConfigError
-
-        raise ConfigError(f"--out {out}: not a folder", hint="give a folder (it is made when missing)")
-    key_file = sign_key or (
-        Path(str(settings.get("IMAGESMITH_SIGNING_KEY"))) if settings.get("IMAGESMITH_SIGNING_KEY") else None
+    request = sbomrequest.SbomRequest(
+        image=image, out=out, sign_key=sign_key, lock=lock, engine=engine, insecure=insecure
     )
-    signer = None
-    if key_file is not None:  # read before syft runs: a bad key leaves no unsigned document behind
-        from imagesmith import signing
-
-        signer = signing.load_signing_key(key_file)
-    doc, digest, seconds = sboms.timed_sbom(image, engine=engine, insecure=insecure, hashes=hashes)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / (sboms.stem(digest) + sboms.SPDX_SUFFIX)
-    atomicio.write_atomic(path, sboms.dump(doc))
-    s = sboms.summarize(doc)
-    typer.echo(
-        f"{path}: {len(s.os_packages)} OS package(s), {len(s.python_packages)} Python package(s) "
-        f"({s.hashed} with a locked sha256, {s.licensed} with a license), {seconds:.1f} s"
-    )
-    if signer is not None:
-        envelope = sboms.sign_sbom(doc, repository=image.rpartition("@")[0], digest=digest, key=signer)
-        att = out / (sboms.stem(digest) + sboms.SBOM_ENVELOPE_SUFFIX)
-        atomicio.write_atomic(att, envelope)
-        typer.echo(f"{att}: signed ({signer!r})")
+    result = sbomrequest.make(request, sbomrequest.prepare(request))
+    for line in result.lines():
+        typer.echo(line)

@@ -54,7 +54,8 @@ One module per part (``release-layers`` in pyproject.toml keeps them one way; ca
 - :mod:`.publish` — the index extended, written, signed and published;
 - :mod:`.run` — :func:`release_cells`, :func:`release_matrix`, :func:`candidates`;
 - :mod:`.request` — the command's layer: :class:`ReleaseRequest`, its flag rules (:func:`prepare_release`) and
-  :func:`release_for`.
+  :func:`release_for`; ``candidates``' too (:class:`CandidatesRequest`, :func:`prepare_candidates`,
+  :func:`candidates_for`, :class:`CandidatesResult`).
 """
 
 from __future__ import annotations
@@ -135,8 +136,12 @@ from imagesmith.release.promotion import (
     TagPromotionError,
 )
 from imagesmith.release.request import (
+    CandidatesRequest,
+    CandidatesResult,
     PreparedRelease,
     ReleaseRequest,
+    candidates_for,
+    prepare_candidates,
     prepare_release,
     release_for,
 )
@@ -176,6 +181,8 @@ __all__ = [
     "REPORT_ARTIFACT_TYPE",
     "REPORT_MEDIA_TYPE",
     "STEPS",
+    "CandidatesRequest",
+    "CandidatesResult",
     "Carried",
     "CellOptions",
     "CellResult",
@@ -203,6 +210,7 @@ __all__ = [
     "bound_entry",
     "candidate_state",
     "candidates",
+    "candidates_for",
     "carry_over",
     "collect_reports",
     "default_client",
@@ -213,6 +221,7 @@ __all__ = [
     "index_problem",
     "index_signature_path",
     "parse_report",
+    "prepare_candidates",
     "prepare_release",
     "publish_index",
     "publish_index_everywhere",

@@ -4,21 +4,29 @@
 before the project is locked or a registry asked), and the run (:func:`release_for`), whose typed result is
 the :class:`~imagesmith.release.outcome.Outcome` the command prints. Finding and locking the project stay
 with the command (the root's ``--project``); printing the outcome too.
+
+The candidates command's layer too (``imagesmith candidates``): :class:`CandidatesRequest`,
+:func:`prepare_candidates` (the project — handed in as ``project_of`` —, the matrix with ``--registries``,
+``--only``, before a registry is asked), :func:`candidates_for` and :class:`CandidatesResult` (the rows,
+``--pinned``'s references and its refusal when a cell has none).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagesmith import settings
-from imagesmith.errors import ConfigError
+from imagesmith.errors import ConfigError, RegistryError, ReleaseError
 from imagesmith.inputs import check_output_file
-from imagesmith.registry import Verify, verify_level
+from imagesmith.refs import Registry
+from imagesmith.registry import RegistryApi, Verify, verify_level
+from imagesmith.release.base import ReleaseCell
 from imagesmith.release.outcome import Outcome
-from imagesmith.release.run import release_matrix
+from imagesmith.release.run import candidate_cells, candidate_rows, default_client, release_matrix
 
 if TYPE_CHECKING:
     from imagesmith.project import Project
@@ -133,3 +141,79 @@ def release_for(
         rotate_to=prepared.rotate_to,
         scan_dirs=r.scan_reports,
     )
+
+
+#: ``--matrix`` → the project it is in (the command's: the root's ``--project``, ``$IMAGESMITH_PROJECT``)
+ProjectOf = Callable[[str | None], "Project"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidatesRequest:
+    """What ``imagesmith candidates`` was given: its flags as typed values (the defaults are the flags')."""
+
+    matrix: str | None = None
+    only: Sequence[str] = ()
+    registries: Path | None = None
+    pinned: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PreparedCandidates:
+    """A request the rules accepted: the cells whose candidates are looked up."""
+
+    cells: Sequence[ReleaseCell] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidatesResult:
+    """Per cell: its candidate's digest and pinned reference in each registry (``candidates``' JSON rows);
+    *pinned*: the command prints one pinned reference a cell."""
+
+    rows: Sequence[Mapping[str, Any]] = ()
+    pinned: bool = False
+
+    def raise_for_missing(self) -> None:
+        """``--pinned``: a cell without a candidate is a RegistryError when its registries could not be asked
+        (a fault to rerun, not a missing build), else a ReleaseError (exit 8); nothing is printed then."""
+        if not self.pinned:
+            return
+        missing = [r["cell"] for r in self.rows if not r["pinned"]]
+        unasked = [e for r in self.rows if not r["pinned"] for e in r["errors"]]
+        if unasked:
+            raise RegistryError(
+                f"no candidate found for {', '.join(missing)}: " + "; ".join(dict.fromkeys(unasked)),
+                hint="rerun when the registries answer (the errors above name them and their fix)",
+            )
+        if missing:
+            raise ReleaseError(
+                f"no candidate pushed for {', '.join(missing)}",
+                hint="run imagesmith build --matrix MATRIX --only CELL --push first",
+            )
+
+    def lines(self) -> list[str]:
+        """What the command prints: one pinned reference a cell (``--pinned``), else the rows as JSON."""
+        if self.pinned:
+            return [r["pinned"][0] for r in self.rows]
+        return [json.dumps(list(self.rows), indent=2)]
+
+
+def prepare_candidates(request: CandidatesRequest, *, project_of: ProjectOf) -> PreparedCandidates:
+    """The rules of the flags, in one place and in this order, before a registry is asked: the project
+    (``--matrix`` names where it is: *project_of*), the matrix (its name in the project, its file and
+    ``--registries`` read), ``--only`` (a NothingToDoError when it matches no cell: exit 3)."""
+    r = request
+    project = project_of(r.matrix)
+    cells = candidate_cells(
+        project.resolve_matrix_name(r.matrix), only=r.only, registries_file=r.registries, project=project
+    )
+    return PreparedCandidates(cells=cells)
+
+
+def candidates_for(
+    request: CandidatesRequest,
+    prepared: PreparedCandidates,
+    *,
+    client_for: Callable[[Registry], RegistryApi] = default_client,
+) -> CandidatesResult:
+    """Ask each cell's registries for its candidate (:func:`candidate_rows`)."""
+    return CandidatesResult(rows=candidate_rows(prepared.cells, client_for=client_for), pinned=request.pinned)

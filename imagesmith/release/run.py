@@ -317,14 +317,33 @@ def candidates(
     project: Project | None = None,
 ) -> list[dict[str, Any]]:
     """Per cell: the candidate's digest and pinned reference in each registry (for imagesmith validate)."""
+    cells = candidate_cells(matrix, only=only, registries_file=registries_file, project=project)
+    return candidate_rows(cells, client_for=client_for)
+
+
+def candidate_cells(
+    matrix: str | Path,
+    *,
+    only: Sequence[str] = (),
+    registries_file: Path | None = None,
+    project: Project | None = None,
+) -> list[ReleaseCell]:
+    """The cells of *matrix* that *only* selects (the matrix and the registries file read, ``--only``
+    matched), before any registry is asked."""
     from imagesmith.matrix import load_matrix
     from imagesmith.plan import build_plan
 
     m = load_matrix(matrix, project=project, registries_file=registries_file)
     plan = build_plan(m, project=project).select(list(only))
+    return [ReleaseCell.from_plan(pc) for pc in plan.cells]
+
+
+def candidate_rows(
+    cells: Sequence[ReleaseCell], *, client_for: Callable[[Registry], RegistryApi] = default_client
+) -> list[dict[str, Any]]:
+    """Per cell of *cells*: its candidate's digest and pinned reference in each of its registries, asked."""
     rows = []
-    for pc in plan.cells:
-        cell = ReleaseCell.from_plan(pc)
+    for cell in cells:
         clients = {t.name: client_for(t) for t in cell.targets}
         found, errors = _candidate_digests(cell, clients)
         rows.append(

@@ -51,6 +51,14 @@ def test_contracts_hold() -> None:
             "stages depend one way",
         ),
         ("initrequest.py", "from imagesmith.buildrequest import load_plan  # noqa", "stages depend one way"),
+        # the command layers of keygen and sbom (issue 31 item 3) likewise; index's is pick's, above fetching
+        ("keyrequest.py", "from imagesmith.commands import flags  # noqa", "stages depend one way"),
+        ("sbomrequest.py", "from imagesmith.lockrequest import LockRequest  # noqa", "stages depend one way"),
+        (
+            "pick/fetching.py",
+            "from imagesmith.pick.indexrequest import index_trust  # noqa",
+            "the pick package depends one way",
+        ),
         (
             "release/checks.py",
             "from imagesmith.release.steps import STEPS  # noqa",

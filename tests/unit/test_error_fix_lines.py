@@ -73,6 +73,11 @@ MODULES = [
     "imagesmith/release/state.py",
     "imagesmith/release/steps.py",
     "imagesmith/validate/runner.py",
+    # issue 31: the command layers of keygen, sbom, index and candidates
+    "imagesmith/keyrequest.py",
+    "imagesmith/sbomrequest.py",
+    "imagesmith/pick/indexrequest.py",
+    "imagesmith/release/request.py",
 ]
 ERROR_NAMES = {
     name for name, obj in vars(errors).items() if isinstance(obj, type) and issubclass(obj, Exception)
