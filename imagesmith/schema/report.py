@@ -310,6 +310,18 @@ CLUSTER_REPORT: Schema = Schema(
                     "runs": Field(kind="integer", min=0),
                 },
             ),
+            "rdma_bandwidth": Field(
+                kind="table",
+                open=True,
+                nullable=True,
+                description="the RDMA node-pair bandwidth (ib_write_bw per device pair, ring + re-pairing), "
+                "its threshold and basis; absent or null when it did not run (no RDMA port on two nodes, "
+                "--no-rdma-bandwidth)",
+                fields={
+                    "pairs": Field(kind="array", items=Field(kind="table", open=True)),
+                    "runs": Field(kind="integer", min=0),
+                },
+            ),
             "promises": Field(
                 kind="array",
                 required=True,
