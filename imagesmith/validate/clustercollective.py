@@ -169,7 +169,7 @@ def _run_json(test: str, argv: list[str], output: str, v: collective.CollectiveV
         "sizes": v.sizes(),
         "largest": {"bytes": top.size, "busbw_gbps": top.busbw},
         "expected": None
-        if v.expected is None or test != "all_reduce_perf"
+        if v.expected is None
         else {"busbw_gbps": v.expected.busbw_gbps, "basis": v.expected.basis, "source": v.expected.source},
         "transport": {
             "nets": list(transport.nets_used),
@@ -225,7 +225,7 @@ def collective_promises(
             min_ratio=options.min_ratio,
             expect_gdr=options.expect_gdr,
             source=f"{test} across the nodes",
-            judge_busbw=test == "all_reduce_perf",
+            collective=test,
         )
         promises.append(_promise(f"{PROMISE} {test}", v.failures, warnings + v.warnings))
         runs.append(_run_json(test, argv, output, v) | {"seconds": round(launched.seconds, 2)})
