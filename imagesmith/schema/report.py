@@ -298,7 +298,8 @@ CLUSTER_REPORT: Schema = Schema(
                 open=True,
                 nullable=True,
                 description="the cross-node collective (--collective): its launcher, ranks and, per "
-                "nccl-tests run, busbw per message size and the NCCL transport; absent or null when not run",
+                "nccl-tests run, busbw per message size, its expected busbw and the NCCL transport, and "
+                "`plot` (busbw.png beside it, or why there is none); absent or null when not run",
             ),
             "bandwidth": Field(
                 kind="table",

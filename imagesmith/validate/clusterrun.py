@@ -446,7 +446,7 @@ def _fresh_report_dir(options: ClusterOptions) -> Path:
     report_dir = Path(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     # an earlier run's verdict (or signature) never stands beside this run
-    for stale in (CLUSTER_JSON, CLUSTER_MD, clusterrecord.CLUSTER_ATTESTATION):
+    for stale in (CLUSTER_JSON, CLUSTER_MD, clusterrecord.CLUSTER_ATTESTATION, "busbw.png"):
         (report_dir / stale).unlink(missing_ok=True)
     for test in ("all_reduce_perf", "all_gather_perf"):
         (report_dir / "collective" / f"{test}.log").unlink(missing_ok=True)
@@ -643,6 +643,8 @@ def run_cluster(
     }
     data["summary"] = clusterrecord.summary_json(data)
     _write_logs(report_dir, coll_logs)
+    if coll is not None:  # the figure, like the logs, before the report (cluster.json says the run completed)
+        coll["plot"] = clustercollective.write_plot(coll, report_dir)
     clusterrecord.write_report(report_dir, data, render_markdown(data), sign=sign)
     return data
 

@@ -105,6 +105,10 @@ def test_a_healthy_collective_over_mpirun_passes(cluster: Cluster, tmp_path: Pat
     assert "## Cross-node NCCL (mpirun: 3 nodes × 1 rank(s))" in md
     assert "| 1073741824 | 329.38 | — |" in md
     assert "| 17179869184 | — | 22.98 |" in md
+    # the figure, written before cluster.json, named in it and in cluster.md (matplotlib: the dev extra)
+    assert coll["plot"] == "busbw.png"
+    assert (tmp_path / "busbw.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![busbw per message size](busbw.png)" in md
     # all_gather judged against the node's NIC (0.2 Gb/s declared: 0.02 GB/s expected), not all_reduce's table
     assert gather["expected"]["busbw_gbps"] == 0.02
     assert gather["largest"] == {"bytes": 17179869184, "busbw_gbps": 22.98}
