@@ -374,7 +374,7 @@ SYS_CLASS_PORT = {
 
 def ib_write_bw_standin(folder: Path) -> Path:
     """*folder* with an ``ib_write_bw`` stand-in, its recorded reports and empty ``slow``/``hang`` lists."""
-    (folder / "recorded").mkdir(exist_ok=True)
+    (folder / "recorded").mkdir(parents=True, exist_ok=True)
     for kind, path in IB_WRITE_BW_RECORDED.items():
         shutil.copy(path, folder / "recorded" / f"{kind}.txt")
     tool = folder / "ib_write_bw"
