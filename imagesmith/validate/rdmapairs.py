@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import tomllib
 
 from imagesmith.errors import ConfigError, ParseError
+from imagesmith.inputs import is_digits
 from imagesmith.validate import cluster
 from imagesmith.validate.nics import Finding
 
@@ -166,7 +167,7 @@ def parse_ib_write_bw(text: str, *, source: str = "ib_write_bw") -> WriteBw:
     return WriteBw(
         device=fields.get("Device", "?"),
         link_type=fields.get("Link type", "?"),
-        qps=int(qps) if qps.isdigit() else 1,
+        qps=int(qps) if is_digits(qps) else 1,
         rows=tuple(rows),
     )
 
