@@ -136,7 +136,7 @@ class ClusterOptions:
     collective_max_bytes: str = "8G"
     #: RDMA node pairs (imagesmith.validate.rdmapairs): ib_write_bw where the nodes have RDMA ports
     rdma_bandwidth: bool = True
-    rdma_seconds: int = 5
+    rdma_seconds: int | None = None  # ib_write_bw -D; None: imagesmith/data/rdma.toml's
     rdma_min_ratio: float | None = None  # None: imagesmith/data/rdma.toml's
 
 

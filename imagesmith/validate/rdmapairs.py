@@ -26,6 +26,7 @@ real outputs, each naming its source.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shlex
 import subprocess
@@ -417,7 +418,7 @@ def measure_pair(
     from imagesmith.validate.clusterrun import CONNECT_TIMEOUT_S, lost
 
     s = settings()
-    seconds = options.rdma_seconds
+    seconds = options.rdma_seconds or s.seconds
     limit = seconds + SLACK_S
     server = subprocess.Popen(
         ssh.argv(b, server_command([sp for _cp, sp in ports], s, seconds, limit + 10)),
@@ -430,8 +431,14 @@ def measure_pair(
         command = client_command([cp for cp, _sp in ports], b.address, s, seconds, limit)
         # the clients' own bound, their connection retries (10 × ~0.5 s), the ssh connect
         ran = ssh.run(a, command, timeout=limit + 10 + CONNECT_TIMEOUT_S + 20)
+        step = f"the RDMA bandwidth run {a.name}→{b.name}"
         if ran.rc != 0 or ran.timed_out:
-            raise lost(ssh, [a, b], f"the RDMA bandwidth run {a.name}→{b.name}", ran.said)
+            raise lost(ssh, [a, b], step, ran.said)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # one-shot servers end once their client has
+            server.wait(timeout=5)
+        if server.returncode == 255:  # ssh to the servers' node failed: the clients had nothing to connect to
+            said = (server.stderr.read() if server.stderr else "").strip().splitlines()
+            raise lost(ssh, [b, a], step, said[-1] if said else "ssh exited with code 255")
         reports = split_client_output(ran.stdout, len(ports))
         return judge_reports(
             (a.name, b.name),
@@ -548,7 +555,7 @@ def rdma_promise(
     data = {
         "tool": "ib_write_bw",
         "message_bytes": s.message_bytes,
-        "seconds": options.rdma_seconds,
+        "seconds": options.rdma_seconds or s.seconds,
         "min_ratio": min_ratio,
         "basis": s.basis,
         "sources": list(s.sources),

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from imagesmith.errors import ConfigError, ParseError
+from imagesmith.errors import ConfigError, ParseError, ValidationFailed
 from imagesmith.validate import clusterrun, rdmapairs
 from imagesmith.validate.clusterrun import ClusterOptions, Node, Ran
 from imagesmith.validate.nics import parse_sysfs_dump
@@ -231,3 +231,27 @@ def test_the_threshold_and_its_basis_come_from_the_data_file() -> None:
     s = rdmapairs.settings()
     assert s.min_ratio == 0.9
     assert any("azurehpc-health-checks" in src for src in s.sources)
+
+
+class _GoneServerSsh:
+    """n2's ssh fails (exit 255) for the servers and for the liveness probe; n1's clients find no server."""
+
+    def __init__(self) -> None:
+        self.options = ClusterOptions()
+
+    def argv(self, node: Node, command: str, **_: Any) -> list[str]:
+        return ["sh", "-c", "echo 'ssh: connect to host n2 port 22: No route to host' >&2; exit 255"]
+
+    def run(self, node: Node, command: str, **_: Any) -> Ran:
+        if command == "true":
+            return Ran(255 if node.name == "n2" else 0, "", "no route", False)
+        out = " Couldn't connect to n2:18515\n===== imagesmith ib_write_bw 0 rc=1\n"
+        return Ran(0, out, "", False)
+
+
+def test_a_server_node_that_is_gone_is_the_runs_error_not_a_slow_pair() -> None:
+    ssh: Any = _GoneServerSsh()
+    with pytest.raises(ValidationFailed) as e:
+        rdmapairs.measure_pair(ssh, _node("n1"), _node("n2"), [(_port(), _port())], ClusterOptions())
+    assert e.value.host == "n2"
+    assert "node n2 stopped answering during the RDMA bandwidth run n1→n2" in e.value.message
