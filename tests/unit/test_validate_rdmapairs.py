@@ -21,6 +21,7 @@ from imagesmith.validate.rdmapairs import RdmaPort, parse_ib_write_bw
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "validate" / "cluster"
 SWEEP = (FIXTURES / "ib_write_bw-roce-sweep-gpu-operator.txt").read_text()
 D10 = (FIXTURES / "ib_write_bw-roce-D10-scc24.txt").read_text()
+GB10 = (FIXTURES / "ib_write_bw-roce-4qp-gb10.txt").read_text()
 
 
 def _port(dev: str = "mlx5_0", rate: float | None = 400, gid: int | None = 3) -> RdmaPort:
@@ -255,3 +256,17 @@ def test_a_server_node_that_is_gone_is_the_runs_error_not_a_slow_pair() -> None:
         rdmapairs.measure_pair(ssh, _node("n1"), _node("n2"), [(_port(), _port())], ClusterOptions())
     assert e.value.host == "n2"
     assert "node n2 stopped answering during the RDMA bandwidth run n1→n2" in e.value.message
+
+
+def test_a_real_report_below_its_ports_rate_fails_naming_the_device() -> None:
+    """The GB10 run: 111.61 Gb/s over 4 QPs on a 200 Gb/s port (the same link carried 183 Gb/s of NCCL
+    all_gather): 0.56 of the rate, below the 0.9 floor."""
+    bw = parse_ib_write_bw(GB10)
+    assert (bw.device, bw.link_type, bw.qps, bw.last.average_gbps) == ("rocep1s0f0", "IB", 4, 111.61)
+    dev = _port("rocep1s0f0", rate=200)
+    r = rdmapairs.judge_reports(
+        ("n1", "n2"), [(dev, dev)], [(GB10, 0)], declared_gbps=None, min_ratio=0.9, limit=35
+    )
+    (f,) = r.findings
+    assert f.subject == "n1→n2 rocep1s0f0:1"
+    assert "111.61 Gb/s, below 90% of 200 Gb/s (negotiated 200 Gb/s (rocep1s0f0:1, sysfs rate))" in f.message
