@@ -65,8 +65,12 @@ class Cluster:
     folder: Path
     extra: list[str] = field(default_factory=list)
 
-    def start(self, node: Node, *, boot_id: str | None = None, sshd_extra: str = "") -> None:
-        """(Re)start *node*'s sshd with *boot_id* (default its own) bind-mounted over the kernel's."""
+    def start(
+        self, node: Node, *, boot_id: str | None = None, sshd_extra: str = "", sys_class: Path | None = None
+    ) -> None:
+        """(Re)start *node*'s sshd with *boot_id* (default its own) bind-mounted over the kernel's; with
+        *sys_class*, that folder bind-mounted over ``/sys/class`` too (a stand-in RDMA inventory: what
+        anything started over ssh reads as /sys/class/infiniband)."""
         self.stop(node)
         if boot_id is not None:
             node.boot_file.write_text(boot_id + "\n")
@@ -82,6 +86,8 @@ class Cluster:
         binds = f"mount --bind {node.boot_file} {BOOT_ID}"
         if Path("/etc/machine-id").is_file():
             binds += f" && mount --bind {mid} /etc/machine-id"
+        if sys_class is not None:
+            binds += f" && mount --bind {sys_class} /sys/class"
         log = node.folder / "sshd.log"
         log.write_text("")
         with log.open("ab") as out:
@@ -233,10 +239,12 @@ def netns_cluster(n: int, folder: Path, *, subnet: str = SUBNET) -> Iterator[Clu
 # scripts/bench_cluster.py
 
 DATA = REPO / "tests" / "data" / "validate"
-#: the real runs it replays: 2×H200 all_reduce_perf, one-H200 all_gather_perf (nccl-tests 2.19.6, a lent H200)
+#: the real runs it replays: 2×H200 all_reduce_perf (nccl-tests 2.19.6, a lent H200 host), and a two-node
+#: all_gather_perf (2 × GB10 over one 200 Gb/s RoCE link, all_gather_perf-gb10x2.log names its source): a
+#: one-GPU all_gather has busbw 0 (factor (n-1)/n), which the all_gather expectation rightly fails
 RECORDED = {
     "all_reduce_perf": DATA / "h200x2" / "all_reduce_perf-1.log",
-    "all_gather_perf": DATA / "cluster" / "all_gather_perf-h200x1.log",
+    "all_gather_perf": DATA / "cluster" / "all_gather_perf-gb10x2.log",
 }
 #: the nodes' sshd ``SetEnv``: the stand-in's folder first on PATH
 STANDIN_PATH = "PATH={}:/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
@@ -250,10 +258,10 @@ log="$dir/recorded/$(basename "$0").log"
 rank=${OMPI_COMM_WORLD_RANK:?not started by mpirun}
 printf '#  Rank %2d Group  0 Pid %6d on %10s device  0 [0000:00:06] NVIDIA H200\n' "$rank" $$ "$(hostname)"
 [ "$rank" = 0 ] || exec sleep "$(cat "$dir/delay")"
-sed -n '1,/^# Using devices/p' "$log" | grep -v '^# nccl-tests all_gather_perf on one H200'
+sed -n '/^# nccl-tests version/,/^# Using devices/p' "$log"
 sleep "$(cat "$dir/delay")"
 cat "$dir/transport"
-sed -n '/^NCCL version/,$p' "$log"
+sed -n '/^NCCL version\|out-of-place/,$p' "$log"
 """
 
 
@@ -286,3 +294,101 @@ def promise(data: dict[str, object], name: str) -> dict[str, object]:
     assert found, [p["name"] for p in promises]
     p: dict[str, object] = found[0]
     return p
+
+
+# ------------------------------------------------------------------------------------------------------------
+# a stand-in for perftest's ib_write_bw and the RDMA inventory (no RDMA device here):
+# test_validate_rdma_netns.py
+
+#: the real reports it replays (tests/data/validate/cluster/SOURCES.md and each file's first lines)
+IB_WRITE_BW_RECORDED = {
+    "healthy": DATA / "cluster" / "ib_write_bw-roce-D10-scc24.txt",
+    "slow": DATA / "cluster" / "ib_write_bw-roce-sweep-gpu-operator.txt",
+}
+
+#: server (no host argument): listens on -p like perftest's server, sends its hostname over the exchange,
+#: waits for the client's end; client: connects to HOST:-p (perftest's own words when refused), prints the
+#: recorded report "slow" when either end's hostname is in the folder's ``slow`` file, else "healthy"; a
+#: server whose hostname is in ``hang`` accepts the connection and never answers (a QP that never comes up)
+IB_WRITE_BW_STAND_IN = r"""#!{python}
+# stand-in for perftest's ib_write_bw (no RDMA device on these test nodes): replays a recorded real report
+import pathlib, socket, sys, time
+
+here = pathlib.Path(__file__).resolve().parent
+args = sys.argv[1:]
+takes = {{"-d", "-i", "-p", "-s", "-D", "-x", "-q", "-n"}}
+port, host, i = 18515, None, 0
+while i < len(args):
+    if args[i] in takes:
+        if args[i] == "-p":
+            port = int(args[i + 1])
+        i += 2
+        continue
+    if not args[i].startswith("-"):
+        host = args[i]
+    i += 1
+me = socket.gethostname()
+names = lambda f: set((here / f).read_text().split())
+if host is None:
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(1)
+    print("************************************\n* Waiting for client to connect... *\n"
+          "************************************", flush=True)
+    c, _ = s.accept()
+    if me in names("hang"):
+        time.sleep(3600)
+    c.sendall(me.encode() + b"\n")
+    c.recv(16)
+    sys.exit(0)
+try:
+    c = socket.create_connection((host, port), timeout=5)
+except OSError:
+    print(f" Couldn't connect to {{host}}:{{port}}", file=sys.stderr)
+    print(" Unable to open file descriptor for socket connection Unable to init the socket connection",
+          file=sys.stderr)
+    sys.exit(1)
+c.settimeout(None)  # perftest's client waits on the exchange as long as the server takes
+peer = c.makefile().readline().strip()
+kind = "slow" if names("slow") & {{me, peer}} else "healthy"
+text = (here / "recorded" / f"{{kind}}.txt").read_text()
+print("".join(ln for ln in text.splitlines(True) if not ln.startswith("#")), end="")
+c.sendall(b"done\n")
+"""
+
+#: the stand-in /sys/class: one RoCE v2 port at 400 Gb/s (the layout of sysfs-roce-v2.txt, the kernel's ABI)
+SYS_CLASS_PORT = {
+    "state": "4: ACTIVE",
+    "phys_state": "5: LinkUp",
+    "rate": "400 Gb/sec (4X NDR)",
+    "link_layer": "Ethernet",
+    "gids/0": "fe80:0000:0000:0000:0e42:a1ff:fe52:3b10",
+    "gids/1": "fe80:0000:0000:0000:0e42:a1ff:fe52:3b10",
+    "gids/3": "0000:0000:0000:0000:0000:ffff:c0a8:010a",
+    "gid_attrs/types/0": "IB/RoCE v1",
+    "gid_attrs/types/1": "RoCE v2",
+    "gid_attrs/types/3": "RoCE v2",
+}
+
+
+def ib_write_bw_standin(folder: Path) -> Path:
+    """*folder* with an ``ib_write_bw`` stand-in, its recorded reports and empty ``slow``/``hang`` lists."""
+    (folder / "recorded").mkdir(parents=True, exist_ok=True)
+    for kind, path in IB_WRITE_BW_RECORDED.items():
+        shutil.copy(path, folder / "recorded" / f"{kind}.txt")
+    tool = folder / "ib_write_bw"
+    tool.write_text(IB_WRITE_BW_STAND_IN.format(python=sys.executable))
+    tool.chmod(0o755)
+    for name in ("slow", "hang"):
+        (folder / name).write_text("")
+    return folder
+
+
+def sys_class_tree(folder: Path, device: str = "mlx5_0") -> Path:
+    """A /sys/class stand-in with *device* port 1 (:data:`SYS_CLASS_PORT`) under infiniband/."""
+    port = folder / "infiniband" / device / "ports" / "1"
+    for name, value in SYS_CLASS_PORT.items():
+        (port / name).parent.mkdir(parents=True, exist_ok=True)
+        (port / name).write_text(value + "\n")
+    return folder

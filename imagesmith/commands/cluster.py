@@ -31,6 +31,7 @@ class ClusterFlags:
     image: str | None = None
     collective: str = "auto"
     slurm: bool = False
+    rdma_bandwidth: bool = True
 
     def given(self) -> list[str]:
         """The cluster-only flags set away from their defaults (for the error of a one-target run)."""
@@ -43,6 +44,7 @@ class ClusterFlags:
             ("--expect-gdr", self.expect_gdr, False),
             ("--nccl-log", self.nccl_logs, ()),
             ("--no-bandwidth", self.bandwidth, True),
+            ("--no-rdma-bandwidth", self.rdma_bandwidth, True),
             ("--iperf-seconds", self.iperf_seconds, 5),
             ("--bandwidth-min-ratio", self.min_ratio, 0.7),
             ("--no-node-suite", self.node_suite, True),
@@ -131,6 +133,7 @@ def run(
         expect_gdr=flags.expect_gdr,
         nccl_logs=flags.nccl_logs,
         bandwidth=flags.bandwidth,
+        rdma_bandwidth=flags.rdma_bandwidth,
         iperf_seconds=flags.iperf_seconds,
         min_ratio=flags.min_ratio,
         report_dir=base.report_dir,

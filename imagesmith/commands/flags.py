@@ -252,6 +252,13 @@ Bandwidth = Annotated[
     bool,
     typer.Option("--bandwidth/--no-bandwidth", help="Several nodes: iperf3 node pairs (ring + re-pairing)."),
 ]
+RdmaBandwidth = Annotated[
+    bool,
+    typer.Option(
+        "--rdma-bandwidth/--no-rdma-bandwidth",
+        help="Several nodes: ib_write_bw node pairs per RDMA port where the nodes have RDMA ports.",
+    ),
+]
 IperfSeconds = Annotated[
     int, typer.Option("--iperf-seconds", min=1, max=120, help="Several nodes: seconds per iperf3 direction.")
 ]

@@ -298,13 +298,26 @@ CLUSTER_REPORT: Schema = Schema(
                 open=True,
                 nullable=True,
                 description="the cross-node collective (--collective): its launcher, ranks and, per "
-                "nccl-tests run, busbw per message size and the NCCL transport; absent or null when not run",
+                "nccl-tests run, busbw per message size, its expected busbw and the NCCL transport, and "
+                "`plot` (busbw.png beside it, or why there is none); absent or null when not run",
             ),
             "bandwidth": Field(
                 kind="table",
                 required=True,
                 open=True,
                 description="the node-pair bandwidth matrix (iperf3, both directions)",
+                fields={
+                    "pairs": Field(kind="array", items=Field(kind="table", open=True)),
+                    "runs": Field(kind="integer", min=0),
+                },
+            ),
+            "rdma_bandwidth": Field(
+                kind="table",
+                open=True,
+                nullable=True,
+                description="the RDMA node-pair bandwidth (ib_write_bw per device pair, ring + re-pairing), "
+                "its threshold and basis; absent or null when it did not run (no RDMA port on two nodes, "
+                "--no-rdma-bandwidth)",
                 fields={
                     "pairs": Field(kind="array", items=Field(kind="table", open=True)),
                     "runs": Field(kind="integer", min=0),

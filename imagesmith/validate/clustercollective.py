@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from imagesmith.errors import ConfigError, ImagesmithError
@@ -169,7 +170,7 @@ def _run_json(test: str, argv: list[str], output: str, v: collective.CollectiveV
         "sizes": v.sizes(),
         "largest": {"bytes": top.size, "busbw_gbps": top.busbw},
         "expected": None
-        if v.expected is None or test != "all_reduce_perf"
+        if v.expected is None
         else {"busbw_gbps": v.expected.busbw_gbps, "basis": v.expected.basis, "source": v.expected.source},
         "transport": {
             "nets": list(transport.nets_used),
@@ -225,7 +226,7 @@ def collective_promises(
             min_ratio=options.min_ratio,
             expect_gdr=options.expect_gdr,
             source=f"{test} across the nodes",
-            judge_busbw=test == "all_reduce_perf",
+            collective=test,
         )
         promises.append(_promise(f"{PROMISE} {test}", v.failures, warnings + v.warnings))
         runs.append(_run_json(test, argv, output, v) | {"seconds": round(launched.seconds, 2)})
@@ -258,6 +259,11 @@ def render_markdown(data: dict[str, Any]) -> list[str]:
             f"busbw {r['largest']['busbw_gbps']:g} GB/s at {r['largest']['bytes']} B"
             + (f" (expected {exp['busbw_gbps']:g} GB/s, {exp['basis']})" if exp else "")
         )
+    plot = str(data.get("plot") or "")
+    if plot == PLOT:
+        lines += ["", f"![busbw per message size]({PLOT})"]
+    elif plot:
+        lines += ["", f"No {PLOT}: {plot.removeprefix('skipped: ')}"]
     sizes = sorted({s["bytes"] for r in runs for s in r["sizes"]})
     cells = {(r["collective"], s["bytes"]): s["busbw_gbps"] for r in runs for s in r["sizes"]}
     lines += ["", "| bytes | " + " | ".join(f"{r['collective']} busbw (GB/s)" for r in runs) + " |"]
@@ -268,3 +274,28 @@ def render_markdown(data: dict[str, Any]) -> list[str]:
         ]
         lines.append(f"| {size} | " + " | ".join(row) + " |")
     return lines
+
+
+#: the cluster report's figure: busbw per message size of each collective (beside cluster.json)
+PLOT = "busbw.png"
+
+
+def write_plot(data: dict[str, Any] | None, folder: Path) -> str:
+    """``busbw.png`` in *folder*: one line per collective, busbw against message size (the approach of the
+    one-node report, :func:`imagesmith.validate.report.write_plot`: matplotlib is the optional extra
+    ``plot``); its file name, or why there is none."""
+    from imagesmith.validate.report import write_plot as plot
+
+    runs = data["runs"] if data else []
+    series = [
+        {"round": r["collective"], "busbw": {str(s["bytes"]): s["busbw_gbps"] for s in r["sizes"]}}
+        for r in runs
+    ]
+    return plot(
+        series,
+        folder / PLOT,
+        title=f"cross-node nccl-tests busbw ({data['nodes']} nodes × {data['ranks_per_node']} rank(s))"
+        if data
+        else "",
+        empty="skipped: the cross-node collective did not run",
+    )

@@ -134,6 +134,10 @@ class ClusterOptions:
     slurm: bool = False  # the nodes are the Slurm allocation's: auto launches with srun
     collective_timeout: float = 300.0
     collective_max_bytes: str = "8G"
+    #: RDMA node pairs (imagesmith.validate.rdmapairs): ib_write_bw where the nodes have RDMA ports
+    rdma_bandwidth: bool = True
+    rdma_seconds: int | None = None  # ib_write_bw -D; None: imagesmith/data/rdma.toml's
+    rdma_min_ratio: float | None = None  # None: imagesmith/data/rdma.toml's
 
 
 @dataclass(frozen=True)
@@ -442,7 +446,7 @@ def _fresh_report_dir(options: ClusterOptions) -> Path:
     report_dir = Path(options.report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     # an earlier run's verdict (or signature) never stands beside this run
-    for stale in (CLUSTER_JSON, CLUSTER_MD, clusterrecord.CLUSTER_ATTESTATION):
+    for stale in (CLUSTER_JSON, CLUSTER_MD, clusterrecord.CLUSTER_ATTESTATION, "busbw.png"):
         (report_dir / stale).unlink(missing_ok=True)
     for test in ("all_reduce_perf", "all_gather_perf"):
         (report_dir / "collective" / f"{test}.log").unlink(missing_ok=True)
@@ -589,7 +593,10 @@ def run_cluster(
         promises.append(_promise("node-to-node bandwidth", bw.pop("findings"), []))
     else:
         promises.append(Promise("node-to-node bandwidth", "not checked", why="--no-bandwidth"))
-    from imagesmith.validate import clustercollective
+    from imagesmith.validate import clustercollective, rdmapairs
+
+    rdma_promise, rdma = rdmapairs.rdma_promise(ssh, nodes, inventory, options, echo=echo)
+    promises.append(rdma_promise)
 
     coll_promises, coll, coll_logs = clustercollective.collective_promises(
         ssh, nodes, ids, options, echo=echo
@@ -628,6 +635,7 @@ def run_cluster(
             "min_ratio": options.min_ratio,
         },
         "bandwidth": bw,
+        "rdma_bandwidth": rdma,
         "collective": coll,
         "promises": [_promise_json(p) for p in promises],
         "verdict": verdict,
@@ -635,6 +643,8 @@ def run_cluster(
     }
     data["summary"] = clusterrecord.summary_json(data)
     _write_logs(report_dir, coll_logs)
+    if coll is not None:  # the figure, like the logs, before the report (cluster.json says the run completed)
+        coll["plot"] = clustercollective.write_plot(coll, report_dir)
     clusterrecord.write_report(report_dir, data, render_markdown(data), sign=sign)
     return data
 
@@ -676,6 +686,9 @@ def render_markdown(data: dict[str, Any]) -> str:
         lines += ["| from \\ to | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
         for a in names:
             lines.append(f"| {a} | " + " | ".join(cell.get((a, b), "—") for b in names) + " |")
+    from imagesmith.validate.rdmapairs import render_markdown as rdma_md
+
+    lines += rdma_md(data.get("rdma_bandwidth"))
     if data.get("collective"):
         from imagesmith.validate.clustercollective import render_markdown as collective_md
 

@@ -106,6 +106,56 @@ def expected_busbw(fabric: Fabric, nic_gbps: float | None, nics_per_node: int) -
     )
 
 
+#: all_gather_perf's busbw across nodes, per NIC and as a fraction of its rate. nccl-tests doc/PERFORMANCE.md:
+#: all_gather's busbw is algbw × (n-1)/n, the factor that makes it "the speed of the hardware bottleneck",
+#: independent of the rank count; across nodes that bottleneck is the node's NICs (each ring's inter-node hop
+#: on its own NIC), so a healthy run's busbw is the node's NIC bandwidth × this fraction. all_reduce's table
+#: above does not carry over: its busbw (factor 2(n-1)/n) exceeds the NICs' rate when NVLS/tree reduce inside
+#: the node first (455 GB/s on 8 × 400G = 400 GB/s), all_gather's cannot.
+ALLGATHER_EFFICIENCY: Mapping[str, tuple[float, str]] = {
+    "ib": (
+        0.92,
+        'NVIDIA/nccl-tests#290 (an NCCL maintainer): on NDR 400 Gb/s "you should see 46-48GB/s per NIC" '
+        "(NCCL_ALGO=RING across two nodes): 46 of 50 GB/s = 0.92",
+    ),
+    "roce": (
+        0.92,
+        "TrevorSquillario/gb10-training: 2 × GB10 over one 200 Gb/s RoCE link, all_gather_perf busbw 22.94 "
+        "GB/s at 16 GiB of 25 GB/s = 0.92 (tests/data/validate/cluster/all_gather_perf-gb10x2.log)",
+    ),
+    "ethernet": (0.75, "derived, not measured: the NET/Socket ratio of FABRIC_BUSBW's derived row (TCP)"),
+}
+
+
+def expected_allgather_busbw(
+    fabric: Fabric, nic_gbps: float | None, nics_per_node: int
+) -> FabricBusbw | None:
+    """all_gather_perf's busbw at the largest size on a healthy cluster of the declared fabric: the node's
+    NICs (*nics_per_node* × *nic_gbps*) × :data:`ALLGATHER_EFFICIENCY`; None without a declared rate."""
+    if not nic_gbps:
+        return None
+    eff, source = ALLGATHER_EFFICIENCY[fabric]
+    return FabricBusbw(
+        fabric=fabric,
+        nic_gbps=nic_gbps,
+        nics_per_node=nics_per_node,
+        busbw_gbps=round(nic_gbps / 8 * nics_per_node * eff, 2),
+        basis="derived" if fabric == "ethernet" else "measured",
+        source=f"all_gather busbw = algbw × (n-1)/n (nccl-tests doc/PERFORMANCE.md) = the node's NICs: "
+        f"{nics_per_node} × {nic_gbps:g} Gb/s / 8 × {eff} ({source})",
+    )
+
+
+def expected_for(
+    collective: str, fabric: Fabric, nic_gbps: float | None, nics_per_node: int
+) -> FabricBusbw | None:
+    """The expected busbw of *collective* (``all_reduce_perf``, ``all_gather_perf``) on the declared
+    fabric."""
+    if collective == "all_gather_perf":
+        return expected_allgather_busbw(fabric, nic_gbps, nics_per_node)
+    return expected_busbw(fabric, nic_gbps, nics_per_node)
+
+
 # ------------------------------------------------------------------------------------------------------------
 # where and how it runs
 
@@ -356,16 +406,17 @@ def judge_collective(
     expect_gdr: bool = False,
     source: str = "the cross-node collective",
     judge_busbw: bool = True,
+    collective: str = "all_reduce_perf",
 ) -> CollectiveVerdict:
-    """One run's output: every rank in one job and on *n_nodes* machines, busbw at the largest size (unless
-    not *judge_busbw*: FABRIC_BUSBW's figures are all_reduce runs), the transport NCCL used."""
+    """One run's output: every rank in one job and on *n_nodes* machines, busbw at the largest size against
+    *collective*'s expectation (:func:`expected_for`; not when not *judge_busbw*), the transport NCCL used."""
     try:
         result = parse_nccl_log(output, source=source)
     except ParseError as exc:
         raise exc.replace(
             hint=exc.hint or "the collective printed no nccl-tests table: read its output"
         ) from None
-    expected = expected_busbw(fabric, nic_gbps, nics_per_node)
+    expected = expected_for(collective, fabric, nic_gbps, nics_per_node)
     v = CollectiveVerdict(result=result, expected=expected)
     ranks = n_nodes * gpus_per_node
     seen = len(result.devices)
@@ -411,9 +462,9 @@ def judge_collective(
             Finding(
                 subject="cluster",
                 kind="busbw low",
-                message=f"busbw {top.busbw:.2f} GB/s at {top.size} bytes, below {min_ratio:g} × the "
-                f"{expected.busbw_gbps:g} GB/s a healthy {fabric} cluster of {nics_per_node} × "
-                f"{expected.nic_gbps:g} Gb/s NIC(s) per node delivers ({expected.basis})",
+                message=f"{collective.removesuffix('_perf')} busbw {top.busbw:.2f} GB/s at {top.size} bytes, "
+                f"below {min_ratio:g} × the {expected.busbw_gbps:g} GB/s a healthy {fabric} cluster of "
+                f"{nics_per_node} × {expected.nic_gbps:g} Gb/s NIC(s) per node delivers ({expected.basis})",
                 fix="read the transport below and the node-pair bandwidth matrix: a slow pair or a Socket "
                 "fallback is the usual cause",
             )

@@ -200,10 +200,17 @@ def write_bundle(
     return report
 
 
-def write_plot(rounds: list[dict[str, Any]], path: Path) -> str:
-    """busbw against message size, one line per round. matplotlib is optional (extra ``plot``)."""
+def write_plot(
+    rounds: list[dict[str, Any]],
+    path: Path,
+    *,
+    title: str = "nccl-tests all_reduce_perf busbw",
+    empty: str = "skipped: no nccl-tests rounds ran",
+) -> str:
+    """busbw against message size, one line per round (``round``: a number, labelled "round N", or a name,
+    labelled as it is). matplotlib is optional (extra ``plot``)."""
     if not rounds:
-        return "skipped: no nccl-tests rounds ran"
+        return empty
     try:
         matplotlib = importlib.import_module("matplotlib")
         matplotlib.use("Agg")
@@ -213,13 +220,12 @@ def write_plot(rounds: list[dict[str, Any]], path: Path) -> str:
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     for r in rounds:
         sizes = [int(s) for s in r["busbw"]]
-        ax.plot(
-            sizes, [r["busbw"][str(s)] for s in sizes], marker="o", markersize=3, label=f"round {r['round']}"
-        )
+        name = r["round"] if isinstance(r["round"], str) else f"round {r['round']}"
+        ax.plot(sizes, [r["busbw"][str(s)] for s in sizes], marker="o", markersize=3, label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("message size (bytes)")
     ax.set_ylabel("bus bandwidth (GB/s)")
-    ax.set_title("nccl-tests all_reduce_perf busbw")
+    ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()

@@ -7,8 +7,8 @@ inside these namespaces: the root namespace has no route into them.
 What is real and what is a replay. There is no GPU here, so each node's PATH (its sshd's ``SetEnv``) starts
 with a folder where ``all_reduce_perf`` and ``all_gather_perf`` are a stand-in shell script that prints a
 recorded nccl-tests log instead of measuring: the table of the real 2×H200 all_reduce_perf run in
-tests/data/validate/h200x2/all_reduce_perf-1.log and of the real one-H200 all_gather_perf run in
-tests/data/validate/cluster/all_gather_perf-h200x1.log (both nccl-tests 2.19.6 on a lent H200 host), with
+tests/data/validate/h200x2/all_reduce_perf-1.log (nccl-tests 2.19.6 on a lent H200 host) and of a real
+two-node all_gather_perf run in tests/data/validate/cluster/all_gather_perf-gb10x2.log (2 × GB10), with
 the NCCL INFO transport lines of tests/data/validate/cluster/nccl-socket-fallback.log (NVIDIA/nccl #226 and a
 public DeepSpeed log, SOURCES.md) or nccl-ib-gdr.log. The launch (mpirun → ssh → orted on every node → one
 process per rank), the rank placement (each rank prints its own "Rank N … on HOST" line with the rank number
@@ -103,7 +103,15 @@ def test_a_healthy_collective_over_mpirun_passes(cluster: Cluster, tmp_path: Pat
         assert "Collective test concluded" in (tmp_path / "collective" / f"{test}.log").read_text()
     md = (tmp_path / "cluster.md").read_text()
     assert "## Cross-node NCCL (mpirun: 3 nodes × 1 rank(s))" in md
-    assert "| 1073741824 | 329.38 | 0 |" in md
+    assert "| 1073741824 | 329.38 | — |" in md
+    assert "| 17179869184 | — | 22.98 |" in md
+    # the figure, written before cluster.json, named in it and in cluster.md (matplotlib: the dev extra)
+    assert coll["plot"] == "busbw.png"
+    assert (tmp_path / "busbw.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![busbw per message size](busbw.png)" in md
+    # all_gather judged against the node's NIC (0.2 Gb/s declared: 0.02 GB/s expected), not all_reduce's table
+    assert gather["expected"]["busbw_gbps"] == 0.02
+    assert gather["largest"] == {"bytes": 17179869184, "busbw_gbps": 22.98}
 
 
 def test_a_node_killed_mid_collective_is_named_and_no_report_is_written(

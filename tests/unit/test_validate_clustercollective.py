@@ -7,6 +7,7 @@ lines moved onto n1 and n2 and the NET/IB + GDR lines of tests/data/validate/clu
 
 from __future__ import annotations
 
+import importlib
 import os
 import stat
 from pathlib import Path
@@ -93,7 +94,8 @@ def test_srun_inside_the_allocation_runs_both_collectives_and_reports_them(bin_d
     assert run["expected"]["busbw_gbps"] == 455
     assert run["transport"]["nets"] == ["IB"]
     assert run["transport"]["gdr_channels"] > 0
-    assert data["runs"][1]["expected"] is None  # all_gather: reported, not judged against the table
+    # all_gather: judged against the node's NICs (8 × 400 Gb/s × 0.92), not all_reduce's table
+    assert data["runs"][1]["expected"]["busbw_gbps"] == 368.0
     assert set(logs) == {"all_reduce_perf.log", "all_gather_perf.log"}
     md = "\n".join(clustercollective.render_markdown(data))
     assert "## Cross-node NCCL (srun: 2 nodes × 1 rank(s))" in md
@@ -152,3 +154,33 @@ def test_collective_modes_are_checked_by_the_flag_rules() -> None:
         cluster_rules("nccl", slurm=False)
     with pytest.raises(ConfigError, match="srun launches on the nodes of a Slurm allocation"):
         cluster_rules("srun", slurm=False)
+
+
+def test_busbw_png_per_collective_or_why_there_is_none(
+    bin_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """busbw.png beside cluster.json: one line per collective (report.write_plot's approach); without
+    matplotlib (the optional extra ``plot``) the report says why there is no figure."""
+    (bin_dir / "log").write_text(_two_node_log())
+    _tool(bin_dir, "srun", f"cat {bin_dir}/log")
+    _promises, data, _logs = _run(_ib_in_allocation(), _ids(1, 1))
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    out.mkdir()
+    data["plot"] = clustercollective.write_plot(data, out)
+    assert data["plot"] == "busbw.png"
+    assert (out / "busbw.png").read_bytes()[:4] == b"\x89PNG"
+    assert "![busbw per message size](busbw.png)" in "\n".join(clustercollective.render_markdown(data))
+    real = importlib.import_module
+
+    def no_matplotlib(name: str, *args: Any) -> Any:
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib, "import_module", no_matplotlib)
+    data["plot"] = clustercollective.write_plot(data, tmp_path)
+    assert data["plot"] == "skipped: matplotlib is not installed (pip install 'imagesmith[plot]')"
+    md = "\n".join(clustercollective.render_markdown(data))
+    assert "No busbw.png: matplotlib is not installed (pip install 'imagesmith[plot]')" in md
+    assert clustercollective.write_plot(None, tmp_path) == "skipped: the cross-node collective did not run"

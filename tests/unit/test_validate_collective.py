@@ -149,11 +149,29 @@ def test_ranks_on_fewer_machines_than_nodes_fail() -> None:
     ]
 
 
-def test_all_gather_busbw_is_reported_not_judged() -> None:
-    """FABRIC_BUSBW's figures are all_reduce runs: all_gather is judged for ranks and transport only."""
-    log = _two_node_log("nccl-ib-gdr.log")
-    kw: dict[str, Any] = dict(n_nodes=2, gpus_per_node=1, fabric="ib", nic_gbps=400, nics_per_node=8)
-    assert [f.kind for f in collective.judge_collective(log, min_ratio=0.9, **kw).failures] == ["busbw low"]
+def test_all_gather_busbw_is_judged_against_the_nodes_nics() -> None:
+    """nccl-tests doc/PERFORMANCE.md: all_gather's busbw (algbw × (n-1)/n) is the bottleneck link's speed;
+    across nodes that is the node's NICs × ALLGATHER_EFFICIENCY, not all_reduce's table (NVLS/tree lift
+    all_reduce's busbw above the NICs' rate). The real two-node GB10 run (one 200 Gb/s RoCE link)."""
+    log = (DATA / "cluster" / "all_gather_perf-gb10x2.log").read_text()
+    log += (DATA / "cluster" / "nccl-roce-ibext.log").read_text()  # the RoCE transport's INFO lines
+    kw: dict[str, Any] = dict(n_nodes=2, gpus_per_node=1, fabric="roce", nic_gbps=200, nics_per_node=1)
+    v = collective.judge_collective(log, min_ratio=0.9, collective="all_gather_perf", **kw)
+    assert v.failures == []
+    assert v.expected is not None
+    assert (v.expected.busbw_gbps, v.expected.basis) == (23.0, "measured")
+    assert "(n-1)/n" in v.expected.source
+    slow = collective.judge_collective(log, min_ratio=1.0, collective="all_gather_perf", **kw)
+    assert [f.kind for f in slow.failures] == ["busbw low"]
+    assert slow.failures[0].message.startswith("all_gather busbw 22.98 GB/s at 17179869184 bytes")
+    # the all_reduce figure of the same fabric would be another (and here none: no all_reduce row fits)
+    ib = collective.expected_for("all_gather_perf", "ib", 400, 8)
+    assert ib is not None
+    assert ib.busbw_gbps == 368.0  # 8 × 50 GB/s × 0.92 (nccl-tests#290: 46-48 GB/s per NDR NIC)
+    reduce = collective.expected_for("all_reduce_perf", "ib", 400, 8)
+    assert reduce is not None
+    assert reduce.busbw_gbps == 455
+    assert collective.expected_for("all_gather_perf", "ib", None, 8) is None
     assert collective.judge_collective(log, min_ratio=0.9, judge_busbw=False, **kw).failures == []
 
 
