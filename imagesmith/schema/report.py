@@ -300,6 +300,14 @@ CLUSTER_REPORT: Schema = Schema(
                 description="the cross-node collective (--collective): its launcher, ranks and, per "
                 "nccl-tests run, busbw per message size and the NCCL transport; absent or null when not run",
             ),
+            "ddp": Field(
+                kind="table",
+                open=True,
+                nullable=True,
+                description="the cross-node DDP step (--ddp): its launcher and backend, the one-node and "
+                "all-node runs (torchrun argv, each rank's host and samples/s), the scaling efficiency and "
+                "its threshold with the basis; absent or null when not run",
+            ),
             "bandwidth": Field(
                 kind="table",
                 required=True,
