@@ -30,6 +30,7 @@ import base64
 import functools
 import math
 import shlex
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -547,13 +548,16 @@ def ddp_promise(
         )
         label = f"{len(group)} node(s) × {per_node} rank(s)"
         echo(f"cluster: DDP step on {label} ({launcher}, backend {backend})")
+        t0 = time.monotonic()
         got, log = _run_once(ssh, group, launcher, argvs, options, label, backend)
+        seconds = time.monotonic() - t0
         records.append(got)
         logs[f"ddp-{len(group)}node.log"] = log
         runs.append(
             {
                 "nodes": len(group),
                 "ranks": len(group) * per_node,
+                "seconds": round(seconds, 2),
                 "argv": {
                     ("srun" if launcher == "srun" else n.name): a for n, a in zip(group, argvs, strict=False)
                 },

@@ -21,55 +21,25 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.netnscluster import Cluster, NetnsError, cluster_report, netns_cluster, promise
+from tests.netnscluster import Cluster, NetnsError, cluster_report, netns_cluster, promise, torch_venv
 
 pytestmark = pytest.mark.netns
-
-TORCH = "torch==2.13.0"  # the CPU build this machine kind's pip finds (no CUDA wheels: ~0.9 GB in the venv)
-
-
-def torch_cache() -> Path:
-    """Where the torch venv is kept between runs: $IMAGESMITH_TEST_CACHE, else ~/.cache/imagesmith-tests."""
-    root = os.environ.get("IMAGESMITH_TEST_CACHE") or str(Path.home() / ".cache" / "imagesmith-tests")
-    return Path(root) / "torch-cpu-venv"
-
-
-def torch_venv() -> Path:
-    """A venv with a CPU torch (made once; remade when it no longer imports torch.distributed.run)."""
-    venv = torch_cache()
-    ok = ["-c", "import torch, torch.distributed.run; assert torch.distributed.is_gloo_available()"]
-    if (venv / "bin" / "python3").exists():
-        if subprocess.run([venv / "bin" / "python3", *ok], capture_output=True, timeout=120).returncode == 0:
-            return venv
-        shutil.rmtree(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    r = subprocess.run(
-        [venv / "bin" / "pip", "install", "-q", TORCH],
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    if r.returncode != 0:
-        shutil.rmtree(venv, ignore_errors=True)
-        pytest.fail(f"pip install {TORCH} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
-    return venv
 
 
 @pytest.fixture(scope="module")
 def venv() -> Path:
-    return torch_venv()
+    try:
+        return torch_venv()
+    except NetnsError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")
