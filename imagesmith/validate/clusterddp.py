@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from imagesmith import inputs
 from imagesmith.errors import ConfigError
 from imagesmith.validate.collective import FabricBusbw, expected_busbw
 from imagesmith.validate.context import parse_probe_lines
@@ -592,7 +593,7 @@ def _free_port(ssh: Ssh, node: Node, python: str) -> int:
 
     r = ssh.run(node, f"{shlex.quote(python)} -c {shlex.quote(RDZV_PORT_COMMAND)}", timeout=PROBE_TIMEOUT_S)
     text = r.stdout.strip()
-    if r.rc != 0 or not text.isdigit():
+    if r.rc != 0 or not inputs.is_digits(text):
         raise lost(ssh, [node], "the DDP step's rendezvous port", r.said)
     return int(text)
 
