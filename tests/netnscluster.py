@@ -392,3 +392,38 @@ def sys_class_tree(folder: Path, device: str = "mlx5_0") -> Path:
         (port / name).parent.mkdir(parents=True, exist_ok=True)
         (port / name).write_text(value + "\n")
     return folder
+
+
+# a real torch for the nodes (no GPU here: PyTorch's CPU build): test_validate_ddp_netns.py and
+# scripts/bench_cluster.py --ddp
+
+TORCH = "torch==2.13.0"  # the CPU build this machine kind's pip finds (no CUDA wheels: ~0.9 GB in the venv)
+
+
+def torch_cache() -> Path:
+    """Where the torch venv is kept between runs: $IMAGESMITH_TEST_CACHE, else ~/.cache/imagesmith-tests."""
+    root = os.environ.get("IMAGESMITH_TEST_CACHE") or str(Path.home() / ".cache" / "imagesmith-tests")
+    return Path(root) / "torch-cpu-venv"
+
+
+def torch_venv() -> Path:
+    """A venv with a CPU torch (made once; remade when it no longer imports torch.distributed.run)."""
+    venv = torch_cache()
+    ok = ["-c", "import torch, torch.distributed.run; assert torch.distributed.is_gloo_available()"]
+    if (venv / "bin" / "python3").exists():
+        if subprocess.run([venv / "bin" / "python3", *ok], capture_output=True, timeout=120).returncode == 0:
+            return venv
+        shutil.rmtree(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    r = subprocess.run(
+        [venv / "bin" / "pip", "install", "-q", TORCH],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    if r.returncode != 0:
+        shutil.rmtree(venv, ignore_errors=True)
+        raise NetnsError(f"pip install {TORCH} failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+    return venv

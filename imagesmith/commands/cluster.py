@@ -32,6 +32,7 @@ class ClusterFlags:
     collective: str = "auto"
     slurm: bool = False
     rdma_bandwidth: bool = True
+    ddp: str = "auto"
 
     def given(self) -> list[str]:
         """The cluster-only flags set away from their defaults (for the error of a one-target run)."""
@@ -50,6 +51,7 @@ class ClusterFlags:
             ("--no-node-suite", self.node_suite, True),
             ("--image", self.image, None),
             ("--collective", self.collective, "auto"),
+            ("--ddp", self.ddp, "auto"),
         ):
             if value != default:
                 out.append(flag)
@@ -62,7 +64,7 @@ def several(targets: list[str], flags: ClusterFlags) -> bool:
     from imagesmith.validate.request import cluster_rules, slurm_wanted
 
     if slurm_wanted(flags.slurm, [*targets, *([flags.nodes] if flags.nodes else [])]):
-        cluster_rules(flags.collective, slurm=True)
+        cluster_rules(flags.collective, slurm=True, ddp=flags.ddp)
         if targets or flags.nodes is not None:
             raise ConfigError(
                 "--slurm takes the nodes from the Slurm allocation: TARGET and --nodes name them otherwise",
@@ -72,7 +74,7 @@ def several(targets: list[str], flags: ClusterFlags) -> bool:
             )
         return True
     if len(targets) > 1 or flags.nodes is not None:
-        cluster_rules(flags.collective, slurm=False)
+        cluster_rules(flags.collective, slurm=False, ddp=flags.ddp)
         return True
     given = flags.given()
     if given:
@@ -143,6 +145,8 @@ def run(
         collective=flags.collective,
         slurm=slurm,
         collective_timeout=float(base.nccl_timeout_s),
+        ddp=flags.ddp,
+        python=base.python,
     )
 
     def node_suite(node: clusterrun.Node, folder: Path) -> dict[str, Any]:

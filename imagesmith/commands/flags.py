@@ -496,6 +496,15 @@ Collective = Annotated[
         "auto (where the nodes have GPUs; srun with --slurm, else mpirun over ssh) | mpirun | srun | off.",
     ),
 ]
+Ddp = Annotated[
+    str,
+    typer.Option(
+        "--ddp",
+        help="Several nodes: a timed DDP training step on one node, then on all (torchrun's c10d "
+        "rendezvous, the nodes' own torch): auto (where the nodes have GPUs; srun with --slurm, else "
+        "torchrun over ssh) | torchrun | srun | off. Without GPUs it runs on the CPU with gloo.",
+    ),
+]
 Slurm = Annotated[
     bool,
     typer.Option(

@@ -87,6 +87,7 @@ def validate_command(
     node_suite: flags.NodeSuite = True,
     image: flags.Image = None,
     collective: flags.Collective = "auto",
+    ddp: flags.Ddp = "auto",
     slurm: flags.Slurm = False,
 ) -> None:
     """Validate a GPU host or image: GPUs, topology, CUDA, shm, NCCL, DDP, checkpoints; write the evidence."""
@@ -145,6 +146,7 @@ def validate_command(
         node_suite=node_suite,
         image=image,
         collective=collective,
+        ddp=ddp,
         slurm=slurm,
     )
     _run(targets or [], request, cluster_flags)

@@ -301,6 +301,14 @@ CLUSTER_REPORT: Schema = Schema(
                 "nccl-tests run, busbw per message size, its expected busbw and the NCCL transport, and "
                 "`plot` (busbw.png beside it, or why there is none); absent or null when not run",
             ),
+            "ddp": Field(
+                kind="table",
+                open=True,
+                nullable=True,
+                description="the cross-node DDP step (--ddp): its launcher and backend, the one-node and "
+                "all-node runs (torchrun argv, each rank's host and samples/s), the scaling efficiency and "
+                "its threshold with the basis; absent or null when not run",
+            ),
             "bandwidth": Field(
                 kind="table",
                 required=True,

@@ -138,6 +138,9 @@ class ClusterOptions:
     rdma_bandwidth: bool = True
     rdma_seconds: int | None = None  # ib_write_bw -D; None: imagesmith/data/rdma.toml's
     rdma_min_ratio: float | None = None  # None: imagesmith/data/rdma.toml's
+    #: the cross-node DDP step (imagesmith.validate.clusterddp): auto | torchrun | srun | off
+    ddp: str = "auto"
+    python: str = "python3"  # the nodes' Python with torch (--python): torchrun is its torch.distributed.run
 
 
 @dataclass(frozen=True)
@@ -450,6 +453,8 @@ def _fresh_report_dir(options: ClusterOptions) -> Path:
         (report_dir / stale).unlink(missing_ok=True)
     for test in ("all_reduce_perf", "all_gather_perf"):
         (report_dir / "collective" / f"{test}.log").unlink(missing_ok=True)
+    for old in (report_dir / "ddp").glob("ddp-*node.log"):
+        old.unlink(missing_ok=True)
     return report_dir
 
 
@@ -602,6 +607,10 @@ def run_cluster(
         ssh, nodes, ids, options, echo=echo
     )
     promises += coll_promises
+    from imagesmith.validate import clusterddp
+
+    ddp_promise, ddp, ddp_logs = clusterddp.ddp_promise(ssh, nodes, ids, options, echo=echo)
+    promises.append(ddp_promise)
     promises.append(_transport_promise(logs, options))
     promises += [
         Promise(f"node suite {name}", str(r.get("verdict", "failed")), why=str(r.get("verdict_reason", "")))
@@ -637,27 +646,29 @@ def run_cluster(
         "bandwidth": bw,
         "rdma_bandwidth": rdma,
         "collective": coll,
+        "ddp": ddp,
         "promises": [_promise_json(p) for p in promises],
         "verdict": verdict,
         "verdict_reason": reason,
     }
     data["summary"] = clusterrecord.summary_json(data)
-    _write_logs(report_dir, coll_logs)
+    _write_logs(report_dir / "collective", coll_logs)
+    _write_logs(report_dir / "ddp", ddp_logs)
     if coll is not None:  # the figure, like the logs, before the report (cluster.json says the run completed)
         coll["plot"] = clustercollective.write_plot(coll, report_dir)
     clusterrecord.write_report(report_dir, data, render_markdown(data), sign=sign)
     return data
 
 
-def _write_logs(report_dir: Path, logs: dict[str, str]) -> None:
-    """The collective's logs, before the report (``clusterrecord.write_report`` writes cluster.json last: the
-    file that says the run completed)."""
+def _write_logs(folder: Path, logs: dict[str, str]) -> None:
+    """The collective's (or the DDP step's) logs, before the report (``clusterrecord.write_report`` writes
+    cluster.json last: the file that says the run completed)."""
     from imagesmith.validate.container import write_report_file
 
     if logs:
-        (report_dir / "collective").mkdir(exist_ok=True)
+        folder.mkdir(exist_ok=True)
     for name, text in logs.items():
-        write_report_file(report_dir / "collective", name, text.encode())
+        write_report_file(folder, name, text.encode())
 
 
 def _safe(name: str) -> str:
@@ -693,6 +704,10 @@ def render_markdown(data: dict[str, Any]) -> str:
         from imagesmith.validate.clustercollective import render_markdown as collective_md
 
         lines += collective_md(data["collective"])
+    if data.get("ddp"):
+        from imagesmith.validate.clusterddp import render_markdown as ddp_md
+
+        lines += ddp_md(data["ddp"])
     lines += ["", "## Nodes", "", "| node | boot_id | RDMA ports |", "|---|---|---|"]
     for n in data["nodes"]:
         ports = ", ".join(

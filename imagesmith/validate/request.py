@@ -89,7 +89,7 @@ def slurm_wanted(slurm: bool, targets: Sequence[str], env: Mapping[str, str] | N
     return bool(settings.get("SLURM_JOB_NODELIST", env=env)) and is_digits(count) and int(count) >= 2
 
 
-def cluster_rules(collective: str, *, slurm: bool) -> None:
+def cluster_rules(collective: str, *, slurm: bool, ddp: str = "auto") -> None:
     """The rules of a cluster run's launch flags (``imagesmith.commands.cluster.several`` applies them before
     :func:`prepare`: they decide whether this is a cluster run): ``--collective`` one of its modes; ``srun``
     only where the nodes are the allocation's (*slurm*: ``--slurm``, given or implied)."""
@@ -108,6 +108,22 @@ def cluster_rules(collective: str, *, slurm: bool) -> None:
             hint="run inside the allocation with --slurm (salloc -N 2 imagesmith validate --slurm), or use "
             "--collective mpirun over ssh",
             field="--collective",
+        )
+    from imagesmith.validate.clusterddp import MODES as DDP_MODES
+
+    if ddp not in DDP_MODES:
+        raise ConfigError(
+            f"--ddp {ddp!r}: use one of {', '.join(DDP_MODES)}",
+            hint="auto runs it where the nodes have GPUs (srun inside a Slurm allocation, else torchrun over "
+            "ssh)",
+            field="--ddp",
+        )
+    if ddp == "srun" and not slurm:
+        raise ConfigError(
+            "--ddp srun: srun launches on the nodes of a Slurm allocation, and these nodes were named by "
+            "hand",
+            hint="run inside the allocation with --slurm, or use --ddp torchrun over ssh",
+            field="--ddp",
         )
 
 
