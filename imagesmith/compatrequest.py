@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -153,6 +154,8 @@ def prepare_compat(request: CompatRequest) -> CompatPrepared:
     default); then ``--driver`` and ``--gpu``, or ``--nvidia-smi`` (not with ``--gpu``; read, parsed, its
     driver there or given and the same, each GPU model known or judged by its compute capability)."""
     torch, cuda, cuda_origin = _torch_and_cuda(request.torch, request.cuda)
+    source: str | None
+    host_warnings: tuple[str, ...]
     if request.nvidia_smi is None:
         driver, targets = _flag_targets(request.driver, request.gpu)
         source, host_warnings = None, ()
@@ -202,7 +205,7 @@ def _flag_targets(
     drv = _naming("--driver", lambda: compat.parse_driver(str(driver)))
     chosen: dict[str, compat.Gpu] = {}
     for name in gpus:  # every --gpu is judged (a host with two models gets two verdicts)
-        model = _naming("--gpu", lambda name=name: compat.gpu(name))  # type: ignore[misc]
+        model = _naming("--gpu", partial(compat.gpu, name))
         chosen.setdefault(model.key, model)
     return drv, [(model, ()) for model in chosen.values()]
 
@@ -396,8 +399,8 @@ class BoardsResult:
 def prepare_refresh(request: RefreshRequest) -> RefreshPrepared:
     """The rules of the flags, in one place and in this order. With ``--boards``: ``--boards-file``
     writable (``--write``) and read as TOML, ``--boards`` a git clone (the other flags are PyPI's). Else:
-    ``--data-file`` writable (``--write``), ``--offline`` a recording or ``--index-url`` an http(s) index,
-    ``--releases`` a range."""
+    ``--data-file`` a file there that can be written (``--write``), ``--offline`` a recording or
+    ``--index-url`` an http(s) index, ``--releases`` a range."""
     import tomllib
     from packaging.version import Version
 
@@ -422,6 +425,12 @@ def prepare_refresh(request: RefreshRequest) -> RefreshPrepared:
         return RefreshPrepared(mode="boards", clone=clone, boards_data=data)
     if r.write:
         _naming("--data-file", lambda: check_output_file(r.data_file, "--data-file"))
+        if not r.data_file.is_file():  # --write edits the rows of the file there
+            raise ConfigError(
+                f"--data-file {r.data_file}: no such file (--write edits the torch.toml there)",
+                hint="give --data-file the torch.toml to edit (default: imagesmith/data/torch.toml)",
+                field="--data-file",
+            )
     source: refresh.LiveSource | refresh.RecordedSource
     http = None
     if r.offline is not None:
