@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from imagesmith.errors import ConfigError, RenderError
 from imagesmith.inputs import resolved
@@ -33,10 +33,8 @@ ProjectOf = Callable[[str | None], "Project"]
 Hold = Callable[["Project", str], None]
 
 
-class Echo(Protocol):
-    """How a run says what it does: a line (``typer.echo``)."""
-
-    def __call__(self, message: str) -> Any: ...
+#: how a run says what it does: a line (the command's ``typer.echo``)
+Echo = Callable[[str], Any]
 
 
 def _silent(message: str) -> None:

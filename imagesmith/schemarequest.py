@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from imagesmith.errors import ConfigError, RenderError
 
@@ -23,10 +23,8 @@ from imagesmith.errors import ConfigError, RenderError
 DefaultOut = Callable[[], Path]
 
 
-class Echo(Protocol):
-    """How a run says what it does: a line (``typer.echo``)."""
-
-    def __call__(self, message: str) -> Any: ...
+#: how a run says what it does: a line (the command's ``typer.echo``)
+Echo = Callable[[str], Any]
 
 
 def _silent(message: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from imagesmith.errors import ConfigError, ImagesmithError
 
@@ -26,10 +26,8 @@ if TYPE_CHECKING:
 ProjectOf = Callable[[str | None], "Project"]
 
 
-class Echo(Protocol):
-    """How a run says what it does: a line (``typer.echo``)."""
-
-    def __call__(self, message: str) -> Any: ...
+#: how a run says what it does: a line (the command's ``typer.echo``)
+Echo = Callable[[str], Any]
 
 
 def _silent(message: str) -> None:

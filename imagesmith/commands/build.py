@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from imagesmith.commands import current_project, epilog, hold_project
-from imagesmith.commands.flags import MATRIX_HELP, FromGit, FromPaths, SourceMatrices, SourceMirrors
+from imagesmith.commands.flags import FromGit, FromPaths, OneMatrix, SourceMatrices, SourceMirrors
 
 if TYPE_CHECKING:
     from imagesmith.build import Reporter
@@ -61,7 +61,7 @@ FETCH_EPILOG = epilog(
 
 
 def build_command(
-    matrix: Annotated[str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP)] = None,
+    matrix: OneMatrix = None,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Build only cells whose id matches this glob (repeatable)."),

@@ -495,8 +495,8 @@ Slurm = Annotated[
 
 
 # -- plan, render, compat, refresh-compat, fetch-sources, schema (issue 31) ---------------------------------
-#: ``plan``'s ``--matrix`` (one matrix, default the project's)
-PlanMatrix = Annotated[str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP)]
+#: ``--matrix`` of plan, lock and build (one matrix, default the project's)
+OneMatrix = Annotated[str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP)]
 #: ``render``'s ``--matrix`` (one matrix, default every matrix of the project)
 EveryMatrix = Annotated[
     str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP + " Default: every matrix.")

@@ -12,10 +12,10 @@ from imagesmith.commands import current_project, epilog, hold_project
 from imagesmith.commands.flags import (
     MATRIX_HELP,
     EveryMatrix,
+    OneMatrix,
     PlanExplain,
     PlanGithub,
     PlanJson,
-    PlanMatrix,
     PlanOnly,
     RenderCheck,
 )
@@ -99,7 +99,7 @@ LOCK_EPILOG = epilog(
 
 
 def plan_command(
-    matrix: PlanMatrix = None,
+    matrix: OneMatrix = None,
     only: PlanOnly = None,
     as_json: PlanJson = False,
     github: PlanGithub = False,
@@ -293,7 +293,7 @@ def _print_render(result: RenderResult) -> None:
 
 
 def lock_command(
-    matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
+    matrix: OneMatrix = None,
     force: bool = typer.Option(False, "--force", help="Re-resolve locks that exist already."),
     keep_versions: bool = typer.Option(
         False,

@@ -22,23 +22,27 @@ from tests.repo import REPO
 
 SMI = REPO / "tests" / "data" / "nvsmi"
 RECORDING = REPO / "tests" / "data" / "refresh"
-OK = {"driver": "535.104.05", "gpu": ("a100",)}
+
+
+def ok(torch: str, cuda: str | None = None) -> CompatRequest:
+    """A request whose driver and GPU are good: only *torch* and *cuda* can be wrong."""
+    return CompatRequest(torch=torch, cuda=cuda, driver="535.104.05", gpu=("a100",))
 
 
 @pytest.mark.parametrize(
     ("request_", "field", "says"),
     [
-        (CompatRequest(torch="2.1.2+", **OK), "--torch", "--torch 2.1.2+: nothing after the '+'"),
-        (CompatRequest(torch="2.1.2+rocm5", **OK), "--torch", "--torch 2.1.2+rocm5: 'rocm5' is not a CUDA"),
-        (CompatRequest(torch="2.1.2", cuda="99.9", **OK), "--cuda", "--cuda 99.9: "),
-        (CompatRequest(torch="2.1.2", cuda="12.4.9", **OK), "--cuda", "--cuda 12.4.9: "),
-        (CompatRequest(torch="2.1.2+cu999", **OK), "--torch", "--torch 2.1.2+cu999: "),
+        (ok("2.1.2+"), "--torch", "--torch 2.1.2+: nothing after the '+'"),
+        (ok("2.1.2+rocm5"), "--torch", "--torch 2.1.2+rocm5: 'rocm5' is not a CUDA"),
+        (ok("2.1.2", cuda="99.9"), "--cuda", "--cuda 99.9: "),
+        (ok("2.1.2", cuda="12.4.9"), "--cuda", "--cuda 12.4.9: "),
+        (ok("2.1.2+cu999"), "--torch", "--torch 2.1.2+cu999: "),
         (
-            CompatRequest(torch="2.1.2+cu121", cuda="11.8", **OK),
+            ok("2.1.2+cu121", cuda="11.8"),
             "--cuda",
             "--torch 2.1.2+cu121 and --cuda 11.8",
         ),
-        (CompatRequest(torch="9.9.9", **OK), "--torch", ""),
+        (ok("9.9.9"), "--torch", ""),
         (CompatRequest(torch="2.1.2"), "--driver", "missing --driver and --gpu"),
         (CompatRequest(torch="2.1.2", driver="535.104.05"), "--gpu", "missing --gpu"),
         (CompatRequest(torch="2.1.2", driver="junk", gpu=("a100",)), "--driver", ""),
@@ -93,10 +97,10 @@ def test_an_unknown_gpu_of_the_file_names_the_file_flag(tmp_path: Path) -> None:
 
 
 def test_without_cuda_the_variant_is_pypis_and_said() -> None:
-    p = prepare_compat(CompatRequest(torch="2.1.2", **OK))
+    p = prepare_compat(ok("2.1.2"))
     assert (p.torch, p.cuda) == ("2.1.2", "cu121")
     assert p.cuda_origin.startswith("--cuda not given: using cu121")
-    given = prepare_compat(CompatRequest(torch="2.1.2+cu118", **OK))
+    given = prepare_compat(ok("2.1.2+cu118"))
     assert (given.cuda, given.cuda_origin) == ("cu118", "")
 
 
