@@ -12,8 +12,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from imagesmith.commands import current_project, epilog, hold_project
-from imagesmith.commands.plan import MATRIX_HELP
-from imagesmith.errors import ConfigError
+from imagesmith.commands.flags import FromGit, FromPaths, OneMatrix, SourceMatrices, SourceMirrors
 
 if TYPE_CHECKING:
     from imagesmith.build import Reporter
@@ -62,7 +61,7 @@ FETCH_EPILOG = epilog(
 
 
 def build_command(
-    matrix: Annotated[str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP)] = None,
+    matrix: OneMatrix = None,
     only: Annotated[
         list[str] | None,
         typer.Option("--only", help="Build only cells whose id matches this glob (repeatable)."),
@@ -239,85 +238,22 @@ def _print_result(result: BuildResult) -> None:
 
 
 def fetch_sources_command(
-    matrix: Annotated[
-        list[str] | None, typer.Option("--matrix", "-m", help=MATRIX_HELP + " Default: every matrix.")
-    ] = None,
-    from_git: Annotated[
-        Path | None,
-        typer.Option(
-            "--from-git", help="Fill the cache from this local clone (git archive), not the network."
-        ),
-    ] = None,
-    from_paths: Annotated[
-        list[Path] | None,
-        typer.Option(
-            "--from",
-            help="Fill the cache from this folder of archives or this archive file (.tar or .tar.gz), "
-            "not the network (repeatable).",
-        ),
-    ] = None,
-    mirror: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--mirror",
-            help="URL template tried before the configured mirrors and the pinned URL, e.g. "
-            "https://mirror.example/{url} (fields {url} {path} {host} {name} {version} {commit} {file}).",
-        ),
-    ] = None,
+    matrix: SourceMatrices = None,
+    from_git: FromGit = None,
+    from_paths: FromPaths = None,
+    mirror: SourceMirrors = None,
 ) -> None:
     """Fill the source cache (nccl-tests archives) pinned by the project's matrices; checks every sha256."""
-    from imagesmith.config import load_config
-    from imagesmith.matrix import load_matrix
-    from imagesmith.project import check_mirror_template
-    from imagesmith.sources import ensure_cached, nccl_tests_archive, sources_dir
+    from imagesmith.sourcesrequest import SourcesRequest, fetch, prepare
 
-    if from_git is not None and from_paths:
-        raise ConfigError("--from-git and --from are exclusive", hint="give one local source")
-    _check_local_sources(from_git, from_paths or [])
-    project = current_project(matrix[0] if matrix else None)
-    names = matrix or project.matrix_names()
-    if not names:
-        raise ConfigError(
-            f"project {project.root}: no matrix in {project.rel(project.matrices_dir)}/",
-            hint="add a matrix file (`imagesmith init` writes a working example)",
-        )
-    mirrors = [check_mirror_template(t, "--mirror") for t in mirror or []]
-    mirrors += [*load_config().source_mirrors, *project.source_mirrors]
-    seen: set[str] = set()
-    for name in names:
-        archive = nccl_tests_archive(load_matrix(name, project=project).nccl_tests)
-        if archive.file_name in seen:
-            continue
-        seen.add(archive.file_name)
-        path, how = ensure_cached(archive, from_git=from_git, from_paths=from_paths or (), mirrors=mirrors)
-        typer.echo(f"{archive.label}: {path} ({how}, sha256 {archive.sha256[:16]}… ok)")
-    typer.echo(f"source cache: {sources_dir()}")
-
-
-def _check_local_sources(from_git: Path | None, from_paths: list[Path]) -> None:
-    """--from and --from-git name what is on this machine: a path that is not there, or not a folder or a
-    regular file (a FIFO, a device), is a bad flag (exit 2), found before any matrix is read."""
-    from imagesmith.inputs import is_regular_file
-
-    hint = "give a folder of source archives or one archive (nccl-tests-<commit>.tar.gz)"
-    for given in from_paths:
-        try:
-            there, folder = given.exists(), given.is_dir()
-        except OSError:
-            there, folder = False, False
-        if not there:
-            raise ConfigError(f"--from {given}: no such file or folder", hint=hint)
-        if not folder and not is_regular_file(given):
-            raise ConfigError(f"--from {given}: neither a folder nor a regular file", hint=hint)
-    if from_git is not None:
-        try:
-            folder = from_git.is_dir()
-        except OSError:
-            folder = False
-        if not folder:
-            raise ConfigError(
-                f"--from-git {from_git}: not a folder", hint="give a local clone of nccl-tests (git clone …)"
-            )
+    request = SourcesRequest(
+        matrix=tuple(matrix or ()),
+        from_git=from_git,
+        from_paths=tuple(from_paths or ()),
+        mirror=tuple(mirror or ()),
+    )
+    result = fetch(request, prepare(request, project_of=current_project), echo=typer.echo)
+    typer.echo(f"source cache: {result.cache}")
 
 
 def register(app: typer.Typer) -> None:

@@ -14,7 +14,11 @@ from typing import Annotated
 
 import typer
 
-from imagesmith.commands.plan import MATRIX_HELP
+#: ``--matrix``'s help (every command that takes a matrix)
+MATRIX_HELP = (
+    "Matrix name (<project>/matrices/NAME.toml) or path to a matrix file. "
+    "Default: the project's default_matrix."
+)
 
 # -- shared --------------------------------------------------------------------------------------------------
 Matrix = Annotated[str | None, typer.Option("--matrix", help=MATRIX_HELP)]
@@ -553,3 +557,141 @@ SbomEngine = Annotated[
 SbomInsecure = Annotated[
     bool, typer.Option("--insecure", help="the registry speaks plain HTTP (a local test registry)")
 ]
+
+
+# -- plan, render, compat, refresh-compat, fetch-sources, schema (issue 31) ---------------------------------
+#: ``--matrix`` of plan, lock and build (one matrix, default the project's)
+OneMatrix = Annotated[str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP)]
+#: ``render``'s ``--matrix`` (one matrix, default every matrix of the project)
+EveryMatrix = Annotated[
+    str | None, typer.Option("--matrix", "-m", help=MATRIX_HELP + " Default: every matrix.")
+]
+PlanOnly = Annotated[
+    list[str] | None, typer.Option("--only", help="Glob over cell ids ({a,b} allowed); repeatable.")
+]
+PlanJson = Annotated[bool, typer.Option("--json", help='Print {"cells": [...]} as JSON.')]
+PlanGithub = Annotated[
+    bool, typer.Option("--github", help="Print a GitHub Actions strategy matrix (include list).")
+]
+PlanExplain = Annotated[
+    bool, typer.Option("--explain", help="Also list every dropped combination with its reason.")
+]
+RenderCheck = Annotated[bool, typer.Option("--check", help="Write nothing; fail listing files that differ.")]
+CompatTorch = Annotated[
+    str,
+    typer.Option(
+        "--torch", help="torch release, exact patch version (2.1.2), or with its variant (2.1.2+cu121)"
+    ),
+]
+CompatCuda = Annotated[
+    str | None,
+    typer.Option(
+        "--cuda",
+        help="CUDA variant of the wheel: X.Y (12.1) or its tag (cu121); default: the +cuXYZ of "
+        "--torch, else the variant `pip install torch==T` gets from PyPI",
+    ),
+]
+CompatDriver = Annotated[str | None, typer.Option("--driver", help="NVIDIA driver version, e.g. 535.104.05")]
+CompatGpus = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--gpu",
+        help="GPU: key (h100-sxm, a100, rtx4090) or the name nvidia-smi prints; repeatable "
+        "(one verdict each)",
+    ),
+]
+CompatNvidiaSmi = Annotated[
+    str | None,
+    typer.Option(
+        "--nvidia-smi",
+        metavar="FILE",
+        help="saved output of `nvidia-smi`, `nvidia-smi -L` or `nvidia-smi --query-gpu=... --format=csv` "
+        "instead of --driver/--gpu ('-' = stdin); one verdict per GPU model in it",
+    ),
+]
+CompatJson = Annotated[bool, typer.Option("--json", help="print JSON instead of text")]
+Releases = Annotated[
+    str | None,
+    typer.Option(
+        "--releases",
+        help="Minor versions to check: 2.10-2.15, 2.12 or 2.10- "
+        "(default: the data's newest minor and later).",
+    ),
+]
+RefreshJson = Annotated[bool, typer.Option("--json", help="Print the diff as JSON.")]
+RefreshWrite = Annotated[
+    bool,
+    typer.Option(
+        "--write",
+        help="Write new releases and differing fields into torch.toml as verified = false, the PyPI file "
+        "in their source (rows are never removed).",
+    ),
+]
+NoArch = Annotated[
+    bool,
+    typer.Option("--no-arch", help="Skip the arch lists (each one streams a few hundred MB of one wheel)."),
+]
+IndexUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--index-url",
+        envvar="IMAGESMITH_INDEX_URL",
+        help="A PEP 691 Simple API (default: $PIP_INDEX_URL, pip's configured index-url, else PyPI).",
+    ),
+]
+Offline = Annotated[
+    Path | None,
+    typer.Option("--offline", help="Replay a folder written by --record instead of reading the index."),
+]
+Record = Annotated[
+    Path | None, typer.Option("--record", help="Keep what was read (trimmed) in this folder, for --offline.")
+]
+DataFile = Annotated[
+    Path, typer.Option("--data-file", help="The torch.toml --write edits.", show_default=False)
+]
+Boards = Annotated[
+    Path | None,
+    typer.Option(
+        "--boards",
+        help="Instead of PyPI: re-derive every board's first driver from this clone of "
+        "NVIDIA/open-gpu-kernel-modules (its release tags, read with git) and diff it against "
+        "driver_table.toml; with --write, rewrite that file.",
+    ),
+]
+BoardsFile = Annotated[
+    Path, typer.Option("--boards-file", help="The driver_table.toml --boards compares.", show_default=False)
+]
+#: ``fetch-sources``'s ``--matrix`` (repeatable, default every matrix)
+SourceMatrices = Annotated[
+    list[str] | None, typer.Option("--matrix", "-m", help=MATRIX_HELP + " Default: every matrix.")
+]
+FromGit = Annotated[
+    Path | None,
+    typer.Option("--from-git", help="Fill the cache from this local clone (git archive), not the network."),
+]
+FromPaths = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--from",
+        help="Fill the cache from this folder of archives or this archive file (.tar or .tar.gz), "
+        "not the network (repeatable).",
+    ),
+]
+SourceMirrors = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mirror",
+        help="URL template tried before the configured mirrors and the pinned URL, e.g. "
+        "https://mirror.example/{url} (fields {url} {path} {host} {name} {version} {commit} {file}).",
+    ),
+]
+SchemaOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Folder for the *.schema.json files (default: docs/schemas of the project: -C DIR, "
+        "$IMAGESMITH_PROJECT or the imagesmith.toml above; outside a project, of the working folder).",
+        show_default=False,
+    ),
+]
+SchemaCheck = Annotated[bool, typer.Option("--check", help="Write nothing; fail when a file differs.")]

@@ -4,29 +4,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from imagesmith.commands import current_project, epilog, hold_project
-from imagesmith.errors import ConfigError, RenderError
-from imagesmith.inputs import resolved
+from imagesmith.commands.flags import (
+    MATRIX_HELP,
+    EveryMatrix,
+    OneMatrix,
+    PlanExplain,
+    PlanGithub,
+    PlanJson,
+    PlanOnly,
+    RenderCheck,
+)
+from imagesmith.planrequest import github_matrix, planned_cells
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from imagesmith.layerplan import PlannedCell, PullFigures
+    from imagesmith.layerplan import PullFigures
     from imagesmith.matrix import Matrix
     from imagesmith.plan import BuildPlan
+    from imagesmith.planrequest import PlanResult, RenderResult
     from imagesmith.project import Project
+
+__all__ = ["MATRIX_HELP", "github_matrix", "load_plan"]
 
 # Heavy modules (matrix, plan, compat data, rich) are imported inside the commands so that
 # `imagesmith pick` starts fast.
-
-MATRIX_HELP = (
-    "Matrix name (<project>/matrices/NAME.toml) or path to a matrix file. "
-    "Default: the project's default_matrix."
-)
 
 
 def load_plan(
@@ -37,33 +44,6 @@ def load_plan(
     from imagesmith import buildrequest
 
     return buildrequest.load_plan(current_project, matrix, only or (), registries_file)
-
-
-def github_matrix(plan: BuildPlan) -> dict[str, Any]:
-    """A GitHub Actions ``strategy.matrix``: one ``include`` entry per (cell, GPU family).
-
-    ``gpu`` is the family key of a target GPU (``a100``, ``h200``): a nightly validates each cell on a
-    runner of every GPU family the cell targets (runner label ``gpu-<gpu>``).
-    """
-    return {
-        "include": [
-            {
-                "cell": c.id,
-                "gpu": family,
-                "tag": c.tag,
-                "matrix": c.matrix,
-                "torch": c.stack.torch,
-                "cuda": c.stack.cuda,
-                "variant": c.stack.variant,
-                "python": c.runtime.python,
-                "flavor": c.flavor,
-                "dockerfile": c.publish.dockerfile,
-                "fingerprint": c.publish.fingerprint,
-            }
-            for c in plan.cells
-            for family in c.hardware.gpu_families
-        ]
-    }
 
 
 def _out() -> Console:
@@ -119,39 +99,32 @@ LOCK_EPILOG = epilog(
 
 
 def plan_command(
-    matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
-    only: Annotated[
-        list[str] | None, typer.Option("--only", help="Glob over cell ids ({a,b} allowed); repeatable.")
-    ] = None,
-    as_json: bool = typer.Option(False, "--json", help='Print {"cells": [...]} as JSON.'),
-    github: bool = typer.Option(
-        False, "--github", help="Print a GitHub Actions strategy matrix (include list)."
-    ),
-    explain: bool = typer.Option(
-        False, "--explain", help="Also list every dropped combination with its reason."
-    ),
+    matrix: OneMatrix = None,
+    only: PlanOnly = None,
+    as_json: PlanJson = False,
+    github: PlanGithub = False,
+    explain: PlanExplain = False,
 ) -> None:
     """Plan a matrix: the cells to build, with pins, drivers and fingerprints."""
-    if as_json and github:
-        raise ConfigError("--json and --github are exclusive", hint="pick one output format")
-    if explain and github:
-        raise ConfigError(
-            "--explain does not apply to --github: a strategy matrix has no place for dropped combinations",
-            hint="run `imagesmith plan --explain` (or --json --explain) for the reasons, --github for CI",
-        )
+    from imagesmith.planrequest import PlanRequest, prepare_plan, run_plan
+
+    request = PlanRequest(
+        matrix=matrix, only=tuple(only or ()), as_json=as_json, github=github, explain=explain
+    )
+    _print_plan(run_plan(request, prepare_plan(request, project_of=current_project)))
+
+
+def _print_plan(result: PlanResult) -> None:
+    """The plan as JSON (``--json``, ``--github``) or as a table, with ``--explain`` its reasons."""
     from rich.table import Table
 
-    _, m, plan = load_plan(matrix, only)
-    if as_json:
-        data = plan.to_json()
-        if explain:
-            data["dropped"] = [{"cell": d.combination, "reason": d.reason} for d in plan.dropped]
-            data["layer_plan"] = _layer_json(plan)
-        typer.echo(json.dumps(data, indent=2))
+    if result.view == "json":
+        typer.echo(json.dumps(result.to_json(), indent=2))
         return
-    if github:
-        typer.echo(json.dumps(github_matrix(plan), separators=(",", ":")))
+    if result.view == "github":
+        typer.echo(json.dumps(result.to_json(), separators=(",", ":")))
         return
+    m, plan = result.matrix, result.plan
     console = _out()
     table = Table(title=f"matrix {m.name}: {len(plan.cells)} cell(s)", show_lines=False)
     for col in ("cell", "torch", "cuda", "min driver (full / minor-version)", "pins", "fingerprint"):
@@ -167,32 +140,38 @@ def plan_command(
             c.publish.fingerprint[:12],
         )
     console.print(table)
-    if explain:
-        console.print("\nnccl-tests builder per cell:")
-        for c in plan.cells:
-            console.print(f"  {c.id}: {c.toolkit.toolkit_note}", markup=False)
-        unhashed = [c for c in plan.cells if not c.lock.hashed]
-        if unhashed:  # a hand-written lock (an index unreachable where it was made) says so, per cell
-            console.print(
-                f"\n{len(unhashed)} cell(s) whose lock has no sha256 for every pin (build refuses them "
-                "unless --allow-unhashed):"
-            )
-            for c in unhashed:
-                console.print(
-                    f"  {c.id}: lock {Path(c.lock.lock_file).name}: "
-                    + (c.lock.lock_note or "no hashes")
-                    + f"; fix: imagesmith lock --matrix {m.name} --force where its index is reachable",
-                    markup=False,
-                )
-        console.print("\nbase images per cell:")
-        for c in plan.cells:
-            console.print(f"  {c.id}: {_bases_line(c)}", markup=False)
-        console.print(f"\ndropped {len(plan.dropped)} combination(s):")
-        for d in plan.dropped:
-            console.print(f"  {d.combination}: {d.reason}", markup=False)
-        _print_layers(console, plan)
+    if result.explain:
+        _print_explain(console, m, plan)
     elif plan.dropped:
         console.print(f"({len(plan.dropped)} combination(s) dropped; --explain lists why)")
+
+
+def _print_explain(console: Console, m: Matrix, plan: BuildPlan) -> None:
+    """``plan --explain`` after the table: the builder, unhashed locks and bases per cell, the dropped
+    combinations with their reasons, the layer plan."""
+    console.print("\nnccl-tests builder per cell:")
+    for c in plan.cells:
+        console.print(f"  {c.id}: {c.toolkit.toolkit_note}", markup=False)
+    unhashed = [c for c in plan.cells if not c.lock.hashed]
+    if unhashed:  # a hand-written lock (an index unreachable where it was made) says so, per cell
+        console.print(
+            f"\n{len(unhashed)} cell(s) whose lock has no sha256 for every pin (build refuses them "
+            "unless --allow-unhashed):"
+        )
+        for c in unhashed:
+            console.print(
+                f"  {c.id}: lock {Path(c.lock.lock_file).name}: "
+                + (c.lock.lock_note or "no hashes")
+                + f"; fix: imagesmith lock --matrix {m.name} --force where its index is reachable",
+                markup=False,
+            )
+    console.print("\nbase images per cell:")
+    for c in plan.cells:
+        console.print(f"  {c.id}: {_bases_line(c)}", markup=False)
+    console.print(f"\ndropped {len(plan.dropped)} combination(s):")
+    for d in plan.dropped:
+        console.print(f"  {d.combination}: {d.reason}", markup=False)
+    _print_layers(console, plan)
 
 
 def _bases_line(cell: Any) -> str:
@@ -215,37 +194,6 @@ def _bases_line(cell: Any) -> str:
     return ", ".join(parts) + (f"; rebuilt: {'; '.join(moved)}" if moved else "")
 
 
-def _planned(plan: BuildPlan) -> list[PlannedCell]:
-    from imagesmith.layerplan import PlannedCell
-
-    return [
-        PlannedCell(
-            id=c.id,
-            python=c.runtime.python,
-            base=c.bases.base_image,
-            venv=c.runtime.venv,
-            layers=c.publish.layers,
-            # a renter tries another torch of the same CUDA variant and Python on the same OS: cells on
-            # another base share no wheel layer by construction (the base is in the layer's key)
-            group=f"{c.stack.variant} py{c.runtime.python} {c.bases.base_image}",
-        )
-        for c in plan.cells
-        if c.publish.layers
-    ]
-
-
-def _layer_json(plan: BuildPlan) -> dict[str, Any]:
-    """``plan --json --explain``: which cells share each layer, and the matrix's estimate."""
-    from imagesmith.layerplan import estimate, shared_layers
-
-    cells = _planned(plan)
-    sharing = shared_layers(cells)
-    return {
-        "sharing": {cid: {str(i): others for i, others in layers.items()} for cid, layers in sharing.items()},
-        "estimate": estimate(cells).to_json(),
-    }
-
-
 def _mb(n: float) -> str:
     return f"{n / 1e6:,.0f} MB"
 
@@ -257,7 +205,7 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
 
     from imagesmith.layerplan import KIND_TITLE, MIN_LAYER_BYTES, estimate, shared_layers
 
-    cells = _planned(plan)
+    cells = planned_cells(plan)
     if not cells:
         why = "no cell is planned" if not plan.cells else "torch comes from the base image"
         console.print(f"\nlayer plan: none ({why})")
@@ -322,80 +270,30 @@ def _print_layers(console: Console, plan: BuildPlan) -> None:
         )
 
 
-def render_command(
-    matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP + " Default: every matrix."),
-    check: bool = typer.Option(False, "--check", help="Write nothing; fail listing files that differ."),
-) -> None:
+def render_command(matrix: EveryMatrix = None, check: RenderCheck = False) -> None:
     """Render Dockerfiles and build contexts into <project>/dockerfiles/<matrix>/<cell>/."""
-    from imagesmith.matrix import load_matrix
-    from imagesmith.plan import build_plan
-    from imagesmith.render import check_rendered, looks_rendered, matrix_dir, render_plan, write_rendered
+    from imagesmith.planrequest import RenderRequest, prepare_render, run_render
 
-    project = current_project(matrix)
-    if not check:
-        hold_project(project, "render")
-    names = [matrix] if matrix else project.matrix_names()
-    if not names:
-        raise ConfigError(
-            f"project {project.root}: no matrix in {project.rel(project.matrices_dir)}/",
-            hint="add a matrix file there (`imagesmith init` writes a working example)",
+    request = RenderRequest(matrix=matrix, check=check)
+    prepared = prepare_render(request, project_of=current_project, hold=hold_project)
+    _print_render(run_render(request, prepared, echo=typer.echo))
+
+
+def _print_render(result: RenderResult) -> None:
+    project = result.project
+    if result.check:
+        typer.echo(
+            f"{project.dockerfiles_rel}/ is current ({result.files} files, {result.matrices} matrices)"
         )
-    rendered: dict[Path, str] = {}
-    dirs: list[Path] = []
-    for name in names:
-        m = load_matrix(name, project=project)
-        if resolved(m.path.parent) != project.matrices_dir:
-            raise RenderError(
-                f"{m.path}: render (and render --check) takes only matrices in "
-                f"{project.rel(project.matrices_dir)}/ of project {project.root}: their files are rendered "
-                f"into, and compared with, {project.dockerfiles_rel}/<matrix>/",
-                hint=_render_elsewhere_hint(m.path, project),
-            )
-        rendered.update(render_plan(build_plan(m, project=project), project))
-        dirs.append(matrix_dir(m, project))
-    count = len(dirs)
-    if matrix is None:
-        # folders of matrices that no longer exist are stale: all their files count as extra
-        root = project.dockerfiles_dir
-        known = {resolved(d) for d in dirs}
-        for d in sorted(root.iterdir()) if root.is_dir() else []:
-            if not d.is_dir() or resolved(d) in known:
-                continue
-            if looks_rendered(d):
-                dirs.append(d)
-            else:
-                typer.echo(f"left    {project.rel(d)} (not rendered by imagesmith: no GENERATED Dockerfile)")
-    if check:
-        check_rendered(rendered, dirs, project)
-        typer.echo(f"{project.dockerfiles_rel}/ is current ({len(rendered)} files, {count} matrices)")
         return
-    drift = write_rendered(rendered, dirs)
-    for label, paths in (("wrote", drift.missing + drift.differing), ("removed", drift.extra)):
+    for label, paths in (("wrote", result.written), ("removed", result.removed)):
         for p in paths:
             typer.echo(f"{label} {project.rel(p)}")
-    typer.echo(
-        f"{len(rendered)} files for {count} matrices; {len(drift.missing) + len(drift.differing)} written"
-    )
-
-
-def _render_elsewhere_hint(path: Path, project: Project) -> str:
-    from imagesmith.project import PROJECT_FILE, find_project_file
-
-    owner = find_project_file(resolved(path).parent)
-    if owner is not None and resolved(owner.parent) != project.root:
-        return (
-            f"the matrix belongs to the project at {owner.parent}: run `imagesmith -C {owner.parent} render "
-            f"--matrix {path.stem}`"
-        )
-    return (
-        f"copy the matrix into {project.rel(project.matrices_dir)}/ (its generated files are committed), "
-        f"or make its folder's parent a project ({PROJECT_FILE}, `imagesmith init`); "
-        f"`imagesmith plan --matrix {path}` shows its cells without rendering"
-    )
+    typer.echo(f"{result.files} files for {result.matrices} matrices; {len(result.written)} written")
 
 
 def lock_command(
-    matrix: str | None = typer.Option(None, "--matrix", "-m", help=MATRIX_HELP),
+    matrix: OneMatrix = None,
     force: bool = typer.Option(False, "--force", help="Re-resolve locks that exist already."),
     keep_versions: bool = typer.Option(
         False,

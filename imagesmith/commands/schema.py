@@ -5,16 +5,14 @@ docs/schemas/.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from imagesmith import settings
 from imagesmith.commands import epilog
-from imagesmith.errors import ConfigError, RenderError
-from imagesmith.inputs import folder_problem
+from imagesmith.commands.flags import SchemaCheck, SchemaOut
+from imagesmith.errors import ConfigError
 
 EPILOG = epilog(
     ["imagesmith schema", "imagesmith schema --check", "imagesmith schema --out docs/schemas"],
@@ -22,52 +20,16 @@ EPILOG = epilog(
 )
 
 
-def schema_command(
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="Folder for the *.schema.json files (default: docs/schemas of the project: -C DIR, "
-            "$IMAGESMITH_PROJECT or the imagesmith.toml above; outside a project, of the working folder).",
-            show_default=False,
-        ),
-    ] = None,
-    check: Annotated[bool, typer.Option("--check", help="Write nothing; fail when a file differs.")] = False,
-) -> None:
+def schema_command(out: SchemaOut = None, check: SchemaCheck = False) -> None:
     """Write (or check) the JSON Schema of each file imagesmith reads (project, matrices, index, report)."""
-    from imagesmith.schema import SCHEMAS
+    from imagesmith.schemarequest import SchemaRequest, prepare, write_schemas
 
-    if out is None:
-        out = _default_out()
-    elif problem := folder_problem(out, may_be_missing=True):
-        raise ConfigError(f"--out {out}: {problem}", hint="give a folder (it is made when missing)")
-
-    differing: list[str] = []
-    for s in SCHEMAS:
-        path = out / f"{s.file_name}.schema.json"
-        text = json.dumps(s.json_schema(), indent=2, sort_keys=False) + "\n"
-        current = path.read_text(encoding="utf-8") if path.is_file() else None
-        if current == text:
-            continue
-        if check:
-            differing.append(str(path))
-            continue
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"--out {out}: cannot write {path.name} there ({exc.strerror or exc})",
-                hint="give a folder you can write to (default docs/schemas)",
-            ) from None
-        typer.echo(f"wrote   {path}")
-    if differing:
-        raise RenderError(
-            "JSON Schema files differ from imagesmith.schema: " + ", ".join(differing),
-            hint=f"run `imagesmith schema --out {out}` and commit them",
-        )
+    request = SchemaRequest(out=out, check=check)
+    result = write_schemas(request, prepare(request, default_out=_default_out), echo=typer.echo)
     typer.echo(
-        f"{len(SCHEMAS)} schema file(s) in {out} are current" if check else f"{len(SCHEMAS)} schema file(s)"
+        f"{result.count} schema file(s) in {result.out} are current"
+        if result.check
+        else f"{result.count} schema file(s)"
     )
 
 
