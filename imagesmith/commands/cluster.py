@@ -61,8 +61,10 @@ class ClusterFlags:
 def several(targets: list[str], flags: ClusterFlags) -> bool:
     """Is this a cluster run? Several TARGETs, ``--nodes`` or ``--slurm`` (the allocation's nodes: then
     neither of the others); cluster flags on one target are refused."""
+    from imagesmith.validate.fabrics import refuse_unsupported
     from imagesmith.validate.request import cluster_rules, slurm_wanted
 
+    refuse_unsupported(flags.fabric)  # --fabric efa: the gap and the fix, on one node or several
     if slurm_wanted(flags.slurm, [*targets, *([flags.nodes] if flags.nodes else [])]):
         cluster_rules(flags.collective, slurm=True, ddp=flags.ddp)
         if targets or flags.nodes is not None:

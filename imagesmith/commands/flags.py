@@ -220,7 +220,12 @@ Nodes = Annotated[
     ),
 ]
 Fabric = Annotated[
-    str, typer.Option("--fabric", help="Several nodes: the fabric the rental declares: ib | roce | ethernet.")
+    str,
+    typer.Option(
+        "--fabric",
+        help="Several nodes: the fabric the rental declares: ib | roce | ethernet (efa is refused: the "
+        "images lack libfabric and aws-ofi-nccl).",
+    ),
 ]
 LinkGbps = Annotated[
     float | None,

@@ -143,16 +143,14 @@ class Pick:
         }
 
 
-#: how pick names a fabric the cluster run declared and judged
-FABRIC_NAMES: dict[str, str] = {"ib": "InfiniBand", "roce": "RoCE", "ethernet": "Ethernet"}
-
-
 def cluster_sentence(cluster: ClusterSummary | None) -> str:
     """``validated on 3 nodes × 8 GPUs, fabric ib (InfiniBand) (2026-12-02; cluster report sha256:…)``; ""
     without a cluster summary."""
     if cluster is None:
         return ""
-    name = FABRIC_NAMES.get(cluster.fabric)
+    from imagesmith.validate import fabrics  # how pick names a fabric: imagesmith/data/fabrics.toml's title
+
+    name = fabrics.titles().get(cluster.fabric)
     fabric = f"{cluster.fabric} ({name})" if name else cluster.fabric
     return (
         f"validated on {cluster.nodes} nodes × {cluster.gpus_per_node} GPUs, fabric {fabric} "

@@ -24,7 +24,7 @@ from typing import Any
 
 from imagesmith import inputs
 from imagesmith.errors import ConfigError, ParseError, ValidationFailed
-from imagesmith.validate import cluster, clusterrecord
+from imagesmith.validate import cluster, clusterrecord, fabrics
 from imagesmith.validate.nccltransport import judge_transport, parse_nccl_transport
 from imagesmith.validate.nics import (
     FABRICS,
@@ -568,6 +568,7 @@ def run_cluster(
 ) -> dict[str, Any]:
     """Every check over *nodes*; the cluster report (dict) written to ``options.report_dir`` at the end,
     with its signed envelope when *sign* is given (:func:`imagesmith.validate.clusterrecord.write_report`)."""
+    fabrics.refuse_unsupported(options.fabric)
     if options.fabric not in FABRICS:
         raise ConfigError(f"--fabric {options.fabric!r}: use one of {', '.join(FABRICS)}")
     logs = _read_logs(options)
