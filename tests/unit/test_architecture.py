@@ -174,7 +174,9 @@ def _reached_through_package(package: str, source: str) -> set[str]:
     """The names a submodule looks up on its own package (``compat.X``, ``pick.X``) at call time."""
     import ast
 
-    tree = ast.parse(source)
+    from tests import astcache
+
+    tree = astcache.parse(source)
     return {
         node.attr
         for node in ast.walk(tree)

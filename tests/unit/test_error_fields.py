@@ -145,13 +145,14 @@ def _decisions(field: str) -> tuple[set[str], list[tuple[str, str]]]:
     table —, the decisions on the field: where, and the member or literal it is compared with)."""
     import ast
 
+    from tests import astcache
     from tests.repo import REPO
 
     enum = ENUMS[field]
     made: set[str] = set()
     decided: list[tuple[str, str]] = []
     for path in sorted((REPO / "imagesmith").rglob("*.py")):
-        tree = ast.parse(path.read_text())
+        tree = astcache.parse(path.read_text(), str(path))
         in_decision: set[int] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Compare) and any(

@@ -13,6 +13,7 @@ import pytest
 
 from imagesmith import errors
 from imagesmith.errors import ImagesmithError
+from tests import astcache
 from tests.repo import REPO
 
 MODULES = [
@@ -90,7 +91,7 @@ ERROR_NAMES |= {"ProjectError", "LockError"}
 
 
 def _raises_without_hint(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = astcache.parse(path.read_text(encoding="utf-8"), str(path))
     bad = []
     for node in ast.walk(tree):
         if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)):

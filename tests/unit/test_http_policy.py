@@ -11,6 +11,7 @@ import pytest
 
 from imagesmith import http
 from imagesmith.registry import RetryPolicy
+from tests import astcache
 from tests.repo import REPO
 
 HTTP_CALLS = frozenset({"get", "head", "post", "put", "patch", "delete", "request", "options"})
@@ -26,7 +27,7 @@ def _numeric(node: ast.expr) -> bool:
 
 def findings(source: str, path: str) -> list[str]:
     out = []
-    for node in ast.walk(ast.parse(source, path)):
+    for node in ast.walk(astcache.parse(source, path)):
         if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute | ast.Name):
             continue
         name = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id
@@ -83,7 +84,7 @@ def raw_findings(source: str, path: str) -> list[str]:
     """Requests sent around the policy: a session's or requests' own ``get``/``post``/… (with or without a
     timeout: :func:`imagesmith.http.get` takes the session), another HTTP client or a socket."""
     out = []
-    for node in ast.walk(ast.parse(source, path)):
+    for node in ast.walk(astcache.parse(source, path)):
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
             out += [

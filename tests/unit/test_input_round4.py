@@ -23,6 +23,7 @@ from imagesmith.lock import LockError, LockKey, lock_path, read_lock
 from imagesmith.registry.faults import RetryPolicy
 from imagesmith.validate.criteria import visible_count
 from imagesmith.wheelsizes import SIZES_FILE, read_sizes
+from tests import astcache
 from tests.repo import REPO
 from tests.unit.test_input_round3 import (
     EXE,
@@ -52,7 +53,7 @@ def _unicode_digit_sites() -> list[str]:
     for path in sorted(PACKAGE.rglob("*.py")):
         source = path.read_text(encoding="utf-8")
         lines = source.splitlines()
-        tree = ast.parse(source)
+        tree = astcache.parse(source, str(path))
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue

@@ -179,12 +179,13 @@ PUTS = {
 def _put_sites() -> set[tuple[str, str]]:
     import ast
 
+    from tests import astcache
     from tests.repo import REPO
 
     sites: set[tuple[str, str]] = set()
     for path in sorted((REPO / "imagesmith").rglob("*.py")):
         rel = str(path.relative_to(REPO))
-        tree = ast.parse(path.read_text(), rel)
+        tree = astcache.parse(path.read_text(), rel)
         for fn in ast.walk(tree):
             if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue

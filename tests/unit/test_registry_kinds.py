@@ -16,6 +16,7 @@ import pytest
 
 from imagesmith import kinds
 from imagesmith.errors import ConfigError
+from tests import astcache
 from tests.repo import REPO
 
 NEW_KIND = r"""
@@ -69,7 +70,7 @@ print("ok")
 
 
 def _string_constants(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = astcache.parse(path.read_text(), str(path))
     docstrings = {
         id(node.body[0].value)
         for node in ast.walk(tree)

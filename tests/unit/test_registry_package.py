@@ -15,6 +15,7 @@ import pytest
 import imagesmith.registry as registry
 from imagesmith.errors import RegistryError
 from imagesmith.refs import Registry
+from tests import astcache
 from tests.localhttp import QuietHTTPServer
 from tests.repo import REPO
 
@@ -69,7 +70,7 @@ def test_registry_client_is_built_by_client_for_alone() -> None:
     for path in sorted((REPO / "imagesmith").rglob("*.py")):
         if Path("imagesmith/registry") in path.relative_to(REPO).parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        for node in ast.walk(astcache.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call):
                 fn = node.func
                 name = fn.id if isinstance(fn, ast.Name) else fn.attr if isinstance(fn, ast.Attribute) else ""
@@ -95,7 +96,7 @@ def test_no_module_writes_requests_private_response_state() -> None:
     nothing in imagesmith/ assigns ``_content`` or ``_content_consumed`` on a response."""
     writes = []
     for path in sorted((REPO / "imagesmith").rglob("*.py")):
-        tree = ast.parse(path.read_text(), str(path))
+        tree = astcache.parse(path.read_text(), str(path))
         for node in ast.walk(tree):
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):

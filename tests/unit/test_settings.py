@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from imagesmith import settings
+from tests import astcache
 from tests.repo import REPO
 
 
@@ -124,7 +125,7 @@ def test_the_guard_lets_settings_and_writes_pass() -> None:
 
 
 def _trees(read: dict[str, str]) -> dict[str, ast.AST]:
-    return {path: ast.parse(text, path) for path, text in read.items()}
+    return {path: astcache.parse(text, path) for path, text in read.items()}
 
 
 def test_no_module_but_settings_reads_an_imagesmith_variable() -> None:
@@ -168,7 +169,7 @@ def test_every_name_the_code_reads_is_declared() -> None:
     """settings.get("…") and typer's envvar= name declared variables (settings.get refuses others)."""
     names = set()
     for path in sorted((REPO / "imagesmith").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(astcache.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Call):
                 fn = node.func
                 if isinstance(fn, ast.Attribute) and fn.attr == "get" and ast.unparse(fn.value) == "settings":

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import mccabe  # type: ignore[import-untyped]
 
+from tests import astcache
 from tests.repo import REPO
 
 MAX_MODULE_LINES = 1000
@@ -28,7 +29,7 @@ FUNCTIONS: dict[tuple[str, str], tuple[int, int]] = {}
 def measure(path: Path) -> tuple[int, dict[tuple[str, int], tuple[int, int]]]:
     """(the lines of *path*, its functions: (name, line) → (lines, complexity))."""
     text = path.read_text(encoding="utf-8")
-    tree = ast.parse(text, str(path))
+    tree = astcache.parse(text, str(path))
     visitor = mccabe.PathGraphingAstVisitor()
     visitor.preorder(tree, visitor)
     complexity = {graph.lineno: graph.complexity() for graph in visitor.graphs.values()}

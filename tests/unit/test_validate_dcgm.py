@@ -96,7 +96,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     for name, text in (("nvidia-smi", FAKE_SMI), ("dmesg", FAKE_DMESG)):
         script = bin_dir / name
-        script.write_text(text.replace("@PYTHON@", sys.executable).replace("@DIR@", str(d)))
+        script.write_text(text.replace("@DIR@", str(d)))
         script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     return d

@@ -26,49 +26,60 @@ FAULTS = DATA / "faults"
 #: the checks that need nvidia-smi only (torch is not installed here)
 GPU_CHECKS = "gpu_inventory or ecc or mig or power or topology or health or xid or nvlink"
 
-#: ``-S``: no site import (the venv's .pth files, the editable install's finder): the stdlib is all the fake
-#: needs, and one run of the suite calls it ~15 times (this file: 25.9 s → 22.3 s of CPU time)
-FAKE_SMI = r'''#!@PYTHON@ -S
-"""fake nvidia-smi: replays files of @DIR@ (see test_validate_host_faults.py)."""
-import csv, os, re, sys
-D = "@DIR@"
-args = sys.argv[1:]
-
-
-def out(key):
-    path = os.path.join(D, key)
-    if os.path.exists(path + ".rc") and os.path.exists(path + ".only-rc"):
-        sys.exit(int(open(path + ".rc").read()))
-    if os.path.exists(path):
-        sys.stdout.buffer.write(open(path, "rb").read())
-    sys.stdout.flush()
-    sys.exit(int(open(path + ".rc").read()) if os.path.exists(path + ".rc") else 0)
-
-
-if not args:
-    out("default")
-if args == ["-L"]:
-    out("L")
-if args[0].startswith("--query-gpu="):
-    if os.path.exists(os.path.join(D, "query.raw")):
-        out("query.raw")
-    fields = args[0].split("=", 1)[1].split(",")
-    fmt = args[1].split("=", 1)[1].split(",")
-    rows = list(csv.reader(open(os.path.join(D, "query")), skipinitialspace=True))
-    head = [re.sub(r"\s*\[.*\]$", "", h) for h in rows[0]]
-    for f in fields:
-        if f not in head:
-            print(f'Field "{f}" is not a valid field to query.', file=sys.stderr)
-            sys.exit(2)
-    for r in rows[1:]:
-        if len(r) == 1:  # an error line nvidia-smi prints among the rows
-            print(r[0])
-            continue
-        vals = [r[head.index(f)] for f in fields]
-        print(", ".join(re.sub(r" (MiB|W)$", "", v) for v in vals))
-    sys.exit(0)
-out("-".join(a.lstrip("-") for a in args))
-'''
+#: POSIX sh and awk, no Python: one suite run calls it ~15 times, and a Python start-up (~20 ms of CPU each,
+#: even with ``-S``) was a third of this file's CPU time (docs/benchmarks.md, "Unit suite wall time")
+FAKE_SMI = r"""#!/bin/sh
+# fake nvidia-smi: replays files of @DIR@ (see test_validate_host_faults.py)
+D='@DIR@'
+out() {
+    p="$D/$1"
+    if [ -e "$p.rc" ] && [ -e "$p.only-rc" ]; then exit "$(cat "$p.rc")"; fi
+    if [ -e "$p" ]; then cat "$p"; fi
+    if [ -e "$p.rc" ]; then exit "$(cat "$p.rc")"; fi
+    exit 0
+}
+if [ $# -eq 0 ]; then out default; fi
+if [ $# -eq 1 ] && [ "$1" = -L ]; then out L; fi
+case $1 in
+--query-gpu=*)
+    if [ -e "$D/query.raw" ]; then out query.raw; fi
+    # the query file is nvidia-smi's CSV with units ("index, name, memory.total [MiB], ..."): print the
+    # asked fields in the asked order, without the MiB/W units (nounits), as nvidia-smi does
+    exec awk -v want="${1#--query-gpu=}" '
+        function cell(i,  v) { v = $i; sub(/^ +/, "", v); return v }
+        BEGIN { FS = ","; n = split(want, fields, ",") }
+        NR == 1 {
+            for (i = 1; i <= NF; i++) {
+                h = cell(i); sub(/[ \t]*\[.*\]$/, "", h)
+                if (!(h in col)) col[h] = i
+            }
+            for (j = 1; j <= n; j++) if (!(fields[j] in col)) {
+                printf "Field \"%s\" is not a valid field to query.\n", fields[j] > "/dev/stderr"
+                exit 2
+            }
+            next
+        }
+        NF == 0 { print "fake nvidia-smi: a blank line in " FILENAME > "/dev/stderr"; exit 1 }
+        NF == 1 { print cell(1); next }  # an error line nvidia-smi prints among the rows
+        {
+            line = ""
+            for (j = 1; j <= n; j++) {
+                if (col[fields[j]] > NF) { print "fake nvidia-smi: a short row: " $0 > "/dev/stderr"; exit 1 }
+                v = cell(col[fields[j]]); sub(/ (MiB|W)$/, "", v)
+                line = line (j > 1 ? ", " : "") v
+            }
+            print line
+        }' "$D/query"
+    ;;
+esac
+key=
+first=1
+for a in "$@"; do
+    while [ "${a#-}" != "$a" ]; do a=${a#-}; done
+    if [ -n "$first" ]; then key=$a; first=; else key="$key-$a"; fi
+done
+out "$key"
+"""
 
 FAKE_DMESG = """#!/bin/sh
 if [ -f "@DIR@/dmesg.denied" ]; then
@@ -99,7 +110,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     for name, text in (("nvidia-smi", FAKE_SMI), ("dmesg", FAKE_DMESG)):
         script = bin_dir / name
-        script.write_text(text.replace("@PYTHON@", sys.executable).replace("@DIR@", str(d)))
+        script.write_text(text.replace("@DIR@", str(d)))
         script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin")
     return d

@@ -24,7 +24,8 @@ CAPTURE = REPO / "tests" / "data" / "validate" / "h200x1" / "soak" / "cotenant-2
 LENT_UUID = "GPU-b12d1044-bf05-b762-9c8a-9c36fe89f685"
 FAKE_UUID = "GPU-9bcd1a27-c06f-dec0-9201-0123d30f4101"  # GPU 0 of the fake host
 
-FAKE_PY = r'''#!@PYTHON@
+#: ``-S``: no site import (the venv's .pth files): the stdlib is all the fake needs
+FAKE_PY = r'''#!@PYTHON@ -S
 """fake target python: a free port, torchrun of the scaling probe, or the soak probe's records."""
 import json, os, sys
 D = "@DIR@"
