@@ -173,6 +173,7 @@ PUTS = {
     ("imagesmith/attestation.py", "attach_attestations"),  # sha256-<hex>.att
     ("imagesmith/release/artifacts.py", "attach_report"),  # sha256-<hex>.validation
     ("imagesmith/release/artifacts.py", "stage_index"),  # the index artifact by digest
+    ("imagesmith/release/clusterartifact.py", "attach_cluster"),  # sha256-<hex>.cluster, read back whole
 }
 
 
