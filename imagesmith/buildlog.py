@@ -77,7 +77,7 @@ def _build_stalled(
 ) -> BuildError:
     last = next((line for line in reversed(tail) if line.strip()), "")
     return BuildError(
-        f"build of {what}: no output for {stall:.0f} s from {quiet}; the build was stopped"
+        f"build of {what}: no output for {stall:g} s from {quiet}; the build was stopped"
         + (f" (last line: {last[:200]})" if last else " (it printed nothing)"),
         hint="a step hangs (a download that never ends, a command waiting for input): see "
         + (f"the full log {log}" if log else "the output above")

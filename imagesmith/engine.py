@@ -481,7 +481,7 @@ class Engine:
                 raise
             raise error(
                 f"docker {command}{' ' + subject if subject else ''}: the Docker engine gave no answer for "
-                f"{self.timeout:.0f} s "
+                f"{self.timeout:g} s "
                 f"({type(exc).__name__})",
                 hint="check that dockerd is up and not stuck (`docker info`; its log: `journalctl -u "
                 "docker`), then rerun; IMAGESMITH_ENGINE_TIMEOUT gives a slow engine longer",

@@ -497,11 +497,11 @@ def _download_http(url: str) -> tuple[int, bytes]:
                     hint="point --index at the index imagesmith release writes or publishes",
                 ) from None
     except http.Overdue:
-        raise _index_stalled(url, f"not complete within {policy.deadline:.0f} s", policy.deadline) from None
+        raise _index_stalled(url, f"not complete within {policy.deadline:g} s", policy.deadline) from None
     except requests.RequestException as exc:
         if http.timed_out(exc):
             host = urlsplit(url).netloc
-            raise _index_stalled(url, f"no bytes for {stall:.0f} s from {host}", stall) from None
+            raise _index_stalled(url, f"no bytes for {stall:g} s from {host}", stall) from None
         raise ConfigError(
             f"{index_flag()} {url}: cannot download ({exc.__class__.__name__}: {exc})",
             hint="check the URL / network, or pass a local file",

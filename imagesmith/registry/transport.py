@@ -227,7 +227,7 @@ class Transport:
             return self._fail(
                 "rate limited or unavailable",
                 f"{exc.what}; it asks to retry after {exc.retry_after:.0f} s (Retry-After), which would pass "
-                f"the {self.policy.deadline:.0f} s deadline (gave up after {attempts} attempt(s))",
+                f"the {self.policy.deadline:g} s deadline (gave up after {attempts} attempt(s))",
                 hint=f"wait until {where} takes requests again (a pull/push rate limit: use an account with "
                 "a higher limit), then rerun; IMAGESMITH_REGISTRY_DEADLINE gives a longer wait more time",
                 fault=Fault.RATE_LIMITED,
@@ -235,7 +235,7 @@ class Transport:
             )
         return self._fail(
             "unreachable or failing",
-            f"{exc.what} (gave up after {attempts} attempt(s) within {self.policy.deadline:.0f} s)",
+            f"{exc.what} (gave up after {attempts} attempt(s) within {self.policy.deadline:g} s)",
             hint=f"check that {where} is up and reachable, then rerun (what is "
             "already copied is not sent again); IMAGESMITH_REGISTRY_DEADLINE gives a longer outage more time",
             fault=Fault.UNREACHABLE,
@@ -249,8 +249,8 @@ class Transport:
         sender = where if exc.elsewhere else f"registry {self.name}"
         error = self._fail(
             phase,
-            f"no bytes for {exc.stalled:.0f} s from {sender} ({exc.what}; gave up after {attempts} "
-            f"attempt(s) within the {self.policy.deadline:.0f} s deadline)",
+            f"no bytes for {exc.stalled:g} s from {sender} ({exc.what}; gave up after {attempts} "
+            f"attempt(s) within the {self.policy.deadline:g} s deadline)",
             hint=f"check that {where} is up and not overloaded, then rerun (what is already copied is not "
             "sent again); IMAGESMITH_REGISTRY_STALL gives a slow registry longer to send a byte, "
             "IMAGESMITH_REGISTRY_DEADLINE more time in all",

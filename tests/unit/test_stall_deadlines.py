@@ -364,3 +364,12 @@ def test_a_deadline_that_is_not_a_number_of_seconds_is_one_error_naming_it() -> 
         assert info.value.field == "IMAGESMITH_BUILD_STALL"
     assert settings.seconds("IMAGESMITH_BUILD_STALL", env={}) == 3600.0
     assert settings.seconds("IMAGESMITH_REGISTRY_STALL", env={"IMAGESMITH_REGISTRY_STALL": "2.5"}) == 2.5
+
+
+def test_a_fractional_deadline_is_printed_as_set() -> None:
+    """IMAGESMITH_BUILD_STALL=2.5 is allowed (seconds from 1): the message says 2.5 s, not a rounded "2 s"."""
+    from imagesmith.buildlog import _build_stalled
+
+    exc = _build_stalled("cell smoke", 2.5, ["#3 RUN pip install"], "docker build")
+    assert "no output for 2.5 s from docker build" in exc.message
+    assert "no output for 3600 s" in _build_stalled("cell smoke", 3600.0, [], "docker build").message
