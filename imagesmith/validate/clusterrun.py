@@ -207,6 +207,18 @@ class Ssh:
         return Ran(rc=proc.returncode, stdout=proc.stdout, stderr=proc.stderr, timed_out=False)
 
 
+def stop_server(server: subprocess.Popen[str]) -> None:
+    """End a server started over ssh (iperf3 -s, ib_write_bw): SIGTERM to the local ssh, SIGKILL when it
+    has not gone within 10 s; always waited for, so no zombie and no open pipe is left."""
+    if server.poll() is None:
+        server.terminate()
+    try:
+        server.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def _unreachable_fix(ssh: Ssh, node: Node, said: str) -> str:
     from imagesmith.validate.context import SuiteOptions
     from imagesmith.validate.runner import _ssh_fix
@@ -354,13 +366,7 @@ def measure_pair(ssh: Ssh, a: Node, b: Node, options: ClusterOptions) -> PairRes
         )
         return PairResult((a.name, b.name), fwd.gbps, rev.gbps, rate, basis, finding)
     finally:
-        if server.poll() is None:
-            server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
 
 
 def bandwidth(ssh: Ssh, nodes: Sequence[Node], options: ClusterOptions) -> dict[str, Any]:

@@ -42,6 +42,7 @@ import tomllib
 from imagesmith.errors import ConfigError, ParseError
 from imagesmith.inputs import is_digits
 from imagesmith.validate import cluster
+from imagesmith.validate.clusterrun import stop_server
 from imagesmith.validate.nics import Finding
 
 if TYPE_CHECKING:
@@ -449,13 +450,7 @@ def measure_pair(
             limit=limit,
         )
     finally:
-        if server.poll() is None:
-            server.terminate()
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_server(server)
 
 
 def _device_pairs(a: Sequence[RdmaPort], b: Sequence[RdmaPort]) -> list[tuple[RdmaPort, RdmaPort]]:
