@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,13 @@ from imagesmith.project import Project
 from tests.repo import PROJECT, REPO
 
 __all__ = ["PROJECT", "REPO"]
+
+# A suite started in the background of a non-interactive shell (`.ci/run &`, nohup) inherits SIGINT
+# ignored, and an ignored signal stays ignored across exec: every `imagesmith` the Ctrl-C tests start would
+# never see the interrupt they send (exit 7 or a 60 s timeout instead of 130). A handler of our own is reset
+# to the default in each child at exec, so the children get the disposition a terminal gives them.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @dataclass
