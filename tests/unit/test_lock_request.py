@@ -15,23 +15,7 @@ from imagesmith.lock import LockError, LockKey
 from imagesmith.lockrequest import LockRequest, lock, prepare
 from imagesmith.project import PROJECT_FILE, Project, load_project
 from tests.repo import PROJECT
-
-
-class Seams:
-    """The command's part, recorded: the project looked for, its lock held."""
-
-    def __init__(self, project: Project = PROJECT) -> None:
-        self.project = project
-        self.asked: list[str | None] = []
-        self.held: list[str] = []
-
-    def project_of(self, matrix: str | None) -> Project:
-        self.asked.append(matrix)
-        return self.project
-
-    def hold(self, project: Project, command: str) -> None:
-        assert project is self.project
-        self.held.append(command)
+from tests.seams import Seams
 
 
 @pytest.mark.parametrize(

@@ -13,18 +13,7 @@ from imagesmith.errors import ConfigError, ImagesmithError
 from imagesmith.project import PROJECT_FILE, Project, load_project
 from imagesmith.sourcesrequest import SourcesRequest, fetch, prepare
 from tests.repo import PROJECT, REPO
-
-
-class Seams:
-    """The command's part, recorded: the project looked for."""
-
-    def __init__(self, project: Project = PROJECT) -> None:
-        self.project = project
-        self.asked: list[str | None] = []
-
-    def project_of(self, matrix: str | None) -> Project:
-        self.asked.append(matrix)
-        return self.project
+from tests.seams import Seams
 
 
 def _project(root: Path, *matrices: str) -> Project:
