@@ -280,6 +280,20 @@ def nccl_tests_standin(
     return folder
 
 
+def assert_node_lost(
+    proc: subprocess.Popen[str], out: str, err: str, report: Path, said: str, *also_absent: str
+) -> None:
+    """A run that lost a node ended as it must: exit 7, *said* ("node n2 stopped answering …") with a fix
+    and no traceback, and nothing of the cluster report written (cluster.json, cluster.md, nor
+    *also_absent*). (No assertion rewriting in this module: each assert carries what it saw.)"""
+    assert proc.returncode == 7, out + err
+    assert said in err, err
+    assert "fix:" in err, err
+    assert "Traceback" not in err, err
+    for name in ("cluster.json", "cluster.md", *also_absent):
+        assert not (report / name).exists(), f"{name} was written by a run that lost a node"
+
+
 def cluster_report(path: Path) -> dict[str, object]:
     """The cluster.json a run wrote into *path*."""
     data: dict[str, object] = json.loads((path / "cluster.json").read_text())
