@@ -40,6 +40,7 @@ import functools
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -54,7 +55,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from imagesmith import atomicio, compat, inputs
+from imagesmith import atomicio, compat, inputs, settings
 from imagesmith.errors import ConfigError, ImagesmithError
 
 if TYPE_CHECKING:
@@ -509,13 +510,58 @@ def _uv() -> str:
     return found
 
 
+def _base_roots() -> tuple[Path, str]:
+    """The roots uv trusts when it is given no bundle: ``$SSL_CERT_FILE``; the system's bundle where
+    ``UV_NATIVE_TLS`` / ``UV_SYSTEM_CERTS`` ask for the system's store; else the Mozilla roots uv bundles
+    (certifi holds the same list). With where it was taken from, for an error."""
+    given = settings.get("SSL_CERT_FILE")
+    if given:
+        return Path(given), "the roots uv trusts ($SSL_CERT_FILE)"
+    if any(
+        (settings.get(v) or "").strip().lower() in {"1", "true", "yes", "on"}
+        for v in ("UV_NATIVE_TLS", "UV_SYSTEM_CERTS")
+    ):
+        system = ssl.get_default_verify_paths()
+        for found in (system.cafile, system.openssl_cafile):
+            if found and Path(found).is_file():
+                return Path(found), "the system's roots (UV_NATIVE_TLS / UV_SYSTEM_CERTS)"
+    import certifi
+
+    return Path(certifi.where()), "the Mozilla roots (certifi)"
+
+
+def _uv_env(ca: Path | None, tmp: Path) -> dict[str, str] | None:
+    """uv's environment: this process's, unchanged without an extra CA; with one (``[build] extra_ca``,
+    ``IMAGESMITH_EXTRA_CA``), ``SSL_CERT_FILE`` names a bundle in *tmp* of the roots uv trusts otherwise and
+    the extra CA: what pip inside a build trusts (the system bundle and the extra CA, docs/build.md)."""
+    if ca is None:
+        return None
+    base, whence = _base_roots()
+    parts = []
+    for path, what in ((base, whence), (ca, "the extra CA")):
+        try:
+            parts.append(path.read_bytes().rstrip(b"\n") + b"\n")
+        except OSError as exc:
+            raise LockError(
+                f"{path}: cannot read {what}: {exc.strerror or exc}",
+                hint="give a readable PEM bundle (the extra CA: --extra-ca of build, IMAGESMITH_EXTRA_CA or "
+                "[build] extra_ca of the user config)",
+            ) from None
+    bundle = tmp / "ca-bundle.pem"
+    bundle.write_bytes(b"".join(parts))  # scratch: gone with the folder
+    return {**os.environ, "SSL_CERT_FILE": str(bundle)}
+
+
 def _compile(
     inputs: Sequence[str],
     key: LockKey,
     extra_index: str | None,
     constraints: Sequence[str] = (),
+    *,
+    ca: Path | None = None,
 ) -> tuple[str, list[str]]:
     with tempfile.TemporaryDirectory(prefix="imagesmith-lock-") as tmp:
+        env = _uv_env(ca, Path(tmp))
         req = Path(tmp) / "requirements.in"
         req.write_text("\n".join(inputs) + "\n", encoding="utf-8")  # scratch
         if constraints:
@@ -558,7 +604,7 @@ def _compile(
             shown += ["--constraint", "constraints.txt"]
         cmd.append(req.name)
         shown.append("requirements.in")
-        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp)
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=tmp, env=env)
         if proc.returncode != 0:
             tail = "\n".join(proc.stderr.strip().splitlines()[-8:])
             raise LockError(
@@ -591,6 +637,7 @@ def compile_lock(
     today: _dt.date | None = None,
     keep: Lock | None = None,
     interactive: Lock | bool = False,
+    ca: Path | None = None,
 ) -> Path:
     """Resolve *key* with ``uv pip compile --generate-hashes`` and write its lock file. Returns the path.
 
@@ -598,6 +645,7 @@ def compile_lock(
     changes (``imagesmith lock --keep-versions``: hashes and new constraints without moving other versions).
     *interactive*: resolve the interactive section too and write both at once (a :class:`Lock`: the one whose
     interactive pins are kept as constraints).
+    *ca*: the extra CA uv trusts besides its usual roots (a TLS-intercepting proxy: see :func:`_uv_env`).
     """
     path = lock_path(key, lock_dir)
     bounded = [] if key.torch == SUITE else constraints_for(key.torch)
@@ -607,7 +655,7 @@ def compile_lock(
     if key.torch == SUITE:
         extra, index = None, "default package index"
         inputs = lock_inputs(key)
-        body, shown = _compile(inputs, key, None, constraints=data + kept_runtime)
+        body, shown = _compile(inputs, key, None, constraints=data + kept_runtime, ca=ca)
         b_body, b_shown = "", ["(none: the base image carries the toolkit and NCCL)"]
     else:
         try:
@@ -621,9 +669,13 @@ def compile_lock(
         extra = None if key.variant == release.pypi_default else variant.index_url
         index = variant.index_url if extra else "default package index (PyPI's default variant)"
         inputs = lock_inputs(key)
-        body, shown = _compile(inputs, key, extra, constraints=data + kept_runtime)
+        body, shown = _compile(inputs, key, extra, constraints=data + kept_runtime, ca=ca)
         b_body, b_shown = _compile(
-            builder_inputs(key, _parse_body(body, path, key)), key, extra, constraints=data + kept_builder
+            builder_inputs(key, _parse_body(body, path, key)),
+            key,
+            extra,
+            constraints=data + kept_builder,
+            ca=ca,
         )
     date = (today or _dt.datetime.now(_dt.timezone.utc).date()).isoformat()
     header = [
@@ -646,7 +698,7 @@ def compile_lock(
     lock = parse_lock(text, path, key)  # never write what we cannot read back
     if interactive:  # the interactive section too, in the same write (*interactive*: the lock to keep from)
         earlier = interactive if isinstance(interactive, Lock) else None
-        text = with_interactive(text, lock, today=today, keep=earlier)
+        text = with_interactive(text, lock, today=today, keep=earlier, ca=ca)
     atomicio.write_atomic(path, text)
     return path
 
@@ -683,7 +735,12 @@ def interactive_section(body: str, lock: Lock) -> str:
 
 
 def add_interactive(
-    key: LockKey, *, lock_dir: Path, today: _dt.date | None = None, keep: Lock | None = None
+    key: LockKey,
+    *,
+    lock_dir: Path,
+    today: _dt.date | None = None,
+    keep: Lock | None = None,
+    ca: Path | None = None,
 ) -> Path:
     """Resolve the interactive flavor's packages (:data:`INTERACTIVE_PACKAGES`) against *key*'s existing lock
     (every runtime pin a constraint) and write them as its interactive section, replacing an older one. The
@@ -693,13 +750,18 @@ def add_interactive(
     lock = read_lock(key, lock_dir)
     if lock is None:
         raise LockError(f"no lock {path} to add the interactive pins to", hint="run `imagesmith lock` first")
-    text = with_interactive(path.read_text(encoding="utf-8"), lock, today=today, keep=keep)
+    text = with_interactive(path.read_text(encoding="utf-8"), lock, today=today, keep=keep, ca=ca)
     atomicio.write_atomic(path, text)
     return path
 
 
 def with_interactive(
-    text: str, lock: Lock, *, today: _dt.date | None = None, keep: Lock | None = None
+    text: str,
+    lock: Lock,
+    *,
+    today: _dt.date | None = None,
+    keep: Lock | None = None,
+    ca: Path | None = None,
 ) -> str:
     """*text* (the lock *lock* was read from) with the interactive section resolved against its runtime pins
     (see :func:`add_interactive`), checked: what :func:`compile_lock` writes in one go for an interactive
@@ -708,7 +770,9 @@ def with_interactive(
     inputs = list(INTERACTIVE_PACKAGES)
     runtime = {n for n, _ in lock.pins}
     earlier = [f"{n}=={v}" for n, v in keep.interactive_pins if n not in runtime] if keep is not None else []
-    body, shown = _compile(inputs, key, None, constraints=[f"{n}=={v}" for n, v in lock.pins] + earlier)
+    body, shown = _compile(
+        inputs, key, None, constraints=[f"{n}=={v}" for n, v in lock.pins] + earlier, ca=ca
+    )
     section = interactive_section(body, lock)
     old = unsealed(text)
     old = old.split("\n" + INTERACTIVE_MARKER + "\n", 1)[0].rstrip("\n") + "\n"

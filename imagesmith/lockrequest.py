@@ -62,6 +62,8 @@ class Prepared:
     matrix: Matrix | None = None
     keys: Sequence[LockKey] = ()
     interactive: bool = False
+    #: the extra CA of the user config (``[build] extra_ca``, ``IMAGESMITH_EXTRA_CA``): uv trusts it too
+    ca: Path | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +79,7 @@ def prepare(request: LockRequest, *, project_of: ProjectOf, hold: Hold) -> Prepa
     """The rules of the flags, in one place and in this order: the project (``--matrix`` names where it is;
     its lock is held from here on), ``--sizes`` with ``--no-sizes``, ``--bases`` with a flag of the wheel
     locks; then for the wheel locks the matrix and the keys it locks."""
+    from imagesmith.config import load_config
     from imagesmith.matrix import load_matrix
 
     r = request
@@ -104,7 +107,10 @@ def prepare(request: LockRequest, *, project_of: ProjectOf, hold: Hold) -> Prepa
     m = load_matrix(project.resolve_matrix_name(r.matrix), project=project)
     # the interactive flavor's packages are a section of the same lock, resolved against its runtime pins
     interactive = "interactive" in m.flavors or any(i.flavor == "interactive" for i in m.include)
-    return Prepared(project=project, mode="wheels", matrix=m, keys=lock_keys(m), interactive=interactive)
+    ca = load_config().extra_ca
+    return Prepared(
+        project=project, mode="wheels", matrix=m, keys=lock_keys(m), interactive=interactive, ca=ca
+    )
 
 
 def lock_keys(m: Matrix) -> list[LockKey]:
@@ -176,6 +182,7 @@ def _lock_one(key: LockKey, p: Prepared, request: LockRequest, echo: Echo) -> bo
             lock_dir=project.locks_dir,
             keep=existing,
             interactive=(existing or True) if with_section else False,
+            ca=p.ca,
         )
         echo(f"wrote   {project.rel(path)} (versions kept, hashes added)")
         return True
@@ -185,25 +192,31 @@ def _lock_one(key: LockKey, p: Prepared, request: LockRequest, echo: Echo) -> bo
         except LockError as exc:
             if exc.problem != "cut short":
                 raise
-            restore_lock(key, path, project, interactive=interactive, echo=echo)
+            restore_lock(key, path, project, interactive=interactive, echo=echo, ca=p.ca)
             return True
         if existing is not None and not existing.sealed:
             seal_lock(existing)
             echo(f"sealed  {project.rel(path)} (end line added; every pin as it was)")
             existing = read_lock(key, project.locks_dir)
         if interactive and existing is not None and not existing.interactive_pins:
-            add_interactive(key, lock_dir=project.locks_dir)
+            add_interactive(key, lock_dir=project.locks_dir, ca=p.ca)
             echo(f"added   {project.rel(path)} (interactive pins; runtime pins kept)")
         else:
             echo(f"kept    {project.rel(path)}")
         return False
-    compile_lock(key, lock_dir=project.locks_dir, interactive=interactive)
+    compile_lock(key, lock_dir=project.locks_dir, interactive=interactive, ca=p.ca)
     echo(f"wrote   {project.rel(path)}")
     return True
 
 
 def restore_lock(
-    key: LockKey, path: Path, project: Project, *, interactive: bool, echo: Echo = _silent
+    key: LockKey,
+    path: Path,
+    project: Project,
+    *,
+    interactive: bool,
+    echo: Echo = _silent,
+    ca: Path | None = None,
 ) -> None:
     """A lock cut short (no end line): resolved again with every pin it still holds in full as a constraint
     (``--keep-versions`` on what survived), so no version it had moves; written whole."""
@@ -218,6 +231,7 @@ def restore_lock(
         lock_dir=project.locks_dir,
         keep=kept,
         interactive=(kept or True) if interactive or had else False,
+        ca=ca,
     )
     held = len(kept.pins + kept.builder_pins + kept.interactive_pins) if kept is not None else 0
     echo(f"restored {project.rel(path)} (it was cut short: {held} whole pins kept, the rest resolved)")

@@ -134,6 +134,8 @@ FOREIGN: tuple[Variable, ...] = (
     Variable("REQUESTS_CA_BUNDLE", "the CA the package index is verified with", "docs/compat.md"),
     Variable("PIP_CERT", "pip's CA, used when REQUESTS_CA_BUNDLE is unset", "docs/compat.md"),
     Variable("SSL_CERT_FILE", "the CA used when neither of those is set", "docs/compat.md"),
+    Variable("UV_NATIVE_TLS", "uv trusts the system's roots (lock adds the extra CA)", "docs/build.md"),
+    Variable("UV_SYSTEM_CERTS", "the same, as newer uv releases name it", "docs/build.md"),
     Variable("XDG_CONFIG_HOME", "where the user config lives (imagesmith/config.toml)", "docs/project.md"),
     Variable("XDG_CACHE_HOME", "where the cache lives (imagesmith/)", "docs/release.md"),
     Variable("DOCKER_CONFIG", "docker's config folder (credentials)", "docs/build.md"),

@@ -38,9 +38,17 @@ def answer(reference: str, inputs: list[str]) -> str:
 
 def main(argv: list[str]) -> int:
     """The ``uv`` program. ``FAKE_UV_PIDFILE``: where it writes its pid first; ``FAKE_UV_SLEEP``: seconds it
-    takes (a resolver that is still running when the command is stopped)."""
+    takes (a resolver that is still running when the command is stopped); ``FAKE_UV_CERTS``: a folder where
+    each call leaves what its ``SSL_CERT_FILE`` was (``N.path``) and held (``N.pem``; none when unset)."""
     if os.environ.get("FAKE_UV_PIDFILE"):
         Path(os.environ["FAKE_UV_PIDFILE"]).write_text(str(os.getpid()))
+    if os.environ.get("FAKE_UV_CERTS"):
+        seen = Path(os.environ["FAKE_UV_CERTS"])
+        n = len(list(seen.glob("*.path")))
+        cert = os.environ.get("SSL_CERT_FILE")
+        (seen / f"{n}.path").write_text(cert or "")
+        if cert:
+            (seen / f"{n}.pem").write_bytes(Path(cert).read_bytes())
     if os.environ.get("FAKE_UV_SLEEP"):
         import time
 

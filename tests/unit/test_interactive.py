@@ -60,7 +60,7 @@ def test_add_interactive_keeps_the_runtime_pins_and_checks_the_constraints(
     seen: dict[str, Any] = {}
 
     def fake(
-        inputs: list[str], key: LockKey, extra: str | None, constraints: Any = ()
+        inputs: list[str], key: LockKey, extra: str | None, constraints: Any = (), ca: Any = None
     ) -> tuple[str, list[str]]:
         seen.update(inputs=inputs, extra=extra, constraints=list(constraints))
         return "jupyterlab==9.9.9  # via -r requirements.in\nnumpy==2.4.6  # via tensorboard\n", ["uv"]

@@ -84,7 +84,9 @@ def test_plan_names_the_matrix_in_the_command_that_restores_it(
 def _fake_resolver(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     seen: list[list[str]] = []
 
-    def fake(inputs: Any, key: LockKey, extra: Any, constraints: Any = ()) -> tuple[str, list[str]]:
+    def fake(
+        inputs: Any, key: LockKey, extra: Any, constraints: Any = (), ca: Any = None
+    ) -> tuple[str, list[str]]:
         seen.append(list(constraints))
         return fakeuv.answer(TEXT, list(inputs)), ["uv", "pip", "compile", "--generate-hashes"]
 

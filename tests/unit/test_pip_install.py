@@ -151,7 +151,9 @@ def test_compile_lock_hands_uv_the_constraints_and_keeps_versions(
     old = parse_lock(source.read_text(), source, _key(source))
     old_sympy = replace(old, pins=tuple((n, "1.14.0" if n == "sympy" else v) for n, v in old.pins))
 
-    def fake(inputs: Any, key: LockKey, extra: Any, constraints: Any = ()) -> tuple[str, list[str]]:
+    def fake(
+        inputs: Any, key: LockKey, extra: Any, constraints: Any = (), ca: Any = None
+    ) -> tuple[str, list[str]]:
         seen.append((list(inputs), list(constraints)))
         # the reference lock as uv's answer for *key* (its torch pin and header made *key*'s)
         answer = source.read_text().replace("torch 2.3.1 cu121", f"torch {key.torch} {key.variant}")
