@@ -548,7 +548,7 @@ def _uv_env(ca: Path | None, tmp: Path) -> dict[str, str] | None:
                 "[build] extra_ca of the user config)",
             ) from None
     bundle = tmp / "ca-bundle.pem"
-    bundle.write_bytes(b"".join(parts))  # scratch: gone with the folder
+    bundle.write_bytes(b"".join(parts))  # scratch
     return {**os.environ, "SSL_CERT_FILE": str(bundle)}
 
 
