@@ -3,6 +3,7 @@ as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -68,3 +69,41 @@ def test_a_stopped_lock_says_aborted_stops_its_resolver_and_leaves_the_lock(
     locks = root / "locks"
     assert (locks / KEY.filename).read_text() == REF.read_text()
     assert sorted(p.name for p in locks.iterdir()) == [KEY.filename]
+
+
+class _MutatedOnImport:
+    """``imagesmith.cli`` whose import takes a SIGTERM inside C code: the handler runs and raises, and what
+    comes out is another exception (CI: ssl.py's ``from _ssl import RAND_egd`` turned it into a TypeError)."""
+
+    def __init__(self, term: bool) -> None:
+        self.term = term
+
+    def __getattr__(self, name: str) -> object:
+        if self.term:
+            from imagesmith import entry
+
+            with contextlib.suppress(BaseException):
+                entry._terminated(signal.SIGTERM, None)
+        raise TypeError("expected a message argument")
+
+
+@pytest.mark.parametrize("term", [True, False])
+def test_a_sigterm_whose_exception_an_import_turned_into_another_still_ends_as_sigterm(
+    term: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from imagesmith import entry
+
+    monkeypatch.setattr(entry, "_caught", set())
+    monkeypatch.setitem(sys.modules, "imagesmith.cli", _MutatedOnImport(term))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        if term:
+            with pytest.raises(SystemExit) as stopped:
+                entry.run()
+            assert stopped.value.code == 128 + signal.SIGTERM
+            assert "aborted (SIGTERM)" in capsys.readouterr().err
+        else:  # no signal: a bug's exception is not hidden behind "aborted"
+            with pytest.raises(TypeError, match="expected a message argument"):
+                entry.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
