@@ -117,6 +117,9 @@ def fetch_index(
         say(trusted.line(source))
         return index
 
+    # a copy read from the cache writes nothing: the temp files a killed run left there go now, not at the
+    # next download (only those of a pid that is gone: atomicio.clean_stale)
+    atomicio.clean_stale(cached.parent)
     if not refresh and cached.is_file() and time.time() - cached.stat().st_mtime < ttl_s:
         try:
             return from_cache(f"{source} (cached {cached})")

@@ -524,6 +524,56 @@ def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytes
     assert fetch_index(str(path), trust=NO_VERIFY) == first
 
 
+def test_a_copy_read_from_the_cache_removes_the_temp_files_a_killed_run_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `pick` answered from the cache downloads and writes nothing; the temp file of a run killed
+    mid-write (its pid gone) is removed all the same, one of a live run is not (CI: a `.sig` temp outlived a
+    plain pick)."""
+    import http.server
+    import subprocess
+    import sys
+    import threading
+
+    from imagesmith import atomicio
+    from imagesmith import pick as picking
+    from imagesmith.index import dump_index
+
+    body = dump_index(make_index()).encode()
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
+    try:
+        fetch_index(url, insecure=True, trust=NO_VERIFY)
+        cached = picking._cache_path(url)
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+        dead = cached.parent / f".{cached.stem}.sig.{int(gone.stdout)}{atomicio.TMP_SUFFIX}"
+        live = cached.parent / f".{cached.stem}.sig.{os.getppid()}{atomicio.TMP_SUFFIX}"
+        for temp in (dead, live):
+            temp.write_bytes(b"cut")
+        fetch_index(url, insecure=True, trust=NO_VERIFY)
+        assert hits == ["/index.json"]  # the second came from the cache
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not dead.exists()
+    assert live.exists()
+
+
 def test_fetch_index_unreachable_without_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     with pytest.raises(ConfigError, match="cannot download"):
