@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import functools
 import math
+import re
 import shlex
 import time
 import uuid
@@ -492,9 +493,54 @@ def _run_once(
             for x in parse_probe_lines(r.stdout)
             if "error" in x
         ]
-        said = errors[0] if errors else bad[0][1].said
+        said = errors[0] if errors else torchrun_said(bad[0][1])
         raise lost(ssh, [n for n, _r in bad] if launcher != "srun" else list(nodes), step, said)
     return [x for r in ran if r is not None for x in parse_probe_lines(r.stdout)], log
+
+
+_ROOT_CAUSE = re.compile(
+    r"Root Cause \(first observed failure\):\n(?P<block>.*?)(?:\n\s*=+\s*(?:\n|$)|\Z)", re.S
+)
+_FIELD = re.compile(r"^\s*(?P<key>host|rank|exitcode|traceback)\s*:\s*(?P<value>\S.*?)\s*$", re.M)
+#: what a rank says of itself when it dies past the probe's own ``except`` (a C++ abort, Python's last line)
+_OWN = re.compile(
+    r"^\s*(?:terminate called .*|what\(\): .*|(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::.*)?)$"
+)
+
+
+def torchrun_said(ran: Ran) -> str:
+    """What a failed node's torchrun said, in one line: its summary's root cause (rank, host, exit code or
+    signal) and the last line the rank itself printed (a C++ abort's ``what()``, a Python error) — not the
+    rule of ``=`` that ends the summary. Output of another shape: :attr:`Ran.said`."""
+    text = ran.stderr
+    m = _ROOT_CAUSE.search(text)
+    head = text[: m.start()] if m else text
+    own = [
+        ln.strip()
+        for ln in head.splitlines()
+        if _OWN.match(ln) and "ChildFailedError" not in ln and "torch.distributed.elastic" not in ln
+    ]
+    parts: list[str] = []
+    if m:
+        f = {x.group("key"): x.group("value") for x in _FIELD.finditer(m.group("block"))}
+        who = " ".join(
+            x
+            for x in (
+                f"rank {f['rank'].split()[0]}" if "rank" in f else "",
+                f"on {f['host']}" if "host" in f else "",
+            )
+            if x
+        )
+        code = re.sub(r"\s*\(pid: [^)]*\)$", "", f.get("exitcode", ""))
+        why = f.get("traceback", "")
+        if why.startswith("To enable traceback"):
+            why = ""
+        what = "; ".join(x for x in (f"exit code {code}" if code else "", why) if x)
+        parts.append(": ".join(x for x in (who, what) if x) or "a rank failed")
+    if own:
+        parts.append(f"it said: {own[-1]}")
+    said = "; ".join(parts) if parts else ran.said
+    return said if len(said) <= 400 else said[:399] + "…"
 
 
 def ddp_promise(

@@ -152,7 +152,8 @@ class Ran:
 
     @property
     def said(self) -> str:
-        lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
+        """The last line of stderr that says something (a rule of ``=`` or ``-`` under a summary does not)."""
+        lines = [ln.strip() for ln in self.stderr.splitlines() if any(c.isalnum() for c in ln)]
         return lines[-1] if lines else f"ssh exited with code {self.rc} and said nothing"
 
 

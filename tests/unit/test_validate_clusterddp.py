@@ -400,3 +400,87 @@ exec sleep 60""",
         e.value.message
     )
     assert "Connection to n2 closed by remote host." in e.value.message
+
+
+# ------------------------------------------------------------------------------------------------------------
+# what a failed torchrun said (CI: the error quoted only the rule of `=` that ends torchrun's summary)
+
+
+def _summary(host: str, rank: int, exitcode: int, traceback: str) -> str:
+    """torchrun's ChildFailedError summary, in the shape torch.distributed.elastic prints it."""
+    rule = "=" * 60
+    return (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.13/site-packages/torch/distributed/run.py", line 940, in main\n'
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+        f"{rule}\n$D/ddpnodes.py FAILED\n{'-' * 60}\nFailures:\n  <NO_OTHER_FAILURES>\n{'-' * 60}\n"
+        "Root Cause (first observed failure):\n[0]:\n  time      : 2026-12-03_14:01:02\n"
+        f"  host      : {host}\n  rank      : {rank} (local_rank: 0)\n"
+        f"  exitcode  : {exitcode} (pid: 4242)\n  error_file: <N/A>\n  traceback : {traceback}\n{rule}\n"
+    )
+
+
+def test_a_rank_killed_by_a_signal_is_said_with_its_signal_and_its_own_last_words() -> None:
+    stderr = (
+        "[W1203 14:01:01.000000000 ProcessGroupGloo.cpp:755] Warning: Unable to resolve hostname\n"
+        "terminate called after throwing an instance of 'gloo::IoException'\n"
+        "  what():  [gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.233.9.11]:41234\n"
+        "W1203 14:01:02.000 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 4242 "
+        "SIGTERM\n" + _summary("isn2", 1, -6, "Signal 6 (SIGABRT) received by PID 4242")
+    )
+    said = clusterddp.torchrun_said(clusterrun.Ran(1, "", stderr, False))
+    assert said == (
+        "rank 1 on isn2: exit code -6; Signal 6 (SIGABRT) received by PID 4242; it said: what():  "
+        "[gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.233.9.11]:41234"
+    )
+
+
+def test_a_rank_that_exited_is_said_with_its_python_error_not_torchruns() -> None:
+    stderr = (
+        'Traceback (most recent call last):\n  File "/tmp/x/ddpnodes.py", line 3, in <module>\n'
+        "RuntimeError: Socket Timeout\n"
+        + _summary(
+            "isn1", 0, 1, "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+        )
+    )
+    said = clusterddp.torchrun_said(clusterrun.Ran(1, "", stderr, False))
+    assert said == "rank 0 on isn1: exit code 1; it said: RuntimeError: Socket Timeout"
+
+
+def test_output_of_another_shape_is_its_last_line_that_says_something() -> None:
+    said = clusterddp.torchrun_said(
+        clusterrun.Ran(255, "", "ssh: connect to host n2: refused\n=====\n--\n", False)
+    )
+    assert said == "ssh: connect to host n2: refused"
+    assert clusterrun.Ran(1, "", "=====\n", False).said == "ssh exited with code 1 and said nothing"
+    long = clusterddp.torchrun_said(clusterrun.Ran(1, "", "x" * 1000, False))
+    assert len(long) == 400
+    assert long.endswith("…")
+
+
+def test_a_node_whose_rank_crashed_is_named_with_torchruns_root_cause(bin_dir: Path) -> None:
+    """n2's torchrun ends with its summary (a rank killed by SIGABRT) while n2 still answers: the error names
+    n2, the signal and the rank's own last line, not the summary's closing rule."""
+    summary = _summary("isn2", 1, -6, "Signal 6 (SIGABRT) received by PID 4242")
+    (bin_dir / "summary").write_text("  what():  Connection closed by peer\n" + summary)
+    _tool(
+        bin_dir,
+        "ssh",
+        f"""for a; do host=$cmd; cmd=$a; done
+case "$cmd" in
+  *'import torch.distributed.run'*) echo 2.13.0; exit 0 ;;
+  *getsockname*) echo 29400; exit 0 ;;
+  true) exit 0 ;;
+  *--nnodes=1*) echo 'IMAGESMITH_PROBE {json.dumps(rec(0, 1, "n1"))}'; exit 0 ;;
+esac
+[ "$host" = n2 ] && {{ cat {bin_dir}/summary >&2; exit 1; }}
+exec sleep 60""",
+    )
+    with pytest.raises(ValidationFailed) as e:
+        _promise(clusterrun.ClusterOptions(ddp="torchrun"), _ids(0, 0))
+    assert e.value.host == "n2"
+    assert (
+        "node n2 failed during the cross-node DDP step on 2 node(s) × 1 rank(s) (torchrun) (rank 1 on isn2: "
+        "exit code -6; Signal 6 (SIGABRT) received by PID 4242; it said: what():  Connection closed by peer)"
+    ) in e.value.message
+    assert "=====" not in e.value.message
