@@ -532,10 +532,11 @@ def torchrun_said(ran: Ran) -> str:
             if x
         )
         code = re.sub(r"\s*\(pid: [^)]*\)$", "", f.get("exitcode", ""))
-        why = f.get("traceback", "")
-        if why.startswith("To enable traceback"):
-            why = ""
-        what = "; ".join(x for x in (f"exit code {code}" if code else "", why) if x)
+        # torchrun's own line when the rank left no error file ("To enable traceback see: …") says nothing
+        trace = f.get("traceback", "")
+        if trace.startswith("To enable traceback"):
+            trace = ""
+        what = "; ".join(x for x in (f"exit code {code}" if code else "", trace) if x)
         parts.append(": ".join(x for x in (who, what) if x) or "a rank failed")
     if own:
         parts.append(f"it said: {own[-1]}")
