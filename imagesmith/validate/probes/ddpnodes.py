@@ -101,4 +101,8 @@ try:
 except Exception as exc:
     out["error"] = f"{type(exc).__name__}: {exc}"
 print("IMAGESMITH_PROBE " + json.dumps(out), flush=True)
-sys.exit(1 if "error" in out else 0)  # torchrun ends the job (and says so) when a rank failed
+sys.stderr.flush()
+# the record is the result: leave without the interpreter's teardown, where a process group's background
+# threads (gloo's, NCCL's) can still abort or hang after every collective is done. A rank that failed exits 1:
+# torchrun ends the job (and says so)
+os._exit(1 if "error" in out else 0)
