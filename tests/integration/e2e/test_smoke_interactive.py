@@ -148,7 +148,9 @@ def container(ref: str, env: dict[str, str]) -> Iterator[Running]:
         _docker("rm", "-f", name, check=False)
 
 
-def _wait(what: str, probe: object, timeout_s: float = 90) -> None:
+def _wait(what: str, probe: object, c: Running, timeout_s: float = 90) -> None:
+    """Until *probe* holds; else fail with what container *c* printed and runs (a CI run on a fresh machine
+    once timed out with neither sshd nor JupyterLab answering, and nothing to say why)."""
     assert callable(probe)
     deadline = time.monotonic() + timeout_s
     last: object = None
@@ -159,7 +161,13 @@ def _wait(what: str, probe: object, timeout_s: float = 90) -> None:
         except (requests.RequestException, OSError) as exc:
             last = exc
         time.sleep(0.5)
-    pytest.fail(f"{what} did not come up within {timeout_s:.0f} s ({last})")
+    top = _docker("top", c.name, "-eo", "pid,etime,pcpu,args", check=False)
+    state = _docker("inspect", "-f", "{{json .State}}", c.name, check=False)
+    pytest.fail(
+        f"{what} did not come up within {timeout_s:.0f} s ({last})\n--- docker logs {c.name}\n"
+        f"{c.logs()[-4000:]}\n--- docker top\n{top.stdout}{top.stderr}\n--- state\n{state.stdout}"
+        f"\n--- load {os.getloadavg()}"
+    )
 
 
 def _http(port: int, path: str, **kw: object) -> requests.Response:
@@ -233,7 +241,7 @@ def test_ssh_by_key_runs_torch_and_refuses_passwords(built: Built, ssh_key: Path
     public = ssh_key.with_suffix(".pub").read_text().strip()
     with container(built.ref, {"PUBLIC_KEY": public}) as c:
         port = c.ports[22]
-        _wait("sshd", lambda: _ssh(port, ssh_key, "true").returncode == 0)
+        _wait("sshd", lambda: _ssh(port, ssh_key, "true").returncode == 0, c)
         out = _ssh(port, ssh_key, 'python -c "import torch; print(torch.__version__)"')
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().startswith("2.11.0"), out.stdout
@@ -272,14 +280,14 @@ def test_jupyterlab_needs_its_token_and_tensorboard_answers(built: Built) -> Non
     env = {"JUPYTER_PASSWORD": token, "TENSORBOARD_LOGDIR": "/workspace/runs"}
     with container(built.ref, env) as c:
         jupyter, board = c.ports[8888], c.ports[6006]
-        _wait("JupyterLab", lambda: _http(jupyter, "/api/status").status_code in (200, 403))
+        _wait("JupyterLab", lambda: _http(jupyter, "/api/status").status_code in (200, 403), c)
         assert _http(jupyter, "/api/status").status_code == 403
         assert _http(jupyter, "/api/status", headers={"Authorization": "token wrong"}).status_code == 403
         assert _http(jupyter, "/api/status", headers={"Authorization": f"token {token}"}).status_code == 200
         assert _http(jupyter, f"/lab?token={token}").status_code == 200
         contents = _http(jupyter, "/api/contents/runs", headers={"Authorization": f"token {token}"})
         assert contents.status_code == 200  # its root is the workspace (TensorBoard's folder is in it)
-        _wait("TensorBoard", lambda: _http(board, "/").status_code == 200)
+        _wait("TensorBoard", lambda: _http(board, "/").status_code == 200, c)
         assert "TensorBoard" in _http(board, "/").text or _http(board, "/data/logdir").ok
         # nothing secret in the logs, the process list, or the image's settings
         assert token not in c.logs()
@@ -291,7 +299,7 @@ def test_jupyterlab_needs_its_token_and_tensorboard_answers(built: Built) -> Non
 
 def test_no_token_no_jupyterlab_and_no_tensorboard_unasked(built: Built) -> None:
     with container(built.ref, {}) as c:
-        _wait("the start command", lambda: "JupyterLab not started" in c.logs(), timeout_s=60)
+        _wait("the start command", lambda: "JupyterLab not started" in c.logs(), c, timeout_s=60)
         time.sleep(3)
         for port in (c.ports[8888], c.ports[6006], c.ports[22]):
             with pytest.raises(requests.RequestException):
@@ -302,7 +310,7 @@ def test_two_containers_have_their_own_host_keys_and_stop_at_once(built: Built, 
     public = ssh_key.with_suffix(".pub").read_text().strip()
     with container(built.ref, {"PUBLIC_KEY": public}) as a, container(built.ref, {"PUBLIC_KEY": public}) as b:
         for c in (a, b):
-            _wait("sshd", lambda c=c: bool(_host_key(c.ports[22])))
+            _wait("sshd", lambda c=c: bool(_host_key(c.ports[22])), c)
         key_a, key_b = _host_key(a.ports[22]), _host_key(b.ports[22])
         assert key_a
         assert key_b
@@ -325,18 +333,18 @@ def test_a_service_that_cannot_start_is_named_and_bad_keys_are_skipped(built: Bu
     public = ssh_key.with_suffix(".pub").read_text().strip()
     env = {"PUBLIC_KEY": f"not a key\r\n{public}\r\n", "SSH_PORT": "8888", "JUPYTER_PASSWORD": "t" * 32}
     with container(built.ref, env) as c:
-        _wait("the JupyterLab error", lambda: "JupyterLab (port 8888) exited" in c.logs())
+        _wait("the JupyterLab error", lambda: "JupyterLab (port 8888) exited" in c.logs(), c)
         logs = c.logs()
         assert "set JUPYTER_PORT to a free one" in logs
         assert "PUBLIC_KEY line 1 is not an SSH public key" in logs
         assert ":8889" not in logs  # JupyterLab did not move to the next port behind the platform's back
-        _wait("sshd", lambda: bool(_host_key(c.ports[8888])))
+        _wait("sshd", lambda: bool(_host_key(c.ports[8888])), c)
         login = _ssh(c.ports[8888], ssh_key, "cat /root/.ssh/authorized_keys")
         assert login.returncode == 0, login.stderr
         assert login.stdout.split() == public.split()  # the key line, its CR gone
     private = ssh_key.read_text()
     with container(built.ref, {"PUBLIC_KEY": private}) as c:
-        _wait("the refusal", lambda: "PUBLIC_KEY holds a PRIVATE key" in c.logs(), timeout_s=60)
+        _wait("the refusal", lambda: "PUBLIC_KEY holds a PRIVATE key" in c.logs(), c, timeout_s=60)
         assert "sshd not started" in c.logs()
         assert private.splitlines()[1] not in c.logs()
         assert c.exec("pgrep -x sshd || echo none").strip() == "none"
