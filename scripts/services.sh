@@ -29,8 +29,29 @@ wait_for() { # wait_for SECONDS DESCRIPTION CMD...
 
 engine_up() { /usr/bin/docker info >/dev/null 2>&1; }
 
+# A container network namespace that outlived its dockerd (killed, or stopped before it cleaned up) stays
+# bind-mounted under /run/docker/netns with its veth still on docker0 and its address (172.17.0.2 …): the next
+# dockerd hands that address out again, and every container given it is unreachable through its published
+# ports (seen on a machine whose dockerd was stopped mid-run). With no dockerd running none of them is in use.
+clear_stale_netns() {
+    local ns
+    for ns in /run/docker/netns/*; do
+        [[ -e $ns ]] || continue
+        log "removing the network namespace a dead dockerd left: $ns"
+        umount -l "$ns" 2>/dev/null || true
+        rm -f "$ns"
+    done
+}
+
 start_dockerd() {
     if engine_up; then log "dockerd already running"; return 0; fi
+    if pgrep -x dockerd >/dev/null; then
+        # a dockerd that does not answer (still starting, or stopping): wait for it rather than start another
+        if wait_for 30 "the running dockerd" engine_up; then return 0; fi
+        log "a dockerd process runs but does not answer: stop it (scripts/services.sh stop) and run again"
+        return 1
+    fi
+    clear_stale_netns
     mkdir -p "$STATE"
     log "starting dockerd (log: $STATE/dockerd.log)"
     setsid dockerd --storage-driver overlay2 >>"$STATE/dockerd.log" 2>&1 < /dev/null &
@@ -143,6 +164,8 @@ stop_pid() { # name
     if [[ -s "$f" ]] && kill -0 "$(cat "$f")" 2>/dev/null; then
         log "stopping $1 (pid $(cat "$f"))"
         kill "$(cat "$f")"
+        # until it is gone: dockerd stops its containers and removes their network namespaces first
+        wait_for 60 "$1 to exit" sh -c "! kill -0 $(cat "$f")" || true
     fi
     rm -f "$f"
 }
