@@ -8,11 +8,12 @@ The release index of these tests is generated from imagesmith.compat (min driver
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -482,14 +483,11 @@ def test_nvidia_smi_L_has_no_driver(tmp_path: Path) -> None:
 # -- index sources and cache --------------------------------------------------------------------------------
 
 
-def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@contextlib.contextmanager
+def _served(body: bytes, hits: list[str]) -> Iterator[str]:
+    """*body* served on 127.0.0.1 at the URL yielded, each GET's path appended to *hits*."""
     import http.server
     import threading
-
-    from imagesmith.index import dump_index
-
-    body = dump_index(make_index()).encode()
-    hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -504,18 +502,26 @@ def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytes
 
     server = QuietHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
     try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/index.json"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_fetch_index_from_file_and_http_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from imagesmith.index import dump_index
+
+    body = dump_index(make_index()).encode()
+    hits: list[str] = []
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with _served(body, hits) as url:
         first = fetch_index(url, insecure=True, trust=NO_VERIFY)
         second = fetch_index(url, insecure=True, trust=NO_VERIFY)
         assert hits == ["/index.json"]  # the second came from the cache
         assert first == second
         fetch_index(url, insecure=True, refresh=True, trust=NO_VERIFY)
         assert len(hits) == 2
-    finally:
-        server.shutdown()
-        server.server_close()
     # source gone: the (stale) cache still answers
     again = fetch_index(url, insecure=True, ttl_s=0, trust=NO_VERIFY)
     assert again == first
@@ -530,10 +536,8 @@ def test_a_copy_read_from_the_cache_removes_the_temp_files_a_killed_run_left(
     """A `pick` answered from the cache downloads and writes nothing; the temp file of a run killed
     mid-write (its pid gone) is removed all the same, one of a live run is not (CI: a `.sig` temp outlived a
     plain pick)."""
-    import http.server
     import subprocess
     import sys
-    import threading
 
     from imagesmith import atomicio
     from imagesmith import pick as picking
@@ -541,23 +545,8 @@ def test_a_copy_read_from_the_cache_removes_the_temp_files_a_killed_run_left(
 
     body = dump_index(make_index()).encode()
     hits: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            hits.append(self.path)
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = QuietHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    url = f"http://127.0.0.1:{server.server_address[1]}/index.json"
-    try:
+    with _served(body, hits) as url:
         fetch_index(url, insecure=True, trust=NO_VERIFY)
         cached = picking._cache_path(url)
         gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
@@ -567,9 +556,6 @@ def test_a_copy_read_from_the_cache_removes_the_temp_files_a_killed_run_left(
             temp.write_bytes(b"cut")
         fetch_index(url, insecure=True, trust=NO_VERIFY)
         assert hits == ["/index.json"]  # the second came from the cache
-    finally:
-        server.shutdown()
-        server.server_close()
     assert not dead.exists()
     assert live.exists()
 
