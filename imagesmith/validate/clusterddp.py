@@ -523,14 +523,9 @@ def torchrun_said(ran: Ran) -> str:
     parts: list[str] = []
     if m:
         f = {x.group("key"): x.group("value") for x in _FIELD.finditer(m.group("block"))}
-        who = " ".join(
-            x
-            for x in (
-                f"rank {f['rank'].split()[0]}" if "rank" in f else "",
-                f"on {f['host']}" if "host" in f else "",
-            )
-            if x
-        )
+        who = f"rank {f['rank'].split()[0]}" if "rank" in f else ""
+        if "host" in f:
+            who = f"{who} on {f['host']}".strip()
         code = re.sub(r"\s*\(pid: [^)]*\)$", "", f.get("exitcode", ""))
         # torchrun's own line when the rank left no error file ("To enable traceback see: …") says nothing
         trace = f.get("traceback", "")
